@@ -1,0 +1,1 @@
+"""kgc package."""
