@@ -1,0 +1,479 @@
+"""Kafka RecordBatch v2 (magic 2): the unit we store on disk and send on the wire.
+
+How this works
+--------------
+A batch is a fixed 61-byte big-endian header followed by ``records_count``
+records.  The CRC32C in the header covers everything from ``attributes`` to
+the end of the batch, so the two fields in front of it (``base_offset`` and
+``batch_length``) plus ``partition_leader_epoch`` can be rewritten without
+re-hashing: that is how a producer's batch gets its offsets assigned and is
+then stored exactly as sent.
+
+Each record is varint framed (zigzag, as protobuf's sint): length, attributes
+(int8, unused), timestamp delta, offset delta, key, value and headers, where a
+length of -1 means null.  Offsets and timestamps of records are deltas from the
+batch's ``base_offset`` / ``base_timestamp``.
+
+Decoding is a hot path (replaying the offsets log at start-up), so the record
+loop inlines the single-byte varint case and avoids per-field function calls.
+``iter_record_tuples`` skips building dataclasses for callers that only need
+(offset, timestamp, key, value).
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import crc32c as _crc32c
+
+__all__ = [
+    "ATTR_COMPRESSION_MASK",
+    "ATTR_CONTROL",
+    "ATTR_DELETE_HORIZON",
+    "ATTR_LOG_APPEND_TIME",
+    "ATTR_TRANSACTIONAL",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "BatchHeader",
+    "CorruptBatchError",
+    "Record",
+    "UnsupportedCompressionError",
+    "decode_records",
+    "encode_batch",
+    "iter_batches",
+    "iter_record_tuples",
+    "parse_header",
+    "set_base_offset",
+    "verify_crc",
+]
+
+# base_offset, batch_length, partition_leader_epoch, magic, crc, attributes,
+# last_offset_delta, base_timestamp, max_timestamp, producer_id,
+# producer_epoch, base_sequence, records_count
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = _HEADER.size  # 61
+# base_offset + batch_length: the part of a batch not counted in batch_length.
+LOG_OVERHEAD = 12
+_CRC_START = 21  # attributes onwards are covered by the CRC
+_CRC_POS = 17
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+_ATTR_POS = 21
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_LOG_APPEND_TIME = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+# KIP-534: base_timestamp carries the tombstone delete horizon once the
+# cleaner has processed the batch.
+ATTR_DELETE_HORIZON = 0x40
+
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+
+_crc = _crc32c.crc32c
+
+
+class CorruptBatchError(ValueError):
+    """The bytes cannot be a valid v2 batch (bad magic, length or CRC)."""
+
+
+class UnsupportedCompressionError(ValueError):
+    """The batch uses a codec this module cannot decompress."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of a batch; offsets and timestamps relative to the batch."""
+
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def size(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & ATTR_DELETE_HORIZON)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.attributes & ATTR_DELETE_HORIZON else None
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the 61-byte header at ``pos``; raise CorruptBatchError if implausible."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptBatchError(f"need {HEADER_SIZE} bytes for a batch header at {pos}")
+    h = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if h.magic != 2:
+        raise CorruptBatchError(f"unsupported magic {h.magic} at position {pos}")
+    if h.batch_length < _MIN_BATCH_LENGTH:
+        raise CorruptBatchError(f"batch length {h.batch_length} too small at position {pos}")
+    return h
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, pos: int = 0
+) -> Iterator[tuple[BatchHeader, int, int]]:
+    """Yield (header, start, end) per complete batch; stop quietly at a partial tail.
+
+    A header that cannot be valid (wrong magic, too short) raises
+    CorruptBatchError: that is damage, not a tail still being written.
+    """
+    n = len(buf)
+    unpack = _HEADER.unpack_from
+    while n - pos >= HEADER_SIZE:
+        fields = unpack(buf, pos)
+        length = fields[1]
+        if fields[3] != 2 or length < _MIN_BATCH_LENGTH:
+            raise CorruptBatchError(
+                f"bad batch at position {pos}: magic={fields[3]} length={length}"
+            )
+        end = pos + LOG_OVERHEAD + length
+        if end > n:
+            return
+        yield BatchHeader(*fields), pos, end
+        pos = end
+
+
+def verify_crc(buf: bytes | bytearray | memoryview, start: int, end: int) -> bool:
+    if end - start < HEADER_SIZE:
+        return False
+    (stored,) = _U32.unpack_from(buf, start + _CRC_POS)
+    return bool(_crc(memoryview(buf)[start + _CRC_START : end]) == stored)
+
+
+def set_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:
+    """Return the batch with ``base_offset`` replaced; the CRC stays valid."""
+    return _I64.pack(base_offset) + bytes(memoryview(batch)[8:])
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def _zigzag_varint(value: int) -> bytes:
+    v = (value << 1) ^ (value >> 63)
+    if v < 0x80:
+        return bytes((v,))
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_SMALL_VARINT = [_zigzag_varint(i) for i in range(-1, 64)]
+
+
+def _varint(value: int) -> bytes:
+    if -1 <= value < 64:
+        return _SMALL_VARINT[value + 1]
+    return _zigzag_varint(value)
+
+
+def _encode_record(
+    out: bytearray,
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+) -> None:
+    body = bytearray(b"\x00")  # record attributes: unused in v2
+    body += _varint(timestamp_delta)
+    body += _varint(offset_delta)
+    if key is None:
+        body += b"\x01"  # zigzag(-1)
+    else:
+        body += _varint(len(key))
+        body += key
+    if value is None:
+        body += b"\x01"
+    else:
+        body += _varint(len(value))
+        body += value
+    body += _varint(len(headers))
+    for hkey, hval in headers:
+        hk = hkey.encode()
+        body += _varint(len(hk))
+        body += hk
+        if hval is None:
+            body += b"\x01"
+        else:
+            body += _varint(len(hval))
+            body += hval
+    out += _varint(len(body))
+    out += body
+
+
+def encode_batch(
+    base_offset: int,
+    records: Sequence[tuple[bytes | None, bytes | None]] | Sequence[Record],
+    *,
+    timestamp_ms: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    attributes: int = 0,
+) -> bytes:
+    """Build an uncompressed v2 batch.
+
+    ``records`` are either (key, value) pairs, which get consecutive offset
+    deltas and the batch timestamp, or Record objects used as given.
+    ``timestamp_ms`` is the batch base timestamp.
+    """
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    if attributes & ATTR_COMPRESSION_MASK:
+        raise UnsupportedCompressionError("encode_batch only writes uncompressed batches")
+    body = bytearray()
+    max_delta = 0
+    last_offset_delta = 0
+    for i, rec in enumerate(records):
+        if isinstance(rec, Record):
+            _encode_record(
+                body, rec.offset_delta, rec.timestamp_delta, rec.key, rec.value, rec.headers
+            )
+            if i == 0 or rec.timestamp_delta > max_delta:
+                max_delta = rec.timestamp_delta
+            last_offset_delta = rec.offset_delta
+        else:
+            pair: tuple[bytes | None, bytes | None] = rec  # type: ignore[assignment]
+            _encode_record(body, i, 0, pair[0], pair[1], ())
+            last_offset_delta = i
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            batch_length,
+            partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            last_offset_delta,
+            timestamp_ms,
+            timestamp_ms + max_delta,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+    )
+    header += body
+    crc = _crc(memoryview(header)[_CRC_START:])
+    _U32.pack_into(header, _CRC_POS, crc)
+    return bytes(header)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def _slow_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptBatchError("varint too long")
+
+
+def _records_payload(batch: bytes | bytearray | memoryview) -> tuple[BatchHeader, bytes]:
+    h = parse_header(batch, 0)
+    end = h.size
+    if len(batch) < end:
+        raise CorruptBatchError(f"batch truncated: have {len(batch)} of {end} bytes")
+    codec = h.compression
+    if codec == 0:
+        return h, bytes(batch[:end])
+    if codec == 1:
+        return h, bytes(batch[:HEADER_SIZE]) + gzip.decompress(bytes(batch[HEADER_SIZE:end]))
+    names = {2: "snappy", 3: "lz4", 4: "zstd"}
+    raise UnsupportedCompressionError(
+        f"cannot decode {names.get(codec, str(codec))}-compressed batch at offset {h.base_offset}"
+    )
+
+
+def iter_record_tuples(
+    batch: bytes | bytearray | memoryview,
+) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """Yield (offset, timestamp, key, value) absolute values, headers skipped."""
+    h, buf = _records_payload(batch)
+    base_offset = h.base_offset
+    base_ts = h.base_timestamp
+    pos = HEADER_SIZE
+    slow = _slow_varint
+    try:
+        for _ in range(h.records_count):
+            b = buf[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = slow(buf, pos)
+            rec_end = pos + length
+            pos += 1  # attributes
+            b = buf[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = slow(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                off_delta, pos = slow(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                klen, pos = slow(buf, pos)
+            if klen < 0:
+                key = None
+            else:
+                key = buf[pos : pos + klen]
+                pos += klen
+            b = buf[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                vlen, pos = slow(buf, pos)
+            value = None if vlen < 0 else buf[pos : pos + vlen]
+            yield base_offset + off_delta, base_ts + ts_delta, key, value
+            pos = rec_end
+    except IndexError:
+        raise CorruptBatchError(f"record data truncated in batch at {base_offset}") from None
+
+
+def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
+    """Decode every record of an uncompressed (or gzip) batch."""
+    h, buf = _records_payload(batch)
+    pos = HEADER_SIZE
+    slow = _slow_varint
+    out: list[Record] = []
+    append = out.append
+    try:
+        for _ in range(h.records_count):
+            b = buf[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = slow(buf, pos)
+            rec_end = pos + length
+            pos += 1
+            b = buf[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = slow(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                off_delta, pos = slow(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                klen, pos = slow(buf, pos)
+            if klen < 0:
+                key = None
+            else:
+                key = buf[pos : pos + klen]
+                pos += klen
+            b = buf[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                vlen, pos = slow(buf, pos)
+            if vlen < 0:
+                value = None
+            else:
+                value = buf[pos : pos + vlen]
+                pos += vlen
+            b = buf[pos]
+            if b == 0:
+                headers: tuple[tuple[str, bytes | None], ...] = ()
+                pos += 1
+            else:
+                nh, pos = slow(buf, pos)
+                hl: list[tuple[str, bytes | None]] = []
+                for _h in range(nh):
+                    hklen, pos = slow(buf, pos)
+                    hkey = buf[pos : pos + hklen].decode()
+                    pos += hklen
+                    hvlen, pos = slow(buf, pos)
+                    if hvlen < 0:
+                        hl.append((hkey, None))
+                    else:
+                        hl.append((hkey, buf[pos : pos + hvlen]))
+                        pos += hvlen
+                headers = tuple(hl)
+            if pos != rec_end:
+                raise CorruptBatchError(
+                    f"record length mismatch in batch at {h.base_offset}: {pos} != {rec_end}"
+                )
+            append(Record(off_delta, ts_delta, key, value, headers))
+    except IndexError:
+        raise CorruptBatchError(f"record data truncated in batch at {h.base_offset}") from None
+    return out
