@@ -1,0 +1,5 @@
+"""``python -m coordinator`` is ``kgc``."""
+
+from coordinator.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""The API versions kgc serves, and nothing it does not.
+
+How this works: this table is what ApiVersions advertises and what the server accepts; a
+request outside it closes the connection, as Kafka does. The ranges are Kafka 4.x's, cut
+where kgc deliberately stops (topic-id-based versions are served because Metadata reports
+topic ids). ConsumerGroupHeartbeat/ConsumerGroupDescribe (KIP-848 groups) have a codec but
+are not advertised: kgc runs classic groups only, and advertising them makes librdkafka's
+admin client describe groups through an API that would find none.
+"""
+
+from __future__ import annotations
+
+from protocol.messages import (
+    api_versions,
+    create_topics,
+    delete_groups,
+    delete_topics,
+    describe_groups,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
+    produce,
+    sasl_authenticate,
+    sasl_handshake,
+    sync_group,
+    txn_offset_commit,
+)
+
+# api key -> (min, max) advertised.
+SUPPORTED: dict[int, tuple[int, int]] = {
+    # KAFKA-18659: librdkafka refuses a broker whose Produce range does not start at 0, so
+    # Kafka 4 advertises 0 although it only parses v3+; so do we (v0-2 requests close).
+    produce.API_KEY: (0, 12),
+    fetch.API_KEY: (4, 17),
+    list_offsets.API_KEY: (1, 10),
+    metadata.API_KEY: (0, 12),
+    offset_commit.API_KEY: (2, 9),
+    offset_fetch.API_KEY: (1, 9),
+    find_coordinator.API_KEY: (0, 6),
+    join_group.API_KEY: (0, 9),
+    heartbeat.API_KEY: (0, 4),
+    leave_group.API_KEY: (0, 5),
+    sync_group.API_KEY: (0, 5),
+    describe_groups.API_KEY: (0, 5),
+    list_groups.API_KEY: (0, 5),
+    sasl_handshake.API_KEY: (0, 1),
+    api_versions.API_KEY: (0, 4),
+    create_topics.API_KEY: (2, 7),
+    delete_topics.API_KEY: (1, 6),
+    init_producer_id.API_KEY: (0, 5),
+    txn_offset_commit.API_KEY: (0, 4),
+    delete_groups.API_KEY: (0, 2),
+    sasl_authenticate.API_KEY: (0, 2),
+    offset_delete.API_KEY: (0, 0),
+}
+

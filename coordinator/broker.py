@@ -1,0 +1,303 @@
+"""Request dispatch: which component answers which API.
+
+How this works: ``Broker.dispatch`` looks the API key up in a table of bound handlers. The
+cluster-level APIs (ApiVersions, Metadata, FindCoordinator, CreateTopics, DeleteTopics,
+SASL) are answered here from the topic catalog; group APIs go to the group runtime and
+Produce/Fetch/ListOffsets/InitProducerId to the data plane. A handler returns a response
+body, or an awaitable of one when the answer has to wait (for a rebalance, an fsync, data).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from coordinator.apis import SUPPORTED
+from coordinator.catalog import TopicCatalog, TopicInfo, topic_name_error
+from coordinator.config import Settings
+from coordinator.server import ClientInfo
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import (
+    api_versions,
+    create_topics,
+    delete_topics,
+    find_coordinator,
+    metadata,
+    sasl_authenticate,
+    sasl_handshake,
+)
+from protocol.messages.api_versions import ApiVersionsResponse, ApiVersion
+from protocol.messages.create_topics import (
+    CreatableTopicConfigs,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
+from protocol.messages.delete_topics import DeletableTopicResult, DeleteTopicsRequest, DeleteTopicsResponse
+from protocol.messages.find_coordinator import Coordinator, FindCoordinatorRequest, FindCoordinatorResponse
+from protocol.messages.metadata import (
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+
+if TYPE_CHECKING:
+    from coordinator.dataplane import DataPlane
+    from coordinator.runtime import GroupRuntime
+
+log = logging.getLogger("kgc.broker")
+
+Handler = Callable[[RequestHeader, Any, ClientInfo], Any]
+
+# Authorized-operations "not requested" marker (Integer.MIN_VALUE), as Kafka sends it.
+AUTH_OPS_OMITTED = -2147483648
+# Topic configs kgc accepts on CreateTopics (the ones its log engine honours, and the
+# replication-related ones that are meaningless but harmless on one node).
+TOPIC_CONFIGS = {
+    "cleanup.policy": "delete",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "segment.bytes": "1073741824",
+    "segment.ms": "604800000",
+    "max.message.bytes": "1048588",
+    "delete.retention.ms": "86400000",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
+    "message.timestamp.type": "CreateTime",
+    "compression.type": "producer",
+    "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false",
+}
+COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
+
+
+class Broker:
+    def __init__(self, settings: Settings, catalog: TopicCatalog) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.node_id = settings.node_id
+        self.advertised_host = settings.advertised_host or settings.host
+        self.advertised_port = settings.advertised_port or settings.port
+        self.groups: GroupRuntime | None = None
+        self.data: DataPlane | None = None
+        self.handlers: dict[int, Handler] = {
+            api_versions.API_KEY: self.api_versions,
+            metadata.API_KEY: self.metadata,
+            find_coordinator.API_KEY: self.find_coordinator,
+            create_topics.API_KEY: self.create_topics,
+            delete_topics.API_KEY: self.delete_topics,
+            sasl_handshake.API_KEY: self.sasl_handshake,
+            sasl_authenticate.API_KEY: self.sasl_authenticate,
+        }
+        self.supported: dict[int, tuple[int, int]] = {}
+        self.refresh_supported()
+
+    def register(self, handlers: dict[int, Handler]) -> None:
+        self.handlers.update(handlers)
+        self.refresh_supported()
+
+    def refresh_supported(self) -> None:
+        # Advertise exactly what has a handler.
+        self.supported.clear()
+        self.supported.update({k: v for k, v in SUPPORTED.items() if k in self.handlers})
+
+    def dispatch(self, header: RequestHeader, body: Any, client: ClientInfo) -> Any:
+        return self.handlers[header.api_key](header, body, client)
+
+    # -- ApiVersions
+    def api_versions(self, header: RequestHeader, req: Any, client: ClientInfo) -> ApiVersionsResponse:
+        keys = [
+            ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (lo, hi) in sorted(self.supported.items())
+        ]
+        return ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+
+    # -- Metadata
+    def metadata(self, header: RequestHeader, req: MetadataRequest, client: ClientInfo) -> MetadataResponse:
+        version = header.api_version
+        names: list[str | None]
+        if req.topics is None or (version == 0 and not req.topics):
+            names = [t.name for t in self.catalog.topics.values() if not t.is_internal]
+            auto_create = False
+        else:
+            names = []
+            for t in req.topics:
+                if t.name is None and t.topic_id != bytes(16):
+                    info = self.catalog.by_id.get(t.topic_id)
+                    names.append(info.name if info else None)
+                else:
+                    names.append(t.name)
+            auto_create = self.settings.auto_create_topics_enable and (version < 4 or req.allow_auto_topic_creation)
+        topics = []
+        for name in names:
+            if name is None:
+                topics.append(MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None))
+                continue
+            info = self.catalog.get(name)
+            if info is None:
+                err = topic_name_error(name)
+                if err is not None:
+                    topics.append(MetadataResponseTopic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name))
+                    continue
+                if auto_create:
+                    info = self.create_topic(name, self.settings.num_partitions, {})
+                    log.info("auto-created topic %s with %d partitions", name, info.num_partitions)
+                else:
+                    topics.append(MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                    continue
+            topics.append(self._topic_metadata(info))
+        return MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[MetadataResponseBroker(node_id=self.node_id, host=self.advertised_host, port=self.advertised_port, rack=None)],
+            cluster_id=self.settings.cluster_id,
+            controller_id=self.node_id,
+            topics=topics,
+            cluster_authorized_operations=AUTH_OPS_OMITTED,
+        )
+
+    def _topic_metadata(self, info: TopicInfo) -> MetadataResponseTopic:
+        node = self.node_id
+        partitions = [
+            MetadataResponsePartition(
+                error_code=0,
+                partition_index=p,
+                leader_id=node,
+                leader_epoch=0,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[],
+            )
+            for p in range(info.num_partitions)
+        ]
+        return MetadataResponseTopic(
+            error_code=0,
+            name=info.name,
+            topic_id=info.topic_id,
+            is_internal=info.is_internal,
+            partitions=partitions,
+            topic_authorized_operations=AUTH_OPS_OMITTED,
+        )
+
+    # -- topics
+    def create_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
+        info = self.catalog.create(name, num_partitions, configs)
+        if self.data is not None:
+            self.data.create_partitions(info)
+        return info
+
+    def create_topics(self, header: RequestHeader, req: CreateTopicsRequest, client: ClientInfo) -> CreateTopicsResponse:
+        results = []
+        for t in req.topics:
+            res = CreatableTopicResult(name=t.name, num_partitions=-1, replication_factor=-1)
+            results.append(res)
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            err = topic_name_error(t.name)
+            if err is not None:
+                res.error_code, res.error_message = ErrorCode.INVALID_TOPIC_EXCEPTION, err
+                continue
+            if self.catalog.get(t.name) is not None:
+                res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+                res.error_message = f"Topic '{t.name}' already exists."
+                continue
+            if t.assignments:
+                nodes = {n for a in t.assignments for n in a.broker_ids}
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    res.error_code = ErrorCode.INVALID_REQUEST
+                    res.error_message = "Both numPartitions or replicationFactor and replicasAssignments were set."
+                    continue
+                if nodes - {self.node_id}:
+                    res.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+                    res.error_message = f"Unknown broker ids in assignment: {sorted(nodes - {self.node_id})}"
+                    continue
+                num_partitions = len(t.assignments)
+            else:
+                num_partitions = self.settings.num_partitions if t.num_partitions == -1 else t.num_partitions
+            if num_partitions <= 0:
+                res.error_code = ErrorCode.INVALID_PARTITIONS
+                res.error_message = "Number of partitions must be larger than 0."
+                continue
+            if t.replication_factor not in (-1, 1) and not t.assignments:
+                res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
+                res.error_message = (
+                    f"Unable to replicate the partition {t.replication_factor} time(s): "
+                    "The target replication factor of 3 cannot be reached because only 1 broker(s) are registered."
+                ).replace("3", str(t.replication_factor))
+                continue
+            unknown = sorted(set(configs) - set(TOPIC_CONFIGS))
+            if unknown:
+                res.error_code = ErrorCode.INVALID_CONFIG
+                res.error_message = f"Unknown topic config name: {unknown[0]}"
+                continue
+            res.num_partitions, res.replication_factor = num_partitions, 1
+            res.configs = [
+                CreatableTopicConfigs(name=k, value=configs.get(k, v), read_only=False, config_source=1 if k in configs else 5, is_sensitive=False)
+                for k, v in sorted(TOPIC_CONFIGS.items())
+            ]
+            if req.validate_only:
+                continue
+            info = self.create_topic(t.name, num_partitions, configs)
+            res.topic_id = info.topic_id
+            log.info("created topic %s with %d partitions %s", t.name, num_partitions, configs or "")
+        return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+    def delete_topics(self, header: RequestHeader, req: DeleteTopicsRequest, client: ClientInfo) -> DeleteTopicsResponse:
+        results = []
+        targets: list[tuple[str | None, bytes]] = []
+        if header.api_version >= 6:
+            targets = [(t.name, t.topic_id) for t in req.topics]
+        else:
+            targets = [(n, bytes(16)) for n in req.topic_names]
+        for name, topic_id in targets:
+            info = self.catalog.get(name) if name is not None else self.catalog.by_id.get(topic_id)
+            res = DeletableTopicResult(name=name, topic_id=topic_id)
+            results.append(res)
+            if info is None:
+                res.error_code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            res.name, res.topic_id = info.name, info.topic_id
+            self.delete_topic(info)
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+    def delete_topic(self, info: TopicInfo) -> None:
+        self.catalog.delete(info.name)
+        if self.data is not None:
+            self.data.delete_topic(info)
+        if self.groups is not None:
+            self.groups.topic_deleted(info.name)
+        log.info("deleted topic %s", info.name)
+
+    # -- FindCoordinator
+    def find_coordinator(self, header: RequestHeader, req: FindCoordinatorRequest, client: ClientInfo) -> FindCoordinatorResponse:
+        version = header.api_version
+        if version >= 4:
+            coordinators = [self._coordinator(k, req.key_type) for k in req.coordinator_keys]
+            return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+        c = self._coordinator(req.key, req.key_type)
+        return FindCoordinatorResponse(
+            throttle_time_ms=0,
+            error_code=c.error_code,
+            error_message=c.error_message,
+            node_id=c.node_id,
+            host=c.host,
+            port=c.port,
+        )
+
+    def _coordinator(self, key: str, key_type: int) -> Coordinator:
+        if key_type == COORDINATOR_KEY_GROUP:
+            return Coordinator(key=key, node_id=self.node_id, host=self.advertised_host, port=self.advertised_port, error_code=0)
+        if key_type == COORDINATOR_KEY_TRANSACTION:
+            # No transaction coordinator runs here; this is Kafka's answer when none is available.
+            return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="Transactions are not supported by kgc")
+        return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST, error_message=f"Unsupported key type {key_type}")
+
+    # -- SASL: kgc has only a PLAINTEXT listener; Kafka answers SASL there with ILLEGAL_SASL_STATE.
+    def sasl_handshake(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
+        return sasl_handshake.Response(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+
+    def sasl_authenticate(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
+        return sasl_authenticate.Response(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message="SASL is not enabled on this listener", auth_bytes=b"")

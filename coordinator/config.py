@@ -1,0 +1,153 @@
+"""One settings model for kgc: command line, ``KGC_*`` environment, properties file.
+
+How this works: every setting is a field of ``Settings`` named after Kafka's property with
+dots turned into underscores (``group.initial.rebalance.delay.ms`` is
+``group_initial_rebalance_delay_ms``). Sources, strongest first: command-line flags
+(``--group-initial-rebalance-delay-ms``), environment (``KGC_GROUP_INITIAL_REBALANCE_DELAY_MS``),
+a Java-style properties file (``--config server.properties``) using Kafka's own names, then
+the defaults below. Invalid values fail at start-up with the setting's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KGC_", extra="forbid", validate_default=True)
+
+    # -- server
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(9092, ge=0, le=65535, description="port to listen on (0 = any free port)")
+    advertised_host: str | None = Field(None, description="host given to clients in Metadata (default: host)")
+    advertised_port: int | None = Field(None, ge=1, le=65535, description="port given to clients (default: the bound port)")
+    node_id: int = Field(0, ge=0, description="this broker's node id")
+    cluster_id: str = Field("kgc-cluster-0000000000", description="cluster id reported in Metadata")
+    data_dir: Path = Field(Path("./kgc-data"), description="where logs and the topic catalog live")
+    socket_request_max_bytes: int = Field(104857600, ge=1024, description="largest request frame accepted")
+    metrics_port: int = Field(9404, ge=0, le=65535, description="Prometheus endpoint port (0 = off)")
+    log_format: Literal["text", "json"] = Field("text", description="log line format")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+
+    # -- group coordinator (Kafka names and defaults)
+    group_min_session_timeout_ms: int = Field(6000, ge=0, description="smallest session timeout a member may ask for")
+    group_max_session_timeout_ms: int = Field(1800000, ge=0, description="largest session timeout a member may ask for")
+    group_initial_rebalance_delay_ms: int = Field(3000, ge=0, description="wait for more members before the first rebalance of an empty group")
+    group_max_size: int = Field(2147483647, ge=1, description="most members a group may hold")
+    offsets_topic_num_partitions: int = Field(50, ge=1, description="partitions of the offsets log")
+    offsets_topic_segment_bytes: int = Field(104857600, ge=1024, description="segment size of the offsets log")
+    offset_metadata_max_bytes: int = Field(4096, ge=0, description="longest commit metadata string")
+    offsets_retention_minutes: int = Field(10080, ge=1, description="how long offsets of an empty group are kept")
+    offsets_retention_check_interval_ms: int = Field(600000, ge=1, description="how often expired offsets are looked for")
+
+    # -- log engine
+    log_segment_bytes: int = Field(1073741824, ge=1024, description="segment size of topic logs")
+    log_roll_ms: int = Field(604800000, ge=1, description="roll a segment after this age")
+    log_retention_ms: int = Field(604800000, ge=-1, description="topic data retention by time (-1 = forever)")
+    log_retention_bytes: int = Field(-1, ge=-1, description="topic data retention by size per partition (-1 = none)")
+    log_cleaner_delete_retention_ms: int = Field(86400000, ge=0, description="how long tombstones survive compaction")
+    log_cleaner_backoff_ms: int = Field(15000, ge=1, description="pause between compaction passes")
+    log_flush_policy: Literal["batch", "interval", "none"] = Field("batch", description="fsync every write batch (group commit), on an interval, or never")
+    log_flush_interval_ms: int = Field(1000, ge=1, description="fsync interval for the 'interval' policy")
+    log_flush_interval_messages: int = Field(10000, ge=1, description="fsync after this many messages for the 'interval' policy")
+    message_max_bytes: int = Field(1048588, ge=1, description="largest record batch accepted")
+
+    # -- topics
+    auto_create_topics_enable: bool = Field(True, description="create unknown topics on Metadata/Produce")
+    num_partitions: int = Field(1, ge=1, description="partitions of auto-created topics")
+
+    _config_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, PropertiesSource(settings_cls))
+
+
+_PROPERTIES_PATH: Path | None = None
+
+
+class PropertiesSource(PydanticBaseSettingsSource):
+    """Kafka-style ``key=value`` properties file (``#`` comments), Kafka's dotted names."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        if _PROPERTIES_PATH is None:
+            return {}
+        return read_properties(_PROPERTIES_PATH)
+
+
+def read_properties(path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise ValueError(f"{path}:{lineno}: expected key=value")
+        key, value = line[:sep].strip(), line[sep + 1 :].strip()
+        name = key.replace(".", "_").replace("-", "_")
+        if name not in Settings.model_fields:
+            raise ValueError(f"{path}:{lineno}: unknown setting {key!r}")
+        out[name] = value
+    return out
+
+
+def kafka_name(field_name: str) -> str:
+    return field_name.replace("_", ".")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One ``--flag`` per setting, documented with its Kafka name and default."""
+    parser.add_argument("--config", type=Path, help="properties file with Kafka-style settings")
+    for name, info in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        default = info.default
+        helptext = f"{info.description} [{kafka_name(name)}; env KGC_{name.upper()}; default: {default}]"
+        parser.add_argument(flag, dest=name, default=None, help=helptext)
+
+
+def load(args: argparse.Namespace | None = None) -> Settings:
+    """Build the settings from parsed flags, the environment and the properties file.
+
+    Raises ``SystemExit`` with one line per invalid setting, named as Kafka names it.
+    """
+    global _PROPERTIES_PATH
+    overrides: dict[str, Any] = {}
+    if args is not None:
+        _PROPERTIES_PATH = getattr(args, "config", None)
+        for name in Settings.model_fields:
+            value = getattr(args, name, None)
+            if value is not None:
+                overrides[name] = value
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "settings"
+            lines.append(f"invalid setting {kafka_name(loc)}: {err['msg']} (got {err.get('input')!r})")
+        raise SystemExit("\n".join(lines)) from None
+    except ValueError as exc:
+        raise SystemExit(f"invalid configuration: {exc}") from None

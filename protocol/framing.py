@@ -1,0 +1,134 @@
+"""Request/response framing: size prefix, header versions, and the per-API codecs.
+
+How this works: every Kafka frame is ``int32 size`` + header + body. The request header
+version follows from the API's flexible versions (v2 when the request version is flexible,
+else v1), except that ApiVersions always answers with response header v0 so that a client
+which does not yet know our versions can parse it. ``decode_request`` returns the header
+fields and the decoded body; ``encode_response`` returns the whole frame, size included.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from protocol.messages import BY_KEY
+from protocol.primitives import DecodeError, skip_tagged_fields
+
+API_VERSIONS_KEY = 18
+
+_HHI = struct.Struct(">hhi")
+_H = struct.Struct(">h")
+_I = struct.Struct(">i")
+_II = struct.Struct(">ii")
+
+
+class UnknownApi(Exception):
+    """An API key kgc has no codec for, or a version outside the schema's range."""
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def is_flexible(mod: ModuleType, version: int) -> bool:
+    return bool(mod.FLEXIBLE_FROM >= 0 and version >= mod.FLEXIBLE_FROM)
+
+
+def decode_header(frame: bytes) -> tuple[RequestHeader, int]:
+    """Parse the request header; return it and the offset of the body.
+
+    The client id is a non-compact nullable string in every header version; v2 adds a
+    tagged-field section after it, which we skip.
+    """
+    if len(frame) < 8:
+        raise DecodeError("frame shorter than a request header")
+    api_key, api_version, correlation_id = _HHI.unpack_from(frame, 0)
+    n = _H.unpack_from(frame, 8)[0] if len(frame) >= 10 else -2
+    if n == -2:
+        raise DecodeError("truncated client id")
+    pos = 10
+    client_id: str | None = None
+    if n >= 0:
+        if pos + n > len(frame):
+            raise DecodeError("truncated client id")
+        client_id = frame[pos : pos + n].decode("utf-8", "replace")
+        pos += n
+    mod = BY_KEY.get(api_key)
+    if mod is not None and is_flexible(mod, api_version):
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def decode_request(frame: bytes, *, strict: bool = False) -> tuple[RequestHeader, Any]:
+    """Decode a whole request frame (without its size prefix).
+
+    Raises ``UnknownApi`` for keys/versions we have no schema for and ``DecodeError``
+    for bodies that do not parse. Bytes left over after the body are ignored, as Kafka
+    ignores them (librdkafka's admin Metadata v12 carries three), unless ``strict``.
+    """
+    header, pos = decode_header(frame)
+    mod = BY_KEY.get(header.api_key)
+    if mod is None:
+        raise UnknownApi(f"unknown api key {header.api_key}")
+    decoder = mod.REQUEST_DECODERS.get(header.api_version)
+    if decoder is None:
+        raise UnknownApi(f"api key {header.api_key} has no version {header.api_version}")
+    try:
+        body, end = decoder(frame, pos)
+    except DecodeError:
+        raise
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        raise DecodeError(f"malformed body: {exc}") from exc
+    if strict and end != len(frame):
+        raise DecodeError(f"{len(frame) - end} bytes left over after the body")
+    return header, body
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """Encode a response frame, size prefix included."""
+    mod = BY_KEY[api_key]
+    out = bytearray(b"\x00\x00\x00\x00")
+    out += _I.pack(correlation_id)
+    if api_key != API_VERSIONS_KEY and is_flexible(mod, api_version):
+        out += b"\x00"  # response header v1: empty tagged-field section
+    mod.RESPONSE_ENCODERS[api_version](body, out)
+    _I.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def encode_request(header: RequestHeader, body: Any) -> bytes:
+    """Encode a request frame, size prefix included (used by the CLI and tests)."""
+    mod = BY_KEY[header.api_key]
+    out = bytearray(b"\x00\x00\x00\x00")
+    out += _HHI.pack(header.api_key, header.api_version, header.correlation_id)
+    if header.client_id is None:
+        out += b"\xff\xff"
+    else:
+        cid = header.client_id.encode()
+        out += _H.pack(len(cid))
+        out += cid
+    if is_flexible(mod, header.api_version):
+        out += b"\x00"
+    mod.REQUEST_ENCODERS[header.api_version](body, out)
+    _I.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """Decode a response frame without its size prefix; return (correlation id, body)."""
+    mod = BY_KEY[api_key]
+    correlation_id = _I.unpack_from(frame, 0)[0]
+    pos = 4
+    if api_key != API_VERSIONS_KEY and is_flexible(mod, api_version):
+        pos = skip_tagged_fields(frame, pos)
+    body, end = mod.RESPONSE_DECODERS[api_version](frame, pos)
+    if end != len(frame):
+        raise DecodeError(f"{len(frame) - end} bytes left over after the response body")
+    return correlation_id, body
