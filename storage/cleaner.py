@@ -1,0 +1,457 @@
+"""Log compaction: keep only the latest record per key, in bounded steps.
+
+How this works
+--------------
+A *pass* (one ``LogCleaner`` per compacted log) follows Kafka's LogCleaner:
+
+1. Fix the cleanable range: every segment except the active one, ending at
+   the active segment's base (Kafka's first uncleanable offset).
+2. Build the offset map key -> latest offset over that range.
+3. Recopy the range, oldest first, in groups of consecutive segments (at most
+   ``segment_bytes`` together).  A record survives when it is the latest for
+   its key.  Records keep their offsets: a batch whose records all survive is
+   copied byte for byte, otherwise it is re-encoded with the same base offset,
+   offset deltas, timestamps and producer fields; an emptied batch vanishes.
+   Keyless records are dropped, as Kafka does.
+4. Tombstones (null value) follow KIP-534: the first pass that rewrites a
+   batch holding a surviving tombstone stamps it with a delete horizon
+   (``now + delete_retention_ms``, stored as the batch base timestamp with
+   attribute bit 6); a later pass drops the tombstone once ``now`` reaches
+   the horizon.  Consumers that fall behind by less than
+   delete.retention.ms therefore still see deletes.
+
+Everything is resumable: ``clean_step(max_bytes)`` reads at most about
+``max_bytes`` of log per call (one batch at least), so a server's background
+task can interleave cleaning with request handling.  If retention or
+truncation removes a segment of the running pass, the pass is abandoned.
+
+Crash safety of one group swap, base ``b`` = the group's first base offset:
+
+1. write ``b.log.cleaned`` and fsync it;
+2. write ``b.swapinfo`` (end offset of the group) and fsync it;
+3. rename ``.cleaned`` -> ``b.log.swap`` and fsync the directory (commit);
+4. delete the group's old segment files, fsync the directory;
+5. rename ``.swap`` -> ``b.log``, remove ``.swapinfo``, fsync the directory.
+
+On open, ``complete_pending_swaps`` deletes any ``.cleaned`` (crash before
+the commit: old segments intact) and finishes steps 4-5 for any ``.swap``
+(crash after the commit: the swap file holds everything the group kept).
+Either way the log is the old group or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from storage.durability import fsync_dir, read_checkpoint, write_checkpoint
+from storage.record_batch import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_DELETE_HORIZON,
+    BatchHeader,
+    Record,
+    UnsupportedCompressionError,
+    decode_records,
+    encode_batch,
+    iter_batches,
+    iter_record_tuples,
+)
+from storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    parse_segment_name,
+    segment_file_name,
+)
+
+if TYPE_CHECKING:
+    from storage.log import PartitionLog
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "CLEANER_CHECKPOINT_FILE",
+    "SWAPINFO_SUFFIX",
+    "SWAP_SUFFIX",
+    "CleanerStats",
+    "LogCleaner",
+    "SimulatedCrash",
+    "complete_pending_swaps",
+]
+
+logger = logging.getLogger(__name__)
+
+CLEANED_SUFFIX = ".log.cleaned"
+SWAP_SUFFIX = ".log.swap"
+SWAPINFO_SUFFIX = ".swapinfo"
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+CLEANER_HORIZON_FILE = "cleaner-delete-horizon"
+_NO_HORIZON = 2**63 - 1
+_INT32_MAX = 2**31 - 1
+
+
+class SimulatedCrash(Exception):
+    """Raised by the test hook ``crash_after_step`` to stop a swap half way."""
+
+
+def _segment_files(directory: Path, base: int) -> list[Path]:
+    return [
+        directory / segment_file_name(base, s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+    ]
+
+
+def _swap_next_offset(path: Path) -> int | None:
+    """Next offset after the last batch of a swap file (fallback without swapinfo)."""
+    data = path.read_bytes()
+    nxt = None
+    for h, _s, _e in iter_batches(data):
+        nxt = h.next_offset
+    return nxt
+
+
+def complete_pending_swaps(directory: Path) -> None:
+    """Roll back uncommitted cleanings and finish committed ones (run at open)."""
+    names = {p.name for p in directory.iterdir()}
+    changed = False
+    for name in sorted(names):
+        base = parse_segment_name(name, SWAP_SUFFIX)
+        if base is None:
+            continue
+        swap = directory / name
+        info = directory / segment_file_name(base, SWAPINFO_SUFFIX)
+        end = read_checkpoint(info, -1)
+        if end < 0:
+            end = _swap_next_offset(swap) or base + 1
+        old = sorted(
+            b
+            for n in names
+            if (b := parse_segment_name(n, LOG_SUFFIX)) is not None and base <= b < end
+        )
+        logger.warning(
+            "completing interrupted compaction swap %s: replacing segments %s", name, old
+        )
+        for b in old:
+            for p in _segment_files(directory, b):
+                p.unlink(missing_ok=True)
+        fsync_dir(directory)
+        os.replace(swap, directory / segment_file_name(base, LOG_SUFFIX))
+        info.unlink(missing_ok=True)
+        changed = True
+    for name in sorted(names):
+        base = parse_segment_name(name, CLEANED_SUFFIX)
+        if base is None:
+            continue
+        logger.warning("discarding unfinished compaction output %s", name)
+        (directory / name).unlink(missing_ok=True)
+        changed = True
+    for p in directory.iterdir():
+        b = parse_segment_name(p.name, SWAPINFO_SUFFIX)
+        if b is not None and not (directory / segment_file_name(b, SWAP_SUFFIX)).exists():
+            p.unlink()
+            changed = True
+    if changed:
+        fsync_dir(directory)
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    passes: int = 0
+    aborted_passes: int = 0
+    groups_swapped: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    tombstones_dropped: int = 0
+
+
+@dataclass(slots=True)
+class _Pass:
+    end_offset: int
+    segments: list[LogSegment]
+    now: int
+    phase: str = "map"
+    offset_map: dict[bytes, int] = field(default_factory=dict)
+    seg_i: int = 0
+    pos: int = 0
+    groups: list[list[LogSegment]] = field(default_factory=list)
+    group_i: int = 0
+    out_fd: int = -1
+    out_path: Path | None = None
+    min_horizon: int = _NO_HORIZON
+
+
+class LogCleaner:
+    """Compacts one PartitionLog; drive it with ``clean_step`` from a background task."""
+
+    def __init__(self, log: PartitionLog, clock: Callable[[], int] | None = None) -> None:
+        self.log = log
+        self._clock = clock if clock is not None else log._clock
+        self._pass: _Pass | None = None
+        self.stats = CleanerStats()
+        # Test hook: raise SimulatedCrash after this swap step (1..5).
+        self.crash_after_step: int | None = None
+        self._checkpoint = read_checkpoint(log.dir / CLEANER_CHECKPOINT_FILE, 0)
+        self._next_horizon = read_checkpoint(log.dir / CLEANER_HORIZON_FILE, _NO_HORIZON)
+
+    # ------------------------------------------------------------ scheduling
+
+    @property
+    def in_progress(self) -> bool:
+        return self._pass is not None
+
+    def dirty_ratio(self) -> float:
+        inactive = self.log.segments[:-1]
+        total = sum(s.size for s in inactive)
+        if total == 0:
+            return 0.0
+        dirty = sum(s.size for s in inactive if s.next_offset > self._checkpoint)
+        return dirty / total
+
+    def needs_cleaning(self) -> bool:
+        if not self.log.config.compact or len(self.log.segments) < 2:
+            return False
+        if self.dirty_ratio() >= self.log.config.min_cleanable_dirty_ratio:
+            return True
+        # Tombstones whose horizon passed can go even if little is dirty.
+        return self._clock() >= self._next_horizon
+
+    def clean_step(self, max_bytes: int = 4 << 20, *, force: bool = False) -> bool:
+        """Do up to ~``max_bytes`` of work; True while a pass is still running."""
+        if self._pass is None:
+            if not (force or self.needs_cleaning()) or len(self.log.segments) < 2:
+                return False
+            self._start_pass(max_bytes)
+        p = self._pass
+        assert p is not None
+        try:
+            if not self._still_valid(p):
+                self._abort("log changed under the cleaner")
+                return False
+            if p.phase == "map":
+                self._map_step(p, max_bytes)
+            else:
+                self._clean_step(p, max_bytes)
+        except SimulatedCrash:
+            self._pass = None
+            raise
+        except BaseException:
+            self._abort("error")
+            raise
+        return self._pass is not None
+
+    def clean_all(self, max_bytes: int = 4 << 20) -> None:
+        """Run one full pass now (tests, admin tools)."""
+        running = self.clean_step(max_bytes, force=True)
+        while running:
+            running = self.clean_step(max_bytes)
+
+    def _start_pass(self, max_bytes: int) -> None:
+        segs = list(self.log.segments[:-1])
+        p = _Pass(end_offset=self.log.active_segment.base_offset, segments=segs, now=self._clock())
+        # Groups are fixed up front so each swap stays within one segment's size
+        # and a 32-bit relative offset, like Kafka's groupSegmentsBySize; they
+        # are also bounded by max_bytes so one group is a few steps of work.
+        limit = min(self.log.config.segment_bytes, max(max_bytes, 1))
+        group: list[LogSegment] = []
+        size = 0
+        for s in segs:
+            if group and (
+                size + s.size > limit or s.next_offset - 1 - group[0].base_offset > _INT32_MAX
+            ):
+                p.groups.append(group)
+                group, size = [], 0
+            group.append(s)
+            size += s.size
+        if group:
+            p.groups.append(group)
+        self._pass = p
+
+    def _still_valid(self, p: _Pass) -> bool:
+        live = {id(s) for s in self.log.segments}
+        if p.phase == "map":
+            return all(id(s) in live for s in p.segments[p.seg_i :])
+        return all(id(s) in live for g in p.groups[p.group_i :] for s in g)
+
+    def _abort(self, why: str) -> None:
+        p = self._pass
+        self._pass = None
+        self.stats.aborted_passes += 1
+        if p is None:
+            return
+        logger.info("compaction pass of %s abandoned: %s", self.log.dir.name, why)
+        if p.out_fd >= 0:
+            os.close(p.out_fd)
+        if p.out_path is not None:
+            p.out_path.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------ phase 1: map
+
+    def _map_step(self, p: _Pass, budget: int) -> None:
+        done = 0
+        offset_map = p.offset_map
+        while p.seg_i < len(p.segments) and done < budget:
+            seg = p.segments[p.seg_i]
+            for h, pos, data in seg.walk(p.pos, verify=False, with_data=True):
+                assert data is not None
+                try:
+                    for off, _ts, key, _val in iter_record_tuples(data):
+                        if key is not None:
+                            offset_map[key] = off
+                except UnsupportedCompressionError:
+                    pass  # such batches are copied verbatim, so their keys never win
+                done += h.size
+                p.pos = pos + h.size
+                if done >= budget:
+                    break
+            else:
+                p.seg_i += 1
+                p.pos = 0
+        self.stats.bytes_read += done
+        if p.seg_i >= len(p.segments):
+            p.phase = "clean"
+            p.seg_i = 0
+            p.pos = 0
+
+    # ------------------------------------------------------------ phase 2: recopy
+
+    def _clean_step(self, p: _Pass, budget: int) -> None:
+        group = p.groups[p.group_i]
+        if p.out_fd < 0:
+            p.out_path = self.log.dir / segment_file_name(group[0].base_offset, CLEANED_SUFFIX)
+            p.out_fd = os.open(p.out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        done = 0
+        while p.seg_i < len(group) and done < budget:
+            seg = group[p.seg_i]
+            out: list[bytes] = []
+            for h, pos, data in seg.walk(p.pos, verify=False, with_data=True):
+                assert data is not None
+                kept = self._filter_batch(p, h, data)
+                if kept is not None:
+                    out.append(kept)
+                done += h.size
+                p.pos = pos + h.size
+                if done >= budget:
+                    break
+            else:
+                p.seg_i += 1
+                p.pos = 0
+            if out:
+                blob = b"".join(out)
+                os.write(p.out_fd, blob)
+                self.stats.bytes_written += len(blob)
+        self.stats.bytes_read += done
+        if p.seg_i >= len(group):
+            self._swap(p, group)
+            p.group_i += 1
+            p.seg_i = 0
+            p.pos = 0
+            if p.group_i >= len(p.groups):
+                self._finish_pass(p)
+
+    def _filter_batch(self, p: _Pass, h: BatchHeader, data: bytes) -> bytes | None:
+        if h.is_control:
+            return data  # no transactions here; keep markers untouched
+        try:
+            records = decode_records(data)
+        except UnsupportedCompressionError:
+            return data
+        horizon = h.delete_horizon_ms
+        kept: list[Record] = []
+        has_tombstone = False
+        latest = p.offset_map
+        for r in records:
+            off = h.base_offset + r.offset_delta
+            if r.key is None or latest.get(r.key, off) > off:
+                self.stats.records_removed += 1
+                continue
+            if r.value is None:
+                if horizon is not None and p.now >= horizon:
+                    self.stats.tombstones_dropped += 1
+                    self.stats.records_removed += 1
+                    continue
+                has_tombstone = True
+            kept.append(r)
+        if not kept:
+            return None
+        new_horizon = horizon
+        if has_tombstone and horizon is None:
+            new_horizon = p.now + self.log.config.delete_retention_ms
+        if has_tombstone and new_horizon is not None:
+            p.min_horizon = min(p.min_horizon, new_horizon)
+        if len(kept) == len(records) and new_horizon == horizon and not h.compression:
+            return data
+        attrs = h.attributes & ~ATTR_COMPRESSION_MASK
+        base_ts = h.base_timestamp
+        if new_horizon is not None and horizon is None:
+            # KIP-534: the base timestamp becomes the horizon, deltas shift so
+            # every record keeps its own timestamp.
+            shift = base_ts - new_horizon
+            kept = [
+                Record(r.offset_delta, r.timestamp_delta + shift, r.key, r.value, r.headers)
+                for r in kept
+            ]
+            base_ts = new_horizon
+            attrs |= ATTR_DELETE_HORIZON
+        return encode_batch(
+            h.base_offset,
+            kept,
+            timestamp_ms=base_ts,
+            producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence,
+            partition_leader_epoch=h.partition_leader_epoch,
+            attributes=attrs,
+        )
+
+    # ------------------------------------------------------------ swap
+
+    def _step_done(self, step: int) -> None:
+        if self.crash_after_step == step:
+            raise SimulatedCrash(f"simulated crash after swap step {step}")
+
+    def _swap(self, p: _Pass, group: list[LogSegment]) -> None:
+        directory = self.log.dir
+        base = group[0].base_offset
+        end = group[-1].next_offset
+        assert p.out_path is not None
+        os.fsync(p.out_fd)
+        os.close(p.out_fd)
+        p.out_fd = -1
+        self._step_done(1)
+        write_checkpoint(directory / segment_file_name(base, SWAPINFO_SUFFIX), end, sync=True)
+        self._step_done(2)
+        swap = directory / segment_file_name(base, SWAP_SUFFIX)
+        os.replace(p.out_path, swap)
+        p.out_path = None
+        fsync_dir(directory)
+        self._step_done(3)
+        for seg in group:
+            seg.delete_files()
+        fsync_dir(directory)
+        self._step_done(4)
+        os.replace(swap, directory / segment_file_name(base, LOG_SUFFIX))
+        (directory / segment_file_name(base, SWAPINFO_SUFFIX)).unlink(missing_ok=True)
+        fsync_dir(directory)
+        self._step_done(5)
+        new = LogSegment(directory, base, self.log.config.index_interval_bytes)
+        new.load(trust_index=False)
+        # Index files were rebuilt from scratch; make them durable with the data.
+        fds = new.flush_fds(include_index=True)
+        for fd in fds:
+            os.fsync(fd)
+            os.close(fd)
+        self.log.replace_segments(group, new)
+        self.stats.groups_swapped += 1
+
+    def _finish_pass(self, p: _Pass) -> None:
+        self._pass = None
+        self._checkpoint = p.end_offset
+        self._next_horizon = p.min_horizon
+        write_checkpoint(self.log.dir / CLEANER_CHECKPOINT_FILE, p.end_offset, sync=False)
+        write_checkpoint(self.log.dir / CLEANER_HORIZON_FILE, p.min_horizon, sync=False)
+        self.stats.passes += 1
+        logger.debug("compaction pass of %s done up to %d", self.log.dir.name, p.end_offset)

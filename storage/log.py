@@ -1,0 +1,647 @@
+"""PartitionLog: a directory of segments forming one partition's append-only log.
+
+How this works
+--------------
+``<dir>/<20-digit base>.log`` files hold record batches in offset order; the
+last one is the *active* segment and the only one written to.  ``append``
+patches the batch's base offset (outside the CRC) to the log end offset and
+writes it to the OS page cache synchronously; durability is a separate step
+(``prepare_flush`` / ``FlushTicket.run`` / ``complete_flush``) so the
+``durability.Flusher`` can fsync in a worker thread and group commits.
+
+Small checkpoint files sit next to the segments:
+
+* ``recovery-point``: every offset below it is known to be fsynced.  After an
+  unclean shutdown only segments from the one holding the recovery point are
+  re-read with CRC checks; a torn or corrupt tail is truncated and every later
+  segment removed (never anything before the first bad byte).
+* ``log-start-offset``: advanced by retention / ``delete_segments_before``.
+  It is written before the segment files are deleted, so a crash in between
+  leaves extra data, not a hole.
+* ``clean-shutdown``: written by ``close()`` after a final fsync; when present
+  at open the files are trusted (only missing or stale indexes are rebuilt),
+  and it is removed so a later crash is detected.
+
+Compaction (``cleaner``) swaps rewritten segments in with ``.cleaned`` and
+``.swap`` files; opening a log first finishes or rolls back such a swap.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from storage.durability import fsync_dir, read_checkpoint, write_checkpoint
+from storage.record_batch import (
+    BatchHeader,
+    CorruptBatchError,
+    Record,
+    encode_batch,
+    parse_header,
+    set_base_offset,
+    verify_crc,
+)
+from storage.segment import Damage, LogSegment, parse_segment_name
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "LOG_START_OFFSET_FILE",
+    "RECOVERY_POINT_FILE",
+    "Clock",
+    "FlushTicket",
+    "InvalidBatchError",
+    "LogClosedError",
+    "LogConfig",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "RecordTooLargeError",
+    "wall_clock_ms",
+]
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_OFFSET_FILE = "log-start-offset"
+_INT32_MAX = 2**31 - 1
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    # segment.bytes: 1 GiB for topics; Kafka's offsets topic uses 100 MiB
+    # (offsets.topic.segment.bytes).
+    segment_bytes: int = 1 << 30
+    # segment.ms: roll even if not full (7 days).
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    # retention.ms: -1 keeps forever; Kafka's topic default is 7 days.
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    # retention.bytes: -1 means no size limit.
+    retention_bytes: int = -1
+    # cleanup.policy: "delete", "compact" or "compact,delete".
+    cleanup_policy: str = "delete"
+    # delete.retention.ms: how long compacted tombstones stay readable.
+    delete_retention_ms: int = 86_400_000
+    # min.cleanable.dirty.ratio
+    min_cleanable_dirty_ratio: float = 0.5
+    # max.message.bytes: largest batch accepted by append().
+    max_message_bytes: int = 1_048_588
+    # index.interval.bytes
+    index_interval_bytes: int = 4096
+    # Not a Kafka name: "batch" (group commit before acking), "interval"
+    # (log.flush.interval.ms / .messages, acks do not wait) or "none".
+    flush_policy: str = "batch"
+    # log.flush.interval.ms (for flush_policy="interval")
+    flush_interval_ms: int = 1000
+    # log.flush.interval.messages (for flush_policy="interval")
+    flush_interval_messages: int = 2**63 - 1
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+
+class OffsetOutOfRangeError(LookupError):
+    pass
+
+
+class InvalidBatchError(ValueError):
+    pass
+
+
+class RecordTooLargeError(InvalidBatchError):
+    pass
+
+
+class LogClosedError(RuntimeError):
+    pass
+
+
+@dataclass(slots=True)
+class FlushTicket:
+    """Work for one fsync of one log, captured on the event loop thread.
+
+    The descriptors are dups, so a segment closed or deleted while the fsync
+    runs in a worker thread cannot make us fsync (or close) a reused fd.
+    """
+
+    log: PartitionLog
+    target_offset: int
+    fds: list[int]
+    sync_dir: bool
+    bytes: int
+    latency_ms: float = 0.0
+    done: bool = field(default=False)
+
+    def run(self) -> None:
+        start = time.perf_counter()
+        try:
+            for fd in self.fds:
+                os.fsync(fd)
+            if self.sync_dir:
+                fsync_dir(self.log.dir)
+            # Written after the data is durable, so it can only lag, never lead.
+            write_checkpoint(self.log.dir / RECOVERY_POINT_FILE, self.target_offset, sync=False)
+        finally:
+            for fd in self.fds:
+                os.close(fd)
+            self.fds = []
+            self.latency_ms = (time.perf_counter() - start) * 1000.0
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig | None = None,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self.dir = Path(directory)
+        self.config = config or LogConfig()
+        self._clock = clock
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._created_ms: dict[int, int] = {}
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._dirty: dict[int, LogSegment] = {}
+        self._dir_dirty = False
+        self._unflushed_messages = 0
+        self._unflushed_bytes = 0
+        self._closed = False
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._open()
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Exclusive end of the prefix known to be fsynced."""
+        return self._recovery_point
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    @property
+    def unflushed_bytes(self) -> int:
+        return self._unflushed_bytes
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.dir.name}, start={self._log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+    # ------------------------------------------------------------ open / recovery
+
+    def _open(self) -> None:
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        for p in self.dir.iterdir():
+            if p.name.endswith((".deleted", ".tmp")):
+                p.unlink()
+        # Imported here: the cleaner module needs PartitionLog for its types.
+        from storage.cleaner import complete_pending_swaps
+
+        complete_pending_swaps(self.dir)
+        bases = sorted(
+            b for p in self.dir.iterdir() if (b := parse_segment_name(p.name)) is not None
+        )
+        for p in self.dir.iterdir():
+            for suffix in (".index", ".timeindex"):
+                b = parse_segment_name(p.name, suffix)
+                if b is not None and b not in bases:
+                    p.unlink()
+        start_ckpt = read_checkpoint(self.dir / LOG_START_OFFSET_FILE, 0)
+        rp = read_checkpoint(self.dir / RECOVERY_POINT_FILE, 0)
+        now = self._clock()
+        segs = [LogSegment(self.dir, b, self.config.index_interval_bytes) for b in bases]
+        if clean:
+            for seg in segs:
+                seg.load(trust_index=True)
+        else:
+            first_to_recover = max(bisect.bisect_right(bases, rp) - 1, 0)
+            for i, seg in enumerate(segs):
+                if i < first_to_recover:
+                    seg.load(trust_index=True)
+                    continue
+                damage = seg.recover()
+                if damage is not None:
+                    dropped = segs[i + 1 :]
+                    self._warn_damage(seg, damage, dropped)
+                    for d in dropped:
+                        d.delete_files()
+                    segs = segs[: i + 1]
+                    break
+        if not segs:
+            segs = [LogSegment(self.dir, start_ckpt, self.config.index_interval_bytes)]
+            self._dir_dirty = True
+        self._segments = segs
+        self._bases = [s.base_offset for s in segs]
+        for s in segs:
+            self._created_ms[s.base_offset] = (
+                s.first_batch_timestamp if s.first_batch_timestamp is not None else now
+            )
+        self._log_start_offset = min(max(start_ckpt, segs[0].base_offset), self.log_end_offset)
+        if clean:
+            self._recovery_point = self.log_end_offset
+        else:
+            # What recovery kept (and its rebuilt indexes) is made durable
+            # before the checkpoint claims it.
+            for j, s in enumerate(segs):
+                if j >= first_to_recover:
+                    s.dirty = s.index_dirty = True
+                    self._dirty[s.base_offset] = s
+            self._dir_dirty = True
+            self._recovery_point = min(rp, self.log_end_offset)
+            self.flush()
+        write_checkpoint(self.dir / RECOVERY_POINT_FILE, self._recovery_point, sync=True)
+        if clean:
+            marker.unlink()
+            fsync_dir(self.dir)
+
+    def _warn_damage(self, seg: LogSegment, damage: Damage, dropped: Sequence[LogSegment]) -> None:
+        first = damage.first_bad_offset if damage.first_bad_offset is not None else seg.next_offset
+        logger.warning(
+            "log %s: %s in %s at position %d; truncated %d bytes (offsets from %d on); "
+            "removed %d later segment(s) %s (%d bytes, offsets up to %s)",
+            self.dir.name,
+            damage.reason,
+            seg.log_path.name,
+            damage.position,
+            damage.truncated_bytes,
+            first,
+            len(dropped),
+            [d.log_path.name for d in dropped],
+            sum(d.size for d in dropped),
+            "unknown" if not dropped else f"at least {dropped[-1].base_offset}",
+        )
+
+    # ------------------------------------------------------------ append
+
+    def append(self, batch: bytes | bytearray | memoryview) -> tuple[int, int]:
+        """Store one v2 batch as the next offsets; returns (base_offset, last_offset)."""
+        if self._closed:
+            raise LogClosedError(str(self.dir))
+        try:
+            h = parse_header(batch)
+        except CorruptBatchError as e:
+            raise InvalidBatchError(str(e)) from None
+        if h.size != len(batch):
+            raise InvalidBatchError(f"batch length says {h.size} bytes, got {len(batch)}")
+        if h.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {h.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
+            )
+        if h.records_count <= 0 or h.last_offset_delta < 0:
+            raise InvalidBatchError("batch has no records")
+        if not verify_crc(batch, 0, h.size):
+            raise InvalidBatchError(f"CRC mismatch in batch of {h.size} bytes")
+        base = self.log_end_offset
+        data = bytes(batch) if h.base_offset == base else set_base_offset(batch, base)
+        h = replace(h, base_offset=base)
+        self._maybe_roll(h)
+        seg = self._segments[-1]
+        seg.append(data, h)
+        self._dirty[seg.base_offset] = seg
+        self._unflushed_messages += h.records_count
+        self._unflushed_bytes += h.size
+        return base, h.last_offset
+
+    def append_records(
+        self,
+        records: Sequence[tuple[bytes | None, bytes | None]] | Sequence[Record],
+        timestamp_ms: int | None = None,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        attributes: int = 0,
+    ) -> tuple[int, int]:
+        batch = encode_batch(
+            self.log_end_offset,
+            records,
+            timestamp_ms=self._clock() if timestamp_ms is None else timestamp_ms,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            attributes=attributes,
+        )
+        return self.append(batch)
+
+    def _maybe_roll(self, h: BatchHeader) -> None:
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return
+        now = self._clock()
+        if (
+            seg.size + h.size > self.config.segment_bytes
+            or now - self._created_ms.get(seg.base_offset, now) >= self.config.segment_ms
+            or h.last_offset - seg.base_offset > _INT32_MAX
+        ):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if empty)."""
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        new = LogSegment(self.dir, self.log_end_offset, self.config.index_interval_bytes)
+        # The finished segment's indexes become worth fsyncing now.
+        old.index_dirty = True
+        self._dirty[old.base_offset] = old
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._created_ms[new.base_offset] = self._clock()
+        self._dir_dirty = True
+        return new
+
+    def maybe_roll_by_time(self) -> bool:
+        """Roll an idle active segment whose segment.ms has passed (for a timer)."""
+        seg = self._segments[-1]
+        if seg.size and self._clock() - self._created_ms[seg.base_offset] >= self.config.segment_ms:
+            self.roll()
+            return True
+        return False
+
+    # ------------------------------------------------------------ read
+
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Raw batches from the one holding ``offset`` (or the next one present).
+
+        Returns at least one whole batch when any exists at or after the
+        offset, even if larger than ``max_bytes``; never a partial batch.
+        """
+        if offset < self._log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} not in [{self._log_start_offset}, {self.log_end_offset}]"
+            )
+        for seg in self._segments[self._segment_index(offset) :]:
+            pos = seg.position_for(offset)
+            if pos is not None:
+                return seg.read(pos, max_bytes)
+        return b""
+
+    def iter_batches(self, from_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Replay (header, batch bytes) from ``from_offset`` (clamped to the log start)."""
+        offset = max(from_offset, self._log_start_offset)
+        for seg in list(self._segments[self._segment_index(offset) :]):
+            pos = seg.position_for(offset)
+            if pos is None or seg.closed:
+                continue
+            for h, _pos, data in seg.walk(pos, verify=False, with_data=True):
+                assert data is not None
+                yield h, data
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        for seg in self._segments:
+            found = seg.find_timestamp(timestamp)
+            if found is not None:
+                return max(found[0], self._log_start_offset), found[1]
+        return None
+
+    # ------------------------------------------------------------ durability
+
+    def prepare_flush(self) -> FlushTicket | None:
+        """Capture what must be fsynced to make everything appended so far durable."""
+        if self._closed:
+            return None
+        target = self.log_end_offset
+        if not self._dirty and not self._dir_dirty and target <= self._recovery_point:
+            return None
+        active = self._segments[-1]
+        fds: list[int] = []
+        for seg in self._dirty.values():
+            fds.extend(seg.flush_fds(include_index=seg is not active))
+        ticket = FlushTicket(self, target, fds, self._dir_dirty, self._unflushed_bytes)
+        self._dirty = {}
+        self._dir_dirty = False
+        self._unflushed_messages = 0
+        self._unflushed_bytes = 0
+        return ticket
+
+    def complete_flush(self, ticket: FlushTicket) -> None:
+        if ticket.target_offset > self._recovery_point:
+            self._recovery_point = min(ticket.target_offset, self.log_end_offset)
+
+    def abort_flush(self, ticket: FlushTicket) -> None:
+        """After a failed fsync: mark everything dirty again so it is retried."""
+        for seg in self._segments:
+            if not seg.closed:
+                seg.dirty = True
+                self._dirty[seg.base_offset] = seg
+        self._dir_dirty = True
+
+    def flush(self) -> None:
+        """Synchronous fsync of everything appended so far."""
+        ticket = self.prepare_flush()
+        if ticket is None:
+            return
+        try:
+            ticket.run()
+        except BaseException:
+            self.abort_flush(ticket)
+            raise
+        self.complete_flush(ticket)
+
+    # ------------------------------------------------------------ retention
+
+    def _persist_log_start(self) -> None:
+        write_checkpoint(self.dir / LOG_START_OFFSET_FILE, self._log_start_offset, sync=True)
+
+    def _drop_oldest(self) -> LogSegment:
+        seg = self._segments.pop(0)
+        self._bases.pop(0)
+        self._created_ms.pop(seg.base_offset, None)
+        self._dirty.pop(seg.base_offset, None)
+        return seg
+
+    def delete_segments_before(self, offset: int) -> int:
+        """Advance the log start to ``offset`` and delete segments entirely below it.
+
+        The active segment is never deleted.  Returns the number removed.
+        """
+        offset = min(offset, self.log_end_offset)
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+        victims: list[LogSegment] = []
+        while len(self._segments) > 1 and self._segments[0].next_offset <= self._log_start_offset:
+            victims.append(self._drop_oldest())
+        if len(self._segments) > 1 or victims:
+            # A following segment base is a safe log start for what is left.
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+        self._persist_log_start()
+        for seg in victims:
+            seg.delete_files()
+        if victims:
+            fsync_dir(self.dir)
+        return len(victims)
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """retention.ms / retention.bytes: delete whole old segments (not the active)."""
+        if not self.config.delete:
+            return 0
+        now = self._clock() if now_ms is None else now_ms
+        cut = self._log_start_offset
+        segs = self._segments
+        i = 0
+        if self.config.retention_ms >= 0:
+            while i < len(segs) - 1 and now - self._largest_ts(segs[i]) > self.config.retention_ms:
+                i += 1
+        if self.config.retention_bytes >= 0:
+            excess = self.size_bytes - sum(s.size for s in segs[:i]) - self.config.retention_bytes
+            while i < len(segs) - 1 and excess - segs[i].size >= 0:
+                excess -= segs[i].size
+                i += 1
+        if i == 0:
+            return 0
+        cut = max(cut, segs[i].base_offset)
+        return self.delete_segments_before(cut)
+
+    @staticmethod
+    def _largest_ts(seg: LogSegment) -> int:
+        if seg.max_timestamp >= 0:
+            return seg.max_timestamp
+        return os.stat(seg.log_path).st_mtime_ns // 1_000_000
+
+    # ------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset >= ``offset``.
+
+        Batches are atomic: one straddling ``offset`` goes entirely and the log
+        end becomes its base offset.  Truncating to or below the first
+        segment's base empties the log and restarts it at ``offset``.
+        """
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self._segments[0].base_offset:
+            self._truncate_fully(offset)
+            return
+        while self._segments[-1].base_offset >= offset:
+            seg = self._segments.pop()
+            self._bases.pop()
+            self._created_ms.pop(seg.base_offset, None)
+            self._dirty.pop(seg.base_offset, None)
+            seg.delete_files()
+            self._dir_dirty = True
+        seg = self._segments[-1]
+        _removed, first_removed = seg.truncate_at_offset(offset)
+        new_end = offset if first_removed is None else min(offset, first_removed)
+        # Kafka semantics: the end moves to the cut even across a compaction gap.
+        seg.next_offset = max(seg.next_offset, new_end)
+        self._dirty[seg.base_offset] = seg
+        self._after_truncation()
+
+    def _truncate_fully(self, offset: int) -> None:
+        for seg in self._segments:
+            seg.delete_files()
+        new = LogSegment(self.dir, offset, self.config.index_interval_bytes)
+        self._segments = [new]
+        self._bases = [offset]
+        self._created_ms = {offset: self._clock()}
+        self._dirty = {offset: new}
+        self._dir_dirty = True
+        self._log_start_offset = offset
+        self._persist_log_start()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
+        if self._recovery_point > self.log_end_offset:
+            self._recovery_point = self.log_end_offset
+            write_checkpoint(self.dir / RECOVERY_POINT_FILE, self._recovery_point, sync=True)
+        self.flush()
+
+    # ------------------------------------------------------------ compaction hook
+
+    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> None:
+        """Swap ``old`` (consecutive, not active) for ``new`` in memory.
+
+        The file-level swap is the cleaner's job; this only updates state.
+        """
+        idx = self._segments.index(old[0])
+        if self._segments[idx : idx + len(old)] != list(old) or old[-1] is self._segments[-1]:
+            raise ValueError("segments to replace are not a consecutive inactive run")
+        new.next_offset = max(new.next_offset, old[-1].next_offset)
+        self._segments[idx : idx + len(old)] = [new]
+        self._bases = [s.base_offset for s in self._segments]
+        for s in old:
+            self._dirty.pop(s.base_offset, None)
+        self._created_ms.setdefault(new.base_offset, self._clock())
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Flush, checkpoint and leave a clean-shutdown marker."""
+        if self._closed:
+            return
+        active = self._segments[-1]
+        active.index_dirty = True
+        self._dirty[active.base_offset] = active
+        self.flush()
+        write_checkpoint(self.dir / RECOVERY_POINT_FILE, self.log_end_offset, sync=True)
+        self._persist_log_start()
+        for seg in self._segments:
+            seg.close()
+        write_checkpoint(self.dir / CLEAN_SHUTDOWN_FILE, self.log_end_offset, sync=True)
+        fsync_dir(self.dir)
+        self._closed = True
+
+    def close_without_marker(self) -> None:
+        """Release descriptors as a crash would leave things (tests, fatal errors)."""
+        for seg in self._segments:
+            seg.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        for seg in self._segments:
+            seg.close()
+        self._closed = True
+        shutil.rmtree(self.dir, ignore_errors=True)
+        fsync_dir(self.dir.parent)
