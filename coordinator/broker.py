@@ -18,7 +18,7 @@ from coordinator.catalog import TopicCatalog, TopicInfo, topic_name_error
 from coordinator.config import Settings
 from coordinator.server import ClientInfo
 from protocol.errors import ErrorCode
-from protocol.framing import RequestHeader
+from protocol.framing import RequestHeader, encode_body
 from protocol.messages import (
     api_versions,
     create_topics,
@@ -96,6 +96,9 @@ class Broker:
         }
         self.supported: dict[int, tuple[int, int]] = {}
         self.refresh_supported()
+        # Encoded Metadata bodies by (version, requested topics), valid for one catalog state.
+        self._metadata_cache: dict[tuple[int, tuple[str, ...] | None], bytes] = {}
+        self._metadata_cache_at = -1
 
     def register(self, handlers: dict[int, Handler]) -> None:
         self.handlers.update(handlers)
@@ -105,20 +108,41 @@ class Broker:
         # Advertise exactly what has a handler.
         self.supported.clear()
         self.supported.update({k: v for k, v in SUPPORTED.items() if k in self.handlers})
+        self._api_versions_cache: dict[int, bytes] = {}
 
     def dispatch(self, header: RequestHeader, body: Any, client: ClientInfo) -> Any:
         return self.handlers[header.api_key](header, body, client)
 
     # -- ApiVersions
-    def api_versions(self, header: RequestHeader, req: Any, client: ClientInfo) -> ApiVersionsResponse:
-        keys = [
-            ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in sorted(self.supported.items())
-        ]
-        return ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+    def api_versions(self, header: RequestHeader, req: Any, client: ClientInfo) -> bytes:
+        cached = self._api_versions_cache.get(header.api_version)
+        if cached is None:
+            keys = [
+                ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                for k, (lo, hi) in sorted(self.supported.items())
+            ]
+            body = ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+            cached = self._api_versions_cache[header.api_version] = encode_body(api_versions.API_KEY, header.api_version, body)
+        return cached
 
     # -- Metadata
-    def metadata(self, header: RequestHeader, req: MetadataRequest, client: ClientInfo) -> MetadataResponse:
+    def metadata(self, header: RequestHeader, req: MetadataRequest, client: ClientInfo) -> MetadataResponse | bytes:
+        # Clients ask for the same topics over and over; answers only change with the catalog.
+        if self._metadata_cache_at != self.catalog.changes:
+            self._metadata_cache.clear()
+            self._metadata_cache_at = self.catalog.changes
+        by_name = req.topics is not None and all(t.name is not None for t in req.topics)
+        cache_key = (header.api_version, tuple(t.name for t in req.topics) if by_name and req.topics is not None else None)  # type: ignore[misc]
+        if (by_name or req.topics is None) and cache_key in self._metadata_cache:
+            return self._metadata_cache[cache_key]
+        resp = self._metadata(header, req)
+        if (by_name or req.topics is None) and self._metadata_cache_at == self.catalog.changes and all(t.error_code == 0 for t in resp.topics):
+            if len(self._metadata_cache) > 1024:
+                self._metadata_cache.clear()
+            self._metadata_cache[cache_key] = encode_body(metadata.API_KEY, header.api_version, resp)
+        return resp
+
+    def _metadata(self, header: RequestHeader, req: MetadataRequest) -> MetadataResponse:
         version = header.api_version
         names: list[str | None]
         if req.topics is None or (version == 0 and not req.topics):

@@ -52,6 +52,7 @@ class TopicCatalog:
         self.path = path
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[bytes, TopicInfo] = {}
+        self.changes = 0  # bumped on every change, so readers can cache derived answers
         if path.exists():
             for t in json.loads(path.read_text()):
                 info = TopicInfo(t["name"], bytes.fromhex(t["id"]), int(t["partitions"]), dict(t["configs"]))
@@ -78,6 +79,7 @@ class TopicCatalog:
         return info
 
     def _save(self) -> None:
+        self.changes += 1
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         data = [

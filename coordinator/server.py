@@ -79,6 +79,8 @@ class KafkaConnection(asyncio.Protocol):
         self.port = 0
         self.conn_id = server.next_conn_id()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.info: ClientInfo | None = None
+        self.out: list[bytes] | None = None
 
     # -- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -116,6 +118,8 @@ class KafkaConnection(asyncio.Protocol):
         pos = 0
         n = len(buf)
         max_size = self.server.max_request_size
+        # Responses ready at once are gathered and written with one call per read.
+        self.out = out = []
         while n - pos >= 4:
             size = _SIZE.unpack_from(buf, pos)[0]
             if size < 0 or size > max_size:
@@ -133,6 +137,9 @@ class KafkaConnection(asyncio.Protocol):
             self.handle_frame(frame)
             if self.closed:
                 return
+        self.out = None
+        if out and self.transport is not None:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
         if pos:
             del buf[:pos]
 
@@ -168,7 +175,9 @@ class KafkaConnection(asyncio.Protocol):
             )
             self.abort()
             return
-        info = ClientInfo(header.client_id or "", self.host, self.port, self.conn_id)
+        info = self.info
+        if info is None or info.client_id != (header.client_id or ""):
+            info = self.info = ClientInfo(header.client_id or "", self.host, self.port, self.conn_id)
         try:
             result = server.dispatch(header, body, info)
         except Exception:
@@ -185,8 +194,8 @@ class KafkaConnection(asyncio.Protocol):
             return
         data = None if result is NO_RESPONSE else encode_response(key, version, header.correlation_id, result)
         if not self.slots:
-            if data is not None and self.transport is not None:
-                self.transport.write(data)
+            if data is not None:
+                self._write(data)
             return
         slot = _Slot()
         slot.data, slot.done = data, True
@@ -206,13 +215,18 @@ class KafkaConnection(asyncio.Protocol):
         slot.done = True
         self._flush()
 
+    def _write(self, data: bytes) -> None:
+        if self.out is not None:
+            self.out.append(data)
+        elif self.transport is not None and not self.closed:
+            self.transport.write(data)
+
     def _flush(self) -> None:
         slots = self.slots
-        transport = self.transport
         while slots and slots[0].done:
             data = slots.popleft().data
-            if data is not None and transport is not None and not self.closed:
-                transport.write(data)
+            if data is not None:
+                self._write(data)
         self._update_reading()
 
     def _update_reading(self) -> None:
@@ -237,8 +251,7 @@ class KafkaConnection(asyncio.Protocol):
         )
         data = encode_response(API_VERSIONS_KEY, 0, correlation_id, body)
         if not self.slots:
-            if self.transport is not None:
-                self.transport.write(data)
+            self._write(data)
         else:
             slot = _Slot()
             slot.data, slot.done = data, True

@@ -92,14 +92,28 @@ def decode_request(frame: bytes, *, strict: bool = False) -> tuple[RequestHeader
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
-    """Encode a response frame, size prefix included."""
+    """Encode a response frame, size prefix included.
+
+    ``body`` may be a response dataclass or bytes already encoded for this version
+    (handlers cache responses that rarely change, such as ApiVersions).
+    """
     mod = BY_KEY[api_key]
     out = bytearray(b"\x00\x00\x00\x00")
     out += _I.pack(correlation_id)
     if api_key != API_VERSIONS_KEY and is_flexible(mod, api_version):
         out += b"\x00"  # response header v1: empty tagged-field section
-    mod.RESPONSE_ENCODERS[api_version](body, out)
+    if isinstance(body, bytes):
+        out += body
+    else:
+        mod.RESPONSE_ENCODERS[api_version](body, out)
     _I.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def encode_body(api_key: int, api_version: int, body: Any) -> bytes:
+    """Encode just a response body, for handlers that cache their answers."""
+    out = bytearray()
+    BY_KEY[api_key].RESPONSE_ENCODERS[api_version](body, out)
     return bytes(out)
 
 

@@ -1,0 +1,79 @@
+"""A pipelined Kafka load generator shared by the benchmarks.
+
+How this works: each connection keeps ``depth`` requests in flight. Requests are encoded
+once up front (correlation ids need not be unique for the server; we match responses by
+order, as Kafka clients do), so the generator's cost per request is a write and a length
+parse, leaving the CPU to the server under test. Latency is measured per request from its
+send to its response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_I = struct.Struct(">i")
+
+
+@dataclass
+class LoadResult:
+    requests: int
+    seconds: float
+    latencies_ms: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, p: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        lat = sorted(self.latencies_ms)
+        return lat[min(len(lat) - 1, int(p / 100 * len(lat)))]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies_ms) if self.latencies_ms else float("nan")
+
+
+async def _conn(host: str, port: int, make: Callable[[int], bytes], depth: int, stop_at: float, lat: list[float], counter: list[int], index: int) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    sent: deque[float] = deque()
+    seq = 0
+
+    def send() -> None:
+        nonlocal seq
+        writer.write(make(index * 1_000_000 + seq))
+        seq += 1
+        sent.append(time.perf_counter())
+
+    for _ in range(depth):
+        send()
+    while True:
+        size = _I.unpack(await reader.readexactly(4))[0]
+        await reader.readexactly(size)
+        t0 = sent.popleft()
+        now = time.perf_counter()
+        lat.append((now - t0) * 1000)
+        counter[0] += 1
+        if now < stop_at:
+            send()
+        elif not sent:
+            break
+    writer.close()
+
+
+async def run_load(host: str, port: int, make: Callable[[int], bytes], *, connections: int, depth: int, seconds: float, warmup: float = 0.5) -> LoadResult:
+    # Warm up (connections, server caches), then measure.
+    if warmup:
+        await asyncio.gather(*(_conn(host, port, make, depth, time.perf_counter() + warmup, [], [0], i) for i in range(connections)))
+    lat: list[float] = []
+    counter = [0]
+    start = time.perf_counter()
+    await asyncio.gather(*(_conn(host, port, make, depth, start + seconds, lat, counter, i) for i in range(connections)))
+    return LoadResult(counter[0], time.perf_counter() - start, lat)

@@ -1,0 +1,177 @@
+"""Bad input never crashes the server, leaks a connection or disturbs other clients."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator.client import Connection
+from kgc_process import KgcProcess
+from protocol.errors import ErrorCode
+from protocol.framing import decode_response
+from protocol.messages import api_versions, metadata
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgcProcess]:
+    proc = KgcProcess(tmp_path_factory.mktemp("bad") / "data")
+    proc.start()
+    yield proc
+    assert proc.alive(), "the server died during the bad-input tests"
+    proc.stop()
+
+
+def healthy(server: KgcProcess) -> None:
+    with Connection.to(server.bootstrap) as c:
+        _, resp = c.request(metadata.API_KEY, metadata.Request(topics=[]), version=1)
+        assert resp.brokers[0].port == server.port
+
+
+def raw(server: KgcProcess) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    return s
+
+
+def closed_by_server(s: socket.socket, timeout: float = 5.0) -> bool:
+    s.settimeout(timeout)
+    try:
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def frame(api_key: int, version: int, body: bytes, correlation_id: int = 7) -> bytes:
+    payload = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"test" + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+@pytest.mark.parametrize("size", [-1, -(2**31), 104857601, 2**31 - 1])
+def test_bad_size_closes_the_connection(server: KgcProcess, size: int) -> None:
+    s = raw(server)
+    s.sendall(struct.pack(">i", size) + b"xxxx")
+    assert closed_by_server(s)
+    healthy(server)
+
+
+def test_unknown_api_key_closes_the_connection(server: KgcProcess) -> None:
+    s = raw(server)
+    s.sendall(frame(9999, 0, b""))
+    assert closed_by_server(s)
+    healthy(server)
+
+
+def test_unsupported_version_closes_the_connection(server: KgcProcess) -> None:
+    s = raw(server)
+    s.sendall(frame(metadata.API_KEY, 99, b""))
+    assert closed_by_server(s)
+    healthy(server)
+
+
+def test_unsupported_api_versions_version_gets_a_v0_error_response(server: KgcProcess) -> None:
+    s = raw(server)
+    s.sendall(frame(api_versions.API_KEY, 99, b"\x00\x01\x02", correlation_id=42))
+    size = struct.unpack(">i", s.recv(4))[0]
+    data = b""
+    while len(data) < size:
+        data += s.recv(size - len(data))
+    cid, resp = decode_response(api_versions.API_KEY, 0, data)
+    assert cid == 42
+    assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert [(k.api_key, k.min_version, k.max_version) for k in resp.api_keys] == [(18, 0, 4)]
+    s.close()
+
+
+def test_garbage_body_with_valid_header_closes_the_connection(server: KgcProcess) -> None:
+    s = raw(server)
+    # JoinGroup v5 whose group id claims 30000 bytes.
+    s.sendall(frame(11, 5, b"\x75\x30abc"))
+    assert closed_by_server(s)
+    healthy(server)
+
+
+def test_truncated_frame_then_close_leaks_nothing(server: KgcProcess) -> None:
+    for _ in range(50):
+        s = raw(server)
+        s.sendall(struct.pack(">i", 100) + b"\x00\x12\x00")
+        s.close()
+    healthy(server)
+
+
+def test_stalled_connection_does_not_block_others(server: KgcProcess) -> None:
+    stalled = [raw(server) for _ in range(20)]
+    for s in stalled:
+        s.sendall(struct.pack(">i", 1000) + b"\x00\x03")  # half a frame, then nothing
+    started = time.monotonic()
+    for _ in range(20):
+        healthy(server)
+    assert time.monotonic() - started < 5
+    for s in stalled:
+        s.close()
+
+
+def test_pipelined_requests_are_answered_in_order(server: KgcProcess) -> None:
+    s = raw(server)
+    payload = b"".join(frame(api_versions.API_KEY, 0, b"", correlation_id=i) for i in range(200))
+    s.sendall(payload)
+    got = []
+    buf = b""
+    s.settimeout(5)
+    while len(got) < 200:
+        buf += s.recv(65536)
+        while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from(">i", buf)[0]:
+            n = struct.unpack_from(">i", buf)[0]
+            got.append(struct.unpack_from(">i", buf, 4)[0])
+            buf = buf[4 + n :]
+    assert got == list(range(200))
+    s.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    api_key=st.sampled_from([0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 28, 36, 42, 47, 77]),
+    version=st.integers(-2, 20),
+    body=st.binary(max_size=300),
+)
+def test_fuzzed_frames_never_hurt_the_server(server: KgcProcess, api_key: int, version: int, body: bytes) -> None:
+    s = raw(server)
+    try:
+        s.sendall(frame(api_key, version, body))
+        s.settimeout(0.05)
+        try:
+            s.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            pass
+    finally:
+        s.close()
+    healthy(server)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.binary(min_size=1, max_size=200))
+def test_random_bytes_never_hurt_the_server(server: KgcProcess, data: bytes) -> None:
+    s = raw(server)
+    try:
+        s.sendall(data)
+    finally:
+        s.close()
+    healthy(server)
+
+
+def test_server_log_names_the_bad_requests(server: KgcProcess) -> None:
+    text = Path(server.log_path).read_text()
+    assert "closing connection from 127.0.0.1" in text
+    assert "Traceback" not in text
