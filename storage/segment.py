@@ -251,6 +251,9 @@ class LogSegment:
     # ------------------------------------------------------------ writing
 
     def append(self, batch: bytes, h: BatchHeader) -> int:
+        if self._index_fd < 0:
+            # A brand-new segment: its (empty) index files start now.
+            self._open_index_fds(truncate=True)
         pos = self.size
         entries_before = len(self._idx_off)
         times_before = len(self._time_ts)
@@ -419,7 +422,7 @@ class LogSegment:
         if self.dirty:
             fds.append(os.dup(self.fd))
             self.dirty = False
-        if include_index and self.index_dirty:
+        if include_index and self.index_dirty and self._index_fd >= 0:
             fds.append(os.dup(self._index_fd))
             fds.append(os.dup(self._timeindex_fd))
             self.index_dirty = False
