@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any as FakeClock
+
+import pytest
+
+from storage.durability import Flusher, FlushError, fsync_dir, read_checkpoint, write_checkpoint
+from storage.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
+
+
+class FsyncCounter:
+    """Counts os.fsync calls (from any thread) and can slow or fail them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, delay: float = 0.0) -> None:
+        self.calls = 0
+        self.delay = delay
+        self.fail = False
+        self._lock = threading.Lock()
+        self._real = os.fsync
+        monkeypatch.setattr(os, "fsync", self)
+
+    def __call__(self, fd: int) -> None:
+        with self._lock:
+            self.calls += 1
+        if self.fail:
+            raise OSError(5, "simulated EIO")
+        if self.delay:
+            time.sleep(self.delay)
+        self._real(fd)
+
+
+async def test_group_commit_shares_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig())
+    counter = FsyncCounter(monkeypatch, delay=0.01)
+    flusher = Flusher()
+    flusher.start()
+
+    async def produce(i: int) -> int:
+        await asyncio.sleep((i % 10) * 0.002)  # staggered arrivals
+        _base, last = log.append_records([(b"k%d" % i, b"v")])
+        await flusher.wait_durable(log, last)
+        assert log.recovery_point > last
+        return last
+
+    n = 100
+    lasts = await asyncio.gather(*(produce(i) for i in range(n)))
+    assert sorted(lasts) == list(range(n))
+    assert log.recovery_point == n
+    assert 1 <= flusher.stats.fsync_count < n / 4
+    assert counter.calls < n / 2
+    assert flusher.stats.waiters_released == n
+    assert flusher.stats.bytes_flushed == log.size_bytes
+    assert flusher.stats.last_fsync_latency_ms > 0
+    await flusher.stop()
+    assert read_checkpoint(log.dir / RECOVERY_POINT_FILE, -1) == n
+    log.close()
+
+
+async def test_group_commit_across_logs_and_already_durable(tmp_path: Path) -> None:
+    logs = [PartitionLog(tmp_path / f"t-{i}", LogConfig()) for i in range(3)]
+    flusher = Flusher()
+    ends = [log.append_records([(b"k", b"v")] * 5)[1] for log in logs]
+    await asyncio.gather(*(flusher.wait_durable(log, e) for log, e in zip(logs, ends, strict=True)))
+    assert all(log.recovery_point == 5 for log in logs)
+    rounds = flusher.stats.rounds
+    await flusher.wait_durable(logs[0], 4)  # already durable: no new round
+    assert flusher.stats.rounds == rounds
+    with pytest.raises(ValueError):
+        await flusher.wait_durable(logs[0], 5)  # not appended yet
+    await flusher.stop()
+
+
+async def test_policy_none_never_fsyncs_until_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig(flush_policy="none"))
+    counter = FsyncCounter(monkeypatch)
+    flusher = Flusher()
+    for i in range(20):
+        _b, last = log.append_records([(b"k", b"%d" % i)])
+        await flusher.wait_durable(log, last)
+    await asyncio.sleep(0.02)
+    assert counter.calls == 0 and log.recovery_point == 0 and flusher.stats.fsync_count == 0
+    log.close()
+    assert counter.calls > 0 and log.recovery_point == 20
+
+
+async def test_policy_interval_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig(flush_policy="interval", flush_interval_ms=30))
+    FsyncCounter(monkeypatch)
+    flusher = Flusher()
+    flusher.start()
+    _b, last = log.append_records([(b"k", b"v")])
+    t0 = time.monotonic()
+    await flusher.wait_durable(log, last)
+    assert time.monotonic() - t0 < 0.02  # acks do not wait for the disk
+    assert log.recovery_point == 0
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if log.recovery_point == 1:
+            break
+    assert log.recovery_point == 1 and flusher.stats.fsync_count == 1
+    await flusher.stop()
+
+
+async def test_policy_interval_messages(tmp_path: Path, clock: FakeClock) -> None:
+    cfg = LogConfig(flush_policy="interval", flush_interval_ms=10**9, flush_interval_messages=10)
+    log = PartitionLog(tmp_path / "t-0", cfg, clock)
+    flusher = Flusher(clock)
+    flusher.start()
+    for _ in range(9):
+        _b, last = log.append_records([(b"k", b"v")])
+        await flusher.wait_durable(log, last)
+    await asyncio.sleep(0.02)
+    assert log.recovery_point == 0
+    _b, last = log.append_records([(b"k", b"v")])
+    await flusher.wait_durable(log, last)
+    for _ in range(100):
+        await asyncio.sleep(0.005)
+        if log.recovery_point == 10:
+            break
+    assert log.recovery_point == 10
+    await flusher.stop()
+
+
+async def test_fsync_failure_reaches_waiters_and_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig())
+    counter = FsyncCounter(monkeypatch)
+    flusher = Flusher()
+    counter.fail = True
+    _b, last = log.append_records([(b"k", b"v")])
+    with pytest.raises(FlushError):
+        await flusher.wait_durable(log, last)
+    assert log.recovery_point == 0 and flusher.stats.errors == 1
+    counter.fail = False
+    await flusher.wait_durable(log, last)
+    assert log.recovery_point == 1
+    await flusher.stop()
+
+
+async def test_loop_keeps_serving_during_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig())
+    FsyncCounter(monkeypatch, delay=0.1)
+    flusher = Flusher()
+    _b, last = log.append_records([(b"k", b"v")])
+    waiter = asyncio.create_task(flusher.wait_durable(log, last))
+    ticks = 0
+    while not waiter.done():
+        await asyncio.sleep(0.005)
+        ticks += 1
+    await waiter
+    assert ticks >= 5  # the event loop ran while fsync slept in a thread
+    await flusher.stop()
+
+
+def test_checkpoint_and_fsync_dir(tmp_path: Path) -> None:
+    p = tmp_path / "cp"
+    assert read_checkpoint(p, 7) == 7
+    write_checkpoint(p, 123, sync=True)
+    assert read_checkpoint(p, 0) == 123
+    p.write_text("garbage")
+    assert read_checkpoint(p, 5) == 5
+    fsync_dir(tmp_path)
+    assert not list(tmp_path.glob("*.tmp"))
