@@ -3,23 +3,32 @@
 How this works: ``App.start`` opens the data directory (recovering every log), builds the
 topic catalog, the group runtime (which replays the offsets log in the background while
 answering COORDINATOR_LOAD_IN_PROGRESS) and the data plane, registers their handlers with
-the broker and starts listening. ``App.stop`` is the clean shutdown used on SIGTERM/SIGINT:
-stop accepting, let in-flight responses go out, flush and close the logs (which writes the
+the broker and starts listening. A background task runs the log cleaner on compacted logs
+in bounded steps. ``App.stop`` is the clean shutdown used on SIGTERM/SIGINT: stop
+accepting, let in-flight responses go out, flush and close the logs (which writes the
 clean-shutdown markers that let the next start skip recovery).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 
 from coordinator.broker import Broker
 from coordinator.catalog import TopicCatalog
-from coordinator.config import Settings
+from coordinator.config import Settings, log_config, offsets_log_config
 from coordinator.server import KafkaServer
+from storage.cleaner import LogCleaner
+from storage.durability import Flusher
+from storage.log import LogConfig
+from storage.manager import LogManager
 
 log = logging.getLogger("kgc")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+CLEANER_STEP_BYTES = 1 << 20  # work per step, so a step never holds the loop for long
 
 
 class App:
@@ -28,21 +37,59 @@ class App:
         self.port = settings.port
         self.server: KafkaServer | None = None
         self.broker: Broker | None = None
+        self.flusher = Flusher()
+        self.logs = LogManager(settings.data_dir, flusher=self.flusher)
+        self.catalog = TopicCatalog(settings.data_dir / "topics.json")
+        self.tasks: list[asyncio.Task[None]] = []
+        self.cleaners: dict[int, LogCleaner] = {}
+
+    def config_for(self, topic: str, partition: int) -> LogConfig:
+        if topic == OFFSETS_TOPIC:
+            return offsets_log_config(self.settings)
+        info = self.catalog.get(topic)
+        return log_config(self.settings, info.configs if info else None)
 
     async def start(self) -> None:
         s = self.settings
-        s.data_dir.mkdir(parents=True, exist_ok=True)
-        catalog = TopicCatalog(s.data_dir / "topics.json")
-        self.broker = broker = Broker(s, catalog)
+        self.logs.open_all(self.config_for)
+        self.flusher.start()
+        self.broker = broker = Broker(s, self.catalog)
+        self._start_components(broker)
         self.server = KafkaServer(broker.dispatch, broker.supported, max_request_size=s.socket_request_max_bytes)
         self.port = await self.server.start(s.host, s.port)
         if s.advertised_port is None:
             broker.advertised_port = self.port
+        self.tasks.append(asyncio.ensure_future(self._clean_loop()))
         log.info("kgc listening on %s:%d (node %d, data in %s)", s.host, self.port, s.node_id, s.data_dir)
+
+    def _start_components(self, broker: Broker) -> None:
+        """Group runtime and data plane; each registers the APIs it answers."""
+
+    async def _clean_loop(self) -> None:
+        backoff = self.settings.log_cleaner_backoff_ms / 1000
+        while True:
+            await asyncio.sleep(backoff)
+            for plog in self.logs.logs():
+                if not plog.config.compact or plog.closed:
+                    continue
+                cleaner = self.cleaners.get(id(plog))
+                if cleaner is None:
+                    cleaner = self.cleaners[id(plog)] = LogCleaner(plog)
+                try:
+                    while cleaner.clean_step(CLEANER_STEP_BYTES):
+                        await asyncio.sleep(0)  # let requests through between steps
+                except Exception:
+                    log.exception("compaction of %s failed; will retry", plog.dir)
 
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.stop()
+        for task in self.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.flusher.stop()
+        self.logs.close_all()
         log.info("kgc stopped")
 
 
@@ -61,7 +108,7 @@ async def serve(settings: Settings) -> None:
 def run(settings: Settings) -> None:
     try:
         import uvloop
-
-        uvloop.run(serve(settings))
     except ImportError:
         asyncio.run(serve(settings))
+    else:
+        uvloop.run(serve(settings))

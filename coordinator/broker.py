@@ -10,6 +10,7 @@ body, or an awaitable of one when the answer has to wait (for a rebalance, an fs
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +82,9 @@ class Broker:
         self.settings = settings
         self.catalog = catalog
         self.node_id = settings.node_id
-        self.advertised_host = settings.advertised_host or settings.host
+        # A wildcard listener cannot be given to clients; Kafka advertises the host name then.
+        wildcard = settings.host in ("", "0.0.0.0", "::")
+        self.advertised_host = settings.advertised_host or (socket.getfqdn() if wildcard else settings.host)
         self.advertised_port = settings.advertised_port or settings.port
         self.groups: GroupRuntime | None = None
         self.data: DataPlane | None = None

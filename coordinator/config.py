@@ -18,6 +18,8 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from storage.log import LogConfig
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KGC_", extra="forbid", validate_default=True)
@@ -61,8 +63,6 @@ class Settings(BaseSettings):
     # -- topics
     auto_create_topics_enable: bool = Field(True, description="create unknown topics on Metadata/Produce")
     num_partitions: int = Field(1, ge=1, description="partitions of auto-created topics")
-
-    _config_file: Path | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -151,3 +151,29 @@ def load(args: argparse.Namespace | None = None) -> Settings:
         raise SystemExit("\n".join(lines)) from None
     except ValueError as exc:
         raise SystemExit(f"invalid configuration: {exc}") from None
+
+
+def log_config(settings: Settings, topic_configs: dict[str, str] | None = None) -> LogConfig:
+    """The log-engine settings for a topic: its own configs over the broker defaults."""
+    c = topic_configs or {}
+    return LogConfig(
+        segment_bytes=int(c.get("segment.bytes", settings.log_segment_bytes)),
+        segment_ms=int(c.get("segment.ms", settings.log_roll_ms)),
+        retention_ms=int(c.get("retention.ms", settings.log_retention_ms)),
+        retention_bytes=int(c.get("retention.bytes", settings.log_retention_bytes)),
+        cleanup_policy=c.get("cleanup.policy", "delete"),
+        delete_retention_ms=int(c.get("delete.retention.ms", settings.log_cleaner_delete_retention_ms)),
+        min_cleanable_dirty_ratio=float(c.get("min.cleanable.dirty.ratio", 0.5)),
+        max_message_bytes=int(c.get("max.message.bytes", settings.message_max_bytes)),
+        flush_policy=settings.log_flush_policy,
+        flush_interval_ms=settings.log_flush_interval_ms,
+        flush_interval_messages=settings.log_flush_interval_messages,
+    )
+
+
+def offsets_log_config(settings: Settings) -> LogConfig:
+    """The offsets log is compacted, with Kafka's offsets.topic.segment.bytes segments."""
+    return log_config(
+        settings,
+        {"cleanup.policy": "compact", "segment.bytes": str(settings.offsets_topic_segment_bytes), "retention.ms": "-1"},
+    )
