@@ -360,6 +360,11 @@ def iter_record_tuples(
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                # Two-byte lengths (64..8191-byte records) are the common case.
+                v = (b & 0x7F) | (buf[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 length, pos = slow(buf, pos)
             rec_end = pos + length
@@ -413,6 +418,11 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                # Two-byte lengths (64..8191-byte records) are the common case.
+                v = (b & 0x7F) | (buf[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 length, pos = slow(buf, pos)
             rec_end = pos + length
