@@ -107,6 +107,15 @@ class LogConfig:
     # log.flush.interval.messages (for flush_policy="interval")
     flush_interval_messages: int = 2**63 - 1
 
+    def __post_init__(self) -> None:
+        policies = {p.strip() for p in self.cleanup_policy.split(",")}
+        if not policies <= {"compact", "delete"} or not policies:
+            raise ValueError(f"unknown cleanup.policy {self.cleanup_policy!r}")
+        if self.flush_policy not in ("batch", "interval", "none"):
+            raise ValueError(f"unknown flush policy {self.flush_policy!r}")
+        if self.segment_bytes < 14 or self.index_interval_bytes < 0:
+            raise ValueError("segment_bytes / index_interval_bytes out of range")
+
     @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
@@ -620,9 +629,12 @@ class PartitionLog:
         """Flush, checkpoint and leave a clean-shutdown marker."""
         if self._closed:
             return
-        active = self._segments[-1]
-        active.index_dirty = True
-        self._dirty[active.base_offset] = active
+        # fsync every file, not only those we think are dirty: a flusher
+        # thread may still be mid-fsync on data this close must cover.
+        for seg in self._segments:
+            seg.dirty = seg.index_dirty = True
+            self._dirty[seg.base_offset] = seg
+        self._dir_dirty = True
         self.flush()
         write_checkpoint(self.dir / RECOVERY_POINT_FILE, self.log_end_offset, sync=True)
         self._persist_log_start()

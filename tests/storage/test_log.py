@@ -226,3 +226,12 @@ def test_delete_removes_directory(tmp_path: Path, clock: FakeClock) -> None:
     fill(log, 5)
     log.delete()
     assert not (tmp_path / "t-0").exists()
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        LogConfig(cleanup_policy="compcat")
+    with pytest.raises(ValueError):
+        LogConfig(flush_policy="sometimes")
+    assert LogConfig(cleanup_policy="compact,delete").compact
+    assert LogConfig(cleanup_policy="compact,delete").delete
