@@ -1,0 +1,14 @@
+"""Pure (sans-IO) classic consumer-group coordinator: see ``shard.GroupShard``."""
+
+from coordinator.group.shard import GroupShard
+from coordinator.group.state import GroupState, IllegalStateTransition
+from coordinator.group.types import GroupConfig, RequestContext, Result
+
+__all__ = [
+    "GroupConfig",
+    "GroupShard",
+    "GroupState",
+    "IllegalStateTransition",
+    "RequestContext",
+    "Result",
+]

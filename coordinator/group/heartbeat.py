@@ -1,0 +1,135 @@
+"""Heartbeat and LeaveGroup: liveness of members and voluntary departure.
+
+How this works
+--------------
+A Heartbeat from a valid member of the current generation re-arms its
+session timer.  Its answer tells the member what to do: NONE in
+CompletingRebalance and Stable, REBALANCE_IN_PROGRESS in PreparingRebalance
+(rejoin now), UNKNOWN_MEMBER_ID if the group is Empty.  When a session timer
+fires for a member that neither heartbeated nor is parked in a join/sync,
+the member is removed and the group rebalances (``RebalanceCore``).
+
+LeaveGroup (v3+: a batch; v0-2: the single ``member_id``) removes each
+identified member -- by member id, or by group.instance.id alone for admin
+removal of static members -- each with its own error, then rebalances once.
+"""
+
+from __future__ import annotations
+
+from coordinator.group.join import validate_member
+from coordinator.group.rebalance import RebalanceCore
+from coordinator.group.state import GroupState
+from coordinator.group.types import RequestContext, Result
+from protocol.errors import ErrorCode
+from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from protocol.messages.leave_group import (
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberIdentity,
+    MemberResponse,
+)
+
+__all__ = ["HeartbeatMixin"]
+
+_P = GroupState.PREPARING_REBALANCE
+_C = GroupState.COMPLETING_REBALANCE
+_S = GroupState.STABLE
+_E = GroupState.EMPTY
+_D = GroupState.DEAD
+
+
+class HeartbeatMixin(RebalanceCore):
+    def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest, now_ms: int) -> Result:
+        out = Result()
+
+        def answer(code: ErrorCode) -> Result:
+            out.replies.append((ctx.reply_to, HeartbeatResponse(error_code=code)))
+            return out
+
+        err = self._precheck(req.group_id)
+        if err is not None:
+            return answer(err)
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return answer(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.is_in(_D):
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        err = validate_member(group, req.member_id, req.group_instance_id)
+        if err is not None:
+            return answer(err)
+        if req.generation_id != group.generation:
+            return answer(ErrorCode.ILLEGAL_GENERATION)
+        if group.is_in(_E):
+            return answer(ErrorCode.UNKNOWN_MEMBER_ID)
+        self._reschedule_heartbeat(out, group, group.members[req.member_id], now_ms)
+        if group.is_in(_P):
+            return answer(ErrorCode.REBALANCE_IN_PROGRESS)
+        return answer(ErrorCode.NO_ERROR)
+
+    def leave_group(self, ctx: RequestContext, req: LeaveGroupRequest, now_ms: int) -> Result:
+        out = Result()
+        v = ctx.api_version
+        identities = req.members if v >= 3 else [MemberIdentity(member_id=req.member_id)]
+
+        def whole(code: ErrorCode) -> Result:
+            out.replies.append((ctx.reply_to, LeaveGroupResponse(error_code=code)))
+            return out
+
+        err = self._precheck(req.group_id)
+        if err is not None:
+            return whole(err)
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return whole(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.is_in(_D):
+            return whole(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+        responses: list[MemberResponse] = []
+        left: list[str] = []
+        for ident in identities:
+            code = ErrorCode.NO_ERROR
+            why = f" ({ident.reason})" if ident.reason else ""
+            if ident.member_id == "":
+                # Admin removal of a static member by instance id alone.
+                target = (
+                    group.static_members.get(ident.group_instance_id)
+                    if ident.group_instance_id is not None
+                    else None
+                )
+                if target is None:
+                    code = ErrorCode.UNKNOWN_MEMBER_ID
+                else:
+                    self._remove_member(out, group, target)
+                    left.append(target + why)
+            elif group.is_pending(ident.member_id):
+                group.remove(ident.member_id)
+                self._cancel_member_timers(out, group.group_id, ident.member_id)
+                left.append(ident.member_id + why)
+            else:
+                err = validate_member(group, ident.member_id, ident.group_instance_id)
+                if err is not None:
+                    code = err
+                else:
+                    self._remove_member(out, group, ident.member_id)
+                    left.append(ident.member_id + why)
+            responses.append(
+                MemberResponse(
+                    member_id=ident.member_id,
+                    group_instance_id=ident.group_instance_id,
+                    error_code=code,
+                )
+            )
+
+        if left:
+            reason = f"members left the group: {', '.join(left)}"
+            if group.is_in(_S, _C):
+                self._maybe_prepare_rebalance_or_complete_join(out, group, reason, "leave", now_ms)
+            elif group.is_in(_P):
+                self._maybe_complete_join_phase(out, group, now_ms)
+
+        if v >= 3:
+            resp = LeaveGroupResponse(error_code=ErrorCode.NO_ERROR, members=responses)
+        else:
+            resp = LeaveGroupResponse(error_code=responses[0].error_code if responses else 0)
+        out.replies.append((ctx.reply_to, resp))
+        return out
