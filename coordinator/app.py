@@ -19,6 +19,7 @@ import signal
 from coordinator.broker import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings, log_config, offsets_log_config
+from coordinator.dataplane import DataPlane
 from coordinator.server import KafkaServer
 from storage.cleaner import LogCleaner
 from storage.durability import Flusher
@@ -42,6 +43,7 @@ class App:
         self.catalog = TopicCatalog(settings.data_dir / "topics.json")
         self.tasks: list[asyncio.Task[None]] = []
         self.cleaners: dict[int, LogCleaner] = {}
+        self.data: DataPlane | None = None
 
     def config_for(self, topic: str, partition: int) -> LogConfig:
         if topic == OFFSETS_TOPIC:
@@ -64,6 +66,10 @@ class App:
 
     def _start_components(self, broker: Broker) -> None:
         """Group runtime and data plane; each registers the APIs it answers."""
+        self.data = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
+        broker.data = self.data
+        broker.register(self.data.handlers())
+        self.data.start()
 
     async def _clean_loop(self) -> None:
         backoff = self.settings.log_cleaner_backoff_ms / 1000
@@ -82,8 +88,12 @@ class App:
                     log.exception("compaction of %s failed; will retry", plog.dir)
 
     async def stop(self) -> None:
+        if self.data is not None:
+            self.data.begin_shutdown()  # answer parked fetches so connections drain
         if self.server is not None:
             await self.server.stop()
+        if self.data is not None:
+            await self.data.stop()
         for task in self.tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,0 +1,715 @@
+"""The single-node data plane: Produce, Fetch, ListOffsets and InitProducerId over topic logs.
+
+How this works
+--------------
+Every partition of every catalog topic is a ``PartitionLog`` owned by the shared
+``LogManager`` (``<data_dir>/<topic>-<n>/``); this node is the leader of all of them with
+leader epoch 0, and the high watermark, last stable offset and log end offset coincide (one
+replica, no transactions).
+
+* **Produce** (v3+): each partition's payload must be exactly one valid magic-2 batch
+  (``reads.validate_produced``); idempotent batches go through the partition's producer table
+  (``producers``), which may answer a retry with the original offsets. The batch is stored as
+  sent, compressed or not: only its base offset is patched (and, for topics with
+  message.timestamp.type=LogAppendTime, its max timestamp, attribute bit and CRC). With acks=0
+  nothing is answered; with acks=1/-1 the answer waits for ``Flusher.wait_durable`` under the
+  configured flush policy (group commit for "batch"). An append wakes long-polling fetches of
+  that partition.
+* **Fetch** (v4+; by topic id from v13): sessionless. A request opening a session (epoch 0)
+  gets session id 0, the answer of a broker whose session cache is full, so clients keep
+  sending full fetches; an incremental request (epoch > 0) gets FETCH_SESSION_ID_NOT_FOUND.
+  Byte limits follow ``reads.ReadBudget``. When fewer than min_bytes are available the
+  request parks on one future registered with each partition it reads (woken by appends,
+  topic deletion and shutdown) until max_wait_ms passes; there is no polling.
+* **ListOffsets** (v1+): earliest/earliest-local = log start, latest = log end, max
+  timestamp = the first record carrying the largest timestamp, a timestamp = the first record
+  at or after it (the segments' time indexes), latest-tiered = none (-1).
+* **InitProducerId**: non-transactional producers get a fresh producer id with epoch 0 (as
+  Kafka, whatever id/epoch they present); a transactional id gets COORDINATOR_NOT_AVAILABLE,
+  matching FindCoordinator's answer for transaction coordinators. Transactional batches are
+  refused (no transaction coordinator could have admitted them).
+* **Maintenance**: one task rolls idle segments (segment.ms), applies retention.ms /
+  retention.bytes (whole segments; the log start offset advances) and forgets producers with
+  nothing left in the log or idle for producer.id.expiration.ms. Compaction of
+  cleanup.policy=compact topics is the App's cleaner loop (it covers every log).
+
+Producer state is rebuilt at start-up from the batch headers of each log's tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import crc32c as _crc32c
+
+from coordinator.catalog import TopicCatalog, TopicInfo
+from coordinator.config import Settings
+from coordinator.dataplane.producers import PartitionProducers, ProducerIdAllocator
+from coordinator.dataplane.reads import ReadBudget, validate_produced
+from coordinator.server import NO_RESPONSE, ClientInfo
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import fetch, init_producer_id, list_offsets, produce
+from protocol.messages.fetch import (
+    FetchableTopicResponse,
+    FetchRequest,
+    FetchResponse,
+    PartitionData,
+)
+from protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from protocol.messages.list_offsets import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from protocol.messages.produce import (
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from storage.durability import Flusher
+from storage.log import (
+    InvalidBatchError,
+    LogConfig,
+    PartitionLog,
+    RecordTooLargeError,
+    wall_clock_ms,
+)
+from storage.manager import LogManager, parse_partition_dir
+from storage.record_batch import (
+    ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
+    UnsupportedCompressionError,
+    iter_record_tuples,
+)
+
+log = logging.getLogger("kgc.data")
+
+Handler = Callable[[RequestHeader, Any, ClientInfo], Any]
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
+READ_COMMITTED = 1
+LEADER_EPOCH = 0
+FETCH_TOPIC_ID_VERSION = 13
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
+PRODUCER_STATE_SCAN_BYTES = 128 << 20  # log tail replayed per partition at start-up
+PRODUCER_ID_FILE = "producer-id-block"
+
+_ATTRS = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def stamp_log_append_time(batch: bytes, now_ms: int) -> bytes:
+    """The batch with LogAppendTime semantics: max timestamp = now, attribute bit 3, new CRC."""
+    b = bytearray(batch)
+    (attrs,) = _ATTRS.unpack_from(b, 21)
+    _ATTRS.pack_into(b, 21, attrs | ATTR_LOG_APPEND_TIME)
+    _I64.pack_into(b, 35, now_ms)
+    _U32.pack_into(b, 17, _crc32c.crc32c(memoryview(b)[21:]))
+    return bytes(b)
+
+
+def _reader(plog: PartitionLog, offset: int) -> Callable[[int], bytes]:
+    return lambda limit: plog.read(offset, limit)
+
+
+def _first_batch_attributes(records: bytes | None) -> int:
+    if records is None or len(records) < 23:
+        return 0
+    return int(_ATTRS.unpack_from(records, 21)[0])
+
+
+@dataclass(slots=True)
+class _FetchTarget:
+    """One partition of a Fetch: where to read and the response entry to fill."""
+
+    resp: PartitionData
+    log: PartitionLog | None
+    fetch_offset: int = 0
+    max_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _FetchPlan:
+    version: int
+    req: FetchRequest
+    topics: list[FetchableTopicResponse] = field(default_factory=list)
+    targets: list[_FetchTarget] = field(default_factory=list)
+
+
+class DataPlane:
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: TopicCatalog,
+        logs: LogManager,
+        flusher: Flusher,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        retention_check_interval_ms: int = 30_000,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+    ) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.logs = logs
+        self.flusher = flusher
+        self.clock = clock
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producers: dict[PartitionLog, PartitionProducers] = {}
+        self.waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
+        self.append_time_topics: set[str] = set()
+        self.producer_ids = ProducerIdAllocator(settings.data_dir / PRODUCER_ID_FILE)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.stopping = False
+        self.open()
+
+    # ------------------------------------------------------------ topics and logs
+
+    def log_config(self, info: TopicInfo) -> LogConfig:
+        s, c = self.settings, info.configs
+
+        def num(name: str, default: int) -> int:
+            try:
+                return int(c[name]) if name in c else default
+            except ValueError:
+                log.warning("topic %s: ignoring invalid %s=%r", info.name, name, c[name])
+                return default
+
+        try:
+            ratio = float(c.get("min.cleanable.dirty.ratio", "0.5"))
+        except ValueError:
+            ratio = 0.5
+        return LogConfig(
+            segment_bytes=max(num("segment.bytes", s.log_segment_bytes), 1024),
+            segment_ms=num("segment.ms", s.log_roll_ms),
+            retention_ms=num("retention.ms", s.log_retention_ms),
+            retention_bytes=num("retention.bytes", s.log_retention_bytes),
+            cleanup_policy=c.get("cleanup.policy", "delete"),
+            delete_retention_ms=num("delete.retention.ms", s.log_cleaner_delete_retention_ms),
+            min_cleanable_dirty_ratio=ratio,
+            max_message_bytes=num("max.message.bytes", s.message_max_bytes),
+            flush_policy=s.log_flush_policy,
+            flush_interval_ms=s.log_flush_interval_ms,
+            flush_interval_messages=s.log_flush_interval_messages,
+        )
+
+    def open(self) -> None:
+        """Open every catalog topic's logs, drop leftovers of deleted topics, rebuild producers."""
+        data_dir = self.logs.data_dir
+        orphans = set()
+        for path in data_dir.iterdir():
+            parsed = parse_partition_dir(path.name) if path.is_dir() else None
+            if parsed is None or parsed[0].startswith("__"):
+                continue
+            if self.catalog.get(parsed[0]) is None:
+                orphans.add(parsed[0])
+        for topic in sorted(orphans):
+            log.warning("removing data of topic %s, which is not in the catalog (deleted)", topic)
+            self.logs.delete_topic(topic)
+        for info in list(self.catalog.topics.values()):
+            if info.is_internal:
+                continue
+            self.create_partitions(info)
+
+    def create_partitions(self, info: TopicInfo) -> None:
+        cfg = self.log_config(info)
+        if info.configs.get("message.timestamp.type") == "LogAppendTime":
+            self.append_time_topics.add(info.name)
+        else:
+            self.append_time_topics.discard(info.name)
+        for p in range(info.num_partitions):
+            plog = self.logs.get_or_create(info.name, p, cfg)
+            if plog not in self.producers:
+                self.producers[plog] = self._rebuild_producers(plog)
+
+    def delete_topic(self, info: TopicInfo) -> None:
+        for p in range(info.num_partitions):
+            plog = self.logs.get(info.name, p)
+            if plog is None:
+                continue
+            self.producers.pop(plog, None)
+            self._wake(plog)
+        self.append_time_topics.discard(info.name)
+        self.logs.delete_topic(info.name)
+
+    def _log(self, info: TopicInfo, partition: int) -> PartitionLog | None:
+        if not 0 <= partition < info.num_partitions:
+            return None
+        return self.logs.get(info.name, partition)
+
+    def _rebuild_producers(self, plog: PartitionLog) -> PartitionProducers:
+        table = PartitionProducers()
+        segs = plog.segments
+        first = len(segs) - 1
+        size = segs[-1].size
+        while first > 0 and size + segs[first - 1].size <= PRODUCER_STATE_SCAN_BYTES:
+            first -= 1
+            size += segs[first].size
+        now = self.clock()
+        try:
+            for seg in segs[first:]:
+                for h, _pos, _data in seg.walk(0, verify=False):
+                    if h.producer_id >= 0 and not h.is_control:
+                        table.record_header(h, now)
+                        self.producer_ids.ensure_above(h.producer_id)
+        except Exception:
+            log.exception(
+                "rebuilding producer state of %s failed; continuing without it", plog.dir.name
+            )
+        return table
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.tasks.append(loop.create_task(self._retention_loop(), name="kgc-retention"))
+
+    def begin_shutdown(self) -> None:
+        """Answer parked fetches now and stop parking new ones."""
+        self.stopping = True
+        for plog in list(self.waiters):
+            self._wake(plog)
+
+    async def stop(self) -> None:
+        self.begin_shutdown()
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.tasks.clear()
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            produce.API_KEY: self.produce,
+            fetch.API_KEY: self.fetch,
+            list_offsets.API_KEY: self.list_offsets,
+            init_producer_id.API_KEY: self.init_producer_id,
+        }
+
+    # ------------------------------------------------------------ Produce
+
+    def produce(self, header: RequestHeader, req: ProduceRequest, client: ClientInfo) -> Any:
+        version = header.api_version
+        acks = req.acks
+        now = self.clock()
+        transactional = any(
+            _first_batch_attributes(p.records) & ATTR_TRANSACTIONAL
+            for t in req.topic_data
+            for p in t.partition_data
+        )
+        request_error = ErrorCode.NO_ERROR
+        if transactional and req.transactional_id is None:
+            request_error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif acks not in (0, 1, -1):
+            request_error = ErrorCode.INVALID_REQUIRED_ACKS
+        responses: list[TopicProduceResponse] = []
+        waits: list[tuple[PartitionProduceResponse, PartitionLog, int]] = []
+        for t in req.topic_data:
+            tr = TopicProduceResponse(name=t.name, topic_id=t.topic_id)
+            responses.append(tr)
+            info = self.catalog.get(t.name)
+            for p in t.partition_data:
+                pr = PartitionProduceResponse(
+                    index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
+                )
+                tr.partition_responses.append(pr)
+                if request_error:
+                    pr.error_code = request_error
+                    continue
+                plog = (
+                    self._log(info, p.index) if info is not None and not info.is_internal else None
+                )
+                if plog is None:
+                    pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    pr.error_message = "This server does not host this topic-partition."
+                    continue
+                durable_at = self._append(plog, t.name, p.records, version, now, pr)
+                if durable_at is not None and acks != 0:
+                    waits.append((pr, plog, durable_at))
+        if acks == 0:
+            return NO_RESPONSE
+        resp = ProduceResponse(responses=responses, throttle_time_ms=0)
+        waits = [w for w in waits if self._needs_flush_wait(w[1], w[2])]
+        if not waits:
+            return resp
+        return self._await_durable(resp, waits)
+
+    def _append(
+        self,
+        plog: PartitionLog,
+        topic: str,
+        records: bytes | None,
+        version: int,
+        now: int,
+        pr: PartitionProduceResponse,
+    ) -> int | None:
+        """Validate and append one partition's batch, filling ``pr``; the offset to make durable."""
+        h, err, msg = validate_produced(records, version, plog.config.max_message_bytes)
+        if h is None or records is None:
+            pr.error_code, pr.error_message = err, msg
+            return None
+        if h.is_transactional:
+            pr.error_code = ErrorCode.INVALID_TXN_STATE
+            pr.error_message = (
+                "kgc has no transaction coordinator; transactional produce is not supported"
+            )
+            return None
+        table = self.producers.get(plog)
+        if table is None:
+            table = self.producers[plog] = PartitionProducers()
+        verdict = table.check_header(h)
+        if verdict.error:
+            pr.error_code, pr.error_message = verdict.error, verdict.message
+            return None
+        if verdict.duplicate is not None:
+            d = verdict.duplicate
+            pr.base_offset, pr.log_start_offset = d.first_offset, plog.log_start_offset
+            return d.last_offset
+        append_time = topic in self.append_time_topics
+        data = stamp_log_append_time(records, now) if append_time else records
+        try:
+            base, last = plog.append(data)
+        except RecordTooLargeError as e:
+            pr.error_code, pr.error_message = ErrorCode.MESSAGE_SIZE_TOO_LARGE, str(e)
+            return None
+        except InvalidBatchError as e:
+            pr.error_code, pr.error_message = ErrorCode.CORRUPT_MESSAGE, str(e)
+            return None
+        except OSError as e:
+            log.error("append to %s failed: %r", plog.dir.name, e)
+            pr.error_code, pr.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
+            return None
+        table.record(h.producer_id, h.producer_epoch, h.base_sequence, base, last, now)
+        pr.base_offset, pr.log_start_offset = base, plog.log_start_offset
+        if append_time:
+            pr.log_append_time_ms = now
+        self._wake(plog)
+        return last
+
+    def _needs_flush_wait(self, plog: PartitionLog, offset: int) -> bool:
+        cfg = plog.config
+        if cfg.flush_policy == "batch":
+            return plog.recovery_point <= offset
+        if (
+            cfg.flush_policy == "interval"
+            and plog.unflushed_messages >= cfg.flush_interval_messages
+        ):
+            self.flusher.poke()
+        return False
+
+    async def _await_durable(
+        self, resp: ProduceResponse, waits: list[tuple[PartitionProduceResponse, PartitionLog, int]]
+    ) -> ProduceResponse:
+        if len(waits) == 1:
+            _, plog, offset = waits[0]
+            results: list[BaseException | None] = []
+            try:
+                await self.flusher.wait_durable(plog, offset)
+                results.append(None)
+            except Exception as e:
+                results.append(e)
+        else:
+            results = list(
+                await asyncio.gather(
+                    *(self.flusher.wait_durable(plog, off) for _, plog, off in waits),
+                    return_exceptions=True,
+                )
+            )
+        for (pr, plog, _), res in zip(waits, results, strict=True):
+            if isinstance(res, BaseException):
+                if plog.closed:
+                    pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    log.error("fsync of %s failed: %r", plog.dir.name, res)
+                    pr.error_code, pr.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(res)
+                pr.base_offset, pr.log_append_time_ms, pr.log_start_offset = -1, -1, -1
+        return resp
+
+    # ------------------------------------------------------------ Fetch
+
+    def fetch(self, header: RequestHeader, req: FetchRequest, client: ClientInfo) -> Any:
+        version = header.api_version
+        if req.session_epoch not in (0, -1):
+            # Incremental fetch of a session we never created (kgc keeps no fetch sessions).
+            return FetchResponse(
+                throttle_time_ms=0,
+                error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                session_id=0,
+                responses=[],
+            )
+        plan = self._plan_fetch(version, req)
+        total, errored = self._fill(plan)
+        resp = FetchResponse(
+            throttle_time_ms=0, error_code=ErrorCode.NO_ERROR, session_id=0, responses=plan.topics
+        )
+        logs = [
+            t.log
+            for t in plan.targets
+            if t.log is not None and t.resp.error_code == ErrorCode.NO_ERROR
+        ]
+        if req.max_wait_ms <= 0 or total >= req.min_bytes or errored or not logs or self.stopping:
+            return resp
+        return self._long_poll(plan, resp, logs)
+
+    def _plan_fetch(self, version: int, req: FetchRequest) -> _FetchPlan:
+        plan = _FetchPlan(version, req)
+        committed = req.isolation_level == READ_COMMITTED
+        by_id = version >= FETCH_TOPIC_ID_VERSION
+        for ft in req.topics:
+            info = self.catalog.by_id.get(ft.topic_id) if by_id else self.catalog.get(ft.topic)
+            if info is not None and info.is_internal:
+                info = None
+            tr = FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id)
+            plan.topics.append(tr)
+            for fp in ft.partitions:
+                pd = PartitionData(
+                    partition_index=fp.partition,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=[] if committed else None,
+                    preferred_read_replica=-1,
+                    records=b"",
+                )
+                tr.partitions.append(pd)
+                plog = None
+                if info is None:
+                    pd.error_code = (
+                        ErrorCode.UNKNOWN_TOPIC_ID
+                        if by_id
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    )
+                elif (plog := self._log(info, fp.partition)) is None:
+                    pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif fp.current_leader_epoch > LEADER_EPOCH:
+                    pd.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                    plog = None
+                plan.targets.append(_FetchTarget(pd, plog, fp.fetch_offset, fp.partition_max_bytes))
+        return plan
+
+    def _fill(self, plan: _FetchPlan) -> tuple[int, bool]:
+        """(Re)read every partition of the plan; returns (bytes returned, any partition error)."""
+        budget = ReadBudget(plan.req.max_bytes)
+        total = 0
+        errored = False
+        for t in plan.targets:
+            pd, plog = t.resp, t.log
+            if plog is None or plog.closed:
+                if plog is not None:
+                    pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                errored = True
+                continue
+            start, end = plog.log_start_offset, plog.log_end_offset
+            offset = t.fetch_offset
+            if offset < start or offset > end:
+                pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+                pd.records = b""
+                errored = True
+                continue
+            pd.error_code = ErrorCode.NO_ERROR
+            pd.high_watermark = pd.last_stable_offset = end
+            pd.log_start_offset = start
+            if offset == end:
+                pd.records = b""
+                continue
+            try:
+                data = budget.read(t.max_bytes, _reader(plog, offset))
+            except OSError as e:
+                log.error("read from %s failed: %r", plog.dir.name, e)
+                pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                pd.records = b""
+                errored = True
+                continue
+            pd.records = data
+            total += len(data)
+        return total, errored
+
+    async def _long_poll(
+        self, plan: _FetchPlan, resp: FetchResponse, logs: list[PartitionLog]
+    ) -> FetchResponse:
+        loop = asyncio.get_running_loop()
+        req = plan.req
+        deadline = loop.time() + req.max_wait_ms / 1000.0
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            fut: asyncio.Future[None] = loop.create_future()
+            for plog in logs:
+                self.waiters.setdefault(plog, set()).add(fut)
+            try:
+                async with asyncio.timeout(remaining):
+                    await fut
+            except TimeoutError:
+                pass
+            finally:
+                for plog in logs:
+                    ws = self.waiters.get(plog)
+                    if ws is not None:
+                        ws.discard(fut)
+                        if not ws:
+                            del self.waiters[plog]
+            total, errored = self._fill(plan)
+            if total >= req.min_bytes or errored or self.stopping:
+                return resp
+        self._fill(plan)
+        return resp
+
+    def _wake(self, plog: PartitionLog) -> None:
+        ws = self.waiters.pop(plog, None)
+        if ws:
+            for fut in ws:
+                if not fut.done():
+                    fut.set_result(None)
+
+    # ------------------------------------------------------------ ListOffsets
+
+    def list_offsets(
+        self, header: RequestHeader, req: ListOffsetsRequest, client: ClientInfo
+    ) -> ListOffsetsResponse:
+        topics = []
+        for t in req.topics:
+            info = self.catalog.get(t.name)
+            if info is not None and info.is_internal:
+                info = None
+            tr = ListOffsetsTopicResponse(name=t.name)
+            topics.append(tr)
+            for p in t.partitions:
+                r = ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, timestamp=-1, offset=-1, leader_epoch=-1
+                )
+                tr.partitions.append(r)
+                plog = self._log(info, p.partition_index) if info is not None else None
+                if plog is None:
+                    r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif p.current_leader_epoch > LEADER_EPOCH:
+                    r.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                else:
+                    try:
+                        r.timestamp, r.offset = self.offset_for(plog, p.timestamp)
+                    except OSError as e:
+                        log.error("offset lookup in %s failed: %r", plog.dir.name, e)
+                        r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                        continue
+                    r.leader_epoch = LEADER_EPOCH if r.offset >= 0 else -1
+        return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+    def offset_for(self, plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) answering a ListOffsets query; (-1, -1) when there is none."""
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return -1, plog.log_start_offset
+        if timestamp == LATEST_TIMESTAMP:
+            return -1, plog.log_end_offset
+        if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+            return -1, -1
+        if timestamp == MAX_TIMESTAMP:
+            return self._max_timestamp(plog)
+        found = plog.offset_for_timestamp(timestamp)
+        if found is None:
+            return -1, -1
+        return found[1], found[0]
+
+    def _max_timestamp(self, plog: PartitionLog) -> tuple[int, int]:
+        best = None
+        for seg in plog.segments:
+            if (
+                seg.size
+                and seg.max_timestamp >= 0
+                and (best is None or seg.max_timestamp > best.max_timestamp)
+            ):
+                best = seg
+        if best is None:
+            return -1, -1
+        target = best.max_timestamp
+        for h, _pos, data in best.walk(0, verify=False, with_data=True):
+            if h.max_timestamp != target or h.last_offset < plog.log_start_offset:
+                continue
+            if h.attributes & ATTR_LOG_APPEND_TIME:
+                return target, max(h.base_offset, plog.log_start_offset)
+            assert data is not None
+            try:
+                for off, ts, _k, _v in iter_record_tuples(data):
+                    if ts == target and off >= plog.log_start_offset:
+                        return ts, off
+            except UnsupportedCompressionError:
+                return target, h.last_offset
+            return target, h.last_offset
+        return -1, -1
+
+    # ------------------------------------------------------------ InitProducerId
+
+    def init_producer_id(
+        self, header: RequestHeader, req: InitProducerIdRequest, client: ClientInfo
+    ) -> InitProducerIdResponse:
+        resp = InitProducerIdResponse(throttle_time_ms=0, producer_id=-1, producer_epoch=-1)
+        if req.transactional_id is not None:
+            # Kafka's coordinator rejects an empty id; any other id needs a transaction
+            # coordinator, which kgc does not run (FindCoordinator says the same).
+            resp.error_code = (
+                ErrorCode.INVALID_REQUEST
+                if req.transactional_id == ""
+                else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            )
+            return resp
+        if (req.producer_id == -1) != (req.producer_epoch == -1):
+            resp.error_code = ErrorCode.INVALID_REQUEST
+            return resp
+        try:
+            resp.producer_id = self.producer_ids.allocate()
+        except OSError as e:
+            log.error("persisting the producer id block failed: %r", e)
+            resp.error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return resp
+        resp.producer_epoch = 0
+        return resp
+
+    # ------------------------------------------------------------ maintenance
+
+    def topic_logs(self) -> list[PartitionLog]:
+        return [plog for plog in self.producers if not plog.closed]
+
+    def run_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over every topic log; returns the number of segments deleted."""
+        now = self.clock() if now_ms is None else now_ms
+        deleted = 0
+        for plog in self.topic_logs():
+            try:
+                plog.maybe_roll_by_time()
+                if plog.config.delete:
+                    n = plog.apply_retention(now)
+                    if n:
+                        log.info(
+                            "retention deleted %d segment(s) of %s; log start offset now %d",
+                            n,
+                            plog.dir.name,
+                            plog.log_start_offset,
+                        )
+                    deleted += n
+                table = self.producers.get(plog)
+                if table is not None:
+                    table.prune(plog.log_start_offset, now, self.producer_id_expiration_ms)
+            except OSError:
+                log.exception("retention of %s failed", plog.dir.name)
+        return deleted
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_check_interval_ms / 1000.0)
+            self.run_retention()

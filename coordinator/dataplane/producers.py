@@ -1,0 +1,207 @@
+"""Idempotent-producer state: producer ids, per-partition sequence checking and dedupe.
+
+How this works: every partition keeps a ``PartitionProducers`` table, producer id ->
+``ProducerEntry`` (current epoch, metadata of its last five batches, last append time).
+Before a batch carrying a producer id is appended, ``check`` decides, as Kafka's
+ProducerStateManager does:
+
+* a batch whose (epoch, first sequence, last sequence) equals one of the cached five is a
+  retry of something already written: the caller answers with that batch's original offsets
+  and no error (Kafka >= 2.x; DUPLICATE_SEQUENCE_NUMBER is never returned);
+* an epoch older than the producer's current one is fenced (INVALID_PRODUCER_EPOCH);
+* a new epoch must start at sequence 0, and within an epoch the first sequence must follow
+  the last one (wrapping at 2^31-1); otherwise OUT_OF_ORDER_SEQUENCE_NUMBER. A producer the
+  partition does not know (new, or its state expired) may start at any sequence.
+
+``record`` updates the table once the batch is in the log. The tables are rebuilt at start-up
+by replaying batch headers from the log tail (``record`` in log order, no checks), and
+producers are forgotten when retention removes everything they wrote or they have been idle
+for producer.id.expiration.ms. ``ProducerIdAllocator`` hands out producer ids from blocks
+whose end is persisted before use, so an id is never reused across restarts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.errors import ErrorCode
+from storage.durability import read_checkpoint, write_checkpoint
+from storage.record_batch import BatchHeader
+
+INT32_MAX = 2**31 - 1
+NO_EPOCH = -1
+NO_SEQUENCE = -1
+CACHED_BATCHES = 5  # Kafka's NUM_BATCHES_TO_RETAIN (max.in.flight.requests.per.connection)
+PRODUCER_ID_BLOCK = 1000
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """Sequence of a batch's last record; sequences wrap from 2^31-1 to 0."""
+    if base_sequence > INT32_MAX - last_offset_delta:
+        return last_offset_delta - (INT32_MAX - base_sequence) - 1
+    return base_sequence + last_offset_delta
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int = NO_EPOCH
+    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
+    last_append_ms: int = 0
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMeta | None:
+        if epoch != self.epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Outcome of ``check``: an error code, or a duplicate to answer with, or neither."""
+
+    error: int = ErrorCode.NO_ERROR
+    message: str | None = None
+    duplicate: BatchMeta | None = None
+
+
+OK = Verdict()
+
+
+class PartitionProducers:
+    """Producer state of one partition."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, ProducerEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def check(
+        self, producer_id: int, epoch: int, base_sequence: int, last_offset_delta: int
+    ) -> Verdict:
+        if producer_id < 0:
+            return OK
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            return OK
+        first_seq = base_sequence
+        last_seq = last_sequence(base_sequence, last_offset_delta)
+        dup = entry.find_duplicate(epoch, first_seq, last_seq)
+        if dup is not None:
+            return Verdict(duplicate=dup)
+        if epoch < entry.epoch:
+            return Verdict(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"Epoch of producer {producer_id} is {epoch}, which is smaller than the last seen epoch {entry.epoch}",
+            )
+        if epoch != entry.epoch:
+            if first_seq != 0 and entry.epoch != NO_EPOCH:
+                return Verdict(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"Invalid sequence number for new epoch of producer {producer_id}: {epoch} (request epoch), "
+                    f"{first_seq} (seq. number), {entry.epoch} (current producer epoch)",
+                )
+            return OK
+        if entry.epoch != NO_EPOCH and not in_sequence(entry.last_seq, first_seq):
+            return Verdict(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"Out of order sequence number for producer {producer_id}: {first_seq} (incoming seq. number), "
+                f"{entry.last_seq} (current end sequence number)",
+            )
+        return OK
+
+    def check_header(self, h: BatchHeader) -> Verdict:
+        return self.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta)
+
+    def record(
+        self,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        first_offset: int,
+        last_offset: int,
+        now_ms: int,
+    ) -> None:
+        """Note a batch now in the log (after ``check`` passed, or while replaying the log)."""
+        if producer_id < 0:
+            return
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            entry = self.entries[producer_id] = ProducerEntry(producer_id)
+        if epoch != entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        delta = last_offset - first_offset
+        entry.batches.append(
+            BatchMeta(base_sequence, last_sequence(base_sequence, delta), first_offset, last_offset)
+        )
+        entry.last_append_ms = now_ms
+
+    def record_header(self, h: BatchHeader, now_ms: int) -> None:
+        self.record(
+            h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.last_offset, now_ms
+        )
+
+    def prune(self, log_start_offset: int, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers with nothing left in the log or idle too long; returns how many."""
+        doomed = [
+            pid
+            for pid, e in self.entries.items()
+            if e.last_offset < log_start_offset or now_ms - e.last_append_ms > expiration_ms
+        ]
+        for pid in doomed:
+            del self.entries[pid]
+        return len(doomed)
+
+
+class ProducerIdAllocator:
+    """Producer ids for InitProducerId, unique across restarts.
+
+    The end of the block in use is persisted (fsynced) before any id from it is handed out;
+    after a restart allocation resumes at that end, so a crash only skips ids.
+    """
+
+    def __init__(self, path: Path, block: int = PRODUCER_ID_BLOCK) -> None:
+        self.path = path
+        self.block = block
+        self.next_id = read_checkpoint(path, 0)
+        self.block_end = self.next_id
+
+    def ensure_above(self, producer_id: int) -> None:
+        """Never hand out ``producer_id`` or anything below it (ids found in the logs)."""
+        if producer_id >= self.next_id:
+            self.next_id = producer_id + 1
+            self.block_end = min(self.block_end, self.next_id)
+
+    def allocate(self) -> int:
+        if self.next_id >= self.block_end:
+            self.block_end = self.next_id + self.block
+            write_checkpoint(self.path, self.block_end, sync=True)
+        pid = self.next_id
+        self.next_id += 1
+        return pid

@@ -1,0 +1,372 @@
+"""DataPlane handlers in process: real logs and flusher, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.catalog import TopicCatalog, TopicInfo
+from coordinator.config import Settings
+from coordinator.dataplane import DataPlane
+from coordinator.server import NO_RESPONSE, ClientInfo
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import fetch, init_producer_id, list_offsets, produce
+from storage.durability import Flusher
+from storage.manager import LogManager
+from storage.record_batch import ATTR_TRANSACTIONAL, decode_records, encode_batch, iter_batches
+
+CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
+
+
+class Node:
+    def __init__(self, data_dir: Path, **settings: Any) -> None:
+        self.settings = Settings(data_dir=data_dir, **settings)
+        self.flusher = Flusher()
+        self.logs = LogManager(data_dir, flusher=self.flusher)
+        self.catalog = TopicCatalog(data_dir / "topics.json")
+        self.dp = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
+        self.h = self.dp.handlers()
+
+    def create(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> TopicInfo:
+        info = self.catalog.create(name, partitions, configs or {})
+        self.dp.create_partitions(info)
+        return info
+
+    async def call(self, key: int, version: int, body: Any) -> Any:
+        res = self.h[key](RequestHeader(key, version, 1, "test"), body, CLIENT)
+        if asyncio.iscoroutine(res) or isinstance(res, asyncio.Future):
+            res = await res
+        return res
+
+    async def produce(
+        self, topic: str, partition: int, batch: bytes, acks: int = -1, version: int = 9
+    ) -> Any:
+        req = produce.Request(
+            acks=acks,
+            timeout_ms=1000,
+            topic_data=[
+                produce.TopicProduceData(
+                    name=topic,
+                    partition_data=[produce.PartitionProduceData(index=partition, records=batch)],
+                )
+            ],
+        )
+        res = await self.call(produce.API_KEY, version, req)
+        if res is NO_RESPONSE:
+            return res
+        return res.responses[0].partition_responses[0]
+
+    def fetch_req(
+        self,
+        topic: str,
+        partitions: list[tuple[int, int]],
+        *,
+        max_wait: int = 0,
+        min_bytes: int = 1,
+        max_bytes: int = 50 << 20,
+        part_max: int = 1 << 20,
+    ) -> Any:
+        return fetch.Request(
+            max_wait_ms=max_wait,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                fetch.FetchTopic(
+                    topic=topic,
+                    partitions=[
+                        fetch.FetchPartition(
+                            partition=p, fetch_offset=o, partition_max_bytes=part_max
+                        )
+                        for p, o in partitions
+                    ],
+                )
+            ],
+        )
+
+    async def close(self) -> None:
+        await self.dp.stop()
+        await self.flusher.stop()
+        self.logs.close_all()
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    n = Node(tmp_path / "data")
+    yield n
+    await n.close()
+
+
+def batch(
+    values: list[bytes],
+    *,
+    ts: int | None = None,
+    pid: int = -1,
+    epoch: int = -1,
+    seq: int = -1,
+    attributes: int = 0,
+) -> bytes:
+    return encode_batch(
+        0,
+        [(b"k", v) for v in values],
+        timestamp_ms=ts if ts is not None else int(time.time() * 1000),
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        attributes=attributes,
+    )
+
+
+def values_of(records: bytes) -> list[bytes]:
+    out = []
+    for _h, start, end in iter_batches(records):
+        out += [r.value for r in decode_records(records[start:end]) if r.value is not None]
+    return out
+
+
+async def test_produce_then_fetch(node: Node) -> None:
+    node.create("t", 2)
+    r = await node.produce("t", 1, batch([b"a", b"b"]))
+    assert (r.error_code, r.base_offset, r.log_start_offset, r.log_append_time_ms) == (0, 0, 0, -1)
+    r = await node.produce("t", 1, batch([b"c"]))
+    assert r.base_offset == 2
+    resp = await node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 0), (1, 1)]))
+    p0, p1 = resp.responses[0].partitions
+    assert (p0.error_code, p0.high_watermark, p0.records) == (0, 0, b"")
+    assert (p1.error_code, p1.high_watermark, p1.last_stable_offset, p1.log_start_offset) == (
+        0,
+        3,
+        3,
+        0,
+    )
+    # From the batch holding offset 1: the client skips offset 0 itself.
+    assert values_of(p1.records) == [b"a", b"b", b"c"]
+    assert resp.session_id == 0
+
+
+async def test_acks_zero_has_no_response(node: Node) -> None:
+    node.create("t", 1)
+    assert await node.produce("t", 0, batch([b"a"]), acks=0) is NO_RESPONSE
+    assert node.logs.get("t", 0).log_end_offset == 1  # type: ignore[union-attr]
+
+
+async def test_produce_errors(node: Node) -> None:
+    node.create("t", 1, {"max.message.bytes": "200"})
+    assert (
+        await node.produce("nope", 0, batch([b"a"]))
+    ).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert (
+        await node.produce("t", 1, batch([b"a"]))
+    ).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert (
+        await node.produce("t", 0, batch([b"x" * 300]))
+    ).error_code == ErrorCode.MESSAGE_SIZE_TOO_LARGE
+    assert (
+        await node.produce("t", 0, batch([b"a"]), acks=2)
+    ).error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    txn = batch([b"a"], pid=1, epoch=0, seq=0, attributes=ATTR_TRANSACTIONAL)
+    assert (
+        await node.produce("t", 0, txn)
+    ).error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+async def test_idempotent_retry_gets_original_offset(node: Node) -> None:
+    node.create("t", 1)
+    init = await node.call(
+        init_producer_id.API_KEY,
+        4,
+        init_producer_id.Request(transactional_id=None, transaction_timeout_ms=1000),
+    )
+    assert init.error_code == 0 and init.producer_epoch == 0
+    pid = init.producer_id
+    b0 = batch([b"a", b"b"], pid=pid, epoch=0, seq=0)
+    b1 = batch([b"c"], pid=pid, epoch=0, seq=2)
+    assert (await node.produce("t", 0, b0)).base_offset == 0
+    assert (await node.produce("t", 0, b1)).base_offset == 2
+    again = await node.produce("t", 0, b0)
+    assert (again.error_code, again.base_offset) == (0, 0)
+    assert node.logs.get("t", 0).log_end_offset == 3  # type: ignore[union-attr]
+    gap = await node.produce("t", 0, batch([b"d"], pid=pid, epoch=0, seq=5))
+    assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    # A second InitProducerId gives a different id.
+    init2 = await node.call(
+        init_producer_id.API_KEY,
+        4,
+        init_producer_id.Request(transactional_id=None, transaction_timeout_ms=1000),
+    )
+    assert init2.producer_id != pid
+    txn = await node.call(
+        init_producer_id.API_KEY,
+        4,
+        init_producer_id.Request(transactional_id="tx", transaction_timeout_ms=1000),
+    )
+    assert txn.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+async def test_producer_state_survives_restart(tmp_path: Path) -> None:
+    n = Node(tmp_path / "data")
+    n.create("t", 1)
+    b0 = batch([b"a"], pid=42, epoch=0, seq=0)
+    await n.produce("t", 0, b0)
+    await n.close()
+    n2 = Node(tmp_path / "data")
+    try:
+        r = await n2.produce("t", 0, b0)
+        assert (r.error_code, r.base_offset) == (0, 0)
+        assert n2.logs.get("t", 0).log_end_offset == 1  # type: ignore[union-attr]
+        init = await n2.call(
+            init_producer_id.API_KEY, 4, init_producer_id.Request(transactional_id=None)
+        )
+        assert init.producer_id > 42
+    finally:
+        await n2.close()
+
+
+async def test_long_poll_is_woken_by_produce(node: Node) -> None:
+    node.create("t", 1)
+    req = node.fetch_req("t", [(0, 0)], max_wait=5000)
+    res = node.h[fetch.API_KEY](RequestHeader(fetch.API_KEY, 12, 1, "c"), req, CLIENT)
+    assert asyncio.iscoroutine(res)
+    task = asyncio.ensure_future(res)
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    start = time.monotonic()
+    await node.produce("t", 0, batch([b"hello"]))
+    resp = await asyncio.wait_for(task, 2)
+    assert time.monotonic() - start < 1
+    assert values_of(resp.responses[0].partitions[0].records) == [b"hello"]
+
+
+async def test_long_poll_times_out_empty(node: Node) -> None:
+    node.create("t", 1)
+    start = time.monotonic()
+    resp = await node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 0)], max_wait=200))
+    assert 0.15 < time.monotonic() - start < 1.5
+    assert resp.responses[0].partitions[0].records == b""
+
+
+async def test_fetch_errors(node: Node) -> None:
+    info = node.create("t", 1)
+    await node.produce("t", 0, batch([b"a"]))
+    resp = await node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 5), (3, 0)]))
+    oor, unknown = resp.responses[0].partitions
+    assert (oor.error_code, oor.high_watermark) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
+    assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    by_id = fetch.Request(
+        max_wait_ms=0,
+        min_bytes=1,
+        session_epoch=-1,
+        topics=[
+            fetch.FetchTopic(
+                topic_id=info.topic_id,
+                partitions=[
+                    fetch.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+                ],
+            ),
+            fetch.FetchTopic(
+                topic_id=b"\x01" * 16,
+                partitions=[
+                    fetch.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+                ],
+            ),
+        ],
+    )
+    resp = await node.call(fetch.API_KEY, 13, by_id)
+    known, unknown_id = resp.responses
+    assert values_of(known.partitions[0].records) == [b"a"]
+    assert unknown_id.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    incremental = node.fetch_req("t", [(0, 0)])
+    incremental.session_id, incremental.session_epoch = 12, 3
+    resp = await node.call(fetch.API_KEY, 12, incremental)
+    assert resp.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+async def test_fetch_size_limits(node: Node) -> None:
+    node.create("t", 2)
+    for _ in range(5):
+        await node.produce("t", 0, batch([b"x" * 1000]))
+        await node.produce("t", 1, batch([b"y" * 1000]))
+    one = len(batch([b"x" * 1000]))
+    # partition limit smaller than one batch: still one batch from the first partition, none from the second
+    resp = await node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 0), (1, 0)], part_max=10))
+    p0, p1 = resp.responses[0].partitions
+    assert len(p0.records) == one and p1.records == b""
+    # response limit of 3 batches: 3 from partition 0, none left for partition 1
+    resp = await node.call(
+        fetch.API_KEY, 12, node.fetch_req("t", [(0, 0), (1, 0)], max_bytes=3 * one)
+    )
+    p0, p1 = resp.responses[0].partitions
+    assert len(p0.records) == 3 * one and p1.records == b""
+
+
+async def test_list_offsets(node: Node) -> None:
+    node.create("t", 1)
+    await node.produce("t", 0, batch([b"a", b"b"], ts=1000))
+    await node.produce("t", 0, batch([b"c"], ts=5000))
+    await node.produce("t", 0, batch([b"d"], ts=3000))
+
+    async def lookup(ts: int) -> tuple[int, int, int]:
+        req = list_offsets.Request(
+            replica_id=-1,
+            topics=[
+                list_offsets.ListOffsetsTopic(
+                    name="t",
+                    partitions=[list_offsets.ListOffsetsPartition(partition_index=0, timestamp=ts)],
+                )
+            ],
+        )
+        r = (await node.call(list_offsets.API_KEY, 8, req)).topics[0].partitions[0]
+        return r.error_code, r.offset, r.timestamp
+
+    assert await lookup(-2) == (0, 0, -1)
+    assert await lookup(-1) == (0, 4, -1)
+    assert await lookup(-3) == (0, 2, 5000)
+    assert await lookup(2000) == (0, 2, 5000)
+    assert await lookup(1000) == (0, 0, 1000)
+    assert await lookup(9000) == (0, -1, -1)
+
+
+async def test_log_append_time_topic(node: Node) -> None:
+    node.create("t", 1, {"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    r = await node.produce("t", 0, batch([b"a"], ts=1))
+    assert r.error_code == 0 and r.log_append_time_ms >= before
+    resp = await node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 0)]))
+    records = resp.responses[0].partitions[0].records
+    ((h, _s, _e),) = list(iter_batches(records))
+    assert h.max_timestamp == r.log_append_time_ms and h.attributes & 0x08
+
+
+async def test_retention_advances_log_start(node: Node) -> None:
+    node.create("t", 1, {"segment.bytes": "1024", "retention.bytes": "2048"})
+    for i in range(40):
+        await node.produce("t", 0, batch([b"x" * 200], pid=9, epoch=0, seq=i))
+    plog = node.logs.get("t", 0)
+    assert plog is not None and len(plog.segments) > 4
+    assert node.dp.run_retention() > 0
+    assert plog.log_start_offset > 0
+    resp = await node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 0)]))
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_delete_topic_removes_data_and_wakes_fetches(node: Node) -> None:
+    info = node.create("t", 1)
+    await node.produce("t", 0, batch([b"a"]))
+    task = asyncio.ensure_future(
+        node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 1)], max_wait=5000))
+    )
+    await asyncio.sleep(0.05)
+    node.catalog.delete("t")
+    node.dp.delete_topic(info)
+    resp = await asyncio.wait_for(task, 2)
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert not (node.logs.data_dir / "t-0").exists()
