@@ -1,0 +1,141 @@
+"""Heartbeat, session timeouts and LeaveGroup."""
+
+from kgc_group_harness import Harness
+
+from coordinator.group import GroupState
+from protocol.errors import ErrorCode
+from protocol.messages.join_group import JoinGroupResponse
+from protocol.messages.sync_group import SyncGroupResponse
+
+
+def test_heartbeat_answer_in_each_state() -> None:
+    h = Harness()
+    assert h.heartbeat("g", "m", 0) == ErrorCode.UNKNOWN_MEMBER_ID  # unknown group
+    a, ha = h.join_new("g")
+    assert h.heartbeat("g", a, 0) == ErrorCode.REBALANCE_IN_PROGRESS  # PreparingRebalance
+    b, hb = h.join_new("g")
+    h.advance_until_answered([ha, hb])
+    assert h.state("g") is GroupState.COMPLETING_REBALANCE
+    assert h.heartbeat("g", a, 1) == ErrorCode.NO_ERROR
+    h.sync("g", a, 1, {})
+    assert h.state("g") is GroupState.STABLE
+    assert h.heartbeat("g", b, 1) == ErrorCode.NO_ERROR
+    h.leave("g", (a, None), (b, None))
+    assert h.state("g") is GroupState.EMPTY
+    assert h.heartbeat("g", a, 2) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_heartbeat_with_illegal_generation() -> None:
+    h = Harness()
+    (a,), gen = h.stable_group("g", 1)
+    assert h.heartbeat("g", a, gen + 1) == ErrorCode.ILLEGAL_GENERATION
+    assert h.heartbeat("g", a, gen - 1) == ErrorCode.ILLEGAL_GENERATION
+
+
+def test_heartbeat_keeps_member_alive_and_session_expiry_rebalances() -> None:
+    h = Harness()
+    (a, b), gen = h.stable_group("g", 2, session=10000)
+    for _ in range(5):
+        h.advance(6000)
+        assert h.heartbeat("g", a, gen) == ErrorCode.NO_ERROR
+        if h.state("g") is GroupState.STABLE:
+            h.heartbeat("g", b, gen)
+    h.advance(9999)
+    assert h.heartbeat("g", a, gen) == ErrorCode.NO_ERROR
+    h.advance(1)  # b silent for 10000 ms
+    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert b not in h.shard.groups["g"].members
+    assert h.shard.rebalances["session_timeout"] == 1
+    assert any(f"member {b} session expired after 10000 ms" in e for e in h.events)
+    r = h.reply(h.join("g", a))
+    assert isinstance(r, JoinGroupResponse) and r.generation_id == gen + 1
+    assert any(
+        f"generation {gen + 1}: member {b} session expired after 10000 ms; 1 members, protocol range"
+        in e
+        for e in h.events
+    )
+
+
+def test_session_timeout_during_rebalance_completes_join_without_the_member() -> None:
+    h = Harness()
+    (a, _b), gen = h.stable_group("g", 2, session=10000, rebalance=60000)
+    ha = h.join("g", a)  # leader rejoins; b never does and never heartbeats
+    h.advance(9999)
+    assert h.reply(ha) is None
+    h.heartbeat("g", a, gen)
+    h.advance(1)
+    r = h.reply(ha)
+    assert isinstance(r, JoinGroupResponse)
+    assert r.generation_id == gen + 1 and [m.member_id for m in r.members] == [a]
+
+
+def test_parked_member_is_not_expired_by_session_timeout() -> None:
+    h = Harness()
+    (a, b), gen = h.stable_group("g", 2, session=10000, rebalance=60000)
+    ha = h.join("g", a)
+    for _ in range(8):  # 40 s: a's session deadline passes while it is parked
+        h.advance(5000)
+        assert h.heartbeat("g", b, gen) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert a in h.shard.groups["g"].members and h.reply(ha) is None
+    hb = h.join("g", b)
+    r = h.reply(ha)
+    assert isinstance(r, JoinGroupResponse) and r.generation_id == gen + 1
+    assert h.reply(hb) is not None
+
+
+def test_last_member_leaving_empties_group_and_writes_metadata() -> None:
+    h = Harness()
+    (a,), gen = h.stable_group("g", 1)
+    resp = h.leave("g", (a, None))
+    assert resp.members[0].error_code == 0
+    g = h.shard.groups["g"]
+    assert g.state is GroupState.EMPTY and g.generation == gen + 1 and g.protocol_name is None
+    assert h.shard.rebalances["leave"] == 1
+    assert f"heartbeat-g-{a}" not in h.timers
+    h.assert_replay_equivalent()
+
+
+def test_leave_v0_single_member_uses_top_level_error() -> None:
+    h = Harness()
+    (_a, b), _gen = h.stable_group("g", 2)
+    assert h.leave("g", ("ghost", None), version=0).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.leave("g", (b, None), version=2).error_code == 0
+    assert h.state("g") is GroupState.PREPARING_REBALANCE
+
+
+def test_leave_unknown_group_is_unknown_member_id() -> None:
+    h = Harness()
+    assert h.leave("nope", ("m", None)).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_leave_of_pending_member() -> None:
+    h = Harness()
+    r = h.reply(h.join("g"))
+    assert isinstance(r, JoinGroupResponse)
+    resp = h.leave("g", (r.member_id, None))
+    assert resp.members[0].error_code == 0
+    assert not h.shard.groups["g"].pending_members
+    assert f"pending-g-{r.member_id}" not in h.timers
+
+
+def test_leave_during_preparing_rebalance_can_complete_join() -> None:
+    h = Harness()
+    (a, b), gen = h.stable_group("g", 2)
+    ha = h.join("g", a)
+    assert h.reply(ha) is None
+    h.leave("g", (b, None))
+    r = h.reply(ha)
+    assert isinstance(r, JoinGroupResponse) and r.generation_id == gen + 1
+
+
+def test_leave_answers_removed_members_parked_requests() -> None:
+    h = Harness()
+    (a, b), gen = h.stable_group("g", 2)
+    ha = h.join("g", a)
+    hb = h.join("g", b)
+    assert h.reply(hb) is not None  # both rejoined -> completed
+    hs = h.sync("g", b, gen + 1)
+    h.leave("g", (b, None))
+    r = h.reply(hs)
+    assert isinstance(r, SyncGroupResponse) and r.error_code != 0
+    del ha
