@@ -1,0 +1,302 @@
+"""The data plane with real clients: produce and read back, idempotence, restarts, offsets.
+
+Consumers run in assign() mode (no group needed); the group tests live in
+test_dataplane_groups.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from kgc_process import KgcProcess
+
+from coordinator.client import Connection
+from protocol.messages import create_topics
+
+pytestmark = pytest.mark.integration
+
+N = 5000
+PARTITIONS = 6
+JS_DIR = Path(__file__).parent.parent / "js"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    with Connection.to(bootstrap) as c:
+        topic = create_topics.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)
+        topic.configs = [create_topics.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()]
+        _, resp = c.request(create_topics.API_KEY, create_topics.Request(topics=[topic]))
+        assert resp.topics[0].error_code in (0, 36), resp
+
+
+def keyed_messages(n: int, keys: int = 60, size: int = 32) -> list[tuple[bytes, bytes]]:
+    """(key, value) pairs; the value carries the key and a per-key sequence number."""
+    out = []
+    seq: dict[int, int] = defaultdict(int)
+    for i in range(n):
+        k = i % keys
+        v = f"{k}:{seq[k]}:".encode().ljust(size, b".")
+        seq[k] += 1
+        out.append((f"key-{k}".encode(), v))
+    return out
+
+
+def check_order(records: list[tuple[int, bytes | None, bytes | None]]) -> dict[bytes, int]:
+    """Every key stays in one partition and its sequence numbers arrive in order."""
+    partition_of: dict[bytes, int] = {}
+    last: dict[bytes, int] = {}
+    for partition, key, value in records:
+        assert key is not None and value is not None
+        assert partition_of.setdefault(key, partition) == partition, f"{key!r} in two partitions"
+        k, s, _ = value.split(b":", 2)
+        assert key == b"key-" + k
+        assert int(s) == last.get(key, -1) + 1, f"{key!r}: {int(s)} after {last.get(key)}"
+        last[key] = int(s)
+    return {k: v + 1 for k, v in last.items()}
+
+
+def read_all_confluent(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0, **conf: object) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Read every partition from its start to the high watermark seen now (assign mode)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, "auto.offset.reset": "earliest", **conf})
+    try:
+        ends = {}
+        for p in range(partitions):
+            _lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = hi
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        pos = {p: 0 for p in range(partitions)}
+        deadline = time.monotonic() + timeout
+        while any(pos[p] < ends[p] for p in pos):
+            assert time.monotonic() < deadline, f"timed out at {pos} of {ends}"
+            for m in c.consume(1000, 1.0):
+                assert m.error() is None, m.error()
+                assert m.offset() == pos[m.partition()], (m.partition(), m.offset(), pos[m.partition()])
+                pos[m.partition()] = m.offset() + 1
+                out.append((m.partition(), m.key(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def produce_confluent(bootstrap: str, topic: str, msgs: list[tuple[bytes, bytes]], **conf: object) -> None:
+    errors: list[object] = []
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **conf})
+    for i, (k, v) in enumerate(msgs):
+        p.produce(topic, key=k, value=v, on_delivery=lambda err, _m: err and errors.append(err))
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    assert not errors, errors[:5]
+
+
+def test_confluent_round_trip_keeps_per_partition_order(kgc: KgcProcess) -> None:
+    create_topic(kgc.bootstrap, "conf", PARTITIONS)
+    msgs = keyed_messages(N)
+    produce_confluent(kgc.bootstrap, "conf", msgs)
+    records = read_all_confluent(kgc.bootstrap, "conf", PARTITIONS)
+    assert len(records) == N
+    assert len({p for p, _, _ in records}) == PARTITIONS
+    assert sum(check_order(records).values()) == N
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_pass_through(kgc: KgcProcess, codec: str) -> None:
+    create_topic(kgc.bootstrap, "z", PARTITIONS)
+    msgs = keyed_messages(2000, size=200)
+    produce_confluent(kgc.bootstrap, "z", msgs, **{"compression.type": codec})
+    records = read_all_confluent(kgc.bootstrap, "z", PARTITIONS)
+    assert sum(check_order(records).values()) == 2000
+
+
+def test_kafka_python_round_trip(kgc: KgcProcess) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    create_topic(kgc.bootstrap, "kp", PARTITIONS)
+    msgs = keyed_messages(N)
+    producer = KafkaProducer(bootstrap_servers=kgc.bootstrap, acks="all", linger_ms=5)
+    futures = [producer.send("kp", key=k, value=v) for k, v in msgs]
+    producer.flush(30)
+    metas = [f.get(timeout=30) for f in futures]
+    producer.close()
+    assert {m.partition for m in metas} == set(range(PARTITIONS))
+    consumer = KafkaConsumer(bootstrap_servers=kgc.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", group_id=None)
+    tps = [KTP("kp", p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    ends = consumer.end_offsets(tps)
+    assert sum(ends.values()) == N
+    records: list[tuple[int, bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + 60
+    while len(records) < N and time.monotonic() < deadline:
+        for tp, batch in consumer.poll(timeout_ms=1000).items():
+            records += [(tp.partition, r.key, r.value) for r in batch]
+    assert consumer.beginning_offsets(tps) == {tp: 0 for tp in tps}
+    ts = metas[100].timestamp
+    found = consumer.offsets_for_times({KTP("kp", metas[100].partition): ts})
+    hit = found[KTP("kp", metas[100].partition)]
+    assert hit is not None and hit.offset <= metas[100].offset
+    consumer.close()
+    assert len(records) == N
+    assert sum(check_order(records).values()) == N
+
+
+async def test_aiokafka_round_trip(kgc: KgcProcess) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATP
+
+    create_topic(kgc.bootstrap, "aio", PARTITIONS)
+    msgs = keyed_messages(N)
+    producer = AIOKafkaProducer(bootstrap_servers=kgc.bootstrap, acks="all", linger_ms=5, enable_idempotence=True)
+    await producer.start()
+    try:
+        futs = [await producer.send("aio", key=k, value=v) for k, v in msgs]
+        for f in futs:
+            await f
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=kgc.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    try:
+        tps = [ATP("aio", p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        records: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 60
+        while len(records) < N and time.monotonic() < deadline:
+            for tp, batch in (await consumer.getmany(timeout_ms=1000)).items():
+                records += [(tp.partition, r.key, r.value) for r in batch]
+        ends = await consumer.end_offsets(tps)
+        assert sum(ends.values()) == N
+    finally:
+        await consumer.stop()
+    assert len(records) == N
+    assert sum(check_order(records).values()) == N
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
+def test_kafkajs_producer_round_trip(kgc: KgcProcess) -> None:
+    create_topic(kgc.bootstrap, "js", PARTITIONS)
+    out = subprocess.run(
+        ["node", str(JS_DIR / "dataplane_produce.js"), kgc.bootstrap, "js", "3000"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr + kgc.log()
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["acked"] == 3000
+    # kafkajs' own ListOffsets view agrees with what we read back.
+    assert sum(int(o["high"]) for o in report["offsets"]) == 3000
+    records = read_all_confluent(kgc.bootstrap, "js", PARTITIONS)
+    assert len(records) == 3000
+    assert sum(check_order(records).values()) == 3000
+
+
+def test_list_offsets_via_clients(kgc: KgcProcess) -> None:
+    create_topic(kgc.bootstrap, "lo", 1)
+    p = Producer({"bootstrap.servers": kgc.bootstrap, "acks": "all", "linger.ms": 0})
+    for i, ts in enumerate([1_000_000, 2_000_000, 3_000_000]):
+        for j in range(10):
+            p.produce("lo", partition=0, value=b"%d-%d" % (i, j), timestamp=ts + j)
+        p.flush(10)
+    c = Consumer({"bootstrap.servers": kgc.bootstrap, "group.id": "lo"})
+    try:
+        assert c.get_watermark_offsets(TopicPartition("lo", 0), timeout=10) == (0, 30)
+        (tp,) = c.offsets_for_times([TopicPartition("lo", 0, 2_000_005)], timeout=10)
+        assert tp.offset == 15
+        (tp,) = c.offsets_for_times([TopicPartition("lo", 0, 9_000_000)], timeout=10)
+        assert tp.offset == -1  # librdkafka's OFFSET_END for "no such record"
+    finally:
+        c.close()
+
+
+def test_idempotent_producer_writes_no_duplicates(kgc: KgcProcess) -> None:
+    create_topic(kgc.bootstrap, "idem", PARTITIONS)
+    msgs = keyed_messages(N)
+    produce_confluent(kgc.bootstrap, "idem", msgs, **{"enable.idempotence": True, "max.in.flight.requests.per.connection": 5, "batch.size": 2048})
+    records = read_all_confluent(kgc.bootstrap, "idem", PARTITIONS)
+    assert len(records) == N
+    assert not [v for v, c in Counter(v for _, _, v in records).items() if c > 1]
+    assert sum(check_order(records).values()) == N
+
+
+class BackgroundProducer:
+    """Produces numbered messages until stopped; remembers which ones were acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, **conf: object) -> None:
+        self.acked: set[bytes] = set()
+        self.failed: list[object] = []
+        self.sent = 0
+        self.stop = threading.Event()
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2, "message.timeout.ms": 120_000,
+            "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, **conf,
+        })
+        self.topic = topic
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def on_delivery(self, err: object, msg: object) -> None:
+        if err is None:
+            self.acked.add(msg.value())  # type: ignore[attr-defined]
+        else:
+            self.failed.append(err)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            key = f"key-{self.sent % 60}".encode()
+            try:
+                self.producer.produce(self.topic, key=key, value=b"m-%08d" % self.sent, on_delivery=self.on_delivery)
+                self.sent += 1
+            except (BufferError, KafkaException):
+                self.producer.poll(0.05)
+            if self.sent % 100 == 0:
+                self.producer.poll(0)
+                time.sleep(0.002)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        assert self.producer.flush(120) == 0
+
+
+def wait_acked(bp: BackgroundProducer, n: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while len(bp.acked) < n:
+        assert time.monotonic() < deadline, f"only {len(bp.acked)} acked"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_restart_mid_stream_loses_nothing_acknowledged(kgc: KgcProcess, how: str) -> None:
+    create_topic(kgc.bootstrap, "crash", PARTITIONS)
+    bp = BackgroundProducer(kgc.bootstrap, "crash", **{"enable.idempotence": True})
+    bp.thread.start()
+    for round_ in range(2):
+        wait_acked(bp, 2000 * (round_ + 1))
+        if how == "sigkill":
+            kgc.kill()
+        else:
+            assert kgc.stop() == 0
+        time.sleep(0.5)
+        kgc.start()
+    wait_acked(bp, 6000)
+    bp.finish()
+    assert not bp.failed, bp.failed[:5]
+    records = read_all_confluent(kgc.bootstrap, "crash", PARTITIONS)
+    values = [v for _, _, v in records]
+    assert bp.acked <= set(values), f"lost {len(bp.acked - set(values))} acknowledged messages"
+    dupes = [v for v, c in Counter(values).items() if c > 1]
+    assert not dupes, f"{len(dupes)} duplicates, e.g. {dupes[:3]}"
+    # Per key, messages are in send order (idempotence keeps order across retries).
+    last: dict[bytes | None, int] = {}
+    for _, k, v in records:
+        assert v is not None
+        n = int(v[2:])
+        assert n > last.get(k, -1)
+        last[k] = n
