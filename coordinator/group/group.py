@@ -199,7 +199,7 @@ class ClassicGroup:
 
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
         """Give a static member a new id; its parked requests must be fenced by the caller first."""
-        old = self.members.pop(old_id)
+        old = self.members[old_id]
         if old.awaiting_join:
             self.num_awaiting_join -= 1
         new = Member(
@@ -213,7 +213,11 @@ class ClassicGroup:
             protocols=old.protocols,
             assignment=old.assignment,
         )
-        self.members[new_id] = new
+        # Keep the member's place in join order: leader succession follows it.
+        self.members = {
+            (new_id if mid == old_id else mid): (new if mid == old_id else m)
+            for mid, m in self.members.items()
+        }
         if self.is_leader(old_id):
             self.leader_id = new_id
         self.static_members[instance_id] = new_id
