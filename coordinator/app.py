@@ -20,6 +20,7 @@ from coordinator.broker import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings, log_config, offsets_log_config
 from coordinator.dataplane import DataPlane
+from coordinator.metrics import Metrics
 from coordinator.server import KafkaServer
 from storage.cleaner import LogCleaner
 from storage.durability import Flusher
@@ -44,6 +45,8 @@ class App:
         self.tasks: list[asyncio.Task[None]] = []
         self.cleaners: dict[int, LogCleaner] = {}
         self.data: DataPlane | None = None
+        self.metrics = Metrics()
+        self.metrics_port: int | None = None
 
     def config_for(self, topic: str, partition: int) -> LogConfig:
         if topic == OFFSETS_TOPIC:
@@ -57,11 +60,25 @@ class App:
         self.flusher.start()
         self.broker = broker = Broker(s, self.catalog)
         self._start_components(broker)
-        self.server = KafkaServer(broker.dispatch, broker.supported, max_request_size=s.socket_request_max_bytes)
+        if broker.groups is not None and broker.groups.metrics is None:
+            broker.groups.metrics = self.metrics  # load times, rebalance durations
+        self.metrics.bind(
+            shard=getattr(broker.groups, "shard", None), logs=self.logs, flusher=self.flusher, cleaners=self.cleaners.values
+        )
+        self.server = KafkaServer(
+            broker.dispatch,
+            broker.supported,
+            max_request_size=s.socket_request_max_bytes,
+            on_connection=self.metrics.on_connection,
+            on_request=self.metrics.on_request,
+        )
         self.port = await self.server.start(s.host, s.port)
         if s.advertised_port is None:
             broker.advertised_port = self.port
         self.tasks.append(asyncio.ensure_future(self._clean_loop()))
+        if s.metrics_port:
+            self.metrics_port = await self.metrics.serve(s.host, s.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", s.host, self.metrics_port)
         log.info("kgc listening on %s:%d (node %d, data in %s)", s.host, self.port, s.node_id, s.data_dir)
 
     def _start_components(self, broker: Broker) -> None:
@@ -92,6 +109,7 @@ class App:
             self.data.begin_shutdown()  # answer parked fetches so connections drain
         if self.server is not None:
             await self.server.stop()
+        await self.metrics.stop()
         if self.data is not None:
             await self.data.stop()
         for task in self.tasks:

@@ -21,6 +21,7 @@ import inspect
 import logging
 import socket
 import struct
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ class ClientInfo:
 
 
 Dispatch = Callable[[RequestHeader, Any, ClientInfo], Any]
+# (api key, version, response, perf_counter at arrival), once per answered request.
+RequestHook = Callable[[int, int, Any, float], None]
 Supported = dict[int, tuple[int, int]]
 
 
@@ -119,7 +122,8 @@ class KafkaConnection(asyncio.Protocol):
         n = len(buf)
         max_size = self.server.max_request_size
         # Responses ready at once are gathered and written with one call per read.
-        self.out = out = []
+        out: list[bytes] = []
+        self.out = out
         while n - pos >= 4:
             size = _SIZE.unpack_from(buf, pos)[0]
             if size < 0 or size > max_size:
@@ -178,6 +182,8 @@ class KafkaConnection(asyncio.Protocol):
         info = self.info
         if info is None or info.client_id != (header.client_id or ""):
             info = self.info = ClientInfo(header.client_id or "", self.host, self.port, self.conn_id)
+        on_request = server.on_request
+        started = time.perf_counter() if on_request is not None else 0.0
         try:
             result = server.dispatch(header, body, info)
         except Exception:
@@ -187,12 +193,14 @@ class KafkaConnection(asyncio.Protocol):
         if inspect.isawaitable(result):
             slot = _Slot()
             self.slots.append(slot)
-            task = asyncio.ensure_future(self._finish(slot, header, result))
+            task = asyncio.ensure_future(self._finish(slot, header, result, started))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
             self._update_reading()
             return
         data = None if result is NO_RESPONSE else encode_response(key, version, header.correlation_id, result)
+        if on_request is not None:
+            on_request(key, version, result, started)
         if not self.slots:
             if data is not None:
                 self._write(data)
@@ -201,7 +209,7 @@ class KafkaConnection(asyncio.Protocol):
         slot.data, slot.done = data, True
         self.slots.append(slot)
 
-    async def _finish(self, slot: _Slot, header: RequestHeader, pending: Awaitable[Any]) -> None:
+    async def _finish(self, slot: _Slot, header: RequestHeader, pending: Awaitable[Any], started: float) -> None:
         try:
             result = await pending
         except asyncio.CancelledError:
@@ -212,6 +220,9 @@ class KafkaConnection(asyncio.Protocol):
             return
         if result is not NO_RESPONSE:
             slot.data = encode_response(header.api_key, header.api_version, header.correlation_id, result)
+        on_request = self.server.on_request
+        if on_request is not None:
+            on_request(header.api_key, header.api_version, result, started)
         slot.done = True
         self._flush()
 
@@ -276,11 +287,13 @@ class KafkaServer:
         *,
         max_request_size: int,
         on_connection: Callable[[int], None] = lambda delta: None,
+        on_request: RequestHook | None = None,
     ) -> None:
         self.dispatch = dispatch
         self.supported = supported
         self.max_request_size = max_request_size
         self.on_connection = on_connection
+        self.on_request = on_request
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._conn_seq = 0

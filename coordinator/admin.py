@@ -1,0 +1,541 @@
+"""Protocol-level admin operations behind ``kgc groups|offsets|topics|health``.
+
+How this works: an ``Admin`` holds a connection to the bootstrap server and, lazily, one per
+other broker it needs. Group operations go to the group's coordinator (FindCoordinator),
+offset look-ups (ListOffsets) to each partition's leader (Metadata), so the same code works
+against kgc and a multi-broker Kafka cluster. Everything speaks the plain Kafka protocol
+through ``coordinator.client``; no kgc internals are used.
+
+Failures come out as two exception types the CLI maps to exit codes: ``Unreachable`` (no
+TCP connection or the connection dropped: exit 3) and ``AdminError`` (the server answered
+with an error, or the thing asked for does not exist: exit 1).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.client import Connection, KafkaError
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    create_topics,
+    delete_groups,
+    delete_topics,
+    describe_groups,
+    find_coordinator,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
+)
+
+EARLIEST = -2  # ListOffsets timestamp sentinels
+LATEST = -1
+TopicPartition = tuple[str, int]
+
+# Versions this module fills the fields of; newer ones address topics by id.
+MAX_OFFSET_FETCH = 9
+MAX_OFFSET_COMMIT = 9
+
+
+class AdminError(Exception):
+    """The server answered with an error, or the group/topic does not exist."""
+
+
+class Unreachable(Exception):
+    """No connection to the server (refused, timed out, dropped)."""
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+def check(code: int, what: str, message: str | None = None) -> None:
+    if code:
+        detail = f": {message}" if message else ""
+        raise AdminError(f"{what} failed with {error_name(code)}{detail}")
+
+
+# -- consumer protocol assignment (the bytes a consumer group's leader hands each member)
+
+
+@dataclass(slots=True)
+class Assignment:
+    version: int
+    partitions: dict[str, list[int]]
+    user_data: bytes | None = None
+
+
+def decode_assignment(data: bytes) -> Assignment:
+    """ConsumerProtocolAssignment v0-v3: int16 version, [topic, [partition]], user_data.
+
+    Later versions only append fields, so anything we do not know is ignored.
+    """
+    if not data:
+        return Assignment(0, {})
+    try:
+        (version,) = struct.unpack_from(">h", data, 0)
+        pos = 2
+        (n_topics,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        parts: dict[str, list[int]] = {}
+        for _ in range(max(n_topics, 0)):
+            (tlen,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = data[pos : pos + tlen].decode()
+            pos += tlen
+            (n,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            parts.setdefault(topic, []).extend(struct.unpack_from(f">{max(n, 0)}i", data, pos))
+            pos += 4 * max(n, 0)
+        user_data: bytes | None = None
+        if pos + 4 <= len(data):
+            (ulen,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            if ulen >= 0:
+                user_data = bytes(data[pos : pos + ulen])
+        return Assignment(version, parts, user_data)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"undecodable consumer assignment ({len(data)} bytes)") from exc
+
+
+def encode_assignment(
+    partitions: dict[str, list[int]], version: int = 0, user_data: bytes | None = None
+) -> bytes:
+    """The inverse of ``decode_assignment`` (for tests and tools)."""
+    out = [struct.pack(">hi", version, len(partitions))]
+    for topic, parts in partitions.items():
+        raw = topic.encode()
+        out.append(
+            struct.pack(">h", len(raw)) + raw + struct.pack(f">i{len(parts)}i", len(parts), *parts)
+        )
+    out.append(
+        struct.pack(">i", -1)
+        if user_data is None
+        else struct.pack(">i", len(user_data)) + user_data
+    )
+    return b"".join(out)
+
+
+# -- results
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    assignment: dict[str, list[int]]
+
+
+@dataclass(slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    coordinator: tuple[int, str, int]  # node id, host, port
+    members: list[Member] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TopicDescription:
+    name: str
+    topic_id: bytes
+    internal: bool
+    partitions: list[tuple[int, int, list[int], list[int]]]  # index, leader, replicas, isr
+
+
+def _split(bootstrap: str) -> tuple[str, int]:
+    host, sep, port = bootstrap.rpartition(":")
+    if not sep or not port.isdigit():
+        raise AdminError(f"bad --bootstrap-server {bootstrap!r}: expected host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class Admin:
+    def __init__(
+        self, bootstrap: str, *, timeout: float = 10.0, client_id: str = "kgc-admin"
+    ) -> None:
+        self.bootstrap = _split(bootstrap.split(",")[0].strip())
+        self.timeout = timeout
+        self.client_id = client_id
+        self.conns: dict[tuple[str, int], Connection] = {}
+        self.brokers: dict[int, tuple[str, int]] = {}
+
+    def close(self) -> None:
+        for c in self.conns.values():
+            c.close()
+        self.conns.clear()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing
+    def connect(self, addr: tuple[str, int] | None = None) -> Connection:
+        addr = addr or self.bootstrap
+        conn = self.conns.get(addr)
+        if conn is None:
+            try:
+                conn = Connection(addr[0], addr[1], client_id=self.client_id, timeout=self.timeout)
+            except OSError as exc:
+                raise Unreachable(
+                    f"cannot reach {addr[0]}:{addr[1]}: {exc.strerror or exc}"
+                ) from None
+            self.conns[addr] = conn
+        return conn
+
+    def call(
+        self,
+        api_key: int,
+        body: Any,
+        *,
+        addr: tuple[str, int] | None = None,
+        max_version: int | None = None,
+    ) -> tuple[int, Any]:
+        conn = self.connect(addr)
+        where = addr or self.bootstrap
+        try:
+            version = conn.version_for(api_key)
+            if max_version is not None:
+                version = min(version, max_version)
+            return conn.request(api_key, body, version)
+        except TimeoutError:
+            raise Unreachable(
+                f"{where[0]}:{where[1]} did not answer within {self.timeout:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise AdminError(str(exc)) from None
+        except OSError as exc:  # includes ConnectionError: the server went away mid-request
+            self.conns.pop(where, None)
+            raise Unreachable(
+                f"lost connection to {where[0]}:{where[1]}: {exc.strerror or exc}"
+            ) from None
+
+    # -- cluster
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        conn = self.connect()
+        try:
+            conn.negotiate()
+        except TimeoutError:
+            raise Unreachable(
+                f"{self.bootstrap[0]}:{self.bootstrap[1]} did not answer within {self.timeout:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise AdminError(str(exc)) from None
+        except OSError as exc:
+            raise Unreachable(
+                f"lost connection to {self.bootstrap[0]}:{self.bootstrap[1]}: {exc}"
+            ) from None
+        return dict(conn.versions)
+
+    def metadata(self, topics: list[str] | None) -> Any:
+        req = metadata.Request(
+            topics=None
+            if topics is None
+            else [metadata.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+        )
+        _, resp = self.call(metadata.API_KEY, req)
+        self.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        return resp
+
+    def broker_addr(self, node_id: int) -> tuple[str, int]:
+        if node_id not in self.brokers:
+            self.metadata([])
+        if node_id not in self.brokers:
+            raise AdminError(f"broker {node_id} is not in the cluster metadata")
+        return self.brokers[node_id]
+
+    def partitions(self, topic: str) -> dict[int, int]:
+        """partition -> leader of an existing topic."""
+        resp = self.metadata([topic])
+        t = resp.topics[0]
+        if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise AdminError(f"topic {topic!r} does not exist")
+        check(t.error_code, f"Metadata for topic {topic!r}")
+        return {p.partition_index: p.leader_id for p in t.partitions}
+
+    # -- topics
+    def list_topics(self, include_internal: bool = False) -> list[TopicDescription]:
+        return [t for t in self.describe_topics(None) if include_internal or not t.internal]
+
+    def describe_topics(self, names: list[str] | None) -> list[TopicDescription]:
+        resp = self.metadata(names)
+        out = []
+        for t in resp.topics:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise AdminError(f"topic {t.name!r} does not exist")
+            check(t.error_code, f"Metadata for topic {t.name!r}")
+            parts = sorted(
+                (p.partition_index, p.leader_id, list(p.replica_nodes), list(p.isr_nodes))
+                for p in t.partitions
+            )
+            out.append(TopicDescription(t.name or "", t.topic_id, t.is_internal, parts))
+        return sorted(out, key=lambda d: d.name)
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        req = create_topics.Request(
+            topics=[
+                create_topics.CreatableTopic(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=replication_factor,
+                    configs=[
+                        create_topics.CreatableTopicConfig(name=k, value=v)
+                        for k, v in configs.items()
+                    ],
+                )
+            ],
+            timeout_ms=int(self.timeout * 1000),
+        )
+        _, resp = self.call(create_topics.API_KEY, req)
+        r = resp.topics[0]
+        check(r.error_code, f"creating topic {name!r}", r.error_message)
+
+    def delete_topic(self, name: str) -> None:
+        req = delete_topics.Request(
+            topics=[delete_topics.DeleteTopicState(name=name)],
+            topic_names=[name],
+            timeout_ms=int(self.timeout * 1000),
+        )
+        _, resp = self.call(delete_topics.API_KEY, req)
+        r = resp.responses[0]
+        if r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise AdminError(f"topic {name!r} does not exist")
+        check(r.error_code, f"deleting topic {name!r}", r.error_message)
+
+    def log_offsets(
+        self, tps: Iterable[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        """Offsets for ``timestamp`` (EARLIEST, LATEST or ms): -1 where no record is that late."""
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for topic, parts in by_topic.items():
+            leaders = self.partitions(topic)
+            for p in parts:
+                if p not in leaders:
+                    raise AdminError(f"topic {topic!r} has no partition {p}")
+                by_leader.setdefault(leaders[p], {}).setdefault(topic, []).append(p)
+        out: dict[TopicPartition, int] = {}
+        for leader, topics in by_leader.items():
+            req = list_offsets.Request(
+                replica_id=-1,
+                topics=[
+                    list_offsets.ListOffsetsTopic(
+                        name=t,
+                        partitions=[
+                            list_offsets.ListOffsetsPartition(
+                                partition_index=p, timestamp=timestamp
+                            )
+                            for p in ps
+                        ],
+                    )
+                    for t, ps in topics.items()
+                ],
+                timeout_ms=int(self.timeout * 1000),
+            )
+            _, resp = self.call(list_offsets.API_KEY, req, addr=self.broker_addr(leader))
+            for t in resp.topics:
+                for p in t.partitions:
+                    check(p.error_code, f"ListOffsets for {t.name}-{p.partition_index}")
+                    out[(t.name, p.partition_index)] = p.offset
+        return out
+
+    # -- groups
+    def coordinator(self, group: str) -> tuple[int, str, int]:
+        version, resp = self.call(
+            find_coordinator.API_KEY,
+            find_coordinator.Request(key=group, key_type=0, coordinator_keys=[group]),
+        )
+        if version >= 4:
+            c = resp.coordinators[0]
+            code, msg, node, host, port = c.error_code, c.error_message, c.node_id, c.host, c.port
+        else:
+            code, msg, node, host, port = (
+                resp.error_code,
+                resp.error_message,
+                resp.node_id,
+                resp.host,
+                resp.port,
+            )
+        check(code, f"FindCoordinator for group {group!r}", msg)
+        return node, host, port
+
+    def _coordinator_addr(self, group: str) -> tuple[str, int]:
+        _, host, port = self.coordinator(group)
+        return self._reachable(host, port)
+
+    def _reachable(self, host: str, port: int) -> tuple[str, int]:
+        # A single-node server advertising its bind address: same server as the bootstrap.
+        if (
+            (host, port) not in self.conns
+            and port == self.bootstrap[1]
+            and host in ("0.0.0.0", "::", "")
+        ):
+            return self.bootstrap
+        return host, port
+
+    def list_groups(self, states: list[str] | None = None) -> list[tuple[str, str, str]]:
+        """(group id, state, protocol type) of every group on every broker."""
+        self.metadata([])
+        addrs = [self._reachable(h, p) for h, p in self.brokers.values()] or [self.bootstrap]
+        seen: dict[str, tuple[str, str, str]] = {}
+        for addr in addrs:
+            version, resp = self.call(
+                list_groups.API_KEY, list_groups.Request(states_filter=states or []), addr=addr
+            )
+            check(resp.error_code, "ListGroups")
+            for g in resp.groups:
+                if version < 4 and states and g.group_state and g.group_state not in states:
+                    continue
+                seen[g.group_id] = (g.group_id, g.group_state or "", g.protocol_type)
+        return sorted(seen.values())
+
+    def describe_group(self, group: str) -> GroupDescription:
+        node, host, port = self.coordinator(group)
+        addr = self._reachable(host, port)
+        _, resp = self.call(
+            describe_groups.API_KEY, describe_groups.Request(groups=[group]), addr=addr
+        )
+        g = resp.groups[0]
+        check(g.error_code, f"DescribeGroups for {group!r}", g.error_message)
+        desc = GroupDescription(
+            g.group_id, g.group_state, g.protocol_type, g.protocol_data, (node, host, port)
+        )
+        for m in g.members:
+            parts: dict[str, list[int]] = {}
+            if g.protocol_type == "consumer" and m.member_assignment:
+                try:
+                    parts = decode_assignment(m.member_assignment).partitions
+                except ValueError:
+                    parts = {}
+            desc.members.append(
+                Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, parts)
+            )
+        return desc
+
+    def group_exists(self, desc: GroupDescription) -> bool:
+        return desc.state != "Dead"
+
+    def committed_offsets(self, group: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        addr = self._coordinator_addr(group)
+        version = min(self.connect(addr).version_for(offset_fetch.API_KEY), MAX_OFFSET_FETCH)
+        if version >= 8:
+            req = offset_fetch.Request(
+                groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
+            )
+        else:
+            req = offset_fetch.Request(group_id=group, topics=None)
+        _, resp = self.call(offset_fetch.API_KEY, req, addr=addr, max_version=version)
+        out: dict[TopicPartition, tuple[int, str | None]] = {}
+        if version >= 8:
+            g = resp.groups[0]
+            check(g.error_code, f"OffsetFetch for {group!r}")
+            topics: list[Any] = g.topics
+        else:
+            check(resp.error_code, f"OffsetFetch for {group!r}")
+            topics = resp.topics
+        for t in topics:
+            for p in t.partitions:
+                check(p.error_code, f"OffsetFetch for {group!r} {t.name}-{p.partition_index}")
+                if p.committed_offset >= 0:
+                    out[(t.name, p.partition_index)] = (p.committed_offset, p.metadata)
+        return out
+
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int]) -> None:
+        """Commit as an admin (generation -1, no member id): only accepted for an empty group."""
+        by_topic: dict[str, list[offset_commit.OffsetCommitRequestPartition]] = {}
+        for (t, p), off in sorted(offsets.items()):
+            by_topic.setdefault(t, []).append(
+                offset_commit.OffsetCommitRequestPartition(
+                    partition_index=p, committed_offset=off, committed_metadata=""
+                )
+            )
+        req = offset_commit.Request(
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=[
+                offset_commit.OffsetCommitRequestTopic(name=t, partitions=ps)
+                for t, ps in by_topic.items()
+            ],
+        )
+        _, resp = self.call(
+            offset_commit.API_KEY,
+            req,
+            addr=self._coordinator_addr(group),
+            max_version=MAX_OFFSET_COMMIT,
+        )
+        for t in resp.topics:
+            for p in t.partitions:
+                check(p.error_code, f"OffsetCommit for {group!r} {t.name}-{p.partition_index}")
+
+    def delete_offsets(self, group: str, topic: str, partitions: list[int]) -> None:
+        req = offset_delete.Request(
+            group_id=group,
+            topics=[
+                offset_delete.OffsetDeleteRequestTopic(
+                    name=topic,
+                    partitions=[
+                        offset_delete.OffsetDeleteRequestPartition(partition_index=p)
+                        for p in partitions
+                    ],
+                )
+            ],
+        )
+        _, resp = self.call(offset_delete.API_KEY, req, addr=self._coordinator_addr(group))
+        if resp.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            raise AdminError(f"group {group!r} does not exist")
+        check(resp.error_code, f"OffsetDelete for {group!r}")
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC:
+                    raise AdminError(
+                        f"group {group!r} is still subscribed to {t.name!r}: its offsets cannot be deleted"
+                    )
+                check(p.error_code, f"OffsetDelete for {group!r} {t.name}-{p.partition_index}")
+
+    def delete_group(self, group: str) -> None:
+        _, resp = self.call(
+            delete_groups.API_KEY,
+            delete_groups.Request(groups_names=[group]),
+            addr=self._coordinator_addr(group),
+        )
+        r = resp.results[0]
+        if r.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            raise AdminError(f"group {group!r} does not exist")
+        if r.error_code == ErrorCode.NON_EMPTY_GROUP:
+            raise AdminError(f"group {group!r} is not empty: stop its consumers first")
+        check(r.error_code, f"DeleteGroups for {group!r}")
+
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Admin",
+    "AdminError",
+    "Assignment",
+    "GroupDescription",
+    "Member",
+    "TopicDescription",
+    "Unreachable",
+    "decode_assignment",
+    "encode_assignment",
+]

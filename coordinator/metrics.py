@@ -1,0 +1,444 @@
+"""Prometheus metrics for kgc, served over HTTP on ``--metrics-port`` (default 9404, 0 = off).
+
+How this works: everything lives in one ``Metrics`` object with its own
+``CollectorRegistry`` (never the global one, so tests can run several servers in one process).
+
+* Per-request accounting is on the hot path (~150k requests/s), so it does not use
+  prometheus-client's locked metric children: the server calls ``on_request`` with the API
+  key, version, response and start time, which bumps plain integers in a slot cached per
+  (API, version) and a per-API latency bucket array. A custom collector turns those into
+  ``kgc_requests_total{api,version,error}`` and ``kgc_request_duration_seconds{api}`` at
+  scrape time. A request counts under its response's top-level ``error_code`` when the
+  response has one (``NONE`` otherwise).
+* State that already exists elsewhere is read at scrape time, never mirrored: groups by
+  state and members per group (``groups_snapshot()`` of the group core), rebalances by cause
+  (its ``rebalances`` counters), stored offsets (its ``offsets`` map), log bytes/segments/offsets per partition
+  (the ``LogManager``), fsync counts and latency (the ``Flusher``'s stats) and compaction
+  runs (the cleaners' stats).
+* A few things are events: connections opened/closed (``on_connection``), offsets-log load
+  time per partition (``partition_loaded``), rebalance durations (``group_events``, fed the
+  core's event lines: a group seen entering PreparingRebalance starts a clock that stops
+  when it is next seen Stable or Empty; expired offsets come from the expiration line) and
+  offset commits (counted from OffsetCommit responses in ``on_request``).
+
+The HTTP endpoint runs on the server's own event loop (``serve``), so collectors read the
+group core and the logs from the thread that mutates them: no locks, no torn reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from protocol.errors import ErrorCode
+from protocol.messages import BY_KEY
+
+log = logging.getLogger("kgc.metrics")
+
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+REBALANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+OFFSET_COMMIT_KEYS = frozenset({8, 28})  # OffsetCommit, TxnOffsetCommit
+_EVENT_GROUP = re.compile(r"^group (\S+?):? ")
+_EVENT_EXPIRED = re.compile(r"^offset expiration: (\d+) offsets expired")
+_REBALANCING = ("PreparingRebalance", "CompletingRebalance")
+
+
+def api_name(key: int) -> str:
+    mod = BY_KEY.get(key)
+    if mod is None:
+        return f"Api{key}"
+    return "".join(part.capitalize() for part in mod.__name__.rsplit(".", 1)[-1].split("_"))
+
+
+def error_label(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+class _Latency:
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.sum = 0.0
+
+
+class _Slot:
+    """Counters of one (API, version); ``errors`` by code, ``count`` includes them."""
+
+    __slots__ = ("api", "count", "errors", "latency", "version")
+
+    def __init__(self, api: str, version: int, latency: _Latency) -> None:
+        self.api = api
+        self.version = version
+        self.count = 0
+        self.errors: dict[int, int] = {}
+        self.latency = latency
+
+
+class Metrics:
+    def __init__(self, *, process_metrics: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        if process_metrics:
+            for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+                self.registry.register(c)
+        self._slots: dict[int, _Slot] = {}
+        self._latency: dict[str, _Latency] = {}
+        self.connections = 0
+        self.connections_opened = 0
+        self.offset_commits = 0
+        self.offsets_expired = 0
+        self.partition_load_seconds: dict[int, float] = {}
+        self._rebalancing: dict[str, int] = {}  # group -> rebalance start (ms)
+        self.rebalance_duration = Histogram(
+            "kgc_rebalance_duration_seconds",
+            "Time from a group entering PreparingRebalance to it being Stable (or Empty) again",
+            buckets=REBALANCE_BUCKETS,
+            registry=self.registry,
+        )
+        # Scrape-time sources, bound by the app once the components exist.
+        self.shard: Any = None
+        self.logs: Any = None
+        self.flusher: Any = None
+        self.cleaners: Callable[[], Iterable[Any]] = list
+        self.registry.register(_Collector(self))
+        self._http: asyncio.Server | None = None
+
+    def bind(
+        self,
+        *,
+        shard: Any = None,
+        logs: Any = None,
+        flusher: Any = None,
+        cleaners: Callable[[], Iterable[Any]] | None = None,
+    ) -> None:
+        if shard is not None:
+            self.shard = shard
+        if logs is not None:
+            self.logs = logs
+        if flusher is not None:
+            self.flusher = flusher
+        if cleaners is not None:
+            self.cleaners = cleaners
+
+    # -- hot path
+    def on_request(self, key: int, version: int, response: Any, started: float) -> None:
+        """Called by the server once per answered request (``started``: perf_counter)."""
+        elapsed = time.perf_counter() - started
+        slot = self._slots.get(key << 8 | version)
+        if slot is None:
+            slot = self._new_slot(key, version)
+        slot.count += 1
+        if type(response) is not bytes:  # cached encoded bodies are successful answers
+            code = getattr(response, "error_code", 0)
+            if code:
+                slot.errors[code] = slot.errors.get(code, 0) + 1
+            elif key in OFFSET_COMMIT_KEYS:
+                self._count_commits(response)
+        lat = slot.latency
+        lat.counts[bisect.bisect_left(LATENCY_BUCKETS, elapsed)] += 1
+        lat.sum += elapsed
+
+    def _new_slot(self, key: int, version: int) -> _Slot:
+        api = api_name(key)
+        lat = self._latency.get(api)
+        if lat is None:
+            lat = self._latency[api] = _Latency()
+        slot = self._slots[key << 8 | version] = _Slot(api, version, lat)
+        return slot
+
+    def _count_commits(self, response: Any) -> None:
+        for topic in getattr(response, "topics", ()):
+            for p in topic.partitions:
+                if not p.error_code:
+                    self.offset_commits += 1
+
+    def on_connection(self, delta: int) -> None:
+        self.connections += delta
+        if delta > 0:
+            self.connections_opened += delta
+
+    # -- events
+    def partition_loaded(self, partition: int, seconds: float) -> None:
+        self.partition_load_seconds[partition] = seconds
+
+    def group_events(self, events: Iterable[str], groups: Mapping[str, Any], now_ms: int) -> None:
+        """Track rebalance durations from the core's event lines and the groups' states."""
+        for line in events:
+            m = _EVENT_GROUP.match(line)
+            if m is None:
+                if e := _EVENT_EXPIRED.match(line):
+                    self.offsets_expired += int(e.group(1))
+                continue
+            gid = m.group(1)
+            group = groups.get(gid)
+            state = str(group.state.value) if group is not None else "Dead"
+            if state in _REBALANCING:
+                if gid not in self._rebalancing:
+                    since = getattr(group, "state_timestamp_ms", None)
+                    self._rebalancing[gid] = (
+                        since if state == "PreparingRebalance" and since else now_ms
+                    )
+            else:
+                start = self._rebalancing.pop(gid, None)
+                if start is not None:
+                    self.rebalance_duration.observe(max(now_ms - start, 0) / 1000.0)
+
+    # -- exposition
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def serve(self, host: str, port: int) -> int:
+        """Serve ``GET /metrics`` on the running loop; returns the bound port."""
+        self._http = await asyncio.start_server(self._handle, host, port, reuse_address=True)
+        sockets = self._http.sockets
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def stop(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            await self._http.wait_closed()
+            self._http = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            parts = request.split(b"\r\n", 1)[0].split()
+            method, path = (parts[0], parts[1].split(b"?")[0]) if len(parts) >= 2 else (b"", b"")
+            if method not in (b"GET", b"HEAD"):
+                status, ctype, body = (
+                    "405 Method Not Allowed",
+                    "text/plain",
+                    b"method not allowed\n",
+                )
+            elif path in (b"/metrics", b"/"):
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.render()
+            elif path == b"/healthz":
+                status, ctype, body = "200 OK", "text/plain", b"ok\n"
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"try /metrics\n"
+            head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            writer.write(head.encode() + (body if method != b"HEAD" else b""))
+            await writer.drain()
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+            ConnectionError,
+        ):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            writer.close()
+
+
+class _Collector(Collector):
+    """Builds every scrape-time metric family from the live components."""
+
+    def __init__(self, m: Metrics) -> None:
+        self.m = m
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._connections()
+        yield from self._groups()
+        yield from self._storage()
+
+    def _requests(self) -> Iterator[Metric]:
+        m = self.m
+        requests = CounterMetricFamily(
+            "kgc_requests",
+            "Requests answered, by API, version and top-level error code",
+            labels=["api", "version", "error"],
+        )
+        for slot in sorted(m._slots.values(), key=lambda s: (s.api, s.version)):
+            ok = slot.count - sum(slot.errors.values())
+            requests.add_metric([slot.api, str(slot.version), "NONE"], ok)
+            for code, n in sorted(slot.errors.items()):
+                requests.add_metric([slot.api, str(slot.version), error_label(code)], n)
+        yield requests
+        latency = HistogramMetricFamily(
+            "kgc_request_duration_seconds",
+            "Time from a request's arrival to its response being ready, by API",
+            labels=["api"],
+        )
+        for api, lat in sorted(m._latency.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip((*LATENCY_BUCKETS, float("inf")), lat.counts, strict=True):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            latency.add_metric([api], buckets, lat.sum)
+        yield latency
+        yield CounterMetricFamily(
+            "kgc_offset_commits",
+            "Partition offsets committed (OffsetCommit and TxnOffsetCommit)",
+            value=m.offset_commits,
+        )
+
+    def _connections(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "kgc_connections", "Open client connections", value=self.m.connections
+        )
+        yield CounterMetricFamily(
+            "kgc_connections_opened", "Client connections accepted", value=self.m.connections_opened
+        )
+
+    def _groups(self) -> Iterator[Metric]:
+        m = self.m
+        shard = m.shard
+        if m.partition_load_seconds:
+            load = GaugeMetricFamily(
+                "kgc_offsets_partition_load_seconds",
+                "Time to replay each __consumer_offsets partition at start-up",
+                labels=["partition"],
+            )
+            for p, secs in sorted(m.partition_load_seconds.items()):
+                load.add_metric([str(p)], secs)
+            yield load
+        if shard is None:
+            return
+        by_state = dict.fromkeys(GROUP_STATES, 0)
+        members = GaugeMetricFamily("kgc_group_members", "Members of each group", labels=["group"])
+        for group_id, state, n_members, *_ in shard.groups_snapshot():
+            by_state[state] = by_state.get(state, 0) + 1
+            members.add_metric([group_id], n_members)
+        states = GaugeMetricFamily("kgc_groups", "Groups by state", labels=["state"])
+        for state, n in by_state.items():
+            states.add_metric([state], n)
+        yield states
+        yield members
+        rebalances = CounterMetricFamily(
+            "kgc_rebalances", "Rebalances started, by cause", labels=["cause"]
+        )
+        for cause, n in sorted(getattr(shard, "rebalances", {}).items()):
+            rebalances.add_metric([cause], n)
+        yield rebalances
+        offsets = getattr(shard, "offsets", None)
+        if isinstance(offsets, Mapping):
+            yield GaugeMetricFamily(
+                "kgc_offsets_stored",
+                "Committed offsets held (group, topic, partition)",
+                value=sum(len(v) for v in offsets.values()),
+            )
+        yield CounterMetricFamily(
+            "kgc_offsets_expired", "Committed offsets removed by retention", value=m.offsets_expired
+        )
+
+    def _storage(self) -> Iterator[Metric]:
+        m = self.m
+        if m.logs is not None:
+            size = GaugeMetricFamily(
+                "kgc_log_size_bytes",
+                "Bytes on disk per partition log",
+                labels=["topic", "partition"],
+            )
+            segments = GaugeMetricFamily(
+                "kgc_log_segments", "Segments per partition log", labels=["topic", "partition"]
+            )
+            end = GaugeMetricFamily(
+                "kgc_log_end_offset",
+                "Next offset to be written per partition log",
+                labels=["topic", "partition"],
+            )
+            start = GaugeMetricFamily(
+                "kgc_log_start_offset",
+                "First offset kept per partition log",
+                labels=["topic", "partition"],
+            )
+            for (topic, partition), plog in zip(m.logs.partitions(), m.logs.logs(), strict=True):
+                if plog.closed:
+                    continue
+                labels = [topic, str(partition)]
+                size.add_metric(labels, plog.size_bytes)
+                segments.add_metric(labels, len(plog.segments))
+                end.add_metric(labels, plog.log_end_offset)
+                start.add_metric(labels, plog.log_start_offset)
+            yield from (size, segments, end, start)
+        if m.flusher is not None:
+            st = m.flusher.stats
+            yield SummaryMetricFamily(
+                "kgc_fsync_duration_seconds",
+                "fsync of a partition log (count and total time)",
+                count_value=st.fsync_count,
+                sum_value=st.total_fsync_latency_ms / 1000.0,
+            )
+            yield GaugeMetricFamily(
+                "kgc_fsync_max_duration_seconds",
+                "Slowest fsync since start",
+                value=st.max_fsync_latency_ms / 1000.0,
+            )
+            yield CounterMetricFamily("kgc_fsync_errors", "Failed fsyncs", value=st.errors)
+            yield CounterMetricFamily(
+                "kgc_flushed_bytes", "Bytes made durable by fsync", value=st.bytes_flushed
+            )
+        cleaners = list(m.cleaners())
+        passes = sum(c.stats.passes for c in cleaners)
+        yield CounterMetricFamily(
+            "kgc_compaction_runs", "Completed compaction passes", value=passes
+        )
+        yield CounterMetricFamily(
+            "kgc_compaction_aborted_runs",
+            "Abandoned compaction passes",
+            value=sum(c.stats.aborted_passes for c in cleaners),
+        )
+        yield CounterMetricFamily(
+            "kgc_compaction_records_removed",
+            "Records dropped by compaction",
+            value=sum(c.stats.records_removed for c in cleaners),
+        )
+        yield CounterMetricFamily(
+            "kgc_compaction_bytes_read",
+            "Bytes read by compaction",
+            value=sum(c.stats.bytes_read for c in cleaners),
+        )
+        yield CounterMetricFamily(
+            "kgc_compaction_bytes_written",
+            "Bytes written by compaction",
+            value=sum(c.stats.bytes_written for c in cleaners),
+        )
