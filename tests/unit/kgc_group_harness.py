@@ -179,7 +179,7 @@ class Harness:
         *,
         instance: str | None = None,
         version: int = 5,
-        protocol_type: str | None = "consumer",
+        protocol_type: str | None = None,
         protocol_name: str | None = None,
     ) -> int:
         ctx = self.ctx(version)
