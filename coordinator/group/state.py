@@ -25,8 +25,21 @@ class IllegalStateTransition(RuntimeError):
 
 
 class GroupState(Enum):
-    EMPTY = "Empty"
-    """Group has no members, but lingers until all its offsets have expired.
+    """A classic group's state; each member's value is the name Kafka reports."""
+
+    _value_: str
+
+    def __new__(cls, value: str, doc: str) -> GroupState:
+        # The per-state doc comment becomes the member's __doc__, so it can be
+        # shown by tools (and checked by tests), like ClassicGroupState's javadoc.
+        member = object.__new__(cls)
+        member._value_ = value
+        member.__doc__ = doc
+        return member
+
+    EMPTY = (
+        "Empty",
+        """Group has no members, but lingers until all its offsets have expired.
     Also the state of "simple" groups that only commit offsets.
 
     action: respond normally to JoinGroup from new members
@@ -38,10 +51,12 @@ class GroupState(Enum):
     transition: JoinGroup from a new member => PREPARING_REBALANCE
                 last offsets removed by the expiration task => DEAD
                 group deleted (DeleteGroups) => DEAD
-    """
+    """,
+    )
 
-    PREPARING_REBALANCE = "PreparingRebalance"
-    """Group is collecting JoinGroups for the next generation.
+    PREPARING_REBALANCE = (
+        "PreparingRebalance",
+        """Group is collecting JoinGroups for the next generation.
 
     action: respond to Heartbeat with REBALANCE_IN_PROGRESS (still resets the session timer)
             respond to SyncGroup with REBALANCE_IN_PROGRESS
@@ -52,10 +67,12 @@ class GroupState(Enum):
     transition: some members joined by the deadline => COMPLETING_REBALANCE
                 all members left or timed out => EMPTY
                 group unloaded => DEAD
-    """
+    """,
+    )
 
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    """Group is waiting for the leader's assignment.
+    COMPLETING_REBALANCE = (
+        "CompletingRebalance",
+        """Group is waiting for the leader's assignment.
 
     action: respond to Heartbeat normally (NONE)
             respond to OffsetCommit with REBALANCE_IN_PROGRESS
@@ -68,10 +85,12 @@ class GroupState(Enum):
                 LeaveGroup from an existing member => PREPARING_REBALANCE
                 member session expired / members that never synced => PREPARING_REBALANCE
                 group unloaded => DEAD
-    """
+    """,
+    )
 
-    STABLE = "Stable"
-    """Group has a generation and every member has its assignment.
+    STABLE = (
+        "Stable",
+        """Group has a generation and every member has its assignment.
 
     action: respond to Heartbeat normally
             respond to SyncGroup from any member with its current assignment
@@ -85,23 +104,26 @@ class GroupState(Enum):
                 JoinGroup from a follower with changed metadata => PREPARING_REBALANCE
                 JoinGroup from a new member => PREPARING_REBALANCE
                 group unloaded => DEAD
-    """
+    """,
+    )
 
-    DEAD = "Dead"
-    """Group has no members and its metadata is being removed.
+    DEAD = (
+        "Dead",
+        """Group has no members and its metadata is being removed.
 
     action: respond to JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit with
             COORDINATOR_NOT_AVAILABLE (the client rediscovers its coordinator)
             answer OffsetFetch as if the group had no offsets
     transition: none, Dead is final
-    """
+    """,
+    )
 
     @property
     def valid_previous(self) -> frozenset[GroupState]:
         return _VALID_PREVIOUS[self]
 
     def __str__(self) -> str:
-        return self.value
+        return self._value_
 
 
 _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
