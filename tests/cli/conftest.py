@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from clikit import CLI, run_cli  # noqa: E402
+from clikit import CLI, run_cli
 
 
 @pytest.fixture

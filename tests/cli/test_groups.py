@@ -15,7 +15,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from clikit import Run, run_cli
-
 from kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration

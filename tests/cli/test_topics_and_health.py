@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from clikit import CLI
-
 from kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
