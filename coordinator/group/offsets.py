@@ -11,7 +11,9 @@ an unknown group is created as a "simple" group when the generation is -1
 (ILLEGAL_GENERATION, v9+ GROUP_ID_NOT_FOUND); an Empty group accepts
 generation -1 without member id; otherwise the member must be known (static
 fencing applies) and of the current generation; CompletingRebalance answers
-REBALANCE_IN_PROGRESS.  Request-level errors apply to every partition;
+REBALANCE_IN_PROGRESS.  A commit from a member of a Stable or
+PreparingRebalance group also re-arms its session timer, as Kafka does for
+the classic protocol.  Request-level errors apply to every partition;
 OFFSET_METADATA_TOO_LARGE is per partition.  Values are written as v3, or v1
 when a v2-v4 request sets retention_time_ms (v1 alone carries an expire
 timestamp).
@@ -154,6 +156,10 @@ class OffsetsMixin(RebalanceCore):
         )
         if err is not None:
             return respond(err)
+        member = group.members.get(req.member_id)
+        if member is not None and group.is_in(_S, _P):
+            # With the classic protocol a commit also proves the member is alive.
+            self._reschedule_heartbeat(out, group, member, now_ms)
 
         expire: int | None = None
         if 2 <= v <= 4 and req.retention_time_ms != -1:

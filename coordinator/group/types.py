@@ -11,6 +11,12 @@ milliseconds and returns a ``Result`` describing what the runtime must do:
 * ``timers``:  (key, absolute deadline ms) to arm or re-arm, or (key, None)
   to cancel.  A timer that fires is handed back through ``on_timer``;
 * ``events``:  human-readable log lines.
+
+Apply ``timers`` in list order: one Result may cancel and re-arm the same key.
+The shard's state already reflects the Result when it is returned; if the
+append of ``records`` fails, the replies must not be released as they are --
+answer them with an error and rebuild the partition from the durable log
+(``unload`` / ``begin_load`` / ``replay`` / ``load_complete``).
 """
 
 from __future__ import annotations

@@ -352,3 +352,14 @@ def test_commit_request_errors_precede_group_logic() -> None:
     p = h.shard.partition_of("g")
     h.shard.begin_load(p)
     assert h.commit("g", {T0: 1}) == {T0: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+
+
+def test_commit_from_member_keeps_its_session_alive() -> None:
+    h = Harness()
+    (a,), gen = h.stable_group("g", 1, session=10000)
+    for _ in range(5):
+        h.advance(6000)
+        assert h.commit("g", {T0: 1}, member_id=a, generation=gen) == {T0: 0}
+    assert h.state("g") is GroupState.STABLE
+    h.advance(10000)
+    assert h.state("g") is GroupState.EMPTY
