@@ -1,0 +1,270 @@
+"""``kgc audit`` / ``python -m coordinator.audit``: arguments, Spark session, reports, exit code.
+
+How this works: ``main`` parses the arguments (the same ones ``kgc audit`` registers through
+``add_arguments``), checks that pyspark is importable (it is the optional ``kgc[audit]``
+extra), prepares the environment for a local Spark (loopback binding, this interpreter for the
+Python workers, UTC, no stray ``SPARK_HOME``) unless it runs under ``spark-submit``, builds or
+reuses the SparkSession, runs ``job.run_audit``, writes ``partitions``, ``groups`` and
+``findings`` as Parquet or JSON directories plus ``summary.json`` under ``--out``, prints a
+console summary and returns 0 (clean), 2 (findings at or above ``--fail-on``) or 1 (error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from coordinator.audit.job import AuditResult
+
+__all__ = ["INSTALL_HINT", "add_arguments", "main", "prepare_environment", "run", "spark_session"]
+
+INSTALL_HINT = (
+    "kgc audit needs PySpark (and Java 17+): pip install 'kgc[audit]'"
+)
+_SEVERITIES = ["info", "warn", "error"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-dir", required=True, help="kgc data directory (local path or a Hadoop URI)")
+    p.add_argument("--out", required=True, help="directory for the reports (replaced if present)")
+    p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument("--master", default=None,
+                   help="Spark master (default local[2]; under spark-submit the submitted one)")
+    p.add_argument("--window", type=int, default=10, help="commits per partition for Burrow's rules")
+    p.add_argument("--fail-on", choices=[*_SEVERITIES, "none"], default="error",
+                   help="exit 2 when a finding has this severity or worse")
+    p.add_argument("--now-ms", type=int, default=None, help="audit time (default: now)")
+    p.add_argument("--retention-minutes", type=int, default=10080,
+                   help="offsets.retention.minutes for offsets_past_retention")
+    p.add_argument("--clock-skew-ms", type=int, default=60_000,
+                   help="allowance before a commit timestamp counts as in the future")
+    p.add_argument("--offsets-partitions", type=int, default=None,
+                   help="offsets topic partition count (default: inferred from the directories)")
+    p.add_argument("--top", type=int, default=20, help="findings shown on the console")
+    p.add_argument("--quiet", action="store_true", help="no console report")
+
+
+def _under_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def prepare_environment(master: str | None) -> None:
+    """Environment for a Spark launched from this process (not needed under spark-submit)."""
+    os.environ["TZ"] = "UTC"
+    if hasattr(time, "tzset"):
+        time.tzset()
+    if _under_spark_submit():
+        return
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.pop("SPARK_HOME", None)  # use the pip package's jars, not a stray install
+    if master is None or master.startswith("local"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if "JAVA_HOME" not in os.environ:
+        java = shutil.which("java")
+        if java:
+            os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
+
+
+def spark_session(master: str | None = None, app_name: str = "kgc-audit") -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    prepare_environment(master)
+    builder = SparkSession.builder.appName(app_name)
+    local = master is None or master.startswith("local")
+    if master is not None or not _under_spark_submit():
+        builder = builder.master(master or "local[2]")
+    builder = builder.config("spark.sql.session.timeZone", "UTC").config(
+        "spark.sql.execution.arrow.pyspark.enabled", "true"
+    )
+    if local and not _under_spark_submit():
+        builder = (
+            builder.config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.ui.showConsoleProgress", "false")
+        )
+    spark = builder.getOrCreate()
+    if not _under_spark_submit():
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _write(df: Any, path: str, fmt: str) -> None:
+    w = df.coalesce(1).write.mode("overwrite")
+    if fmt == "json":
+        w.json(path)
+    else:
+        w.parquet(path)
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path and not path.startswith("file:")
+
+
+def write_reports(result: AuditResult, out: str, fmt: str, summary: dict[str, Any]) -> None:
+    """The three tables (written concurrently: small, latency-bound jobs) and summary.json."""
+    base = out.rstrip("/")
+    with ThreadPoolExecutor(3) as pool:
+        for f in [
+            pool.submit(_write, getattr(result, name), f"{base}/{name}", fmt)
+            for name in ("partitions", "groups", "findings")
+        ]:
+            f.result()
+    text = json.dumps(summary, indent=2, sort_keys=True, default=str)
+    if _is_local(base):
+        Path(base).mkdir(parents=True, exist_ok=True)
+        (Path(base) / "summary.json").write_text(text + "\n")
+    else:  # a Hadoop URI: let Spark write it as a one-line text file
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        assert spark is not None
+        spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(
+            f"{base}/summary.json"
+        )
+
+
+def build_summary(
+    result: AuditResult, top: int, fail_on: str
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Summary figures; the four small Spark queries run concurrently (they are latency-bound)."""
+    from pyspark.sql import functions as F
+
+    queries = {
+        "counts": lambda: result.findings.groupBy("severity", "check").count().collect(),
+        "top": lambda: result.findings.limit(top).collect(),
+        "groups": lambda: result.groups.collect(),
+        "status": lambda: result.partitions.groupBy("status")
+        .agg(F.count("*").alias("n"), F.sum("lag").alias("lag")).collect(),
+    }
+    with ThreadPoolExecutor(len(queries)) as pool:
+        futures = {name: pool.submit(q) for name, q in queries.items()}
+        got = {name: f.result() for name, f in futures.items()}
+    by_check: dict[str, dict[str, int]] = {}
+    by_sev = dict.fromkeys(_SEVERITIES, 0)
+    for r in got["counts"]:
+        by_check.setdefault(r["check"], {})[r["severity"]] = int(r["count"])
+        by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + int(r["count"])
+    top_rows = [r.asDict() for r in got["top"]]
+    groups = [r.asDict() for r in got["groups"]]
+    status = {(r["status"] or "UNKNOWN"): int(r["n"]) for r in got["status"]}
+    threshold = _SEVERITIES.index(fail_on) if fail_on in _SEVERITIES else len(_SEVERITIES)
+    failing = sum(by_sev.get(s, 0) for s in _SEVERITIES[threshold:])
+    summary = {
+        **result.stats,
+        "findings": {"total": sum(by_sev.values()), "by_severity": by_sev, "by_check": by_check},
+        "groups": len(groups),
+        "partitions": sum(status.values()),
+        "total_lag": sum(int(r["lag"] or 0) for r in got["status"]),
+        "status": status,
+        "fail_on": fail_on,
+        "failing_findings": failing,
+        "top_findings": top_rows,
+    }
+    return summary, top_rows, groups
+
+
+def render_console(summary: dict[str, Any], top_rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
+    """Plain-text report (rich is used for colour when it is installed and stdout is a tty)."""
+    lines = [
+        f"kgc offsets audit of {summary['log_dir']}",
+        f"  {summary['records']:,} records in {summary['offsets_segments']} segments of "
+        f"{summary['offsets_partitions']} offsets partitions; {summary['topic_partitions']} topic "
+        f"partitions; {summary['groups']} groups, {summary['partitions']} committed partitions, "
+        f"total lag {summary['total_lag']:,}",
+        "  findings: " + ", ".join(f"{k}={v}" for k, v in summary["findings"]["by_severity"].items())
+        + "   status: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["status"].items(), key=lambda kv: str(kv[0]))),
+        "",
+    ]
+
+    def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+        out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+        out.append("  ".join("-" * w for w in widths))
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+        return out
+
+    def s(v: Any) -> str:
+        return "" if v is None else str(v)
+
+    if top_rows:
+        lines.append(f"Top findings ({len(top_rows)} of {summary['findings']['total']}):")
+        lines += table(
+            ["severity", "check", "group", "topic", "partition", "log_offset", "detail"],
+            [[s(r["severity"]), s(r["check"]), s(r["group"]), s(r["topic"]), s(r["partition"]),
+              s(r["log_offset"]), s(r["detail"])[:90]] for r in top_rows],
+        )
+    else:
+        lines.append("No findings.")
+    lines.append("")
+    lines.append("Groups:")
+    lines += table(
+        ["group", "state", "members", "partitions", "total_lag", "worst_status", "commits/min"],
+        [[s(g["group"]), s(g["state"]), s(g["members"]), s(g["partitions"]), s(g["total_lag"]),
+          s(g["worst_status"]), s(g["commits_per_min"])] for g in groups[:50]],
+    )
+    if len(groups) > 50:
+        lines.append(f"... and {len(groups) - 50} more groups (see the groups table)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print(INSTALL_HINT, file=sys.stderr)
+        return 1
+    from coordinator.audit.job import AuditError, AuditOptions, run_audit
+
+    now_ms = args.now_ms if args.now_ms is not None else time.time_ns() // 1_000_000
+    opts = AuditOptions(
+        log_dir=args.log_dir,
+        window=args.window,
+        now_ms=now_ms,
+        retention_minutes=args.retention_minutes,
+        clock_skew_ms=args.clock_skew_ms,
+        offsets_partitions=args.offsets_partitions,
+    )
+    t0 = time.perf_counter()
+    try:
+        spark = spark_session(args.master)
+        result = run_audit(spark, opts)
+        summary, top_rows, groups = build_summary(result, args.top, args.fail_on)
+        code = 2 if summary["failing_findings"] else 0
+        summary["exit_code"] = code
+        summary["seconds"]["total"] = round(time.perf_counter() - t0, 3)
+        write_reports(result, args.out, args.format, summary)
+        result.release()
+    except AuditError as e:
+        print(f"kgc audit: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # Spark errors arrive as Py4J / Analysis exceptions
+        print(f"kgc audit failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+              file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(render_console(summary, top_rows, groups))
+        print(f"\nreports: {args.out} ({args.format}); exit {code}")
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kgc audit", description="Audit a kgc offsets log with Spark."
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,288 @@
+"""Executor-side stitching: one offsets-log partition's per-segment summaries in, report rows out.
+
+How this works
+--------------
+``decode`` leaves one ``K`` row per (segment, key), the last commits of each key per segment
+(``W``), one ``G`` row per (segment, group) and one ``S`` row per segment.  The job groups
+those rows by offsets partition (``groupBy("opart").applyInArrow``) and ``stitch_table`` walks
+each partition's segments in base-offset order, exactly as a replay of the log would:
+
+* segment boundaries: overlapping segments, and a rewind / commit-timestamp or leader-epoch
+  regression between the last commit of one segment and the first of the next;
+* tombstones with no earlier record of their key; generation regressions of groups;
+* the live state: a key's committed offset is its last commit unless a tombstone followed;
+  a group's state comes from its last GroupMetadata record (tombstone = Dead, no members =
+  Empty, else Stable);
+* per live partition, with the topic logs' figures (shipped in ``Context``): lag, log-start /
+  log-end checks, unknown partitions, retention, and Burrow's status over the last
+  ``window`` commits, with the lag at each commit estimated from the topic's time line
+  (the log end offset of the newest batch written no later than the commit).
+
+Everything is pure Python on plain tuples/dicts so it is unit-testable without Spark.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "OUT_SCHEMA",
+    "OUT_SPARK_SCHEMA",
+    "Context",
+    "TopicLog",
+    "burrow_status",
+    "stitch_rows",
+    "stitch_table",
+]
+
+_OUT: list[tuple[str, pa.DataType, str]] = [
+    ("kind", pa.string(), "string"),
+    ("group", pa.string(), "string"),
+    ("topic", pa.string(), "string"),
+    ("partition", pa.int32(), "int"),
+    ("committed_offset", pa.int64(), "bigint"),
+    ("log_end_offset", pa.int64(), "bigint"),
+    ("lag", pa.int64(), "bigint"),
+    ("leader_epoch", pa.int32(), "int"),
+    ("last_commit_ms", pa.int64(), "bigint"),
+    ("commit_count", pa.int64(), "bigint"),
+    ("status", pa.string(), "string"),
+    ("log_start_offset", pa.int64(), "bigint"),
+    ("offsets_partition", pa.int32(), "int"),
+    ("first_commit_ms", pa.int64(), "bigint"),
+    ("expected_partition", pa.int32(), "int"),
+    ("record_offset", pa.int64(), "bigint"),
+    ("state", pa.string(), "string"),
+    ("members", pa.int32(), "int"),
+    ("generation", pa.int32(), "int"),
+    ("state_ms", pa.int64(), "bigint"),
+    ("severity", pa.string(), "string"),
+    ("check", pa.string(), "string"),
+    ("log_offset", pa.int64(), "bigint"),
+    ("detail", pa.string(), "string"),
+]
+OUT_SCHEMA = pa.schema([(n, t) for n, t, _ in _OUT])
+OUT_SPARK_SCHEMA = ", ".join(f"`{n}` {s}" for n, _, s in _OUT)
+_OUT_NAMES = [n for n, _, _ in _OUT]
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLog:
+    log_start: int
+    log_end: int | None
+    last_segment: int
+    # (max timestamp so far, log end offset after that batch), ascending
+    timeline: tuple[tuple[int, int], ...] = ()
+
+    def end_at(self, ts: int) -> int:
+        """Log end offset at time ``ts``: newest timeline point not after ``ts``."""
+        i = bisect.bisect_right(self.timeline, (ts, 2**63))
+        if i == 0:
+            return self.last_segment  # before the active segment: at most its base offset
+        return self.timeline[i - 1][1]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    now_ms: int
+    window: int
+    retention_ms: int
+    num_partitions: int
+    topics: dict[tuple[str, int], TopicLog] = field(default_factory=dict)
+    catalog: dict[str, int] | None = None
+
+
+def burrow_status(
+    window: list[tuple[int, int, int]], lag_now: int | None, now_ms: int
+) -> str | None:
+    """Burrow's evaluation over (committed offset, commit ms, lag at commit), oldest first."""
+    if lag_now is None or not window:
+        return None
+    if lag_now == 0 or any(lag == 0 for _, _, lag in window):
+        return "OK"
+    if any(window[i][0] < window[i - 1][0] for i in range(1, len(window))):
+        return "REWIND"
+    first_ts, last_ts = window[0][1], window[-1][1]
+    if now_ms - last_ts > last_ts - first_ts:
+        return "STOP"
+    if len(window) >= 2 and all(o == window[0][0] for o, _, _ in window):
+        return "STALL"
+    if len(window) >= 2 and all(window[i][2] >= window[i - 1][2] for i in range(1, len(window))):
+        return "WARN"
+    return "OK"
+
+
+def _f(
+    sev: str, check: str, opart: int, detail: str, log_offset: int | None,
+    group: str | None = None, topic: str | None = None, partition: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "kind": "F", "severity": sev, "check": check, "group": group, "topic": topic,
+        "partition": partition, "log_offset": log_offset, "detail": detail,
+        "offsets_partition": opart,
+    }
+
+
+def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
+    """All report rows for one offsets partition from its decoded summary rows."""
+    out: list[dict[str, Any]] = []
+    segs = sorted((r for r in rows if r["kind"] == "S"), key=lambda r: r["seg"])
+    reach: int | None = None
+    for s in segs:
+        if s["lo1"] is not None and reach is not None and s["lo1"] <= reach:
+            out.append(_f("error", "overlapping_segments", opart,
+                          f"segment {s['seg']:020d} starts at offset {s['lo1']} but an earlier "
+                          f"segment reaches {reach}", s["lo1"], None, OFFSETS_TOPIC, opart))
+        if s["lo2"] is not None:
+            reach = s["lo2"] if reach is None else max(reach, s["lo2"])
+
+    keys: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    wins: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    expected: dict[str, int] = {}
+    for r in rows:
+        kind = r["kind"]
+        if kind == "K":
+            keys.setdefault((r["grp"], r["topic"], r["part"]), []).append(r)
+            expected[r["grp"]] = r["expected"]
+        elif kind == "W":
+            wins.setdefault((r["grp"], r["topic"], r["part"]), []).append((r["lo1"], r["off1"], r["ts1"]))
+        elif kind == "G":
+            groups.setdefault(r["grp"], []).append(r)
+            expected[r["grp"]] = r["expected"]
+
+    # ---------------------------------------------------------------- groups
+    group_state: dict[str, tuple[str | None, int | None]] = {}
+    for grp, gl in groups.items():
+        gl.sort(key=lambda r: r["seg"])
+        seen = 0
+        prev_gen: int | None = None
+        for r in gl:
+            if r["lead_tomb"] is not None and seen == 0:
+                out.append(_f("info", "tombstone_without_record", opart,
+                              "group tombstone with no earlier group record in the log "
+                              "(normal once compaction removed the record)", r["lead_tomb"], grp))
+            if (r["lead_tomb"] is None and r["n"] > 0 and prev_gen is not None
+                    and r["ep1"] is not None and r["ep1"] < prev_gen):
+                out.append(_f("warn", "generation_regression", opart,
+                              f"generation went from {prev_gen} to {r['ep1']}", r["lo1"], grp))
+            seen += r["n"]
+            prev_gen = None if r["last_tomb"] else (r["ep2"] if r["n"] > 0 else prev_gen)
+        last = gl[-1]
+        dead = bool(last["last_tomb"]) or last["n"] == 0
+        state = "Dead" if dead else ("Empty" if last["members"] == 0 else "Stable")
+        group_state[grp] = (state, None if dead else last["state_ts"])
+        out.append({
+            "kind": "G", "group": grp, "state": state, "offsets_partition": opart,
+            "expected_partition": expected[grp],
+            "members": None if dead else last["members"],
+            "generation": None if dead else last["ep2"],
+            "state_ms": None if dead else last["state_ts"],
+            "log_offset": min(r["lo1"] for r in gl),
+        })
+
+    # ---------------------------------------------------------------- offset keys
+    for (grp, topic, part), kl in keys.items():
+        kl.sort(key=lambda r: r["seg"])
+        seen = 0
+        prev: dict[str, Any] | None = None
+        last_epoch: int | None = None
+        count = 0
+        first_ts: int | None = None
+        for r in kl:
+            if r["lead_tomb"] is not None and seen == 0:
+                out.append(_f("info", "tombstone_without_record", opart,
+                              "offset tombstone with no earlier commit for the key in the log "
+                              "(normal once compaction removed the commit)",
+                              r["lead_tomb"], grp, topic, part))
+            if (r["lead_tomb"] is None and r["n"] > 0 and prev is not None
+                    and prev["off2"] is not None and not prev["last_tomb"]):
+                if r["off1"] < prev["off2"]:
+                    out.append(_f("warn", "offset_rewind", opart,
+                                  f"committed offset went from {prev['off2']} to {r['off1']}",
+                                  r["lo1"], grp, topic, part))
+                if r["ts1"] < prev["ts2"]:
+                    out.append(_f("warn", "commit_timestamp_backwards", opart,
+                                  f"commit timestamp went from {prev['ts2']} to {r['ts1']}",
+                                  r["lo1"], grp, topic, part))
+            if r["ep1"] not in (None, -1) and last_epoch is not None and r["ep1"] < last_epoch:
+                out.append(_f("warn", "leader_epoch_regression", opart,
+                              f"leader epoch went from {last_epoch} to {r['ep1']}",
+                              r["lo1"], grp, topic, part))
+            if r["ep2"] not in (None, -1):
+                last_epoch = r["ep2"]
+            seen += r["n"]
+            count += r["n"]
+            if r["n"] > 0 and (first_ts is None or r["ts1"] < first_ts):
+                first_ts = r["ts1"]
+            prev = r
+        last = kl[-1]
+        if last["n"] == 0 or last["last_tomb"]:
+            continue  # deleted: no live committed offset
+        committed = int(last["off2"])
+        tl = ctx.topics.get((topic, part))
+        log_end = tl.log_end if tl is not None else None
+        log_start = tl.log_start if tl is not None else None
+        lag = None if log_end is None else max(log_end - committed, 0)
+        win = sorted(wins.get((grp, topic, part), []))[-ctx.window:]
+        wl = [(o, ts, max((tl.end_at(ts) if tl is not None else o) - o, 0)) for _, o, ts in win]
+        status = burrow_status(wl, lag, ctx.now_ms)
+        rec = int(last["lo2"])
+        out.append({
+            "kind": "P", "group": grp, "topic": topic, "partition": part,
+            "committed_offset": committed, "log_end_offset": log_end, "lag": lag,
+            "leader_epoch": last["ep2"], "last_commit_ms": last["ts2"], "commit_count": count,
+            "status": status, "log_start_offset": log_start, "offsets_partition": opart,
+            "first_commit_ms": first_ts, "expected_partition": expected[grp], "record_offset": rec,
+        })
+        if log_end is not None and committed > log_end:
+            out.append(_f("error", "commit_beyond_log_end", opart,
+                          f"committed offset {committed} is beyond the log end offset {log_end}",
+                          rec, grp, topic, part))
+        if log_start is not None and committed < log_start:
+            out.append(_f("warn", "commit_below_log_start", opart,
+                          f"committed offset {committed} is below the log start offset {log_start}",
+                          rec, grp, topic, part))
+        if ctx.catalog is not None:
+            n = ctx.catalog.get(topic)
+            if n is None or part >= n:
+                out.append(_f("warn", "commit_for_unknown_partition", opart,
+                              f"topic {topic} is not in topics.json" if n is None
+                              else f"topic {topic} has {n} partitions", rec, grp, topic, part))
+        gstate, state_ts = group_state.get(grp, (None, None))
+        if gstate in (None, "Empty"):
+            expire = last["expire"]
+            ref = state_ts if gstate == "Empty" and state_ts and state_ts > 0 else last["ts2"]
+            if (ctx.now_ms >= expire) if expire is not None and expire > 0 else (ctx.now_ms - ref > ctx.retention_ms):
+                out.append(_f("warn", "offsets_past_retention", opart,
+                              f"group is {gstate or 'without metadata'} since {ref}; offsets older "
+                              f"than the retention of {ctx.retention_ms // 60000} min are still present",
+                              rec, grp, topic, part))
+
+    # ---------------------------------------------------------------- placement
+    for grp, exp in sorted(expected.items()):
+        if exp != opart:
+            first = min([r["lo1"] for r in keys_for(keys, grp)] + [r["lo1"] for r in groups.get(grp, [])])
+            out.append(_f("error", "wrong_partition", opart,
+                          f"group records in {OFFSETS_TOPIC}-{opart}, but "
+                          f"partition_for(group, {ctx.num_partitions}) = {exp}",
+                          first, grp, OFFSETS_TOPIC, opart))
+    return out
+
+
+def keys_for(keys: dict[tuple[str, str, int], list[dict[str, Any]]], grp: str) -> list[dict[str, Any]]:
+    return [r for (g, _, _), kl in keys.items() if g == grp for r in kl]
+
+
+def stitch_table(table: pa.Table, ctx: Context) -> pa.Table:
+    """``applyInArrow`` body: one offsets partition's decoded rows -> ``OUT_SCHEMA`` rows."""
+    rows = table.to_pylist()
+    if not rows:
+        return OUT_SCHEMA.empty_table()
+    out = stitch_rows(int(rows[0]["opart"]), rows, ctx)
+    return pa.Table.from_pydict({n: [r.get(n) for r in out] for n in _OUT_NAMES}, schema=OUT_SCHEMA)
