@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from protocol.framing import RequestHeader, decode_response, encode_request
@@ -244,7 +244,7 @@ def consumer_proc(bootstrap: str, mode: str, partitions: list[int], group: str, 
         last = now
         good = [m for m in msgs if m.error() is None]
         n += len(good)
-        nbytes += sum(len(m.value()) for m in good)
+        nbytes += sum(len(m.value() or b"") for m in good)
         with counter.get_lock():  # type: ignore[attr-defined]
             counter.value += len(good)  # type: ignore[attr-defined]
     c.close()

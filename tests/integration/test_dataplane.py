@@ -78,9 +78,11 @@ def read_all_confluent(bootstrap: str, topic: str, partitions: int, timeout: flo
             assert time.monotonic() < deadline, f"timed out at {pos} of {ends}"
             for m in c.consume(1000, 1.0):
                 assert m.error() is None, m.error()
-                assert m.offset() == pos[m.partition()], (m.partition(), m.offset(), pos[m.partition()])
-                pos[m.partition()] = m.offset() + 1
-                out.append((m.partition(), m.key(), m.value()))
+                part, offset = m.partition(), m.offset()
+                assert part is not None and offset is not None
+                assert offset == pos[part], (part, offset, pos[part])
+                pos[part] = offset + 1
+                out.append((part, m.key(), m.value()))
         return out
     finally:
         c.close()
@@ -88,9 +90,14 @@ def read_all_confluent(bootstrap: str, topic: str, partitions: int, timeout: flo
 
 def produce_confluent(bootstrap: str, topic: str, msgs: list[tuple[bytes, bytes]], **conf: object) -> None:
     errors: list[object] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **conf})
     for i, (k, v) in enumerate(msgs):
-        p.produce(topic, key=k, value=v, on_delivery=lambda err, _m: err and errors.append(err))
+        p.produce(topic, key=k, value=v, on_delivery=on_delivery)
         if i % 1000 == 0:
             p.poll(0)
     assert p.flush(30) == 0

@@ -158,6 +158,7 @@ def test_three_members_consume_each_message_once_in_order(kgc: KgcProcess) -> No
             m.stop()
 
 
+@pytest.mark.slow  # ~16-19 s: waits out the victim's 6 s session timeout
 def test_sigkilled_member_partitions_are_taken_over_without_loss(kgc: KgcProcess) -> None:
     create_topic(kgc.bootstrap, "g2", PARTITIONS)
     members = [Member(kgc, "grp2", "g2", 0.15) for _ in range(3)]
