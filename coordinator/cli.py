@@ -18,6 +18,7 @@ import base64
 import contextlib
 import io
 import json
+import logging
 import os
 import sys
 import time
@@ -41,9 +42,21 @@ def setup_logging(level: str, fmt: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator.app import run
 
-    settings = config.load(args)
+    try:
+        settings = config.load(args)
+    except OSError as exc:  # e.g. the --config file cannot be read
+        print(
+            f"kgc: error: cannot read configuration: {exc.strerror or exc}: {exc.filename}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     setup_logging(settings.log_level, settings.log_format)
-    run(settings)
+    try:
+        run(settings)
+    except OSError as exc:  # the port is taken, the data directory is not writable, ...
+        logging.getLogger("kgc").debug("start-up failed", exc_info=True)
+        print(f"kgc: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     return 0
 
 

@@ -341,6 +341,9 @@ class _Collector(Collector):
             for p, secs in sorted(m.partition_load_seconds.items()):
                 load.add_metric([str(p)], secs)
             yield load
+        yield CounterMetricFamily(
+            "kgc_offsets_expired", "Committed offsets removed by retention", value=m.offsets_expired
+        )
         if shard is None:
             return
         by_state = dict.fromkeys(GROUP_STATES, 0)
@@ -366,9 +369,6 @@ class _Collector(Collector):
                 "Committed offsets held (group, topic, partition)",
                 value=sum(len(v) for v in offsets.values()),
             )
-        yield CounterMetricFamily(
-            "kgc_offsets_expired", "Committed offsets removed by retention", value=m.offsets_expired
-        )
 
     def _storage(self) -> Iterator[Metric]:
         m = self.m
