@@ -268,8 +268,11 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     )
     from_decode = decoded.filter(kcol == "F").select(
         F.col("severity"), F.col("chk").alias("check"), F.col("grp").alias("group"),
-        F.coalesce(F.col("topic"), F.lit(OFFSETS_TOPIC)).alias("topic"),
-        F.when(F.col("topic").isNull(), F.col("opart")).otherwise(F.col("part")).alias("partition"),
+        # a finding about the log itself (no group) points at the offsets-log partition
+        F.when(F.col("grp").isNull() & F.col("topic").isNull(), F.lit(OFFSETS_TOPIC))
+        .otherwise(F.col("topic")).alias("topic"),
+        F.when(F.col("grp").isNull() & F.col("topic").isNull(), F.col("opart"))
+        .otherwise(F.col("part")).alias("partition"),
         F.col("lo1").alias("log_offset"), F.col("detail"), F.col("opart").alias("offsets_partition"),
     )
     parts_f = [

@@ -1,0 +1,308 @@
+"""The offsets audit end to end on logs written by kgc's own storage code.
+
+A clean log must produce no findings and hand-computed lag figures; each anomaly is injected
+into an otherwise clean log and must be reported with exactly the expected keys and offsets,
+with nothing else flagged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from logbuilder import OFFSETS, DataDir
+from pyspark.testing import assertDataFrameEqual
+
+from coordinator import cli
+from coordinator.audit.job import AuditOptions, run_audit
+from storage.durability import write_checkpoint
+from storage.offsets_format import (
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+    partition_for,
+)
+from storage.record_batch import encode_batch
+
+pytestmark = pytest.mark.spark
+
+NOW = 1_700_000_000_000
+DAY = 86_400_000
+N_OPARTS = 4
+OP = partition_for("g1", N_OPARTS)  # where g1 lives in the offsets log
+FINDING_SCHEMA = (
+    "severity string, `check` string, `group` string, topic string, `partition` int, "
+    "log_offset bigint"
+)
+PARTITION_SCHEMA = (
+    "`group` string, topic string, `partition` int, committed_offset bigint, "
+    "log_end_offset bigint, lag bigint, leader_epoch int, last_commit_ms bigint, "
+    "commit_count bigint, status string, log_start_offset bigint, offsets_partition int"
+)
+GROUP_SCHEMA = (
+    "`group` string, state string, members int, partitions int, total_lag bigint, "
+    "worst_status string, commits_per_min double, generation int"
+)
+
+Expected = list[tuple[str, str, str | None, str | None, int | None, int]]
+PostClose = Callable[[Path], None]
+
+
+def baseline(dd: DataDir) -> None:
+    """orders-0 has 500 records, orders-1 300; g1 (Stable, 2 members) commits 5 times each."""
+    dd.topic("orders", 2, {0: 500, 1: 300}, ts=NOW - 9000)
+    dd.group("g1", 2, 3, NOW - 8500)
+    for i in range(5):
+        ts = NOW - 8000 + i * 1500
+        dd.commit("g1", "orders", 0, 100 * (i + 1), ts)
+        dd.commit("g1", "orders", 1, 50 * (i + 1), ts)
+
+
+def segment(root: Path, opart: int = OP) -> Path:
+    return sorted((root / f"{OFFSETS}-{opart}").glob("*.log"))[-1]
+
+
+def audit(spark: Any, root: Path, **kw: Any) -> Any:
+    return run_audit(spark, AuditOptions(str(root), now_ms=NOW, **kw))
+
+
+def build(tmp_path: Path, inject: Callable[[DataDir], tuple[Expected, PostClose | None]] | None = None) -> tuple[Path, Expected]:
+    root = tmp_path / "data"
+    dd = DataDir(root, N_OPARTS)
+    baseline(dd)
+    expected: Expected = []
+    post = None
+    if inject is not None:
+        expected, post = inject(dd)
+    dd.close()
+    if post is not None:
+        post(root)
+    return root, expected
+
+
+# ---------------------------------------------------------------- clean log
+
+
+def test_clean_log_has_no_findings_and_correct_lag(spark: Any, tmp_path: Path) -> None:
+    root, _ = build(tmp_path)
+    result = audit(spark, root)
+    try:
+        assert result.findings.count() == 0
+        last = NOW - 8000 + 4 * 1500
+        expected_parts = spark.createDataFrame(
+            [
+                ("g1", "orders", 0, 500, 500, 0, -1, last, 5, "OK", 0, OP),
+                ("g1", "orders", 1, 250, 300, 50, -1, last, 5, "OK", 0, OP),
+            ],
+            PARTITION_SCHEMA,
+        )
+        assertDataFrameEqual(result.partitions.select(*expected_parts.columns), expected_parts)
+        # 10 commits between the first (NOW-8000) and last (NOW-2000): 10 per 6 s = 100/min
+        expected_groups = spark.createDataFrame(
+            [("g1", "Stable", 2, 2, 50, "OK", 100.0, 3)], GROUP_SCHEMA
+        )
+        assertDataFrameEqual(result.groups, expected_groups)
+        assert result.stats["records"] == 11 and result.stats["offsets_partitions"] == N_OPARTS
+    finally:
+        result.release()
+
+
+def test_cli_exit_codes_and_report_files(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    root, _ = build(tmp_path)
+    out = tmp_path / "out"
+    args = ["audit", "--log-dir", str(root), "--out", str(out), "--now-ms", str(NOW)]
+    assert cli.main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["exit_code"] == 0 and summary["findings"]["total"] == 0
+    assert summary["partitions"] == 2 and summary["total_lag"] == 50
+    parts = spark.read.parquet(str(out / "partitions"))
+    assert sorted((r["partition"], r["lag"]) for r in parts.collect()) == [(0, 0), (1, 50)]
+    assert spark.read.parquet(str(out / "findings")).count() == 0
+    assert "No findings." in capsys.readouterr().out
+
+    # an error-level finding: exit 2 by default, 0 with --fail-on none; JSON output
+    bad = tmp_path / "bad"
+    bad_root, _ = build(bad, inject_truncated_batch)
+    args = ["audit", "--log-dir", str(bad_root), "--out", str(out), "--now-ms", str(NOW)]
+    assert cli.main(args) == 2
+    assert "truncated_batch" in capsys.readouterr().out
+    assert cli.main([*args, "--fail-on", "none", "--format", "json", "--quiet"]) == 0
+    rows = spark.read.json(str(out / "findings")).collect()
+    assert [r["check"] for r in rows] == ["truncated_batch"]
+
+
+def test_missing_log_dir_is_an_error(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    args = ["audit", "--log-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
+    assert cli.main(args) == 1
+    assert "no log segments" in capsys.readouterr().err
+
+
+def test_without_pyspark_prints_install_hint(monkeypatch: Any, tmp_path: Path, capsys: Any) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "pyspark", None)
+    assert cli.main(["audit", "--log-dir", str(tmp_path), "--out", str(tmp_path / "o")]) == 1
+    assert "pip install 'kgc[audit]'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- anomalies
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def inject_crc_mismatch(dd: DataDir) -> tuple[Expected, PostClose]:
+    x = dd.commit("g1", "orders", 0, 500, NOW - 1000)
+
+    def corrupt(root: Path) -> None:
+        seg = segment(root)
+        data = bytearray(seg.read_bytes())
+        data[-1] ^= 0xFF  # last byte of the last batch: its commit timestamp
+        seg.write_bytes(bytes(data))
+
+    return [("error", "crc_mismatch", None, OFFSETS, OP, x)], corrupt
+
+
+def inject_truncated_batch(dd: DataDir) -> tuple[Expected, PostClose]:
+    end = dd.olog("g1").log_end_offset
+    return [("error", "truncated_batch", None, OFFSETS, OP, end)], lambda root: _append(
+        segment(root), b"\x00" * 30
+    )
+
+
+def inject_unknown_record_version(dd: DataDir) -> tuple[Expected, None]:
+    x, _ = dd.olog("g1").append_records([(b"\x00\x09future", b"\x00\x00")], timestamp_ms=NOW)
+    return [("warn", "unknown_record_version", None, OFFSETS, OP, x)], None
+
+
+def _commit_batch(base: int, offset: int, ts: int) -> bytes:
+    rec = (encode_offset_commit_key("g1", "orders", 0), encode_offset_commit_value(offset, "", ts))
+    return encode_batch(base, [rec], timestamp_ms=ts)
+
+
+def inject_non_monotonic_offsets(dd: DataDir) -> tuple[Expected, PostClose]:
+    return [("error", "non_monotonic_offsets", None, OFFSETS, OP, 3)], lambda root: _append(
+        segment(root), _commit_batch(3, 500, NOW - 1000)
+    )
+
+
+def inject_overlapping_segments(dd: DataDir) -> tuple[Expected, PostClose]:
+    def overlap(root: Path) -> None:
+        (root / f"{OFFSETS}-{OP}" / f"{5:020d}.log").write_bytes(_commit_batch(5, 500, NOW - 1000))
+
+    return [("error", "overlapping_segments", None, OFFSETS, OP, 5)], overlap
+
+
+def inject_wrong_partition(dd: DataDir) -> tuple[Expected, None]:
+    wrong = (partition_for("gx", N_OPARTS) + 1) % N_OPARTS
+    x = dd.group("gx", 1, 1, NOW - 3000, opart=wrong)
+    dd.commit("gx", "orders", 0, 500, NOW - 2500, opart=wrong)
+    return [("error", "wrong_partition", "gx", OFFSETS, wrong, x)], None
+
+
+def inject_offset_rewind(dd: DataDir) -> tuple[Expected, None]:
+    x = dd.commit("g1", "orders", 1, 100, NOW - 1000)
+    return [("warn", "offset_rewind", "g1", "orders", 1, x)], None
+
+
+def inject_offset_rewind_across_segments(dd: DataDir) -> tuple[Expected, None]:
+    dd.roll("g1")
+    x = dd.commit("g1", "orders", 1, 100, NOW - 1000)
+    return [("warn", "offset_rewind", "g1", "orders", 1, x)], None
+
+
+def inject_commit_beyond_log_end(dd: DataDir) -> tuple[Expected, None]:
+    x = dd.commit("g1", "orders", 1, 900, NOW - 1000)
+    return [("error", "commit_beyond_log_end", "g1", "orders", 1, x)], None
+
+
+def inject_commit_below_log_start(dd: DataDir) -> tuple[Expected, PostClose]:
+    dd.group("g2", 1, 1, NOW - 3000)
+    x = dd.commit("g2", "orders", 0, 50, NOW - 2500)
+
+    def start_at_100(root: Path) -> None:
+        write_checkpoint(root / "orders-0" / "log-start-offset", 100, sync=False)
+
+    return [("warn", "commit_below_log_start", "g2", "orders", 0, x)], start_at_100
+
+
+def inject_offsets_past_retention(dd: DataDir) -> tuple[Expected, None]:
+    dd.group("ge", 0, 2, NOW - 8 * DAY)
+    x = dd.commit("ge", "orders", 0, 500, NOW - 8 * DAY - 1000)
+    return [("warn", "offsets_past_retention", "ge", "orders", 0, x)], None
+
+
+def inject_tombstone_without_record(dd: DataDir) -> tuple[Expected, None]:
+    # g1's orders-1 had commits before its tombstone: not flagged (and no longer live).
+    dd.tombstone("g1", "orders", 1, ts=NOW - 1000)
+    x = dd.tombstone("g1", "orders", 7, ts=NOW - 1000)
+    y = dd.tombstone("g3", ts=NOW - 1000)
+    return [
+        ("info", "tombstone_without_record", "g1", "orders", 7, x),
+        ("info", "tombstone_without_record", "g3", None, None, y),
+    ], None
+
+
+def inject_offsets_without_group(dd: DataDir) -> tuple[Expected, None]:
+    x = dd.commit("solo", "orders", 0, 500, NOW - 3000)
+    return [("info", "offsets_without_group", "solo", None, None, x)], None
+
+
+def inject_group_without_offsets(dd: DataDir) -> tuple[Expected, None]:
+    x = dd.group("lonely", 1, 1, NOW - 3000)
+    return [("info", "group_without_offsets", "lonely", None, None, x)], None
+
+
+def inject_commit_for_unknown_partition(dd: DataDir) -> tuple[Expected, None]:
+    x = dd.commit("g1", "orders", 5, 10, NOW - 1000)
+    y = dd.commit("g1", "gone", 0, 10, NOW - 1000)
+    return [
+        ("warn", "commit_for_unknown_partition", "g1", "orders", 5, x),
+        ("warn", "commit_for_unknown_partition", "g1", "gone", 0, y),
+    ], None
+
+
+def inject_commit_timestamp_in_future(dd: DataDir) -> tuple[Expected, None]:
+    x = dd.commit("g1", "orders", 0, 500, NOW + 3_600_000)
+    return [("warn", "commit_timestamp_in_future", "g1", "orders", 0, x)], None
+
+
+def inject_commit_timestamp_backwards(dd: DataDir) -> tuple[Expected, None]:
+    x = dd.commit("g1", "orders", 0, 500, NOW - 5000)
+    return [("warn", "commit_timestamp_backwards", "g1", "orders", 0, x)], None
+
+
+def inject_leader_epoch_regression(dd: DataDir) -> tuple[Expected, None]:
+    dd.commit("g1", "orders", 0, 500, NOW - 1500, epoch=5)
+    x = dd.commit("g1", "orders", 0, 500, NOW - 1000, epoch=3)
+    return [("warn", "leader_epoch_regression", "g1", "orders", 0, x)], None
+
+
+def inject_generation_regression(dd: DataDir) -> tuple[Expected, None]:
+    x = dd.group("g1", 2, 2, NOW - 1000)
+    return [("warn", "generation_regression", "g1", None, None, x)], None
+
+
+INJECTIONS = [v for k, v in sorted(globals().items()) if k.startswith("inject_")]
+
+
+@pytest.mark.parametrize("inject", INJECTIONS, ids=lambda f: f.__name__.removeprefix("inject_"))
+def test_injected_anomaly_is_found_and_nothing_else(
+    spark: Any, tmp_path: Path, inject: Callable[[DataDir], tuple[Expected, PostClose | None]]
+) -> None:
+    root, expected = build(tmp_path, inject)
+    result = audit(spark, root)
+    try:
+        actual = result.findings.select("severity", "check", "group", "topic", "partition", "log_offset")
+        assertDataFrameEqual(actual, spark.createDataFrame(expected, FINDING_SCHEMA))
+        if inject is inject_commit_for_unknown_partition:
+            # no topic log: lag and status unknown, and not counted in the group's worst status
+            rows = result.partitions.filter("partition = 5 OR topic = 'gone'").collect()
+            assert [(r["lag"], r["status"]) for r in rows] == [(None, None), (None, None)]
+            assert result.groups.collect()[0]["worst_status"] == "OK"
+        if inject is inject_tombstone_without_record:
+            assert [r["partition"] for r in result.partitions.collect()] == [0]
+    finally:
+        result.release()
