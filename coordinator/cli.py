@@ -705,6 +705,13 @@ def add_admin_commands(sub: Any) -> None:
     )
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """``kgc audit``: the Spark offsets audit (pyspark is imported only here, lazily)."""
+    from coordinator.audit.cli import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kgc", description="kgc: a Kafka group coordinator")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -716,6 +723,16 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_arguments(serve)
     serve.set_defaults(func=cmd_serve)
     add_admin_commands(sub)
+    audit = sub.add_parser(
+        "audit",
+        help="audit an offsets log with Spark (needs kgc[audit])",
+        description="Audit a kgc data directory's __consumer_offsets log with Apache Spark: "
+        "lag, Burrow status and integrity/lifecycle findings as Parquet or JSON tables.",
+    )
+    from coordinator.audit.cli import add_arguments as add_audit_arguments
+
+    add_audit_arguments(audit)
+    audit.set_defaults(func=cmd_audit)
     return parser
 
 
