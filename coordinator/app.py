@@ -69,8 +69,9 @@ class App:
             broker.dispatch,
             broker.supported,
             max_request_size=s.socket_request_max_bytes,
+            # Without an endpoint nobody reads the counters: skip the per-request hook then.
             on_connection=self.metrics.on_connection,
-            on_request=self.metrics.on_request,
+            on_request=self.metrics.on_request if s.metrics_port else None,
         )
         self.port = await self.server.start(s.host, s.port)
         if s.advertised_port is None:

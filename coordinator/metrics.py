@@ -84,6 +84,8 @@ OFFSET_COMMIT_KEYS = frozenset({8, 28})  # OffsetCommit, TxnOffsetCommit
 _EVENT_GROUP = re.compile(r"^group (\S+?):? ")
 _EVENT_EXPIRED = re.compile(r"^offset expiration: (\d+) offsets expired")
 _REBALANCING = ("PreparingRebalance", "CompletingRebalance")
+_perf_counter = time.perf_counter
+_bisect_left = bisect.bisect_left
 
 
 def api_name(key: int) -> str:
@@ -111,7 +113,7 @@ class _Latency:
 class _Slot:
     """Counters of one (API, version); ``errors`` by code, ``count`` includes them."""
 
-    __slots__ = ("api", "count", "errors", "latency", "version")
+    __slots__ = ("api", "count", "counts", "errors", "latency", "version")
 
     def __init__(self, api: str, version: int, latency: _Latency) -> None:
         self.api = api
@@ -119,6 +121,7 @@ class _Slot:
         self.count = 0
         self.errors: dict[int, int] = {}
         self.latency = latency
+        self.counts = latency.counts  # the API's buckets, shared by its versions
 
 
 class Metrics:
@@ -169,20 +172,17 @@ class Metrics:
     # -- hot path
     def on_request(self, key: int, version: int, response: Any, started: float) -> None:
         """Called by the server once per answered request (``started``: perf_counter)."""
-        elapsed = time.perf_counter() - started
-        slot = self._slots.get(key << 8 | version)
-        if slot is None:
-            slot = self._new_slot(key, version)
+        elapsed = _perf_counter() - started
+        slot = self._slots.get(key << 8 | version) or self._new_slot(key, version)
         slot.count += 1
-        if type(response) is not bytes:  # cached encoded bodies are successful answers
+        if response.__class__ is not bytes:  # cached encoded bodies are successful answers
             code = getattr(response, "error_code", 0)
             if code:
                 slot.errors[code] = slot.errors.get(code, 0) + 1
             elif key in OFFSET_COMMIT_KEYS:
                 self._count_commits(response)
-        lat = slot.latency
-        lat.counts[bisect.bisect_left(LATENCY_BUCKETS, elapsed)] += 1
-        lat.sum += elapsed
+        slot.counts[_bisect_left(LATENCY_BUCKETS, elapsed)] += 1
+        slot.latency.sum += elapsed
 
     def _new_slot(self, key: int, version: int) -> _Slot:
         api = api_name(key)
