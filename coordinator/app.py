@@ -21,6 +21,8 @@ from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings, log_config, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.metrics import Metrics
+from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.runtime import GroupRuntime
 from coordinator.server import KafkaServer
 from storage.cleaner import LogCleaner
 from storage.durability import Flusher
@@ -45,6 +47,7 @@ class App:
         self.tasks: list[asyncio.Task[None]] = []
         self.cleaners: dict[int, LogCleaner] = {}
         self.data: DataPlane | None = None
+        self.groups: GroupRuntime | None = None
         self.metrics = Metrics()
         self.metrics_port: int | None = None
 
@@ -84,6 +87,30 @@ class App:
 
     def _start_components(self, broker: Broker) -> None:
         """Group runtime and data plane; each registers the APIs it answers."""
+        s = self.settings
+        shard = GroupShard(
+            GroupConfig(
+                group_min_session_timeout_ms=s.group_min_session_timeout_ms,
+                group_max_session_timeout_ms=s.group_max_session_timeout_ms,
+                group_initial_rebalance_delay_ms=s.group_initial_rebalance_delay_ms,
+                group_max_size=s.group_max_size,
+                offsets_topic_num_partitions=s.offsets_topic_num_partitions,
+                offset_metadata_max_bytes=s.offset_metadata_max_bytes,
+                offsets_retention_minutes=s.offsets_retention_minutes,
+                offsets_retention_check_interval_ms=s.offsets_retention_check_interval_ms,
+            )
+        )
+        self.groups = GroupRuntime(
+            shard,
+            self.logs,
+            self.flusher,
+            num_partitions=s.offsets_topic_num_partitions,
+            log_config=offsets_log_config(s),
+            metrics=self.metrics,
+        )
+        broker.groups = self.groups
+        broker.register(self.groups.handlers())
+        self.groups.start()
         self.data = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
         broker.data = self.data
         broker.register(self.data.handlers())
@@ -117,6 +144,8 @@ class App:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.groups is not None:
+            self.groups.close()
         await self.flusher.stop()
         self.logs.close_all()
         log.info("kgc stopped")
