@@ -90,6 +90,8 @@ def decode_assignment(data: bytes) -> Assignment:
         for _ in range(max(n_topics, 0)):
             (tlen,) = struct.unpack_from(">h", data, pos)
             pos += 2
+            if tlen < 0 or pos + tlen > len(data):
+                raise struct.error("topic name runs past the end")
             topic = data[pos : pos + tlen].decode()
             pos += tlen
             (n,) = struct.unpack_from(">i", data, pos)
