@@ -125,6 +125,18 @@ def _list_files(spark: SparkSession, root: str) -> list[tuple[str, int]]:
     return found
 
 
+def _offsets_dirs(spark: SparkSession, root: str) -> set[int]:
+    """Partition numbers of every ``__consumer_offsets-N`` directory (even without segments)."""
+    jvm: Any = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{root}/{OFFSETS_TOPIC}-*")
+    parts: set[int] = set()
+    for st in path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).globStatus(path) or []:
+        suffix = str(st.getPath().getName()).rpartition("-")[2]
+        if st.isDirectory() and suffix.isdigit():
+            parts.add(int(suffix))
+    return parts
+
+
 def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     """Build the three report DataFrames (lazy apart from the cached decode)."""
     t0 = time.perf_counter()
@@ -155,7 +167,11 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
                 topic_segs.setdefault((topic, part), []).append((seg, path))
     if not offsets_parts:
         raise AuditError(f"no {OFFSETS_TOPIC}-N/*.log segments under {root}")
-    num_partitions = opts.offsets_partitions or (max(offsets_parts) + 1)
+    # Kafka's partition_for needs the partition count: every offsets directory counts, with or
+    # without segment files.
+    num_partitions = opts.offsets_partitions or (
+        max(offsets_parts | _offsets_dirs(spark, root)) + 1
+    )
     first_seg_rows = []
     for (topic, part), segs in sorted(topic_segs.items()):
         segs.sort()
@@ -243,7 +259,7 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
                F.round(F.col("commits") * 60000.0 / (F.col("t1") - F.col("t0")), 3))
         .alias("commits_per_min"),
         "generation",
-    ).orderBy("group")
+    ).coalesce(1).sortWithinPartitions("group")
 
     lifecycle = joined.filter(
         (F.col("partitions").isNotNull() & (F.col("state").isNull() | (F.col("state") == "Dead")))
@@ -292,17 +308,21 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     )
     findings = (
         functools.reduce(lambda a, b: a.unionByName(b), parts_f)
-        .orderBy(sev_rank.desc(), "check", "group", "topic", "partition", "log_offset")
+        # small tables: one sorted partition, without orderBy's range-sampling job
+        .coalesce(1)
+        .sortWithinPartitions(sev_rank.desc(), "check", "group", "topic", "partition", "log_offset")
         .persist()
     )
-    partitions_out = partitions.drop("record_offset", "first_commit_ms").orderBy(
-        "group", "topic", "partition"
+    partitions_out = (
+        partitions.drop("record_offset", "first_commit_ms")
+        .coalesce(1)
+        .sortWithinPartitions("group", "topic", "partition")
     )
     t_end = time.perf_counter()
     stats: dict[str, Any] = {
         "log_dir": root,
         "offsets_partitions": num_partitions,
-        "offsets_segments": len(seg_rows),
+        "offsets_segments": len(seg_rows),  # non-empty ones: Spark skips empty files
         "records": sum(int(r["n"] or 0) for r in seg_rows),
         "batches": sum(int(r["n2"] or 0) for r in seg_rows),
         "bytes": sum(int(r["size"] or 0) for r in seg_rows),
