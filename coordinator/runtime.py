@@ -76,7 +76,8 @@ class GroupRuntime:
             logs.get_or_create(OFFSETS_TOPIC, p, log_config) for p in range(num_partitions)
         ]
         self.waiting: dict[int, asyncio.Future[Any]] = {}
-        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.timers: dict[str, tuple[asyncio.TimerHandle, int]] = {}  # key -> (handle, when)
+        self.deadlines: dict[str, int] = {}  # key -> current deadline (may be later than when)
         self.next_handle = 0
         self.background: set[asyncio.Task[None]] = set()
         self.loaded = asyncio.Event()
@@ -193,18 +194,39 @@ class GroupRuntime:
 
     # -- timers
     def _set_timer(self, key: str, deadline_ms: int | None) -> None:
-        old = self.timers.pop(key, None)
-        if old is not None:
-            old.cancel()
+        # Session timers move later on every heartbeat. Re-creating a loop timer each time
+        # costs more than the heartbeat itself, so a timer whose deadline moved later keeps
+        # its handle and re-arms itself for the remainder when it fires.
         if deadline_ms is None:
+            self.deadlines.pop(key, None)
+            handle = self.timers.pop(key, None)
+            if handle is not None:
+                handle[0].cancel()
             return
+        self.deadlines[key] = deadline_ms
+        handle = self.timers.get(key)
+        if handle is not None:
+            if handle[1] <= deadline_ms:
+                return
+            handle[0].cancel()
+        self._arm(key, deadline_ms)
+
+    def _arm(self, key: str, deadline_ms: int) -> None:
         delay = max(0.0, (deadline_ms - self.clock()) / 1000.0)
-        self.timers[key] = asyncio.get_running_loop().call_later(delay, self._fire, key)
+        self.timers[key] = (asyncio.get_running_loop().call_later(delay, self._fire, key), deadline_ms)
 
     def _fire(self, key: str) -> None:
         self.timers.pop(key, None)
+        deadline = self.deadlines.get(key)
+        if deadline is None:
+            return
+        now = self.clock()
+        if deadline > now:
+            self._arm(key, deadline)
+            return
+        del self.deadlines[key]
         try:
-            result = self.shard.on_timer(key, self.clock())
+            result = self.shard.on_timer(key, now)
         except Exception:
             log.exception("timer %s failed", key)
             return
@@ -251,6 +273,7 @@ class GroupRuntime:
         self.apply(self.shard.topic_deleted(topic, self.clock()))
 
     def close(self) -> None:
-        for handle in self.timers.values():
+        for handle, _ in self.timers.values():
             handle.cancel()
         self.timers.clear()
+        self.deadlines.clear()

@@ -114,11 +114,18 @@ class ShardBase:
         self.partitions: dict[int, PartitionStatus] = {}
         self._timers: dict[str, tuple[int, TimerAction]] = {}
         self.rebalances: dict[str, int] = dict.fromkeys(REBALANCE_CAUSES, 0)
+        self._partition_cache: dict[str, int] = {}
 
     # ------------------------------------------------------------ partitions
 
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.config.offsets_topic_num_partitions)
+        # Hashing the id is on every request's path; ids repeat, so remember them (bounded).
+        p = self._partition_cache.get(group_id)
+        if p is None:
+            if len(self._partition_cache) > 100_000:
+                self._partition_cache.clear()
+            p = self._partition_cache[group_id] = partition_for(group_id, self.config.offsets_topic_num_partitions)
+        return p
 
     def _availability_error(self, group_id: str) -> ErrorCode | None:
         """Errors that come before any group logic, in Kafka's order (after INVALID_GROUP_ID)."""
