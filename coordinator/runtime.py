@@ -76,6 +76,10 @@ class GroupRuntime:
             logs.get_or_create(OFFSETS_TOPIC, p, log_config) for p in range(num_partitions)
         ]
         self.waiting: dict[int, asyncio.Future[Any]] = {}
+        # Records and replies waiting for this loop turn's append (see ``apply``).
+        self.unwritten: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.unreleased: list[tuple[int, Any]] = []
+        self.write_scheduled = False
         self.timers: dict[str, tuple[asyncio.TimerHandle, int]] = {}  # key -> (handle, when)
         self.deadlines: dict[str, int] = {}  # key -> current deadline (may be later than when)
         self.next_handle = 0
@@ -135,21 +139,42 @@ class GroupRuntime:
         return mine
 
     def apply(self, result: Result) -> None:
-        """Apply a Result from a request or a timer: timers now, replies after durability."""
+        """Apply a Result from a request or a timer: timers now, replies after durability.
+
+        Records of every Result applied during one turn of the event loop are appended
+        together (one batch per offsets partition) and made durable together, so many
+        concurrent commits cost one write and one fsync wait, not one each.
+        """
         if not result.records:
             self._apply_now(result, -1)
             return
         self._side_effects(result)
+        for partition, key, value in result.records:
+            self.unwritten.setdefault(partition, []).append((key, value))
+        self.unreleased.extend(result.replies)
+        if not self.write_scheduled:
+            self.write_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_unwritten)
+
+    def _write_unwritten(self) -> None:
+        self.write_scheduled = False
+        batches, self.unwritten = self.unwritten, {}
+        replies, self.unreleased = self.unreleased, []
+        now = self.clock()
+        pending: list[tuple[PartitionLog, int]] = []
         try:
-            pending = self._append(result)
+            for partition, records in batches.items():
+                plog = self.partitions[partition]
+                _, last = plog.append_records(records, timestamp_ms=now)
+                pending.append((plog, last))
         except Exception:
-            log.exception("appending to the offsets log failed; failing %d replies", len(result.replies))
-            for handle, _ in result.replies:
+            log.exception("appending to the offsets log failed; failing %d replies", len(replies))
+            for handle, _ in replies:
                 fut = self.waiting.pop(handle, None)
                 if fut is not None and not fut.done():
                     fut.set_exception(RuntimeError("offsets log append failed"))
             return
-        task = asyncio.ensure_future(self._release_when_durable(pending, result.replies))
+        task = asyncio.ensure_future(self._release_when_durable(pending, replies))
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
@@ -160,18 +185,6 @@ class GroupRuntime:
             log.info("%s", line)
         if result.events and self.metrics is not None:
             self.metrics.group_events(result.events, self.shard.groups, self.clock())
-
-    def _append(self, result: Result) -> list[tuple[PartitionLog, int]]:
-        now = self.clock()
-        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        for partition, key, value in result.records:
-            by_partition.setdefault(partition, []).append((key, value))
-        pending = []
-        for partition, records in by_partition.items():
-            plog = self.partitions[partition]
-            _, last = plog.append_records(records, timestamp_ms=now)
-            pending.append((plog, last))
-        return pending
 
     async def _release_when_durable(self, pending: list[tuple[PartitionLog, int]], replies: list[tuple[int, Any]]) -> None:
         try:

@@ -72,6 +72,7 @@ CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
 _INT32_MAX = 2**31 - 1
+RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
 
 
 def wall_clock_ms() -> int:
@@ -156,6 +157,7 @@ class FlushTicket:
     bytes: int
     latency_ms: float = 0.0
     done: bool = field(default=False)
+    force_checkpoint: bool = False  # synchronous flushes always checkpoint
 
     def run(self) -> None:
         start = time.perf_counter()
@@ -164,8 +166,13 @@ class FlushTicket:
                 os.fsync(fd)
             if self.sync_dir:
                 fsync_dir(self.log.dir)
-            # Written after the data is durable, so it can only lag, never lead.
-            write_checkpoint(self.log.dir / RECOVERY_POINT_FILE, self.target_offset, sync=False)
+            # Written after the data is durable, so it can only lag, never lead. A lagging
+            # checkpoint only means a longer recovery scan, so (like Kafka's periodic
+            # recovery-point checkpoint) it is rewritten at most once a second.
+            now = time.monotonic()
+            if self.force_checkpoint or now - self.log.checkpointed_at >= RECOVERY_CHECKPOINT_INTERVAL_S:
+                self.log.checkpointed_at = now
+                write_checkpoint(self.log.dir / RECOVERY_POINT_FILE, self.target_offset, sync=False)
         finally:
             for fd in self.fds:
                 os.close(fd)
@@ -183,6 +190,7 @@ class PartitionLog:
         self.dir = Path(directory)
         self.config = config or LogConfig()
         self._clock = clock
+        self.checkpointed_at = 0.0  # monotonic time of the last recovery-point checkpoint
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._created_ms: dict[int, int] = {}
@@ -490,6 +498,7 @@ class PartitionLog:
         ticket = self.prepare_flush()
         if ticket is None:
             return
+        ticket.force_checkpoint = True
         try:
             ticket.run()
         except BaseException:
