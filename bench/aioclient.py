@@ -17,7 +17,9 @@ _I = struct.Struct(">i")
 
 
 class AsyncConn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str
+    ) -> None:
         self.reader, self.writer = reader, writer
         self.client_id = client_id
         self.cid = 0
@@ -47,7 +49,9 @@ class AsyncConn:
         self.cid += 1
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending.append((api_key, version, fut))
-        self.writer.write(encode_request(RequestHeader(api_key, version, self.cid, self.client_id), body))
+        self.writer.write(
+            encode_request(RequestHeader(api_key, version, self.cid, self.client_id), body)
+        )
         return fut
 
     async def call(self, api_key: int, version: int, body: Any) -> Any:

@@ -51,8 +51,10 @@ def write_log(root: Path, records: int, groups: int, partitions: int) -> None:
         for opart, ks in by_part.items():
             for i in range(0, len(ks), 100):
                 chunk = ks[i : i + 100]
-                recs = [(keyb[k], encode_offset_commit_value((r + 1) * 10, "", ts, leader_epoch=0))
-                        for k in chunk]
+                recs = [
+                    (keyb[k], encode_offset_commit_value((r + 1) * 10, "", ts, leader_epoch=0))
+                    for k in chunk
+                ]
                 olog[opart].append_records(recs, timestamp_ms=ts)
                 written += len(recs)
     for p in range(partitions):
@@ -100,7 +102,9 @@ def main() -> int:
             result.release()
             el = time.perf_counter() - t + (t_session if label == "cold" else 0.0)
             n = summary["records"]
-            rows.append((label, n, el, n / el, result.stats["seconds"], summary["findings"]["total"]))
+            rows.append(
+                (label, n, el, n / el, result.stats["seconds"], summary["findings"]["total"])
+            )
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)

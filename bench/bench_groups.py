@@ -24,21 +24,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from aioclient import AsyncConn  # noqa: E402
-from kgc_process import KgcProcess  # noqa: E402
-from loadgen import run_load  # noqa: E402
+from aioclient import AsyncConn
+from kgc_process import KgcProcess
+from loadgen import run_load
 
-from protocol.errors import ErrorCode  # noqa: E402
-from protocol.framing import RequestHeader, encode_request  # noqa: E402
-from protocol.messages import api_versions, heartbeat, join_group, leave_group, sync_group  # noqa: E402
-from protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol  # noqa: E402
-from protocol.messages.leave_group import LeaveGroupRequest, MemberIdentity  # noqa: E402
-from protocol.messages.sync_group import SyncGroupRequest, SyncGroupRequestAssignment  # noqa: E402
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader, encode_request
+from protocol.messages import api_versions, heartbeat, join_group, leave_group, sync_group
+from protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol
+from protocol.messages.leave_group import LeaveGroupRequest, MemberIdentity
+from protocol.messages.sync_group import SyncGroupRequest, SyncGroupRequestAssignment
 
 HOST = "127.0.0.1"
 # A consumer-protocol subscription to one topic (version 0, ["bench"], no user data).
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x05bench\xff\xff\xff\xff"
-EXPECTED = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
+EXPECTED = {
+    ErrorCode.REBALANCE_IN_PROGRESS,
+    ErrorCode.MEMBER_ID_REQUIRED,
+    ErrorCode.ILLEGAL_GENERATION,
+    ErrorCode.UNKNOWN_MEMBER_ID,
+}
 
 
 class Member:
@@ -53,10 +58,14 @@ class Member:
         """Join (re-joining as often as the coordinator asks) until a SyncGroup succeeds."""
         while True:
             resp = await self.conn.call(
-                join_group.API_KEY, 9,
+                join_group.API_KEY,
+                9,
                 JoinGroupRequest(
-                    group_id=self.group, session_timeout_ms=30000, rebalance_timeout_ms=60000,
-                    member_id=self.member_id, protocol_type="consumer",
+                    group_id=self.group,
+                    session_timeout_ms=30000,
+                    rebalance_timeout_ms=60000,
+                    member_id=self.member_id,
+                    protocol_type="consumer",
                     protocols=[JoinGroupRequestProtocol(name="range", metadata=SUBSCRIPTION)],
                 ),
             )
@@ -70,10 +79,27 @@ class Member:
                 continue
             self.member_id = resp.member_id
             leader = resp.leader == self.member_id and not resp.skip_assignment
-            assignments = [SyncGroupRequestAssignment(member_id=m.member_id, assignment=b"\x00\x00\x00\x00\x00\x00") for m in resp.members] if leader else []
+            assignments = (
+                [
+                    SyncGroupRequestAssignment(
+                        member_id=m.member_id, assignment=b"\x00\x00\x00\x00\x00\x00"
+                    )
+                    for m in resp.members
+                ]
+                if leader
+                else []
+            )
             s = await self.conn.call(
-                sync_group.API_KEY, 5,
-                SyncGroupRequest(group_id=self.group, generation_id=resp.generation_id, member_id=self.member_id, protocol_type="consumer", protocol_name=resp.protocol_name, assignments=assignments),
+                sync_group.API_KEY,
+                5,
+                SyncGroupRequest(
+                    group_id=self.group,
+                    generation_id=resp.generation_id,
+                    member_id=self.member_id,
+                    protocol_type="consumer",
+                    protocol_name=resp.protocol_name,
+                    assignments=assignments,
+                ),
             )
             if s.error_code:
                 self.errors.append(s.error_code)
@@ -82,16 +108,30 @@ class Member:
             return self.generation
 
     async def heartbeat(self) -> int:
-        r = await self.conn.call(heartbeat.API_KEY, 4, heartbeat.Request(group_id=self.group, generation_id=self.generation, member_id=self.member_id))
+        r = await self.conn.call(
+            heartbeat.API_KEY,
+            4,
+            heartbeat.Request(
+                group_id=self.group, generation_id=self.generation, member_id=self.member_id
+            ),
+        )
         if r.error_code:
             self.errors.append(r.error_code)
         return int(r.error_code)
 
     async def leave(self) -> None:
-        await self.conn.call(leave_group.API_KEY, 5, LeaveGroupRequest(group_id=self.group, members=[MemberIdentity(member_id=self.member_id)]))
+        await self.conn.call(
+            leave_group.API_KEY,
+            5,
+            LeaveGroupRequest(
+                group_id=self.group, members=[MemberIdentity(member_id=self.member_id)]
+            ),
+        )
 
 
-async def stay_in_group(m: Member, done: asyncio.Event, synced: dict[str, int], interval: float) -> None:
+async def stay_in_group(
+    m: Member, done: asyncio.Event, synced: dict[str, int], interval: float
+) -> None:
     await m.join_and_sync()
     synced[m.member_id] = m.generation
     while not done.is_set():
@@ -128,9 +168,15 @@ async def rebalance_latency(port: int, n: int) -> tuple[float, int]:
     return (finished - start) * 1000, max(synced.values())
 
 
-async def setup_groups(port: int, groups: int, per_group: int, connections: int) -> list[tuple[str, int, str]]:
-    conns = await asyncio.gather(*(AsyncConn.open(HOST, port, f"setup{i}") for i in range(groups * per_group)))
-    members = [Member(conns[g * per_group + i], f"hb-{g}") for g in range(groups) for i in range(per_group)]
+async def setup_groups(
+    port: int, groups: int, per_group: int, connections: int
+) -> list[tuple[str, int, str]]:
+    conns = await asyncio.gather(
+        *(AsyncConn.open(HOST, port, f"setup{i}") for i in range(groups * per_group))
+    )
+    members = [
+        Member(conns[g * per_group + i], f"hb-{g}") for g in range(groups) for i in range(per_group)
+    ]
     synced: dict[str, int] = {}
     done = asyncio.Event()
     tasks = [asyncio.ensure_future(stay_in_group(m, done, synced, 0.2)) for m in members]
@@ -151,7 +197,10 @@ async def setup_groups(port: int, groups: int, per_group: int, connections: int)
 
 def heartbeat_frames(members: list[tuple[str, int, str]]) -> list[bytes]:
     return [
-        encode_request(RequestHeader(heartbeat.API_KEY, 4, 1, "bench"), heartbeat.Request(group_id=g, generation_id=gen, member_id=mid))
+        encode_request(
+            RequestHeader(heartbeat.API_KEY, 4, 1, "bench"),
+            heartbeat.Request(group_id=g, generation_id=gen, member_id=mid),
+        )
         for g, gen, mid in members
     ]
 
@@ -200,7 +249,9 @@ def main() -> None:
     ap.add_argument("--churn-seconds", type=float, default=30.0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        kgc = KgcProcess(Path(tmp) / "data", "--group-initial-rebalance-delay-ms", "0", "--log-level", "WARNING")
+        kgc = KgcProcess(
+            Path(tmp) / "data", "--group-initial-rebalance-delay-ms", "0", "--log-level", "WARNING"
+        )
         kgc.start()
         try:
             print("\n(a) rebalance latency, initial delay 0")
@@ -209,12 +260,37 @@ def main() -> None:
                 ms, gen = asyncio.run(rebalance_latency(kgc.port, n))
                 print(f"{n:>8} {ms:>14.1f} {gen:>11}")
 
-            members = asyncio.run(setup_groups(kgc.port, args.groups, args.per_group, args.connections))
+            members = asyncio.run(
+                setup_groups(kgc.port, args.groups, args.per_group, args.connections)
+            )
             frames = heartbeat_frames(members)
-            hb = asyncio.run(run_load(HOST, kgc.port, lambda i: frames[i % len(frames)], connections=args.connections, depth=args.depth, seconds=args.seconds))
-            av_frame = encode_request(RequestHeader(api_versions.API_KEY, 3, 1, "bench"), api_versions.Request(client_software_name="b", client_software_version="1"))
-            av = asyncio.run(run_load(HOST, kgc.port, lambda i: av_frame, connections=args.connections, depth=args.depth, seconds=args.seconds))
-            print(f"\n(b) heartbeat, {args.groups} groups x {args.per_group} members, {args.connections} connections x {args.depth} in flight")
+            hb = asyncio.run(
+                run_load(
+                    HOST,
+                    kgc.port,
+                    lambda i: frames[i % len(frames)],
+                    connections=args.connections,
+                    depth=args.depth,
+                    seconds=args.seconds,
+                )
+            )
+            av_frame = encode_request(
+                RequestHeader(api_versions.API_KEY, 3, 1, "bench"),
+                api_versions.Request(client_software_name="b", client_software_version="1"),
+            )
+            av = asyncio.run(
+                run_load(
+                    HOST,
+                    kgc.port,
+                    lambda i: av_frame,
+                    connections=args.connections,
+                    depth=args.depth,
+                    seconds=args.seconds,
+                )
+            )
+            print(
+                f"\n(b) heartbeat, {args.groups} groups x {args.per_group} members, {args.connections} connections x {args.depth} in flight"
+            )
             print(f"{'request':<14} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
             print(f"{'Heartbeat v4':<14} {hb.rate:>10.0f} {hb.p50:>8.2f} {hb.pct(99):>8.2f}")
             print(f"{'ApiVersions v3':<14} {av.rate:>10.0f} {av.p50:>8.2f} {av.pct(99):>8.2f}")
@@ -222,8 +298,12 @@ def main() -> None:
 
             if args.churn_seconds > 0:
                 gen, unexpected, joins = asyncio.run(churn(kgc.port, args.churn_seconds))
-                print(f"\n(c) churn for {args.churn_seconds:.0f} s: 10 stable members, 4 joining/leaving every 1-3 s")
-                print(f"joins by churners: {joins}; final generation (rebalances completed): {gen}; unexpected errors: {len(unexpected)} {sorted(set(unexpected))}")
+                print(
+                    f"\n(c) churn for {args.churn_seconds:.0f} s: 10 stable members, 4 joining/leaving every 1-3 s"
+                )
+                print(
+                    f"joins by churners: {joins}; final generation (rebalances completed): {gen}; unexpected errors: {len(unexpected)} {sorted(set(unexpected))}"
+                )
         finally:
             kgc.stop()
 

@@ -20,12 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kgc_process import KgcProcess, free_port  # noqa: E402
-from loadgen import run_load  # noqa: E402
+from kgc_process import KgcProcess, free_port
+from loadgen import run_load
 
-from coordinator.client import Connection  # noqa: E402
-from protocol.framing import RequestHeader, encode_request  # noqa: E402
-from protocol.messages import api_versions, create_topics, metadata  # noqa: E402
+from coordinator.client import Connection
+from protocol.framing import RequestHeader, encode_request
+from protocol.messages import api_versions, create_topics, metadata
 
 CANNED = textwrap.dedent(
     """
@@ -65,20 +65,51 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--depth", type=int, default=32)
-    ap.add_argument("--compare", action="store_true", help="also measure the canned-bytes asyncio ceiling")
+    ap.add_argument(
+        "--compare", action="store_true", help="also measure the canned-bytes asyncio ceiling"
+    )
     args = ap.parse_args()
 
-    av = request_bytes(api_versions.API_KEY, 3, api_versions.Request(client_software_name="bench", client_software_version="1"))
-    md = request_bytes(metadata.API_KEY, 12, metadata.Request(topics=[metadata.MetadataRequestTopic(name="bench-topic")]))
+    av = request_bytes(
+        api_versions.API_KEY,
+        3,
+        api_versions.Request(client_software_name="bench", client_software_version="1"),
+    )
+    md = request_bytes(
+        metadata.API_KEY,
+        12,
+        metadata.Request(topics=[metadata.MetadataRequestTopic(name="bench-topic")]),
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         kgc = KgcProcess(Path(tmp) / "data")
         kgc.start()
         try:
             with Connection.to(kgc.bootstrap) as c:
-                c.request(create_topics.API_KEY, create_topics.Request(topics=[create_topics.CreatableTopic(name="bench-topic", num_partitions=6, replication_factor=1)]))
-            for name, payload in (("ApiVersions v3", av), ("Metadata v12 (1 topic, 6 partitions)", md)):
-                res = asyncio.run(run_load("127.0.0.1", kgc.port, lambda i, p=payload: p, connections=args.connections, depth=args.depth, seconds=args.seconds))
+                c.request(
+                    create_topics.API_KEY,
+                    create_topics.Request(
+                        topics=[
+                            create_topics.CreatableTopic(
+                                name="bench-topic", num_partitions=6, replication_factor=1
+                            )
+                        ]
+                    ),
+                )
+            for name, payload in (
+                ("ApiVersions v3", av),
+                ("Metadata v12 (1 topic, 6 partitions)", md),
+            ):
+                res = asyncio.run(
+                    run_load(
+                        "127.0.0.1",
+                        kgc.port,
+                        lambda i, p=payload: p,
+                        connections=args.connections,
+                        depth=args.depth,
+                        seconds=args.seconds,
+                    )
+                )
                 rows.append(("kgc", name, res))
         finally:
             kgc.stop()
@@ -87,7 +118,16 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, "-c", CANNED, str(port)])
         time.sleep(1.0)
         try:
-            res = asyncio.run(run_load("127.0.0.1", port, lambda i: av, connections=args.connections, depth=args.depth, seconds=args.seconds))
+            res = asyncio.run(
+                run_load(
+                    "127.0.0.1",
+                    port,
+                    lambda i: av,
+                    connections=args.connections,
+                    depth=args.depth,
+                    seconds=args.seconds,
+                )
+            )
             rows.append(("canned asyncio", "ApiVersions (canned bytes)", res))
         finally:
             proc.terminate()
@@ -98,7 +138,7 @@ def main() -> None:
         print(f"{server:<16} {name:<38} {res.rate:>10.0f} {res.p50:>8.2f} {res.pct(99):>8.2f}")
     if args.compare:
         ceiling = rows[-1][2].rate
-        for server, name, res in rows[:-1]:
+        for _server, name, res in rows[:-1]:
             print(f"ratio {name}: {res.rate / ceiling:.2f} of the canned ceiling")
 
 

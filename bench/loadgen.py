@@ -41,7 +41,16 @@ class LoadResult:
         return statistics.median(self.latencies_ms) if self.latencies_ms else float("nan")
 
 
-async def _conn(host: str, port: int, make: Callable[[int], bytes], depth: int, stop_at: float, lat: list[float], counter: list[int], index: int) -> None:
+async def _conn(
+    host: str,
+    port: int,
+    make: Callable[[int], bytes],
+    depth: int,
+    stop_at: float,
+    lat: list[float],
+    counter: list[int],
+    index: int,
+) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     sent: deque[float] = deque()
     seq = 0
@@ -68,12 +77,31 @@ async def _conn(host: str, port: int, make: Callable[[int], bytes], depth: int, 
     writer.close()
 
 
-async def run_load(host: str, port: int, make: Callable[[int], bytes], *, connections: int, depth: int, seconds: float, warmup: float = 0.5) -> LoadResult:
+async def run_load(
+    host: str,
+    port: int,
+    make: Callable[[int], bytes],
+    *,
+    connections: int,
+    depth: int,
+    seconds: float,
+    warmup: float = 0.5,
+) -> LoadResult:
     # Warm up (connections, server caches), then measure.
     if warmup:
-        await asyncio.gather(*(_conn(host, port, make, depth, time.perf_counter() + warmup, [], [0], i) for i in range(connections)))
+        await asyncio.gather(
+            *(
+                _conn(host, port, make, depth, time.perf_counter() + warmup, [], [0], i)
+                for i in range(connections)
+            )
+        )
     lat: list[float] = []
     counter = [0]
     start = time.perf_counter()
-    await asyncio.gather(*(_conn(host, port, make, depth, start + seconds, lat, counter, i) for i in range(connections)))
+    await asyncio.gather(
+        *(
+            _conn(host, port, make, depth, start + seconds, lat, counter, i)
+            for i in range(connections)
+        )
+    )
     return LoadResult(counter[0], time.perf_counter() - start, lat)

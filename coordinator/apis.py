@@ -62,4 +62,3 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     sasl_authenticate.API_KEY: (0, 2),
     offset_delete.API_KEY: (0, 0),
 }
-

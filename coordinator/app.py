@@ -20,8 +20,8 @@ from coordinator.broker import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings, log_config, offsets_log_config
 from coordinator.dataplane import DataPlane
-from coordinator.metrics import Metrics
 from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
 from coordinator.server import KafkaServer
 from storage.cleaner import LogCleaner
@@ -66,7 +66,10 @@ class App:
         if broker.groups is not None and broker.groups.metrics is None:
             broker.groups.metrics = self.metrics  # load times, rebalance durations
         self.metrics.bind(
-            shard=getattr(broker.groups, "shard", None), logs=self.logs, flusher=self.flusher, cleaners=self.cleaners.values
+            shard=getattr(broker.groups, "shard", None),
+            logs=self.logs,
+            flusher=self.flusher,
+            cleaners=self.cleaners.values,
         )
         self.server = KafkaServer(
             broker.dispatch,
@@ -83,7 +86,9 @@ class App:
         if s.metrics_port:
             self.metrics_port = await self.metrics.serve(s.host, s.metrics_port)
             log.info("metrics on http://%s:%d/metrics", s.host, self.metrics_port)
-        log.info("kgc listening on %s:%d (node %d, data in %s)", s.host, self.port, s.node_id, s.data_dir)
+        log.info(
+            "kgc listening on %s:%d (node %d, data in %s)", s.host, self.port, s.node_id, s.data_dir
+        )
 
     def _start_components(self, broker: Broker) -> None:
         """Group runtime and data plane; each registers the APIs it answers."""

@@ -29,15 +29,23 @@ from protocol.messages import (
     sasl_authenticate,
     sasl_handshake,
 )
-from protocol.messages.api_versions import ApiVersionsResponse, ApiVersion
+from protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 from protocol.messages.create_topics import (
     CreatableTopicConfigs,
     CreatableTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
 )
-from protocol.messages.delete_topics import DeletableTopicResult, DeleteTopicsRequest, DeleteTopicsResponse
-from protocol.messages.find_coordinator import Coordinator, FindCoordinatorRequest, FindCoordinatorResponse
+from protocol.messages.delete_topics import (
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+from protocol.messages.find_coordinator import (
+    Coordinator,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 from protocol.messages.metadata import (
     MetadataRequest,
     MetadataResponse,
@@ -84,7 +92,9 @@ class Broker:
         self.node_id = settings.node_id
         # A wildcard listener cannot be given to clients; Kafka advertises the host name then.
         wildcard = settings.host in ("", "0.0.0.0", "::")
-        self.advertised_host = settings.advertised_host or (socket.getfqdn() if wildcard else settings.host)
+        self.advertised_host = settings.advertised_host or (
+            socket.getfqdn() if wildcard else settings.host
+        )
         self.advertised_port = settings.advertised_port or settings.port
         self.groups: GroupRuntime | None = None
         self.data: DataPlane | None = None
@@ -125,24 +135,37 @@ class Broker:
                 for k, (lo, hi) in sorted(self.supported.items())
             ]
             body = ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
-            cached = self._api_versions_cache[header.api_version] = encode_body(api_versions.API_KEY, header.api_version, body)
+            cached = self._api_versions_cache[header.api_version] = encode_body(
+                api_versions.API_KEY, header.api_version, body
+            )
         return cached
 
     # -- Metadata
-    def metadata(self, header: RequestHeader, req: MetadataRequest, client: ClientInfo) -> MetadataResponse | bytes:
+    def metadata(
+        self, header: RequestHeader, req: MetadataRequest, client: ClientInfo
+    ) -> MetadataResponse | bytes:
         # Clients ask for the same topics over and over; answers only change with the catalog.
         if self._metadata_cache_at != self.catalog.changes:
             self._metadata_cache.clear()
             self._metadata_cache_at = self.catalog.changes
         by_name = req.topics is not None and all(t.name is not None for t in req.topics)
-        cache_key = (header.api_version, tuple(t.name for t in req.topics) if by_name and req.topics is not None else None)  # type: ignore[misc]
+        names = (
+            tuple(t.name or "" for t in req.topics) if by_name and req.topics is not None else None
+        )
+        cache_key = (header.api_version, names)
         if (by_name or req.topics is None) and cache_key in self._metadata_cache:
             return self._metadata_cache[cache_key]
         resp = self._metadata(header, req)
-        if (by_name or req.topics is None) and self._metadata_cache_at == self.catalog.changes and all(t.error_code == 0 for t in resp.topics):
+        if (
+            (by_name or req.topics is None)
+            and self._metadata_cache_at == self.catalog.changes
+            and all(t.error_code == 0 for t in resp.topics)
+        ):
             if len(self._metadata_cache) > 1024:
                 self._metadata_cache.clear()
-            self._metadata_cache[cache_key] = encode_body(metadata.API_KEY, header.api_version, resp)
+            self._metadata_cache[cache_key] = encode_body(
+                metadata.API_KEY, header.api_version, resp
+            )
         return resp
 
     def _metadata(self, header: RequestHeader, req: MetadataRequest) -> MetadataResponse:
@@ -159,28 +182,45 @@ class Broker:
                     names.append(info.name if info else None)
                 else:
                     names.append(t.name)
-            auto_create = self.settings.auto_create_topics_enable and (version < 4 or req.allow_auto_topic_creation)
+            auto_create = self.settings.auto_create_topics_enable and (
+                version < 4 or req.allow_auto_topic_creation
+            )
         topics = []
         for name in names:
             if name is None:
-                topics.append(MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None))
+                topics.append(
+                    MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None)
+                )
                 continue
             info = self.catalog.get(name)
             if info is None:
                 err = topic_name_error(name)
                 if err is not None:
-                    topics.append(MetadataResponseTopic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name))
+                    topics.append(
+                        MetadataResponseTopic(error_code=ErrorCode.INVALID_TOPIC, name=name)
+                    )
                     continue
                 if auto_create:
                     info = self.create_topic(name, self.settings.num_partitions, {})
                     log.info("auto-created topic %s with %d partitions", name, info.num_partitions)
                 else:
-                    topics.append(MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                    topics.append(
+                        MetadataResponseTopic(
+                            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name
+                        )
+                    )
                     continue
             topics.append(self._topic_metadata(info))
         return MetadataResponse(
             throttle_time_ms=0,
-            brokers=[MetadataResponseBroker(node_id=self.node_id, host=self.advertised_host, port=self.advertised_port, rack=None)],
+            brokers=[
+                MetadataResponseBroker(
+                    node_id=self.node_id,
+                    host=self.advertised_host,
+                    port=self.advertised_port,
+                    rack=None,
+                )
+            ],
             cluster_id=self.settings.cluster_id,
             controller_id=self.node_id,
             topics=topics,
@@ -217,7 +257,9 @@ class Broker:
             self.data.create_partitions(info)
         return info
 
-    def create_topics(self, header: RequestHeader, req: CreateTopicsRequest, client: ClientInfo) -> CreateTopicsResponse:
+    def create_topics(
+        self, header: RequestHeader, req: CreateTopicsRequest, client: ClientInfo
+    ) -> CreateTopicsResponse:
         results = []
         for t in req.topics:
             res = CreatableTopicResult(name=t.name, num_partitions=-1, replication_factor=-1)
@@ -225,7 +267,7 @@ class Broker:
             configs = {c.name: c.value for c in t.configs if c.value is not None}
             err = topic_name_error(t.name)
             if err is not None:
-                res.error_code, res.error_message = ErrorCode.INVALID_TOPIC_EXCEPTION, err
+                res.error_code, res.error_message = ErrorCode.INVALID_TOPIC, err
                 continue
             if self.catalog.get(t.name) is not None:
                 res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
@@ -235,15 +277,21 @@ class Broker:
                 nodes = {n for a in t.assignments for n in a.broker_ids}
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     res.error_code = ErrorCode.INVALID_REQUEST
-                    res.error_message = "Both numPartitions or replicationFactor and replicasAssignments were set."
+                    res.error_message = (
+                        "Both numPartitions or replicationFactor and replicasAssignments were set."
+                    )
                     continue
                 if nodes - {self.node_id}:
-                    res.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
-                    res.error_message = f"Unknown broker ids in assignment: {sorted(nodes - {self.node_id})}"
+                    res.error_code = ErrorCode.INVALID_REPLICATION_ASSIGNMENT
+                    res.error_message = (
+                        f"Unknown broker ids in assignment: {sorted(nodes - {self.node_id})}"
+                    )
                     continue
                 num_partitions = len(t.assignments)
             else:
-                num_partitions = self.settings.num_partitions if t.num_partitions == -1 else t.num_partitions
+                num_partitions = (
+                    self.settings.num_partitions if t.num_partitions == -1 else t.num_partitions
+                )
             if num_partitions <= 0:
                 res.error_code = ErrorCode.INVALID_PARTITIONS
                 res.error_message = "Number of partitions must be larger than 0."
@@ -262,17 +310,27 @@ class Broker:
                 continue
             res.num_partitions, res.replication_factor = num_partitions, 1
             res.configs = [
-                CreatableTopicConfigs(name=k, value=configs.get(k, v), read_only=False, config_source=1 if k in configs else 5, is_sensitive=False)
+                CreatableTopicConfigs(
+                    name=k,
+                    value=configs.get(k, v),
+                    read_only=False,
+                    config_source=1 if k in configs else 5,
+                    is_sensitive=False,
+                )
                 for k, v in sorted(TOPIC_CONFIGS.items())
             ]
             if req.validate_only:
                 continue
             info = self.create_topic(t.name, num_partitions, configs)
             res.topic_id = info.topic_id
-            log.info("created topic %s with %d partitions %s", t.name, num_partitions, configs or "")
+            log.info(
+                "created topic %s with %d partitions %s", t.name, num_partitions, configs or ""
+            )
         return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
-    def delete_topics(self, header: RequestHeader, req: DeleteTopicsRequest, client: ClientInfo) -> DeleteTopicsResponse:
+    def delete_topics(
+        self, header: RequestHeader, req: DeleteTopicsRequest, client: ClientInfo
+    ) -> DeleteTopicsResponse:
         results = []
         targets: list[tuple[str | None, bytes]] = []
         if header.api_version >= 6:
@@ -284,7 +342,11 @@ class Broker:
             res = DeletableTopicResult(name=name, topic_id=topic_id)
             results.append(res)
             if info is None:
-                res.error_code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                res.error_code = (
+                    ErrorCode.UNKNOWN_TOPIC_ID
+                    if name is None
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
                 continue
             res.name, res.topic_id = info.name, info.topic_id
             self.delete_topic(info)
@@ -299,7 +361,9 @@ class Broker:
         log.info("deleted topic %s", info.name)
 
     # -- FindCoordinator
-    def find_coordinator(self, header: RequestHeader, req: FindCoordinatorRequest, client: ClientInfo) -> FindCoordinatorResponse:
+    def find_coordinator(
+        self, header: RequestHeader, req: FindCoordinatorRequest, client: ClientInfo
+    ) -> FindCoordinatorResponse:
         version = header.api_version
         if version >= 4:
             coordinators = [self._coordinator(k, req.key_type) for k in req.coordinator_keys]
@@ -316,15 +380,39 @@ class Broker:
 
     def _coordinator(self, key: str, key_type: int) -> Coordinator:
         if key_type == COORDINATOR_KEY_GROUP:
-            return Coordinator(key=key, node_id=self.node_id, host=self.advertised_host, port=self.advertised_port, error_code=0)
+            return Coordinator(
+                key=key,
+                node_id=self.node_id,
+                host=self.advertised_host,
+                port=self.advertised_port,
+                error_code=0,
+            )
         if key_type == COORDINATOR_KEY_TRANSACTION:
             # No transaction coordinator runs here; this is Kafka's answer when none is available.
-            return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="Transactions are not supported by kgc")
-        return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST, error_message=f"Unsupported key type {key_type}")
+            return Coordinator(
+                key=key,
+                node_id=-1,
+                host="",
+                port=-1,
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message="Transactions are not supported by kgc",
+            )
+        return Coordinator(
+            key=key,
+            node_id=-1,
+            host="",
+            port=-1,
+            error_code=ErrorCode.INVALID_REQUEST,
+            error_message=f"Unsupported key type {key_type}",
+        )
 
     # -- SASL: kgc has only a PLAINTEXT listener; Kafka answers SASL there with ILLEGAL_SASL_STATE.
     def sasl_handshake(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
         return sasl_handshake.Response(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
 
     def sasl_authenticate(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
-        return sasl_authenticate.Response(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message="SASL is not enabled on this listener", auth_bytes=b"")
+        return sasl_authenticate.Response(
+            error_code=ErrorCode.ILLEGAL_SASL_STATE,
+            error_message="SASL is not enabled on this listener",
+            auth_bytes=b"",
+        )

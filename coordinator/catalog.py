@@ -17,7 +17,6 @@ from pathlib import Path
 
 from storage.durability import fsync_dir
 
-
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 
@@ -55,14 +54,18 @@ class TopicCatalog:
         self.changes = 0  # bumped on every change, so readers can cache derived answers
         if path.exists():
             for t in json.loads(path.read_text()):
-                info = TopicInfo(t["name"], bytes.fromhex(t["id"]), int(t["partitions"]), dict(t["configs"]))
+                info = TopicInfo(
+                    t["name"], bytes.fromhex(t["id"]), int(t["partitions"]), dict(t["configs"])
+                )
                 self.topics[info.name] = info
                 self.by_id[info.topic_id] = info
 
     def get(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
 
-    def create(self, name: str, num_partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+    def create(
+        self, name: str, num_partitions: int, configs: dict[str, str] | None = None
+    ) -> TopicInfo:
         # Kafka never hands out the zero id or ids whose base64 starts with '-'.
         topic_id = uuid.uuid4().bytes
         info = TopicInfo(name, topic_id, num_partitions, dict(configs or {}))
@@ -83,7 +86,12 @@ class TopicCatalog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         data = [
-            {"name": t.name, "id": t.topic_id.hex(), "partitions": t.num_partitions, "configs": t.configs}
+            {
+                "name": t.name,
+                "id": t.topic_id.hex(),
+                "partitions": t.num_partitions,
+                "configs": t.configs,
+            }
             for t in self.topics.values()
         ]
         with open(tmp, "w") as f:

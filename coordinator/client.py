@@ -23,7 +23,9 @@ class KafkaError(Exception):
 
 
 class Connection:
-    def __init__(self, host: str, port: int, *, client_id: str = "kgc-cli", timeout: float = 10.0) -> None:
+    def __init__(
+        self, host: str, port: int, *, client_id: str = "kgc-cli", timeout: float = 10.0
+    ) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
@@ -72,7 +74,11 @@ class Connection:
         return resp
 
     def negotiate(self) -> None:
-        resp = self.call(api_versions.API_KEY, 3, api_versions.Request(client_software_name="kgc", client_software_version="0.1"))
+        resp = self.call(
+            api_versions.API_KEY,
+            3,
+            api_versions.Request(client_software_name="kgc", client_software_version="0.1"),
+        )
         if resp.error_code:
             raise KafkaError(f"ApiVersions failed with error {resp.error_code}")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
@@ -82,7 +88,7 @@ class Connection:
             self.negotiate()
         mod = BY_KEY[api_key]
         lo, hi = self.versions.get(api_key, (-1, -1))
-        v = min(hi, mod.MAX_VERSION)
+        v = min(hi, int(mod.MAX_VERSION))
         if v < max(lo, mod.MIN_VERSION):
             raise KafkaError(f"the broker does not support api key {api_key}")
         return v

@@ -27,47 +27,83 @@ class Settings(BaseSettings):
     # -- server
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(9092, ge=0, le=65535, description="port to listen on (0 = any free port)")
-    advertised_host: str | None = Field(None, description="host given to clients in Metadata (default: host)")
-    advertised_port: int | None = Field(None, ge=1, le=65535, description="port given to clients (default: the bound port)")
+    advertised_host: str | None = Field(
+        None, description="host given to clients in Metadata (default: host)"
+    )
+    advertised_port: int | None = Field(
+        None, ge=1, le=65535, description="port given to clients (default: the bound port)"
+    )
     node_id: int = Field(0, ge=0, description="this broker's node id")
     cluster_id: str = Field("kgc-cluster-0000000000", description="cluster id reported in Metadata")
     data_dir: Path = Field(Path("./kgc-data"), description="where logs and the topic catalog live")
-    socket_request_max_bytes: int = Field(104857600, ge=1024, description="largest request frame accepted")
-    metrics_port: int = Field(9404, ge=0, le=65535, description="Prometheus endpoint port (0 = off)")
+    socket_request_max_bytes: int = Field(
+        104857600, ge=1024, description="largest request frame accepted"
+    )
+    metrics_port: int = Field(
+        9404, ge=0, le=65535, description="Prometheus endpoint port (0 = off)"
+    )
     log_format: Literal["text", "json"] = Field("text", description="log line format")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
     # -- group coordinator (Kafka names and defaults)
-    group_min_session_timeout_ms: int = Field(6000, ge=0, description="smallest session timeout a member may ask for")
-    group_max_session_timeout_ms: int = Field(1800000, ge=0, description="largest session timeout a member may ask for")
-    group_initial_rebalance_delay_ms: int = Field(3000, ge=0, description="wait for more members before the first rebalance of an empty group")
+    group_min_session_timeout_ms: int = Field(
+        6000, ge=0, description="smallest session timeout a member may ask for"
+    )
+    group_max_session_timeout_ms: int = Field(
+        1800000, ge=0, description="largest session timeout a member may ask for"
+    )
+    group_initial_rebalance_delay_ms: int = Field(
+        3000, ge=0, description="wait for more members before the first rebalance of an empty group"
+    )
     group_max_size: int = Field(2147483647, ge=1, description="most members a group may hold")
     offsets_topic_num_partitions: int = Field(50, ge=1, description="partitions of the offsets log")
-    offsets_topic_segment_bytes: int = Field(104857600, ge=1024, description="segment size of the offsets log")
+    offsets_topic_segment_bytes: int = Field(
+        104857600, ge=1024, description="segment size of the offsets log"
+    )
     offset_metadata_max_bytes: int = Field(4096, ge=0, description="longest commit metadata string")
-    offsets_retention_minutes: int = Field(10080, ge=1, description="how long offsets of an empty group are kept")
-    offsets_retention_check_interval_ms: int = Field(600000, ge=1, description="how often expired offsets are looked for")
+    offsets_retention_minutes: int = Field(
+        10080, ge=1, description="how long offsets of an empty group are kept"
+    )
+    offsets_retention_check_interval_ms: int = Field(
+        600000, ge=1, description="how often expired offsets are looked for"
+    )
 
     # -- log engine
     log_segment_bytes: int = Field(1073741824, ge=1024, description="segment size of topic logs")
     log_roll_ms: int = Field(604800000, ge=1, description="roll a segment after this age")
-    log_retention_ms: int = Field(604800000, ge=-1, description="topic data retention by time (-1 = forever)")
-    log_retention_bytes: int = Field(-1, ge=-1, description="topic data retention by size per partition (-1 = none)")
-    log_cleaner_delete_retention_ms: int = Field(86400000, ge=0, description="how long tombstones survive compaction")
+    log_retention_ms: int = Field(
+        604800000, ge=-1, description="topic data retention by time (-1 = forever)"
+    )
+    log_retention_bytes: int = Field(
+        -1, ge=-1, description="topic data retention by size per partition (-1 = none)"
+    )
+    log_cleaner_delete_retention_ms: int = Field(
+        86400000, ge=0, description="how long tombstones survive compaction"
+    )
     log_cleaner_backoff_ms: int = Field(15000, ge=1, description="pause between compaction passes")
-    log_flush_policy: Literal["batch", "interval", "none"] = Field("batch", description="fsync every write batch (group commit), on an interval, or never")
-    log_flush_interval_ms: int = Field(1000, ge=1, description="fsync interval for the 'interval' policy")
-    log_flush_interval_messages: int = Field(10000, ge=1, description="fsync after this many messages for the 'interval' policy")
+    log_flush_policy: Literal["batch", "interval", "none"] = Field(
+        "batch", description="fsync every write batch (group commit), on an interval, or never"
+    )
+    log_flush_interval_ms: int = Field(
+        1000, ge=1, description="fsync interval for the 'interval' policy"
+    )
+    log_flush_interval_messages: int = Field(
+        10000, ge=1, description="fsync after this many messages for the 'interval' policy"
+    )
     message_max_bytes: int = Field(1048588, ge=1, description="largest record batch accepted")
 
     # -- topics
-    auto_create_topics_enable: bool = Field(True, description="create unknown topics on Metadata/Produce")
+    auto_create_topics_enable: bool = Field(
+        True, description="create unknown topics on Metadata/Produce"
+    )
     num_partitions: int = Field(1, ge=1, description="partitions of auto-created topics")
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
-            raise ValueError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+            raise ValueError(
+                "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
+            )
         return self
 
     @classmethod
@@ -124,7 +160,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, info in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         default = info.default
-        helptext = f"{info.description} [{kafka_name(name)}; env KGC_{name.upper()}; default: {default}]"
+        helptext = (
+            f"{info.description} [{kafka_name(name)}; env KGC_{name.upper()}; default: {default}]"
+        )
         parser.add_argument(flag, dest=name, default=None, help=helptext)
 
 
@@ -147,7 +185,9 @@ def load(args: argparse.Namespace | None = None) -> Settings:
         lines = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            lines.append(f"invalid setting {kafka_name(loc)}: {err['msg']} (got {err.get('input')!r})")
+            lines.append(
+                f"invalid setting {kafka_name(loc)}: {err['msg']} (got {err.get('input')!r})"
+            )
         raise SystemExit("\n".join(lines)) from None
     except ValueError as exc:
         raise SystemExit(f"invalid configuration: {exc}") from None
@@ -162,7 +202,9 @@ def log_config(settings: Settings, topic_configs: dict[str, str] | None = None) 
         retention_ms=int(c.get("retention.ms", settings.log_retention_ms)),
         retention_bytes=int(c.get("retention.bytes", settings.log_retention_bytes)),
         cleanup_policy=c.get("cleanup.policy", "delete"),
-        delete_retention_ms=int(c.get("delete.retention.ms", settings.log_cleaner_delete_retention_ms)),
+        delete_retention_ms=int(
+            c.get("delete.retention.ms", settings.log_cleaner_delete_retention_ms)
+        ),
         min_cleanable_dirty_ratio=float(c.get("min.cleanable.dirty.ratio", 0.5)),
         max_message_bytes=int(c.get("max.message.bytes", settings.message_max_bytes)),
         flush_policy=settings.log_flush_policy,
@@ -175,5 +217,9 @@ def offsets_log_config(settings: Settings) -> LogConfig:
     """The offsets log is compacted, with Kafka's offsets.topic.segment.bytes segments."""
     return log_config(
         settings,
-        {"cleanup.policy": "compact", "segment.bytes": str(settings.offsets_topic_segment_bytes), "retention.ms": "-1"},
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(settings.offsets_topic_segment_bytes),
+            "retention.ms": "-1",
+        },
     )

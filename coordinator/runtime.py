@@ -109,7 +109,9 @@ class GroupRuntime:
         return {key: bind(method) for key, method in table.items()}
 
     # -- requests
-    def call(self, method: Callable[..., Result], header: RequestHeader, body: Any, client: ClientInfo) -> Any:
+    def call(
+        self, method: Callable[..., Result], header: RequestHeader, body: Any, client: ClientInfo
+    ) -> Any:
         self.next_handle += 1
         handle = self.next_handle
         # Kafka reports hosts as Java's InetAddress.toString(): "/127.0.0.1".
@@ -186,7 +188,9 @@ class GroupRuntime:
         if result.events and self.metrics is not None:
             self.metrics.group_events(result.events, self.shard.groups, self.clock())
 
-    async def _release_when_durable(self, pending: list[tuple[PartitionLog, int]], replies: list[tuple[int, Any]]) -> None:
+    async def _release_when_durable(
+        self, pending: list[tuple[PartitionLog, int]], replies: list[tuple[int, Any]]
+    ) -> None:
         try:
             for plog, offset in pending:
                 await self.flusher.wait_durable(plog, offset)
@@ -226,7 +230,10 @@ class GroupRuntime:
 
     def _arm(self, key: str, deadline_ms: int) -> None:
         delay = max(0.0, (deadline_ms - self.clock()) / 1000.0)
-        self.timers[key] = (asyncio.get_running_loop().call_later(delay, self._fire, key), deadline_ms)
+        self.timers[key] = (
+            asyncio.get_running_loop().call_later(delay, self._fire, key),
+            deadline_ms,
+        )
 
     def _fire(self, key: str) -> None:
         self.timers.pop(key, None)
@@ -273,7 +280,9 @@ class GroupRuntime:
             await asyncio.sleep(0)
         log.info(
             "loaded %d offsets-log records from %d partitions in %.2f s",
-            total, len(self.partitions), time.perf_counter() - started,
+            total,
+            len(self.partitions),
+            time.perf_counter() - started,
         )
         self.loaded.set()
 

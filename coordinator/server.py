@@ -17,6 +17,7 @@ log line); other connections never notice. A slow reader pauses our reading from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import socket
@@ -28,8 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import ErrorCode
-from protocol.framing import API_VERSIONS_KEY, RequestHeader, UnknownApi, decode_request, encode_response
-from protocol.messages.api_versions import ApiVersionsResponse, ApiVersion
+from protocol.framing import (
+    API_VERSIONS_KEY,
+    RequestHeader,
+    UnknownApi,
+    decode_request,
+    encode_response,
+)
+from protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 from protocol.primitives import DecodeError
 
 log = logging.getLogger("kgc.server")
@@ -90,10 +97,8 @@ class KafkaConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transport is not a subclass
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.host, self.port = str(peer[0]), int(peer[1])
@@ -129,7 +134,10 @@ class KafkaConnection(asyncio.Protocol):
             if size < 0 or size > max_size:
                 log.warning(
                     "closing connection from %s:%d: request size %d outside [0, %d]",
-                    self.host, self.port, size, max_size,
+                    self.host,
+                    self.port,
+                    size,
+                    max_size,
                 )
                 self.abort()
                 return
@@ -162,8 +170,11 @@ class KafkaConnection(asyncio.Protocol):
         except DecodeError as exc:
             log.warning(
                 "closing connection from %s:%d: malformed request (api key %s): %s; frame starts %s",
-                self.host, self.port,
-                struct.unpack_from(">h", frame)[0] if len(frame) >= 2 else "?", exc, frame[:256].hex(),
+                self.host,
+                self.port,
+                struct.unpack_from(">h", frame)[0] if len(frame) >= 2 else "?",
+                exc,
+                frame[:256].hex(),
             )
             self.abort()
             return
@@ -175,13 +186,18 @@ class KafkaConnection(asyncio.Protocol):
                 return
             log.warning(
                 "closing connection from %s:%d: unsupported api key %d version %d",
-                self.host, self.port, key, version,
+                self.host,
+                self.port,
+                key,
+                version,
             )
             self.abort()
             return
         info = self.info
         if info is None or info.client_id != (header.client_id or ""):
-            info = self.info = ClientInfo(header.client_id or "", self.host, self.port, self.conn_id)
+            info = self.info = ClientInfo(
+                header.client_id or "", self.host, self.port, self.conn_id
+            )
         on_request = server.on_request
         started = time.perf_counter() if on_request is not None else 0.0
         try:
@@ -198,7 +214,11 @@ class KafkaConnection(asyncio.Protocol):
             task.add_done_callback(self.tasks.discard)
             self._update_reading()
             return
-        data = None if result is NO_RESPONSE else encode_response(key, version, header.correlation_id, result)
+        data = (
+            None
+            if result is NO_RESPONSE
+            else encode_response(key, version, header.correlation_id, result)
+        )
         if on_request is not None:
             on_request(key, version, result, started)
         if not self.slots:
@@ -209,17 +229,25 @@ class KafkaConnection(asyncio.Protocol):
         slot.data, slot.done = data, True
         self.slots.append(slot)
 
-    async def _finish(self, slot: _Slot, header: RequestHeader, pending: Awaitable[Any], started: float) -> None:
+    async def _finish(
+        self, slot: _Slot, header: RequestHeader, pending: Awaitable[Any], started: float
+    ) -> None:
         try:
             result = await pending
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("handler for api key %d v%d failed; closing connection", header.api_key, header.api_version)
+            log.exception(
+                "handler for api key %d v%d failed; closing connection",
+                header.api_key,
+                header.api_version,
+            )
             self.abort()
             return
         if result is not NO_RESPONSE:
-            slot.data = encode_response(header.api_key, header.api_version, header.correlation_id, result)
+            slot.data = encode_response(
+                header.api_key, header.api_version, header.correlation_id, result
+            )
         on_request = self.server.on_request
         if on_request is not None:
             on_request(header.api_key, header.api_version, result, started)

@@ -714,7 +714,7 @@ def render_errors(kp: str) -> str:
     for obj in vars(ke).values():
         errno = getattr(obj, "errno", None)
         if isinstance(obj, type) and issubclass(obj, ke.BrokerResponseError) and errno is not None:
-            codes.setdefault(int(errno), str(obj.message))
+            codes.setdefault(int(errno), str(getattr(obj, "message")))  # noqa: B009
     lines = [
         BANNER.format(kp=kp).rstrip("\n"),
         '"""Kafka error codes, with Kafka\'s numbers and names."""',

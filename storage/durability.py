@@ -269,8 +269,14 @@ class Flusher:
             # A few worker threads share the tickets: fsyncs of different files overlap,
             # without one thread hop per partition.
             chunks = [tickets[i::FSYNC_THREADS] for i in range(min(FSYNC_THREADS, len(tickets)))]
-            chunk_results = await asyncio.gather(*(asyncio.to_thread(_run_tickets, c) for c in chunks))
-            by_ticket = {id(t): r for c, rs in zip(chunks, chunk_results, strict=True) for t, r in zip(c, rs, strict=True)}
+            chunk_results = await asyncio.gather(
+                *(asyncio.to_thread(_run_tickets, c) for c in chunks)
+            )
+            by_ticket = {
+                id(t): r
+                for c, rs in zip(chunks, chunk_results, strict=True)
+                for t, r in zip(c, rs, strict=True)
+            }
             results = [by_ticket[id(t)] for t in tickets]
             now = self._clock()
             for ticket, result in zip(tickets, results, strict=True):

@@ -170,7 +170,10 @@ class FlushTicket:
             # checkpoint only means a longer recovery scan, so (like Kafka's periodic
             # recovery-point checkpoint) it is rewritten at most once a second.
             now = time.monotonic()
-            if self.force_checkpoint or now - self.log.checkpointed_at >= RECOVERY_CHECKPOINT_INTERVAL_S:
+            if (
+                self.force_checkpoint
+                or now - self.log.checkpointed_at >= RECOVERY_CHECKPOINT_INTERVAL_S
+            ):
                 self.log.checkpointed_at = now
                 write_checkpoint(self.log.dir / RECOVERY_POINT_FILE, self.target_offset, sync=False)
         finally:

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from kgc_process import KgcProcess  # noqa: E402
+from kgc_process import KgcProcess
 
 
 @pytest.fixture

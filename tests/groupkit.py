@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from confluent_kafka import Consumer
+from kgc_process import KgcProcess
 
 from coordinator.client import Connection
-from kgc_process import KgcProcess
 from protocol.messages import create_topics
 
 
@@ -19,12 +19,23 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     with Connection.to(bootstrap) as c:
         _, resp = c.request(
             create_topics.API_KEY,
-            create_topics.Request(topics=[create_topics.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)]),
+            create_topics.Request(
+                topics=[
+                    create_topics.CreatableTopic(
+                        name=name, num_partitions=partitions, replication_factor=1
+                    )
+                ]
+            ),
         )
         assert resp.topics[0].error_code in (0, 36), resp
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.1, what: str = "condition") -> None:
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    what: str = "condition",
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -33,7 +44,12 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, interval: f
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def async_wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0, interval: float = 0.1, what: str = "condition") -> None:
+async def async_wait_until(
+    predicate: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    what: str = "condition",
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ok = predicate()

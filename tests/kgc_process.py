@@ -38,15 +38,24 @@ class KgcProcess:
 
     def start(self, timeout: float = 20.0) -> None:
         args = [
-            sys.executable, "-m", "coordinator", "serve",
-            "--port", str(self.port),
-            "--data-dir", str(self.data_dir),
-            "--metrics-port", str(self.metrics_port),
-            "--group-initial-rebalance-delay-ms", "100",
+            sys.executable,
+            "-m",
+            "coordinator",
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--group-initial-rebalance-delay-ms",
+            "100",
             *self.extra,
         ]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

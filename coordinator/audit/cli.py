@@ -28,28 +28,49 @@ if TYPE_CHECKING:
 
 __all__ = ["INSTALL_HINT", "add_arguments", "main", "prepare_environment", "run", "spark_session"]
 
-INSTALL_HINT = (
-    "kgc audit needs PySpark (and Java 17+): pip install 'kgc[audit]'"
-)
+INSTALL_HINT = "kgc audit needs PySpark (and Java 17+): pip install 'kgc[audit]'"
 _SEVERITIES = ["info", "warn", "error"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-dir", required=True, help="kgc data directory (local path or a Hadoop URI)")
+    p.add_argument(
+        "--log-dir", required=True, help="kgc data directory (local path or a Hadoop URI)"
+    )
     p.add_argument("--out", required=True, help="directory for the reports (replaced if present)")
     p.add_argument("--format", choices=["parquet", "json"], default="parquet")
-    p.add_argument("--master", default=None,
-                   help="Spark master (default local[2]; under spark-submit the submitted one)")
-    p.add_argument("--window", type=int, default=10, help="commits per partition for Burrow's rules")
-    p.add_argument("--fail-on", choices=[*_SEVERITIES, "none"], default="error",
-                   help="exit 2 when a finding has this severity or worse")
+    p.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default local[2]; under spark-submit the submitted one)",
+    )
+    p.add_argument(
+        "--window", type=int, default=10, help="commits per partition for Burrow's rules"
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=[*_SEVERITIES, "none"],
+        default="error",
+        help="exit 2 when a finding has this severity or worse",
+    )
     p.add_argument("--now-ms", type=int, default=None, help="audit time (default: now)")
-    p.add_argument("--retention-minutes", type=int, default=10080,
-                   help="offsets.retention.minutes for offsets_past_retention")
-    p.add_argument("--clock-skew-ms", type=int, default=60_000,
-                   help="allowance before a commit timestamp counts as in the future")
-    p.add_argument("--offsets-partitions", type=int, default=None,
-                   help="offsets topic partition count (default: inferred from the directories)")
+    p.add_argument(
+        "--retention-minutes",
+        type=int,
+        default=10080,
+        help="offsets.retention.minutes for offsets_past_retention",
+    )
+    p.add_argument(
+        "--clock-skew-ms",
+        type=int,
+        default=60_000,
+        help="allowance before a commit timestamp counts as in the future",
+    )
+    p.add_argument(
+        "--offsets-partitions",
+        type=int,
+        default=None,
+        help="offsets topic partition count (default: inferred from the directories)",
+    )
     p.add_argument("--top", type=int, default=20, help="findings shown on the console")
     p.add_argument("--quiet", action="store_true", help="no console report")
 
@@ -150,8 +171,11 @@ def build_summary(
         "counts": lambda: result.findings.groupBy("severity", "check").count().collect(),
         "top": lambda: result.findings.limit(top).collect(),
         "groups": lambda: result.groups.collect(),
-        "status": lambda: result.partitions.groupBy("status")
-        .agg(F.count("*").alias("n"), F.sum("lag").alias("lag")).collect(),
+        "status": lambda: (
+            result.partitions.groupBy("status")
+            .agg(F.count("*").alias("n"), F.sum("lag").alias("lag"))
+            .collect()
+        ),
     }
     with ThreadPoolExecutor(len(queries)) as pool:
         futures = {name: pool.submit(q) for name, q in queries.items()}
@@ -180,7 +204,9 @@ def build_summary(
     return summary, top_rows, groups
 
 
-def render_console(summary: dict[str, Any], top_rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
+def render_console(
+    summary: dict[str, Any], top_rows: list[dict[str, Any]], groups: list[dict[str, Any]]
+) -> str:
     """Plain-text report (rich is used for colour when it is installed and stdout is a tty)."""
     lines = [
         f"kgc offsets audit of {summary['log_dir']}",
@@ -188,13 +214,20 @@ def render_console(summary: dict[str, Any], top_rows: list[dict[str, Any]], grou
         f"{summary['offsets_partitions']} offsets partitions; {summary['topic_partitions']} topic "
         f"partitions; {summary['groups']} groups, {summary['partitions']} committed partitions, "
         f"total lag {summary['total_lag']:,}",
-        "  findings: " + ", ".join(f"{k}={v}" for k, v in summary["findings"]["by_severity"].items())
-        + "   status: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["status"].items(), key=lambda kv: str(kv[0]))),
+        "  findings: "
+        + ", ".join(f"{k}={v}" for k, v in summary["findings"]["by_severity"].items())
+        + "   status: "
+        + ", ".join(
+            f"{k}={v}" for k, v in sorted(summary["status"].items(), key=lambda kv: str(kv[0]))
+        ),
         "",
     ]
 
     def table(headers: list[str], rows: list[list[str]]) -> list[str]:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+        widths = [
+            max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+            for i, h in enumerate(headers)
+        ]
         out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
         out.append("  ".join("-" * w for w in widths))
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
@@ -207,8 +240,18 @@ def render_console(summary: dict[str, Any], top_rows: list[dict[str, Any]], grou
         lines.append(f"Top findings ({len(top_rows)} of {summary['findings']['total']}):")
         lines += table(
             ["severity", "check", "group", "topic", "partition", "log_offset", "detail"],
-            [[s(r["severity"]), s(r["check"]), s(r["group"]), s(r["topic"]), s(r["partition"]),
-              s(r["log_offset"]), s(r["detail"])[:90]] for r in top_rows],
+            [
+                [
+                    s(r["severity"]),
+                    s(r["check"]),
+                    s(r["group"]),
+                    s(r["topic"]),
+                    s(r["partition"]),
+                    s(r["log_offset"]),
+                    s(r["detail"])[:90],
+                ]
+                for r in top_rows
+            ],
         )
     else:
         lines.append("No findings.")
@@ -216,8 +259,18 @@ def render_console(summary: dict[str, Any], top_rows: list[dict[str, Any]], grou
     lines.append("Groups:")
     lines += table(
         ["group", "state", "members", "partitions", "total_lag", "worst_status", "commits/min"],
-        [[s(g["group"]), s(g["state"]), s(g["members"]), s(g["partitions"]), s(g["total_lag"]),
-          s(g["worst_status"]), s(g["commits_per_min"])] for g in groups[:50]],
+        [
+            [
+                s(g["group"]),
+                s(g["state"]),
+                s(g["members"]),
+                s(g["partitions"]),
+                s(g["total_lag"]),
+                s(g["worst_status"]),
+                s(g["commits_per_min"]),
+            ]
+            for g in groups[:50]
+        ],
     )
     if len(groups) > 50:
         lines.append(f"... and {len(groups) - 50} more groups (see the groups table)")
@@ -255,8 +308,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"kgc audit: {e}", file=sys.stderr)
         return 1
     except Exception as e:  # Spark errors arrive as Py4J / Analysis exceptions
-        print(f"kgc audit failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-              file=sys.stderr)
+        print(
+            f"kgc audit failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            file=sys.stderr,
+        )
         return 1
     if not args.quiet:
         print(render_console(summary, top_rows, groups))

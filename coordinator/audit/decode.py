@@ -258,7 +258,11 @@ def _decode_offsets_segment(
             if prev_last is not None and h.base_offset <= prev_last:
                 rows.append(
                     _finding(
-                        src, opart, seg, "error", "non_monotonic_offsets",
+                        src,
+                        opart,
+                        seg,
+                        "error",
+                        "non_monotonic_offsets",
                         f"batch at byte {start} starts at offset {h.base_offset}, "
                         f"not after the previous batch's last offset {prev_last}",
                         h.base_offset,
@@ -271,7 +275,11 @@ def _decode_offsets_segment(
             if not verify_crc(buf, start, end):
                 rows.append(
                     _finding(
-                        src, opart, seg, "error", "crc_mismatch",
+                        src,
+                        opart,
+                        seg,
+                        "error",
+                        "crc_mismatch",
                         f"CRC32C mismatch in batch at byte {start} "
                         f"(offsets {h.base_offset}..{h.last_offset}); its records were skipped",
                         h.base_offset,
@@ -283,14 +291,26 @@ def _decode_offsets_segment(
             try:
                 tuples = list(iter_record_tuples(buf[start:end]))
             except (CorruptBatchError, UnsupportedCompressionError) as e:
-                check = "truncated_batch" if isinstance(e, CorruptBatchError) else "unsupported_compression"
+                check = (
+                    "truncated_batch"
+                    if isinstance(e, CorruptBatchError)
+                    else "unsupported_compression"
+                )
                 rows.append(_finding(src, opart, seg, "error", check, str(e), h.base_offset))
                 continue
             records += len(tuples)
             for lo, _bts, kb, vb in tuples:
                 if kb is None:
                     rows.append(
-                        _finding(src, opart, seg, "error", "undecodable_record", "record without a key", lo)
+                        _finding(
+                            src,
+                            opart,
+                            seg,
+                            "error",
+                            "undecodable_record",
+                            "record without a key",
+                            lo,
+                        )
                     )
                     continue
                 k = key_cache.get(kb)
@@ -299,7 +319,9 @@ def _decode_offsets_segment(
                         dk = decode_key(kb)
                     except OffsetsFormatError as e:
                         rows.append(
-                            _finding(src, opart, seg, "error", "undecodable_record", f"key: {e}", lo)
+                            _finding(
+                                src, opart, seg, "error", "undecodable_record", f"key: {e}", lo
+                            )
                         )
                         continue
                     if isinstance(dk, OffsetCommitKey):
@@ -328,10 +350,24 @@ def _decode_offsets_segment(
                     try:
                         v = decode_offset_commit_value(vb)
                     except OffsetsFormatError as e:
-                        check = "unknown_record_version" if "version" in str(e) else "undecodable_record"
+                        check = (
+                            "unknown_record_version"
+                            if "version" in str(e)
+                            else "undecodable_record"
+                        )
                         rows.append(
-                            _finding(src, opart, seg, "warn" if check == "unknown_record_version" else "error",
-                                     check, f"offset commit value: {e}", lo, k[0], k[1], k[2])
+                            _finding(
+                                src,
+                                opart,
+                                seg,
+                                "warn" if check == "unknown_record_version" else "error",
+                                check,
+                                f"offset commit value: {e}",
+                                lo,
+                                k[0],
+                                k[1],
+                                k[2],
+                            )
                         )
                         continue
                     off = v.offset
@@ -347,24 +383,56 @@ def _decode_offsets_segment(
                         if po is not None:
                             if off < po:
                                 rows.append(
-                                    _finding(src, opart, seg, "warn", "offset_rewind",
-                                             f"committed offset went from {po} to {off}", lo, *k)
+                                    _finding(
+                                        src,
+                                        opart,
+                                        seg,
+                                        "warn",
+                                        "offset_rewind",
+                                        f"committed offset went from {po} to {off}",
+                                        lo,
+                                        *k,
+                                    )
                                 )
                             pt = st.prev_ts
                             if pt is not None and ts < pt:
                                 rows.append(
-                                    _finding(src, opart, seg, "warn", "commit_timestamp_backwards",
-                                             f"commit timestamp went from {pt} to {ts}", lo, *k)
+                                    _finding(
+                                        src,
+                                        opart,
+                                        seg,
+                                        "warn",
+                                        "commit_timestamp_backwards",
+                                        f"commit timestamp went from {pt} to {ts}",
+                                        lo,
+                                        *k,
+                                    )
                                 )
                         if ep != -1 and st.ep2 != -1 and ep < st.ep2:
                             rows.append(
-                                _finding(src, opart, seg, "warn", "leader_epoch_regression",
-                                         f"leader epoch went from {st.ep2} to {ep}", lo, *k)
+                                _finding(
+                                    src,
+                                    opart,
+                                    seg,
+                                    "warn",
+                                    "leader_epoch_regression",
+                                    f"leader epoch went from {st.ep2} to {ep}",
+                                    lo,
+                                    *k,
+                                )
                             )
                     if ts > future_limit_ms:
                         rows.append(
-                            _finding(src, opart, seg, "warn", "commit_timestamp_in_future",
-                                     f"commit timestamp {ts} is after the audit time", lo, *k)
+                            _finding(
+                                src,
+                                opart,
+                                seg,
+                                "warn",
+                                "commit_timestamp_in_future",
+                                f"commit timestamp {ts} is after the audit time",
+                                lo,
+                                *k,
+                            )
                         )
                     st.n += 1
                     st.off2 = off
@@ -398,16 +466,36 @@ def _decode_offsets_segment(
                     try:
                         gv = decode_group_metadata_value(vb)
                     except OffsetsFormatError as e:
-                        check = "unknown_record_version" if "version" in str(e) else "undecodable_record"
+                        check = (
+                            "unknown_record_version"
+                            if "version" in str(e)
+                            else "undecodable_record"
+                        )
                         rows.append(
-                            _finding(src, opart, seg, "warn" if check == "unknown_record_version" else "error",
-                                     check, f"group metadata value: {e}", lo, k)
+                            _finding(
+                                src,
+                                opart,
+                                seg,
+                                "warn" if check == "unknown_record_version" else "error",
+                                check,
+                                f"group metadata value: {e}",
+                                lo,
+                                k,
+                            )
                         )
                         continue
                     if gs.g2 is not None and gv.generation < gs.g2 and not gs.last_tomb:
                         rows.append(
-                            _finding(src, opart, seg, "warn", "generation_regression",
-                                     f"generation went from {gs.g2} to {gv.generation}", lo, k)
+                            _finding(
+                                src,
+                                opart,
+                                seg,
+                                "warn",
+                                "generation_regression",
+                                f"generation went from {gs.g2} to {gv.generation}",
+                                lo,
+                                k,
+                            )
                         )
                     if gs.n == 0:
                         gs.g1 = gv.generation
@@ -420,54 +508,120 @@ def _decode_offsets_segment(
                 else:
                     assert isinstance(k, UnknownKey)
                     rows.append(
-                        _finding(src, opart, seg, "warn", "unknown_record_version",
-                                 f"key version {k.version} is not an offset commit or classic "
-                                 "group record (newer Kafka record type?)", lo)
+                        _finding(
+                            src,
+                            opart,
+                            seg,
+                            "warn",
+                            "unknown_record_version",
+                            f"key version {k.version} is not an offset commit or classic "
+                            "group record (newer Kafka record type?)",
+                            lo,
+                        )
                     )
         if end < len(buf):
             rows.append(
-                _finding(src, opart, seg, "error", "truncated_batch",
-                         f"{len(buf) - end} bytes at the end of the segment (from byte {end}) "
-                         "are not a complete batch", prev_last + 1 if prev_last is not None else seg)
+                _finding(
+                    src,
+                    opart,
+                    seg,
+                    "error",
+                    "truncated_batch",
+                    f"{len(buf) - end} bytes at the end of the segment (from byte {end}) "
+                    "are not a complete batch",
+                    prev_last + 1 if prev_last is not None else seg,
+                )
             )
     except CorruptBatchError as e:
         rows.append(
-            _finding(src, opart, seg, "error", "corrupt_batch",
-                     f"{e}; the rest of the segment ({len(buf) - end} bytes) was not read",
-                     prev_last + 1 if prev_last is not None else seg)
+            _finding(
+                src,
+                opart,
+                seg,
+                "error",
+                "corrupt_batch",
+                f"{e}; the rest of the segment ({len(buf) - end} bytes) was not read",
+                prev_last + 1 if prev_last is not None else seg,
+            )
         )
 
     rows.append(
         {
-            "kind": "S", "src": src, "opart": opart, "seg": seg, "lo1": first_offset,
-            "lo2": last_offset, "n": records, "n2": batches, "size": len(buf), "tsmax": max_ts,
+            "kind": "S",
+            "src": src,
+            "opart": opart,
+            "seg": seg,
+            "lo1": first_offset,
+            "lo2": last_offset,
+            "n": records,
+            "n2": batches,
+            "size": len(buf),
+            "tsmax": max_ts,
         }
     )
     for (g, t, p), st in keys.items():
         exp = expected_cache[g]
         rows.append(
             {
-                "kind": "K", "src": src, "opart": opart, "seg": seg, "grp": g, "topic": t,
-                "part": p, "lo1": st.lo1, "lo2": st.lo2, "off1": st.off1, "off2": st.off2,
-                "ts1": st.ts1, "ts2": st.ts2, "tsmax": st.tsmax, "ep1": st.ep1, "ep2": st.ep2,
-                "n": st.n, "n2": st.ntomb, "lead_tomb": st.lead_tomb, "last_tomb": st.last_tomb,
-                "expire": st.expire, "expected": exp,
+                "kind": "K",
+                "src": src,
+                "opart": opart,
+                "seg": seg,
+                "grp": g,
+                "topic": t,
+                "part": p,
+                "lo1": st.lo1,
+                "lo2": st.lo2,
+                "off1": st.off1,
+                "off2": st.off2,
+                "ts1": st.ts1,
+                "ts2": st.ts2,
+                "tsmax": st.tsmax,
+                "ep1": st.ep1,
+                "ep2": st.ep2,
+                "n": st.n,
+                "n2": st.ntomb,
+                "lead_tomb": st.lead_tomb,
+                "last_tomb": st.last_tomb,
+                "expire": st.expire,
+                "expected": exp,
             }
         )
         for lo, off, ts, ep in st.win[-window:]:
             rows.append(
                 {
-                    "kind": "W", "opart": opart, "seg": seg, "grp": g, "topic": t, "part": p,
-                    "lo1": lo, "off1": off, "ts1": ts, "ep1": ep,
+                    "kind": "W",
+                    "opart": opart,
+                    "seg": seg,
+                    "grp": g,
+                    "topic": t,
+                    "part": p,
+                    "lo1": lo,
+                    "off1": off,
+                    "ts1": ts,
+                    "ep1": ep,
                 }
             )
     for g, gs in groups.items():
         rows.append(
             {
-                "kind": "G", "src": src, "opart": opart, "seg": seg, "grp": g, "lo1": gs.lo1,
-                "lo2": gs.lo2, "ep1": gs.g1, "ep2": gs.g2, "n": gs.n, "n2": gs.ntomb,
-                "lead_tomb": gs.lead_tomb, "last_tomb": gs.last_tomb, "members": gs.members,
-                "ptype": gs.ptype, "state_ts": gs.state_ts, "expected": expected_cache[g],
+                "kind": "G",
+                "src": src,
+                "opart": opart,
+                "seg": seg,
+                "grp": g,
+                "lo1": gs.lo1,
+                "lo2": gs.lo2,
+                "ep1": gs.g1,
+                "ep2": gs.g2,
+                "n": gs.n,
+                "n2": gs.ntomb,
+                "lead_tomb": gs.lead_tomb,
+                "last_tomb": gs.last_tomb,
+                "members": gs.members,
+                "ptype": gs.ptype,
+                "state_ts": gs.state_ts,
+                "expected": expected_cache[g],
             }
         )
     return rows
@@ -493,19 +647,52 @@ def _decode_topic_segment(src: str, topic: str, part: int, seg: int, buf: bytes)
                 running_ts = h.max_timestamp
             points.append((running_ts, nxt))
     except CorruptBatchError as e:
-        rows.append(_finding(src, None, seg, "error", "corrupt_batch", f"{topic}-{part}: {e}",
-                             nxt, None, topic, part))
+        rows.append(
+            _finding(
+                src,
+                None,
+                seg,
+                "error",
+                "corrupt_batch",
+                f"{topic}-{part}: {e}",
+                nxt,
+                None,
+                topic,
+                part,
+            )
+        )
     if end < len(buf) and not rows:
-        rows.append(_finding(src, None, seg, "error", "truncated_batch",
-                             f"{topic}-{part}: {len(buf) - end} bytes at the end of the segment "
-                             "are not a complete batch", nxt, None, topic, part))
+        rows.append(
+            _finding(
+                src,
+                None,
+                seg,
+                "error",
+                "truncated_batch",
+                f"{topic}-{part}: {len(buf) - end} bytes at the end of the segment "
+                "are not a complete batch",
+                nxt,
+                None,
+                topic,
+                part,
+            )
+        )
     step = max(1, len(points) // _TIMELINE_POINTS)
     sampled = points[step - 1 :: step]
     if points and (not sampled or sampled[-1] != points[-1]):
         sampled.append(points[-1])
     rows.append(
-        {"kind": "T", "src": src, "topic": topic, "part": part, "seg": seg, "lo1": first,
-         "lo2": nxt, "n2": batches, "size": len(buf)}
+        {
+            "kind": "T",
+            "src": src,
+            "topic": topic,
+            "part": part,
+            "seg": seg,
+            "lo1": first,
+            "lo2": nxt,
+            "n2": batches,
+            "size": len(buf),
+        }
     )
     for ts, off in sampled:
         rows.append({"kind": "P", "topic": topic, "part": part, "seg": seg, "ts1": ts, "off1": off})
@@ -535,14 +722,27 @@ def decode_file(
         lines = content.decode(errors="replace").split()
         if len(lines) == 2 and lines[0] == "0" and lines[1].lstrip("-").isdigit():
             return [{"kind": "L", "src": path, "topic": topic, "part": part, "off1": int(lines[1])}]
-        return [_finding(path, None, None, "warn", "unreadable_checkpoint", f"{path}: {content[:40]!r}",
-                         None, None, topic, part)]
+        return [
+            _finding(
+                path,
+                None,
+                None,
+                "warn",
+                "unreadable_checkpoint",
+                f"{path}: {content[:40]!r}",
+                None,
+                None,
+                topic,
+                part,
+            )
+        ]
     if kind != "log":
         return []
     assert topic is not None and part is not None and seg is not None
     if topic == OFFSETS_TOPIC:
-        return _decode_offsets_segment(path, part, seg, content, window, num_partitions,
-                                       future_limit_ms)
+        return _decode_offsets_segment(
+            path, part, seg, content, window, num_partitions, future_limit_ms
+        )
     return _decode_topic_segment(path, topic, part, seg, content)
 
 
@@ -562,8 +762,13 @@ def decode_batches(
             contents = batch.column("content")
             for i, path in enumerate(paths):
                 content = contents[i].as_py() or b""
-                rows = decode_file(path, content, window=window, num_partitions=num_partitions,
-                                   future_limit_ms=future_limit_ms)
+                rows = decode_file(
+                    path,
+                    content,
+                    window=window,
+                    num_partitions=num_partitions,
+                    future_limit_ms=future_limit_ms,
+                )
                 if rows:
                     cols = {n: [r.get(n) for r in rows] for n in _NAMES}
                     yield pa.RecordBatch.from_pydict(cols, schema=SCHEMA)

@@ -55,7 +55,13 @@ SEVERITY_ORDER = ["info", "warn", "error"]
 _KEY = ["grp", "topic", "part"]
 
 FINDINGS_COLUMNS = [
-    "severity", "check", "group", "topic", "partition", "log_offset", "detail",
+    "severity",
+    "check",
+    "group",
+    "topic",
+    "partition",
+    "log_offset",
+    "detail",
     "offsets_partition",
 ]
 _FINDINGS_DDL = (
@@ -63,9 +69,20 @@ _FINDINGS_DDL = (
     "log_offset bigint, detail string, offsets_partition int"
 )
 PARTITION_COLUMNS = [
-    "group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "leader_epoch",
-    "last_commit_ms", "commit_count", "status", "log_start_offset", "offsets_partition",
-    "first_commit_ms", "record_offset",
+    "group",
+    "topic",
+    "partition",
+    "committed_offset",
+    "log_end_offset",
+    "lag",
+    "leader_epoch",
+    "last_commit_ms",
+    "commit_count",
+    "status",
+    "log_start_offset",
+    "offsets_partition",
+    "first_commit_ms",
+    "record_offset",
 ]
 _STATUS_RANK_SQL = (
     "CASE status WHEN 'OK' THEN 0 WHEN 'WARN' THEN 1 WHEN 'STALL' THEN 2 "
@@ -130,7 +147,9 @@ def _offsets_dirs(spark: SparkSession, root: str) -> set[int]:
     jvm: Any = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(f"{root}/{OFFSETS_TOPIC}-*")
     parts: set[int] = set()
-    for st in path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).globStatus(path) or []:
+    for st in (
+        path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).globStatus(path) or []
+    ):
         suffix = str(st.getPath().getName()).rpartition("-")[2]
         if st.isDirectory() and suffix.isdigit():
             parts.add(int(suffix))
@@ -196,9 +215,11 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     kcol = F.col("kind")
     # The first action decodes every file (and caches the combined rows); it brings back the
     # few rows the driver needs: topic-log figures, the catalog and per-segment totals.
-    info_rows = decoded.filter(kcol.isin("T", "P", "C", "L", "S")).select(
-        "kind", "topic", "part", "seg", "lo2", "ts1", "off1", "n", "n2", "size"
-    ).collect()
+    info_rows = (
+        decoded.filter(kcol.isin("T", "P", "C", "L", "S"))
+        .select("kind", "topic", "part", "seg", "lo2", "ts1", "off1", "n", "n2", "size")
+        .collect()
+    )
     t_decode = time.perf_counter()
     seg_rows = [r for r in info_rows if r["kind"] == "S"]
     ctx = _context(info_rows, first_seg_rows, has_catalog, opts, num_partitions)
@@ -247,19 +268,25 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
         F.first("offsets_partition").alias("opart"),
     )
     joined = meta.join(per_group, "group", "full_outer").persist()
-    groups = joined.select(
-        "group",
-        F.coalesce(F.col("state"), F.lit("NoMetadata")).alias("state"),
-        F.coalesce(F.col("members"), F.lit(0)).alias("members"),
-        F.coalesce(F.col("partitions"), F.lit(0)).cast("int").alias("partitions"),
-        F.coalesce(F.col("total_lag"), F.lit(0)).cast("bigint").alias("total_lag"),
-        F.element_at(F.array(*[F.lit(s) for s in STATUS_ORDER]), F.col("worst_rank").cast("int") + 1)
-        .alias("worst_status"),
-        F.when(F.col("t1") > F.col("t0"),
-               F.round(F.col("commits") * 60000.0 / (F.col("t1") - F.col("t0")), 3))
-        .alias("commits_per_min"),
-        "generation",
-    ).coalesce(1).sortWithinPartitions("group")
+    groups = (
+        joined.select(
+            "group",
+            F.coalesce(F.col("state"), F.lit("NoMetadata")).alias("state"),
+            F.coalesce(F.col("members"), F.lit(0)).alias("members"),
+            F.coalesce(F.col("partitions"), F.lit(0)).cast("int").alias("partitions"),
+            F.coalesce(F.col("total_lag"), F.lit(0)).cast("bigint").alias("total_lag"),
+            F.element_at(
+                F.array(*[F.lit(s) for s in STATUS_ORDER]), F.col("worst_rank").cast("int") + 1
+            ).alias("worst_status"),
+            F.when(
+                F.col("t1") > F.col("t0"),
+                F.round(F.col("commits") * 60000.0 / (F.col("t1") - F.col("t0")), 3),
+            ).alias("commits_per_min"),
+            "generation",
+        )
+        .coalesce(1)
+        .sortWithinPartitions("group")
+    )
 
     lifecycle = joined.filter(
         (F.col("partitions").isNotNull() & (F.col("state").isNull() | (F.col("state") == "Dead")))
@@ -267,29 +294,44 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     ).select(
         F.when(F.col("state") == "Dead", F.lit("warn")).otherwise(F.lit("info")).alias("severity"),
         F.when(F.col("partitions").isNull(), F.lit("group_without_offsets"))
-        .otherwise(F.lit("offsets_without_group")).alias("check"),
+        .otherwise(F.lit("offsets_without_group"))
+        .alias("check"),
         "group",
         F.lit(None).cast("string").alias("topic"),
         F.lit(None).cast("int").alias("partition"),
         F.coalesce(F.col("lo"), F.col("log_offset")).alias("log_offset"),
-        F.when(F.col("partitions").isNull(),
-               F.format_string("group is %s with %d members but has no committed offsets",
-                               "state", "members"))
-        .when(F.col("state").isNull(),
-              F.format_string("%d committed partitions, no group metadata (simple consumer?)",
-                              "partitions"))
-        .otherwise(F.format_string("%d committed partitions outlive the deleted group",
-                                   "partitions")).alias("detail"),
+        F.when(
+            F.col("partitions").isNull(),
+            F.format_string(
+                "group is %s with %d members but has no committed offsets", "state", "members"
+            ),
+        )
+        .when(
+            F.col("state").isNull(),
+            F.format_string(
+                "%d committed partitions, no group metadata (simple consumer?)", "partitions"
+            ),
+        )
+        .otherwise(
+            F.format_string("%d committed partitions outlive the deleted group", "partitions")
+        )
+        .alias("detail"),
         F.coalesce(F.col("opart"), F.col("offsets_partition")).alias("offsets_partition"),
     )
     from_decode = decoded.filter(kcol == "F").select(
-        F.col("severity"), F.col("chk").alias("check"), F.col("grp").alias("group"),
+        F.col("severity"),
+        F.col("chk").alias("check"),
+        F.col("grp").alias("group"),
         # a finding about the log itself (no group) points at the offsets-log partition
         F.when(F.col("grp").isNull() & F.col("topic").isNull(), F.lit(OFFSETS_TOPIC))
-        .otherwise(F.col("topic")).alias("topic"),
+        .otherwise(F.col("topic"))
+        .alias("topic"),
         F.when(F.col("grp").isNull() & F.col("topic").isNull(), F.col("opart"))
-        .otherwise(F.col("part")).alias("partition"),
-        F.col("lo1").alias("log_offset"), F.col("detail"), F.col("opart").alias("offsets_partition"),
+        .otherwise(F.col("part"))
+        .alias("partition"),
+        F.col("lo1").alias("log_offset"),
+        F.col("detail"),
+        F.col("opart").alias("offsets_partition"),
     )
     parts_f = [
         from_decode,
@@ -297,12 +339,23 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
         lifecycle,
     ]
     if not has_catalog:
-        parts_f.append(spark.createDataFrame(
-            [("info", "no_topic_catalog", None, None, None, None,
-              f"{CATALOG_NAME} not found under {root}: commit_for_unknown_partition not checked",
-              None)],
-            _FINDINGS_DDL,
-        ))
+        parts_f.append(
+            spark.createDataFrame(
+                [
+                    (
+                        "info",
+                        "no_topic_catalog",
+                        None,
+                        None,
+                        None,
+                        None,
+                        f"{CATALOG_NAME} not found under {root}: commit_for_unknown_partition not checked",
+                        None,
+                    )
+                ],
+                _FINDINGS_DDL,
+            )
+        )
     sev_rank = (
         F.when(F.col("severity") == "error", 2).when(F.col("severity") == "warn", 1).otherwise(0)
     )
@@ -340,7 +393,9 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
             "plan": round(t_end - t_stitch, 3),
         },
     }
-    return AuditResult(partitions_out, groups, findings, stats, [decoded, stitched, partitions, joined, findings])
+    return AuditResult(
+        partitions_out, groups, findings, stats, [decoded, stitched, partitions, joined, findings]
+    )
 
 
 def _context(

@@ -118,12 +118,24 @@ def burrow_status(
 
 
 def _f(
-    sev: str, check: str, opart: int, detail: str, log_offset: int | None,
-    group: str | None = None, topic: str | None = None, partition: int | None = None,
+    sev: str,
+    check: str,
+    opart: int,
+    detail: str,
+    log_offset: int | None,
+    group: str | None = None,
+    topic: str | None = None,
+    partition: int | None = None,
 ) -> dict[str, Any]:
     return {
-        "kind": "F", "severity": sev, "check": check, "group": group, "topic": topic,
-        "partition": partition, "log_offset": log_offset, "detail": detail,
+        "kind": "F",
+        "severity": sev,
+        "check": check,
+        "group": group,
+        "topic": topic,
+        "partition": partition,
+        "log_offset": log_offset,
+        "detail": detail,
         "offsets_partition": opart,
     }
 
@@ -135,9 +147,19 @@ def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[di
     reach: int | None = None
     for s in segs:
         if s["lo1"] is not None and reach is not None and s["lo1"] <= reach:
-            out.append(_f("error", "overlapping_segments", opart,
-                          f"segment {s['seg']:020d} starts at offset {s['lo1']} but an earlier "
-                          f"segment reaches {reach}", s["lo1"], None, OFFSETS_TOPIC, opart))
+            out.append(
+                _f(
+                    "error",
+                    "overlapping_segments",
+                    opart,
+                    f"segment {s['seg']:020d} starts at offset {s['lo1']} but an earlier "
+                    f"segment reaches {reach}",
+                    s["lo1"],
+                    None,
+                    OFFSETS_TOPIC,
+                    opart,
+                )
+            )
         if s["lo2"] is not None:
             reach = s["lo2"] if reach is None else max(reach, s["lo2"])
 
@@ -151,7 +173,9 @@ def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[di
             keys.setdefault((r["grp"], r["topic"], r["part"]), []).append(r)
             expected[r["grp"]] = r["expected"]
         elif kind == "W":
-            wins.setdefault((r["grp"], r["topic"], r["part"]), []).append((r["lo1"], r["off1"], r["ts1"]))
+            wins.setdefault((r["grp"], r["topic"], r["part"]), []).append(
+                (r["lo1"], r["off1"], r["ts1"])
+            )
         elif kind == "G":
             groups.setdefault(r["grp"], []).append(r)
             expected[r["grp"]] = r["expected"]
@@ -164,27 +188,53 @@ def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[di
         prev_gen: int | None = None
         for r in gl:
             if r["lead_tomb"] is not None and seen == 0:
-                out.append(_f("info", "tombstone_without_record", opart,
-                              "group tombstone with no earlier group record in the log "
-                              "(normal once compaction removed the record)", r["lead_tomb"], grp))
-            if (r["lead_tomb"] is None and r["n"] > 0 and prev_gen is not None
-                    and r["ep1"] is not None and r["ep1"] < prev_gen):
-                out.append(_f("warn", "generation_regression", opart,
-                              f"generation went from {prev_gen} to {r['ep1']}", r["lo1"], grp))
+                out.append(
+                    _f(
+                        "info",
+                        "tombstone_without_record",
+                        opart,
+                        "group tombstone with no earlier group record in the log "
+                        "(normal once compaction removed the record)",
+                        r["lead_tomb"],
+                        grp,
+                    )
+                )
+            if (
+                r["lead_tomb"] is None
+                and r["n"] > 0
+                and prev_gen is not None
+                and r["ep1"] is not None
+                and r["ep1"] < prev_gen
+            ):
+                out.append(
+                    _f(
+                        "warn",
+                        "generation_regression",
+                        opart,
+                        f"generation went from {prev_gen} to {r['ep1']}",
+                        r["lo1"],
+                        grp,
+                    )
+                )
             seen += r["n"]
             prev_gen = None if r["last_tomb"] else (r["ep2"] if r["n"] > 0 else prev_gen)
         last = gl[-1]
         dead = bool(last["last_tomb"]) or last["n"] == 0
         state = "Dead" if dead else ("Empty" if last["members"] == 0 else "Stable")
         group_state[grp] = (state, None if dead else last["state_ts"])
-        out.append({
-            "kind": "G", "group": grp, "state": state, "offsets_partition": opart,
-            "expected_partition": expected[grp],
-            "members": None if dead else last["members"],
-            "generation": None if dead else last["ep2"],
-            "state_ms": None if dead else last["state_ts"],
-            "log_offset": min(r["lo1"] for r in gl),
-        })
+        out.append(
+            {
+                "kind": "G",
+                "group": grp,
+                "state": state,
+                "offsets_partition": opart,
+                "expected_partition": expected[grp],
+                "members": None if dead else last["members"],
+                "generation": None if dead else last["ep2"],
+                "state_ms": None if dead else last["state_ts"],
+                "log_offset": min(r["lo1"] for r in gl),
+            }
+        )
 
     # ---------------------------------------------------------------- offset keys
     for (grp, topic, part), kl in keys.items():
@@ -196,24 +246,65 @@ def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[di
         first_ts: int | None = None
         for r in kl:
             if r["lead_tomb"] is not None and seen == 0:
-                out.append(_f("info", "tombstone_without_record", opart,
-                              "offset tombstone with no earlier commit for the key in the log "
-                              "(normal once compaction removed the commit)",
-                              r["lead_tomb"], grp, topic, part))
-            if (r["lead_tomb"] is None and r["n"] > 0 and prev is not None
-                    and prev["off2"] is not None and not prev["last_tomb"]):
+                out.append(
+                    _f(
+                        "info",
+                        "tombstone_without_record",
+                        opart,
+                        "offset tombstone with no earlier commit for the key in the log "
+                        "(normal once compaction removed the commit)",
+                        r["lead_tomb"],
+                        grp,
+                        topic,
+                        part,
+                    )
+                )
+            if (
+                r["lead_tomb"] is None
+                and r["n"] > 0
+                and prev is not None
+                and prev["off2"] is not None
+                and not prev["last_tomb"]
+            ):
                 if r["off1"] < prev["off2"]:
-                    out.append(_f("warn", "offset_rewind", opart,
-                                  f"committed offset went from {prev['off2']} to {r['off1']}",
-                                  r["lo1"], grp, topic, part))
+                    out.append(
+                        _f(
+                            "warn",
+                            "offset_rewind",
+                            opart,
+                            f"committed offset went from {prev['off2']} to {r['off1']}",
+                            r["lo1"],
+                            grp,
+                            topic,
+                            part,
+                        )
+                    )
                 if r["ts1"] < prev["ts2"]:
-                    out.append(_f("warn", "commit_timestamp_backwards", opart,
-                                  f"commit timestamp went from {prev['ts2']} to {r['ts1']}",
-                                  r["lo1"], grp, topic, part))
+                    out.append(
+                        _f(
+                            "warn",
+                            "commit_timestamp_backwards",
+                            opart,
+                            f"commit timestamp went from {prev['ts2']} to {r['ts1']}",
+                            r["lo1"],
+                            grp,
+                            topic,
+                            part,
+                        )
+                    )
             if r["ep1"] not in (None, -1) and last_epoch is not None and r["ep1"] < last_epoch:
-                out.append(_f("warn", "leader_epoch_regression", opart,
-                              f"leader epoch went from {last_epoch} to {r['ep1']}",
-                              r["lo1"], grp, topic, part))
+                out.append(
+                    _f(
+                        "warn",
+                        "leader_epoch_regression",
+                        opart,
+                        f"leader epoch went from {last_epoch} to {r['ep1']}",
+                        r["lo1"],
+                        grp,
+                        topic,
+                        part,
+                    )
+                )
             if r["ep2"] not in (None, -1):
                 last_epoch = r["ep2"]
             seen += r["n"]
@@ -229,53 +320,121 @@ def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[di
         log_end = tl.log_end if tl is not None else None
         log_start = tl.log_start if tl is not None else None
         lag = None if log_end is None else max(log_end - committed, 0)
-        win = sorted(wins.get((grp, topic, part), []))[-ctx.window:]
+        win = sorted(wins.get((grp, topic, part), []))[-ctx.window :]
         wl = [(o, ts, max((tl.end_at(ts) if tl is not None else o) - o, 0)) for _, o, ts in win]
         status = burrow_status(wl, lag, ctx.now_ms)
         rec = int(last["lo2"])
-        out.append({
-            "kind": "P", "group": grp, "topic": topic, "partition": part,
-            "committed_offset": committed, "log_end_offset": log_end, "lag": lag,
-            "leader_epoch": last["ep2"], "last_commit_ms": last["ts2"], "commit_count": count,
-            "status": status, "log_start_offset": log_start, "offsets_partition": opart,
-            "first_commit_ms": first_ts, "expected_partition": expected[grp], "record_offset": rec,
-        })
+        out.append(
+            {
+                "kind": "P",
+                "group": grp,
+                "topic": topic,
+                "partition": part,
+                "committed_offset": committed,
+                "log_end_offset": log_end,
+                "lag": lag,
+                "leader_epoch": last["ep2"],
+                "last_commit_ms": last["ts2"],
+                "commit_count": count,
+                "status": status,
+                "log_start_offset": log_start,
+                "offsets_partition": opart,
+                "first_commit_ms": first_ts,
+                "expected_partition": expected[grp],
+                "record_offset": rec,
+            }
+        )
         if log_end is not None and committed > log_end:
-            out.append(_f("error", "commit_beyond_log_end", opart,
-                          f"committed offset {committed} is beyond the log end offset {log_end}",
-                          rec, grp, topic, part))
+            out.append(
+                _f(
+                    "error",
+                    "commit_beyond_log_end",
+                    opart,
+                    f"committed offset {committed} is beyond the log end offset {log_end}",
+                    rec,
+                    grp,
+                    topic,
+                    part,
+                )
+            )
         if log_start is not None and committed < log_start:
-            out.append(_f("warn", "commit_below_log_start", opart,
-                          f"committed offset {committed} is below the log start offset {log_start}",
-                          rec, grp, topic, part))
+            out.append(
+                _f(
+                    "warn",
+                    "commit_below_log_start",
+                    opart,
+                    f"committed offset {committed} is below the log start offset {log_start}",
+                    rec,
+                    grp,
+                    topic,
+                    part,
+                )
+            )
         if ctx.catalog is not None:
             n = ctx.catalog.get(topic)
             if n is None or part >= n:
-                out.append(_f("warn", "commit_for_unknown_partition", opart,
-                              f"topic {topic} is not in topics.json" if n is None
-                              else f"topic {topic} has {n} partitions", rec, grp, topic, part))
+                out.append(
+                    _f(
+                        "warn",
+                        "commit_for_unknown_partition",
+                        opart,
+                        f"topic {topic} is not in topics.json"
+                        if n is None
+                        else f"topic {topic} has {n} partitions",
+                        rec,
+                        grp,
+                        topic,
+                        part,
+                    )
+                )
         gstate, state_ts = group_state.get(grp, (None, None))
         if gstate in (None, "Empty"):
             expire = last["expire"]
             ref = state_ts if gstate == "Empty" and state_ts and state_ts > 0 else last["ts2"]
-            if (ctx.now_ms >= expire) if expire is not None and expire > 0 else (ctx.now_ms - ref > ctx.retention_ms):
-                out.append(_f("warn", "offsets_past_retention", opart,
-                              f"group is {gstate or 'without metadata'} since {ref}; offsets older "
-                              f"than the retention of {ctx.retention_ms // 60000} min are still present",
-                              rec, grp, topic, part))
+            if (
+                (ctx.now_ms >= expire)
+                if expire is not None and expire > 0
+                else (ctx.now_ms - ref > ctx.retention_ms)
+            ):
+                out.append(
+                    _f(
+                        "warn",
+                        "offsets_past_retention",
+                        opart,
+                        f"group is {gstate or 'without metadata'} since {ref}; offsets older "
+                        f"than the retention of {ctx.retention_ms // 60000} min are still present",
+                        rec,
+                        grp,
+                        topic,
+                        part,
+                    )
+                )
 
     # ---------------------------------------------------------------- placement
     for grp, exp in sorted(expected.items()):
         if exp != opart:
-            first = min([r["lo1"] for r in keys_for(keys, grp)] + [r["lo1"] for r in groups.get(grp, [])])
-            out.append(_f("error", "wrong_partition", opart,
-                          f"group records in {OFFSETS_TOPIC}-{opart}, but "
-                          f"partition_for(group, {ctx.num_partitions}) = {exp}",
-                          first, grp, OFFSETS_TOPIC, opart))
+            first = min(
+                [r["lo1"] for r in keys_for(keys, grp)] + [r["lo1"] for r in groups.get(grp, [])]
+            )
+            out.append(
+                _f(
+                    "error",
+                    "wrong_partition",
+                    opart,
+                    f"group records in {OFFSETS_TOPIC}-{opart}, but "
+                    f"partition_for(group, {ctx.num_partitions}) = {exp}",
+                    first,
+                    grp,
+                    OFFSETS_TOPIC,
+                    opart,
+                )
+            )
     return out
 
 
-def keys_for(keys: dict[tuple[str, str, int], list[dict[str, Any]]], grp: str) -> list[dict[str, Any]]:
+def keys_for(
+    keys: dict[tuple[str, str, int], list[dict[str, Any]]], grp: str
+) -> list[dict[str, Any]]:
     return [r for (g, _, _), kl in keys.items() if g == grp for r in kl]
 
 

@@ -124,7 +124,9 @@ class ShardBase:
         if p is None:
             if len(self._partition_cache) > 100_000:
                 self._partition_cache.clear()
-            p = self._partition_cache[group_id] = partition_for(group_id, self.config.offsets_topic_num_partitions)
+            p = self._partition_cache[group_id] = partition_for(
+                group_id, self.config.offsets_topic_num_partitions
+            )
         return p
 
     def _availability_error(self, group_id: str) -> ErrorCode | None:

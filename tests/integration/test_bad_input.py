@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import time
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kgc_process import KgcProcess
 
 from coordinator.client import Connection
-from kgc_process import KgcProcess
 from protocol.errors import ErrorCode
 from protocol.framing import decode_response
 from protocol.messages import api_versions, metadata
@@ -140,27 +141,37 @@ def test_pipelined_requests_are_answered_in_order(server: KgcProcess) -> None:
     s.close()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
-    api_key=st.sampled_from([0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 28, 36, 42, 47, 77]),
+    api_key=st.sampled_from(
+        [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 28, 36, 42, 47, 77]
+    ),
     version=st.integers(-2, 20),
     body=st.binary(max_size=300),
 )
-def test_fuzzed_frames_never_hurt_the_server(server: KgcProcess, api_key: int, version: int, body: bytes) -> None:
+def test_fuzzed_frames_never_hurt_the_server(
+    server: KgcProcess, api_key: int, version: int, body: bytes
+) -> None:
     s = raw(server)
     try:
         s.sendall(frame(api_key, version, body))
         s.settimeout(0.05)
-        try:
+        with contextlib.suppress(TimeoutError, ConnectionResetError):
             s.recv(65536)
-        except (TimeoutError, ConnectionResetError):
-            pass
     finally:
         s.close()
     healthy(server)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.binary(min_size=1, max_size=200))
 def test_random_bytes_never_hurt_the_server(server: KgcProcess, data: bytes) -> None:
     s = raw(server)

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
@@ -57,11 +56,16 @@ def test_confluent_admin_creates_and_lists_topics(kgc: KgcProcess) -> None:
         again["ck-orders"].result(timeout=15)
 
 
-@pytest.mark.skipif(shutil.which("node") is None or not (JS_DIR / "node_modules").exists(), reason="kafkajs not installed (run npm ci in tests/js)")
+@pytest.mark.skipif(
+    shutil.which("node") is None or not (JS_DIR / "node_modules").exists(),
+    reason="kafkajs not installed (run npm ci in tests/js)",
+)
 def test_kafkajs_admin_creates_and_lists_topics(kgc: KgcProcess) -> None:
     out = subprocess.run(
         ["node", str(JS_DIR / "admin.js"), kgc.bootstrap, "js-orders", "3"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -74,7 +78,9 @@ def test_topics_survive_restart(kgc: KgcProcess) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
-    admin.create_topics([NewTopic("durable-topic", num_partitions=2, replication_factor=1)])["durable-topic"].result(timeout=15)
+    admin.create_topics([NewTopic("durable-topic", num_partitions=2, replication_factor=1)])[
+        "durable-topic"
+    ].result(timeout=15)
     kgc.stop()
     kgc.start()
     admin = AdminClient({"bootstrap.servers": kgc.bootstrap})

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from groupkit import create_topic
+from kgc_process import KgcProcess
 
 from coordinator.client import Connection
-from kgc_process import KgcProcess
 from protocol.errors import ErrorCode
 from protocol.messages import offset_fetch
 from storage.record_batch import iter_batches, verify_crc
@@ -52,7 +52,9 @@ class Committer(threading.Thread):
             offset += 1
             p = offset % PARTITIONS
             try:
-                self.consumer.commit(offsets=[TopicPartition("crash", p, offset, f"m{offset}")], asynchronous=False)
+                self.consumer.commit(
+                    offsets=[TopicPartition("crash", p, offset, f"m{offset}")], asynchronous=False
+                )
             except KafkaException:
                 time.sleep(0.05)
                 continue
@@ -75,15 +77,22 @@ def committed(bootstrap: str, group: str) -> dict[int, tuple[int, str | None]]:
         while True:
             _, resp = c.request(
                 offset_fetch.API_KEY,
-                offset_fetch.Request(groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]),
+                offset_fetch.Request(
+                    groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
+                ),
                 version=8,
             )
             g = resp.groups[0]
-            if g.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+            if (
+                g.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                or time.monotonic() > deadline
+            ):
                 break
             time.sleep(0.05)
     assert g.error_code == 0, g
-    return {p.partition_index: (p.committed_offset, p.metadata) for t in g.topics for p in t.partitions}
+    return {
+        p.partition_index: (p.committed_offset, p.metadata) for t in g.topics for p in t.partitions
+    }
 
 
 def check_log_integrity(data_dir: Path) -> int:
@@ -118,7 +127,9 @@ def crash_loop(kgc: KgcProcess, kills: int, seed: int) -> None:
                     got, metadata = stored[p]
                     assert got >= offset, f"{c.group}/{p}: acknowledged {offset}, found {got}"
                     # librdkafka sends the metadata string with its C terminator; kgc stores the bytes sent.
-                    assert (metadata or "").rstrip("\x00") == f"m{got}", f"{c.group}/{p}: offset {got} with metadata {metadata!r}"
+                    assert (metadata or "").rstrip("\x00") == f"m{got}", (
+                        f"{c.group}/{p}: offset {got} with metadata {metadata!r}"
+                    )
         assert all(c.snapshot() for c in committers), "no commit was ever acknowledged"
     finally:
         for c in committers:

@@ -28,10 +28,16 @@ PARTITIONS = 6
 JS_DIR = Path(__file__).parent.parent / "js"
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+def create_topic(
+    bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
     with Connection.to(bootstrap) as c:
-        topic = create_topics.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)
-        topic.configs = [create_topics.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()]
+        topic = create_topics.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=1
+        )
+        topic.configs = [
+            create_topics.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()
+        ]
         _, resp = c.request(create_topics.API_KEY, create_topics.Request(topics=[topic]))
         assert resp.topics[0].error_code in (0, 36), resp
 
@@ -62,9 +68,19 @@ def check_order(records: list[tuple[int, bytes | None, bytes | None]]) -> dict[b
     return {k: v + 1 for k, v in last.items()}
 
 
-def read_all_confluent(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0, **conf: object) -> list[tuple[int, bytes | None, bytes | None]]:
+def read_all_confluent(
+    bootstrap: str, topic: str, partitions: int, timeout: float = 60.0, **conf: object
+) -> list[tuple[int, bytes | None, bytes | None]]:
     """Read every partition from its start to the high watermark seen now (assign mode)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, "auto.offset.reset": "earliest", **conf})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **conf,
+        }
+    )
     try:
         ends = {}
         for p in range(partitions):
@@ -88,7 +104,9 @@ def read_all_confluent(bootstrap: str, topic: str, partitions: int, timeout: flo
         c.close()
 
 
-def produce_confluent(bootstrap: str, topic: str, msgs: list[tuple[bytes, bytes]], **conf: object) -> None:
+def produce_confluent(
+    bootstrap: str, topic: str, msgs: list[tuple[bytes, bytes]], **conf: object
+) -> None:
     errors: list[object] = []
 
     def on_delivery(err: object, _msg: object) -> None:
@@ -135,7 +153,12 @@ def test_kafka_python_round_trip(kgc: KgcProcess) -> None:
     metas = [f.get(timeout=30) for f in futures]
     producer.close()
     assert {m.partition for m in metas} == set(range(PARTITIONS))
-    consumer = KafkaConsumer(bootstrap_servers=kgc.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", group_id=None)
+    consumer = KafkaConsumer(
+        bootstrap_servers=kgc.bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        group_id=None,
+    )
     tps = [KTP("kp", p) for p in range(PARTITIONS)]
     consumer.assign(tps)
     consumer.seek_to_beginning()
@@ -162,7 +185,9 @@ async def test_aiokafka_round_trip(kgc: KgcProcess) -> None:
 
     create_topic(kgc.bootstrap, "aio", PARTITIONS)
     msgs = keyed_messages(N)
-    producer = AIOKafkaProducer(bootstrap_servers=kgc.bootstrap, acks="all", linger_ms=5, enable_idempotence=True)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kgc.bootstrap, acks="all", linger_ms=5, enable_idempotence=True
+    )
     await producer.start()
     try:
         futs = [await producer.send("aio", key=k, value=v) for k, v in msgs]
@@ -170,7 +195,12 @@ async def test_aiokafka_round_trip(kgc: KgcProcess) -> None:
             await f
     finally:
         await producer.stop()
-    consumer = AIOKafkaConsumer(bootstrap_servers=kgc.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", group_id=None)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kgc.bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        group_id=None,
+    )
     await consumer.start()
     try:
         tps = [ATP("aio", p) for p in range(PARTITIONS)]
@@ -193,7 +223,10 @@ def test_kafkajs_producer_round_trip(kgc: KgcProcess) -> None:
     create_topic(kgc.bootstrap, "js", PARTITIONS)
     out = subprocess.run(
         ["node", str(JS_DIR / "dataplane_produce.js"), kgc.bootstrap, "js", "3000"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr + kgc.log()
     report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -226,7 +259,16 @@ def test_list_offsets_via_clients(kgc: KgcProcess) -> None:
 def test_idempotent_producer_writes_no_duplicates(kgc: KgcProcess) -> None:
     create_topic(kgc.bootstrap, "idem", PARTITIONS)
     msgs = keyed_messages(N)
-    produce_confluent(kgc.bootstrap, "idem", msgs, **{"enable.idempotence": True, "max.in.flight.requests.per.connection": 5, "batch.size": 2048})
+    produce_confluent(
+        kgc.bootstrap,
+        "idem",
+        msgs,
+        **{
+            "enable.idempotence": True,
+            "max.in.flight.requests.per.connection": 5,
+            "batch.size": 2048,
+        },
+    )
     records = read_all_confluent(kgc.bootstrap, "idem", PARTITIONS)
     assert len(records) == N
     assert not [v for v, c in Counter(v for _, _, v in records).items() if c > 1]
@@ -241,10 +283,17 @@ class BackgroundProducer:
         self.failed: list[object] = []
         self.sent = 0
         self.stop = threading.Event()
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2, "message.timeout.ms": 120_000,
-            "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, **conf,
-        })
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "linger.ms": 2,
+                "message.timeout.ms": 120_000,
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 500,
+                **conf,
+            }
+        )
         self.topic = topic
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -258,7 +307,9 @@ class BackgroundProducer:
         while not self.stop.is_set():
             key = f"key-{self.sent % 60}".encode()
             try:
-                self.producer.produce(self.topic, key=key, value=b"m-%08d" % self.sent, on_delivery=self.on_delivery)
+                self.producer.produce(
+                    self.topic, key=key, value=b"m-%08d" % self.sent, on_delivery=self.on_delivery
+                )
                 self.sent += 1
             except (BufferError, KafkaException):
                 self.producer.poll(0.05)

@@ -79,7 +79,10 @@ class Member:
     def __init__(self, kgc: KgcProcess, group: str, topic: str, delay: float) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", MEMBER, kgc.bootstrap, group, topic, str(delay)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.records: list[tuple[int, int, str, str]] = []
         self.assigned: list[int] = []
@@ -126,7 +129,10 @@ def balanced(members: list[Member]) -> bool:
 def committed(kgc: KgcProcess, group: str, topic: str) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": kgc.bootstrap, "group.id": group})
     try:
-        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)}
+        return {
+            tp.partition: tp.offset
+            for tp in c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+        }
     finally:
         c.close()
 
@@ -151,7 +157,9 @@ def test_three_members_consume_each_message_once_in_order(kgc: KgcProcess) -> No
             for p in m.assigned:
                 offsets = [o for q, o, *_ in m.records if q == p]
                 assert offsets == list(range(len(offsets)))
-        assert sum(check_order([(p, k.encode(), v.encode()) for p, _o, k, v in records]).values()) == N
+        assert (
+            sum(check_order([(p, k.encode(), v.encode()) for p, _o, k, v in records]).values()) == N
+        )
         wait_for(lambda: sum(committed(kgc, "grp1", "g1").values()) == N, 15, "final commits")
     finally:
         for m in members:
@@ -170,17 +178,28 @@ def test_sigkilled_member_partitions_are_taken_over_without_loss(kgc: KgcProcess
         victim_parts = set(victim.assigned)
         victim.kill()
         survivors = members[1:]
-        wait_for(lambda: sorted(p for m in survivors for p in m.assigned) == list(range(PARTITIONS)), 60, "takeover")
-        wait_for(lambda: sum(committed(kgc, "grp2", "g2").values()) == N, 120, "everything committed")
+        wait_for(
+            lambda: sorted(p for m in survivors for p in m.assigned) == list(range(PARTITIONS)),
+            60,
+            "takeover",
+        )
+        wait_for(
+            lambda: sum(committed(kgc, "grp2", "g2").values()) == N, 120, "everything committed"
+        )
         records = group_records(members)
         by_partition: dict[int, list[int]] = {}
         for p, o, *_ in records:
             by_partition.setdefault(p, []).append(o)
         c = Consumer({"bootstrap.servers": kgc.bootstrap, "group.id": "probe"})
-        ends = {p: c.get_watermark_offsets(TopicPartition("g2", p), timeout=10)[1] for p in range(PARTITIONS)}
+        ends = {
+            p: c.get_watermark_offsets(TopicPartition("g2", p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        }
         c.close()
         for p in range(PARTITIONS):
-            assert set(by_partition.get(p, [])) == set(range(ends[p])), f"partition {p} lost messages"
+            assert set(by_partition.get(p, [])) == set(range(ends[p])), (
+                f"partition {p} lost messages"
+            )
         dupes = Counter((p, o) for p, o, *_ in records)
         redelivered = {k for k, n in dupes.items() if n > 1}
         # Only what the victim processed after its last commit may come again.
@@ -194,11 +213,21 @@ def test_sigkilled_member_partitions_are_taken_over_without_loss(kgc: KgcProcess
 @pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
 def test_kafkajs_group_consumer_round_trip(kgc: KgcProcess) -> None:
     create_topic(kgc.bootstrap, "jsg", PARTITIONS)
-    out = subprocess.run(["node", str(JS_DIR / "dataplane_produce.js"), kgc.bootstrap, "jsg", "3000"],
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(
+        ["node", str(JS_DIR / "dataplane_produce.js"), kgc.bootstrap, "jsg", "3000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
-    out = subprocess.run(["node", str(JS_DIR / "dataplane_consume.js"), kgc.bootstrap, "jsg-group", "jsg", "3000"],
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(
+        ["node", str(JS_DIR / "dataplane_consume.js"), kgc.bootstrap, "jsg-group", "jsg", "3000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr + kgc.log()
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(seen) == 3000

@@ -13,7 +13,6 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from groupkit import async_wait_until, create_topic
-
 from kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
@@ -41,18 +40,30 @@ def partitions_of(c: AIOKafkaConsumer) -> set[int]:
 def settled(consumers: list[AIOKafkaConsumer]) -> bool:
     sets = [partitions_of(c) for c in consumers]
     union = set().union(*sets)
-    return union == set(range(TOPIC_PARTITIONS)) and sum(len(s) for s in sets) == TOPIC_PARTITIONS and all(sets)
+    return (
+        union == set(range(TOPIC_PARTITIONS))
+        and sum(len(s) for s in sets) == TOPIC_PARTITIONS
+        and all(sets)
+    )
 
 
-@pytest.mark.parametrize("assignor", [RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor])
-async def test_three_consumers_share_partitions_then_two_take_over(kgc: KgcProcess, assignor: type) -> None:
+@pytest.mark.parametrize(
+    "assignor", [RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor]
+)
+async def test_three_consumers_share_partitions_then_two_take_over(
+    kgc: KgcProcess, assignor: type
+) -> None:
     create_topic(kgc.bootstrap, "orders", TOPIC_PARTITIONS)
     group = f"g-{assignor.name}"
     members = [consumer(kgc, group, assignor) for _ in range(3)]
     for m in members:
         await m.start()
     try:
-        await async_wait_until(lambda: settled(members), timeout=40, what="3 members with disjoint, covering assignments")
+        await async_wait_until(
+            lambda: settled(members),
+            timeout=40,
+            what="3 members with disjoint, covering assignments",
+        )
         sets = [partitions_of(m) for m in members]
         assert all(len(s) == 2 for s in sets), sets  # 6 partitions over 3 members, every assignor
         leaving = members.pop()
@@ -89,13 +100,21 @@ async def test_sigkilled_member_is_evicted_after_its_session_timeout(kgc: KgcPro
     create_topic(kgc.bootstrap, "orders", TOPIC_PARTITIONS)
     survivor = consumer(kgc, "g-kill", RangePartitionAssignor)
     await survivor.start()
-    proc = subprocess.Popen([sys.executable, "-c", KILLABLE, kgc.bootstrap, "g-kill"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLABLE, kgc.bootstrap, "g-kill"], stdout=subprocess.PIPE, text=True
+    )
     try:
-        await async_wait_until(lambda: len(partitions_of(survivor)) == 3, timeout=40, what="the group of two to settle")
+        await async_wait_until(
+            lambda: len(partitions_of(survivor)) == 3, timeout=40, what="the group of two to settle"
+        )
         proc.kill()
         proc.wait()
         killed_at = time.monotonic()
-        await async_wait_until(lambda: len(partitions_of(survivor)) == 6, timeout=30, what="the survivor to take every partition")
+        await async_wait_until(
+            lambda: len(partitions_of(survivor)) == 6,
+            timeout=30,
+            what="the survivor to take every partition",
+        )
         waited = time.monotonic() - killed_at
         # Evicted by the session timeout (6 s), not before, and promptly after.
         assert 4.0 < waited < 20.0, waited

@@ -6,7 +6,6 @@ import time
 
 import pytest
 from groupkit import Member, create_topic, wait_until
-
 from kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
@@ -39,7 +38,11 @@ def test_cooperative_third_member_joins_incrementally(kgc: KgcProcess) -> None:
         for m in members:
             m.revoked_ever.clear()
         members.append(Member(kgc, "ck-coop", "cooperative-sticky"))
-        wait_until(lambda: settled(members) and all(len(m.partitions()) == 2 for m in members), timeout=40, what="three members settled")
+        wait_until(
+            lambda: settled(members) and all(len(m.partitions()) == 2 for m in members),
+            timeout=40,
+            what="three members settled",
+        )
         for m, had in zip(members[:2], before, strict=True):
             # Incremental: each old member gave up exactly one partition and kept the rest.
             revoked = set().union(*m.revoked_ever) if m.revoked_ever else set()
@@ -50,12 +53,18 @@ def test_cooperative_third_member_joins_incrementally(kgc: KgcProcess) -> None:
             m.close()
 
 
-def test_static_member_restart_keeps_its_partitions_without_revoking_others(kgc: KgcProcess) -> None:
+def test_static_member_restart_keeps_its_partitions_without_revoking_others(
+    kgc: KgcProcess,
+) -> None:
     create_topic(kgc.bootstrap, "orders", PARTITIONS)
     steady = Member(kgc, "ck-static", "range", **{"group.instance.id": "steady-1"})
-    bouncing = Member(kgc, "ck-static", "range", **{"group.instance.id": "bouncer-1", "session.timeout.ms": 10000})
+    bouncing = Member(
+        kgc, "ck-static", "range", **{"group.instance.id": "bouncer-1", "session.timeout.ms": 10000}
+    )
     try:
-        wait_until(lambda: settled([steady, bouncing]), timeout=40, what="two static members settled")
+        wait_until(
+            lambda: settled([steady, bouncing]), timeout=40, what="two static members settled"
+        )
         had = bouncing.partitions()
         steady_had = steady.partitions()
         steady.revoked_ever.clear()
@@ -64,8 +73,17 @@ def test_static_member_restart_keeps_its_partitions_without_revoking_others(kgc:
         bouncing.thread.join(10)
         bouncing.consumer.close()
         time.sleep(1.0)
-        bouncing = Member(kgc, "ck-static", "range", **{"group.instance.id": "bouncer-1", "session.timeout.ms": 10000})
-        wait_until(lambda: bouncing.partitions() == had, timeout=30, what="the restarted static member to get its partitions back")
+        bouncing = Member(
+            kgc,
+            "ck-static",
+            "range",
+            **{"group.instance.id": "bouncer-1", "session.timeout.ms": 10000},
+        )
+        wait_until(
+            lambda: bouncing.partitions() == had,
+            timeout=30,
+            what="the restarted static member to get its partitions back",
+        )
         time.sleep(2.0)
         assert steady.partitions() == steady_had
         assert steady.revoked_ever == []

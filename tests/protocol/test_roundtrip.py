@@ -54,7 +54,9 @@ def field_strategy(mod: Any, f: codegen.Field, v: int) -> st.SearchStrategy[Any]
     return inner
 
 
-def struct_strategy(mod: Any, cls_name: str, fields: list[codegen.Field], v: int) -> st.SearchStrategy[Any]:
+def struct_strategy(
+    mod: Any, cls_name: str, fields: list[codegen.Field], v: int
+) -> st.SearchStrategy[Any]:
     cls = getattr(mod, cls_name)
     kwargs = {f.py: field_strategy(mod, f, v) for f in fields if v in f.versions}
     return st.builds(cls, **kwargs)
@@ -70,7 +72,11 @@ for api in codegen.APIS:
 
 
 @pytest.mark.parametrize(("modname", "schema_name", "version"), CASES)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_round_trip(modname: str, schema_name: str, version: int, data: st.DataObject) -> None:
     mod = importlib.import_module(f"protocol.messages.{modname}")
@@ -78,7 +84,11 @@ def test_round_trip(modname: str, schema_name: str, version: int, data: st.DataO
     names: dict[str, str] = {}
     if schema_name.endswith("Response"):
         # Struct class names are assigned across request then response, as the generator does.
-        codegen.build_fields(codegen.load_schema(schema_name[: -len("Response")] + "Request")["fields"], names, schema_name[: -len("Response")] + "Request")
+        codegen.build_fields(
+            codegen.load_schema(schema_name[: -len("Response")] + "Request")["fields"],
+            names,
+            schema_name[: -len("Response")] + "Request",
+        )
     fields = codegen.build_fields(schema["fields"], names, schema["name"])
     obj = data.draw(struct_strategy(mod, schema["name"], fields, version))
     kind = "REQUEST" if schema_name.endswith("Request") else "RESPONSE"

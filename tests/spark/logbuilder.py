@@ -26,7 +26,9 @@ OFFSETS = "__consumer_offsets"
 
 
 class DataDir:
-    def __init__(self, path: Path, offsets_partitions: int = 4, segment_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self, path: Path, offsets_partitions: int = 4, segment_bytes: int = 1 << 30
+    ) -> None:
         self.path = path
         self.n = offsets_partitions
         self.now = 0
@@ -41,27 +43,43 @@ class DataDir:
         return self.logs.get_or_create(OFFSETS, p, self.cfg)
 
     def commit(
-        self, group: str, topic: str, part: int, offset: int, ts: int, *, epoch: int = -1,
+        self,
+        group: str,
+        topic: str,
+        part: int,
+        offset: int,
+        ts: int,
+        *,
+        epoch: int = -1,
         opart: int | None = None,
     ) -> int:
         """Append one OffsetCommit record; returns its offset in the offsets log."""
-        rec = (encode_offset_commit_key(group, topic, part),
-               encode_offset_commit_value(offset, "", ts, leader_epoch=epoch))
+        rec = (
+            encode_offset_commit_key(group, topic, part),
+            encode_offset_commit_value(offset, "", ts, leader_epoch=epoch),
+        )
         base, _ = self.olog(group, opart).append_records([rec], timestamp_ms=ts)
         return base
 
     def tombstone(self, group: str, topic: str | None = None, part: int = 0, ts: int = 0) -> int:
-        key = encode_group_metadata_key(group) if topic is None else encode_offset_commit_key(group, topic, part)
+        key = (
+            encode_group_metadata_key(group)
+            if topic is None
+            else encode_offset_commit_key(group, topic, part)
+        )
         base, _ = self.olog(group).append_records([(key, None)], timestamp_ms=ts)
         return base
 
-    def group(self, group: str, members: int, generation: int, ts: int, *, opart: int | None = None) -> int:
+    def group(
+        self, group: str, members: int, generation: int, ts: int, *, opart: int | None = None
+    ) -> int:
         mm = [
             MemberMetadata(f"m{i}", None, f"client-{i}", "/127.0.0.1", 60000, 10000, b"", b"")
             for i in range(members)
         ]
-        value = encode_group_metadata_value("consumer", generation, "range" if members else None,
-                                            "m0" if members else None, ts, mm)
+        value = encode_group_metadata_value(
+            "consumer", generation, "range" if members else None, "m0" if members else None, ts, mm
+        )
         base, _ = self.olog(group, opart).append_records(
             [(encode_group_metadata_key(group), value)], timestamp_ms=ts
         )
@@ -69,7 +87,9 @@ class DataDir:
 
     def topic(self, name: str, partitions: int, records: dict[int, int], ts: int = 0) -> None:
         """Create ``name`` with ``records[p]`` records in partition p (one batch per 100)."""
-        self.catalog.append({"name": name, "id": "00" * 16, "partitions": partitions, "configs": {}})
+        self.catalog.append(
+            {"name": name, "id": "00" * 16, "partitions": partitions, "configs": {}}
+        )
         for p in range(partitions):
             log = self.logs.get_or_create(name, p, LogConfig())
             left = records.get(p, 0)

@@ -68,7 +68,9 @@ def audit(spark: Any, root: Path, **kw: Any) -> Any:
     return run_audit(spark, AuditOptions(str(root), now_ms=NOW, **kw))
 
 
-def build(tmp_path: Path, inject: Callable[[DataDir], tuple[Expected, PostClose | None]] | None = None) -> tuple[Path, Expected]:
+def build(
+    tmp_path: Path, inject: Callable[[DataDir], tuple[Expected, PostClose | None]] | None = None
+) -> tuple[Path, Expected]:
     root = tmp_path / "data"
     dd = DataDir(root, N_OPARTS)
     baseline(dd)
@@ -295,7 +297,9 @@ def test_injected_anomaly_is_found_and_nothing_else(
     root, expected = build(tmp_path, inject)
     result = audit(spark, root)
     try:
-        actual = result.findings.select("severity", "check", "group", "topic", "partition", "log_offset")
+        actual = result.findings.select(
+            "severity", "check", "group", "topic", "partition", "log_offset"
+        )
         assertDataFrameEqual(actual, spark.createDataFrame(expected, FINDING_SCHEMA))
         if inject is inject_commit_for_unknown_partition:
             # no topic log: lag and status unknown, and not counted in the group's worst status

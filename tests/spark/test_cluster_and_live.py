@@ -46,8 +46,13 @@ def _spark_home() -> Path:
 
 def _daemon(env: dict[str, str], action: str, cls: str, *args: str) -> None:
     script = _spark_home() / "sbin" / "spark-daemon.sh"
-    subprocess.run(["bash", str(script), action, cls, "1", *args], env=env, check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        ["bash", str(script), action, cls, "1", *args],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_spark_submit_on_standalone_cluster(tmp_path: Path) -> None:
@@ -63,17 +68,42 @@ def test_spark_submit_on_standalone_cluster(tmp_path: Path) -> None:
     home = str(_spark_home())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
     env.update(
-        SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
-        SPARK_PID_DIR=str(tmp_path / "pids"), SPARK_WORKER_DIR=str(tmp_path / "work"),
+        SPARK_HOME=home,
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOG_DIR=str(tmp_path / "logs"),
+        SPARK_PID_DIR=str(tmp_path / "pids"),
+        SPARK_WORKER_DIR=str(tmp_path / "work"),
         PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable, TZ="UTC",
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        TZ="UTC",
     )
     master = f"spark://127.0.0.1:{port}"
-    _daemon(env, "start", "org.apache.spark.deploy.master.Master",
-            "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui))
+    _daemon(
+        env,
+        "start",
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--webui-port",
+        str(ui),
+    )
     try:
-        _daemon(env, "start", "org.apache.spark.deploy.worker.Worker", master,
-                "--host", "127.0.0.1", "--webui-port", str(wui), "--cores", "2", "--memory", "1g")
+        _daemon(
+            env,
+            "start",
+            "org.apache.spark.deploy.worker.Worker",
+            master,
+            "--host",
+            "127.0.0.1",
+            "--webui-port",
+            str(wui),
+            "--cores",
+            "2",
+            "--memory",
+            "1g",
+        )
         deadline = time.monotonic() + 60
         while True:  # wait until the worker has registered with the master
             try:
@@ -87,11 +117,28 @@ def test_spark_submit_on_standalone_cluster(tmp_path: Path) -> None:
         main_py = Path(coordinator.audit.__file__).parent / "__main__.py"
         out = tmp_path / "out"
         proc = subprocess.run(
-            [str(Path(home) / "bin" / "spark-submit"), "--master", master,
-             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
-             "--conf", "spark.driver.host=127.0.0.1",
-             str(main_py), "--log-dir", str(root), "--out", str(out), "--now-ms", str(NOW)],
-            env=env, capture_output=True, text=True, timeout=240,
+            [
+                str(Path(home) / "bin" / "spark-submit"),
+                "--master",
+                master,
+                "--conf",
+                "spark.ui.enabled=false",
+                "--conf",
+                "spark.sql.shuffle.partitions=2",
+                "--conf",
+                "spark.driver.host=127.0.0.1",
+                str(main_py),
+                "--log-dir",
+                str(root),
+                "--out",
+                str(out),
+                "--now-ms",
+                str(NOW),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         summary = json.loads((out / "summary.json").read_text())
@@ -130,8 +177,18 @@ def test_audit_of_a_running_kgc_log(spark: Any, kgc: Any) -> None:
     result = run_audit(spark, AuditOptions(str(kgc.data_dir), now_ms=int(time.time() * 1000)))
     try:
         rows = result.partitions.collect()
-        assert [(r["group"], r["topic"], r["partition"], r["committed_offset"], r["log_end_offset"], r["lag"],
-                 r["commit_count"]) for r in rows] == [("simple", "audited", 0, 7, 10, 3, 2)]
+        assert [
+            (
+                r["group"],
+                r["topic"],
+                r["partition"],
+                r["committed_offset"],
+                r["log_end_offset"],
+                r["lag"],
+                r["commit_count"],
+            )
+            for r in rows
+        ] == [("simple", "audited", 0, 7, 10, 3, 2)]
         checks = {(r["severity"], r["check"]) for r in result.findings.collect()}
         # a simple (assign-mode) consumer writes offsets but no group metadata: info only
         assert checks <= {("info", "offsets_without_group")}, checks
