@@ -192,8 +192,7 @@ class GroupRuntime:
         self, pending: list[tuple[PartitionLog, int]], replies: list[tuple[int, Any]]
     ) -> None:
         try:
-            for plog, offset in pending:
-                await self.flusher.wait_durable(plog, offset)
+            await self.flusher.wait_durable_many(pending)
         except Exception as exc:
             log.exception("fsync of the offsets log failed")
             for handle, _ in replies:

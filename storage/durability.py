@@ -187,12 +187,23 @@ class Flusher:
 
     async def wait_durable(self, log: PartitionLog, offset: int) -> None:
         """Return once ``offset`` of ``log`` is durable as the log's policy defines."""
+        fut = self._register_wait(log, offset)
+        if fut is not None:
+            await fut
+
+    async def wait_durable_many(self, targets: list[tuple[PartitionLog, int]]) -> None:
+        """``wait_durable`` for several logs at once: all join the same fsync round."""
+        futs = [f for f in (self._register_wait(log, off) for log, off in targets) if f is not None]
+        for fut in futs:
+            await fut
+
+    def _register_wait(self, log: PartitionLog, offset: int) -> asyncio.Future[None] | None:
         self.register(log)
         if offset >= log.log_end_offset:
             raise ValueError(f"offset {offset} not yet appended to {log.dir}")
         if self._stopping:
             log.flush()
-            return
+            return None
         policy = log.config.flush_policy
         if policy != "batch":
             if policy == "interval" and (
@@ -200,14 +211,14 @@ class Flusher:
             ):
                 self._ensure_started()
                 self._wakeup.set()
-            return
+            return None
         if log.recovery_point > offset:
-            return
+            return None
         self._ensure_started()
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(log, []).append((offset, fut))
         self._wakeup.set()
-        await fut
+        return fut
 
     def _ensure_started(self) -> None:
         if self._task is None and not self._stopping:
