@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from storage.journal import Journal
     from storage.log import FlushTicket, PartitionLog
 
 __all__ = [
@@ -151,6 +152,7 @@ class Flusher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.stats = FlusherStats()
+        self.journal: Journal | None = None  # set by the LogManager when logs are journaled
 
     # ------------------------------------------------------------ lifecycle
 
@@ -212,7 +214,7 @@ class Flusher:
                 self._ensure_started()
                 self._wakeup.set()
             return None
-        if log.recovery_point > offset:
+        if log.durable_end > offset:
             return None
         self._ensure_started()
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -261,6 +263,47 @@ class Flusher:
                 due.append(log)
         return due
 
+    async def _sync_journal(
+        self, journal: Journal, errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        prepared = journal.prepare_sync()
+        if prepared is not None:
+            fd, covered = prepared
+            start = time.perf_counter()
+            try:
+                await asyncio.to_thread(journal.run_sync, fd)
+            except OSError as exc:
+                journal.abort_sync(covered)
+                logger.error("fsync of the journal failed: %r", exc)
+                self.stats.errors += 1
+                errors.update(dict.fromkeys(covered, exc))
+                return
+            journal.complete_sync(covered)
+            st = self.stats
+            st.rounds += 1
+            st.fsync_count += 1
+            st.last_fsync_latency_ms = (time.perf_counter() - start) * 1000.0
+            st.max_fsync_latency_ms = max(st.max_fsync_latency_ms, st.last_fsync_latency_ms)
+            st.total_fsync_latency_ms += st.last_fsync_latency_ms
+        if journal.needs_rotation():
+            # Checkpoint: new appends go to a new file; once every journaled log's
+            # segments are fsynced, the older journal files hold nothing needed.
+            old = journal.rotate()
+            logs = [log for log in self._logs if log.journal is journal and not log.closed]
+            tickets = [t for t in (log.prepare_flush() for log in logs) if t is not None]
+            results = await asyncio.to_thread(_run_tickets, tickets)
+            if any(r is not None for r in results):
+                for t, r in zip(tickets, results, strict=True):
+                    if r is not None:
+                        t.log.abort_flush(t)
+                logger.error(
+                    "journal checkpoint: segment fsync failed; keeping %d journal files", len(old)
+                )
+                return
+            for t in tickets:
+                t.log.complete_flush(t)
+            await asyncio.to_thread(journal.drop, old)
+
     async def _round(self, *, all_logs: bool) -> None:
         pending = self._waiters
         self._waiters = {}
@@ -271,10 +314,14 @@ class Flusher:
             targets.update(dict.fromkeys(self._due_interval_logs()))
         tickets: list[FlushTicket] = []
         for log in targets:
+            if log.journal is not None and not all_logs:
+                continue  # made durable by the journal's fsync below
             ticket = log.prepare_flush()
             if ticket is not None:
                 tickets.append(ticket)
         errors: dict[PartitionLog, BaseException] = {}
+        if self.journal is not None and not all_logs:
+            await self._sync_journal(self.journal, errors)
         if tickets:
             self.stats.rounds += 1
             # A few worker threads share the tickets: fsyncs of different files overlap,
@@ -313,7 +360,7 @@ class Flusher:
                 err = errors.get(log)
                 if err is not None:
                     fut.set_exception(FlushError(f"fsync of {log.dir} failed: {err!r}"))
-                elif log.recovery_point > offset or log.closed:
+                elif log.durable_end > offset or log.closed:
                     fut.set_result(None)
                     self.stats.waiters_released += 1
                 else:

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from storage.durability import fsync_dir, read_checkpoint, write_checkpoint
 from storage.record_batch import (
@@ -48,6 +49,9 @@ from storage.record_batch import (
     verify_crc,
 )
 from storage.segment import Damage, LogSegment, parse_segment_name
+
+if TYPE_CHECKING:
+    from storage.journal import Journal
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -107,6 +111,9 @@ class LogConfig:
     flush_interval_ms: int = 1000
     # log.flush.interval.messages (for flush_policy="interval")
     flush_interval_messages: int = 2**63 - 1
+    # Not a Kafka name: with flush_policy="batch", make appends durable through the
+    # shared write-ahead journal (one fsync per round for all such logs; see journal.py).
+    journaled: bool = False
 
     def __post_init__(self) -> None:
         policies = {p.strip() for p in self.cleanup_policy.split(",")}
@@ -194,6 +201,8 @@ class PartitionLog:
         self.config = config or LogConfig()
         self._clock = clock
         self.checkpointed_at = 0.0  # monotonic time of the last recovery-point checkpoint
+        self.journal: Journal | None = None  # set by the LogManager for journaled logs
+        self.journal_durable_end = 0  # offsets below this are durable in the journal
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._created_ms: dict[int, int] = {}
@@ -221,6 +230,11 @@ class PartitionLog:
     def recovery_point(self) -> int:
         """Exclusive end of the prefix known to be fsynced."""
         return self._recovery_point
+
+    @property
+    def durable_end(self) -> int:
+        """Exclusive end of the prefix that survives a crash (segments or journal)."""
+        return max(self._recovery_point, self.journal_durable_end)
 
     @property
     def unflushed_messages(self) -> int:
@@ -363,6 +377,8 @@ class PartitionLog:
         self._maybe_roll(h)
         seg = self._segments[-1]
         seg.append(data, h)
+        if self.journal is not None:
+            self.journal.record(self, data)
         self._dirty[seg.base_offset] = seg
         self._unflushed_messages += h.records_count
         self._unflushed_bytes += h.size
@@ -613,6 +629,7 @@ class PartitionLog:
 
     def _after_truncation(self) -> None:
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
+        self.journal_durable_end = min(self.journal_durable_end, self.log_end_offset)
         if self._recovery_point > self.log_end_offset:
             self._recovery_point = self.log_end_offset
             write_checkpoint(self.dir / RECOVERY_POINT_FILE, self._recovery_point, sync=True)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from storage.durability import Flusher, fsync_dir
+from storage.journal import Journal
 from storage.log import Clock, LogConfig, PartitionLog, wall_clock_ms
 
 __all__ = ["LogManager", "parse_partition_dir"]
@@ -51,13 +52,22 @@ class LogManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._clock = clock
         self.flusher = flusher
+        # Shared write-ahead journal for logs configured ``journaled`` (see journal.py);
+        # its directory name has no "-<n>" suffix, so it is never taken for a partition.
+        self.journal = Journal(self.data_dir / "journal")
+        if flusher is not None:
+            flusher.journal = self.journal
         self._logs: dict[tuple[str, int], PartitionLog] = {}
 
     def _dir_for(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
 
-    def _register(self, key: tuple[str, int], log: PartitionLog) -> PartitionLog:
+    def _register(
+        self, key: tuple[str, int], log: PartitionLog, *, attach: bool = True
+    ) -> PartitionLog:
         self._logs[key] = log
+        if attach and log.config.journaled and log.config.flush_policy == "batch":
+            log.journal = self.journal
         if self.flusher is not None:
             self.flusher.register(log)
         return log
@@ -78,7 +88,15 @@ class LogManager:
             if parsed is None or parsed in self._logs:
                 continue
             cfg = config_for(*parsed) if config_for is not None else LogConfig()
-            opened.append(self._register(parsed, PartitionLog(path, cfg, self._clock)))
+            opened.append(
+                self._register(parsed, PartitionLog(path, cfg, self._clock), attach=False)
+            )
+        # Batches acknowledged through the journal but lost from the segments come back
+        # before anything else is appended; only then do the logs journal new appends.
+        self.journal.replay(lambda name: self._logs.get(parse_partition_dir(name) or ("", -1)))
+        for log in opened:
+            if log.config.journaled and log.config.flush_policy == "batch":
+                log.journal = self.journal
         return opened
 
     def get_or_create(
@@ -142,3 +160,6 @@ class LogManager:
                 logger.exception("closing log %s-%s failed", *key)
                 raise
         self._logs.clear()
+        # Every log is fsynced and marked clean: the journal holds nothing needed.
+        self.journal.close()
+        self.journal.drop(self.journal.files())
