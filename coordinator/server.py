@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import socket
 import struct
@@ -206,7 +205,7 @@ class KafkaConnection(asyncio.Protocol):
             log.exception("handler for api key %d v%d failed; closing connection", key, version)
             self.abort()
             return
-        if inspect.isawaitable(result):
+        if hasattr(result, "__await__"):  # futures and coroutines; far cheaper than inspect
             slot = _Slot()
             self.slots.append(slot)
             task = asyncio.ensure_future(self._finish(slot, header, result, started))

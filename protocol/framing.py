@@ -25,6 +25,15 @@ _I = struct.Struct(">i")
 _II = struct.Struct(">ii")
 
 
+# (api key, version) pairs whose request header is v2 (flexible), looked up per request.
+_FLEXIBLE = frozenset(
+    (key, v)
+    for key, mod in BY_KEY.items()
+    for v in range(mod.MIN_VERSION, mod.MAX_VERSION + 1)
+    if mod.FLEXIBLE_FROM >= 0 and v >= mod.FLEXIBLE_FROM
+)
+
+
 class UnknownApi(Exception):
     """An API key kgc has no codec for, or a version outside the schema's range."""
 
@@ -60,9 +69,11 @@ def decode_header(frame: bytes) -> tuple[RequestHeader, int]:
             raise DecodeError("truncated client id")
         client_id = frame[pos : pos + n].decode("utf-8", "replace")
         pos += n
-    mod = BY_KEY.get(api_key)
-    if mod is not None and is_flexible(mod, api_version):
-        pos = skip_tagged_fields(frame, pos)
+    if (api_key, api_version) in _FLEXIBLE:
+        if pos < len(frame) and frame[pos] == 0:
+            pos += 1  # the usual empty tagged-field section
+        else:
+            pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 

@@ -22,6 +22,7 @@ answer them with an error and rebuild the partition from the durable log
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["GroupConfig", "RequestContext", "Result"]
 
@@ -44,14 +45,13 @@ class GroupConfig:
         return self.offsets_retention_minutes * 60_000
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
+class RequestContext(NamedTuple):
+    """Who asked (a NamedTuple: built on every request, so it must be cheap)."""
+
     api_version: int
     client_id: str
     client_host: str
-    reply_to: (
-        int  # opaque handle from the runtime; a parked request is answered later by this handle
-    )
+    reply_to: int  # opaque handle from the runtime; a parked request is answered later by it
 
 
 @dataclass(slots=True)
