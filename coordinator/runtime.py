@@ -115,7 +115,7 @@ class GroupRuntime:
         self.next_handle += 1
         handle = self.next_handle
         # Kafka reports hosts as Java's InetAddress.toString(): "/127.0.0.1".
-        ctx = RequestContext(header.api_version, client.client_id, "/" + client.host, handle)
+        ctx = RequestContext(header.api_version, client.client_id, client.java_host, handle)
         result = method(ctx, body, self.clock())
         if not result.records:
             mine = self._apply_now(result, handle)

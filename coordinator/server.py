@@ -59,6 +59,10 @@ class ClientInfo:
     host: str
     port: int
     conn_id: int
+    java_host: str = ""  # the host as Kafka reports it (InetAddress.toString(): "/127.0.0.1")
+
+    def __post_init__(self) -> None:
+        self.java_host = "/" + self.host
 
 
 Dispatch = Callable[[RequestHeader, Any, ClientInfo], Any]

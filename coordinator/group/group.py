@@ -21,6 +21,7 @@ Nothing here schedules timers or writes records; the shard does that.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from coordinator.group.state import GroupState, check_transition
 from coordinator.group.subscription import parse_subscription_topics
@@ -52,6 +53,8 @@ class Member:
     # True from joining until its first join phase completes: such a member can
     # be expired even while its JoinGroup is parked (new-member join timeout).
     is_new: bool = False
+    # (timer key, action) of its session timer, cached by the heartbeat path.
+    session_timer: tuple[str, Any] | None = None
 
     @property
     def is_static(self) -> bool:

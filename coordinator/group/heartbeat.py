@@ -36,6 +36,8 @@ _C = GroupState.COMPLETING_REBALANCE
 _S = GroupState.STABLE
 _E = GroupState.EMPTY
 _D = GroupState.DEAD
+# Heartbeat answers are all alike; responses are never mutated once built, so share them.
+_RESPONSES = {code: HeartbeatResponse(error_code=code) for code in ErrorCode}
 
 
 class HeartbeatMixin(RebalanceCore):
@@ -43,7 +45,9 @@ class HeartbeatMixin(RebalanceCore):
         out = Result()
 
         def answer(code: ErrorCode) -> Result:
-            out.replies.append((ctx.reply_to, HeartbeatResponse(error_code=code)))
+            out.replies.append(
+                (ctx.reply_to, _RESPONSES.get(code) or HeartbeatResponse(error_code=code))
+            )
             return out
 
         err = self._precheck(req.group_id)

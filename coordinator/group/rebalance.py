@@ -106,12 +106,14 @@ class RebalanceCore(ShardBase):
         timeout_ms: int | None = None,
     ) -> None:
         timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
-        self._schedule(
-            out,
-            heartbeat_key(group.group_id, member.member_id),
-            now_ms + timeout,
-            TimerAction(TimerKind.HEARTBEAT, group.group_id, member.member_id),
-        )
+        # Built once per member: this runs on every heartbeat.
+        timer = member.session_timer
+        if timer is None or timer[1].group_id != group.group_id:
+            timer = member.session_timer = (
+                heartbeat_key(group.group_id, member.member_id),
+                TimerAction(TimerKind.HEARTBEAT, group.group_id, member.member_id),
+            )
+        self._schedule(out, timer[0], now_ms + timeout, timer[1])
 
     def _cancel_member_timers(self, out: Result, group_id: str, member_id: str) -> None:
         self._cancel(out, heartbeat_key(group_id, member_id))
