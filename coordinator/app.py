@@ -28,10 +28,10 @@ from storage.cleaner import LogCleaner
 from storage.durability import Flusher
 from storage.log import LogConfig
 from storage.manager import LogManager
+from storage.offsets_format import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 CLEANER_STEP_BYTES = 1 << 20  # work per step, so a step never holds the loop for long
 
 

@@ -41,18 +41,14 @@ from protocol.messages import (
     txn_offset_commit,
 )
 from storage.durability import Flusher
-from storage.log import LogConfig, PartitionLog
+from storage.log import LogConfig, PartitionLog, wall_clock_ms
 from storage.manager import LogManager
+from storage.offsets_format import OFFSETS_TOPIC
 from storage.record_batch import iter_record_tuples
 
 log = logging.getLogger("kgc.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 Clock = Callable[[], int]
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class GroupRuntime:

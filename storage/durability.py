@@ -137,14 +137,15 @@ class FlusherStats:
 Clock = Callable[[], int]
 
 
-def _wall_ms() -> int:
+def wall_clock_ms() -> int:
+    """Wall-clock time in integer milliseconds: the default clock everywhere."""
     return time.time_ns() // 1_000_000
 
 
 class Flusher:
     """One per server; owns the background task doing fsyncs."""
 
-    def __init__(self, clock: Clock = _wall_ms) -> None:
+    def __init__(self, clock: Clock = wall_clock_ms) -> None:
         self._clock = clock
         self._waiters: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
         self._logs: dict[PartitionLog, int] = {}  # log -> last flush time (ms)

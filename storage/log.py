@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage.durability import fsync_dir, read_checkpoint, write_checkpoint
+from storage.durability import fsync_dir, read_checkpoint, wall_clock_ms, write_checkpoint
 from storage.record_batch import (
     BatchHeader,
     CorruptBatchError,
@@ -77,10 +77,6 @@ RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
 _INT32_MAX = 2**31 - 1
 RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

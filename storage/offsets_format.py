@@ -61,6 +61,9 @@ _I16I32 = struct.Struct(">hi")
 _new = tuple.__new__
 
 
+OFFSETS_TOPIC = "__consumer_offsets"  # the log these records live in, as Kafka names it
+
+
 class OffsetsFormatError(ValueError):
     """Bytes that do not match any known version of the schema."""
 

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from storage.manager import parse_partition_dir
 from storage.offsets_format import (
+    OFFSETS_TOPIC,
     GroupMetadataKey,
     OffsetCommitKey,
     OffsetsFormatError,
@@ -67,7 +68,6 @@ __all__ = [
     "decode_file",
 ]
 
-OFFSETS_TOPIC = "__consumer_offsets"
 CATALOG_NAME = "topics.json"
 CHECKPOINT_NAME = "log-start-offset"
 _TIMELINE_POINTS = 256

@@ -29,6 +29,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from storage.offsets_format import OFFSETS_TOPIC
+
 __all__ = [
     "OUT_SCHEMA",
     "OUT_SPARK_SCHEMA",
@@ -68,7 +70,6 @@ _OUT: list[tuple[str, pa.DataType, str]] = [
 OUT_SCHEMA = pa.schema([(n, t) for n, t, _ in _OUT])
 OUT_SPARK_SCHEMA = ", ".join(f"`{n}` {s}" for n, _, s in _OUT)
 _OUT_NAMES = [n for n, _, _ in _OUT]
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True, slots=True)
