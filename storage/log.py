@@ -368,8 +368,18 @@ class PartitionLog:
         if not verify_crc(batch, 0, h.size):
             raise InvalidBatchError(f"CRC mismatch in batch of {h.size} bytes")
         base = self.log_end_offset
-        data = bytes(batch) if h.base_offset == base else set_base_offset(batch, base)
-        h = replace(h, base_offset=base)
+        if h.base_offset == base:
+            data = bytes(batch)
+        else:
+            data = set_base_offset(batch, base)
+            h = replace(h, base_offset=base)
+        return self._store(data, h)
+
+    def _store(self, data: bytes, h: BatchHeader) -> tuple[int, int]:
+        """Write a validated batch whose base offset is the log end offset."""
+        if self._closed:
+            raise LogClosedError(str(self.dir))
+        base = h.base_offset
         self._maybe_roll(h)
         seg = self._segments[-1]
         seg.append(data, h)
@@ -399,7 +409,13 @@ class PartitionLog:
             base_sequence=base_sequence,
             attributes=attributes,
         )
-        return self.append(batch)
+        # Built here, so its CRC and offsets need no second look; only the size limit.
+        h = parse_header(batch)
+        if h.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {h.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
+            )
+        return self._store(batch, h)
 
     def _maybe_roll(self, h: BatchHeader) -> None:
         seg = self._segments[-1]
