@@ -209,7 +209,15 @@ class KafkaConnection(asyncio.Protocol):
             log.exception("handler for api key %d v%d failed; closing connection", key, version)
             self.abort()
             return
-        if hasattr(result, "__await__"):  # futures and coroutines; far cheaper than inspect
+        if isinstance(result, asyncio.Future):
+            # The common parked case (a commit waiting for its fsync, a JoinGroup waiting
+            # for the rebalance): a callback, not a task per request.
+            slot = _Slot()
+            self.slots.append(slot)
+            result.add_done_callback(lambda fut: self._complete(slot, header, fut, started))
+            self._update_reading()
+            return
+        if hasattr(result, "__await__"):  # coroutines; far cheaper than inspect
             slot = _Slot()
             self.slots.append(slot)
             task = asyncio.ensure_future(self._finish(slot, header, result, started))
@@ -232,6 +240,23 @@ class KafkaConnection(asyncio.Protocol):
         slot.data, slot.done = data, True
         self.slots.append(slot)
 
+    def _complete(
+        self, slot: _Slot, header: RequestHeader, fut: asyncio.Future[Any], started: float
+    ) -> None:
+        if self.closed or fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error(
+                "handler for api key %d v%d failed (%r); closing connection",
+                header.api_key,
+                header.api_version,
+                exc,
+            )
+            self.abort()
+            return
+        self._done(slot, header, fut.result(), started)
+
     async def _finish(
         self, slot: _Slot, header: RequestHeader, pending: Awaitable[Any], started: float
     ) -> None:
@@ -247,6 +272,9 @@ class KafkaConnection(asyncio.Protocol):
             )
             self.abort()
             return
+        self._done(slot, header, result, started)
+
+    def _done(self, slot: _Slot, header: RequestHeader, result: Any, started: float) -> None:
         if result is not NO_RESPONSE:
             slot.data = encode_response(
                 header.api_key, header.api_version, header.correlation_id, result
