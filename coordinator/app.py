@@ -72,7 +72,7 @@ class App:
             cleaners=self.cleaners.values,
         )
         self.server = KafkaServer(
-            broker.dispatch,
+            broker.handlers,
             broker.supported,
             max_request_size=s.socket_request_max_bytes,
             # Without an endpoint nobody reads the counters: skip the per-request hook then.

@@ -1,9 +1,9 @@
 """Request dispatch: which component answers which API.
 
-How this works: ``Broker.dispatch`` looks the API key up in a table of bound handlers. The
-cluster-level APIs (ApiVersions, Metadata, FindCoordinator, CreateTopics, DeleteTopics,
-SASL) are answered here from the topic catalog; group APIs go to the group runtime and
-Produce/Fetch/ListOffsets/InitProducerId to the data plane. A handler returns a response
+How this works: ``Broker.handlers`` maps each API key to a bound handler; the server looks
+it up per request. The cluster-level APIs (ApiVersions, Metadata, FindCoordinator,
+CreateTopics, DeleteTopics, SASL) are answered here from the topic catalog; group APIs go
+to the group runtime and Produce/Fetch/ListOffsets/InitProducerId to the data plane. A handler returns a response
 body, or an awaitable of one when the answer has to wait (for a rebalance, an fsync, data).
 """
 
@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.apis import SUPPORTED
 from coordinator.catalog import TopicCatalog, TopicInfo, topic_name_error
 from coordinator.config import Settings
-from coordinator.server import ClientInfo
+from coordinator.server import ClientInfo, Handler
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_body
 from protocol.messages import (
@@ -60,7 +59,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kgc.broker")
 
-Handler = Callable[[RequestHeader, Any, ClientInfo], Any]
 
 # Authorized-operations "not requested" marker (Integer.MIN_VALUE), as Kafka sends it.
 AUTH_OPS_OMITTED = -2147483648
@@ -122,9 +120,6 @@ class Broker:
         self.supported.clear()
         self.supported.update({k: v for k, v in SUPPORTED.items() if k in self.handlers})
         self._api_versions_cache: dict[int, bytes] = {}
-
-    def dispatch(self, header: RequestHeader, body: Any, client: ClientInfo) -> Any:
-        return self.handlers[header.api_key](header, body, client)
 
     # -- ApiVersions
     def api_versions(self, header: RequestHeader, req: Any, client: ClientInfo) -> bytes:

@@ -19,6 +19,7 @@ are never persisted: ``load_complete`` re-arms them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -99,10 +100,7 @@ class GroupRuntime:
             delete_groups.API_KEY: s.delete_groups,
         }
 
-        def bind(method: Callable[..., Result]) -> Callable[[RequestHeader, Any, ClientInfo], Any]:
-            return lambda header, body, client: self.call(method, header, body, client)
-
-        return {key: bind(method) for key, method in table.items()}
+        return {key: functools.partial(self.call, method) for key, method in table.items()}
 
     # -- requests
     def call(

@@ -1,7 +1,8 @@
 """The asyncio TCP front end: framing, ordering, backpressure, bad input.
 
 How this works: each connection is an ``asyncio.Protocol``. ``data_received`` cuts the
-stream into size-prefixed frames and hands each to the broker's dispatcher, which returns
+stream into size-prefixed frames and hands each to the handler the broker registered for
+its API key, which returns
 either a response body at once (most requests) or an awaitable (a JoinGroup parked until the
 group rebalances, a commit waiting for its fsync, a long-polling Fetch). Kafka clients match
 responses to requests by order as well as correlation id, so every request takes a slot in a
@@ -65,7 +66,7 @@ class ClientInfo:
         self.java_host = "/" + self.host
 
 
-Dispatch = Callable[[RequestHeader, Any, ClientInfo], Any]
+Handler = Callable[[RequestHeader, Any, ClientInfo], Any]
 # (api key, version, response, perf_counter at arrival), once per answered request.
 RequestHook = Callable[[int, int, Any, float], None]
 Supported = dict[int, tuple[int, int]]
@@ -204,7 +205,8 @@ class KafkaConnection(asyncio.Protocol):
         on_request = server.on_request
         started = time.perf_counter() if on_request is not None else 0.0
         try:
-            result = server.dispatch(header, body, info)
+            # The supported-versions check above guarantees a handler for the key.
+            result = server.handlers[key](header, body, info)
         except Exception:
             log.exception("handler for api key %d v%d failed; closing connection", key, version)
             self.abort()
@@ -341,14 +343,14 @@ class KafkaServer:
 
     def __init__(
         self,
-        dispatch: Dispatch,
+        handlers: dict[int, Handler],
         supported: Supported,
         *,
         max_request_size: int,
         on_connection: Callable[[int], None] = lambda delta: None,
         on_request: RequestHook | None = None,
     ) -> None:
-        self.dispatch = dispatch
+        self.handlers = handlers  # shared with the broker: registrations show up here
         self.supported = supported
         self.max_request_size = max_request_size
         self.on_connection = on_connection
