@@ -13,7 +13,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from groupkit import async_wait_until, create_topic
-
 from kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
