@@ -22,7 +22,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from coordinator.group.shard import GroupShard, RequestContext, Result
@@ -158,17 +158,24 @@ class GroupRuntime:
         replies, self.unreleased = self.unreleased, []
         now = self.clock()
         pending: list[tuple[PartitionLog, int]] = []
-        try:
-            for partition, records in batches.items():
-                plog = self.partitions[partition]
+        failed: list[int] = []
+        for partition, records in batches.items():
+            plog = self.partitions[partition]
+            try:
                 _, last = plog.append_records(records, timestamp_ms=now)
-                pending.append((plog, last))
-        except Exception:
-            log.exception("appending to the offsets log failed; failing %d replies", len(replies))
+            except Exception:
+                log.exception("appending to offsets partition %d failed", partition)
+                failed.append(partition)
+                continue
+            pending.append((plog, last))
+        if failed:
+            # The replies of this turn cannot tell which partition they depended on, so
+            # none is sent as a success; the connection closes and the clients retry.
             for handle, _ in replies:
                 fut = self.waiting.pop(handle, None)
                 if fut is not None and not fut.done():
                     fut.set_exception(RuntimeError("offsets log append failed"))
+            self._rebuild(failed)
             return
         task = asyncio.ensure_future(self._release_when_durable(pending, replies))
         self.background.add(task)
@@ -252,25 +259,16 @@ class GroupRuntime:
             self.shard.begin_load(p)
         total = 0
         started = time.perf_counter()
-        for p, plog in enumerate(self.partitions):
+        for p in range(len(self.partitions)):
             t0 = time.perf_counter()
             n = 0
-            for _header, batch in plog.iter_batches(0):
-                for _offset, _ts, key, value in iter_record_tuples(batch):
-                    if key is not None:
-                        self.shard.replay(p, key, value)
-                        n += 1
-                if n % 20000 < 200:
-                    await asyncio.sleep(0)
-            loaded = self.shard.load_complete(p, self.clock())
-            for line in loaded.events:
-                log.debug("%s", line)  # one summary line below instead of one per partition
-            loaded.events.clear()
-            self.apply(loaded)
+            for chunk in self._replay(p):
+                n += chunk
+                await asyncio.sleep(0)
+            self._finish_load(p)
             total += n
             if self.metrics is not None:
                 self.metrics.partition_loaded(p, time.perf_counter() - t0)
-            await asyncio.sleep(0)
         log.info(
             "loaded %d offsets-log records from %d partitions in %.2f s",
             total,
@@ -278,6 +276,42 @@ class GroupRuntime:
             time.perf_counter() - started,
         )
         self.loaded.set()
+
+    def _replay(self, p: int) -> Iterator[int]:
+        """Feed partition ``p`` of the log to the shard; yields record counts between chunks."""
+        n = 0
+        for _header, batch in self.partitions[p].iter_batches(0):
+            for _offset, _ts, key, value in iter_record_tuples(batch):
+                if key is not None:
+                    self.shard.replay(p, key, value)
+                    n += 1
+            if n >= 20000:
+                yield n
+                n = 0
+        yield n
+
+    def _finish_load(self, p: int) -> None:
+        loaded = self.shard.load_complete(p, self.clock())
+        for line in loaded.events:
+            log.debug("%s", line)  # the caller logs one summary line instead
+        loaded.events.clear()
+        self.apply(loaded)
+
+    def _rebuild(self, partitions: Iterable[int]) -> None:
+        """After a failed append the shard is ahead of the log: rebuild it from the log.
+
+        Parked requests of those groups are answered NOT_COORDINATOR (clients look the
+        coordinator up again and retry), as when Kafka's coordinator loses a partition.
+        """
+        now = self.clock()
+        for p in partitions:
+            self.apply(self.shard.unload(p, now))
+            self.shard.begin_load(p)
+            n = sum(self._replay(p))
+            self._finish_load(p)
+            log.warning(
+                "offsets partition %d rebuilt from its log (%d records) after a failed append", p, n
+            )
 
     def start(self) -> None:
         task = asyncio.ensure_future(self.load())
