@@ -105,20 +105,45 @@ def decode_request(frame: bytes, *, strict: bool = False) -> tuple[RequestHeader
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
     """Encode a response frame, size prefix included.
 
-    ``body`` may be a response dataclass or bytes already encoded for this version
-    (handlers cache responses that rarely change, such as ApiVersions).
+    ``body`` may be a response dataclass, or bytes already encoded for this version
+    (handlers cache responses that rarely change, such as ApiVersions). Bodies registered
+    with ``constant`` are encoded once per version.
     """
-    mod = BY_KEY[api_key]
-    out = bytearray(b"\x00\x00\x00\x00")
-    out += _I.pack(correlation_id)
-    if api_key != API_VERSIONS_KEY and is_flexible(mod, api_version):
-        out += b"\x00"  # response header v1: empty tagged-field section
-    if isinstance(body, bytes):
-        out += body
+    # Response header v1 (an empty tagged-field section) for flexible versions, except
+    # ApiVersions, whose response header is always v0.
+    flexible = (api_key, api_version) in _FLEXIBLE and api_key != API_VERSIONS_KEY
+    encoded: bytes
+    if type(body) is bytes:
+        encoded = body
     else:
-        mod.RESPONSE_ENCODERS[api_version](body, out)
-    _I.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+        if id(body) in _CONSTANTS:
+            key = (api_key, api_version, id(body))
+            cached = _CONSTANT_BODIES.get(key)
+            if cached is None:
+                cached = _CONSTANT_BODIES[key] = encode_body(api_key, api_version, body)
+            encoded = cached
+        else:
+            out = bytearray(b"\x00\x00\x00\x00")
+            out += _I.pack(correlation_id)
+            if flexible:
+                out += b"\x00"
+            BY_KEY[api_key].RESPONSE_ENCODERS[api_version](body, out)
+            _I.pack_into(out, 0, len(out) - 4)
+            return bytes(out)
+    if flexible:
+        return _II.pack(len(encoded) + 5, correlation_id) + b"\x00" + encoded
+    return _II.pack(len(encoded) + 4, correlation_id) + encoded
+
+
+# id -> response object that is never mutated (kept alive here so its id stays unique).
+_CONSTANTS: dict[int, Any] = {}
+_CONSTANT_BODIES: dict[tuple[int, int, int], bytes] = {}
+
+
+def constant(body: Any) -> Any:
+    """Declare a response object immutable and shared, so it is encoded once per version."""
+    _CONSTANTS[id(body)] = body
+    return body
 
 
 def encode_body(api_key: int, api_version: int, body: Any) -> bytes:

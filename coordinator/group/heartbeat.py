@@ -21,6 +21,7 @@ from coordinator.group.rebalance import RebalanceCore
 from coordinator.group.state import GroupState
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
+from protocol.framing import constant
 from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from protocol.messages.leave_group import (
     LeaveGroupRequest,
@@ -36,8 +37,8 @@ _C = GroupState.COMPLETING_REBALANCE
 _S = GroupState.STABLE
 _E = GroupState.EMPTY
 _D = GroupState.DEAD
-# Heartbeat answers are all alike; responses are never mutated once built, so share them.
-_RESPONSES = {code: HeartbeatResponse(error_code=code) for code in ErrorCode}
+# Heartbeat answers are all alike: share them, and let the codec encode each once.
+_RESPONSES = {code: constant(HeartbeatResponse(error_code=code)) for code in ErrorCode}
 
 
 class HeartbeatMixin(RebalanceCore):
