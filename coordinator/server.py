@@ -52,6 +52,14 @@ class NoResponse:
 NO_RESPONSE = NoResponse()
 
 
+class CloseConnection:
+    """Returned where Kafka answers by closing the connection (a failed acks=0 Produce):
+    earlier responses on the connection still go out first."""
+
+
+CLOSE_CONNECTION = CloseConnection()
+
+
 @dataclass(slots=True)
 class ClientInfo:
     """What a handler may want to know about the connection a request came on."""
@@ -73,11 +81,12 @@ Supported = dict[int, tuple[int, int]]
 
 
 class _Slot:
-    __slots__ = ("data", "done")
+    __slots__ = ("close", "data", "done")
 
     def __init__(self) -> None:
         self.data: bytes | None = None
         self.done = False
+        self.close = False
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -227,6 +236,14 @@ class KafkaConnection(asyncio.Protocol):
             task.add_done_callback(self.tasks.discard)
             self._update_reading()
             return
+        if result is CLOSE_CONNECTION:
+            if not self.slots:
+                self._close_gracefully()
+                return
+            slot = _Slot()
+            slot.done = slot.close = True
+            self.slots.append(slot)
+            return
         data = (
             None
             if result is NO_RESPONSE
@@ -296,10 +313,23 @@ class KafkaConnection(asyncio.Protocol):
     def _flush(self) -> None:
         slots = self.slots
         while slots and slots[0].done:
-            data = slots.popleft().data
-            if data is not None:
-                self._write(data)
+            slot = slots.popleft()
+            if slot.data is not None:
+                self._write(slot.data)
+            if slot.close:
+                self._close_gracefully()
+                return
         self._update_reading()
+
+    def _close_gracefully(self) -> None:
+        """Send what is already answered, then close (buffered writes still go out)."""
+        if self.closed or self.transport is None:
+            return
+        if self.out:
+            self.transport.write(b"".join(self.out))
+            self.out.clear()
+        self.closed = True
+        self.transport.close()
 
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:

@@ -12,8 +12,9 @@ replica, no transactions).
   (``producers``), which may answer a retry with the original offsets. The batch is stored as
   sent, compressed or not: only its base offset is patched (and, for topics with
   message.timestamp.type=LogAppendTime, its max timestamp, attribute bit and CRC). With acks=0
-  nothing is answered; with acks=1/-1 the answer waits for ``Flusher.wait_durable`` under the
-  configured flush policy (group commit for "batch"). An append wakes long-polling fetches of
+  nothing is answered (a failed one closes the connection, as Kafka does); with acks=1/-1
+  the answer waits for ``Flusher.wait_durable`` under the configured flush policy (group
+  commit for "batch"). An append wakes long-polling fetches of
   that partition.
 * **Fetch** (v4+; by topic id from v13): sessionless. A request opening a session (epoch 0)
   gets session id 0, the answer of a broker whose session cache is full, so clients keep
@@ -52,7 +53,7 @@ from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane.producers import PartitionProducers, ProducerIdAllocator
 from coordinator.dataplane.reads import ReadBudget, validate_produced
-from coordinator.server import NO_RESPONSE, ClientInfo
+from coordinator.server import CLOSE_CONNECTION, NO_RESPONSE, ClientInfo
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, init_producer_id, list_offsets, produce
@@ -343,6 +344,13 @@ class DataPlane:
                 if durable_at is not None and acks != 0:
                     waits.append((pr, plog, durable_at))
         if acks == 0:
+            # Kafka answers a failed acks=0 produce by closing the connection, the only
+            # signal such a producer gets; a successful one gets no response at all.
+            if any(p.error_code for t in responses for p in t.partition_responses):
+                log.info(
+                    "closing connection from %s:%d: acks=0 produce failed", client.host, client.port
+                )
+                return CLOSE_CONNECTION
             return NO_RESPONSE
         resp = ProduceResponse(responses=responses, throttle_time_ms=0)
         waits = [w for w in waits if self._needs_flush_wait(w[1], w[2])]

@@ -186,3 +186,69 @@ def test_server_log_names_the_bad_requests(server: KgcProcess) -> None:
     text = Path(server.log_path).read_text()
     assert "closing connection from 127.0.0.1" in text
     assert "Traceback" not in text
+
+
+def _produce_frame(topic: str, correlation_id: int) -> bytes:
+    from protocol.framing import RequestHeader, encode_request
+    from protocol.messages import produce
+    from storage.record_batch import encode_batch
+
+    batch = encode_batch(0, [(b"k", b"v")], timestamp_ms=1)
+    req = produce.Request(
+        acks=0,
+        timeout_ms=1000,
+        topic_data=[
+            produce.TopicProduceData(
+                name=topic, partition_data=[produce.PartitionProduceData(index=0, records=batch)]
+            )
+        ],
+    )
+    return encode_request(RequestHeader(produce.API_KEY, 9, correlation_id, "test"), req)
+
+
+def test_failed_acks0_produce_closes_the_connection_after_earlier_answers(
+    server: KgcProcess,
+) -> None:
+    s = raw(server)
+    # An ApiVersions, then a fire-and-forget produce to a topic that does not exist.
+    s.sendall(
+        frame(api_versions.API_KEY, 0, b"", correlation_id=5) + _produce_frame("no-such-topic", 6)
+    )
+    s.settimeout(5)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    # The earlier request was answered, then the connection closed: Kafka's acks=0 error signal.
+    assert struct.unpack_from(">i", data, 4)[0] == 5
+    assert len(data) == 4 + struct.unpack_from(">i", data)[0]
+    healthy(server)
+
+
+def test_successful_acks0_produce_gets_no_answer_and_keeps_the_connection(
+    server: KgcProcess,
+) -> None:
+    from protocol.messages import create_topics
+
+    with Connection.to(server.bootstrap) as c:
+        c.request(
+            create_topics.API_KEY,
+            create_topics.Request(
+                topics=[
+                    create_topics.CreatableTopic(
+                        name="fire", num_partitions=1, replication_factor=1
+                    )
+                ]
+            ),
+        )
+    s = raw(server)
+    s.sendall(_produce_frame("fire", 6) + frame(api_versions.API_KEY, 0, b"", correlation_id=7))
+    s.settimeout(5)
+    size = struct.unpack(">i", s.recv(4))[0]
+    body = b""
+    while len(body) < size:
+        body += s.recv(size - len(body))
+    assert struct.unpack_from(">i", body)[0] == 7  # the only answer is the ApiVersions one
+    s.close()
