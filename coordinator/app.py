@@ -26,7 +26,7 @@ from coordinator.runtime import GroupRuntime
 from coordinator.server import KafkaServer
 from storage.cleaner import LogCleaner
 from storage.durability import Flusher
-from storage.log import LogConfig
+from storage.log import LogConfig, PartitionLog
 from storage.manager import LogManager
 from storage.offsets_format import OFFSETS_TOPIC
 
@@ -45,7 +45,7 @@ class App:
         self.logs = LogManager(settings.data_dir, flusher=self.flusher)
         self.catalog = TopicCatalog(settings.data_dir / "topics.json")
         self.tasks: list[asyncio.Task[None]] = []
-        self.cleaners: dict[int, LogCleaner] = {}
+        self.cleaners: dict[PartitionLog, LogCleaner] = {}  # one per compacted log
         self.data: DataPlane | None = None
         self.groups: GroupRuntime | None = None
         self.metrics = Metrics()
@@ -125,12 +125,14 @@ class App:
         backoff = self.settings.log_cleaner_backoff_ms / 1000
         while True:
             await asyncio.sleep(backoff)
+            for gone in [plog for plog in self.cleaners if plog.closed]:
+                del self.cleaners[gone]  # a deleted topic's log
             for plog in self.logs.logs():
                 if not plog.config.compact or plog.closed:
                     continue
-                cleaner = self.cleaners.get(id(plog))
+                cleaner = self.cleaners.get(plog)
                 if cleaner is None:
-                    cleaner = self.cleaners[id(plog)] = LogCleaner(plog)
+                    cleaner = self.cleaners[plog] = LogCleaner(plog)
                 try:
                     while cleaner.clean_step(CLEANER_STEP_BYTES):
                         await asyncio.sleep(0)  # let requests through between steps

@@ -129,6 +129,33 @@ def classify_path(path: str) -> tuple[str, str | None, int | None, int | None]:
     return "log", parsed[0], parsed[1], base
 
 
+def _value_finding(
+    src: str,
+    opart: int,
+    seg: int,
+    what: str,
+    error: OffsetsFormatError,
+    log_offset: int,
+    group: str,
+    topic: str | None = None,
+    partition: int | None = None,
+) -> Row:
+    """A value that does not decode: a version we do not know (warn) or garbage (error)."""
+    unknown_version = "version" in str(error)
+    return _finding(
+        src,
+        opart,
+        seg,
+        "warn" if unknown_version else "error",
+        "unknown_record_version" if unknown_version else "undecodable_record",
+        f"{what} value: {error}",
+        log_offset,
+        group,
+        topic,
+        partition,
+    )
+
+
 def _finding(
     src: str,
     opart: int | None,
@@ -350,23 +377,9 @@ def _decode_offsets_segment(
                     try:
                         v = decode_offset_commit_value(vb)
                     except OffsetsFormatError as e:
-                        check = (
-                            "unknown_record_version"
-                            if "version" in str(e)
-                            else "undecodable_record"
-                        )
                         rows.append(
-                            _finding(
-                                src,
-                                opart,
-                                seg,
-                                "warn" if check == "unknown_record_version" else "error",
-                                check,
-                                f"offset commit value: {e}",
-                                lo,
-                                k[0],
-                                k[1],
-                                k[2],
+                            _value_finding(
+                                src, opart, seg, "offset commit", e, lo, k[0], k[1], k[2]
                             )
                         )
                         continue
@@ -466,23 +479,7 @@ def _decode_offsets_segment(
                     try:
                         gv = decode_group_metadata_value(vb)
                     except OffsetsFormatError as e:
-                        check = (
-                            "unknown_record_version"
-                            if "version" in str(e)
-                            else "undecodable_record"
-                        )
-                        rows.append(
-                            _finding(
-                                src,
-                                opart,
-                                seg,
-                                "warn" if check == "unknown_record_version" else "error",
-                                check,
-                                f"group metadata value: {e}",
-                                lo,
-                                k,
-                            )
-                        )
+                        rows.append(_value_finding(src, opart, seg, "group metadata", e, lo, k))
                         continue
                     if gs.g2 is not None and gv.generation < gs.g2 and not gs.last_tomb:
                         rows.append(
