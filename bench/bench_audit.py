@@ -94,7 +94,7 @@ def main() -> int:
             t = time.perf_counter()
             result = run_audit(spark, AuditOptions(str(root), now_ms=1_700_000_000_000))
             t_run = time.perf_counter()
-            summary, _, _ = build_summary(result, 20, "error")
+            summary, _, _ = build_summary(result, "error")
             t_sum = time.perf_counter()
             write_reports(result, str(tmp / f"out-{len(rows)}"), "parquet", summary)
             result.stats["seconds"]["summary"] = round(t_sum - t_run, 3)

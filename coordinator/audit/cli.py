@@ -160,48 +160,29 @@ def write_reports(result: AuditResult, out: str, fmt: str, summary: dict[str, An
 
 
 def build_summary(
-    result: AuditResult, top: int, fail_on: str
+    result: AuditResult, fail_on: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Summary figures; the four small Spark queries run concurrently (they are latency-bound)."""
-    from pyspark.sql import functions as F
-
-    result.partitions.count()  # materialize the shared cached input once, not per thread
-
-    queries = {
-        "counts": lambda: result.findings.groupBy("severity", "check").count().collect(),
-        "top": lambda: result.findings.limit(top).collect(),
-        "groups": lambda: result.groups.collect(),
-        "status": lambda: (
-            result.partitions.groupBy("status")
-            .agg(F.count("*").alias("n"), F.sum("lag").alias("lag"))
-            .collect()
-        ),
-    }
-    with ThreadPoolExecutor(len(queries)) as pool:
-        futures = {name: pool.submit(q) for name, q in queries.items()}
-        got = {name: f.result() for name, f in futures.items()}
-    by_check: dict[str, dict[str, int]] = {}
+    """Summary figures from what the job collected (no further Spark query)."""
+    by_check = result.summary["findings"]
     by_sev = dict.fromkeys(_SEVERITIES, 0)
-    for r in got["counts"]:
-        by_check.setdefault(r["check"], {})[r["severity"]] = int(r["count"])
-        by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + int(r["count"])
-    top_rows = [r.asDict() for r in got["top"]]
-    groups = [r.asDict() for r in got["groups"]]
-    status = {(r["status"] or "UNKNOWN"): int(r["n"]) for r in got["status"]}
+    for counts in by_check.values():
+        for sev, n in counts.items():
+            by_sev[sev] = by_sev.get(sev, 0) + n
+    status = {st: n for st, (n, _lag) in result.summary["status"].items()}
     threshold = _SEVERITIES.index(fail_on) if fail_on in _SEVERITIES else len(_SEVERITIES)
     failing = sum(by_sev.get(s, 0) for s in _SEVERITIES[threshold:])
     summary = {
         **result.stats,
         "findings": {"total": sum(by_sev.values()), "by_severity": by_sev, "by_check": by_check},
-        "groups": len(groups),
+        "groups": len(result.group_rows),
         "partitions": sum(status.values()),
-        "total_lag": sum(int(r["lag"] or 0) for r in got["status"]),
+        "total_lag": sum(lag for _n, lag in result.summary["status"].values()),
         "status": status,
         "fail_on": fail_on,
         "failing_findings": failing,
-        "top_findings": top_rows,
+        "top_findings": result.top_findings,
     }
-    return summary, top_rows, groups
+    return summary, result.top_findings, result.group_rows
 
 
 def render_console(
@@ -293,12 +274,13 @@ def run(args: argparse.Namespace) -> int:
         retention_minutes=args.retention_minutes,
         clock_skew_ms=args.clock_skew_ms,
         offsets_partitions=args.offsets_partitions,
+        top=args.top,
     )
     t0 = time.perf_counter()
     try:
         spark = spark_session(args.master)
         result = run_audit(spark, opts)
-        summary, top_rows, groups = build_summary(result, args.top, args.fail_on)
+        summary, top_rows, groups = build_summary(result, args.fail_on)
         code = 2 if summary["failing_findings"] else 0
         summary["exit_code"] = code
         summary["seconds"]["total"] = round(time.perf_counter() - t0, 3)

@@ -1,34 +1,39 @@
-"""The Spark side of the audit: list, decode on the executors, stitch, check, report.
+"""The Spark side of the audit: list, decode on the executors, stitch and report, write.
 
 How this works
 --------------
-1. *List* (one cheap job): ``binaryFile`` over explicit globs of the data directory, selecting
-   only ``path`` and ``length`` so no content is read.  Spark's file sources skip names that
-   start with ``_`` or ``.`` in recursive lookups, hence globs rather than ``recursiveFileLookup``
-   (``__consumer_offsets-N`` would vanish).  From the names alone the driver learns the offsets
-   partition count, which topic segment is the last of its partition and the lowest segment base
-   of each partition.  No file is opened on the driver, so HDFS/S3 URIs work the same way.
-2. *Decode* (one job, one task per file): every offsets segment, the last segment of every topic
-   partition, the ``log-start-offset`` checkpoints and ``topics.json`` go through
-   ``binaryFile`` + ``mapInArrow(decode.decode_batches)``; the decoder combines per segment (see
-   ``decode``) and the small result is cached.
-3. *Stitch and check* with DataFrame operations: per key, segments ordered by base offset give
-   the cross-segment checks (a rewind or timestamp/epoch regression at a segment boundary,
-   tombstones with no earlier record, overlapping segments), the last segment gives the live
-   committed offset, and joins with the topic logs give lag and log-start/log-end checks.
-   Burrow's rules are evaluated with SQL higher-order functions over the last ``window``
-   commits, with the lag at each commit estimated from the topic's time line.
+1. *List* (driver, no job): Hadoop's ``FileSystem.globStatus`` over explicit globs of the
+   data directory, names and sizes only.  Spark's file sources skip names that start with
+   ``_`` or ``.`` in recursive lookups, hence globs (``__consumer_offsets-N`` would vanish).
+   From the names alone the driver learns the offsets partition count, which topic segment is
+   the last of its partition and the lowest segment base of each partition.  No file is opened
+   on the driver, so HDFS/S3 URIs work the same way.
+2. *Topic logs* (job 1, small): the last segment of every topic partition, the
+   ``log-start-offset`` checkpoints and ``topics.json`` go through ``binaryFile`` +
+   ``mapInArrow(decode.decode_batches)``; the few rows that come back (log start/end and a
+   time line per partition, the catalog) become the ``stitch.Context`` that lag needs.
+3. *Offsets log* (job 2): every offsets segment is decoded the same way, one task per file,
+   into per-(segment, key) summaries.  They are shuffled by the offsets partition Kafka would
+   store the group in (so all of a group's rows meet, even ones stored in the wrong partition)
+   and ``stitch.report_table`` turns each share into final rows of the three reports plus one
+   summary row.  The result is cached; the action brings back only the summary rows, the
+   group rows and each task's top findings.
+4. *Write*: the three tables are filters of the cached result (see ``cli.write_reports``).
+
+Two jobs before the writes, because every Spark job costs a fixed ~0.1-0.3 s here: the
+report logic lives in ``stitch`` (plain Python, unit-testable) rather than in SQL stages.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from coordinator.audit.decode import (
@@ -39,7 +44,16 @@ from coordinator.audit.decode import (
     classify_path,
     decode_batches,
 )
-from coordinator.audit.stitch import OUT_SPARK_SCHEMA, Context, TopicLog, stitch_table
+from coordinator.audit.stitch import (
+    OUT_SPARK_SCHEMA,
+    SEVERITY_ORDER,
+    STATUS_ORDER,
+    Context,
+    TopicLog,
+    decoded_finding,
+    finding_sort_key,
+    report_table,
+)
 
 __all__ = [
     "SEVERITY_ORDER",
@@ -49,10 +63,6 @@ __all__ = [
     "AuditResult",
     "run_audit",
 ]
-
-STATUS_ORDER = ["OK", "WARN", "STALL", "STOP", "REWIND"]
-SEVERITY_ORDER = ["info", "warn", "error"]
-_KEY = ["grp", "topic", "part"]
 
 FINDINGS_COLUMNS = [
     "severity",
@@ -81,13 +91,17 @@ PARTITION_COLUMNS = [
     "status",
     "log_start_offset",
     "offsets_partition",
-    "first_commit_ms",
-    "record_offset",
 ]
-_STATUS_RANK_SQL = (
-    "CASE status WHEN 'OK' THEN 0 WHEN 'WARN' THEN 1 WHEN 'STALL' THEN 2 "
-    "WHEN 'STOP' THEN 3 WHEN 'REWIND' THEN 4 END"
-)
+GROUP_COLUMNS = [
+    "group",
+    "state",
+    "members",
+    "partitions",
+    "total_lag",
+    "worst_status",
+    "commits_per_min",
+    "generation",
+]
 
 
 class AuditError(Exception):
@@ -102,6 +116,7 @@ class AuditOptions:
     retention_minutes: int = 10080
     clock_skew_ms: int = 60_000
     offsets_partitions: int | None = None
+    top: int = 20  # findings brought back for the console
 
 
 @dataclass(slots=True)
@@ -109,7 +124,11 @@ class AuditResult:
     partitions: DataFrame
     groups: DataFrame
     findings: DataFrame
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any]
+    # collected by the job: finding counts by check and severity, partitions by status
+    summary: dict[str, Any]
+    top_findings: list[dict[str, Any]]
+    group_rows: list[dict[str, Any]]
     cached: list[DataFrame] = field(default_factory=list)
 
     def release(self) -> None:
@@ -157,7 +176,7 @@ def _offsets_dirs(spark: SparkSession, root: str) -> set[int]:
 
 
 def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
-    """Build the three report DataFrames (lazy apart from the cached decode)."""
+    """Run the audit's two Spark jobs; the report DataFrames read the cached result."""
     t0 = time.perf_counter()
     if opts.window < 1:
         raise AuditError("--window must be at least 1")
@@ -166,22 +185,23 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     t_list = time.perf_counter()
 
     offsets_parts: set[int] = set()
+    offsets_files: list[str] = []
     topic_segs: dict[tuple[str, int], list[tuple[int, str]]] = {}
-    to_read: list[str] = []
+    topic_files: list[str] = []
     has_catalog = False
     for path, _length in files:
         kind, topic, part, seg = classify_path(path)
         if kind == "catalog":
             has_catalog = True
-            to_read.append(path)
+            topic_files.append(path)
         elif kind == "checkpoint":
             if topic != OFFSETS_TOPIC:
-                to_read.append(path)
+                topic_files.append(path)
         elif kind == "log":
             assert topic is not None and part is not None and seg is not None
             if topic == OFFSETS_TOPIC:
                 offsets_parts.add(part)
-                to_read.append(path)
+                offsets_files.append(path)
             else:
                 topic_segs.setdefault((topic, part), []).append((seg, path))
     if not offsets_parts:
@@ -194,212 +214,153 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     first_seg_rows = []
     for (topic, part), segs in sorted(topic_segs.items()):
         segs.sort()
-        to_read.append(segs[-1][1])
+        topic_files.append(segs[-1][1])
         first_seg_rows.append((topic, part, segs[0][0], len(segs)))
 
-    spark.conf.set("spark.sql.files.openCostInBytes", str(1 << 40))  # one file per task
-    spark.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 30))
     decoder = functools.partial(
         decode_batches,
         window=opts.window,
         num_partitions=num_partitions,
         future_limit_ms=opts.now_ms + opts.clock_skew_ms,
     )
-    decoded = (
-        spark.read.format("binaryFile")
-        .load(to_read)
-        .select("path", "content")
-        .mapInArrow(decoder, SPARK_SCHEMA)
-    ).persist()
 
+    def decode(paths: list[str], open_cost: int) -> DataFrame:
+        # Spark packs files into a task until their sizes plus open_cost each reach the split
+        # size; the splits are planned when an action runs, so set this just before it.
+        spark.conf.set("spark.sql.files.openCostInBytes", str(open_cost))
+        spark.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 30))
+        return (
+            spark.read.format("binaryFile")
+            .load(paths)
+            .select("path", "content")
+            .mapInArrow(decoder, SPARK_SCHEMA)
+        )
+
+    # Job 1: the topic logs' figures (log start/end, time lines, catalog) that lag needs.
+    # Only headers are read there, so small files share a task (a task costs ~50-100 ms).
+    topic_rows = decode(topic_files, 0).collect() if topic_files else []
+    t_topics = time.perf_counter()
+    ctx = _context(topic_rows, first_seg_rows, has_catalog, opts, num_partitions)
+
+    # Job 2: decode every offsets segment (one task each), route each group's rows to the
+    # task of the offsets partition Kafka would store it in, stitch and report there.  The
+    # result is cached for the writes; this action brings back only the summary rows.
+    top = opts.top
+
+    def report(table: Any) -> Any:
+        return report_table(table, ctx, top)
+
+    final = (
+        decode(offsets_files, 1 << 40)  # one task per segment: decoding is the heavy part
+        .groupBy(F.coalesce(F.col("expected"), F.col("opart")).alias("route"))
+        .applyInArrow(report, OUT_SPARK_SCHEMA)
+        .persist()
+    )
     kcol = F.col("kind")
-    # The first action decodes every file (and caches the combined rows); it brings back the
-    # few rows the driver needs: topic-log figures, the catalog and per-segment totals.
-    info_rows = (
-        decoded.filter(kcol.isin("T", "P", "C", "L", "S"))
-        .select("kind", "topic", "part", "seg", "lo2", "ts1", "off1", "n", "n2", "size")
-        .collect()
-    )
-    t_decode = time.perf_counter()
-    seg_rows = [r for r in info_rows if r["kind"] == "S"]
-    ctx = _context(info_rows, first_seg_rows, has_catalog, opts, num_partitions)
+    collected = final.filter((kcol == "Z") | (kcol == "G") | F.col("top")).collect()
+    t_offsets = time.perf_counter()
 
-    def stitch(table: Any) -> Any:
-        return stitch_table(table, ctx)
-
-    stitched = (
-        decoded.filter(kcol.isin("S", "K", "W", "G"))
-        .groupBy("opart")
-        .applyInArrow(stitch, OUT_SPARK_SCHEMA)
-        .persist()
-    )
-    # Materialize once: the report queries run concurrently and would each stitch otherwise.
-    n_out = stitched.count()
-    t_stitch = time.perf_counter()
-
-    # A key present in two offsets partitions (wrong_partition) counts once: prefer the
-    # partition Kafka would use, then the most recent commit.
-    prefer = (F.col("offsets_partition") == F.col("expected_partition")).desc()
-    w_pick = Window.partitionBy("group", "topic", "partition").orderBy(
-        prefer, F.col("last_commit_ms").desc()
-    )
-    partitions = (
-        stitched.filter(kcol == "P")
-        .withColumn("_rk", F.row_number().over(w_pick))
-        .filter("_rk = 1")
-        .select(*PARTITION_COLUMNS)
-        .persist()
-    )
-    w_gpick = Window.partitionBy("group").orderBy(prefer, F.col("offsets_partition"))
-    meta = (
-        stitched.filter(kcol == "G")
-        .withColumn("_rk", F.row_number().over(w_gpick))
-        .filter("_rk = 1")
-        .select("group", "state", "members", "generation", "offsets_partition", "log_offset")
-    )
-    per_group = partitions.groupBy("group").agg(
-        F.count("*").alias("partitions"),
-        F.sum("lag").alias("total_lag"),
-        F.max(F.expr(_STATUS_RANK_SQL)).alias("worst_rank"),
-        F.sum("commit_count").alias("commits"),
-        F.min("first_commit_ms").alias("t0"),
-        F.max("last_commit_ms").alias("t1"),
-        F.min("record_offset").alias("lo"),
-        F.first("offsets_partition").alias("opart"),
-    )
-    joined = meta.join(per_group, "group", "full_outer").persist()
-    groups = (
-        joined.select(
-            "group",
-            F.coalesce(F.col("state"), F.lit("NoMetadata")).alias("state"),
-            F.coalesce(F.col("members"), F.lit(0)).alias("members"),
-            F.coalesce(F.col("partitions"), F.lit(0)).cast("int").alias("partitions"),
-            F.coalesce(F.col("total_lag"), F.lit(0)).cast("bigint").alias("total_lag"),
-            F.element_at(
-                F.array(*[F.lit(s) for s in STATUS_ORDER]), F.col("worst_rank").cast("int") + 1
-            ).alias("worst_status"),
-            F.when(
-                F.col("t1") > F.col("t0"),
-                F.round(F.col("commits") * 60000.0 / (F.col("t1") - F.col("t0")), 3),
-            ).alias("commits_per_min"),
-            "generation",
-        )
-        .coalesce(1)
-        .sortWithinPartitions("group")
-    )
-
-    lifecycle = joined.filter(
-        (F.col("partitions").isNotNull() & (F.col("state").isNull() | (F.col("state") == "Dead")))
-        | (F.col("partitions").isNull() & (F.col("state") != "Dead"))
-    ).select(
-        F.when(F.col("state") == "Dead", F.lit("warn")).otherwise(F.lit("info")).alias("severity"),
-        F.when(F.col("partitions").isNull(), F.lit("group_without_offsets"))
-        .otherwise(F.lit("offsets_without_group"))
-        .alias("check"),
-        "group",
-        F.lit(None).cast("string").alias("topic"),
-        F.lit(None).cast("int").alias("partition"),
-        F.coalesce(F.col("lo"), F.col("log_offset")).alias("log_offset"),
-        F.when(
-            F.col("partitions").isNull(),
-            F.format_string(
-                "group is %s with %d members but has no committed offsets", "state", "members"
-            ),
-        )
-        .when(
-            F.col("state").isNull(),
-            F.format_string(
-                "%d committed partitions, no group metadata (simple consumer?)", "partitions"
-            ),
-        )
-        .otherwise(
-            F.format_string("%d committed partitions outlive the deleted group", "partitions")
-        )
-        .alias("detail"),
-        F.coalesce(F.col("opart"), F.col("offsets_partition")).alias("offsets_partition"),
-    )
-    from_decode = decoded.filter(kcol == "F").select(
-        F.col("severity"),
-        F.col("chk").alias("check"),
-        F.col("grp").alias("group"),
-        # a finding about the log itself (no group) points at the offsets-log partition
-        F.when(F.col("grp").isNull() & F.col("topic").isNull(), F.lit(OFFSETS_TOPIC))
-        .otherwise(F.col("topic"))
-        .alias("topic"),
-        F.when(F.col("grp").isNull() & F.col("topic").isNull(), F.col("opart"))
-        .otherwise(F.col("part"))
-        .alias("partition"),
-        F.col("lo1").alias("log_offset"),
-        F.col("detail"),
-        F.col("opart").alias("offsets_partition"),
-    )
-    parts_f = [
-        from_decode,
-        stitched.filter(kcol == "F").select(*FINDINGS_COLUMNS),
-        lifecycle,
-    ]
+    driver_findings = [decoded_finding(r.asDict()) for r in topic_rows if r["kind"] == "F"]
     if not has_catalog:
-        parts_f.append(
+        driver_findings.append(
+            {
+                "severity": "info",
+                "check": "no_topic_catalog",
+                "group": None,
+                "topic": None,
+                "partition": None,
+                "log_offset": None,
+                "detail": f"{CATALOG_NAME} not found under {root}: "
+                "commit_for_unknown_partition not checked",
+                "offsets_partition": None,
+            }
+        )
+    summary = _merge_summaries(
+        [json.loads(r["detail"]) for r in collected if r["kind"] == "Z"], driver_findings
+    )
+    top_findings = sorted(
+        [r.asDict() for r in collected if r["kind"] == "F"] + driver_findings,
+        key=finding_sort_key,
+    )[:top]
+    group_rows = sorted(
+        ({c: r[c] for c in GROUP_COLUMNS} for r in collected if r["kind"] == "G"),
+        key=lambda g: str(g["group"]),
+    )
+
+    findings = final.filter(kcol == "F").select(*FINDINGS_COLUMNS)
+    if driver_findings:
+        findings = findings.unionByName(
             spark.createDataFrame(
-                [
-                    (
-                        "info",
-                        "no_topic_catalog",
-                        None,
-                        None,
-                        None,
-                        None,
-                        f"{CATALOG_NAME} not found under {root}: commit_for_unknown_partition not checked",
-                        None,
-                    )
-                ],
-                _FINDINGS_DDL,
+                [tuple(f[c] for c in FINDINGS_COLUMNS) for f in driver_findings], _FINDINGS_DDL
             )
         )
     sev_rank = (
         F.when(F.col("severity") == "error", 2).when(F.col("severity") == "warn", 1).otherwise(0)
     )
-    findings = (
-        functools.reduce(lambda a, b: a.unionByName(b), parts_f)
-        # small tables: one sorted partition, without orderBy's range-sampling job
-        .coalesce(1)
-        .sortWithinPartitions(sev_rank.desc(), "check", "group", "topic", "partition", "log_offset")
-        .persist()
+    # small tables: one sorted partition each, without orderBy's range-sampling job
+    findings = findings.coalesce(1).sortWithinPartitions(
+        sev_rank.desc(), "check", "group", "topic", "partition", "log_offset"
     )
-    partitions_out = (
-        partitions.drop("record_offset", "first_commit_ms")
+    partitions = (
+        final.filter(kcol == "P")
+        .select(*PARTITION_COLUMNS)
         .coalesce(1)
         .sortWithinPartitions("group", "topic", "partition")
+    )
+    groups = (
+        final.filter(kcol == "G").select(*GROUP_COLUMNS).coalesce(1).sortWithinPartitions("group")
     )
     t_end = time.perf_counter()
     stats: dict[str, Any] = {
         "log_dir": root,
         "offsets_partitions": num_partitions,
-        "offsets_segments": len(seg_rows),  # non-empty ones: Spark skips empty files
-        "records": sum(int(r["n"] or 0) for r in seg_rows),
-        "batches": sum(int(r["n2"] or 0) for r in seg_rows),
-        "bytes": sum(int(r["size"] or 0) for r in seg_rows),
+        "offsets_segments": summary.pop("segments"),  # non-empty ones: Spark skips empty files
+        "records": summary.pop("records"),
+        "batches": summary.pop("batches"),
+        "bytes": summary.pop("bytes"),
         "topic_partitions": len(first_seg_rows),
         "files_listed": len(files),
         "catalog": has_catalog,
-        "report_rows": n_out,
         "now_ms": opts.now_ms,
         "window": opts.window,
         "retention_minutes": opts.retention_minutes,
         "seconds": {
             "list": round(t_list - t0, 3),
-            "decode": round(t_decode - t_list, 3),
-            "stitch": round(t_stitch - t_decode, 3),
-            "plan": round(t_end - t_stitch, 3),
+            "topics": round(t_topics - t_list, 3),
+            "offsets": round(t_offsets - t_topics, 3),
+            "plan": round(t_end - t_offsets, 3),
         },
     }
     return AuditResult(
-        partitions_out, groups, findings, stats, [decoded, stitched, partitions, joined, findings]
+        partitions, groups, findings, stats, summary, top_findings, group_rows, [final]
     )
 
 
+def _merge_summaries(
+    parts: list[dict[str, Any]], driver_findings: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Add up the per-task summary rows (finding counts, statuses, segment totals)."""
+    findings: dict[str, dict[str, int]] = {}
+    status: dict[str, list[int]] = {}
+    totals = dict.fromkeys(("segments", "records", "batches", "bytes"), 0)
+    for p in parts:
+        for check, by_sev in p["findings"].items():
+            for sev, n in by_sev.items():
+                findings.setdefault(check, {})[sev] = findings.get(check, {}).get(sev, 0) + n
+        for st, (n, lag) in p["status"].items():
+            acc = status.setdefault(st, [0, 0])
+            acc[0] += n
+            acc[1] += lag
+        for k in totals:
+            totals[k] += p.get(k, 0)
+    for f in driver_findings:
+        by_sev = findings.setdefault(f["check"], {})
+        by_sev[f["severity"]] = by_sev.get(f["severity"], 0) + 1
+    return {"findings": findings, "status": status, **totals}
+
+
 def _context(
-    info_rows: list[Any],
+    topic_rows: list[Any],
     first_seg_rows: list[tuple[str, int, int, int]],
     has_catalog: bool,
     opts: AuditOptions,
@@ -410,7 +371,7 @@ def _context(
     points: dict[tuple[str, int], list[tuple[int, int]]] = {}
     ckpt: dict[tuple[str, int], int] = {}
     catalog: dict[str, int] = {}
-    for r in info_rows:
+    for r in topic_rows:
         key = (r["topic"], r["part"])
         if r["kind"] == "T":
             ends[key] = (int(r["lo2"]), int(r["seg"]))

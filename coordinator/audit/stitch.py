@@ -1,30 +1,35 @@
-"""Executor-side stitching: one offsets-log partition's per-segment summaries in, report rows out.
+"""Executor-side stitching and reporting: decoded segment summaries in, report rows out.
 
 How this works
 --------------
 ``decode`` leaves one ``K`` row per (segment, key), the last commits of each key per segment
-(``W``), one ``G`` row per (segment, group) and one ``S`` row per segment.  The job groups
-those rows by offsets partition (``groupBy("opart").applyInArrow``) and ``stitch_table`` walks
-each partition's segments in base-offset order, exactly as a replay of the log would:
+(``W``), one ``G`` row per (segment, group), one ``S`` row per segment and ``F`` findings.
+The job routes every row of a group to one task (by the offsets partition Kafka would store
+the group in) and ``report_table`` runs there:
 
-* segment boundaries: overlapping segments, and a rewind / commit-timestamp or leader-epoch
-  regression between the last commit of one segment and the first of the next;
-* tombstones with no earlier record of their key; generation regressions of groups;
-* the live state: a key's committed offset is its last commit unless a tombstone followed;
-  a group's state comes from its last GroupMetadata record (tombstone = Dead, no members =
-  Empty, else Stable);
-* per live partition, with the topic logs' figures (shipped in ``Context``): lag, log-start /
-  log-end checks, unknown partitions, retention, and Burrow's status over the last
-  ``window`` commits, with the lag at each commit estimated from the topic's time line
-  (the log end offset of the newest batch written no later than the commit).
+* ``stitch_rows`` walks each offsets partition's segments in base-offset order, exactly as a
+  replay of the log would: overlapping segments; a rewind / commit-timestamp or leader-epoch
+  regression between the last commit of one segment and the first of the next; tombstones
+  with no earlier record of their key; generation regressions; the live state (a key's
+  committed offset is its last commit unless a tombstone followed; a group's state comes from
+  its last GroupMetadata record: tombstone = Dead, no members = Empty, else Stable); and per
+  live partition, with the topic logs' figures (``Context``), lag, log-start / log-end
+  checks, unknown partitions, retention and Burrow's status over the last ``window`` commits,
+  the lag at each commit estimated from the topic's time line;
+* ``finalize`` resolves groups stored in two offsets partitions, builds the per-group rows
+  and the lifecycle findings (offsets without a live group and the reverse), sorts the
+  findings, marks the task's first ``top`` and adds one ``Z`` row: a JSON summary (finding
+  counts, partitions and lag by status, segment totals) the driver adds up.
 
-Everything is pure Python on plain tuples/dicts so it is unit-testable without Spark.
+Everything is pure Python on plain dicts so it is unit-testable without Spark.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -34,11 +39,16 @@ from storage.offsets_format import OFFSETS_TOPIC
 __all__ = [
     "OUT_SCHEMA",
     "OUT_SPARK_SCHEMA",
+    "SEVERITY_ORDER",
+    "STATUS_ORDER",
     "Context",
     "TopicLog",
     "burrow_status",
+    "decoded_finding",
+    "finding_sort_key",
+    "report_rows",
+    "report_table",
     "stitch_rows",
-    "stitch_table",
 ]
 
 _OUT: list[tuple[str, pa.DataType, str]] = [
@@ -66,6 +76,11 @@ _OUT: list[tuple[str, pa.DataType, str]] = [
     ("check", pa.string(), "string"),
     ("log_offset", pa.int64(), "bigint"),
     ("detail", pa.string(), "string"),
+    ("partitions", pa.int32(), "int"),
+    ("total_lag", pa.int64(), "bigint"),
+    ("worst_status", pa.string(), "string"),
+    ("commits_per_min", pa.float64(), "double"),
+    ("top", pa.bool_(), "boolean"),
 ]
 OUT_SCHEMA = pa.schema([(n, t) for n, t, _ in _OUT])
 OUT_SPARK_SCHEMA = ", ".join(f"`{n}` {s}" for n, _, s in _OUT)
@@ -439,10 +454,171 @@ def keys_for(
     return [r for (g, _, _), kl in keys.items() if g == grp for r in kl]
 
 
-def stitch_table(table: pa.Table, ctx: Context) -> pa.Table:
-    """``applyInArrow`` body: one offsets partition's decoded rows -> ``OUT_SCHEMA`` rows."""
+# ------------------------------------------------------------------------------ final reports
+
+STATUS_ORDER = ["OK", "WARN", "STALL", "STOP", "REWIND"]
+SEVERITY_ORDER = ["info", "warn", "error"]
+_STATUS_RANK = {s: i for i, s in enumerate(STATUS_ORDER)}
+_SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITY_ORDER)}
+
+
+def finding_sort_key(f: dict[str, Any]) -> tuple[Any, ...]:
+    """The findings table's order: worst severity first, then check and keys (nulls first)."""
+    return (
+        -_SEVERITY_RANK.get(f["severity"], 0),
+        f["check"],
+        *((f[c] is not None, f[c]) for c in ("group", "topic", "partition", "log_offset")),
+    )
+
+
+def decoded_finding(r: dict[str, Any]) -> dict[str, Any]:
+    """A decoder ``F`` row as a findings-table row (log-level findings name the log partition)."""
+    about_log = r["grp"] is None and r["topic"] is None
+    return _f(
+        r["severity"],
+        r["chk"],
+        r["opart"],
+        r["detail"],
+        r["lo1"],
+        r["grp"],
+        OFFSETS_TOPIC if about_log else r["topic"],
+        r["opart"] if about_log else r["part"],
+    )
+
+
+def _round3(x: float) -> float:
+    # Spark's round(): half-up on the double's shortest decimal form
+    return float(Decimal(repr(x)).quantize(Decimal("0.001"), rounding=ROUND_HALF_UP))
+
+
+def finalize(out: list[dict[str, Any]], top: int, segments: dict[str, int]) -> list[dict[str, Any]]:
+    """Stitched rows of whole groups in, the three reports' rows plus one summary row out.
+
+    Every row of a group arrives in the same call (the job routes by the group's expected
+    offsets partition), so a group stored in two partitions is resolved here: its partition
+    row and its metadata come from the partition Kafka would use, else the newest commit.
+    """
+    parts: dict[tuple[str, str, int], dict[str, Any]] = {}
+    metas: dict[str, dict[str, Any]] = {}
+    findings: list[dict[str, Any]] = []
+    for r in out:
+        kind = r["kind"]
+        if kind == "P":
+            k = (r["group"], r["topic"], r["partition"])
+            old = parts.get(k)
+            rank = (r["offsets_partition"] == r["expected_partition"], r["last_commit_ms"] or 0)
+            if old is None or rank > (
+                old["offsets_partition"] == old["expected_partition"],
+                old["last_commit_ms"] or 0,
+            ):
+                parts[k] = r
+        elif kind == "G":
+            old = metas.get(r["group"])
+            rank_g = (r["offsets_partition"] != r["expected_partition"], r["offsets_partition"])
+            if old is None or rank_g < (
+                old["offsets_partition"] != old["expected_partition"],
+                old["offsets_partition"],
+            ):
+                metas[r["group"]] = r
+        else:
+            findings.append(r)
+
+    per_group: dict[str, list[dict[str, Any]]] = {}
+    for k in sorted(parts):
+        per_group.setdefault(k[0], []).append(parts[k])
+    rows: list[dict[str, Any]] = list(parts.values())
+    status: dict[str, list[int]] = {}
+    for p in parts.values():
+        st = status.setdefault(p["status"] or "UNKNOWN", [0, 0])
+        st[0] += 1
+        st[1] += p["lag"] or 0
+    for grp in sorted(per_group.keys() | metas.keys()):
+        meta = metas.get(grp)
+        pl = per_group.get(grp)
+        state = meta["state"] if meta is not None else None
+        row: dict[str, Any] = {
+            "kind": "G",
+            "group": grp,
+            "state": state or "NoMetadata",
+            "members": (meta["members"] if meta is not None else None) or 0,
+            "generation": meta["generation"] if meta is not None else None,
+            "partitions": len(pl) if pl else 0,
+            "total_lag": sum(p["lag"] or 0 for p in pl) if pl else 0,
+        }
+        if pl:
+            ranks = [_STATUS_RANK[p["status"]] for p in pl if p["status"] is not None]
+            row["worst_status"] = STATUS_ORDER[max(ranks)] if ranks else None
+            t0 = min(
+                (p["first_commit_ms"] for p in pl if p["first_commit_ms"] is not None), default=None
+            )
+            t1 = max(
+                (p["last_commit_ms"] for p in pl if p["last_commit_ms"] is not None), default=None
+            )
+            commits = sum(p["commit_count"] or 0 for p in pl)
+            if t0 is not None and t1 is not None and t1 > t0:
+                row["commits_per_min"] = _round3(commits * 60000.0 / (t1 - t0))
+        rows.append(row)
+        # lifecycle: offsets with no live group, or a live group with no offsets
+        if pl and (state is None or state == "Dead"):
+            findings.append(
+                _f(
+                    "warn" if state == "Dead" else "info",
+                    "offsets_without_group",
+                    pl[0]["offsets_partition"],
+                    f"{len(pl)} committed partitions, no group metadata (simple consumer?)"
+                    if state is None
+                    else f"{len(pl)} committed partitions outlive the deleted group",
+                    min(p["record_offset"] for p in pl),
+                    grp,
+                )
+            )
+        elif not pl and meta is not None and state != "Dead":
+            findings.append(
+                _f(
+                    "info",
+                    "group_without_offsets",
+                    meta["offsets_partition"],
+                    f"group is {state} with {meta['members']} members but has no committed offsets",
+                    meta["log_offset"],
+                    grp,
+                )
+            )
+    findings.sort(key=finding_sort_key)
+    counts: dict[str, dict[str, int]] = {}
+    for i, f in enumerate(findings):
+        by_sev = counts.setdefault(f["check"], {})
+        by_sev[f["severity"]] = by_sev.get(f["severity"], 0) + 1
+        f["top"] = i < top
+    rows += findings
+    summary = {"findings": counts, "status": status, **segments}
+    rows.append({"kind": "Z", "detail": json.dumps(summary)})
+    return rows
+
+
+def report_rows(rows: list[dict[str, Any]], ctx: Context, top: int) -> list[dict[str, Any]]:
+    """All decoded rows of some groups (from any offsets partition) -> ``OUT_SCHEMA`` rows."""
+    by_opart: dict[int, list[dict[str, Any]]] = {}
+    out: list[dict[str, Any]] = []
+    segments = {"segments": 0, "records": 0, "batches": 0, "bytes": 0}
+    for r in rows:
+        if r["kind"] == "F":
+            out.append(decoded_finding(r))
+            continue
+        if r["kind"] == "S":
+            segments["segments"] += 1
+            segments["records"] += r["n"] or 0
+            segments["batches"] += r["n2"] or 0
+            segments["bytes"] += r["size"] or 0
+        by_opart.setdefault(int(r["opart"]), []).append(r)
+    for opart, rs in sorted(by_opart.items()):
+        out += stitch_rows(opart, rs, ctx)
+    return finalize(out, top, segments)
+
+
+def report_table(table: pa.Table, ctx: Context, top: int) -> pa.Table:
+    """``applyInArrow`` body: the decoded rows routed to one group of groups -> report rows."""
     rows = table.to_pylist()
     if not rows:
         return OUT_SCHEMA.empty_table()
-    out = stitch_rows(int(rows[0]["opart"]), rows, ctx)
+    out = report_rows(rows, ctx, top)
     return pa.Table.from_pydict({n: [r.get(n) for r in out] for n in _OUT_NAMES}, schema=OUT_SCHEMA)
