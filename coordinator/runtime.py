@@ -77,8 +77,7 @@ class GroupRuntime:
         self.unwritten: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self.unreleased: list[tuple[int, Any]] = []
         self.write_scheduled = False
-        self.timers: dict[str, tuple[asyncio.TimerHandle, int]] = {}  # key -> (handle, when)
-        self.deadlines: dict[str, int] = {}  # key -> current deadline (may be later than when)
+        self.timers: dict[str, asyncio.TimerHandle] = {}
         self.next_handle = 0
         self.background: set[asyncio.Task[None]] = set()
         self.loaded = asyncio.Event()
@@ -112,6 +111,11 @@ class GroupRuntime:
         ctx = RequestContext(header.api_version, client.client_id, client.java_host, handle)
         result = method(ctx, body, self.clock())
         if not result.records:
+            replies = result.replies
+            if len(replies) == 1 and not result.timers and not result.events:
+                reply = replies[0]
+                if reply[0] == handle:  # most requests: just our own answer, nothing else
+                    return reply[1]
             mine = self._apply_now(result, handle)
             if mine is not None:
                 return mine
@@ -211,42 +215,19 @@ class GroupRuntime:
 
     # -- timers
     def _set_timer(self, key: str, deadline_ms: int | None) -> None:
-        # Session timers move later on every heartbeat. Re-creating a loop timer each time
-        # costs more than the heartbeat itself, so a timer whose deadline moved later keeps
-        # its handle and re-arms itself for the remainder when it fires.
-        if deadline_ms is None:
-            self.deadlines.pop(key, None)
-            handle = self.timers.pop(key, None)
-            if handle is not None:
-                handle[0].cancel()
-            return
-        self.deadlines[key] = deadline_ms
-        handle = self.timers.get(key)
+        # The shard emits an operation only when a deadline moves earlier or is cancelled;
+        # one that moved later is re-armed by the shard when this timer fires.
+        handle = self.timers.pop(key, None)
         if handle is not None:
-            if handle[1] <= deadline_ms:
-                return
-            handle[0].cancel()
-        self._arm(key, deadline_ms)
-
-    def _arm(self, key: str, deadline_ms: int) -> None:
-        delay = max(0.0, (deadline_ms - self.clock()) / 1000.0)
-        self.timers[key] = (
-            asyncio.get_running_loop().call_later(delay, self._fire, key),
-            deadline_ms,
-        )
+            handle.cancel()
+        if deadline_ms is not None:
+            delay = max(0.0, (deadline_ms - self.clock()) / 1000.0)
+            self.timers[key] = asyncio.get_running_loop().call_later(delay, self._fire, key)
 
     def _fire(self, key: str) -> None:
         self.timers.pop(key, None)
-        deadline = self.deadlines.get(key)
-        if deadline is None:
-            return
-        now = self.clock()
-        if deadline > now:
-            self._arm(key, deadline)
-            return
-        del self.deadlines[key]
         try:
-            result = self.shard.on_timer(key, now)
+            result = self.shard.on_timer(key, self.clock())
         except Exception:
             log.exception("timer %s failed", key)
             return
@@ -322,7 +303,6 @@ class GroupRuntime:
         self.apply(self.shard.topic_deleted(topic, self.clock()))
 
     def close(self) -> None:
-        for handle, _ in self.timers.values():
+        for handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
-        self.deadlines.clear()

@@ -58,6 +58,9 @@ class PartitionStatus(Enum):
     LOADED = "loaded"
 
 
+_LOADED = PartitionStatus.LOADED
+
+
 @dataclass(slots=True)
 class OffsetEntry:
     offset: int
@@ -112,7 +115,8 @@ class ShardBase:
         # group -> producer id -> partition -> offset, awaiting the transaction's end.
         self.pending_txn_offsets: dict[str, dict[int, dict[TopicPartition, OffsetEntry]]] = {}
         self.partitions: dict[int, PartitionStatus] = {}
-        self._timers: dict[str, tuple[int, TimerAction]] = {}
+        self._timers: dict[str, tuple[int, TimerAction]] = {}  # key -> (deadline, action)
+        self._armed: dict[str, int] = {}  # key -> deadline the runtime's timer is armed for
         self.rebalances: dict[str, int] = dict.fromkeys(REBALANCE_CAUSES, 0)
         self._partition_cache: dict[str, int] = {}
 
@@ -131,12 +135,13 @@ class ShardBase:
 
     def _availability_error(self, group_id: str) -> ErrorCode | None:
         """Errors that come before any group logic, in Kafka's order (after INVALID_GROUP_ID)."""
-        status = self.partitions.get(self.partition_of(group_id))
+        p = self._partition_cache.get(group_id)  # inlined partition_of: on every request
+        status = self.partitions.get(self.partition_of(group_id) if p is None else p)
+        if status is _LOADED:
+            return None
         if status is PartitionStatus.LOADING:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if status is None:
-            return ErrorCode.NOT_COORDINATOR
-        return None
+        return ErrorCode.NOT_COORDINATOR
 
     def _precheck(self, group_id: str) -> ErrorCode | None:
         if not group_id:
@@ -147,10 +152,17 @@ class ShardBase:
 
     def _schedule(self, out: Result, key: str, deadline_ms: int, action: TimerAction) -> None:
         self._timers[key] = (deadline_ms, action)
-        out.timers.append((key, deadline_ms))
+        # A deadline that only moved later (every heartbeat does that) needs no timer
+        # operation: the runtime's timer fires at the earlier time and ``on_timer`` re-arms
+        # it for the rest.  That keeps the heartbeat's Result free of timer work.
+        armed = self._armed.get(key)
+        if armed is None or deadline_ms < armed:
+            self._armed[key] = deadline_ms
+            out.timers.append((key, deadline_ms))
 
     def _cancel(self, out: Result, key: str) -> None:
-        if self._timers.pop(key, None) is not None:
+        self._timers.pop(key, None)
+        if self._armed.pop(key, None) is not None:
             out.timers.append((key, None))
 
     def pending_timers(self) -> dict[str, int]:

@@ -32,9 +32,15 @@ __all__ = ["GroupConfig", "GroupShard", "RequestContext", "Result"]
 class GroupShard(JoinMixin, SyncMixin, HeartbeatMixin, AdminMixin, ReplayMixin):
     def on_timer(self, key: str, now_ms: int) -> Result:
         out = Result()
+        if self._armed.pop(key, None) is None:
+            return out  # cancelled, or never ours
         armed = self._timers.get(key)
-        if armed is None or now_ms < armed[0]:
-            return out  # cancelled, re-armed later, or never ours
+        if armed is None:
+            return out
+        if now_ms < armed[0]:  # the deadline moved later since the timer was armed
+            self._armed[key] = armed[0]
+            out.timers.append((key, armed[0]))
+            return out
         del self._timers[key]
         action = armed[1]
         if action.kind is TimerKind.EXPIRE_OFFSETS:

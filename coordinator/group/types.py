@@ -21,7 +21,7 @@ answer them with an error and rebuild the partition from the durable log
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 __all__ = ["GroupConfig", "RequestContext", "Result"]
@@ -54,15 +54,25 @@ class RequestContext(NamedTuple):
     reply_to: int  # opaque handle from the runtime; a parked request is answered later by it
 
 
-@dataclass(slots=True)
 class Result:
-    records: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
-    replies: list[tuple[int, object]] = field(default_factory=list)
-    timers: list[tuple[str, int | None]] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)
+    # A plain class: one is built per request, and literal lists are cheaper than a
+    # dataclass's default factories.
+    __slots__ = ("events", "records", "replies", "timers")
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, bytes, bytes | None]] = []
+        self.replies: list[tuple[int, object]] = []
+        self.timers: list[tuple[str, int | None]] = []
+        self.events: list[str] = []
 
     def extend(self, other: Result) -> None:
         self.records.extend(other.records)
         self.replies.extend(other.replies)
         self.timers.extend(other.timers)
         self.events.extend(other.events)
+
+    def __repr__(self) -> str:
+        return (
+            f"Result(records={self.records!r}, replies={self.replies!r}, "
+            f"timers={self.timers!r}, events={self.events!r})"
+        )

@@ -4,6 +4,7 @@ from kgc_group_harness import Harness
 
 from coordinator.group import GroupState
 from protocol.errors import ErrorCode
+from protocol.messages.heartbeat import HeartbeatRequest
 from protocol.messages.join_group import JoinGroupResponse
 from protocol.messages.sync_group import SyncGroupResponse
 
@@ -54,6 +55,24 @@ def test_heartbeat_keeps_member_alive_and_session_expiry_rebalances() -> None:
         in e
         for e in h.events
     )
+
+
+def test_heartbeat_moves_the_deadline_without_timer_work_and_the_timer_re_arms() -> None:
+    h = Harness()
+    (a,), gen = h.stable_group("g", 1, session=10000)
+    key = f"heartbeat-g-{a}"
+    armed = h.timers[key]
+    h.advance(4000)
+    result = h.shard.heartbeat(h.ctx(4), HeartbeatRequest("g", gen, a, None), h.now)
+    h.apply(result)
+    # the deadline moved later: no timer operation, the runtime's timer stays where it was
+    assert result.timers == [] and h.timers[key] == armed
+    assert h.shard.pending_timers()[key] == h.now + 10000
+    h.advance(armed - h.now)  # the old deadline fires and re-arms for the rest
+    assert h.timers[key] == armed + 4000 and h.state("g") is GroupState.STABLE
+    assert a in h.shard.groups["g"].members
+    h.advance(4000)  # now the session really is over
+    assert a not in h.shard.groups["g"].members
 
 
 def test_session_timeout_during_rebalance_completes_join_without_the_member() -> None:
