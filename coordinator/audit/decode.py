@@ -1,4 +1,4 @@
-"""Executor-side decoder: one segment file in, a few summary rows out (pure Python + pyarrow).
+"""Executor-side decoder: one segment file in, a few summary rows out (numpy + pyarrow).
 
 How this works
 --------------
@@ -25,16 +25,35 @@ The driver stitches segments together (checks across segment boundaries use the 
 columns), so a million commits become a few thousand rows.  All rows share one wide schema
 (``SCHEMA``); unused columns are null.  Nothing here imports pyspark, so the module is cheap to
 import on workers and testable without a JVM.
+
+An offsets segment is decoded column by column rather than record by record:
+
+1. the batch walk stays a loop over batches (``iter_batches``, CRC, control batches, and the
+   batch-level findings);
+2. ``record_columns`` turns the records of all readable batches into numpy arrays (offset,
+   key and value positions), and ``key_ids`` numbers the distinct keys, each of which is
+   decoded once;
+3. offset commits -- nearly every record -- are decoded by ``decode_offset_commit_values``
+   and aggregated per key after one stable sort by key (``_offset_commit_rows``): each key's
+   records form a run in file order, so "the previous record of this key" is the previous
+   element and every per-record check is a shifted comparison over the whole segment;
+4. the rare rest (group metadata, unknown or broken keys) goes through a per-record loop.
+
+Findings carry their place in the file (batch, record, rank) and are sorted at the end, so
+the rows come out exactly as a single pass over the records would produce them.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
 from storage.manager import parse_partition_dir
 from storage.offsets_format import (
@@ -45,14 +64,15 @@ from storage.offsets_format import (
     UnknownKey,
     decode_group_metadata_value,
     decode_key,
-    decode_offset_commit_value,
+    decode_offset_commit_values,
     partition_for,
 )
 from storage.record_batch import (
     CorruptBatchError,
-    UnsupportedCompressionError,
+    RecordColumns,
     iter_batches,
-    iter_record_tuples,
+    key_ids,
+    record_columns,
     verify_crc,
 )
 from storage.segment import parse_segment_name
@@ -183,49 +203,6 @@ def _finding(
     }
 
 
-class _KeyState:
-    """Per (group, topic, partition) accumulator inside one segment."""
-
-    __slots__ = (
-        "ep1",
-        "ep2",
-        "expire",
-        "last_tomb",
-        "lead_tomb",
-        "lo1",
-        "lo2",
-        "n",
-        "ntomb",
-        "off1",
-        "off2",
-        "prev_off",
-        "prev_ts",
-        "ts1",
-        "ts2",
-        "tsmax",
-        "win",
-    )
-
-    def __init__(self, lo: int) -> None:
-        self.lo1 = lo
-        self.lo2 = lo
-        self.off1: int | None = None
-        self.off2: int | None = None
-        self.ts1: int | None = None
-        self.ts2: int | None = None
-        self.tsmax: int | None = None
-        self.ep1 = -1
-        self.ep2 = -1
-        self.n = 0
-        self.ntomb = 0
-        self.lead_tomb: int | None = None
-        self.last_tomb = False
-        self.expire = -1
-        self.prev_off: int | None = None
-        self.prev_ts: int | None = None
-        self.win: list[tuple[int, int, int, int]] = []
-
-
 class _GroupState:
     __slots__ = (
         "g1",
@@ -255,6 +232,375 @@ class _GroupState:
         self.state_ts: int | None = None
 
 
+# Where a finding belongs in file order: (batch, record, rank within the record), with
+# record -1 for a batch's own findings.  Findings are made per kind and sorted at the end.
+Order = tuple[int, int, int]
+Finding = tuple[Order, Row]
+CommitKey = tuple[str, str, int]  # (group, topic, partition)
+Ints = NDArray[np.int64]
+
+
+def _select(mask: NDArray[np.bool_]) -> Ints | slice:
+    """Indices where ``mask`` is set; a slice (indexing with it is a free view) if everywhere."""
+    return slice(None) if mask.all() else np.flatnonzero(mask)
+
+
+def _runs(sorted_keys: Ints) -> tuple[Ints, Ints]:
+    """First and last index of each run of equal values in ``sorted_keys``."""
+    if not len(sorted_keys):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
+    return first, np.append(first[1:] - 1, len(sorted_keys) - 1)
+
+
+def _or_none(values: NDArray[Any], present: NDArray[np.bool_]) -> list[Any]:
+    return [v if p else None for v, p in zip(values.tolist(), present.tolist(), strict=True)]
+
+
+def _offset_commit_rows(
+    src: str,
+    opart: int,
+    seg: int,
+    cols: RecordColumns,
+    recs: Ints,
+    key: Ints,
+    keys: list[CommitKey],
+    rec_batch: Ints,
+    window: int,
+    future_limit_ms: int,
+    expected: dict[str, int],
+) -> tuple[list[Row], list[Finding]]:
+    """K and W rows, and per-record findings, of the offset-commit records ``recs``.
+
+    ``key[i]`` is the index in ``keys`` of record ``recs[i]``.  A record is a commit (its value
+    decodes), a tombstone, or undecodable (a finding; it counts for lo1/lo2 only).  After a
+    stable sort by key each key's records are a run in file order, so "the previous record of
+    the same key" is the previous element and each check of a per-record loop becomes one
+    shifted comparison over the whole segment.
+    """
+    nk, n = len(keys), len(recs)
+    found: list[Finding] = []
+
+    # Values are decoded in file order: their bytes are then read front to back.
+    vlen = cols.value_len[recs]
+    tomb = vlen < 0
+    with_value = _select(~tomb)
+    vals = decode_offset_commit_values(
+        cols.data, cols.value_start[recs][with_value], vlen[with_value]
+    )
+    value_cols = [vals.offset, vals.commit_timestamp, vals.leader_epoch, vals.expire_timestamp]
+    if not isinstance(with_value, slice):  # spread over all records; tombstones read 0
+        spread = [np.zeros(n, np.int64) for _ in value_cols]
+        for full, part in zip(spread, value_cols, strict=True):
+            full[with_value] = part
+        value_cols = spread
+    value_rows = np.arange(n)[with_value]
+    commit = ~tomb
+    commit[value_rows[list(vals.errors)]] = False
+
+    by_key = np.argsort(key.astype(np.int16) if nk < 1 << 15 else key, kind="stable")
+    recs, key, tomb, commit = recs[by_key], key[by_key], tomb[by_key], commit[by_key]
+    off, ts, ep, expire = (c[by_key] for c in value_cols)
+    lo = cols.offset[recs]
+
+    def add(i: int, rank: int, row: Row) -> None:
+        r = int(recs[i])
+        found.append(((int(rec_batch[r]), r, rank), row))
+
+    def warn(i: int, rank: int, check: str, detail: str) -> None:
+        add(i, rank, _finding(src, opart, seg, "warn", check, detail, int(lo[i]), *keys[key[i]]))
+
+    if vals.errors:
+        sorted_at = np.empty(n, np.int64)
+        sorted_at[by_key] = np.arange(n)
+        for v, error in vals.errors.items():
+            i = int(sorted_at[value_rows[v]])
+            g, t, p = keys[key[i]]
+            add(i, 0, _value_finding(src, opart, seg, "offset commit", error, int(lo[i]), g, t, p))
+
+    # All records: lo1 / lo2.
+    first, last = _runs(key)
+    # Commits and tombstones ("events"): a tombstone ends a run of commits for the rewind
+    # and timestamp checks, and decides lead_tomb / last_tomb.
+    ev = _select(commit | tomb)
+    ev_key, ev_commit, ev_off, ev_ts = key[ev], commit[ev], off[ev], ts[ev]
+    ev_at = np.arange(n)[ev]
+    after_commit = ev_key[1:] == ev_key[:-1]
+    last_tomb = np.zeros(nk, np.bool_)
+    has_lead = np.zeros(nk, np.bool_)
+    lead_tomb = np.zeros(nk, np.int64)
+    ntomb = np.zeros(nk, np.int64)
+    if tomb.any():
+        after_commit &= ev_commit[1:] & ev_commit[:-1]
+        first_ev, last_ev = _runs(ev_key)
+        last_tomb[ev_key[last_ev]] = ~ev_commit[last_ev]
+        leading = first_ev[~ev_commit[first_ev]]  # keys whose first event is a tombstone
+        has_lead[ev_key[leading]] = True
+        lead_tomb[ev_key[leading]] = lo[ev_at[leading]]
+        ntomb = np.bincount(ev_key[~ev_commit], minlength=nk)
+    for j in (np.flatnonzero(after_commit & (ev_off[1:] < ev_off[:-1])) + 1).tolist():
+        detail = f"committed offset went from {ev_off[j - 1]} to {ev_off[j]}"
+        warn(int(ev_at[j]), 0, "offset_rewind", detail)
+    for j in (np.flatnonzero(after_commit & (ev_ts[1:] < ev_ts[:-1])) + 1).tolist():
+        detail = f"commit timestamp went from {ev_ts[j - 1]} to {ev_ts[j]}"
+        warn(int(ev_at[j]), 1, "commit_timestamp_backwards", detail)
+
+    # Commits alone: first / last values, the window, and leader epochs (which tombstones
+    # do not reset).
+    c = _select(commit)
+    c_key, c_lo, c_off, c_ts, c_ep, c_exp = key[c], lo[c], off[c], ts[c], ep[c], expire[c]
+    c_at = np.arange(n)[c]
+    first_c, last_c = (first, last) if isinstance(c, slice) else _runs(c_key)
+    with_c = c_key[first_c]
+    count = np.bincount(c_key, minlength=nk)
+    off1, off2, ts1, ts2, tsmax, exp = (np.zeros(nk, np.int64) for _ in range(6))
+    off1[with_c], off2[with_c] = c_off[first_c], c_off[last_c]
+    ts1[with_c], ts2[with_c] = c_ts[first_c], c_ts[last_c]
+    if len(c_ts):
+        tsmax[with_c] = np.maximum.reduceat(c_ts, first_c)
+    exp[with_c] = c_exp[last_c]
+    for j in np.flatnonzero(c_ts > future_limit_ms).tolist():
+        detail = f"commit timestamp {c_ts[j]} is after the audit time"
+        warn(int(c_at[j]), 3, "commit_timestamp_in_future", detail)
+    # Among commits with a known epoch (not -1), a key's previous one is the latest earlier
+    # known epoch: ep1 / ep2 are the first and last, a decrease is a regression.
+    known = _select(c_ep != -1)
+    k_key, k_ep, k_at = c_key[known], c_ep[known], c_at[known]
+    first_k, last_k = (first_c, last_c) if isinstance(known, slice) else _runs(k_key)
+    ep1 = np.full(nk, -1, np.int64)
+    ep2 = np.full(nk, -1, np.int64)
+    ep1[k_key[first_k]] = k_ep[first_k]
+    ep2[k_key[last_k]] = k_ep[last_k]
+    for j in (np.flatnonzero((k_key[1:] == k_key[:-1]) & (k_ep[1:] < k_ep[:-1])) + 1).tolist():
+        detail = f"leader epoch went from {k_ep[j - 1]} to {k_ep[j]}"
+        warn(int(k_at[j]), 2, "leader_epoch_regression", detail)
+    # The window: commits at most window - 1 before their key's last one.
+    last_of_key = np.zeros(nk, np.int64)
+    last_of_key[with_c] = last_c
+    w = np.flatnonzero(last_of_key[c_key] - np.arange(len(c_key)) < window)
+    windows = zip(
+        c_lo[w].tolist(), c_off[w].tolist(), c_ts[w].tolist(), c_ep[w].tolist(), strict=True
+    )
+    w_count = np.bincount(c_key[w], minlength=nk).tolist()
+
+    any_commit = count > 0
+    per_key = zip(
+        keys,
+        lo[first].tolist(),
+        lo[last].tolist(),
+        _or_none(off1, any_commit),
+        _or_none(off2, any_commit),
+        _or_none(ts1, any_commit),
+        _or_none(ts2, any_commit),
+        _or_none(tsmax, any_commit),
+        ep1.tolist(),
+        ep2.tolist(),
+        count.tolist(),
+        ntomb.tolist(),
+        _or_none(lead_tomb, has_lead),
+        last_tomb.tolist(),
+        np.where(any_commit, exp, -1).tolist(),
+        w_count,
+        strict=True,
+    )
+    rows: list[Row] = []
+    for (g, t, p), lo1, lo2, o1, o2, t1, t2, tmax, e1, e2, cnt, nt, lead, lt, ex, nw in per_key:
+        rows.append(
+            {
+                "kind": "K",
+                "src": src,
+                "opart": opart,
+                "seg": seg,
+                "grp": g,
+                "topic": t,
+                "part": p,
+                "lo1": lo1,
+                "lo2": lo2,
+                "off1": o1,
+                "off2": o2,
+                "ts1": t1,
+                "ts2": t2,
+                "tsmax": tmax,
+                "ep1": e1,
+                "ep2": e2,
+                "n": cnt,
+                "n2": nt,
+                "lead_tomb": lead,
+                "last_tomb": lt,
+                "expire": ex,
+                "expected": expected[g],
+            }
+        )
+        for w_lo, w_off, w_ts, w_ep in itertools.islice(windows, nw):
+            rows.append(
+                {
+                    "kind": "W",
+                    "opart": opart,
+                    "seg": seg,
+                    "grp": g,
+                    "topic": t,
+                    "part": p,
+                    "lo1": w_lo,
+                    "off1": w_off,
+                    "ts1": w_ts,
+                    "ep1": w_ep,
+                    "expected": expected[g],  # the job routes a group's rows by it
+                }
+            )
+    return rows, found
+
+
+def _classify_keys(
+    cols: RecordColumns, ids: Ints, firsts: Ints, num_partitions: int
+) -> tuple[list[CommitKey], Ints, dict[int, str | UnknownKey | OffsetsFormatError], dict[str, int]]:
+    """Decode each distinct key once (``ids`` / ``firsts`` from ``key_ids``).
+
+    Returns the offset-commit keys in order of first appearance, the index in that list of
+    each record's key (-1 for any other record), what the other key ids are (a group of a
+    GroupMetadataKey, an UnknownKey, or why the key does not decode), and the expected
+    offsets partition of each group seen in an offset-commit key.
+    """
+    keys: list[CommitKey] = []
+    index: dict[CommitKey, int] = {}
+    other: dict[int, str | UnknownKey | OffsetsFormatError] = {}
+    expected: dict[str, int] = {}
+    commit_key_of_id = np.full(len(firsts), -1, np.int64)
+    for j, r in enumerate(firsts.tolist()):
+        start = int(cols.key_start[r])
+        try:
+            dk = decode_key(cols.data[start : start + int(cols.key_len[r])])
+        except OffsetsFormatError as e:
+            other[j] = e
+            continue
+        if isinstance(dk, OffsetCommitKey):
+            ck = (dk.group, dk.topic, dk.partition)
+            if ck not in index:  # two encodings (v0, v1) of one key share its index
+                index[ck] = len(keys)
+                keys.append(ck)
+                if dk.group not in expected:
+                    expected[dk.group] = partition_for(dk.group, num_partitions)
+            commit_key_of_id[j] = index[ck]
+        else:
+            other[j] = dk.group if isinstance(dk, GroupMetadataKey) else dk
+    rec_key = np.full(len(ids), -1, np.int64)
+    keyed = ids >= 0
+    rec_key[keyed] = commit_key_of_id[ids[keyed]]
+    return keys, rec_key, other, expected
+
+
+def _other_records(
+    src: str,
+    opart: int,
+    seg: int,
+    cols: RecordColumns,
+    recs: Ints,
+    ids: Ints,
+    other_keys: dict[int, str | UnknownKey | OffsetsFormatError],
+    rec_batch: Ints,
+    num_partitions: int,
+    expected: dict[str, int],
+) -> tuple[list[Row], list[Finding]]:
+    """G rows and findings of the records that are not offset commits, one at a time.
+
+    They are rare: group metadata (one per rebalance), unknown or broken keys.
+    """
+    found: list[Finding] = []
+    groups: dict[str, _GroupState] = {}
+    for r, kid, lo, vs, vl in zip(
+        recs.tolist(),
+        ids[recs].tolist(),
+        cols.offset[recs].tolist(),
+        cols.value_start[recs].tolist(),
+        cols.value_len[recs].tolist(),
+        strict=True,
+    ):
+        order = (int(rec_batch[r]), r, 0)
+        k = other_keys.get(kid) if kid >= 0 else None
+        if k is None:
+            finding = _finding(
+                src, opart, seg, "error", "undecodable_record", "record without a key", lo
+            )
+            found.append((order, finding))
+            continue
+        if isinstance(k, OffsetsFormatError):
+            finding = _finding(src, opart, seg, "error", "undecodable_record", f"key: {k}", lo)
+            found.append((order, finding))
+            continue
+        if isinstance(k, UnknownKey):
+            finding = _finding(
+                src,
+                opart,
+                seg,
+                "warn",
+                "unknown_record_version",
+                f"key version {k.version} is not an offset commit or classic "
+                "group record (newer Kafka record type?)",
+                lo,
+            )
+            found.append((order, finding))
+            continue
+        gs = groups.get(k)
+        if gs is None:
+            gs = groups[k] = _GroupState(lo)
+            if k not in expected:
+                expected[k] = partition_for(k, num_partitions)
+        gs.lo2 = lo
+        if vl < 0:
+            gs.ntomb += 1
+            gs.last_tomb = True
+            if gs.n == 0 and gs.lead_tomb is None:
+                gs.lead_tomb = lo
+            continue
+        try:
+            gv = decode_group_metadata_value(cols.data[vs : vs + vl])
+        except OffsetsFormatError as e:
+            found.append((order, _value_finding(src, opart, seg, "group metadata", e, lo, k)))
+            continue
+        if gs.g2 is not None and gv.generation < gs.g2 and not gs.last_tomb:
+            finding = _finding(
+                src,
+                opart,
+                seg,
+                "warn",
+                "generation_regression",
+                f"generation went from {gs.g2} to {gv.generation}",
+                lo,
+                k,
+            )
+            found.append((order, finding))
+        if gs.n == 0:
+            gs.g1 = gv.generation
+        gs.last_tomb = False
+        gs.n += 1
+        gs.g2 = gv.generation
+        gs.members = len(gv.members)
+        gs.ptype = gv.protocol_type
+        gs.state_ts = gv.current_state_timestamp
+    rows = [
+        {
+            "kind": "G",
+            "src": src,
+            "opart": opart,
+            "seg": seg,
+            "grp": g,
+            "lo1": gs.lo1,
+            "lo2": gs.lo2,
+            "ep1": gs.g1,
+            "ep2": gs.g2,
+            "n": gs.n,
+            "n2": gs.ntomb,
+            "lead_tomb": gs.lead_tomb,
+            "last_tomb": gs.last_tomb,
+            "members": gs.members,
+            "ptype": gs.ptype,
+            "state_ts": gs.state_ts,
+            "expected": expected[g],
+        }
+        for g, gs in groups.items()
+    ]
+    return rows, found
+
+
 def _decode_offsets_segment(
     src: str,
     opart: int,
@@ -264,260 +610,59 @@ def _decode_offsets_segment(
     num_partitions: int,
     future_limit_ms: int,
 ) -> list[Row]:
-    rows: list[Row] = []
-    keys: dict[tuple[str, str, int], _KeyState] = {}
-    groups: dict[str, _GroupState] = {}
-    key_cache: dict[bytes, object] = {}
-    expected_cache: dict[str, int] = {}
+    found: list[Finding] = []
+    tail: list[Row] = []  # findings about the end of the segment: they come last
+    spans: list[tuple[int, int]] = []  # (start, end) of the batches whose records are read
+    span_batch: list[int] = []  # their index among all batches
+    span_base: list[int] = []  # their base offset
     first_offset: int | None = None
     last_offset: int | None = None
     prev_last: int | None = None
-    records = 0
     batches = 0
     max_ts = -1
     end = 0
-    trim = 2 * window
     try:
         for h, start, end in iter_batches(buf):
+            b = batches
             batches += 1
             if first_offset is None:
                 first_offset = h.base_offset
             if prev_last is not None and h.base_offset <= prev_last:
-                rows.append(
-                    _finding(
-                        src,
-                        opart,
-                        seg,
-                        "error",
-                        "non_monotonic_offsets",
-                        f"batch at byte {start} starts at offset {h.base_offset}, "
-                        f"not after the previous batch's last offset {prev_last}",
-                        h.base_offset,
-                    )
+                finding = _finding(
+                    src,
+                    opart,
+                    seg,
+                    "error",
+                    "non_monotonic_offsets",
+                    f"batch at byte {start} starts at offset {h.base_offset}, "
+                    f"not after the previous batch's last offset {prev_last}",
+                    h.base_offset,
                 )
+                found.append(((b, -1, 0), finding))
             prev_last = h.last_offset if prev_last is None else max(prev_last, h.last_offset)
             last_offset = prev_last
             if h.max_timestamp > max_ts:
                 max_ts = h.max_timestamp
             if not verify_crc(buf, start, end):
-                rows.append(
-                    _finding(
-                        src,
-                        opart,
-                        seg,
-                        "error",
-                        "crc_mismatch",
-                        f"CRC32C mismatch in batch at byte {start} "
-                        f"(offsets {h.base_offset}..{h.last_offset}); its records were skipped",
-                        h.base_offset,
-                    )
+                finding = _finding(
+                    src,
+                    opart,
+                    seg,
+                    "error",
+                    "crc_mismatch",
+                    f"CRC32C mismatch in batch at byte {start} "
+                    f"(offsets {h.base_offset}..{h.last_offset}); its records were skipped",
+                    h.base_offset,
                 )
+                found.append(((b, -1, 1), finding))
                 continue
             if h.is_control:
                 continue
-            try:
-                tuples = list(iter_record_tuples(buf[start:end]))
-            except (CorruptBatchError, UnsupportedCompressionError) as e:
-                check = (
-                    "truncated_batch"
-                    if isinstance(e, CorruptBatchError)
-                    else "unsupported_compression"
-                )
-                rows.append(_finding(src, opart, seg, "error", check, str(e), h.base_offset))
-                continue
-            records += len(tuples)
-            for lo, _bts, kb, vb in tuples:
-                if kb is None:
-                    rows.append(
-                        _finding(
-                            src,
-                            opart,
-                            seg,
-                            "error",
-                            "undecodable_record",
-                            "record without a key",
-                            lo,
-                        )
-                    )
-                    continue
-                k = key_cache.get(kb)
-                if k is None:
-                    try:
-                        dk = decode_key(kb)
-                    except OffsetsFormatError as e:
-                        rows.append(
-                            _finding(
-                                src, opart, seg, "error", "undecodable_record", f"key: {e}", lo
-                            )
-                        )
-                        continue
-                    if isinstance(dk, OffsetCommitKey):
-                        k = (dk.group, dk.topic, dk.partition)
-                    elif isinstance(dk, GroupMetadataKey):
-                        k = dk.group
-                    else:
-                        k = dk
-                    key_cache[kb] = k
-                if type(k) is tuple:
-                    st = keys.get(k)
-                    if st is None:
-                        st = keys[k] = _KeyState(lo)
-                        g = k[0]
-                        if g not in expected_cache:
-                            expected_cache[g] = partition_for(g, num_partitions)
-                    st.lo2 = lo
-                    if vb is None:
-                        st.ntomb += 1
-                        st.last_tomb = True
-                        if st.n == 0 and st.lead_tomb is None:
-                            st.lead_tomb = lo
-                        st.prev_off = None
-                        st.prev_ts = None
-                        continue
-                    try:
-                        v = decode_offset_commit_value(vb)
-                    except OffsetsFormatError as e:
-                        rows.append(
-                            _value_finding(
-                                src, opart, seg, "offset commit", e, lo, k[0], k[1], k[2]
-                            )
-                        )
-                        continue
-                    off = v.offset
-                    ts = v.commit_timestamp
-                    ep = v.leader_epoch
-                    st.last_tomb = False
-                    if st.n == 0:
-                        st.off1 = off
-                        st.ts1 = ts
-                        st.ep1 = ep
-                    else:
-                        po = st.prev_off
-                        if po is not None:
-                            if off < po:
-                                rows.append(
-                                    _finding(
-                                        src,
-                                        opart,
-                                        seg,
-                                        "warn",
-                                        "offset_rewind",
-                                        f"committed offset went from {po} to {off}",
-                                        lo,
-                                        *k,
-                                    )
-                                )
-                            pt = st.prev_ts
-                            if pt is not None and ts < pt:
-                                rows.append(
-                                    _finding(
-                                        src,
-                                        opart,
-                                        seg,
-                                        "warn",
-                                        "commit_timestamp_backwards",
-                                        f"commit timestamp went from {pt} to {ts}",
-                                        lo,
-                                        *k,
-                                    )
-                                )
-                        if ep != -1 and st.ep2 != -1 and ep < st.ep2:
-                            rows.append(
-                                _finding(
-                                    src,
-                                    opart,
-                                    seg,
-                                    "warn",
-                                    "leader_epoch_regression",
-                                    f"leader epoch went from {st.ep2} to {ep}",
-                                    lo,
-                                    *k,
-                                )
-                            )
-                    if ts > future_limit_ms:
-                        rows.append(
-                            _finding(
-                                src,
-                                opart,
-                                seg,
-                                "warn",
-                                "commit_timestamp_in_future",
-                                f"commit timestamp {ts} is after the audit time",
-                                lo,
-                                *k,
-                            )
-                        )
-                    st.n += 1
-                    st.off2 = off
-                    st.ts2 = ts
-                    if st.tsmax is None or ts > st.tsmax:
-                        st.tsmax = ts
-                    if ep != -1:
-                        st.ep2 = ep
-                        if st.ep1 == -1:
-                            st.ep1 = ep
-                    st.expire = v.expire_timestamp
-                    st.prev_off = off
-                    st.prev_ts = ts
-                    win = st.win
-                    win.append((lo, off, ts, ep))
-                    if len(win) > trim:
-                        del win[:-window]
-                elif type(k) is str:
-                    gs = groups.get(k)
-                    if gs is None:
-                        gs = groups[k] = _GroupState(lo)
-                        if k not in expected_cache:
-                            expected_cache[k] = partition_for(k, num_partitions)
-                    gs.lo2 = lo
-                    if vb is None:
-                        gs.ntomb += 1
-                        gs.last_tomb = True
-                        if gs.n == 0 and gs.lead_tomb is None:
-                            gs.lead_tomb = lo
-                        continue
-                    try:
-                        gv = decode_group_metadata_value(vb)
-                    except OffsetsFormatError as e:
-                        rows.append(_value_finding(src, opart, seg, "group metadata", e, lo, k))
-                        continue
-                    if gs.g2 is not None and gv.generation < gs.g2 and not gs.last_tomb:
-                        rows.append(
-                            _finding(
-                                src,
-                                opart,
-                                seg,
-                                "warn",
-                                "generation_regression",
-                                f"generation went from {gs.g2} to {gv.generation}",
-                                lo,
-                                k,
-                            )
-                        )
-                    if gs.n == 0:
-                        gs.g1 = gv.generation
-                    gs.last_tomb = False
-                    gs.n += 1
-                    gs.g2 = gv.generation
-                    gs.members = len(gv.members)
-                    gs.ptype = gv.protocol_type
-                    gs.state_ts = gv.current_state_timestamp
-                else:
-                    assert isinstance(k, UnknownKey)
-                    rows.append(
-                        _finding(
-                            src,
-                            opart,
-                            seg,
-                            "warn",
-                            "unknown_record_version",
-                            f"key version {k.version} is not an offset commit or classic "
-                            "group record (newer Kafka record type?)",
-                            lo,
-                        )
-                    )
+            spans.append((start, end))
+            span_batch.append(b)
+            span_base.append(h.base_offset)
         if end < len(buf):
-            rows.append(
+            tail.append(
                 _finding(
                     src,
                     opart,
@@ -530,7 +675,7 @@ def _decode_offsets_segment(
                 )
             )
     except CorruptBatchError as e:
-        rows.append(
+        tail.append(
             _finding(
                 src,
                 opart,
@@ -542,6 +687,47 @@ def _decode_offsets_segment(
             )
         )
 
+    cols, errors = record_columns(buf, spans)
+    for i, error in errors:
+        check = (
+            "truncated_batch" if isinstance(error, CorruptBatchError) else "unsupported_compression"
+        )
+        finding = _finding(src, opart, seg, "error", check, str(error), span_base[i])
+        found.append(((span_batch[i], -1, 1), finding))
+    rec_batch = np.array(span_batch, np.int64)[cols.batch]
+    ids, firsts = key_ids(cols)
+    keys, rec_key, other_keys, expected = _classify_keys(cols, ids, firsts, num_partitions)
+    commits = np.flatnonzero(rec_key >= 0)
+    key_rows, commit_found = _offset_commit_rows(
+        src,
+        opart,
+        seg,
+        cols,
+        commits,
+        rec_key[commits],
+        keys,
+        rec_batch,
+        window,
+        future_limit_ms,
+        expected,
+    )
+    group_rows, other_found = _other_records(
+        src,
+        opart,
+        seg,
+        cols,
+        np.flatnonzero(rec_key < 0),
+        ids,
+        other_keys,
+        rec_batch,
+        num_partitions,
+        expected,
+    )
+    found += commit_found
+    found += other_found
+    found.sort(key=lambda f: f[0])
+    rows = [row for _, row in found]
+    rows += tail
     rows.append(
         {
             "kind": "S",
@@ -550,78 +736,13 @@ def _decode_offsets_segment(
             "seg": seg,
             "lo1": first_offset,
             "lo2": last_offset,
-            "n": records,
+            "n": len(cols.offset),
             "n2": batches,
             "size": len(buf),
             "tsmax": max_ts,
         }
     )
-    for (g, t, p), st in keys.items():
-        exp = expected_cache[g]
-        rows.append(
-            {
-                "kind": "K",
-                "src": src,
-                "opart": opart,
-                "seg": seg,
-                "grp": g,
-                "topic": t,
-                "part": p,
-                "lo1": st.lo1,
-                "lo2": st.lo2,
-                "off1": st.off1,
-                "off2": st.off2,
-                "ts1": st.ts1,
-                "ts2": st.ts2,
-                "tsmax": st.tsmax,
-                "ep1": st.ep1,
-                "ep2": st.ep2,
-                "n": st.n,
-                "n2": st.ntomb,
-                "lead_tomb": st.lead_tomb,
-                "last_tomb": st.last_tomb,
-                "expire": st.expire,
-                "expected": exp,
-            }
-        )
-        for lo, off, ts, ep in st.win[-window:]:
-            rows.append(
-                {
-                    "kind": "W",
-                    "opart": opart,
-                    "seg": seg,
-                    "grp": g,
-                    "topic": t,
-                    "part": p,
-                    "lo1": lo,
-                    "off1": off,
-                    "ts1": ts,
-                    "ep1": ep,
-                }
-            )
-    for g, gs in groups.items():
-        rows.append(
-            {
-                "kind": "G",
-                "src": src,
-                "opart": opart,
-                "seg": seg,
-                "grp": g,
-                "lo1": gs.lo1,
-                "lo2": gs.lo2,
-                "ep1": gs.g1,
-                "ep2": gs.g2,
-                "n": gs.n,
-                "n2": gs.ntomb,
-                "lead_tomb": gs.lead_tomb,
-                "last_tomb": gs.last_tomb,
-                "members": gs.members,
-                "ptype": gs.ptype,
-                "state_ts": gs.state_ts,
-                "expected": expected_cache[g],
-            }
-        )
-    return rows
+    return rows + key_rows + group_rows
 
 
 def _decode_topic_segment(src: str, topic: str, part: int, seg: int, buf: bytes) -> list[Row]:

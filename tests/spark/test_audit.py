@@ -306,6 +306,13 @@ def test_injected_anomaly_is_found_and_nothing_else(
             rows = result.partitions.filter("partition = 5 OR topic = 'gone'").collect()
             assert [(r["lag"], r["status"]) for r in rows] == [(None, None), (None, None)]
             assert result.groups.collect()[0]["worst_status"] == "OK"
+        if inject is inject_wrong_partition:
+            # all of a misplaced group's rows meet in one task: its window and group row too
+            row = result.partitions.filter("`group` = 'gx'").collect()[0]
+            wrong = (partition_for("gx", N_OPARTS) + 1) % N_OPARTS
+            assert (row["lag"], row["status"], row["offsets_partition"]) == (0, "OK", wrong)
+            g = result.groups.filter("`group` = 'gx'").collect()[0]
+            assert (g["state"], g["partitions"], g["worst_status"]) == ("Stable", 1, "OK")
         if inject is inject_tombstone_without_record:
             assert [r["partition"] for r in result.partitions.collect()] == [0]
     finally:
