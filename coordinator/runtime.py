@@ -48,6 +48,7 @@ from storage.offsets_format import OFFSETS_TOPIC
 from storage.record_batch import iter_record_tuples
 
 log = logging.getLogger("kgc.groups")
+_new_ctx = tuple.__new__
 
 Clock = Callable[[], int]
 
@@ -108,7 +109,10 @@ class GroupRuntime:
         self.next_handle += 1
         handle = self.next_handle
         # Kafka reports hosts as Java's InetAddress.toString(): "/127.0.0.1".
-        ctx = RequestContext(header.api_version, client.client_id, client.java_host, handle)
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs per request.
+        ctx = _new_ctx(
+            RequestContext, (header.api_version, client.client_id, client.java_host, handle)
+        )
         result = method(ctx, body, self.clock())
         if not result.records:
             replies = result.replies

@@ -116,11 +116,11 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     if type(body) is bytes:
         encoded = body
     else:
-        if id(body) in _CONSTANTS:
-            key = (api_key, api_version, id(body))
-            cached = _CONSTANT_BODIES.get(key)
+        by_version = _CONSTANTS.get(id(body))
+        if by_version is not None:
+            cached = by_version.get(api_version)
             if cached is None:
-                cached = _CONSTANT_BODIES[key] = encode_body(api_key, api_version, body)
+                cached = by_version[api_version] = encode_body(api_key, api_version, body)
             encoded = cached
         else:
             out = bytearray(b"\x00\x00\x00\x00")
@@ -135,14 +135,16 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     return _II.pack(len(encoded) + 4, correlation_id) + encoded
 
 
-# id -> response object that is never mutated (kept alive here so its id stays unique).
-_CONSTANTS: dict[int, Any] = {}
-_CONSTANT_BODIES: dict[tuple[int, int, int], bytes] = {}
+# id of a response object that is never mutated -> its encoded body by version.
+_CONSTANTS: dict[int, dict[int, bytes]] = {}
+_KEEP_ALIVE: list[Any] = []  # the constant objects themselves, so their ids stay unique
 
 
 def constant(body: Any) -> Any:
     """Declare a response object immutable and shared, so it is encoded once per version."""
-    _CONSTANTS[id(body)] = body
+    if id(body) not in _CONSTANTS:
+        _CONSTANTS[id(body)] = {}
+        _KEEP_ALIVE.append(body)
     return body
 
 

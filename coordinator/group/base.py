@@ -135,8 +135,7 @@ class ShardBase:
 
     def _availability_error(self, group_id: str) -> ErrorCode | None:
         """Errors that come before any group logic, in Kafka's order (after INVALID_GROUP_ID)."""
-        p = self._partition_cache.get(group_id)  # inlined partition_of: on every request
-        status = self.partitions.get(self.partition_of(group_id) if p is None else p)
+        status = self.partitions.get(self.partition_of(group_id))
         if status is _LOADED:
             return None
         if status is PartitionStatus.LOADING:
@@ -146,6 +145,9 @@ class ShardBase:
     def _precheck(self, group_id: str) -> ErrorCode | None:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        p = self._partition_cache.get(group_id)
+        if p is not None and self.partitions.get(p) is _LOADED:
+            return None  # the usual case, without a further call
         return self._availability_error(group_id)
 
     # ------------------------------------------------------------ timers

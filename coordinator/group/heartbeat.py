@@ -37,6 +37,10 @@ _C = GroupState.COMPLETING_REBALANCE
 _S = GroupState.STABLE
 _E = GroupState.EMPTY
 _D = GroupState.DEAD
+_OK = ErrorCode.NO_ERROR  # module constants: Enum attribute access is slow on 3.11
+_REBALANCING = ErrorCode.REBALANCE_IN_PROGRESS
+_OK = ErrorCode.NO_ERROR  # module constants: Enum attribute access is slow on 3.11
+_REBALANCING = ErrorCode.REBALANCE_IN_PROGRESS
 # Heartbeat answers are all alike: share them, and let the codec encode each once.
 _RESPONSES = {code: constant(HeartbeatResponse(error_code=code)) for code in ErrorCode}
 
@@ -52,14 +56,21 @@ class HeartbeatMixin(RebalanceCore):
                 code = ErrorCode.UNKNOWN_MEMBER_ID
             elif (state := group.state) is _D:
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            elif (code := validate_member(group, req.member_id, req.group_instance_id)) is None:
-                if req.generation_id != group.generation:
+            else:
+                # A dynamic member that is there needs no further validation (the usual case).
+                member = group.members.get(req.member_id)
+                if member is None or req.group_instance_id is not None:
+                    code = validate_member(group, req.member_id, req.group_instance_id)
+                if code is not None:
+                    pass
+                elif req.generation_id != group.generation:
                     code = ErrorCode.ILLEGAL_GENERATION
                 elif state is _E:
                     code = ErrorCode.UNKNOWN_MEMBER_ID
                 else:
-                    self._reschedule_heartbeat(out, group, group.members[req.member_id], now_ms)
-                    code = ErrorCode.REBALANCE_IN_PROGRESS if state is _P else ErrorCode.NO_ERROR
+                    assert member is not None  # validate_member found it
+                    self._reschedule_heartbeat(out, group, member, now_ms)
+                    code = _REBALANCING if state is _P else _OK
         out.replies.append((ctx.reply_to, _RESPONSES[code]))
         return out
 

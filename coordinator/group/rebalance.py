@@ -105,15 +105,20 @@ class RebalanceCore(ShardBase):
         now_ms: int,
         timeout_ms: int | None = None,
     ) -> None:
-        timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
-        # Built once per member: this runs on every heartbeat.
+        deadline = now_ms + (member.session_timeout_ms if timeout_ms is None else timeout_ms)
+        # Key and action are built once per member: this runs on every heartbeat, and in
+        # the common case (the deadline moved later) it only records the new deadline.
         timer = member.session_timer
         if timer is None or timer[1].group_id != group.group_id:
             timer = member.session_timer = (
                 heartbeat_key(group.group_id, member.member_id),
                 TimerAction(TimerKind.HEARTBEAT, group.group_id, member.member_id),
             )
-        self._schedule(out, timer[0], now_ms + timeout, timer[1])
+        armed = self._armed.get(timer[0])
+        if armed is not None and armed <= deadline:
+            self._timers[timer[0]] = (deadline, timer[1])
+        else:
+            self._schedule(out, timer[0], deadline, timer[1])
 
     def _cancel_member_timers(self, out: Result, group_id: str, member_id: str) -> None:
         self._cancel(out, heartbeat_key(group_id, member_id))
