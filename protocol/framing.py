@@ -111,31 +111,32 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     """
     # Response header v1 (an empty tagged-field section) for flexible versions, except
     # ApiVersions, whose response header is always v0.
-    flexible = (api_key, api_version) in _FLEXIBLE and api_key != API_VERSIONS_KEY
-    encoded: bytes
     if type(body) is bytes:
-        encoded = body
-    else:
-        by_version = _CONSTANTS.get(id(body))
-        if by_version is not None:
-            cached = by_version.get(api_version)
-            if cached is None:
-                cached = by_version[api_version] = encode_body(api_key, api_version, body)
-            encoded = cached
-        else:
-            out = bytearray(b"\x00\x00\x00\x00")
-            out += _I.pack(correlation_id)
-            if flexible:
-                out += b"\x00"
-            BY_KEY[api_key].RESPONSE_ENCODERS[api_version](body, out)
-            _I.pack_into(out, 0, len(out) - 4)
-            return bytes(out)
-    if flexible:
-        return _II.pack(len(encoded) + 5, correlation_id) + b"\x00" + encoded
-    return _II.pack(len(encoded) + 4, correlation_id) + encoded
+        if (api_key, api_version) in _FLEXIBLE and api_key != API_VERSIONS_KEY:
+            return _II.pack(len(body) + 5, correlation_id) + b"\x00" + body
+        return _II.pack(len(body) + 4, correlation_id) + body
+    by_version = _CONSTANTS.get(id(body))
+    if by_version is not None:
+        # Cached with the response header's tagged-field byte, when the version has one.
+        framed = by_version.get(api_version)
+        if framed is None:
+            tag = b"\x00" if _flexible_response(api_key, api_version) else b""
+            framed = by_version[api_version] = tag + encode_body(api_key, api_version, body)
+        return _II.pack(len(framed) + 4, correlation_id) + framed
+    out = bytearray(b"\x00\x00\x00\x00")
+    out += _I.pack(correlation_id)
+    if _flexible_response(api_key, api_version):
+        out += b"\x00"
+    BY_KEY[api_key].RESPONSE_ENCODERS[api_version](body, out)
+    _I.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
 
 
-# id of a response object that is never mutated -> its encoded body by version.
+def _flexible_response(api_key: int, api_version: int) -> bool:
+    return (api_key, api_version) in _FLEXIBLE and api_key != API_VERSIONS_KEY
+
+
+# id of a response object that is never mutated -> its framed body by version.
 _CONSTANTS: dict[int, dict[int, bytes]] = {}
 _KEEP_ALIVE: list[Any] = []  # the constant objects themselves, so their ids stay unique
 

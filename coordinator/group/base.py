@@ -53,6 +53,14 @@ class TimerAction:
     generation: int = 0
 
 
+@dataclass(slots=True)
+class Timer:
+    """A timer the shard wants: its deadline moves in place on every heartbeat."""
+
+    deadline_ms: int
+    action: TimerAction
+
+
 class PartitionStatus(Enum):
     LOADING = "loading"
     LOADED = "loaded"
@@ -115,7 +123,7 @@ class ShardBase:
         # group -> producer id -> partition -> offset, awaiting the transaction's end.
         self.pending_txn_offsets: dict[str, dict[int, dict[TopicPartition, OffsetEntry]]] = {}
         self.partitions: dict[int, PartitionStatus] = {}
-        self._timers: dict[str, tuple[int, TimerAction]] = {}  # key -> (deadline, action)
+        self._timers: dict[str, Timer] = {}
         self._armed: dict[str, int] = {}  # key -> deadline the runtime's timer is armed for
         self.rebalances: dict[str, int] = dict.fromkeys(REBALANCE_CAUSES, 0)
         self._partition_cache: dict[str, int] = {}
@@ -153,7 +161,7 @@ class ShardBase:
     # ------------------------------------------------------------ timers
 
     def _schedule(self, out: Result, key: str, deadline_ms: int, action: TimerAction) -> None:
-        self._timers[key] = (deadline_ms, action)
+        self._timers[key] = Timer(deadline_ms, action)
         # A deadline that only moved later (every heartbeat does that) needs no timer
         # operation: the runtime's timer fires at the earlier time and ``on_timer`` re-arms
         # it for the rest.  That keeps the heartbeat's Result free of timer work.
@@ -169,7 +177,7 @@ class ShardBase:
 
     def pending_timers(self) -> dict[str, int]:
         """Deadline of every armed timer, by key (for tests and diagnostics)."""
-        return {k: d for k, (d, _) in self._timers.items()}
+        return {k: t.deadline_ms for k, t in self._timers.items()}
 
     # ------------------------------------------------------------ records
 

@@ -566,6 +566,6 @@ class OffsetsMixin(RebalanceCore):
         self._drop_pending_txn(gid)
         out.records.append(self._group_tombstone(gid))
         group.transition_to(_D, now_ms)
-        for key in [k for k, (_, a) in self._timers.items() if a.group_id == gid]:
+        for key in [k for k, t in self._timers.items() if t.action.group_id == gid]:
             self._cancel(out, key)
         del self.groups[gid]

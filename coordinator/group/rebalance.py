@@ -115,8 +115,9 @@ class RebalanceCore(ShardBase):
                 TimerAction(TimerKind.HEARTBEAT, group.group_id, member.member_id),
             )
         armed = self._armed.get(timer[0])
-        if armed is not None and armed <= deadline:
-            self._timers[timer[0]] = (deadline, timer[1])
+        entry = self._timers.get(timer[0])
+        if armed is not None and armed <= deadline and entry is not None:
+            entry.deadline_ms = deadline
         else:
             self._schedule(out, timer[0], deadline, timer[1])
 

@@ -170,7 +170,7 @@ class ReplayMixin(OffsetsMixin):
                     )
                     m.sync_reply = None
             group.transition_to(GroupState.DEAD, now_ms)
-            for key in [k for k, (_, a) in self._timers.items() if a.group_id == group.group_id]:
+            for key in [k for k, t in self._timers.items() if t.action.group_id == group.group_id]:
                 self._cancel(out, key)
         self._forget_partition(partition)
         return out

@@ -34,15 +34,15 @@ class GroupShard(JoinMixin, SyncMixin, HeartbeatMixin, AdminMixin, ReplayMixin):
         out = Result()
         if self._armed.pop(key, None) is None:
             return out  # cancelled, or never ours
-        armed = self._timers.get(key)
-        if armed is None:
+        timer = self._timers.get(key)
+        if timer is None:
             return out
-        if now_ms < armed[0]:  # the deadline moved later since the timer was armed
-            self._armed[key] = armed[0]
-            out.timers.append((key, armed[0]))
+        if now_ms < timer.deadline_ms:  # the deadline moved later since the timer was armed
+            self._armed[key] = timer.deadline_ms
+            out.timers.append((key, timer.deadline_ms))
             return out
         del self._timers[key]
-        action = armed[1]
+        action = timer.action
         if action.kind is TimerKind.EXPIRE_OFFSETS:
             self._expire_offsets(out, now_ms)
             return out
