@@ -21,7 +21,7 @@ shipping one row per record back to the JVM, *combines* inside the task:
   (max timestamp, next offset) time line so lag *at commit time* can be estimated;
 * ``C`` the topic catalog (``topics.json``) and ``L`` ``log-start-offset`` checkpoints.
 
-The driver stitches segments together (checks across segment boundaries use the first/last
+``stitch`` later joins segments together (checks across segment boundaries use the first/last
 columns), so a million commits become a few thousand rows.  All rows share one wide schema
 (``SCHEMA``); unused columns are null.  Nothing here imports pyspark, so the module is cheap to
 import on workers and testable without a JVM.
