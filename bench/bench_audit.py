@@ -76,7 +76,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=10)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--keep", type=Path, default=None, help="write/keep the log here")
-    ap.add_argument("--warm", type=int, default=5, help="warm runs after the cold one")
+    ap.add_argument("--warm", type=int, default=8, help="warm runs after the cold one")
     args = ap.parse_args()
 
     from coordinator.audit.cli import build_summary, spark_session, write_reports

@@ -115,6 +115,9 @@ def spark_session(master: str | None = None, app_name: str = "kgc-audit") -> Spa
         builder = (
             builder.config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
+            # Adaptive execution re-plans after every stage: on one machine, shuffling a few
+            # thousand summary rows, that costs more than it can save.
+            .config("spark.sql.adaptive.enabled", "false")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.ui.showConsoleProgress", "false")
         )

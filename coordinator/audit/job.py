@@ -252,6 +252,7 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
 
     final = (
         decode(offsets_files, 1 << 40)  # one task per segment: decoding is the heavy part
+        .drop("src", "tsmax", "ptype")  # not needed by the stitch: less to shuffle and convert
         .groupBy(F.coalesce(F.col("expected"), F.col("opart")).alias("route"))
         .applyInArrow(report, OUT_SPARK_SCHEMA)
         .persist()
