@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.primitives import uvarint
 from storage.offsets_format import (
     OffsetsFormatError,
     decode_offset_commit_value,
@@ -24,15 +25,6 @@ np = pytest.importorskip("numpy")
 i64 = st.integers(-(2**63), 2**63 - 1)
 i32 = st.integers(-(2**31), 2**31 - 1)
 metadata = st.sampled_from(["", "", "", "range", "é→", "x" * 300]) | st.text(max_size=20)
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @st.composite
