@@ -32,6 +32,9 @@ _FLEXIBLE = frozenset(
     for v in range(mod.MIN_VERSION, mod.MAX_VERSION + 1)
     if mod.FLEXIBLE_FROM >= 0 and v >= mod.FLEXIBLE_FROM
 )
+# Those whose response header is v1 (an empty tagged-field section): all but ApiVersions,
+# whose response header is always v0.
+_FLEXIBLE_RESPONSE = frozenset(kv for kv in _FLEXIBLE if kv[0] != API_VERSIONS_KEY)
 
 
 class UnknownApi(Exception):
@@ -109,10 +112,8 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     (handlers cache responses that rarely change, such as ApiVersions). Bodies registered
     with ``constant`` are encoded once per version.
     """
-    # Response header v1 (an empty tagged-field section) for flexible versions, except
-    # ApiVersions, whose response header is always v0.
     if type(body) is bytes:
-        if (api_key, api_version) in _FLEXIBLE and api_key != API_VERSIONS_KEY:
+        if (api_key, api_version) in _FLEXIBLE_RESPONSE:
             return _II.pack(len(body) + 5, correlation_id) + b"\x00" + body
         return _II.pack(len(body) + 4, correlation_id) + body
     by_version = _CONSTANTS.get(id(body))
@@ -120,20 +121,16 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
         # Cached with the response header's tagged-field byte, when the version has one.
         framed = by_version.get(api_version)
         if framed is None:
-            tag = b"\x00" if _flexible_response(api_key, api_version) else b""
+            tag = b"\x00" if (api_key, api_version) in _FLEXIBLE_RESPONSE else b""
             framed = by_version[api_version] = tag + encode_body(api_key, api_version, body)
         return _II.pack(len(framed) + 4, correlation_id) + framed
     out = bytearray(b"\x00\x00\x00\x00")
     out += _I.pack(correlation_id)
-    if _flexible_response(api_key, api_version):
+    if (api_key, api_version) in _FLEXIBLE_RESPONSE:
         out += b"\x00"
     BY_KEY[api_key].RESPONSE_ENCODERS[api_version](body, out)
     _I.pack_into(out, 0, len(out) - 4)
     return bytes(out)
-
-
-def _flexible_response(api_key: int, api_version: int) -> bool:
-    return (api_key, api_version) in _FLEXIBLE and api_key != API_VERSIONS_KEY
 
 
 # id of a response object that is never mutated -> its framed body by version.

@@ -161,7 +161,11 @@ class ShardBase:
     # ------------------------------------------------------------ timers
 
     def _schedule(self, out: Result, key: str, deadline_ms: int, action: TimerAction) -> None:
-        self._timers[key] = Timer(deadline_ms, action)
+        timer = self._timers.get(key)
+        if timer is None:
+            self._timers[key] = Timer(deadline_ms, action)
+        else:  # moved in place: every heartbeat comes through here
+            timer.deadline_ms, timer.action = deadline_ms, action
         # A deadline that only moved later (every heartbeat does that) needs no timer
         # operation: the runtime's timer fires at the earlier time and ``on_timer`` re-arms
         # it for the rest.  That keeps the heartbeat's Result free of timer work.

@@ -39,8 +39,6 @@ _E = GroupState.EMPTY
 _D = GroupState.DEAD
 _OK = ErrorCode.NO_ERROR  # module constants: Enum attribute access is slow on 3.11
 _REBALANCING = ErrorCode.REBALANCE_IN_PROGRESS
-_OK = ErrorCode.NO_ERROR  # module constants: Enum attribute access is slow on 3.11
-_REBALANCING = ErrorCode.REBALANCE_IN_PROGRESS
 # Heartbeat answers are all alike: share them, and let the codec encode each once.
 _RESPONSES = {code: constant(HeartbeatResponse(error_code=code)) for code in ErrorCode}
 

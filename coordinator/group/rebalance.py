@@ -106,20 +106,14 @@ class RebalanceCore(ShardBase):
         timeout_ms: int | None = None,
     ) -> None:
         deadline = now_ms + (member.session_timeout_ms if timeout_ms is None else timeout_ms)
-        # Key and action are built once per member: this runs on every heartbeat, and in
-        # the common case (the deadline moved later) it only records the new deadline.
+        # Key and action are built once per member: this runs on every heartbeat.
         timer = member.session_timer
         if timer is None or timer[1].group_id != group.group_id:
             timer = member.session_timer = (
                 heartbeat_key(group.group_id, member.member_id),
                 TimerAction(TimerKind.HEARTBEAT, group.group_id, member.member_id),
             )
-        armed = self._armed.get(timer[0])
-        entry = self._timers.get(timer[0])
-        if armed is not None and armed <= deadline and entry is not None:
-            entry.deadline_ms = deadline
-        else:
-            self._schedule(out, timer[0], deadline, timer[1])
+        self._schedule(out, timer[0], deadline, timer[1])
 
     def _cancel_member_timers(self, out: Result, group_id: str, member_id: str) -> None:
         self._cancel(out, heartbeat_key(group_id, member_id))

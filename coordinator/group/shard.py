@@ -34,9 +34,7 @@ class GroupShard(JoinMixin, SyncMixin, HeartbeatMixin, AdminMixin, ReplayMixin):
         out = Result()
         if self._armed.pop(key, None) is None:
             return out  # cancelled, or never ours
-        timer = self._timers.get(key)
-        if timer is None:
-            return out
+        timer = self._timers[key]  # armed implies wanted: ``_cancel`` drops both
         if now_ms < timer.deadline_ms:  # the deadline moved later since the timer was armed
             self._armed[key] = timer.deadline_ms
             out.timers.append((key, timer.deadline_ms))
