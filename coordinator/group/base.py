@@ -165,7 +165,8 @@ class ShardBase:
         if timer is None:
             self._timers[key] = Timer(deadline_ms, action)
         else:  # moved in place: every heartbeat comes through here
-            timer.deadline_ms, timer.action = deadline_ms, action
+            timer.deadline_ms = deadline_ms
+            timer.action = action
         # A deadline that only moved later (every heartbeat does that) needs no timer
         # operation: the runtime's timer fires at the earlier time and ``on_timer`` re-arms
         # it for the rest.  That keeps the heartbeat's Result free of timer work.
