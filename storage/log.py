@@ -209,6 +209,10 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._unflushed_bytes = 0
         self._closed = False
+        # Why this partition cannot be trusted past some point (a corrupt batch found at
+        # open, replay or read: file and position), or None while it is healthy. The
+        # runtime, metrics and ``kgc health`` report it; see ``mark_damaged``.
+        self.damaged: str | None = None
         self.dir.mkdir(parents=True, exist_ok=True)
         self._open()
 
@@ -346,6 +350,11 @@ class PartitionLog:
             sum(d.size for d in dropped),
             "unknown" if not dropped else f"at least {dropped[-1].base_offset}",
         )
+
+    def mark_damaged(self, reason: str) -> None:
+        """Record (once) that a corrupt batch was found; logged at ERROR by the caller."""
+        if self.damaged is None:
+            self.damaged = reason
 
     # ------------------------------------------------------------ append
 
