@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+from crashkit import BackgroundProducer, read_all_confluent, wait_acked
 from kgc_process import KgcProcess
 
 from coordinator.client import Connection
@@ -66,42 +66,6 @@ def check_order(records: list[tuple[int, bytes | None, bytes | None]]) -> dict[b
         assert int(s) == last.get(key, -1) + 1, f"{key!r}: {int(s)} after {last.get(key)}"
         last[key] = int(s)
     return {k: v + 1 for k, v in last.items()}
-
-
-def read_all_confluent(
-    bootstrap: str, topic: str, partitions: int, timeout: float = 60.0, **conf: object
-) -> list[tuple[int, bytes | None, bytes | None]]:
-    """Read every partition from its start to the high watermark seen now (assign mode)."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            **conf,
-        }
-    )
-    try:
-        ends = {}
-        for p in range(partitions):
-            _lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends[p] = hi
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        out: list[tuple[int, bytes | None, bytes | None]] = []
-        pos = {p: 0 for p in range(partitions)}
-        deadline = time.monotonic() + timeout
-        while any(pos[p] < ends[p] for p in pos):
-            assert time.monotonic() < deadline, f"timed out at {pos} of {ends}"
-            for m in c.consume(1000, 1.0):
-                assert m.error() is None, m.error()
-                part, offset = m.partition(), m.offset()
-                assert part is not None and offset is not None
-                assert offset == pos[part], (part, offset, pos[part])
-                pos[part] = offset + 1
-                out.append((part, m.key(), m.value()))
-        return out
-    finally:
-        c.close()
 
 
 def produce_confluent(
@@ -273,61 +237,6 @@ def test_idempotent_producer_writes_no_duplicates(kgc: KgcProcess) -> None:
     assert len(records) == N
     assert not [v for v, c in Counter(v for _, _, v in records).items() if c > 1]
     assert sum(check_order(records).values()) == N
-
-
-class BackgroundProducer:
-    """Produces numbered messages until stopped; remembers which ones were acknowledged."""
-
-    def __init__(self, bootstrap: str, topic: str, **conf: object) -> None:
-        self.acked: set[bytes] = set()
-        self.failed: list[object] = []
-        self.sent = 0
-        self.stop = threading.Event()
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "linger.ms": 2,
-                "message.timeout.ms": 120_000,
-                "reconnect.backoff.ms": 50,
-                "reconnect.backoff.max.ms": 500,
-                **conf,
-            }
-        )
-        self.topic = topic
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def on_delivery(self, err: object, msg: object) -> None:
-        if err is None:
-            self.acked.add(msg.value())  # type: ignore[attr-defined]
-        else:
-            self.failed.append(err)
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            key = f"key-{self.sent % 60}".encode()
-            try:
-                self.producer.produce(
-                    self.topic, key=key, value=b"m-%08d" % self.sent, on_delivery=self.on_delivery
-                )
-                self.sent += 1
-            except (BufferError, KafkaException):
-                self.producer.poll(0.05)
-            if self.sent % 100 == 0:
-                self.producer.poll(0)
-                time.sleep(0.002)
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.thread.join()
-        assert self.producer.flush(120) == 0
-
-
-def wait_acked(bp: BackgroundProducer, n: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while len(bp.acked) < n:
-        assert time.monotonic() < deadline, f"only {len(bp.acked)} acked"
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
