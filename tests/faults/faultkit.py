@@ -11,4 +11,6 @@ from __future__ import annotations
 
 def report(test: str, *, injected: str, verified: str, lost: int = 0) -> None:
     """Print one line: the fault, what was checked afterwards, acknowledged items lost."""
-    print(f"[fault] {test}: injected: {injected} | verified: {verified} | acknowledged lost: {lost}")
+    print(
+        f"[fault] {test}: injected: {injected} | verified: {verified} | acknowledged lost: {lost}"
+    )
