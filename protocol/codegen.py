@@ -334,7 +334,9 @@ class Decoder:
             self.w(ind, "else:")
             self.w(ind + 1, "e = p + n")
             self.w(ind + 1, "if e > len(b): raise DecodeError('truncated')")
-            self.w(ind + 1, f"{target} = b[p:e]{'.decode()' if is_str else ''}; p = e")
+            # Java's new String(bytes, UTF_8), which Kafka uses, replaces malformed input.
+            dec = ".decode('utf-8', 'replace')" if is_str else ""
+            self.w(ind + 1, f"{target} = b[p:e]{dec}; p = e")
         elif typ == "uuid":
             self.w(ind, f"{target} = b[p:p + 16]; p += 16")
         elif typ in FIXED:

@@ -74,7 +74,7 @@ def _dec_ApiVersionsRequest_3(b: bytes, p: int) -> tuple[ApiVersionsRequest, int
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -84,7 +84,7 @@ def _dec_ApiVersionsRequest_3(b: bytes, p: int) -> tuple[ApiVersionsRequest, int
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -197,7 +197,7 @@ def _dec_SupportedFeatureKey_3(b: bytes, p: int) -> tuple[SupportedFeatureKey, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_hh.unpack_from(b, p); p += 4
     n = b[p]
     if n == 0: p += 1
@@ -224,7 +224,7 @@ def _dec_FinalizedFeatureKey_3(b: bytes, p: int) -> tuple[FinalizedFeatureKey, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_hh.unpack_from(b, p); p += 4
     n = b[p]
     if n == 0: p += 1

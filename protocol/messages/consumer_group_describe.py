@@ -101,7 +101,7 @@ def _dec_ConsumerGroupDescribeRequest_0(b: bytes, p: int) -> tuple[ConsumerGroup
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     t3, = _S_o.unpack_from(b, p); p += 1
@@ -134,7 +134,7 @@ def _dec_TopicPartitions_0(b: bytes, p: int) -> tuple[TopicPartitions, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -201,7 +201,7 @@ def _dec_MemberAssignmentTopicPartitions_0(b: bytes, p: int) -> tuple[MemberAssi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -267,7 +267,7 @@ def _dec_Member_0(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -277,7 +277,7 @@ def _dec_Member_0(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -287,7 +287,7 @@ def _dec_Member_0(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -298,7 +298,7 @@ def _dec_Member_0(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -308,7 +308,7 @@ def _dec_Member_0(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -328,7 +328,7 @@ def _dec_Member_0(b: bytes, p: int) -> tuple[Member, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t8 = b[p:e].decode(); p = e
+                t8 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t8)
         t7 = a
     n = b[p]
@@ -340,7 +340,7 @@ def _dec_Member_0(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t9 = b[p:e].decode(); p = e
+        t9 = b[p:e].decode('utf-8', 'replace'); p = e
     t10, p = _dec_Assignment_0(b, p)
     t11, p = _dec_MemberAssignment_0(b, p)
     n = b[p]
@@ -407,7 +407,7 @@ def _dec_DescribedGroup_0(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -417,7 +417,7 @@ def _dec_DescribedGroup_0(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -427,7 +427,7 @@ def _dec_DescribedGroup_0(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     t5, t6 = _S_ii.unpack_from(b, p); p += 8
     n = b[p]
     if n < 128: p += 1
@@ -438,7 +438,7 @@ def _dec_DescribedGroup_0(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t7 = b[p:e].decode(); p = e
+        t7 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -529,7 +529,7 @@ def _dec_Member_1(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -539,7 +539,7 @@ def _dec_Member_1(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -549,7 +549,7 @@ def _dec_Member_1(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -560,7 +560,7 @@ def _dec_Member_1(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -570,7 +570,7 @@ def _dec_Member_1(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -590,7 +590,7 @@ def _dec_Member_1(b: bytes, p: int) -> tuple[Member, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t8 = b[p:e].decode(); p = e
+                t8 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t8)
         t7 = a
     n = b[p]
@@ -602,7 +602,7 @@ def _dec_Member_1(b: bytes, p: int) -> tuple[Member, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t9 = b[p:e].decode(); p = e
+        t9 = b[p:e].decode('utf-8', 'replace'); p = e
     t10, p = _dec_Assignment_0(b, p)
     t11, p = _dec_MemberAssignment_0(b, p)
     t12, = _S_b.unpack_from(b, p); p += 1
@@ -671,7 +671,7 @@ def _dec_DescribedGroup_1(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -681,7 +681,7 @@ def _dec_DescribedGroup_1(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -691,7 +691,7 @@ def _dec_DescribedGroup_1(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     t5, t6 = _S_ii.unpack_from(b, p); p += 8
     n = b[p]
     if n < 128: p += 1
@@ -702,7 +702,7 @@ def _dec_DescribedGroup_1(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t7 = b[p:e].decode(); p = e
+        t7 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)

@@ -93,7 +93,7 @@ def _dec_ConsumerGroupHeartbeatRequest_0(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -103,7 +103,7 @@ def _dec_ConsumerGroupHeartbeatRequest_0(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -114,7 +114,7 @@ def _dec_ConsumerGroupHeartbeatRequest_0(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -124,7 +124,7 @@ def _dec_ConsumerGroupHeartbeatRequest_0(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     t6, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -145,7 +145,7 @@ def _dec_ConsumerGroupHeartbeatRequest_0(b: bytes, p: int) -> tuple[ConsumerGrou
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t8 = b[p:e].decode(); p = e
+                t8 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t8)
         t7 = a
     n = b[p]
@@ -157,7 +157,7 @@ def _dec_ConsumerGroupHeartbeatRequest_0(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t9 = b[p:e].decode(); p = e
+        t9 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -239,7 +239,7 @@ def _dec_ConsumerGroupHeartbeatRequest_1(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -249,7 +249,7 @@ def _dec_ConsumerGroupHeartbeatRequest_1(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -260,7 +260,7 @@ def _dec_ConsumerGroupHeartbeatRequest_1(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -270,7 +270,7 @@ def _dec_ConsumerGroupHeartbeatRequest_1(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     t6, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -291,7 +291,7 @@ def _dec_ConsumerGroupHeartbeatRequest_1(b: bytes, p: int) -> tuple[ConsumerGrou
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t8 = b[p:e].decode(); p = e
+                t8 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t8)
         t7 = a
     n = b[p]
@@ -303,7 +303,7 @@ def _dec_ConsumerGroupHeartbeatRequest_1(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t9 = b[p:e].decode(); p = e
+        t9 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -313,7 +313,7 @@ def _dec_ConsumerGroupHeartbeatRequest_1(b: bytes, p: int) -> tuple[ConsumerGrou
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t10 = b[p:e].decode(); p = e
+        t10 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -456,7 +456,7 @@ def _dec_ConsumerGroupHeartbeatResponse_0(b: bytes, p: int) -> tuple[ConsumerGro
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -466,7 +466,7 @@ def _dec_ConsumerGroupHeartbeatResponse_0(b: bytes, p: int) -> tuple[ConsumerGro
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     t5, t6 = _S_ii.unpack_from(b, p); p += 8
     if _S_b.unpack_from(b, p)[0] < 0:
         p += 1; t7 = None

@@ -96,14 +96,14 @@ def _dec_CreatableTopicConfig_2(b: bytes, p: int) -> tuple[CreatableTopicConfig,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t2 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     return CreatableTopicConfig(t1, t2), p
 
 
@@ -126,7 +126,7 @@ def _dec_CreatableTopic_2(b: bytes, p: int) -> tuple[CreatableTopic, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_ih.unpack_from(b, p); p += 6
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -221,7 +221,7 @@ def _dec_CreatableTopicConfig_5(b: bytes, p: int) -> tuple[CreatableTopicConfig,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -231,7 +231,7 @@ def _dec_CreatableTopicConfig_5(b: bytes, p: int) -> tuple[CreatableTopicConfig,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -263,7 +263,7 @@ def _dec_CreatableTopic_5(b: bytes, p: int) -> tuple[CreatableTopic, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_ih.unpack_from(b, p); p += 6
     n = b[p]
     if n < 128: p += 1
@@ -359,7 +359,7 @@ def _dec_CreatableTopicResult_2(b: bytes, p: int) -> tuple[CreatableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_h.unpack_from(b, p); p += 2
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -367,7 +367,7 @@ def _dec_CreatableTopicResult_2(b: bytes, p: int) -> tuple[CreatableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     return CreatableTopicResult(t1, b'\x00' * 16, t2, t3, 0, -1, -1, []), p
 
 
@@ -416,7 +416,7 @@ def _dec_CreatableTopicConfigs_5(b: bytes, p: int) -> tuple[CreatableTopicConfig
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -426,7 +426,7 @@ def _dec_CreatableTopicConfigs_5(b: bytes, p: int) -> tuple[CreatableTopicConfig
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, t4, t5 = _S_obo.unpack_from(b, p); p += 3
     n = b[p]
     if n == 0: p += 1
@@ -460,7 +460,7 @@ def _dec_CreatableTopicResult_5(b: bytes, p: int) -> tuple[CreatableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
     if n < 128: p += 1
@@ -471,7 +471,7 @@ def _dec_CreatableTopicResult_5(b: bytes, p: int) -> tuple[CreatableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, t5 = _S_ih.unpack_from(b, p); p += 6
     n = b[p]
     if n < 128: p += 1
@@ -573,7 +573,7 @@ def _dec_CreatableTopicResult_7(b: bytes, p: int) -> tuple[CreatableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2 = b[p:p + 16]; p += 16
     t3, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
@@ -585,7 +585,7 @@ def _dec_CreatableTopicResult_7(b: bytes, p: int) -> tuple[CreatableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     t5, t6 = _S_ih.unpack_from(b, p); p += 6
     n = b[p]
     if n < 128: p += 1

@@ -45,7 +45,7 @@ def _dec_DeleteGroupsRequest_0(b: bytes, p: int) -> tuple[DeleteGroupsRequest, i
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     return DeleteGroupsRequest(t1), p
@@ -79,7 +79,7 @@ def _dec_DeleteGroupsRequest_2(b: bytes, p: int) -> tuple[DeleteGroupsRequest, i
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     n = b[p]
@@ -106,7 +106,7 @@ def _dec_DeletableGroupResult_0(b: bytes, p: int) -> tuple[DeletableGroupResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_h.unpack_from(b, p); p += 2
     return DeletableGroupResult(t1, t2), p
 
@@ -150,7 +150,7 @@ def _dec_DeletableGroupResult_2(b: bytes, p: int) -> tuple[DeletableGroupResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
     if n == 0: p += 1

@@ -63,7 +63,7 @@ def _dec_DeleteTopicsRequest_1(b: bytes, p: int) -> tuple[DeleteTopicsRequest, i
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     t3, = _S_i.unpack_from(b, p); p += 4
@@ -110,7 +110,7 @@ def _dec_DeleteTopicsRequest_4(b: bytes, p: int) -> tuple[DeleteTopicsRequest, i
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     t3, = _S_i.unpack_from(b, p); p += 4
@@ -142,7 +142,7 @@ def _dec_DeleteTopicState_6(b: bytes, p: int) -> tuple[DeleteTopicState, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2 = b[p:p + 16]; p += 16
     n = b[p]
     if n == 0: p += 1
@@ -199,7 +199,7 @@ def _dec_DeletableTopicResult_1(b: bytes, p: int) -> tuple[DeletableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_h.unpack_from(b, p); p += 2
     return DeletableTopicResult(t1, b'\x00' * 16, t2, None), p
 
@@ -243,7 +243,7 @@ def _dec_DeletableTopicResult_4(b: bytes, p: int) -> tuple[DeletableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
     if n == 0: p += 1
@@ -300,7 +300,7 @@ def _dec_DeletableTopicResult_5(b: bytes, p: int) -> tuple[DeletableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
     if n < 128: p += 1
@@ -311,7 +311,7 @@ def _dec_DeletableTopicResult_5(b: bytes, p: int) -> tuple[DeletableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -374,7 +374,7 @@ def _dec_DeletableTopicResult_6(b: bytes, p: int) -> tuple[DeletableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2 = b[p:p + 16]; p += 16
     t3, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
@@ -386,7 +386,7 @@ def _dec_DeletableTopicResult_6(b: bytes, p: int) -> tuple[DeletableTopicResult,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)

@@ -63,7 +63,7 @@ def _dec_DescribeGroupsRequest_0(b: bytes, p: int) -> tuple[DescribeGroupsReques
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     return DescribeGroupsRequest(t1, False), p
@@ -91,7 +91,7 @@ def _dec_DescribeGroupsRequest_3(b: bytes, p: int) -> tuple[DescribeGroupsReques
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     t3, = _S_o.unpack_from(b, p); p += 1
@@ -127,7 +127,7 @@ def _dec_DescribeGroupsRequest_5(b: bytes, p: int) -> tuple[DescribeGroupsReques
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     t3, = _S_o.unpack_from(b, p); p += 1
@@ -156,21 +156,21 @@ def _dec_DescribedGroupMember_0(b: bytes, p: int) -> tuple[DescribedGroupMember,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ClientId')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ClientHost')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable MemberMetadata')
@@ -214,28 +214,28 @@ def _dec_DescribedGroup_0(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable GroupState')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolType')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolData')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Members')
@@ -318,28 +318,28 @@ def _dec_DescribedGroup_3(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable GroupState')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolType')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolData')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Members')
@@ -403,28 +403,28 @@ def _dec_DescribedGroupMember_4(b: bytes, p: int) -> tuple[DescribedGroupMember,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t2 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ClientId')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ClientHost')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable MemberMetadata')
@@ -474,28 +474,28 @@ def _dec_DescribedGroup_4(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable GroupState')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolType')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolData')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Members')
@@ -562,7 +562,7 @@ def _dec_DescribedGroupMember_5(b: bytes, p: int) -> tuple[DescribedGroupMember,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -572,7 +572,7 @@ def _dec_DescribedGroupMember_5(b: bytes, p: int) -> tuple[DescribedGroupMember,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -582,7 +582,7 @@ def _dec_DescribedGroupMember_5(b: bytes, p: int) -> tuple[DescribedGroupMember,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -592,7 +592,7 @@ def _dec_DescribedGroupMember_5(b: bytes, p: int) -> tuple[DescribedGroupMember,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -661,7 +661,7 @@ def _dec_DescribedGroup_5(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -671,7 +671,7 @@ def _dec_DescribedGroup_5(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -681,7 +681,7 @@ def _dec_DescribedGroup_5(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -691,7 +691,7 @@ def _dec_DescribedGroup_5(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -779,7 +779,7 @@ def _dec_DescribedGroup_6(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -789,7 +789,7 @@ def _dec_DescribedGroup_6(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -799,7 +799,7 @@ def _dec_DescribedGroup_6(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -809,7 +809,7 @@ def _dec_DescribedGroup_6(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -819,7 +819,7 @@ def _dec_DescribedGroup_6(b: bytes, p: int) -> tuple[DescribedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)

@@ -164,7 +164,7 @@ def _dec_FetchTopic_4(b: bytes, p: int) -> tuple[FetchTopic, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -233,7 +233,7 @@ def _dec_FetchTopic_5(b: bytes, p: int) -> tuple[FetchTopic, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -285,7 +285,7 @@ def _dec_ForgottenTopic_7(b: bytes, p: int) -> tuple[ForgottenTopic, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -354,7 +354,7 @@ def _dec_FetchTopic_9(b: bytes, p: int) -> tuple[FetchTopic, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -440,7 +440,7 @@ def _dec_FetchRequest_11(b: bytes, p: int) -> tuple[FetchRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t10 = b[p:e].decode(); p = e
+        t10 = b[p:e].decode('utf-8', 'replace'); p = e
     return FetchRequest(None, t1, ReplicaState(), t2, t3, t4, t5, t6, t7, t8, t9, t10), p
 
 
@@ -491,7 +491,7 @@ def _dec_FetchTopic_12(b: bytes, p: int) -> tuple[FetchTopic, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -533,7 +533,7 @@ def _dec_ForgottenTopic_12(b: bytes, p: int) -> tuple[ForgottenTopic, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -597,7 +597,7 @@ def _dec_FetchRequest_12(b: bytes, p: int) -> tuple[FetchRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t10 = b[p:e].decode(); p = e
+        t10 = b[p:e].decode('utf-8', 'replace'); p = e
     t11 = None
     n = b[p]
     if n < 128: p += 1
@@ -616,7 +616,7 @@ def _dec_FetchRequest_12(b: bytes, p: int) -> tuple[FetchRequest, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t11 = b[p:e].decode(); p = e
+                t11 = b[p:e].decode('utf-8', 'replace'); p = e
             if p != end: raise DecodeError('bad tagged field size')
         else:
             p = end
@@ -745,7 +745,7 @@ def _dec_FetchRequest_13(b: bytes, p: int) -> tuple[FetchRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t10 = b[p:e].decode(); p = e
+        t10 = b[p:e].decode('utf-8', 'replace'); p = e
     t11 = None
     n = b[p]
     if n < 128: p += 1
@@ -764,7 +764,7 @@ def _dec_FetchRequest_13(b: bytes, p: int) -> tuple[FetchRequest, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t11 = b[p:e].decode(); p = e
+                t11 = b[p:e].decode('utf-8', 'replace'); p = e
             if p != end: raise DecodeError('bad tagged field size')
         else:
             p = end
@@ -851,7 +851,7 @@ def _dec_FetchRequest_15(b: bytes, p: int) -> tuple[FetchRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t9 = b[p:e].decode(); p = e
+        t9 = b[p:e].decode('utf-8', 'replace'); p = e
     t10 = None
     t11 = ReplicaState()
     n = b[p]
@@ -871,7 +871,7 @@ def _dec_FetchRequest_15(b: bytes, p: int) -> tuple[FetchRequest, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t10 = b[p:e].decode(); p = e
+                t10 = b[p:e].decode('utf-8', 'replace'); p = e
             if p != end: raise DecodeError('bad tagged field size')
         elif tag == 1:
             t11, p = _dec_ReplicaState_15(b, p)
@@ -1012,7 +1012,7 @@ def _dec_FetchRequest_17(b: bytes, p: int) -> tuple[FetchRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t9 = b[p:e].decode(); p = e
+        t9 = b[p:e].decode('utf-8', 'replace'); p = e
     t10 = None
     t11 = ReplicaState()
     n = b[p]
@@ -1032,7 +1032,7 @@ def _dec_FetchRequest_17(b: bytes, p: int) -> tuple[FetchRequest, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t10 = b[p:e].decode(); p = e
+                t10 = b[p:e].decode('utf-8', 'replace'); p = e
             if p != end: raise DecodeError('bad tagged field size')
         elif tag == 1:
             t11, p = _dec_ReplicaState_15(b, p)
@@ -1181,7 +1181,7 @@ def _dec_FetchRequest_18(b: bytes, p: int) -> tuple[FetchRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t9 = b[p:e].decode(); p = e
+        t9 = b[p:e].decode('utf-8', 'replace'); p = e
     t10 = None
     t11 = ReplicaState()
     n = b[p]
@@ -1201,7 +1201,7 @@ def _dec_FetchRequest_18(b: bytes, p: int) -> tuple[FetchRequest, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t10 = b[p:e].decode(); p = e
+                t10 = b[p:e].decode('utf-8', 'replace'); p = e
             if p != end: raise DecodeError('bad tagged field size')
         elif tag == 1:
             t11, p = _dec_ReplicaState_15(b, p)
@@ -1324,7 +1324,7 @@ def _dec_FetchableTopicResponse_4(b: bytes, p: int) -> tuple[FetchableTopicRespo
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -1422,7 +1422,7 @@ def _dec_FetchableTopicResponse_5(b: bytes, p: int) -> tuple[FetchableTopicRespo
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -1536,7 +1536,7 @@ def _dec_FetchableTopicResponse_11(b: bytes, p: int) -> tuple[FetchableTopicResp
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -1728,7 +1728,7 @@ def _dec_FetchableTopicResponse_12(b: bytes, p: int) -> tuple[FetchableTopicResp
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -1872,7 +1872,7 @@ def _dec_NodeEndpoint_16(b: bytes, p: int) -> tuple[NodeEndpoint, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -1883,7 +1883,7 @@ def _dec_NodeEndpoint_16(b: bytes, p: int) -> tuple[NodeEndpoint, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)

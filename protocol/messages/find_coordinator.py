@@ -52,7 +52,7 @@ def _dec_FindCoordinatorRequest_0(b: bytes, p: int) -> tuple[FindCoordinatorRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     return FindCoordinatorRequest(t1, 0, []), p
 
 
@@ -69,7 +69,7 @@ def _dec_FindCoordinatorRequest_1(b: bytes, p: int) -> tuple[FindCoordinatorRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_b.unpack_from(b, p); p += 1
     return FindCoordinatorRequest(t1, t2, []), p
 
@@ -91,7 +91,7 @@ def _dec_FindCoordinatorRequest_3(b: bytes, p: int) -> tuple[FindCoordinatorRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_b.unpack_from(b, p); p += 1
     n = b[p]
     if n == 0: p += 1
@@ -129,7 +129,7 @@ def _dec_FindCoordinatorRequest_4(b: bytes, p: int) -> tuple[FindCoordinatorRequ
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t3 = b[p:e].decode(); p = e
+                t3 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t3)
         t2 = a
     n = b[p]
@@ -166,7 +166,7 @@ def _dec_FindCoordinatorResponse_0(b: bytes, p: int) -> tuple[FindCoordinatorRes
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     return FindCoordinatorResponse(0, t1, '', t2, t3, t4, []), p
 
@@ -187,7 +187,7 @@ def _dec_FindCoordinatorResponse_1(b: bytes, p: int) -> tuple[FindCoordinatorRes
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -195,7 +195,7 @@ def _dec_FindCoordinatorResponse_1(b: bytes, p: int) -> tuple[FindCoordinatorRes
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     t6, = _S_i.unpack_from(b, p); p += 4
     return FindCoordinatorResponse(t1, t2, t3, t4, t5, t6, []), p
 
@@ -237,7 +237,7 @@ def _dec_FindCoordinatorResponse_3(b: bytes, p: int) -> tuple[FindCoordinatorRes
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -248,7 +248,7 @@ def _dec_FindCoordinatorResponse_3(b: bytes, p: int) -> tuple[FindCoordinatorRes
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     t6, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n == 0: p += 1
@@ -284,7 +284,7 @@ def _dec_Coordinator_4(b: bytes, p: int) -> tuple[Coordinator, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -295,7 +295,7 @@ def _dec_Coordinator_4(b: bytes, p: int) -> tuple[Coordinator, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, t5 = _S_ih.unpack_from(b, p); p += 6
     n = b[p]
     if n < 128: p += 1
@@ -306,7 +306,7 @@ def _dec_Coordinator_4(b: bytes, p: int) -> tuple[Coordinator, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)

@@ -45,7 +45,7 @@ def _dec_RequestHeader_1(b: bytes, p: int) -> tuple[RequestHeader, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     return RequestHeader(t1, t2, t3, t4), p
 
 
@@ -67,7 +67,7 @@ def _dec_RequestHeader_2(b: bytes, p: int) -> tuple[RequestHeader, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)

@@ -36,7 +36,7 @@ def _dec_HeartbeatRequest_0(b: bytes, p: int) -> tuple[HeartbeatRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -44,7 +44,7 @@ def _dec_HeartbeatRequest_0(b: bytes, p: int) -> tuple[HeartbeatRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     return HeartbeatRequest(t1, t2, t3, None), p
 
 
@@ -65,7 +65,7 @@ def _dec_HeartbeatRequest_3(b: bytes, p: int) -> tuple[HeartbeatRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -73,14 +73,14 @@ def _dec_HeartbeatRequest_3(b: bytes, p: int) -> tuple[HeartbeatRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t4 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     return HeartbeatRequest(t1, t2, t3, t4), p
 
 
@@ -110,7 +110,7 @@ def _dec_HeartbeatRequest_4(b: bytes, p: int) -> tuple[HeartbeatRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -121,7 +121,7 @@ def _dec_HeartbeatRequest_4(b: bytes, p: int) -> tuple[HeartbeatRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -131,7 +131,7 @@ def _dec_HeartbeatRequest_4(b: bytes, p: int) -> tuple[HeartbeatRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)

@@ -45,7 +45,7 @@ def _dec_InitProducerIdRequest_0(b: bytes, p: int) -> tuple[InitProducerIdReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     return InitProducerIdRequest(t1, t2, -1, -1, False, False), p
 
@@ -70,7 +70,7 @@ def _dec_InitProducerIdRequest_2(b: bytes, p: int) -> tuple[InitProducerIdReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n == 0: p += 1
@@ -100,7 +100,7 @@ def _dec_InitProducerIdRequest_3(b: bytes, p: int) -> tuple[InitProducerIdReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3, t4 = _S_iqh.unpack_from(b, p); p += 14
     n = b[p]
     if n == 0: p += 1
@@ -130,7 +130,7 @@ def _dec_InitProducerIdRequest_6(b: bytes, p: int) -> tuple[InitProducerIdReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3, t4, t5, t6 = _S_iqhoo.unpack_from(b, p); p += 16
     n = b[p]
     if n == 0: p += 1

@@ -63,7 +63,7 @@ def _dec_JoinGroupRequestProtocol_0(b: bytes, p: int) -> tuple[JoinGroupRequestP
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Metadata')
@@ -90,7 +90,7 @@ def _dec_JoinGroupRequest_0(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -98,14 +98,14 @@ def _dec_JoinGroupRequest_0(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolType')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Protocols')
@@ -142,7 +142,7 @@ def _dec_JoinGroupRequest_1(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_ii.unpack_from(b, p); p += 8
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -150,14 +150,14 @@ def _dec_JoinGroupRequest_1(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolType')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Protocols')
@@ -194,7 +194,7 @@ def _dec_JoinGroupRequest_5(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_ii.unpack_from(b, p); p += 8
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -202,21 +202,21 @@ def _dec_JoinGroupRequest_5(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t5 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolType')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Protocols')
@@ -262,7 +262,7 @@ def _dec_JoinGroupRequestProtocol_6(b: bytes, p: int) -> tuple[JoinGroupRequestP
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -301,7 +301,7 @@ def _dec_JoinGroupRequest_6(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_ii.unpack_from(b, p); p += 8
     n = b[p]
     if n < 128: p += 1
@@ -312,7 +312,7 @@ def _dec_JoinGroupRequest_6(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -322,7 +322,7 @@ def _dec_JoinGroupRequest_6(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -332,7 +332,7 @@ def _dec_JoinGroupRequest_6(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -390,7 +390,7 @@ def _dec_JoinGroupRequest_8(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_ii.unpack_from(b, p); p += 8
     n = b[p]
     if n < 128: p += 1
@@ -401,7 +401,7 @@ def _dec_JoinGroupRequest_8(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -411,7 +411,7 @@ def _dec_JoinGroupRequest_8(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -421,7 +421,7 @@ def _dec_JoinGroupRequest_8(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -444,7 +444,7 @@ def _dec_JoinGroupRequest_8(b: bytes, p: int) -> tuple[JoinGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t8 = b[p:e].decode(); p = e
+        t8 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -493,7 +493,7 @@ def _dec_JoinGroupResponseMember_0(b: bytes, p: int) -> tuple[JoinGroupResponseM
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Metadata')
@@ -521,21 +521,21 @@ def _dec_JoinGroupResponse_0(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Leader')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable MemberId')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Members')
@@ -573,21 +573,21 @@ def _dec_JoinGroupResponse_2(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Leader')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable MemberId')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Members')
@@ -624,14 +624,14 @@ def _dec_JoinGroupResponseMember_5(b: bytes, p: int) -> tuple[JoinGroupResponseM
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t2 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Metadata')
@@ -665,21 +665,21 @@ def _dec_JoinGroupResponse_5(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Leader')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable MemberId')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Members')
@@ -719,7 +719,7 @@ def _dec_JoinGroupResponseMember_6(b: bytes, p: int) -> tuple[JoinGroupResponseM
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -729,7 +729,7 @@ def _dec_JoinGroupResponseMember_6(b: bytes, p: int) -> tuple[JoinGroupResponseM
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -776,7 +776,7 @@ def _dec_JoinGroupResponse_6(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -786,7 +786,7 @@ def _dec_JoinGroupResponse_6(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -796,7 +796,7 @@ def _dec_JoinGroupResponse_6(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -848,7 +848,7 @@ def _dec_JoinGroupResponse_7(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -858,7 +858,7 @@ def _dec_JoinGroupResponse_7(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -868,7 +868,7 @@ def _dec_JoinGroupResponse_7(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -878,7 +878,7 @@ def _dec_JoinGroupResponse_7(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t7 = b[p:e].decode(); p = e
+        t7 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -940,7 +940,7 @@ def _dec_JoinGroupResponse_9(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -950,7 +950,7 @@ def _dec_JoinGroupResponse_9(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -960,7 +960,7 @@ def _dec_JoinGroupResponse_9(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     t7, = _S_o.unpack_from(b, p); p += 1
     n = b[p]
     if n < 128: p += 1
@@ -971,7 +971,7 @@ def _dec_JoinGroupResponse_9(b: bytes, p: int) -> tuple[JoinGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t8 = b[p:e].decode(); p = e
+        t8 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)

@@ -58,14 +58,14 @@ def _dec_LeaveGroupRequest_0(b: bytes, p: int) -> tuple[LeaveGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable MemberId')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     return LeaveGroupRequest(t1, t2, []), p
 
 
@@ -85,14 +85,14 @@ def _dec_MemberIdentity_3(b: bytes, p: int) -> tuple[MemberIdentity, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t2 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     return MemberIdentity(t1, t2, None), p
 
 
@@ -115,7 +115,7 @@ def _dec_LeaveGroupRequest_3(b: bytes, p: int) -> tuple[LeaveGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Members')
@@ -148,7 +148,7 @@ def _dec_MemberIdentity_4(b: bytes, p: int) -> tuple[MemberIdentity, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -158,7 +158,7 @@ def _dec_MemberIdentity_4(b: bytes, p: int) -> tuple[MemberIdentity, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -190,7 +190,7 @@ def _dec_LeaveGroupRequest_4(b: bytes, p: int) -> tuple[LeaveGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -232,7 +232,7 @@ def _dec_MemberIdentity_5(b: bytes, p: int) -> tuple[MemberIdentity, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -242,7 +242,7 @@ def _dec_MemberIdentity_5(b: bytes, p: int) -> tuple[MemberIdentity, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -252,7 +252,7 @@ def _dec_MemberIdentity_5(b: bytes, p: int) -> tuple[MemberIdentity, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -291,7 +291,7 @@ def _dec_LeaveGroupRequest_5(b: bytes, p: int) -> tuple[LeaveGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -356,14 +356,14 @@ def _dec_MemberResponse_3(b: bytes, p: int) -> tuple[MemberResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t2 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_h.unpack_from(b, p); p += 2
     return MemberResponse(t1, t2, t3), p
 
@@ -413,7 +413,7 @@ def _dec_MemberResponse_4(b: bytes, p: int) -> tuple[MemberResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -423,7 +423,7 @@ def _dec_MemberResponse_4(b: bytes, p: int) -> tuple[MemberResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
     if n == 0: p += 1

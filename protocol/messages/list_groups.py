@@ -75,7 +75,7 @@ def _dec_ListGroupsRequest_4(b: bytes, p: int) -> tuple[ListGroupsRequest, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     n = b[p]
@@ -115,7 +115,7 @@ def _dec_ListGroupsRequest_5(b: bytes, p: int) -> tuple[ListGroupsRequest, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t2 = b[p:e].decode(); p = e
+                t2 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t2)
         t1 = a
     n = b[p]
@@ -137,7 +137,7 @@ def _dec_ListGroupsRequest_5(b: bytes, p: int) -> tuple[ListGroupsRequest, int]:
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t4 = b[p:e].decode(); p = e
+                t4 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t4)
         t3 = a
     n = b[p]
@@ -171,14 +171,14 @@ def _dec_ListedGroup_0(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable ProtocolType')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     return ListedGroup(t1, t2, '', ''), p
 
 
@@ -245,7 +245,7 @@ def _dec_ListedGroup_3(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -255,7 +255,7 @@ def _dec_ListedGroup_3(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -314,7 +314,7 @@ def _dec_ListedGroup_4(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -324,7 +324,7 @@ def _dec_ListedGroup_4(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -334,7 +334,7 @@ def _dec_ListedGroup_4(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -397,7 +397,7 @@ def _dec_ListedGroup_5(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -407,7 +407,7 @@ def _dec_ListedGroup_5(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -417,7 +417,7 @@ def _dec_ListedGroup_5(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -427,7 +427,7 @@ def _dec_ListedGroup_5(b: bytes, p: int) -> tuple[ListedGroup, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)

@@ -80,7 +80,7 @@ def _dec_MetadataRequestTopic_0(b: bytes, p: int) -> tuple[MetadataRequestTopic,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     return MetadataRequestTopic(b'\x00' * 16, t1), p
 
 
@@ -193,7 +193,7 @@ def _dec_MetadataRequestTopic_9(b: bytes, p: int) -> tuple[MetadataRequestTopic,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -252,7 +252,7 @@ def _dec_MetadataRequestTopic_10(b: bytes, p: int) -> tuple[MetadataRequestTopic
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -345,7 +345,7 @@ def _dec_MetadataResponseBroker_0(b: bytes, p: int) -> tuple[MetadataResponseBro
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     return MetadataResponseBroker(t1, t2, t3, None), p
 
@@ -391,7 +391,7 @@ def _dec_MetadataResponseTopic_0(b: bytes, p: int) -> tuple[MetadataResponseTopi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -456,7 +456,7 @@ def _dec_MetadataResponseBroker_1(b: bytes, p: int) -> tuple[MetadataResponseBro
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -464,7 +464,7 @@ def _dec_MetadataResponseBroker_1(b: bytes, p: int) -> tuple[MetadataResponseBro
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     return MetadataResponseBroker(t1, t2, t3, t4), p
 
 
@@ -490,7 +490,7 @@ def _dec_MetadataResponseTopic_1(b: bytes, p: int) -> tuple[MetadataResponseTopi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_o.unpack_from(b, p); p += 1
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -568,7 +568,7 @@ def _dec_MetadataResponse_2(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -617,7 +617,7 @@ def _dec_MetadataResponse_3(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -690,7 +690,7 @@ def _dec_MetadataResponseTopic_5(b: bytes, p: int) -> tuple[MetadataResponseTopi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_o.unpack_from(b, p); p += 1
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -734,7 +734,7 @@ def _dec_MetadataResponse_5(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -807,7 +807,7 @@ def _dec_MetadataResponseTopic_7(b: bytes, p: int) -> tuple[MetadataResponseTopi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_o.unpack_from(b, p); p += 1
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -851,7 +851,7 @@ def _dec_MetadataResponse_7(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -891,7 +891,7 @@ def _dec_MetadataResponseTopic_8(b: bytes, p: int) -> tuple[MetadataResponseTopi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_o.unpack_from(b, p); p += 1
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -937,7 +937,7 @@ def _dec_MetadataResponse_8(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -982,7 +982,7 @@ def _dec_MetadataResponseBroker_9(b: bytes, p: int) -> tuple[MetadataResponseBro
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -993,7 +993,7 @@ def _dec_MetadataResponseBroker_9(b: bytes, p: int) -> tuple[MetadataResponseBro
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -1077,7 +1077,7 @@ def _dec_MetadataResponseTopic_9(b: bytes, p: int) -> tuple[MetadataResponseTopi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_o.unpack_from(b, p); p += 1
     n = b[p]
     if n < 128: p += 1
@@ -1138,7 +1138,7 @@ def _dec_MetadataResponse_9(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -1193,7 +1193,7 @@ def _dec_MetadataResponseTopic_10(b: bytes, p: int) -> tuple[MetadataResponseTop
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3 = b[p:p + 16]; p += 16
     t4, = _S_o.unpack_from(b, p); p += 1
     n = b[p]
@@ -1256,7 +1256,7 @@ def _dec_MetadataResponse_10(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -1324,7 +1324,7 @@ def _dec_MetadataResponse_11(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -1377,7 +1377,7 @@ def _dec_MetadataResponseTopic_12(b: bytes, p: int) -> tuple[MetadataResponseTop
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3 = b[p:p + 16]; p += 16
     t4, = _S_o.unpack_from(b, p); p += 1
     n = b[p]
@@ -1443,7 +1443,7 @@ def _dec_MetadataResponse_12(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -1509,7 +1509,7 @@ def _dec_MetadataResponse_13(b: bytes, p: int) -> tuple[MetadataResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1

@@ -71,7 +71,7 @@ def _dec_OffsetCommitRequestPartition_2(b: bytes, p: int) -> tuple[OffsetCommitR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     return OffsetCommitRequestPartition(t1, t2, -1, -1, t3), p
 
 
@@ -92,7 +92,7 @@ def _dec_OffsetCommitRequestTopic_2(b: bytes, p: int) -> tuple[OffsetCommitReque
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -122,7 +122,7 @@ def _dec_OffsetCommitRequest_2(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -130,7 +130,7 @@ def _dec_OffsetCommitRequest_2(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_q.unpack_from(b, p); p += 8
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -166,7 +166,7 @@ def _dec_OffsetCommitRequest_5(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -174,7 +174,7 @@ def _dec_OffsetCommitRequest_5(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Topics')
@@ -209,7 +209,7 @@ def _dec_OffsetCommitRequestPartition_6(b: bytes, p: int) -> tuple[OffsetCommitR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     return OffsetCommitRequestPartition(t1, t2, t3, -1, t4), p
 
 
@@ -230,7 +230,7 @@ def _dec_OffsetCommitRequestTopic_6(b: bytes, p: int) -> tuple[OffsetCommitReque
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -260,7 +260,7 @@ def _dec_OffsetCommitRequest_6(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -268,7 +268,7 @@ def _dec_OffsetCommitRequest_6(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Topics')
@@ -302,7 +302,7 @@ def _dec_OffsetCommitRequest_7(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -310,14 +310,14 @@ def _dec_OffsetCommitRequest_7(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t4 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Topics')
@@ -361,7 +361,7 @@ def _dec_OffsetCommitRequestPartition_8(b: bytes, p: int) -> tuple[OffsetCommitR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -390,7 +390,7 @@ def _dec_OffsetCommitRequestTopic_8(b: bytes, p: int) -> tuple[OffsetCommitReque
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -432,7 +432,7 @@ def _dec_OffsetCommitRequest_8(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -443,7 +443,7 @@ def _dec_OffsetCommitRequest_8(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -453,7 +453,7 @@ def _dec_OffsetCommitRequest_8(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -537,7 +537,7 @@ def _dec_OffsetCommitRequest_10(b: bytes, p: int) -> tuple[OffsetCommitRequest, 
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -548,7 +548,7 @@ def _dec_OffsetCommitRequest_10(b: bytes, p: int) -> tuple[OffsetCommitRequest, 
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -558,7 +558,7 @@ def _dec_OffsetCommitRequest_10(b: bytes, p: int) -> tuple[OffsetCommitRequest, 
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -618,7 +618,7 @@ def _dec_OffsetCommitResponseTopic_2(b: bytes, p: int) -> tuple[OffsetCommitResp
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -706,7 +706,7 @@ def _dec_OffsetCommitResponseTopic_8(b: bytes, p: int) -> tuple[OffsetCommitResp
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)

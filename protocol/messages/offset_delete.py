@@ -68,7 +68,7 @@ def _dec_OffsetDeleteRequestTopic_0(b: bytes, p: int) -> tuple[OffsetDeleteReque
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -98,7 +98,7 @@ def _dec_OffsetDeleteRequest_0(b: bytes, p: int) -> tuple[OffsetDeleteRequest, i
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Topics')
@@ -137,7 +137,7 @@ def _dec_OffsetDeleteResponseTopic_0(b: bytes, p: int) -> tuple[OffsetDeleteResp
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')

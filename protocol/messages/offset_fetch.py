@@ -99,7 +99,7 @@ def _dec_OffsetFetchRequestTopic_1(b: bytes, p: int) -> tuple[OffsetFetchRequest
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable PartitionIndexes')
@@ -140,7 +140,7 @@ def _dec_OffsetFetchRequest_1(b: bytes, p: int) -> tuple[OffsetFetchRequest, int
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Topics')
@@ -170,7 +170,7 @@ def _dec_OffsetFetchRequest_2(b: bytes, p: int) -> tuple[OffsetFetchRequest, int
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         t2 = None
@@ -206,7 +206,7 @@ def _dec_OffsetFetchRequestTopic_6(b: bytes, p: int) -> tuple[OffsetFetchRequest
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -265,7 +265,7 @@ def _dec_OffsetFetchRequest_6(b: bytes, p: int) -> tuple[OffsetFetchRequest, int
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -310,7 +310,7 @@ def _dec_OffsetFetchRequest_7(b: bytes, p: int) -> tuple[OffsetFetchRequest, int
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -368,7 +368,7 @@ def _dec_OffsetFetchRequestTopics_8(b: bytes, p: int) -> tuple[OffsetFetchReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -405,7 +405,7 @@ def _dec_OffsetFetchRequestGroup_8(b: bytes, p: int) -> tuple[OffsetFetchRequest
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -480,7 +480,7 @@ def _dec_OffsetFetchRequestGroup_9(b: bytes, p: int) -> tuple[OffsetFetchRequest
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -490,7 +490,7 @@ def _dec_OffsetFetchRequestGroup_9(b: bytes, p: int) -> tuple[OffsetFetchRequest
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -599,7 +599,7 @@ def _dec_OffsetFetchRequestGroup_10(b: bytes, p: int) -> tuple[OffsetFetchReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -609,7 +609,7 @@ def _dec_OffsetFetchRequestGroup_10(b: bytes, p: int) -> tuple[OffsetFetchReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -691,7 +691,7 @@ def _dec_OffsetFetchResponsePartition_1(b: bytes, p: int) -> tuple[OffsetFetchRe
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     t4, = _S_h.unpack_from(b, p); p += 2
     return OffsetFetchResponsePartition(t1, t2, -1, t3, t4), p
 
@@ -714,7 +714,7 @@ def _dec_OffsetFetchResponseTopic_1(b: bytes, p: int) -> tuple[OffsetFetchRespon
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -835,7 +835,7 @@ def _dec_OffsetFetchResponsePartition_5(b: bytes, p: int) -> tuple[OffsetFetchRe
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     t5, = _S_h.unpack_from(b, p); p += 2
     return OffsetFetchResponsePartition(t1, t2, t3, t4, t5), p
 
@@ -858,7 +858,7 @@ def _dec_OffsetFetchResponseTopic_5(b: bytes, p: int) -> tuple[OffsetFetchRespon
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -916,7 +916,7 @@ def _dec_OffsetFetchResponsePartition_6(b: bytes, p: int) -> tuple[OffsetFetchRe
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     t5, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
     if n == 0: p += 1
@@ -947,7 +947,7 @@ def _dec_OffsetFetchResponseTopic_6(b: bytes, p: int) -> tuple[OffsetFetchRespon
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -1077,7 +1077,7 @@ def _dec_OffsetFetchResponsePartitions_8(b: bytes, p: int) -> tuple[OffsetFetchR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     t5, = _S_h.unpack_from(b, p); p += 2
     n = b[p]
     if n == 0: p += 1
@@ -1108,7 +1108,7 @@ def _dec_OffsetFetchResponseTopics_8(b: bytes, p: int) -> tuple[OffsetFetchRespo
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -1150,7 +1150,7 @@ def _dec_OffsetFetchResponseGroup_8(b: bytes, p: int) -> tuple[OffsetFetchRespon
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -1254,7 +1254,7 @@ def _dec_OffsetFetchResponseGroup_10(b: bytes, p: int) -> tuple[OffsetFetchRespo
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)

@@ -114,7 +114,7 @@ def _dec_TopicProduceData_3(b: bytes, p: int) -> tuple[TopicProduceData, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable PartitionData')
@@ -144,7 +144,7 @@ def _dec_ProduceRequest_3(b: bytes, p: int) -> tuple[ProduceRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_hi.unpack_from(b, p); p += 6
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -212,7 +212,7 @@ def _dec_TopicProduceData_9(b: bytes, p: int) -> tuple[TopicProduceData, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -254,7 +254,7 @@ def _dec_ProduceRequest_9(b: bytes, p: int) -> tuple[ProduceRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_hi.unpack_from(b, p); p += 6
     n = b[p]
     if n < 128: p += 1
@@ -331,7 +331,7 @@ def _dec_ProduceRequest_13(b: bytes, p: int) -> tuple[ProduceRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, t3 = _S_hi.unpack_from(b, p); p += 6
     n = b[p]
     if n < 128: p += 1
@@ -400,7 +400,7 @@ def _dec_TopicProduceResponse_3(b: bytes, p: int) -> tuple[TopicProduceResponse,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable PartitionResponses')
@@ -469,7 +469,7 @@ def _dec_TopicProduceResponse_5(b: bytes, p: int) -> tuple[TopicProduceResponse,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable PartitionResponses')
@@ -522,7 +522,7 @@ def _dec_BatchIndexAndErrorMessage_8(b: bytes, p: int) -> tuple[BatchIndexAndErr
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     return BatchIndexAndErrorMessage(t1, t2), p
 
 
@@ -554,7 +554,7 @@ def _dec_PartitionProduceResponse_8(b: bytes, p: int) -> tuple[PartitionProduceR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t7 = b[p:e].decode(); p = e
+        t7 = b[p:e].decode('utf-8', 'replace'); p = e
     return PartitionProduceResponse(t1, t2, t3, t4, t5, t6, t7, LeaderIdAndEpoch()), p
 
 
@@ -578,7 +578,7 @@ def _dec_TopicProduceResponse_8(b: bytes, p: int) -> tuple[TopicProduceResponse,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable PartitionResponses')
@@ -634,7 +634,7 @@ def _dec_BatchIndexAndErrorMessage_9(b: bytes, p: int) -> tuple[BatchIndexAndErr
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -688,7 +688,7 @@ def _dec_PartitionProduceResponse_9(b: bytes, p: int) -> tuple[PartitionProduceR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t7 = b[p:e].decode(); p = e
+        t7 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -721,7 +721,7 @@ def _dec_TopicProduceResponse_9(b: bytes, p: int) -> tuple[TopicProduceResponse,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -831,7 +831,7 @@ def _dec_PartitionProduceResponse_10(b: bytes, p: int) -> tuple[PartitionProduce
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t7 = b[p:e].decode(); p = e
+        t7 = b[p:e].decode('utf-8', 'replace'); p = e
     t8 = LeaderIdAndEpoch()
     n = b[p]
     if n < 128: p += 1
@@ -881,7 +881,7 @@ def _dec_TopicProduceResponse_10(b: bytes, p: int) -> tuple[TopicProduceResponse
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -924,7 +924,7 @@ def _dec_NodeEndpoint_10(b: bytes, p: int) -> tuple[NodeEndpoint, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -935,7 +935,7 @@ def _dec_NodeEndpoint_10(b: bytes, p: int) -> tuple[NodeEndpoint, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)

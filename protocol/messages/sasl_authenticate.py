@@ -78,7 +78,7 @@ def _dec_SaslAuthenticateResponse_0(b: bytes, p: int) -> tuple[SaslAuthenticateR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable AuthBytes')
@@ -110,7 +110,7 @@ def _dec_SaslAuthenticateResponse_1(b: bytes, p: int) -> tuple[SaslAuthenticateR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable AuthBytes')
@@ -147,7 +147,7 @@ def _dec_SaslAuthenticateResponse_2(b: bytes, p: int) -> tuple[SaslAuthenticateR
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)

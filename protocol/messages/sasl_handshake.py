@@ -32,7 +32,7 @@ def _dec_SaslHandshakeRequest_0(b: bytes, p: int) -> tuple[SaslHandshakeRequest,
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     return SaslHandshakeRequest(t1), p
 
 
@@ -57,7 +57,7 @@ def _dec_SaslHandshakeResponse_0(b: bytes, p: int) -> tuple[SaslHandshakeRespons
             else:
                 e = p + n
                 if e > len(b): raise DecodeError('truncated')
-                t3 = b[p:e].decode(); p = e
+                t3 = b[p:e].decode('utf-8', 'replace'); p = e
             a.append(t3)
         t2 = a
     return SaslHandshakeResponse(t1, t2), p

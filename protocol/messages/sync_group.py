@@ -48,7 +48,7 @@ def _dec_SyncGroupRequestAssignment_0(b: bytes, p: int) -> tuple[SyncGroupReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Assignment')
@@ -75,7 +75,7 @@ def _dec_SyncGroupRequest_0(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -83,7 +83,7 @@ def _dec_SyncGroupRequest_0(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Assignments')
@@ -117,7 +117,7 @@ def _dec_SyncGroupRequest_3(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -125,14 +125,14 @@ def _dec_SyncGroupRequest_3(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         t4 = None
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Assignments')
@@ -175,7 +175,7 @@ def _dec_SyncGroupRequestAssignment_4(b: bytes, p: int) -> tuple[SyncGroupReques
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -214,7 +214,7 @@ def _dec_SyncGroupRequest_4(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -225,7 +225,7 @@ def _dec_SyncGroupRequest_4(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -235,7 +235,7 @@ def _dec_SyncGroupRequest_4(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -289,7 +289,7 @@ def _dec_SyncGroupRequest_5(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_i.unpack_from(b, p); p += 4
     n = b[p]
     if n < 128: p += 1
@@ -300,7 +300,7 @@ def _dec_SyncGroupRequest_5(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -310,7 +310,7 @@ def _dec_SyncGroupRequest_5(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -320,7 +320,7 @@ def _dec_SyncGroupRequest_5(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t5 = b[p:e].decode(); p = e
+        t5 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -330,7 +330,7 @@ def _dec_SyncGroupRequest_5(b: bytes, p: int) -> tuple[SyncGroupRequest, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -464,7 +464,7 @@ def _dec_SyncGroupResponse_5(b: bytes, p: int) -> tuple[SyncGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -474,7 +474,7 @@ def _dec_SyncGroupResponse_5(b: bytes, p: int) -> tuple[SyncGroupResponse, int]:
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)

@@ -71,7 +71,7 @@ def _dec_TxnOffsetCommitRequestPartition_0(b: bytes, p: int) -> tuple[TxnOffsetC
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t3 = b[p:e].decode(); p = e
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
     return TxnOffsetCommitRequestPartition(t1, t2, -1, t3), p
 
 
@@ -92,7 +92,7 @@ def _dec_TxnOffsetCommitRequestTopic_0(b: bytes, p: int) -> tuple[TxnOffsetCommi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -122,14 +122,14 @@ def _dec_TxnOffsetCommitRequest_0(b: bytes, p: int) -> tuple[TxnOffsetCommitRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable GroupId')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, t4 = _S_qh.unpack_from(b, p); p += 10
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -165,7 +165,7 @@ def _dec_TxnOffsetCommitRequestPartition_2(b: bytes, p: int) -> tuple[TxnOffsetC
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     return TxnOffsetCommitRequestPartition(t1, t2, t3, t4), p
 
 
@@ -186,7 +186,7 @@ def _dec_TxnOffsetCommitRequestTopic_2(b: bytes, p: int) -> tuple[TxnOffsetCommi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -216,14 +216,14 @@ def _dec_TxnOffsetCommitRequest_2(b: bytes, p: int) -> tuple[TxnOffsetCommitRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable GroupId')
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, t4 = _S_qh.unpack_from(b, p); p += 10
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -262,7 +262,7 @@ def _dec_TxnOffsetCommitRequestPartition_3(b: bytes, p: int) -> tuple[TxnOffsetC
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t4 = b[p:e].decode(); p = e
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
@@ -291,7 +291,7 @@ def _dec_TxnOffsetCommitRequestTopic_3(b: bytes, p: int) -> tuple[TxnOffsetCommi
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -333,7 +333,7 @@ def _dec_TxnOffsetCommitRequest_3(b: bytes, p: int) -> tuple[TxnOffsetCommitRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -343,7 +343,7 @@ def _dec_TxnOffsetCommitRequest_3(b: bytes, p: int) -> tuple[TxnOffsetCommitRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
+        t2 = b[p:e].decode('utf-8', 'replace'); p = e
     t3, t4, t5 = _S_qhi.unpack_from(b, p); p += 14
     n = b[p]
     if n < 128: p += 1
@@ -354,7 +354,7 @@ def _dec_TxnOffsetCommitRequest_3(b: bytes, p: int) -> tuple[TxnOffsetCommitRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t6 = b[p:e].decode(); p = e
+        t6 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -364,7 +364,7 @@ def _dec_TxnOffsetCommitRequest_3(b: bytes, p: int) -> tuple[TxnOffsetCommitRequ
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t7 = b[p:e].decode(); p = e
+        t7 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
@@ -428,7 +428,7 @@ def _dec_TxnOffsetCommitResponseTopic_0(b: bytes, p: int) -> tuple[TxnOffsetComm
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Partitions')
@@ -496,7 +496,7 @@ def _dec_TxnOffsetCommitResponseTopic_3(b: bytes, p: int) -> tuple[TxnOffsetComm
     else:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n < 128: p += 1
     else: n, p = read_uvarint(b, p)
