@@ -33,7 +33,15 @@ from storage.offsets_format import (
     partition_for,
 )
 
-__all__ = ["OffsetEntry", "PartitionStatus", "ShardBase", "TimerAction", "TimerKind"]
+__all__ = [
+    "LOG_STRING_MAX_BYTES",
+    "OffsetEntry",
+    "PartitionStatus",
+    "ShardBase",
+    "TimerAction",
+    "TimerKind",
+    "log_string_fits",
+]
 
 
 class TimerKind(Enum):
@@ -64,6 +72,9 @@ class Timer:
 class PartitionStatus(Enum):
     LOADING = "loading"
     LOADED = "loaded"
+    # The partition's log could not be replayed (corrupt batch, undecodable record): its
+    # groups answer NOT_COORDINATOR, as Kafka's CoordinatorRuntime does in state FAILED.
+    FAILED = "failed"
 
 
 _LOADED = PartitionStatus.LOADED
@@ -79,6 +90,24 @@ class OffsetEntry:
 
 
 TopicPartition = tuple[str, int]
+
+# Strings in offsets-log records carry an int16 length (Kafka's non-flexible record schemas).
+LOG_STRING_MAX_BYTES = 32767
+
+
+def log_string_fits(s: str | None, reserve: int = 0) -> bool:
+    """Whether ``s`` (plus ``reserve`` bytes) can be written as a string of a log record.
+
+    Requests may carry longer strings (compact strings have a varint length); Kafka then
+    fails while serializing the record and answers UNKNOWN_SERVER_ERROR without changing
+    its state. Checking up front lets the core refuse before it changes anything.
+    """
+    if s is None or len(s) * 4 + reserve <= LOG_STRING_MAX_BYTES:
+        return True
+    try:
+        return len(s.encode()) + reserve <= LOG_STRING_MAX_BYTES
+    except UnicodeEncodeError:  # a lone surrogate: nothing Kafka could decode either
+        return False
 
 
 def join_key(group_id: str) -> str:
@@ -127,6 +156,10 @@ class ShardBase:
         self._armed: dict[str, int] = {}  # key -> deadline the runtime's timer is armed for
         self.rebalances: dict[str, int] = dict.fromkeys(REBALANCE_CAUSES, 0)
         self._partition_cache: dict[str, int] = {}
+        # Partition count of a topic, None if it does not exist (the runtime passes the
+        # topic catalog's answer; None here: every topic exists, as in most unit tests).
+        # Kafka refuses offsets of unknown partitions before its coordinator sees them.
+        self.topic_partitions: Callable[[str], int | None] | None = None
 
     # ------------------------------------------------------------ partitions
 
@@ -149,6 +182,13 @@ class ShardBase:
         if status is PartitionStatus.LOADING:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NOT_COORDINATOR
+
+    def _unknown_partition(self, topic: str, partition: int) -> bool:
+        lookup = self.topic_partitions
+        if lookup is None:
+            return False
+        n = lookup(topic)
+        return n is None or not 0 <= partition < n
 
     def _precheck(self, group_id: str) -> ErrorCode | None:
         if not group_id:

@@ -29,7 +29,13 @@ when nothing else is written, as Kafka does.
 
 from __future__ import annotations
 
-from coordinator.group.base import TimerAction, TimerKind, heartbeat_key, pending_key
+from coordinator.group.base import (
+    TimerAction,
+    TimerKind,
+    heartbeat_key,
+    log_string_fits,
+    pending_key,
+)
 from coordinator.group.group import ClassicGroup, Member, Protocol
 from coordinator.group.rebalance import RebalanceCore
 from coordinator.group.state import GroupState
@@ -45,6 +51,7 @@ _C = GroupState.COMPLETING_REBALANCE
 _S = GroupState.STABLE
 _E = GroupState.EMPTY
 _D = GroupState.DEAD
+_MEMBER_ID_SUFFIX_BYTES = 1 + 64  # "-" and the suffix (a UUID, or a test's shorter id)
 
 
 def validate_member(
@@ -84,6 +91,10 @@ class JoinMixin(RebalanceCore):
         err = self._availability_error(req.group_id)
         if err is not None:
             return fail(err)
+        if not self._fits_the_log(ctx, req):
+            # What Kafka answers when the group's record cannot be serialized; refused
+            # here, before anything changes, because the record may be written much later.
+            return fail(ErrorCode.UNKNOWN)
 
         gid = req.group_id
         unknown = req.member_id == ""
@@ -108,6 +119,21 @@ class JoinMixin(RebalanceCore):
         return out
 
     # ------------------------------------------------------------ helpers
+
+    def _fits_the_log(self, ctx: RequestContext, req: JoinGroupRequest) -> bool:
+        """Whether every string this join puts into a group metadata record fits one."""
+        # A new member's id is "<instance or client id>-<suffix>" (a UUID: 36 characters).
+        prefix = req.group_instance_id if req.group_instance_id is not None else ctx.client_id
+        return (
+            log_string_fits(req.group_id)
+            and log_string_fits(req.member_id)
+            and log_string_fits(req.group_instance_id)
+            and log_string_fits(req.protocol_type)
+            and log_string_fits(ctx.client_host)
+            and log_string_fits(ctx.client_id)
+            and log_string_fits(prefix, reserve=_MEMBER_ID_SUFFIX_BYTES)
+            and all(log_string_fits(p.name) for p in req.protocols)
+        )
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
         max_size = self.config.group_max_size

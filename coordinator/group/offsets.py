@@ -34,6 +34,8 @@ Empty is deleted (metadata tombstone).
 
 from __future__ import annotations
 
+import struct
+
 from coordinator.group.base import EXPIRE_OFFSETS_KEY, OffsetEntry, TimerAction, TimerKind
 from coordinator.group.group import ClassicGroup
 from coordinator.group.join import validate_member
@@ -106,6 +108,16 @@ def validate_offset_commit(
     return None
 
 
+def _code(
+    codes: dict[tuple[str, int], ErrorCode], tp: tuple[str, int], rest: ErrorCode | None
+) -> ErrorCode:
+    code = codes.get(tp)
+    if rest is None or code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        assert code is not None
+        return code
+    return rest
+
+
 def _java_length(s: str) -> int:
     # Kafka compares String.length(): UTF-16 code units, not bytes.
     return len(s.encode("utf-16-le", "surrogatepass")) // 2
@@ -117,18 +129,24 @@ class OffsetsMixin(RebalanceCore):
     def offset_commit(self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int) -> Result:
         out = Result()
         v = ctx.api_version
+        # Partitions of unknown topics are answered first, as Kafka's KafkaApis does before
+        # the coordinator sees the request; the coordinator's codes fill in the rest.
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        wanted = 0
+        for t in req.topics:
+            for p in t.partitions:
+                wanted += 1
+                if self._unknown_partition(t.name, p.partition_index):
+                    codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-        def respond(per_partition: dict[tuple[str, int], ErrorCode] | ErrorCode) -> Result:
+        def respond(rest: ErrorCode | None = None) -> Result:
+            """Answer with ``codes``; ``rest``: the coordinator's error for every other one."""
             topics = []
             for t in req.topics:
                 parts = [
                     OffsetCommitResponsePartition(
                         partition_index=p.partition_index,
-                        error_code=(
-                            per_partition
-                            if isinstance(per_partition, ErrorCode)
-                            else per_partition[(t.name, p.partition_index)]
-                        ),
+                        error_code=_code(codes, (t.name, p.partition_index), rest),
                     )
                     for p in t.partitions
                 ]
@@ -138,38 +156,41 @@ class OffsetsMixin(RebalanceCore):
             out.replies.append((ctx.reply_to, OffsetCommitResponse(topics=topics)))
             return out
 
+        if wanted and len(codes) == wanted:
+            return respond()
         err = self._precheck(req.group_id)
         if err is not None:
             return respond(err)
         gid = req.group_id
         generation = req.generation_id_or_member_epoch
         group = self.groups.get(gid)
+        new_group = group is None
         if group is None:
             if generation >= 0:
                 return respond(
                     ErrorCode.GROUP_ID_NOT_FOUND if v >= 9 else ErrorCode.ILLEGAL_GENERATION
                 )
-            group = ClassicGroup(gid)
-            self.groups[gid] = group
+            group = ClassicGroup(gid)  # kept only if the commit is written (below)
         err = validate_offset_commit(
             group, req.member_id, req.group_instance_id, generation, transactional=False
         )
         if err is not None:
             return respond(err)
-        member = group.members.get(req.member_id)
-        if member is not None and group.is_in(_S, _P):
-            # With the classic protocol a commit also proves the member is alive.
-            self._reschedule_heartbeat(out, group, member, now_ms)
 
+        # Encode every record before changing anything: a commit is all-or-nothing.
         expire: int | None = None
         if 2 <= v <= 4 and req.retention_time_ms != -1:
             expire = now_ms + req.retention_time_ms
-        errors: dict[tuple[str, int], ErrorCode] = {}
+        stored: list[tuple[str, int, OffsetEntry]] = []
+        records: list[tuple[int, bytes, bytes | None]] = []
         for t in req.topics:
             for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if tp in codes:
+                    continue
                 metadata = p.committed_metadata or ""
                 if _java_length(metadata) > self.config.offset_metadata_max_bytes:
-                    errors[(t.name, p.partition_index)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                     continue
                 entry = OffsetEntry(
                     offset=p.committed_offset,
@@ -178,27 +199,47 @@ class OffsetsMixin(RebalanceCore):
                     commit_timestamp_ms=now_ms,
                     expire_timestamp_ms=expire,
                 )
-                self._store_offset(out, gid, t.name, p.partition_index, entry)
-                errors[(t.name, p.partition_index)] = ErrorCode.NO_ERROR
-        return respond(errors)
+                try:
+                    records.append(self._offset_record(gid, t.name, p.partition_index, entry))
+                except (struct.error, ValueError):
+                    # Kafka fails the whole write when a record cannot be serialized.
+                    return respond(ErrorCode.UNKNOWN)
+                stored.append((t.name, p.partition_index, entry))
+                codes[tp] = ErrorCode.NO_ERROR
+        if new_group and stored:
+            self.groups[gid] = group
+        member = group.members.get(req.member_id)
+        if member is not None and group.is_in(_S, _P):
+            # With the classic protocol a commit also proves the member is alive.
+            self._reschedule_heartbeat(out, group, member, now_ms)
+        by_group = self.offsets.setdefault(gid, {}) if stored else None
+        for topic, partition, entry in stored:
+            assert by_group is not None
+            by_group[(topic, partition)] = entry
+        out.records.extend(records)
+        return respond()
+
+    def _offset_record(
+        self, group_id: str, topic: str, partition: int, entry: OffsetEntry
+    ) -> tuple[int, bytes, bytes | None]:
+        return (
+            self.partition_of(group_id),
+            encode_offset_commit_key(group_id, topic, partition),
+            encode_offset_commit_value(
+                entry.offset,
+                entry.metadata,
+                entry.commit_timestamp_ms,
+                leader_epoch=entry.leader_epoch,
+                expire_timestamp=entry.expire_timestamp_ms,
+            ),
+        )
 
     def _store_offset(
         self, out: Result, group_id: str, topic: str, partition: int, entry: OffsetEntry
     ) -> None:
+        record = self._offset_record(group_id, topic, partition, entry)  # encode first
         self.offsets.setdefault(group_id, {})[(topic, partition)] = entry
-        out.records.append(
-            (
-                self.partition_of(group_id),
-                encode_offset_commit_key(group_id, topic, partition),
-                encode_offset_commit_value(
-                    entry.offset,
-                    entry.metadata,
-                    entry.commit_timestamp_ms,
-                    leader_epoch=entry.leader_epoch,
-                    expire_timestamp=entry.expire_timestamp_ms,
-                ),
-            )
-        )
+        out.records.append(record)
 
     def _delete_offset(self, out: Result, group_id: str, topic: str, partition: int) -> None:
         offsets = self.offsets.get(group_id)
@@ -221,19 +262,22 @@ class OffsetsMixin(RebalanceCore):
         self, ctx: RequestContext, req: TxnOffsetCommitRequest, now_ms: int
     ) -> Result:
         out = Result()
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        wanted = 0
+        for t in req.topics:
+            for p in t.partitions:
+                wanted += 1
+                if self._unknown_partition(t.name, p.partition_index):
+                    codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-        def respond(per_partition: dict[tuple[str, int], ErrorCode] | ErrorCode) -> Result:
+        def respond(rest: ErrorCode | None = None) -> Result:
             topics = [
                 TxnOffsetCommitResponseTopic(
                     name=t.name,
                     partitions=[
                         TxnOffsetCommitResponsePartition(
                             partition_index=p.partition_index,
-                            error_code=(
-                                per_partition
-                                if isinstance(per_partition, ErrorCode)
-                                else per_partition[(t.name, p.partition_index)]
-                            ),
+                            error_code=_code(codes, (t.name, p.partition_index), rest),
                         )
                         for p in t.partitions
                     ],
@@ -243,38 +287,48 @@ class OffsetsMixin(RebalanceCore):
             out.replies.append((ctx.reply_to, TxnOffsetCommitResponse(topics=topics)))
             return out
 
+        if wanted and len(codes) == wanted:
+            return respond()
         err = self._precheck(req.group_id)
         if err is not None:
             return respond(err)
         gid = req.group_id
         group = self.groups.get(gid)
+        new_group = group is None
         if group is None:
             if req.generation_id >= 0:
                 return respond(ErrorCode.ILLEGAL_GENERATION)
             group = ClassicGroup(gid)
-            self.groups[gid] = group
         err = validate_offset_commit(
             group, req.member_id, req.group_instance_id, req.generation_id, transactional=True
         )
         if err is not None:
             return respond(err)
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        pending = self.pending_txn_offsets.setdefault(gid, {}).setdefault(req.producer_id, {})
+        held: dict[tuple[str, int], OffsetEntry] = {}
         for t in req.topics:
             for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if tp in codes:
+                    continue
                 metadata = p.committed_metadata or ""
                 if _java_length(metadata) > self.config.offset_metadata_max_bytes:
-                    errors[(t.name, p.partition_index)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                     continue
-                pending[(t.name, p.partition_index)] = OffsetEntry(
-                    p.committed_offset, p.committed_leader_epoch, metadata, now_ms
-                )
-                errors[(t.name, p.partition_index)] = ErrorCode.NO_ERROR
-        if not pending:
-            del self.pending_txn_offsets[gid][req.producer_id]
-            if not self.pending_txn_offsets[gid]:
-                del self.pending_txn_offsets[gid]
-        return respond(errors)
+                entry = OffsetEntry(p.committed_offset, p.committed_leader_epoch, metadata, now_ms)
+                try:
+                    # Written when the transaction commits: it must be encodable then.
+                    self._offset_record(gid, t.name, p.partition_index, entry)
+                except (struct.error, ValueError):
+                    return respond(ErrorCode.UNKNOWN)
+                held[tp] = entry
+                codes[tp] = ErrorCode.NO_ERROR
+        if held:
+            if new_group:
+                self.groups[gid] = group
+            self.pending_txn_offsets.setdefault(gid, {}).setdefault(req.producer_id, {}).update(
+                held
+            )
+        return respond()
 
     def end_transaction(self, producer_id: int, committed: bool, now_ms: int) -> Result:
         """The transaction of ``producer_id`` ended: write its offsets if it committed.
@@ -418,6 +472,36 @@ class OffsetsMixin(RebalanceCore):
             out.replies.append((ctx.reply_to, OffsetDeleteResponse(error_code=code)))
             return out
 
+        # Unknown topics are answered first, as Kafka's KafkaApis does.
+        unknown = {
+            (t.name, p.partition_index)
+            for t in req.topics
+            for p in t.partitions
+            if self._unknown_partition(t.name, p.partition_index)
+        }
+        if unknown and len(unknown) == sum(len(t.partitions) for t in req.topics):
+            out.replies.append(
+                (
+                    ctx.reply_to,
+                    OffsetDeleteResponse(
+                        error_code=0,
+                        topics=[
+                            OffsetDeleteResponseTopic(
+                                name=t.name,
+                                partitions=[
+                                    OffsetDeleteResponsePartition(
+                                        partition_index=p.partition_index,
+                                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                    )
+                                    for p in t.partitions
+                                ],
+                            )
+                            for t in req.topics
+                        ],
+                    ),
+                )
+            )
+            return out
         err = self._precheck(req.group_id)
         if err is not None:
             return whole(err)
@@ -433,7 +517,9 @@ class OffsetsMixin(RebalanceCore):
             subscribed = group.is_subscribed_to(t.name)
             parts = []
             for p in t.partitions:
-                if subscribed:
+                if (t.name, p.partition_index) in unknown:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif subscribed:
                     code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 else:
                     code = ErrorCode.NO_ERROR
