@@ -14,19 +14,40 @@ timer operations. The runtime
 At start-up every offsets partition is replayed into the shard in the background; until a
 partition is loaded, the shard answers COORDINATOR_LOAD_IN_PROGRESS for its groups. Timers
 are never persisted: ``load_complete`` re-arms them.
+
+Failures stay inside one offsets partition:
+
+* Replay checks every batch's CRC. A corrupt batch (or a record that does not decode) fails
+  that partition's load only: one ERROR line names the file and position, the log is marked
+  damaged (metrics and ``kgc health`` report it) and its groups answer NOT_COORDINATOR, as
+  Kafka's CoordinatorRuntime answers for a partition whose load failed (state FAILED). We do
+  not load the prefix before the damage: that would silently roll back acknowledged commits
+  and serve them as if they were current. The other partitions load and serve.
+* A failed append (OSError: disk full, I/O error) or a failed fsync (``FlushError``, the log
+  cut back to its durable end) answers every reply that depended on that partition's records
+  with NOT_COORDINATOR -- Kafka's coordinator maps KAFKA_STORAGE_ERROR to it -- in the
+  reply's own shape; replies that depended only on other partitions are released as usual.
+  The partition is then rebuilt from its log, so the shard keeps nothing that did not
+  become durable.
+* A request the shard cannot handle (a bug) is answered UNKNOWN_SERVER_ERROR in its API's
+  shape, and the group's partition is rebuilt from the log in case the shard had changed
+  part of it: the connection stays open and no half-applied change survives.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from coordinator.group.base import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
 from coordinator.server import ClientInfo
+from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import (
     delete_groups,
@@ -46,11 +67,19 @@ from storage.log import LogConfig, PartitionLog, wall_clock_ms
 from storage.manager import LogManager
 from storage.offsets_format import OFFSETS_TOPIC
 from storage.record_batch import iter_record_tuples
+from storage.segment import CorruptSegmentError
 
 log = logging.getLogger("kgc.groups")
 _new_ctx = tuple.__new__
 
 Clock = Callable[[], int]
+# Replies waiting for the records of one Result: the offsets partitions those went to.
+_Waiting = tuple[frozenset[int], list[tuple[int, Any]]]
+_STORAGE_FAILED = ErrorCode.NOT_COORDINATOR  # Kafka: KAFKA_STORAGE_ERROR -> NOT_COORDINATOR
+
+
+class CorruptOffsetsLog(Exception):
+    """A batch of an offsets partition fails its CRC or does not parse."""
 
 
 class GroupRuntime:
@@ -64,8 +93,11 @@ class GroupRuntime:
         log_config: LogConfig,
         clock: Clock = wall_clock_ms,
         metrics: Any = None,
+        topic_partitions: Callable[[str], int | None] | None = None,
     ) -> None:
         self.shard = shard
+        if topic_partitions is not None:
+            shard.topic_partitions = topic_partitions
         self.logs = logs
         self.flusher = flusher
         self.clock = clock
@@ -76,12 +108,18 @@ class GroupRuntime:
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         # Records and replies waiting for this loop turn's append (see ``apply``).
         self.unwritten: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        self.unreleased: list[tuple[int, Any]] = []
+        self.unreleased: list[_Waiting] = []
         self.write_scheduled = False
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.next_handle = 0
         self.background: set[asyncio.Task[None]] = set()
         self.loaded = asyncio.Event()
+        for p, plog in enumerate(self.partitions):
+            # The storage layer calls these after cutting a log back to its durable end
+            # (a failed fsync): the shard must forget what the cut removed.
+            callbacks = getattr(plog, "on_cut_back", None)
+            if isinstance(callbacks, list):
+                callbacks.append(functools.partial(self._cut_back, p))
 
     # -- wiring
     def handlers(self) -> dict[int, Callable[[RequestHeader, Any, ClientInfo], Any]]:
@@ -113,7 +151,10 @@ class GroupRuntime:
         ctx = _new_ctx(
             RequestContext, (header.api_version, client.client_id, client.java_host, handle)
         )
-        result = method(ctx, body, self.clock())
+        try:
+            result = method(ctx, body, self.clock())
+        except Exception:
+            return self._handler_failed(header, body)
         if not result.records:
             replies = result.replies
             if len(replies) == 1 and not result.timers and not result.events:
@@ -153,41 +194,53 @@ class GroupRuntime:
             self._apply_now(result, -1)
             return
         self._side_effects(result)
+        parts = set()
         for partition, key, value in result.records:
             self.unwritten.setdefault(partition, []).append((key, value))
-        self.unreleased.extend(result.replies)
+            parts.add(partition)
+        self.unreleased.append((frozenset(parts), result.replies))
         if not self.write_scheduled:
             self.write_scheduled = True
             asyncio.get_running_loop().call_soon(self._write_unwritten)
 
     def _write_unwritten(self) -> None:
         self.write_scheduled = False
+        if not self.unwritten and not self.unreleased:
+            return  # written early by a rebuild
         batches, self.unwritten = self.unwritten, {}
-        replies, self.unreleased = self.unreleased, []
+        waiting, self.unreleased = self.unreleased, []
         now = self.clock()
-        pending: list[tuple[PartitionLog, int]] = []
-        failed: list[int] = []
+        pending: dict[int, tuple[PartitionLog, int]] = {}
+        failed: set[int] = set()
         for partition, records in batches.items():
             plog = self.partitions[partition]
             try:
                 _, last = plog.append_records(records, timestamp_ms=now)
-            except Exception:
-                log.exception("appending to offsets partition %d failed", partition)
-                failed.append(partition)
+            except Exception as exc:
+                # The storage layer cut the log back to where it was: none of these
+                # records is in it.
+                log.error(
+                    "appending %d records to offsets partition %d failed: %r; "
+                    "its requests are answered NOT_COORDINATOR",
+                    len(records),
+                    partition,
+                    exc,
+                )
+                failed.add(partition)
                 continue
-            pending.append((plog, last))
+            pending[partition] = (plog, last)
+        released: list[_Waiting] = []
+        for parts, replies in waiting:
+            if parts & failed:
+                self._fail_replies(replies, failed)
+            else:
+                released.append((parts, replies))
         if failed:
-            # The replies of this turn cannot tell which partition they depended on, so
-            # none is sent as a success; the connection closes and the clients retry.
-            for handle, _ in replies:
-                fut = self.waiting.pop(handle, None)
-                if fut is not None and not fut.done():
-                    fut.set_exception(RuntimeError("offsets log append failed"))
-            self._rebuild(failed)
-            return
-        task = asyncio.ensure_future(self._release_when_durable(pending, replies))
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
+            self._rebuild(sorted(failed), "a failed append")
+        if released:
+            task = asyncio.ensure_future(self._release_when_durable(pending, released))
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
 
     def _side_effects(self, result: Result) -> None:
         for key, deadline in result.timers:
@@ -198,24 +251,109 @@ class GroupRuntime:
             self.metrics.group_events(result.events, self.shard.groups, self.clock())
 
     async def _release_when_durable(
-        self, pending: list[tuple[PartitionLog, int]], replies: list[tuple[int, Any]]
+        self, pending: dict[int, tuple[PartitionLog, int]], waiting: list[_Waiting]
     ) -> None:
-        try:
-            await self.flusher.wait_durable_many(pending)
-        except Exception as exc:
-            log.exception("fsync of the offsets log failed")
-            for handle, _ in replies:
-                fut = self.waiting.pop(handle, None)
-                if fut is not None and not fut.done():
-                    fut.set_exception(exc)
-            return
+        failed: set[int] = set()
+        if len(pending) == 1:
+            ((p, (plog, last)),) = pending.items()
+            try:
+                await self.flusher.wait_durable(plog, last)
+            except Exception as exc:
+                self._log_flush_failure(p, exc)
+                failed.add(p)
+        elif pending:
+            # Every wait joins the same fsync round; each partition fails on its own.
+            order = list(pending)
+            outcomes = await asyncio.gather(
+                *(self.flusher.wait_durable(*pending[p]) for p in order),
+                return_exceptions=True,
+            )
+            for p, outcome in zip(order, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    self._log_flush_failure(p, outcome)
+                    failed.add(p)
+        for parts, replies in waiting:
+            if parts & failed:
+                self._fail_replies(replies, failed)
+            else:
+                for handle, reply in replies:
+                    self._deliver(handle, reply)
+        if failed:
+            # The log was cut back to its durable end: forget what the cut removed (a
+            # second rebuild after the storage layer's ``on_cut_back`` call costs only time).
+            self._rebuild(sorted(failed), "a failed fsync")
+
+    @staticmethod
+    def _log_flush_failure(partition: int, exc: BaseException) -> None:
+        log.error(
+            "fsync of offsets partition %d failed: %r; its requests are answered NOT_COORDINATOR",
+            partition,
+            exc,
+        )
+
+    def _fail_replies(self, replies: list[tuple[int, Any]], failed: set[int]) -> None:
         for handle, reply in replies:
-            self._deliver(handle, reply)
+            self._deliver(handle, self._storage_error_reply(reply, failed))
+
+    def _storage_error_reply(self, reply: Any, failed: set[int]) -> Any:
+        """``reply`` (a success prepared by the shard) as the answer to a storage failure."""
+        code = _STORAGE_FAILED
+        if isinstance(reply, delete_groups.Response):
+            # One DeleteGroups may span partitions: only groups of failed ones fail.
+            return delete_groups.Response(
+                throttle_time_ms=reply.throttle_time_ms,
+                results=[
+                    delete_groups.DeletableGroupResult(group_id=r.group_id, error_code=code)
+                    if self.shard.partition_of(r.group_id) in failed
+                    else r
+                    for r in reply.results
+                ],
+            )
+        if isinstance(reply, offset_commit.Response | txn_offset_commit.Response):
+            topics: list[Any] = []
+            for t in reply.topics:
+                parts: list[Any] = [
+                    dataclasses.replace(
+                        p,
+                        error_code=p.error_code
+                        if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        else code,
+                    )
+                    for p in t.partitions
+                ]
+                topics.append(dataclasses.replace(t, partitions=parts))  # type: ignore[arg-type]
+            return dataclasses.replace(reply, topics=topics)  # type: ignore[arg-type]
+        if isinstance(reply, join_group.Response):
+            return join_group.Response(error_code=code, member_id=reply.member_id)
+        if isinstance(reply, sync_group.Response):
+            return sync_group.Response(error_code=code)
+        if isinstance(reply, heartbeat.Response):
+            return heartbeat.Response(error_code=code)
+        if isinstance(reply, leave_group.Response):
+            return leave_group.Response(error_code=code)
+        if isinstance(reply, offset_delete.Response):
+            return offset_delete.Response(error_code=code)
+        return reply  # answers that never depend on records (fetch, describe, list)
 
     def _deliver(self, handle: int, reply: Any) -> None:
         fut = self.waiting.pop(handle, None)
         if fut is not None and not fut.done():  # done: the connection went away meanwhile
             fut.set_result(reply)
+
+    def _handler_failed(self, header: RequestHeader, body: Any) -> Any:
+        group_id = getattr(body, "group_id", None)
+        log.exception(
+            "api key %d v%d for group %r failed; answering UNKNOWN_SERVER_ERROR",
+            header.api_key,
+            header.api_version,
+            group_id,
+        )
+        if isinstance(group_id, str):
+            p = self.shard.partition_of(group_id)
+            if self.shard.partitions.get(p) is PartitionStatus.LOADED:
+                # The shard may have changed part of the group before failing.
+                self._rebuild([p], "a failed request")
+        return error_response(header.api_key, header.api_version, body, ErrorCode.UNKNOWN)
 
     # -- timers
     def _set_timer(self, key: str, deadline_ms: int | None) -> None:
@@ -240,32 +378,46 @@ class GroupRuntime:
     # -- loading
     async def load(self) -> None:
         """Replay every offsets partition into the shard, yielding to requests in between."""
-        for p in range(len(self.partitions)):
-            self.shard.begin_load(p)
-        total = 0
-        started = time.perf_counter()
-        for p in range(len(self.partitions)):
-            t0 = time.perf_counter()
-            n = 0
-            for chunk in self._replay(p):
-                n += chunk
-                await asyncio.sleep(0)
-            self._finish_load(p)
-            total += n
-            if self.metrics is not None:
-                self.metrics.partition_loaded(p, time.perf_counter() - t0)
-        log.info(
-            "loaded %d offsets-log records from %d partitions in %.2f s",
-            total,
-            len(self.partitions),
-            time.perf_counter() - started,
-        )
-        self.loaded.set()
+        try:
+            for p in range(len(self.partitions)):
+                self.shard.begin_load(p)
+            total = 0
+            started = time.perf_counter()
+            for p in range(len(self.partitions)):
+                t0 = time.perf_counter()
+                n = 0
+                try:
+                    for chunk in self._replay(p):
+                        n += chunk
+                        await asyncio.sleep(0)
+                except Exception as exc:
+                    self._load_failed(p, exc)
+                    continue
+                self._finish_load(p)
+                total += n
+                if self.metrics is not None:
+                    self.metrics.partition_loaded(p, time.perf_counter() - t0)
+            log.info(
+                "loaded %d offsets-log records from %d partitions in %.2f s",
+                total,
+                len(self.partitions),
+                time.perf_counter() - started,
+            )
+        finally:
+            self.loaded.set()
 
     def _replay(self, p: int) -> Iterator[int]:
-        """Feed partition ``p`` of the log to the shard; yields record counts between chunks."""
+        """Feed partition ``p`` of the log to the shard; yields record counts between chunks.
+
+        Every batch's CRC is checked: a flipped bit must not become a wrong offset.
+        Raises ``CorruptOffsetsLog`` (file and position) at the first bad batch.
+        """
+        plog = self.partitions[p]
+        if plog.damaged is not None:
+            # Found damaged when it was opened: what follows the damage is gone.
+            raise CorruptOffsetsLog(plog.damaged)
         n = 0
-        for _header, batch in self.partitions[p].iter_batches(0):
+        for _header, batch in self._verified_batches(plog):
             for _offset, _ts, key, value in iter_record_tuples(batch):
                 if key is not None:
                     self.shard.replay(p, key, value)
@@ -275,6 +427,46 @@ class GroupRuntime:
                 n = 0
         yield n
 
+    @staticmethod
+    def _verified_batches(plog: PartitionLog) -> Iterator[tuple[Any, bytes]]:
+        start = plog.log_start_offset
+        for seg in plog.segments:
+            if seg.next_offset <= start:
+                continue
+            pos = seg.position_for(max(start, seg.base_offset))
+            if pos is None:
+                continue
+            end = pos
+            try:
+                for h, at, data in seg.walk(pos, verify=True, with_data=True):
+                    assert data is not None
+                    end = at + h.size
+                    yield h, data
+            except CorruptSegmentError as exc:
+                raise CorruptOffsetsLog(
+                    f"{exc.damage.reason} in {seg.log_path} at position {exc.damage.position}"
+                ) from None
+            if end < seg.size:
+                # The walk stops quietly at what looks like a partial batch; only the
+                # log's tail may be one (recovery trims it), never the middle of a file.
+                raise CorruptOffsetsLog(
+                    f"batch overrunning the file in {seg.log_path} at position {end}"
+                )
+
+    def _load_failed(self, p: int, exc: Exception) -> None:
+        plog = self.partitions[p]
+        reason = str(exc) if isinstance(exc, CorruptOffsetsLog) else f"{exc!r} in {plog.dir}"
+        log.error(
+            "offsets partition %d cannot be loaded: %s; its groups answer NOT_COORDINATOR "
+            "until the log is repaired (the other partitions are served)",
+            p,
+            reason,
+        )
+        plog.mark_damaged(reason)
+        now = self.clock()
+        self.apply(self.shard.unload(p, now))
+        self.shard.fail_load(p)
+
     def _finish_load(self, p: int) -> None:
         loaded = self.shard.load_complete(p, self.clock())
         for line in loaded.events:
@@ -282,20 +474,35 @@ class GroupRuntime:
         loaded.events.clear()
         self.apply(loaded)
 
-    def _rebuild(self, partitions: Iterable[int]) -> None:
-        """After a failed append the shard is ahead of the log: rebuild it from the log.
+    def _cut_back(self, p: int, *_args: object) -> None:
+        """The storage layer cut partition ``p`` back to its durable end (a failed fsync)."""
+        if self.shard.partitions.get(p) is PartitionStatus.LOADED:
+            self._rebuild([p], "its log was cut back")
+
+    def _rebuild(self, partitions: Iterable[int], why: str) -> None:
+        """The shard may be ahead of the log: rebuild those partitions from the log.
 
         Parked requests of those groups are answered NOT_COORDINATOR (clients look the
         coordinator up again and retry), as when Kafka's coordinator loses a partition.
         """
+        if self.unwritten:
+            # Changes of this loop turn not yet appended: append them first, so that the
+            # replay below includes them (their replies then wait for durability as usual).
+            self._write_unwritten()
         now = self.clock()
         for p in partitions:
+            if self.shard.partitions.get(p) is not PartitionStatus.LOADED:
+                continue  # failed, or being rebuilt already
             self.apply(self.shard.unload(p, now))
             self.shard.begin_load(p)
-            n = sum(self._replay(p))
+            try:
+                n = sum(self._replay(p))
+            except Exception as exc:
+                self._load_failed(p, exc)
+                continue
             self._finish_load(p)
             log.warning(
-                "offsets partition %d rebuilt from its log (%d records) after a failed append", p, n
+                "offsets partition %d rebuilt from its log (%d records) after %s", p, n, why
             )
 
     def start(self) -> None:
@@ -310,3 +517,86 @@ class GroupRuntime:
         for handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
+
+
+def error_response(api_key: int, version: int, req: Any, code: ErrorCode) -> Any:
+    """The answer of a group API to ``req`` failing as a whole with ``code``."""
+    if api_key == offset_commit.API_KEY:
+        return offset_commit.Response(
+            topics=[
+                offset_commit.OffsetCommitResponseTopic(
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partitions=[
+                        offset_commit.OffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=code
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in req.topics
+            ]
+        )
+    if api_key == txn_offset_commit.API_KEY:
+        return txn_offset_commit.Response(
+            topics=[
+                txn_offset_commit.TxnOffsetCommitResponseTopic(
+                    name=t.name,
+                    partitions=[
+                        txn_offset_commit.TxnOffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=code
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in req.topics
+            ]
+        )
+    if api_key == offset_fetch.API_KEY:
+        if version >= 8:
+            return offset_fetch.Response(
+                groups=[
+                    offset_fetch.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code)
+                    for g in req.groups
+                ]
+            )
+        if version >= 2:
+            return offset_fetch.Response(error_code=code)
+        return offset_fetch.Response(
+            topics=[
+                offset_fetch.OffsetFetchResponseTopic(
+                    name=t.name,
+                    partitions=[
+                        offset_fetch.OffsetFetchResponsePartition(
+                            partition_index=p, committed_offset=-1, error_code=code
+                        )
+                        for p in t.partition_indexes
+                    ],
+                )
+                for t in req.topics or []
+            ]
+        )
+    if api_key == join_group.API_KEY:
+        return join_group.Response(error_code=code, member_id=req.member_id)
+    if api_key == sync_group.API_KEY:
+        return sync_group.Response(error_code=code)
+    if api_key == heartbeat.API_KEY:
+        return heartbeat.Response(error_code=code)
+    if api_key == leave_group.API_KEY:
+        return leave_group.Response(error_code=code)
+    if api_key == offset_delete.API_KEY:
+        return offset_delete.Response(error_code=code)
+    if api_key == describe_groups.API_KEY:
+        return describe_groups.Response(
+            groups=[describe_groups.DescribedGroup(error_code=code, group_id=g) for g in req.groups]
+        )
+    if api_key == list_groups.API_KEY:
+        return list_groups.Response(error_code=code)
+    if api_key == delete_groups.API_KEY:
+        return delete_groups.Response(
+            results=[
+                delete_groups.DeletableGroupResult(group_id=g, error_code=code)
+                for g in req.groups_names
+            ]
+        )
+    raise ValueError(f"no error response for api key {api_key}")

@@ -140,6 +140,11 @@ class ReplayMixin(OffsetsMixin):
         out.events.append(f"offsets partition {partition} loaded: {loaded} groups")
         return out
 
+    def fail_load(self, partition: int) -> None:
+        """The partition's log cannot be replayed: forget it; its groups get NOT_COORDINATOR."""
+        self._forget_partition(partition)
+        self.partitions[partition] = PartitionStatus.FAILED
+
     def mark_all_loaded(self, now_ms: int = 0) -> Result:
         """Own and load every offsets partition at once (tests, single-node setups)."""
         out = Result()

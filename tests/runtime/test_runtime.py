@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.runtime import GroupRuntime
 from coordinator.server import ClientInfo
+from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import offset_commit, offset_fetch
 from protocol.messages.offset_commit import (
@@ -21,6 +23,7 @@ from protocol.messages.offset_commit import (
 from storage.durability import Flusher
 from storage.log import LogConfig
 from storage.manager import LogManager
+from storage.record_batch import iter_record_tuples
 
 CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 PARTITIONS = 4
@@ -86,7 +89,27 @@ async def test_commit_reply_waits_for_the_log_and_is_replayable(tmp_path: Path) 
     logs2.close_all()
 
 
-async def test_failed_append_fails_the_reply_and_rebuilds_from_the_log(
+def groups_on_distinct_partitions(rt: GroupRuntime, n: int) -> list[str]:
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < n:
+        g = f"g{i}"
+        found.setdefault(rt.shard.partition_of(g), g)
+        i += 1
+    return list(found.values())
+
+
+def fetch_error(rt: GroupRuntime, group: str) -> int:
+    req = offset_fetch.Request(
+        groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
+    )
+    resp = rt.handlers()[offset_fetch.API_KEY](
+        RequestHeader(offset_fetch.API_KEY, 8, 1, "t"), req, CLIENT
+    )
+    return int(resp.groups[0].error_code)
+
+
+async def test_failed_append_answers_not_coordinator_and_rebuilds_from_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt, flusher, logs = await runtime(tmp_path)
@@ -97,8 +120,9 @@ async def test_failed_append_fails_the_reply_and_rebuilds_from_the_log(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(plog, "append_records", broken)
-    with pytest.raises(RuntimeError, match="append failed"):
-        await call(rt, offset_commit.API_KEY, 8, commit("g", 9))
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 9))
+    # Kafka's coordinator answers a storage error with NOT_COORDINATOR; the connection stays.
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
     # The shard had applied offset 9; it was rebuilt from the log, which has 5.
     assert fetched(rt, "g") == 5
     monkeypatch.undo()
@@ -107,3 +131,122 @@ async def test_failed_append_fails_the_reply_and_rebuilds_from_the_log(
     assert fetched(rt, "g") == 11
     await flusher.stop()
     logs.close_all()
+
+
+async def test_failed_append_fails_only_replies_of_that_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, flusher, logs = await runtime(tmp_path)
+    bad, good = groups_on_distinct_partitions(rt, 2)
+    plog = rt.partitions[rt.shard.partition_of(bad)]
+
+    def broken(*a: object, **k: object) -> tuple[int, int]:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(plog, "append_records", broken)
+    # Both commits are applied in the same loop turn and written by one _write_unwritten.
+    r_bad, r_good = await asyncio.gather(
+        call(rt, offset_commit.API_KEY, 8, commit(bad, 3)),
+        call(rt, offset_commit.API_KEY, 8, commit(good, 4)),
+    )
+    assert r_bad.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+    assert r_good.topics[0].partitions[0].error_code == 0
+    assert fetched(rt, bad) == -1
+    assert fetched(rt, good) == 4
+    await flusher.stop()
+    logs.close_all()
+
+
+async def test_failed_fsync_answers_not_coordinator_and_keeps_only_what_the_log_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, flusher, logs = await runtime(tmp_path)
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    # The offsets log is journaled: its records are made durable by the journal's fdatasync.
+    monkeypatch.setattr(os, "fsync", broken)
+    monkeypatch.setattr(os, "fdatasync", broken)
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 9))
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+    monkeypatch.undo()
+    # Whatever the failed fsync left in the log, the shard holds exactly that.
+    plog = rt.partitions[rt.shard.partition_of("g")]
+    shadow = GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS))
+    shadow.mark_all_loaded(0)
+    for _h, batch in plog.iter_batches(0):
+        for _o, _t, key, value in iter_record_tuples(batch):
+            assert key is not None
+            shadow.replay(rt.shard.partition_of("g"), key, value)
+    assert fetched(rt, "g") == shadow.offsets["g"][("t", 0)].offset
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 11))
+    assert resp.topics[0].partitions[0].error_code == 0
+    assert fetched(rt, "g") == 11
+    await flusher.stop()
+    logs.close_all()
+
+
+async def test_unencodable_group_id_is_an_error_code_and_leaves_no_offset(tmp_path: Path) -> None:
+    rt, flusher, logs = await runtime(tmp_path)
+    group = "x" * 40000
+    resp = await call(rt, offset_commit.API_KEY, 8, commit(group, 5))
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN
+    assert fetched(rt, group) == -1
+    await flusher.stop()
+    logs.close_all()
+
+
+async def test_commit_to_a_topic_that_does_not_exist(tmp_path: Path) -> None:
+    flusher = Flusher()
+    logs = LogManager(tmp_path, flusher=flusher)
+    rt = GroupRuntime(
+        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS)),
+        logs,
+        flusher,
+        num_partitions=PARTITIONS,
+        log_config=LogConfig(cleanup_policy="compact"),
+        topic_partitions={"u": 1}.get,
+    )
+    await rt.load()
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 5))  # topic "t"
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert fetched(rt, "g") == -1
+    await flusher.stop()
+    logs.close_all()
+
+
+def flip_byte_in_first_batch(plog_dir: Path) -> Path:
+    seg = sorted(plog_dir.glob("*.log"))[0]
+    data = bytearray(seg.read_bytes())
+    data[70] ^= 0x01  # inside the first batch's records, past its 61-byte header
+    seg.write_bytes(bytes(data))
+    return seg
+
+
+async def test_a_corrupt_offsets_partition_fails_alone(tmp_path: Path) -> None:
+    rt, flusher, logs = await runtime(tmp_path)
+    groups = groups_on_distinct_partitions(rt, PARTITIONS)
+    for n in range(3):  # batches after the damaged one: damage, not a torn tail
+        for i, g in enumerate(groups):
+            await call(rt, offset_commit.API_KEY, 8, commit(g, 98 + n + i))
+    damaged = rt.shard.partition_of(groups[1])
+    await flusher.stop()
+    logs.close_all()
+    flip_byte_in_first_batch(tmp_path / f"__consumer_offsets-{damaged}")
+
+    rt2, flusher2, logs2 = await runtime(tmp_path)  # load() returns: every partition tried
+    assert rt2.loaded.is_set()
+    for i, g in enumerate(groups):
+        if rt2.shard.partition_of(g) == damaged:
+            assert fetch_error(rt2, g) == ErrorCode.NOT_COORDINATOR
+        else:
+            assert fetched(rt2, g) == 100 + i
+    reason = rt2.partitions[damaged].damaged
+    assert reason is not None and "CRC" in reason and ".log" in reason
+    assert all(rt2.partitions[p].damaged is None for p in range(PARTITIONS) if p != damaged)
+    resp = await call(rt2, offset_commit.API_KEY, 8, commit(groups[1], 7))
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+    await flusher2.stop()
+    logs2.close_all()
