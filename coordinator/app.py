@@ -57,6 +57,13 @@ class App:
         info = self.catalog.get(topic)
         return log_config(self.settings, info.configs if info else None)
 
+    def topic_partitions(self, topic: str) -> int | None:
+        """Partitions of ``topic``, None if it does not exist (offsets of it are refused)."""
+        if topic == OFFSETS_TOPIC:
+            return self.settings.offsets_topic_num_partitions
+        info = self.catalog.get(topic)
+        return info.num_partitions if info is not None else None
+
     async def start(self) -> None:
         s = self.settings
         self.logs.open_all(self.config_for)
@@ -112,6 +119,7 @@ class App:
             num_partitions=s.offsets_topic_num_partitions,
             log_config=offsets_log_config(s),
             metrics=self.metrics,
+            topic_partitions=self.topic_partitions,
         )
         broker.groups = self.groups
         broker.register(self.groups.handlers())
