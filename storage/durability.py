@@ -18,10 +18,19 @@ offset)``.  What that means depends on the log's ``flush_policy``:
   messages piled up.  The operator accepted losing the tail on power loss.
 * ``"none"``: waiters return at once and only ``close()`` / ``stop()`` fsync.
 
-A failed fsync is reported to that round's waiters of the log (and the log's
-dirty state restored so the next round retries); after such an error the
-page cache may have dropped the data, so callers should treat it as fatal,
-as Kafka does.
+Every byte goes to a file through ``write_at``: it loops on short writes and raises the
+OSError (ENOSPC, EIO ...) of a write that fails, so no caller can take a partial write for
+a whole one. It calls ``os.pwrite``, the one point fault tests replace.
+
+A failed fsync (of a segment or of the journal): Kafka stops the whole log directory. We
+stop only trusting that log's page cache. Everything above its durable end may not be on
+disk, so the log is cut back there (``PartitionLog.discard_unflushed``): every waiter of an
+offset at or above the cut gets ``FlushError`` (its ``log`` and ``truncated_to`` say what
+happened), every callback in ``PartitionLog.on_cut_back`` runs (the data plane and the
+offsets runtime rebuild their state from the log), and the next append starts at the cut.
+Nothing that was acknowledged is above the durable end, so nothing acknowledged is lost,
+and nothing is acknowledged or served that was not made durable first. When the disk
+recovers, appends and flushes simply succeed again.
 
 Checkpoint files (small integers) are written to a temp file and renamed, so
 a reader sees either the old or the new value; ``sync=True`` also fsyncs the
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -52,12 +62,31 @@ __all__ = [
     "FlusherStats",
     "fsync_dir",
     "read_checkpoint",
+    "write_at",
     "write_checkpoint",
 ]
 
 logger = logging.getLogger(__name__)
 
 _tmp_counter = itertools.count()
+
+
+def write_at(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    """Write all of ``data`` at ``pos``: short writes are continued, failures raise OSError.
+
+    A disk filling up typically accepts part of a write and fails the rest with ENOSPC;
+    the caller must then cut the file back to ``pos`` (the bytes before the failure may
+    or may not be in the file). ``os.pwrite`` is looked up at call time so tests can
+    replace it to inject short writes and errors.
+    """
+    view = memoryview(data)
+    done = 0
+    total = len(view)
+    while done < total:
+        n = os.pwrite(fd, view[done:], pos + done)
+        if n <= 0:
+            raise OSError(errno.EIO, f"write made no progress at byte {pos + done} of fd {fd}")
+        done += n
 
 
 def fsync_dir(path: Path | str) -> None:
@@ -85,6 +114,11 @@ def write_checkpoint(path: Path, value: int, *, sync: bool) -> None:
     except FileNotFoundError:
         # The partition directory was deleted under us; nothing to record.
         return
+    except OSError:
+        # A full disk: leave no half-written temp file behind (the old value stands).
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     if sync:
         fsync_dir(path.parent)
 
@@ -119,7 +153,19 @@ def _run_tickets(tickets: list[FlushTicket]) -> list[BaseException | None]:
 
 
 class FlushError(OSError):
-    """fsync failed; the data may not be durable."""
+    """An offset could not be made durable: its fsync failed and the log was cut back.
+
+    ``log`` is the log concerned (None when unknown) and ``truncated_to`` its log end after
+    the cut (everything from there on was discarded), or None when nothing was cut (e.g.
+    the log was unregistered).
+    """
+
+    def __init__(
+        self, message: str, *, log: PartitionLog | None = None, truncated_to: int | None = None
+    ) -> None:
+        super().__init__(errno.EIO, message)
+        self.log = log
+        self.truncated_to = truncated_to
 
 
 @dataclass(slots=True)
@@ -143,11 +189,24 @@ def wall_clock_ms() -> int:
 
 
 class Flusher:
-    """One per server; owns the background task doing fsyncs."""
+    """One per server; owns the background task doing fsyncs.
+
+    Failure contract: a waiter is released only once its offset is below the log's
+    ``durable_end``. When an fsync of a log's segments fails, or the journal's sync
+    fails, each affected log is cut back to its durable end
+    (``PartitionLog.discard_unflushed``); this flusher is one of the log's
+    ``on_cut_back`` hooks and fails every waiter of that log at or above the cut
+    (parked, or in the round in flight) with ``FlushError(log=..., truncated_to=...)``.
+    Waiters below the cut are released normally. Other parties that derive state from
+    the log (the data plane's producer table, the offsets runtime's shard) add their
+    own hook to ``PartitionLog.on_cut_back`` or compare ``PartitionLog.cut_backs``.
+    """
 
     def __init__(self, clock: Clock = wall_clock_ms) -> None:
         self._clock = clock
         self._waiters: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
+        # The waiters taken by the round in flight (so a cut-back can fail them too).
+        self._inflight: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
         self._logs: dict[PartitionLog, int] = {}  # log -> last flush time (ms)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -174,13 +233,32 @@ class Flusher:
         await self._round(all_logs=True)
 
     def register(self, log: PartitionLog) -> None:
-        self._logs.setdefault(log, self._clock())
+        if log not in self._logs:
+            self._logs[log] = self._clock()
+            log.on_cut_back.append(self._cut_back)
 
     def unregister(self, log: PartitionLog) -> None:
-        self._logs.pop(log, None)
+        if self._logs.pop(log, None) is not None:
+            with contextlib.suppress(ValueError):
+                log.on_cut_back.remove(self._cut_back)
         for _off, fut in self._waiters.pop(log, []):
             if not fut.done():
-                fut.set_exception(FlushError(f"log {log.dir} unregistered before flush"))
+                fut.set_exception(FlushError(f"log {log.dir} unregistered before flush", log=log))
+
+    def _cut_back(self, log: PartitionLog, new_end: int) -> None:
+        """``on_cut_back`` hook: fail every waiter of ``log`` whose offset was cut."""
+        err = f"fsync of {log.dir} failed; the log was cut back to offset {new_end}"
+        for table in (self._waiters, self._inflight):
+            waiters = table.get(log)
+            if not waiters:
+                continue
+            keep = []
+            for offset, fut in waiters:
+                if offset < new_end:
+                    keep.append((offset, fut))
+                elif not fut.done():
+                    fut.set_exception(FlushError(err, log=log, truncated_to=new_end))
+            table[log] = keep
 
     def poke(self) -> None:
         """Ask for a round now (e.g. after a burst of interval-policy appends)."""
@@ -188,20 +266,47 @@ class Flusher:
 
     # ------------------------------------------------------------ waiting
 
-    async def wait_durable(self, log: PartitionLog, offset: int) -> None:
-        """Return once ``offset`` of ``log`` is durable as the log's policy defines."""
-        fut = self._register_wait(log, offset)
+    async def wait_durable(
+        self, log: PartitionLog, offset: int, *, generation: int | None = None
+    ) -> None:
+        """Return once ``offset`` of ``log`` is durable as the log's policy defines.
+
+        ``generation`` is ``log.cut_backs`` read when the offset was appended: if the log
+        was cut back below the offset since (before this wait began), FlushError is
+        raised instead of waiting for whatever was appended there afterwards.
+        """
+        fut = self._register_wait(log, offset, generation)
         if fut is not None:
             await fut
 
-    async def wait_durable_many(self, targets: list[tuple[PartitionLog, int]]) -> None:
+    async def wait_durable_many(
+        self, targets: list[tuple[PartitionLog, int]], generations: list[int] | None = None
+    ) -> None:
         """``wait_durable`` for several logs at once: all join the same fsync round."""
-        futs = [f for f in (self._register_wait(log, off) for log, off in targets) if f is not None]
+        gens: list[int | None] = list(generations) if generations else [None] * len(targets)
+        futs = [
+            f
+            for f in (
+                self._register_wait(log, off, gen)
+                for (log, off), gen in zip(targets, gens, strict=True)
+            )
+            if f is not None
+        ]
         for fut in futs:
             await fut
 
-    def _register_wait(self, log: PartitionLog, offset: int) -> asyncio.Future[None] | None:
+    def _register_wait(
+        self, log: PartitionLog, offset: int, generation: int | None = None
+    ) -> asyncio.Future[None] | None:
         self.register(log)
+        if (generation is not None and not log.survived(offset, generation)) or (
+            offset >= log.log_end_offset and log.cut_backs
+        ):
+            raise FlushError(
+                f"offset {offset} of {log.dir} was cut back before it was made durable",
+                log=log,
+                truncated_to=log.log_end_offset,
+            )
         if offset >= log.log_end_offset:
             raise ValueError(f"offset {offset} not yet appended to {log.dir}")
         if self._stopping:
@@ -264,6 +369,15 @@ class Flusher:
                 due.append(log)
         return due
 
+    def _journal_failed(
+        self, journal: Journal, exc: OSError, errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        logger.error("fsync of the journal failed: %r", exc)
+        self.stats.errors += 1
+        for log in journal.discard_unsynced():
+            errors[log] = exc
+            log.discard_unflushed()
+
     async def _sync_journal(
         self, journal: Journal, errors: dict[PartitionLog, BaseException]
     ) -> None:
@@ -274,10 +388,7 @@ class Flusher:
             try:
                 await asyncio.to_thread(journal.run_sync, fd)
             except OSError as exc:
-                journal.abort_sync(covered)
-                logger.error("fsync of the journal failed: %r", exc)
-                self.stats.errors += 1
-                errors.update(dict.fromkeys(covered, exc))
+                self._journal_failed(journal, exc, errors)
                 return
             journal.complete_sync(covered)
             st = self.stats
@@ -289,7 +400,11 @@ class Flusher:
         if journal.needs_rotation():
             # Checkpoint: new appends go to a new file; once every journaled log's
             # segments are fsynced, the older journal files hold nothing needed.
-            old = journal.rotate()
+            try:
+                old = journal.rotate()
+            except OSError as exc:
+                self._journal_failed(journal, exc, errors)
+                return
             logs = [log for log in self._logs if log.journal is journal and not log.closed]
             tickets = [t for t in (log.prepare_flush() for log in logs) if t is not None]
             results = await asyncio.to_thread(_run_tickets, tickets)
@@ -297,9 +412,10 @@ class Flusher:
                 for t, r in zip(tickets, results, strict=True):
                     if r is not None:
                         t.log.abort_flush(t)
-                logger.error(
-                    "journal checkpoint: segment fsync failed; keeping %d journal files", len(old)
-                )
+                # The journal holds these batches durably; after a failed fsync the
+                # segments' page cache may not match the disk, so the journal files stay
+                # until the next start replays them (a retried fsync may lie).
+                journal.pin("a segment fsync failed at a journal checkpoint")
                 return
             for t in tickets:
                 t.log.complete_flush(t)
@@ -308,6 +424,18 @@ class Flusher:
     async def _round(self, *, all_logs: bool) -> None:
         pending = self._waiters
         self._waiters = {}
+        self._inflight = pending
+        try:
+            await self._round_of(pending, all_logs=all_logs)
+        finally:
+            self._inflight = {}
+
+    async def _round_of(
+        self,
+        pending: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]],
+        *,
+        all_logs: bool,
+    ) -> None:
         targets: dict[PartitionLog, None] = dict.fromkeys(pending)
         if all_logs:
             targets.update(dict.fromkeys(self._logs))
@@ -341,10 +469,14 @@ class Flusher:
             for ticket, result in zip(tickets, results, strict=True):
                 log = ticket.log
                 if isinstance(result, BaseException):
-                    log.abort_flush(ticket)
                     errors[log] = result
                     self.stats.errors += 1
                     logger.error("fsync of %s failed: %r", log.dir, result)
+                    if log.journal is not None:
+                        # Durable in the journal up to durable_end; keep its files.
+                        log.abort_flush(ticket)
+                        log.journal.pin(f"fsync of {log.dir.name} failed")
+                    log.discard_unflushed()  # fails the waiters above the cut (hook)
                     continue
                 log.complete_flush(ticket)
                 self._logs[log] = now
@@ -359,11 +491,17 @@ class Flusher:
                 if fut.done():
                     continue
                 err = errors.get(log)
-                if err is not None:
-                    fut.set_exception(FlushError(f"fsync of {log.dir} failed: {err!r}"))
-                elif log.durable_end > offset or log.closed:
+                if log.durable_end > offset or log.closed:
                     fut.set_result(None)
                     self.stats.waiters_released += 1
+                elif err is not None:
+                    fut.set_exception(
+                        FlushError(
+                            f"fsync of {log.dir} failed: {err!r}",
+                            log=log,
+                            truncated_to=log.log_end_offset,
+                        )
+                    )
                 else:
                     # Appended after we captured the ticket: next round.
                     self._waiters.setdefault(log, []).append((offset, fut))

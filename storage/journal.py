@@ -19,6 +19,16 @@ start-up, after the logs have recovered their segments, ``replay`` re-appends ea
 whose offsets are at or past its log's end (lost from the page cache by a power cut), stops
 a file at its first torn record, fsyncs the logs and removes the replayed files. A crash at
 any point leaves every acknowledged batch in a segment or in a journal file.
+
+Failures: records are written with ``durability.write_at`` at the journal's end; a write
+that fails is cut back (the file truncated to its previous size) before the error reaches
+``PartitionLog.append``, which then cuts back its segment too. A failed fdatasync (or a
+failed sync of the old file at rotation) means nothing written since the last good sync
+can be trusted: ``discard_unsynced`` truncates the file to its synced size and returns
+every log that had records in the discarded part, and each of them is cut back to its
+durable end. When the segments of journaled logs fail to fsync at a checkpoint, the
+journal files are the only safe copy: ``pin`` keeps every journal file until the next
+start replays them.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import crc32c
 
-from storage.durability import fsync_dir
+from storage.durability import fsync_dir, write_at
 from storage.record_batch import CorruptBatchError, parse_header
 
 if TYPE_CHECKING:
@@ -54,8 +64,15 @@ class Journal:
         self._fd = -1
         self._seq = 0
         self.size = 0
+        self.synced_size = 0  # bytes of the current file known to be durable
         # Logs with batches written since the last sync, and the log end each reached.
         self._unsynced: dict[PartitionLog, int] = {}
+        # What the sync in flight covers (logs, file size), and a counter of discards so
+        # a sync that raced one does not vouch for records it no longer covers.
+        self._syncing: tuple[dict[PartitionLog, int], int] | None = None
+        self._discards = 0
+        self._cut_pending = False  # a failed write's cut-back failed too; retry first
+        self.pinned: str | None = None  # why old files must be kept until the next start
 
     # ------------------------------------------------------------ files
 
@@ -66,27 +83,49 @@ class Journal:
         existing = self.files()
         self._seq = max([int(p.name[: -len(SUFFIX)]) for p in existing] + [self._seq]) + 1
         path = self.dir / f"{self._seq:020d}{SUFFIX}"
-        self._fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
-        self.size = 0
+        self._fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+        self.size = self.synced_size = 0
         fsync_dir(self.dir)  # the new file must exist after a crash
 
     # ------------------------------------------------------------ writing
 
     def record(self, log: PartitionLog, batch: bytes) -> None:
-        """Append a stored batch of ``log``; durable after the next ``sync``."""
+        """Append a stored batch of ``log``; durable after the next ``sync``.
+
+        On OSError the file is cut back to its previous size (or, if even that fails, the
+        next record retries the cut before writing) and the error is raised.
+        """
         if self._fd < 0:
             self._open_next()
+        if self._cut_pending:
+            os.ftruncate(self._fd, self.size)
+            self._cut_pending = False
         name = log.dir.name.encode()
         rest = _H.pack(len(name)) + name + batch
-        os.write(self._fd, _HEAD.pack(len(rest) + 4, crc32c.crc32c(rest)) + rest)
+        try:
+            write_at(self._fd, _HEAD.pack(len(rest) + 4, crc32c.crc32c(rest)) + rest, self.size)
+        except OSError:
+            self._cut_to(self.size)
+            raise
         self.size += 8 + len(rest)
         self._unsynced[log] = log.log_end_offset
+
+    def _cut_to(self, size: int) -> None:
+        self.size = size
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as e:
+            self._cut_pending = True
+            logger.error(
+                "journal: cannot cut back to %d bytes (%r); retrying before writing", size, e
+            )
 
     def prepare_sync(self) -> tuple[int, dict[PartitionLog, int]] | None:
         """On the loop thread: what the next fsync covers (a dup'd fd and log ends)."""
         if not self._unsynced or self._fd < 0:
             return None
         covered, self._unsynced = self._unsynced, {}
+        self._syncing = (covered, self.size)
         return os.dup(self._fd), covered
 
     @staticmethod
@@ -97,14 +136,37 @@ class Journal:
         finally:
             os.close(fd)
 
-    @staticmethod
-    def complete_sync(covered: dict[PartitionLog, int]) -> None:
+    def complete_sync(self, covered: dict[PartitionLog, int]) -> None:
+        syncing, self._syncing = self._syncing, None
+        if syncing is None or syncing[0] is not covered:
+            return  # discarded while in flight: those records are gone
+        self.synced_size = max(self.synced_size, syncing[1])
         for log, end in covered.items():
             log.journal_durable_end = max(log.journal_durable_end, end)
 
-    def abort_sync(self, covered: dict[PartitionLog, int]) -> None:
-        for log, end in covered.items():
-            self._unsynced[log] = max(self._unsynced.get(log, 0), end)
+    def discard_unsynced(self) -> list[PartitionLog]:
+        """Drop every record not known durable; returns the logs that had some.
+
+        After a failed sync (or a log cut back for another reason) those records may or
+        may not reach the disk; left in the file, a later replay could restore batches
+        whose offsets were since reused. The caller cuts each returned log back to its
+        durable end.
+        """
+        logs = dict.fromkeys(self._unsynced)
+        if self._syncing is not None:
+            logs.update(dict.fromkeys(self._syncing[0]))
+            self._syncing = None
+        self._unsynced = {}
+        if self._fd >= 0 and self.size > self.synced_size:
+            self._cut_to(self.synced_size)
+        self._discards += 1
+        return list(logs)
+
+    def pin(self, reason: str) -> None:
+        """Keep every journal file (no checkpoint drops them) until the next start."""
+        if self.pinned is None:
+            logger.error("journal: keeping every journal file until restart: %s", reason)
+        self.pinned = reason
 
     # ------------------------------------------------------------ checkpoints
 
@@ -112,15 +174,25 @@ class Journal:
         return self.size >= self.max_bytes
 
     def rotate(self) -> list[Path]:
-        """Start a new file; return the older ones, deletable once every log is fsynced."""
+        """Start a new file; return the older ones, deletable once every log is fsynced.
+
+        The current file is synced first: records written since the last sync belong
+        to logs whose next sync will be of the new file. Raises OSError if that fails
+        (nothing changed; the caller treats it as a failed sync).
+        """
         old = self.files()
         if self._fd >= 0:
+            os.fdatasync(self._fd)
+            self.synced_size = self.size
             os.close(self._fd)
             self._fd = -1
         self._open_next()
         return [p for p in old if p.name != f"{self._seq:020d}{SUFFIX}"]
 
     def drop(self, paths: list[Path]) -> None:
+        if self.pinned is not None:
+            logger.warning("journal: keeping %d file(s): %s", len(paths), self.pinned)
+            return
         for p in paths:
             p.unlink(missing_ok=True)
         fsync_dir(self.dir)

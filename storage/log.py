@@ -19,8 +19,18 @@ Small checkpoint files sit next to the segments:
   It is written before the segment files are deleted, so a crash in between
   leaves extra data, not a hole.
 * ``clean-shutdown``: written by ``close()`` after a final fsync; when present
-  at open the files are trusted (only missing or stale indexes are rebuilt),
-  and it is removed so a later crash is detected.
+  at open the older segments and the indexes are trusted (only missing or stale
+  indexes are rebuilt), and it is removed so a later crash is detected.  The
+  marker cannot promise that nobody cut or changed a file since, so the active
+  segment's tail (after its last index entry) is CRC-checked on every open
+  anyway: a torn tail is truncated with a WARNING, never appended after.
+
+Failures while writing (see ``append``): an append either stands whole or raises
+OSError with the log exactly as before (segment, indexes and journal cut back).
+After a failed fsync the log is cut back to its durable end
+(``discard_unflushed``), since the page cache no longer tells what is on disk;
+``on_cut_back`` callbacks learn the new end.  Reads CRC-check every batch they
+return; a corrupt one marks the partition ``damaged`` (``CorruptLogError``).
 
 Compaction (``cleaner``) swaps rewritten segments in with ``.cleaned`` and
 ``.swap`` files; opening a log first finishes or rolls back such a swap.
@@ -48,7 +58,7 @@ from storage.record_batch import (
     set_base_offset,
     verify_crc,
 )
-from storage.segment import Damage, LogSegment, parse_segment_name
+from storage.segment import CorruptSegmentError, Damage, LogSegment, parse_segment_name
 
 if TYPE_CHECKING:
     from storage.journal import Journal
@@ -58,6 +68,8 @@ __all__ = [
     "LOG_START_OFFSET_FILE",
     "RECOVERY_POINT_FILE",
     "Clock",
+    "CorruptLogError",
+    "CutBackHook",
     "FlushTicket",
     "InvalidBatchError",
     "LogClosedError",
@@ -145,6 +157,13 @@ class LogClosedError(RuntimeError):
     pass
 
 
+class CorruptLogError(OSError):
+    """A read met a batch that does not parse or fails its CRC; the log is now ``damaged``."""
+
+
+CutBackHook = Callable[["PartitionLog", int], None]
+
+
 @dataclass(slots=True)
 class FlushTicket:
     """Work for one fsync of one log, captured on the event loop thread.
@@ -161,6 +180,8 @@ class FlushTicket:
     latency_ms: float = 0.0
     done: bool = field(default=False)
     force_checkpoint: bool = False  # synchronous flushes always checkpoint
+    # The log's cut_backs when captured: a ticket that raced a cut-back proves nothing.
+    generation: int = 0
 
     def run(self) -> None:
         start = time.perf_counter()
@@ -177,8 +198,17 @@ class FlushTicket:
                 self.force_checkpoint
                 or now - self.log.checkpointed_at >= RECOVERY_CHECKPOINT_INTERVAL_S
             ):
-                self.log.checkpointed_at = now
-                write_checkpoint(self.log.dir / RECOVERY_POINT_FILE, self.target_offset, sync=False)
+                try:
+                    write_checkpoint(
+                        self.log.dir / RECOVERY_POINT_FILE, self.target_offset, sync=False
+                    )
+                    self.log.checkpointed_at = now
+                except OSError as e:
+                    # The data is durable; only the hint for recovery lags (a full disk
+                    # has no room for the small temp file). Not a reason to fail the flush.
+                    logger.warning(
+                        "log %s: recovery-point checkpoint not written: %r", self.log.dir.name, e
+                    )
         finally:
             for fd in self.fds:
                 os.close(fd)
@@ -213,6 +243,12 @@ class PartitionLog:
         # open, replay or read: file and position), or None while it is healthy. The
         # runtime, metrics and ``kgc health`` report it; see ``mark_damaged``.
         self.damaged: str | None = None
+        # Called (log, new log end) on the loop thread after every cut-back to the durable
+        # end (``discard_unflushed``): the Flusher fails its waiters above the cut, the data
+        # plane and the offsets runtime rebuild state derived from the cut records.
+        self.on_cut_back: list[CutBackHook] = []
+        self.cut_backs = 0  # how many cut-backs so far (state built before one is stale)
+        self._cut_ends: list[int] = []  # the log end after each cut-back, in order
         self.dir.mkdir(parents=True, exist_ok=True)
         self._open()
 
@@ -290,14 +326,17 @@ class PartitionLog:
         rp = read_checkpoint(self.dir / RECOVERY_POINT_FILE, 0)
         now = self._clock()
         segs = [LogSegment(self.dir, b, self.config.index_interval_bytes) for b in bases]
+        repaired = False
         if clean:
-            for seg in segs:
-                seg.load(trust_index=True)
+            for seg in segs[:-1]:
+                self._load_trusted(seg)
+            if segs:
+                repaired = self._load_active_after_clean_shutdown(segs[-1])
         else:
             first_to_recover = max(bisect.bisect_right(bases, rp) - 1, 0)
             for i, seg in enumerate(segs):
                 if i < first_to_recover:
-                    seg.load(trust_index=True)
+                    self._load_trusted(seg)
                     continue
                 damage = seg.recover()
                 if damage is not None:
@@ -319,6 +358,11 @@ class PartitionLog:
         self._log_start_offset = min(max(start_ckpt, segs[0].base_offset), self.log_end_offset)
         if clean:
             self._recovery_point = self.log_end_offset
+            if repaired:
+                # The cut must be durable: bytes after it must not come back after a crash
+                # and be taken for a batch that later appends would overwrite half-way.
+                self._dirty[segs[-1].base_offset] = segs[-1]
+                self.flush()
         else:
             # What recovery kept (and its rebuilt indexes) is made durable
             # before the checkpoint claims it.
@@ -333,6 +377,44 @@ class PartitionLog:
         if clean:
             marker.unlink()
             fsync_dir(self.dir)
+
+    def _load_trusted(self, seg: LogSegment) -> None:
+        """Load a segment whose bytes are trusted; one that does not parse marks the log damaged."""
+        try:
+            seg.load(trust_index=True)
+        except CorruptSegmentError as e:
+            self._report_corrupt(seg, e.damage)
+
+    def _load_active_after_clean_shutdown(self, seg: LogSegment) -> bool:
+        """CRC-check the active segment's tail despite the marker; True if it was repaired."""
+        torn, corrupt = seg.load_checked()
+        for d in corrupt:
+            self._report_corrupt(seg, d)
+        if torn is None:
+            return False
+        first = torn.first_bad_offset if torn.first_bad_offset is not None else seg.next_offset
+        logger.warning(
+            "log %s: %s in %s at position %d although the clean-shutdown marker was present "
+            "(the file changed after the clean shutdown); truncated %d bytes (offsets from %d on)",
+            self.dir.name,
+            torn.reason,
+            seg.log_path.name,
+            torn.position,
+            torn.truncated_bytes,
+            first,
+        )
+        return True
+
+    def _report_corrupt(self, seg: LogSegment, damage: Damage) -> None:
+        reason = f"{damage.reason} in {seg.log_path} at position {damage.position}"
+        if self.damaged is None:
+            logger.error(
+                "log %s: corrupt batch: %s; the partition is marked damaged "
+                "(its fetches answer KAFKA_STORAGE_ERROR)",
+                self.dir.name,
+                reason,
+            )
+        self.mark_damaged(reason)
 
     def _warn_damage(self, seg: LogSegment, damage: Damage, dropped: Sequence[LogSegment]) -> None:
         first = damage.first_bad_offset if damage.first_bad_offset is not None else seg.next_offset
@@ -359,7 +441,15 @@ class PartitionLog:
     # ------------------------------------------------------------ append
 
     def append(self, batch: bytes | bytearray | memoryview) -> tuple[int, int]:
-        """Store one v2 batch as the next offsets; returns (base_offset, last_offset)."""
+        """Store one v2 batch as the next offsets; returns (base_offset, last_offset).
+
+        All or nothing: on OSError (ENOSPC, EIO, a short write that cannot be completed)
+        the segment file, its indexes and, for a journaled log, the journal are already cut
+        back to where they were, the log end is unchanged, and the error is raised; the next
+        append starts at the last good position. If the cut-back itself failed, every append
+        raises OSError until a retry of the cut succeeds. Durability is separate: see
+        ``Flusher.wait_durable``.
+        """
         if self._closed:
             raise LogClosedError(str(self.dir))
         try:
@@ -389,11 +479,18 @@ class PartitionLog:
         if self._closed:
             raise LogClosedError(str(self.dir))
         base = h.base_offset
+        self._segments[-1].ensure_cut()  # a failed cut-back must finish before any append
         self._maybe_roll(h)
         seg = self._segments[-1]
-        seg.append(data, h)
+        mark = seg.mark()
+        seg.append(data, h)  # on OSError it has cut itself back
         if self.journal is not None:
-            self.journal.record(self, data)
+            try:
+                self.journal.record(self, data)
+            except OSError:
+                # The journal cut itself back; the segment's copy must not stand either.
+                seg.rollback(mark)
+                raise
         self._dirty[seg.base_offset] = seg
         self._unflushed_messages += h.records_count
         self._unflushed_bytes += h.size
@@ -409,6 +506,7 @@ class PartitionLog:
         base_sequence: int = -1,
         attributes: int = 0,
     ) -> tuple[int, int]:
+        """Encode ``records`` as one batch and store it; same contract as ``append``."""
         batch = encode_batch(
             self.log_end_offset,
             records,
@@ -444,6 +542,12 @@ class PartitionLog:
         if old.size == 0:
             return old
         new = LogSegment(self.dir, self.log_end_offset, self.config.index_interval_bytes)
+        if new.size:
+            # A leftover of a cut-back whose file could not be deleted: it holds discarded
+            # records at these offsets, never to be read as ours.
+            logger.warning("log %s: emptying leftover %s", self.dir.name, new.log_path.name)
+            os.ftruncate(new.fd, 0)
+            new.size = 0
         # The finished segment's indexes become worth fsyncing now.
         old.index_dirty = True
         self._dirty[old.base_offset] = old
@@ -466,21 +570,64 @@ class PartitionLog:
     def _segment_index(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Raw batches from the one holding ``offset`` (or the next one present).
 
-        Returns at least one whole batch when any exists at or after the
-        offset, even if larger than ``max_bytes``; never a partial batch.
+        Returns at least one whole batch when any exists at or after the offset (and
+        below ``max_offset``, e.g. the durable end), even if larger than ``max_bytes``;
+        never a partial batch, never one failing its CRC: a corrupt batch marks the log
+        damaged and raises CorruptLogError (an OSError).
         """
         if offset < self._log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} not in [{self._log_start_offset}, {self.log_end_offset}]"
             )
         for seg in self._segments[self._segment_index(offset) :]:
-            pos = seg.position_for(offset)
-            if pos is not None:
-                return seg.read(pos, max_bytes)
+            pos: int | None = 0
+            try:
+                pos = seg.position_for(offset)
+                if pos is not None:
+                    return self._checked(seg, pos, seg.read(pos, max_bytes), max_offset)
+            except CorruptSegmentError as e:
+                raise self._corrupt_read(seg, e.damage) from None
+            except CorruptBatchError as e:
+                raise self._corrupt_read(seg, Damage(pos or 0, str(e), None)) from None
         return b""
+
+    def _checked(self, seg: LogSegment, pos: int, data: bytes, max_offset: int | None) -> bytes:
+        """``data`` up to the first batch at or above ``max_offset``, every batch checked.
+
+        Why check every CRC on the read path (Kafka's broker does not; its consumers do):
+        bytes that do not parse make librdkafka abort on an assertion, and bit rot under a
+        trusted segment is only ever found by reading it. crc32c runs at several GB/s with
+        the SSE4.2/ARMv8 instruction (about 0.1 ms per MiB), small next to sending the
+        bytes, so a fetch never hands out a batch that fails its checksum.
+        """
+        p = 0
+        n = len(data)
+        prev_next = -1
+        while p < n:
+            try:
+                h = parse_header(data, p)
+            except CorruptBatchError as e:
+                raise self._corrupt_read(seg, Damage(pos + p, str(e), None)) from None
+            if max_offset is not None and h.base_offset >= max_offset:
+                break
+            end = p + h.size
+            if end > n or h.base_offset < prev_next or h.last_offset_delta < 0:
+                raise self._corrupt_read(seg, Damage(pos + p, "implausible batch", h.base_offset))
+            if not verify_crc(data, p, end):
+                raise self._corrupt_read(seg, Damage(pos + p, "CRC mismatch", h.base_offset))
+            prev_next = h.next_offset
+            p = end
+        return data if p == n else data[:p]
+
+    def _corrupt_read(self, seg: LogSegment, damage: Damage) -> CorruptLogError:
+        self._report_corrupt(seg, damage)
+        return CorruptLogError(
+            5,
+            f"corrupt batch in {seg.log_path.name} at position {damage.position}: {damage.reason}",
+        )
 
     def iter_batches(self, from_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
         """Replay (header, batch bytes) from ``from_offset`` (clamped to the log start)."""
@@ -514,7 +661,9 @@ class PartitionLog:
         fds: list[int] = []
         for seg in self._dirty.values():
             fds.extend(seg.flush_fds(include_index=seg is not active))
-        ticket = FlushTicket(self, target, fds, self._dir_dirty, self._unflushed_bytes)
+        ticket = FlushTicket(
+            self, target, fds, self._dir_dirty, self._unflushed_bytes, generation=self.cut_backs
+        )
         self._dirty = {}
         self._dir_dirty = False
         self._unflushed_messages = 0
@@ -522,11 +671,17 @@ class PartitionLog:
         return ticket
 
     def complete_flush(self, ticket: FlushTicket) -> None:
+        if ticket.generation != self.cut_backs:
+            return  # cut back meanwhile: the offsets it covered may hold other data now
         if ticket.target_offset > self._recovery_point:
             self._recovery_point = min(ticket.target_offset, self.log_end_offset)
 
     def abort_flush(self, ticket: FlushTicket) -> None:
-        """After a failed fsync: mark everything dirty again so it is retried."""
+        """Mark everything dirty again so the next flush retries.
+
+        Only for a journaled log whose journal holds the data durably (the journal
+        checkpoint); any other failed fsync must ``discard_unflushed``.
+        """
         for seg in self._segments:
             if not seg.closed:
                 seg.dirty = True
@@ -534,17 +689,87 @@ class PartitionLog:
         self._dir_dirty = True
 
     def flush(self) -> None:
-        """Synchronous fsync of everything appended so far."""
+        """Synchronous fsync of everything appended so far.
+
+        On failure the log is cut back to its durable end (``discard_unflushed``) and
+        FlushError is raised.
+        """
         ticket = self.prepare_flush()
         if ticket is None:
             return
         ticket.force_checkpoint = True
         try:
             ticket.run()
-        except BaseException:
+        except OSError as e:
             self.abort_flush(ticket)
-            raise
+            end = self.discard_unflushed()
+            from storage.durability import FlushError
+
+            raise FlushError(
+                f"fsync of {self.dir} failed: {e!r}", log=self, truncated_to=end
+            ) from e
         self.complete_flush(ticket)
+
+    def survived(self, offset: int, generation: int) -> bool:
+        """Whether ``offset``, appended when ``cut_backs`` was ``generation``, is still ours.
+
+        False once a cut-back since then went to or below it: the offset may now hold
+        another batch appended after the cut.
+        """
+        return all(end > offset for end in self._cut_ends[generation:])
+
+    def discard_unflushed(self) -> int:
+        """After a failed fsync: cut the log back to ``durable_end``; returns the new end.
+
+        Linux may drop dirty pages whose write-back failed and report success to the next
+        fsync, so nothing above the durable end can be trusted to be on disk. Keeping it
+        would let later appends be acknowledged on top of a hole that recovery would cut,
+        taking them along. So it goes: segments entirely above are deleted, the last one is
+        cut at the batch boundary (a shrink needs no free space), and, for a journaled log,
+        the journal's unsynced records too (which cuts back the other logs that had
+        records among them). Then every ``on_cut_back`` hook runs with the new end. Never
+        raises; a cut the file system refuses is retried before the next append.
+        """
+        target = self.durable_end
+        old_end = self.log_end_offset
+        if self._closed or target >= old_end:
+            return old_end
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= target:
+            seg = self._segments.pop()
+            self._bases.pop()
+            self._created_ms.pop(seg.base_offset, None)
+            self._dirty.pop(seg.base_offset, None)
+            try:
+                seg.delete_files()
+            except OSError as e:
+                logger.error("log %s: deleting %s failed: %r", self.dir.name, seg.log_path.name, e)
+            self._dir_dirty = True
+        seg = self._segments[-1]
+        seg.cut_to_offset(target)
+        seg.next_offset = max(seg.next_offset, min(target, old_end))
+        self._dirty[seg.base_offset] = seg
+        self._unflushed_messages = self._unflushed_bytes = 0
+        self.journal_durable_end = min(self.journal_durable_end, self.log_end_offset)
+        self.cut_backs += 1
+        new_end = self.log_end_offset
+        self._cut_ends.append(new_end)
+        logger.error(
+            "log %s: cut back from offset %d to its durable end %d after a failed write or "
+            "fsync; appends continue from there",
+            self.dir.name,
+            old_end,
+            new_end,
+        )
+        if self.journal is not None:
+            for other in self.journal.discard_unsynced():
+                if other is not self:
+                    other.discard_unflushed()
+        for hook in list(self.on_cut_back):
+            try:
+                hook(self, new_end)
+            except Exception:
+                logger.exception("log %s: cut-back hook failed", self.dir.name)
+        return new_end
 
     # ------------------------------------------------------------ retention
 

@@ -19,6 +19,14 @@ Both indexes are held in memory as sorted lists and appended to disk with
 plain writes.  They are derived data: when the segment is recovered after an
 unclean shutdown, or an index looks wrong, it is rebuilt from the log file.
 
+Every write goes through ``durability.write_at`` (short writes continued, failures
+raised).  An append that fails part-way is undone before the error reaches the caller:
+the log file and both index files are cut back to their previous lengths and the
+in-memory state restored (``mark`` / ``rollback``), so the next append starts right
+after the last whole batch.  If even the cut-back fails, the segment remembers it and
+refuses every append until a retry of the cut succeeds (``ensure_cut``): nothing is ever
+written after bytes that do not parse.  Readers never look past ``size``.
+
 The segment never fsyncs on its own; ``PartitionLog`` decides when (see
 ``durability``).  Reads use ``os.pread`` so concurrent readers never share a
 file position.
@@ -34,6 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from storage.durability import write_at
 from storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -49,6 +58,8 @@ __all__ = [
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
     "TIMEINDEX_SUFFIX",
+    "AppendMark",
+    "CorruptSegmentError",
     "Damage",
     "LogSegment",
     "SegmentClosedError",
@@ -92,6 +103,19 @@ class Damage:
     truncated_bytes: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class AppendMark:
+    """A segment's state before an append, to undo it (``LogSegment.rollback``)."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    first_batch_timestamp: int | None
+    bytes_since_entry: int
+    entries: int
+    times: int
+
+
 class LogSegment:
     """A segment's files and in-memory indexes; not thread-safe (one event loop)."""
 
@@ -119,6 +143,9 @@ class LogSegment:
         self.dirty = False
         self.index_dirty = False
         self.closed = False
+        # (log bytes, index entries, time entries) the files must still be cut back to
+        # after a failed write whose cut-back failed too; appends wait until it succeeds.
+        self._pending_cut: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -140,6 +167,84 @@ class LogSegment:
             self.size = damage.position
             self.dirty = True
         return damage
+
+    def load_checked(self) -> tuple[Damage | None, list[Damage]]:
+        """Load the active segment after a clean shutdown: indexes trusted, tail CRC-checked.
+
+        The clean-shutdown marker only promises that the files were fsynced when it was
+        written, not that nothing touched them since, so the bytes after the last index
+        entry (at most ``index_interval_bytes`` plus one batch, or the whole segment when
+        its indexes must be rebuilt) are walked with CRC checks. Returns (torn, corrupt):
+        ``torn`` is the truncated tail (bytes that do not parse up to the end of the file,
+        already cut off), ``corrupt`` are bad batches followed by good ones (kept, so no
+        acknowledged batch after them is dropped; the caller marks the log damaged).
+        """
+        if self._load_index_files():
+            start = self._idx_pos[-1] if self._idx_pos else 0
+            first = self.first_header()
+            self.first_batch_timestamp = None if first is None else first.max_timestamp
+            rebuild = False
+        else:
+            self._idx_off, self._idx_pos, self._time_ts, self._time_off = [], [], [], []
+            self.max_timestamp = -1
+            self.first_batch_timestamp = None
+            self._bytes_since_entry = 0
+            start = 0
+            rebuild = True
+            self._open_index_fds(truncate=True)
+        torn, corrupt, end = self._checked_scan(start, add_entries=rebuild)
+        if not rebuild:
+            self._bytes_since_entry = end - start
+        if torn is not None:
+            torn = replace(torn, truncated_bytes=self.size - torn.position)
+            self._cut_at(torn.position)
+            self.dirty = self.index_dirty = True
+        if rebuild:
+            self._write_index_files()
+        return torn, corrupt
+
+    def _checked_scan(
+        self, start: int, *, add_entries: bool
+    ) -> tuple[Damage | None, list[Damage], int]:
+        """CRC-checked walk from ``start``: (torn tail, corrupt batches kept, end position)."""
+        corrupt: list[Damage] = []
+        pos = end = start
+        while True:
+            try:
+                for h, p, _ in self.walk(pos, verify=True):
+                    self._note_batch(h, p, add_entries=add_entries)
+                    end = p + h.size
+            except CorruptSegmentError as e:
+                bad = self._bad_batch_followed_by_good(e.damage.position)
+                if bad is None:
+                    return e.damage, corrupt, end
+                # A bad batch with good ones after it is rot, not a torn write: keep it
+                # (its header still gives its offsets) and carry on after it.
+                corrupt.append(e.damage)
+                self._note_batch(bad, e.damage.position, add_entries=add_entries)
+                pos = end = e.damage.position + bad.size
+                continue
+            if end != self.size:
+                return Damage(end, "incomplete batch at end of file", None), corrupt, end
+            return None, corrupt, end
+
+    def _bad_batch_followed_by_good(self, pos: int) -> BatchHeader | None:
+        """The header of the bad batch at ``pos`` if a CRC-valid batch follows it, else None."""
+        try:
+            h = parse_header(os.pread(self.fd, HEADER_SIZE, pos))
+        except CorruptBatchError:
+            return None
+        nxt = pos + h.size
+        if h.base_offset < self.next_offset or nxt + HEADER_SIZE > self.size:
+            return None
+        try:
+            n = parse_header(os.pread(self.fd, HEADER_SIZE, nxt))
+        except CorruptBatchError:
+            return None
+        if n.base_offset < h.next_offset or nxt + n.size > self.size:
+            return None
+        data = os.pread(self.fd, n.size, nxt)
+        return h if len(data) == n.size and verify_crc(data, 0, n.size) else None
 
     def _load_index_files(self) -> bool:
         try:
@@ -196,7 +301,7 @@ class LogSegment:
             for h, pos, _ in self.walk(0, verify=verify):
                 self._note_batch(h, pos, add_entries=True)
                 end = pos + h.size
-        except _WalkError as e:
+        except CorruptSegmentError as e:
             damage = e.damage
         if damage is None and end != self.size:
             damage = Damage(end, "incomplete batch at end of file", None)
@@ -243,22 +348,89 @@ class LogSegment:
             _TIME_ENTRY.pack(t, o) for t, o in zip(self._time_ts, self._time_off, strict=True)
         )
         os.ftruncate(self._index_fd, 0)
-        os.pwrite(self._index_fd, data, 0)
+        write_at(self._index_fd, data, 0)
         os.ftruncate(self._timeindex_fd, 0)
-        os.pwrite(self._timeindex_fd, tdata, 0)
+        write_at(self._timeindex_fd, tdata, 0)
         self.index_dirty = True
 
     # ------------------------------------------------------------ writing
 
+    def mark(self) -> AppendMark:
+        """The current state, for ``rollback`` if what follows must be undone."""
+        return AppendMark(
+            self.size,
+            self.next_offset,
+            self.max_timestamp,
+            self.first_batch_timestamp,
+            self._bytes_since_entry,
+            len(self._idx_off),
+            len(self._time_ts),
+        )
+
+    def rollback(self, mark: AppendMark) -> None:
+        """Undo everything appended since ``mark``: memory at once, files cut back.
+
+        Never raises: when the files cannot be cut back now, the segment refuses appends
+        until ``ensure_cut`` manages to (readers already stop at the restored ``size``).
+        """
+        self.size = mark.size
+        self.next_offset = mark.next_offset
+        self.max_timestamp = mark.max_timestamp
+        self.first_batch_timestamp = mark.first_batch_timestamp
+        self._bytes_since_entry = mark.bytes_since_entry
+        del self._idx_off[mark.entries :], self._idx_pos[mark.entries :]
+        del self._time_ts[mark.times :], self._time_off[mark.times :]
+        self._pending_cut = (mark.size, mark.entries, mark.times)
+        try:
+            self.ensure_cut()
+        except OSError as e:
+            log.error(
+                "%s: cannot cut back to %d bytes after a failed write (%r); "
+                "appends are refused until it can",
+                self.log_path,
+                mark.size,
+                e,
+            )
+
+    def ensure_cut(self) -> None:
+        """Finish a pending cut-back of the files; raises OSError while that is impossible."""
+        if self._pending_cut is None or self.closed:
+            return
+        size, entries, times = self._pending_cut
+        os.ftruncate(self.fd, size)
+        if self._index_fd >= 0:
+            os.ftruncate(self._index_fd, entries * _INDEX_ENTRY.size)
+            os.ftruncate(self._timeindex_fd, times * _TIME_ENTRY.size)
+        self._pending_cut = None
+        self.dirty = self.index_dirty = True
+
     def append(self, batch: bytes, h: BatchHeader) -> int:
+        """Write one batch at the end; on OSError the segment is as before, then it raises."""
+        self.ensure_cut()
         if self._index_fd < 0:
             # A brand-new segment: its (empty) index files start now.
             self._open_index_fds(truncate=True)
+        mark = self.mark()
         pos = self.size
-        entries_before = len(self._idx_off)
-        times_before = len(self._time_ts)
-        self._maybe_index(h, pos)
-        os.pwrite(self.fd, batch, pos)
+        try:
+            self._maybe_index(h, pos)
+            write_at(self.fd, batch, pos)
+            if len(self._idx_off) != mark.entries:
+                write_at(
+                    self._index_fd,
+                    _INDEX_ENTRY.pack(self._idx_off[-1], self._idx_pos[-1]),
+                    mark.entries * _INDEX_ENTRY.size,
+                )
+                self.index_dirty = True
+            if len(self._time_ts) != mark.times:
+                write_at(
+                    self._timeindex_fd,
+                    _TIME_ENTRY.pack(self._time_ts[-1], self._time_off[-1]),
+                    mark.times * _TIME_ENTRY.size,
+                )
+        except OSError:
+            self.rollback(mark)
+            raise
         self.size = pos + len(batch)
         self._bytes_since_entry += len(batch)
         if self.first_batch_timestamp is None:
@@ -267,20 +439,35 @@ class LogSegment:
             self.max_timestamp = h.max_timestamp
         self.next_offset = h.next_offset
         self.dirty = True
-        if len(self._idx_off) != entries_before:
-            os.pwrite(
-                self._index_fd,
-                _INDEX_ENTRY.pack(self._idx_off[-1], self._idx_pos[-1]),
-                entries_before * _INDEX_ENTRY.size,
-            )
-            self.index_dirty = True
-        if len(self._time_ts) != times_before:
-            os.pwrite(
-                self._timeindex_fd,
-                _TIME_ENTRY.pack(self._time_ts[-1], self._time_off[-1]),
-                times_before * _TIME_ENTRY.size,
-            )
         return pos
+
+    def cut_to_offset(self, offset: int) -> None:
+        """Drop every batch holding an offset >= ``offset`` (a cut-back; never raises).
+
+        Unlike ``truncate_at_offset`` nothing is rewritten: the index files are only cut
+        short, which needs no free space, so this works on a full disk.
+        """
+        pos = self.position_for(offset)
+        if pos is not None:
+            self._cut_at(pos)
+
+    def _cut_at(self, pos: int) -> None:
+        """Cut the segment at byte ``pos`` (a batch boundary): memory, then files."""
+        i = bisect.bisect_left(self._idx_pos, pos)
+        j = bisect.bisect_right(self._time_off, self._idx_off[i - 1]) if i else 0
+        del self._idx_off[i:], self._idx_pos[i:]
+        del self._time_ts[j:], self._time_off[j:]
+        start = self._idx_pos[-1] if self._idx_pos else 0
+        self.size = pos
+        self.max_timestamp = self._time_ts[-1] if self._time_ts else -1
+        self.next_offset = self.base_offset
+        self._scan_tail(start)
+        self._pending_cut = (pos, i, j)
+        try:
+            self.ensure_cut()
+        except OSError as e:
+            log.error("%s: cannot cut back to %d bytes (%r); appends are refused", self, pos, e)
+        self.dirty = self.index_dirty = True
 
     def truncate_at_offset(self, offset: int) -> tuple[int, int | None]:
         """Drop every batch holding an offset >= ``offset``.
@@ -305,7 +492,7 @@ class LogSegment:
     ) -> Iterator[tuple[BatchHeader, int, bytes | None]]:
         """Yield (header, position, batch bytes if asked) from ``start`` to EOF.
 
-        Raises _WalkError at the first implausible or CRC-failing batch and
+        Raises CorruptSegmentError at the first implausible or CRC-failing batch and
         at a partial batch in the middle; a partial batch at EOF ends the walk
         quietly (the caller compares the end position with the size).
         """
@@ -329,7 +516,7 @@ class LogSegment:
             try:
                 h = parse_header(buf, rel)
             except CorruptBatchError as e:
-                raise _WalkError(Damage(pos, str(e), prev_next)) from None
+                raise CorruptSegmentError(Damage(pos, str(e), prev_next)) from None
             end = rel + h.size
             if end > len(buf):
                 if self.closed:
@@ -339,15 +526,15 @@ class LogSegment:
                 if len(buf) < h.size:
                     return
             if prev_next is not None and h.base_offset < prev_next:
-                raise _WalkError(
+                raise CorruptSegmentError(
                     Damage(pos, f"offset {h.base_offset} goes backwards (< {prev_next})", prev_next)
                 )
             if h.base_offset < self.base_offset or h.last_offset_delta < 0:
-                raise _WalkError(
+                raise CorruptSegmentError(
                     Damage(pos, f"offset {h.base_offset} outside segment", h.base_offset)
                 )
             if verify and not verify_crc(buf, rel, end):
-                raise _WalkError(Damage(pos, "CRC mismatch", h.base_offset))
+                raise CorruptSegmentError(Damage(pos, "CRC mismatch", h.base_offset))
             yield h, pos, (buf[rel:end] if with_data else None)
             prev_next = h.next_offset
             pos += h.size
@@ -372,12 +559,24 @@ class LogSegment:
         return None
 
     def read(self, position: int, max_bytes: int) -> bytes:
-        """Whole batches from ``position``: at least one, then as many as fit."""
-        data = os.pread(self.fd, max(max_bytes, HEADER_SIZE), position)
+        """Whole batches from ``position``: at least one, then as many as fit.
+
+        Never reads past ``size``: bytes beyond it belong to a failed write not yet cut
+        off. Raises CorruptBatchError when the first batch does not parse or does not fit.
+        """
+        limit = self.size - position
+        if limit < HEADER_SIZE:
+            return b""
+        data = os.pread(self.fd, min(max(max_bytes, HEADER_SIZE), limit), position)
         if len(data) < HEADER_SIZE:
             return b""
         first = parse_header(data, 0)
         if first.size >= len(data):
+            if first.size > limit:
+                raise CorruptBatchError(
+                    f"batch of {first.size} bytes at position {position} runs past the "
+                    f"end of the segment ({self.size} bytes)"
+                )
             if first.size > len(data):
                 data = os.pread(self.fd, first.size, position)
             return data[: first.size]
@@ -449,7 +648,9 @@ class SegmentClosedError(RuntimeError):
     """The segment was closed (deleted, compacted away) while being read."""
 
 
-class _WalkError(Exception):
+class CorruptSegmentError(Exception):
+    """A batch that does not parse, or fails its CRC, at ``damage.position``."""
+
     def __init__(self, damage: Damage) -> None:
         super().__init__(damage.reason)
         self.damage = damage

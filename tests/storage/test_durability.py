@@ -129,7 +129,7 @@ async def test_policy_interval_messages(tmp_path: Path, clock: FakeClock) -> Non
     await flusher.stop()
 
 
-async def test_fsync_failure_reaches_waiters_and_is_retried(
+async def test_fsync_failure_reaches_waiters_and_cuts_the_log_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = PartitionLog(tmp_path / "t-0", LogConfig())
@@ -137,12 +137,34 @@ async def test_fsync_failure_reaches_waiters_and_is_retried(
     flusher = Flusher()
     counter.fail = True
     _b, last = log.append_records([(b"k", b"v")])
-    with pytest.raises(FlushError):
+    with pytest.raises(FlushError) as exc:
         await flusher.wait_durable(log, last)
-    assert log.recovery_point == 0 and flusher.stats.errors == 1
+    # Nothing was durable: the page cache is not trusted, the log is back at 0.
+    assert exc.value.log is log and exc.value.truncated_to == 0
+    assert log.recovery_point == 0 and log.log_end_offset == 0 and flusher.stats.errors == 1
     counter.fail = False
-    await flusher.wait_durable(log, last)
+    gen = log.cut_backs
+    _b, last = log.append_records([(b"k", b"v2")])
+    await flusher.wait_durable(log, last, generation=gen)
     assert log.recovery_point == 1
+    await flusher.stop()
+
+
+async def test_a_wait_for_an_offset_cut_back_meanwhile_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig())
+    counter = FsyncCounter(monkeypatch)
+    flusher = Flusher()
+    gen = log.cut_backs
+    _b, mine = log.append_records([(b"k", b"mine")])
+    counter.fail = True
+    with pytest.raises(OSError):
+        log.flush()  # someone else's flush fails: the log is cut back below ``mine``
+    counter.fail = False
+    log.append_records([(b"k", b"someone else's")])  # reuses offset 0
+    with pytest.raises(FlushError):
+        await flusher.wait_durable(log, mine, generation=gen)
     await flusher.stop()
 
 
