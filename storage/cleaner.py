@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage.durability import fsync_dir, read_checkpoint, write_checkpoint
+from storage.durability import fsync_dir, read_checkpoint, write_at, write_checkpoint
 from storage.record_batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
@@ -181,6 +181,7 @@ class _Pass:
     group_i: int = 0
     out_fd: int = -1
     out_path: Path | None = None
+    out_size: int = 0  # bytes written to out_fd so far
     min_horizon: int = _NO_HORIZON
 
 
@@ -323,6 +324,7 @@ class LogCleaner:
         if p.out_fd < 0:
             p.out_path = self.log.dir / segment_file_name(group[0].base_offset, CLEANED_SUFFIX)
             p.out_fd = os.open(p.out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            p.out_size = 0
         done = 0
         while p.seg_i < len(group) and done < budget:
             seg = group[p.seg_i]
@@ -341,7 +343,10 @@ class LogCleaner:
                 p.pos = 0
             if out:
                 blob = b"".join(out)
-                os.write(p.out_fd, blob)
+                # Checked: a short write (full disk) raises, and the pass is abandoned
+                # with its .cleaned file removed, instead of swapping in a torn segment.
+                write_at(p.out_fd, blob, p.out_size)
+                p.out_size += len(blob)
                 self.stats.bytes_written += len(blob)
         self.stats.bytes_read += done
         if p.seg_i >= len(group):
