@@ -166,16 +166,36 @@ class App:
         log.info("kgc stopped")
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 async def serve(settings: Settings) -> None:
-    app = App(settings)
-    await app.start()
+    """Run until SIGTERM/SIGINT, then stop cleanly.
+
+    The handlers go in before anything is opened: once the port accepts connections a
+    supervisor may send SIGTERM at any moment, and that must be a clean stop (exit 0), not
+    the signal's default action. A signal during start-up lets the start finish, then
+    stops. A signal during the stop is logged and otherwise ignored (the flush cannot go
+    faster); after the stop the signals stay ignored, because closing the loop would
+    restore their default action and a late SIGTERM would then kill the process after
+    "kgc stopped".
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
+    app = App(settings)
+    await app.start()
     await stop.wait()
     log.info("shutting down")
-    await app.stop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, log.info, "already shutting down")
+    try:
+        await app.stop()
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def run(settings: Settings) -> None:
