@@ -52,6 +52,7 @@ from protocol.messages.metadata import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
+from storage.offsets_format import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.dataplane import DataPlane
@@ -109,7 +110,7 @@ class Broker:
         self.refresh_supported()
         # Encoded Metadata bodies by (version, requested topics), valid for one catalog state.
         self._metadata_cache: dict[tuple[int, tuple[str, ...] | None], bytes] = {}
-        self._metadata_cache_at = -1
+        self._metadata_cache_at: tuple[int, int] = (-1, 0)
 
     def register(self, handlers: dict[int, Handler]) -> None:
         self.handlers.update(handlers)
@@ -139,10 +140,11 @@ class Broker:
     def metadata(
         self, header: RequestHeader, req: MetadataRequest, client: ClientInfo
     ) -> MetadataResponse | bytes:
-        # Clients ask for the same topics over and over; answers only change with the catalog.
-        if self._metadata_cache_at != self.catalog.changes:
+        # Clients ask for the same topics over and over; answers only change with the catalog
+        # (and when a partition's log is found damaged, which is reported as offline).
+        if self._metadata_cache_at != (state := (self.catalog.changes, self._damaged_logs())):
             self._metadata_cache.clear()
-            self._metadata_cache_at = self.catalog.changes
+            self._metadata_cache_at = state
         by_name = req.topics is not None and all(t.name is not None for t in req.topics)
         names = (
             tuple(t.name or "" for t in req.topics) if by_name and req.topics is not None else None
@@ -153,7 +155,7 @@ class Broker:
         resp = self._metadata(header, req)
         if (
             (by_name or req.topics is None)
-            and self._metadata_cache_at == self.catalog.changes
+            and self._metadata_cache_at == state
             and all(t.error_code == 0 for t in resp.topics)
         ):
             if len(self._metadata_cache) > 1024:
@@ -186,6 +188,9 @@ class Broker:
                 topics.append(
                     MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None)
                 )
+                continue
+            if name == OFFSETS_TOPIC and self.groups is not None:
+                topics.append(self._offsets_topic_metadata(self.groups))
                 continue
             info = self.catalog.get(name)
             if info is None:
@@ -222,20 +227,61 @@ class Broker:
             cluster_authorized_operations=AUTH_OPS_OMITTED,
         )
 
+    def _damaged_logs(self) -> int:
+        logs = self.groups.logs if self.groups is not None else None
+        return 0 if logs is None else sum(1 for plog in logs.logs() if plog.damaged is not None)
+
+    def _offsets_topic_metadata(self, groups: GroupRuntime) -> MetadataResponseTopic:
+        """``__consumer_offsets`` when asked for by name (``kgc health`` does).
+
+        A partition whose log is damaged, or whose load failed, is offline as Kafka reports
+        a partition whose only replica's log directory failed: LEADER_NOT_AVAILABLE, no
+        leader, this node among ``offline_replicas``.
+        """
+        node = self.node_id
+        partitions = []
+        for p, plog in enumerate(groups.partitions):
+            offline = plog.damaged is not None or groups.partition_failed(p)
+            partitions.append(
+                MetadataResponsePartition(
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE if offline else 0,
+                    partition_index=p,
+                    leader_id=-1 if offline else node,
+                    leader_epoch=0,
+                    replica_nodes=[node],
+                    isr_nodes=[node],
+                    offline_replicas=[node] if offline else [],
+                )
+            )
+        return MetadataResponseTopic(
+            error_code=0,
+            name=OFFSETS_TOPIC,
+            is_internal=True,
+            partitions=partitions,
+            topic_authorized_operations=AUTH_OPS_OMITTED,
+        )
+
     def _topic_metadata(self, info: TopicInfo) -> MetadataResponseTopic:
         node = self.node_id
-        partitions = [
-            MetadataResponsePartition(
-                error_code=0,
-                partition_index=p,
-                leader_id=node,
-                leader_epoch=0,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                offline_replicas=[],
+        logs = self.groups.logs if self.groups is not None else None
+        partitions = []
+        for p in range(info.num_partitions):
+            plog = logs.get(info.name, p) if logs is not None else None
+            # A damaged topic partition is still served as far as its data plane can (reads
+            # of the damaged batch answer KAFKA_STORAGE_ERROR); its replica is reported in
+            # offline_replicas so that ``kgc health`` and operators see it.
+            damaged = plog is not None and plog.damaged is not None
+            partitions.append(
+                MetadataResponsePartition(
+                    error_code=0,
+                    partition_index=p,
+                    leader_id=node,
+                    leader_epoch=0,
+                    replica_nodes=[node],
+                    isr_nodes=[node],
+                    offline_replicas=[node] if damaged else [],
+                )
             )
-            for p in range(info.num_partitions)
-        ]
         return MetadataResponseTopic(
             error_code=0,
             name=info.name,

@@ -519,13 +519,29 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from coordinator.admin import Admin, AdminError, Unreachable
+    """Healthy: the server answers ApiVersions and Metadata reports no partition offline.
+
+    Partitions are checked through Metadata (every topic, plus ``__consumer_offsets`` asked
+    for by name), Kafka's own way of saying a replica's log is unusable: a partition error
+    such as LEADER_NOT_AVAILABLE or this node among its ``offline_replicas``. kgc reports so
+    a partition whose log holds a corrupt batch or whose offsets could not be loaded.
+    """
+    from coordinator.admin import Admin, AdminError, Unreachable, error_name
 
     out = Output(args)
     t0 = time.perf_counter()
     try:
         with Admin(args.bootstrap_server, timeout=args.timeout or 5.0) as admin:
             apis = admin.api_versions()
+            offline: list[str] = []
+            for resp in (admin.metadata(None), admin.metadata(["__consumer_offsets"])):
+                for t in resp.topics:
+                    if t.error_code:  # e.g. no __consumer_offsets yet on a fresh Kafka
+                        continue
+                    for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                        if p.error_code or p.offline_replicas:
+                            why = error_name(p.error_code) if p.error_code else "offline replica"
+                            offline.append(f"{t.name}-{p.partition_index} ({why})")
     except (AdminError, Unreachable) as exc:
         if out.json:
             out.dump(
@@ -534,6 +550,22 @@ def cmd_health(args: argparse.Namespace) -> int:
         print(f"kgc: unhealthy: {exc}", file=sys.stderr)
         return EXIT_ERROR  # HEALTHCHECK wants 0 or 1
     ms = (time.perf_counter() - t0) * 1000
+    if offline:
+        if out.json:
+            out.dump(
+                {
+                    "healthy": False,
+                    "bootstrap_server": args.bootstrap_server,
+                    "error": "partitions offline",
+                    "offline_partitions": offline,
+                }
+            )
+        print(
+            f"kgc: unhealthy: {len(offline)} partition(s) offline (damaged log or failed load): "
+            + ", ".join(offline),
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     if out.json:
         out.dump(
             {
@@ -701,7 +733,7 @@ def add_admin_commands(sub: Any) -> None:
         sub,
         "health",
         cmd_health,
-        "check that a server answers (ApiVersions); exit 0 healthy, 1 not",
+        "check that a server answers and no partition is offline; exit 0 healthy, 1 not",
     )
 
 

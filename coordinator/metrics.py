@@ -13,7 +13,8 @@ How this works: everything lives in one ``Metrics`` object with its own
 * State that already exists elsewhere is read at scrape time, never mirrored: groups by
   state and members per group (``groups_snapshot()`` of the group core), rebalances by cause
   (its ``rebalances`` counters), stored offsets (its ``offsets`` map), log bytes/segments/offsets per partition
-  (the ``LogManager``), fsync counts and latency (the ``Flusher``'s stats) and compaction
+  (the ``LogManager``; ``kgc_partition_damaged`` says which logs hold a corrupt batch, and
+  ``kgc_offsets_partitions_offline`` how many offsets partitions failed to load), fsync counts and latency (the ``Flusher``'s stats) and compaction
   runs (the cleaners' stats).
 * A few things are events: connections opened/closed (``on_connection``), offsets-log load
   time per partition (``partition_loaded``), rebalance durations (``group_events``, fed the
@@ -362,6 +363,14 @@ class _Collector(Collector):
         for cause, n in sorted(getattr(shard, "rebalances", {}).items()):
             rebalances.add_metric([cause], n)
         yield rebalances
+        statuses = getattr(shard, "partitions", None)
+        if isinstance(statuses, Mapping):
+            yield GaugeMetricFamily(
+                "kgc_offsets_partitions_offline",
+                "__consumer_offsets partitions whose load failed (their groups answer "
+                "NOT_COORDINATOR)",
+                value=sum(1 for st in statuses.values() if getattr(st, "value", "") == "failed"),
+            )
         offsets = getattr(shard, "offsets", None)
         if isinstance(offsets, Mapping):
             yield GaugeMetricFamily(
@@ -391,6 +400,11 @@ class _Collector(Collector):
                 "First offset kept per partition log",
                 labels=["topic", "partition"],
             )
+            damaged = GaugeMetricFamily(
+                "kgc_partition_damaged",
+                "1 if a corrupt batch was found in the partition's log (see the ERROR log line)",
+                labels=["topic", "partition"],
+            )
             for (topic, partition), plog in zip(m.logs.partitions(), m.logs.logs(), strict=True):
                 if plog.closed:
                     continue
@@ -399,7 +413,8 @@ class _Collector(Collector):
                 segments.add_metric(labels, len(plog.segments))
                 end.add_metric(labels, plog.log_end_offset)
                 start.add_metric(labels, plog.log_start_offset)
-            yield from (size, segments, end, start)
+                damaged.add_metric(labels, 0 if plog.damaged is None else 1)
+            yield from (size, segments, end, start, damaged)
         if m.flusher is not None:
             st = m.flusher.stats
             yield SummaryMetricFamily(

@@ -505,6 +505,10 @@ class GroupRuntime:
                 "offsets partition %d rebuilt from its log (%d records) after %s", p, n, why
             )
 
+    def partition_failed(self, p: int) -> bool:
+        """Whether offsets partition ``p`` could not be loaded (its groups are not served)."""
+        return self.shard.partitions.get(p) is PartitionStatus.FAILED
+
     def start(self) -> None:
         task = asyncio.ensure_future(self.load())
         self.background.add(task)
