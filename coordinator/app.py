@@ -16,9 +16,10 @@ import contextlib
 import logging
 import signal
 
+from coordinator import topic_configs
 from coordinator.broker import Broker
 from coordinator.catalog import TopicCatalog
-from coordinator.config import Settings, log_config, offsets_log_config
+from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
@@ -42,6 +43,7 @@ class App:
         self.server: KafkaServer | None = None
         self.broker: Broker | None = None
         self.flusher = Flusher()
+        # First: the LogManager takes the data directory's lock before anything there is read.
         self.logs = LogManager(settings.data_dir, flusher=self.flusher)
         self.catalog = TopicCatalog(settings.data_dir / "topics.json")
         self.tasks: list[asyncio.Task[None]] = []
@@ -51,11 +53,14 @@ class App:
         self.metrics = Metrics()
         self.metrics_port: int | None = None
 
-    def config_for(self, topic: str, partition: int) -> LogConfig:
+    def config_for(self, topic: str, partition: int) -> LogConfig | None:
+        """A partition's log settings at start-up; None leaves an offline topic unopened."""
         if topic == OFFSETS_TOPIC:
             return offsets_log_config(self.settings)
         info = self.catalog.get(topic)
-        return log_config(self.settings, info.configs if info else None)
+        if info is not None and info.offline is not None:
+            return None
+        return topic_configs.log_config(self.settings, info.configs if info else None)
 
     def topic_partitions(self, topic: str) -> int | None:
         """Partitions of ``topic``, None if it does not exist (offsets of it are refused)."""
@@ -66,6 +71,9 @@ class App:
 
     async def start(self) -> None:
         s = self.settings
+        # The data directory is locked (LogManager); before any log is opened, recovered or
+        # removed, the catalog and the partition directories must agree.
+        self.catalog.reconcile(self.logs)
         self.logs.open_all(self.config_for)
         self.flusher.start()
         self.broker = broker = Broker(s, self.catalog)

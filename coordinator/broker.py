@@ -13,6 +13,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+from coordinator import topic_configs
 from coordinator.apis import SUPPORTED
 from coordinator.catalog import TopicCatalog, TopicInfo, topic_name_error
 from coordinator.config import Settings
@@ -63,23 +64,8 @@ log = logging.getLogger("kgc.broker")
 
 # Authorized-operations "not requested" marker (Integer.MIN_VALUE), as Kafka sends it.
 AUTH_OPS_OMITTED = -2147483648
-# Topic configs kgc accepts on CreateTopics (the ones its log engine honours, and the
-# replication-related ones that are meaningless but harmless on one node).
-TOPIC_CONFIGS = {
-    "cleanup.policy": "delete",
-    "retention.ms": "604800000",
-    "retention.bytes": "-1",
-    "segment.bytes": "1073741824",
-    "segment.ms": "604800000",
-    "max.message.bytes": "1048588",
-    "delete.retention.ms": "86400000",
-    "min.cleanable.dirty.ratio": "0.5",
-    "min.compaction.lag.ms": "0",
-    "message.timestamp.type": "CreateTime",
-    "compression.type": "producer",
-    "min.insync.replicas": "1",
-    "unclean.leader.election.enable": "false",
-}
+# Topic configs kgc accepts on CreateTopics, with Kafka's defaults (see topic_configs).
+TOPIC_CONFIGS = {name: d.default for name, d in topic_configs.CONFIGS.items()}
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
 
@@ -263,6 +249,8 @@ class Broker:
 
     def _topic_metadata(self, info: TopicInfo) -> MetadataResponseTopic:
         node = self.node_id
+        if info.offline is not None:
+            return self._offline_topic_metadata(info)
         logs = self.groups.logs if self.groups is not None else None
         partitions = []
         for p in range(info.num_partitions):
@@ -291,6 +279,35 @@ class Broker:
             topic_authorized_operations=AUTH_OPS_OMITTED,
         )
 
+    def _offline_topic_metadata(self, info: TopicInfo) -> MetadataResponseTopic:
+        """A topic whose catalog entry is invalid: its only replica is offline, no leader.
+
+        Kafka's answer for a partition whose every replica is offline: LEADER_NOT_AVAILABLE,
+        leader -1 (clients retry and write nothing); when even the partition count is
+        unreadable, the topic-level LEADER_NOT_AVAILABLE.
+        """
+        node = self.node_id
+        partitions = [
+            MetadataResponsePartition(
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=p,
+                leader_id=-1,
+                leader_epoch=-1,
+                replica_nodes=[node],
+                isr_nodes=[],
+                offline_replicas=[node],
+            )
+            for p in range(info.num_partitions)
+        ]
+        return MetadataResponseTopic(
+            error_code=0 if partitions else ErrorCode.LEADER_NOT_AVAILABLE,
+            name=info.name,
+            topic_id=info.topic_id,
+            is_internal=info.is_internal,
+            partitions=partitions,
+            topic_authorized_operations=AUTH_OPS_OMITTED,
+        )
+
     # -- topics
     def create_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = self.catalog.create(name, num_partitions, configs)
@@ -305,7 +322,8 @@ class Broker:
         for t in req.topics:
             res = CreatableTopicResult(name=t.name, num_partitions=-1, replication_factor=-1)
             results.append(res)
-            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            raw_configs = {c.name: c.value for c in t.configs}
+            configs = {k: v for k, v in raw_configs.items() if v is not None}
             err = topic_name_error(t.name)
             if err is not None:
                 res.error_code, res.error_message = ErrorCode.INVALID_TOPIC, err
@@ -344,10 +362,11 @@ class Broker:
                     "The target replication factor of 3 cannot be reached because only 1 broker(s) are registered."
                 ).replace("3", str(t.replication_factor))
                 continue
-            unknown = sorted(set(configs) - set(TOPIC_CONFIGS))
-            if unknown:
-                res.error_code = ErrorCode.INVALID_CONFIG
-                res.error_message = f"Unknown topic config name: {unknown[0]}"
+            try:
+                # Kafka's LogConfig.validate: nothing is stored unless every config is valid.
+                topic_configs.validate(raw_configs)
+            except topic_configs.InvalidConfigError as e:
+                res.error_code, res.error_message = ErrorCode.INVALID_CONFIG, str(e)
                 continue
             res.num_partitions, res.replication_factor = num_partitions, 1
             res.configs = [
@@ -390,13 +409,20 @@ class Broker:
                 )
                 continue
             res.name, res.topic_id = info.name, info.topic_id
-            self.delete_topic(info)
+            try:
+                self.delete_topic(info)
+            except OSError as e:
+                log.error("deleting topic %s failed: %r", info.name, e)
+                res.error_code, res.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
         return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
     def delete_topic(self, info: TopicInfo) -> None:
-        self.catalog.delete(info.name)
+        # Data first: its directories are renamed "*.<topic id>-delete" (durably) before the
+        # catalog forgets the topic, so a crash in between is finished at the next start
+        # (TopicCatalog.reconcile) instead of leaving data no catalog entry accounts for.
         if self.data is not None:
             self.data.delete_topic(info)
+        self.catalog.delete(info.name)
         if self.groups is not None:
             self.groups.topic_deleted(info.name)
         log.info("deleted topic %s", info.name)

@@ -3,22 +3,60 @@
 How this works: the catalog is small and changes rarely, so it is one JSON file rewritten
 whole on every change (write to a temporary file, fsync, rename, fsync the directory), so a
 crash leaves either the old or the new catalog. Topic data itself lives in the log engine;
-the catalog only says which topics exist.
+the catalog only says which topics exist, and it can never delete data on its own word:
+
+* A file that is not a JSON list stops the start-up (``CatalogUnreadableError``, one line):
+  guessing would lose every topic's configs, and moving the file aside is the one-step
+  remedy the message names (the catalog is then rebuilt as below).
+* An entry that cannot be read, or whose configs Kafka would refuse (``topic_configs``),
+  keeps that one topic offline (one ERROR line; its data untouched, its entry written back
+  verbatim on every save) while the rest of the server runs.
+* ``reconcile`` (start-up, before any log is opened) compares the catalog with the partition
+  directories, each of which names its topic id in Kafka's ``partition.metadata``. A
+  deletion a crash interrupted (directories already renamed ``*.<topic id>-delete``) is
+  finished. A directory of a topic the catalog lacks (the whole file missing, or an entry
+  removed by hand) is adopted: name and partitions from the directories, id from
+  ``partition.metadata``, configs lost, so retention is off until they are set again rather
+  than deleting data by a default. A directory whose id disagrees with the catalog's stops
+  the start-up with both ids named (``TopicIdMismatchError``). Directories written by older
+  kgc versions get their ``partition.metadata`` from the catalog.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from coordinator.topic_configs import InvalidConfigError, validate
 from storage.durability import fsync_dir
+from storage.manager import (
+    DataDirError,
+    LogManager,
+    PartitionMetadataError,
+    TopicIdMismatchError,
+    kafka_uuid,
+    read_topic_id,
+    write_topic_id,
+)
+
+log = logging.getLogger("kgc.catalog")
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
+ZERO_ID = bytes(16)
+# Configs of a topic rebuilt from its directories: its own are lost, and the broker's
+# defaults could delete data the lost ones kept (retention), so nothing expires.
+REBUILT_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+
+class CatalogUnreadableError(DataDirError):
+    """``topics.json`` exists but is not a catalog; kgc will not guess which topics exist."""
 
 
 @dataclass(slots=True)
@@ -27,6 +65,8 @@ class TopicInfo:
     topic_id: bytes  # 16 bytes, Kafka's Uuid
     num_partitions: int
     configs: dict[str, str] = field(default_factory=dict)
+    # Why the topic cannot be served (its catalog entry is invalid); None when it can.
+    offline: str | None = None
 
     @property
     def is_internal(self) -> bool:
@@ -46,19 +86,115 @@ def topic_name_error(name: str) -> str | None:
     return None
 
 
+def _entry_id(raw: dict[str, Any]) -> bytes:
+    """The entry's topic id, or the zero id when it has none that can be read."""
+    tid = raw.get("id")
+    if isinstance(tid, str) and re.fullmatch(r"[0-9a-fA-F]{32}", tid):
+        return bytes.fromhex(tid)
+    return ZERO_ID
+
+
+def _entry_partitions(raw: dict[str, Any]) -> int:
+    """The entry's partition count, or 0 when it has none that can be read."""
+    n = raw.get("partitions")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+def _entry_error(raw: dict[str, Any]) -> str | None:
+    """Why a catalog entry (with a string name) cannot be served, or None."""
+    name_error = topic_name_error(raw["name"])
+    if name_error is not None:
+        return name_error
+    if _entry_id(raw) == ZERO_ID:
+        return f"'id' is not a 32-digit hex topic id: {raw.get('id')!r}"
+    if not _entry_partitions(raw):
+        return f"'partitions' is not a positive integer: {raw.get('partitions')!r}"
+    configs = raw.get("configs", {})
+    if not isinstance(configs, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in configs.items()
+    ):
+        return f"'configs' is not an object of strings: {configs!r}"
+    try:
+        validate(configs)
+    except InvalidConfigError as e:
+        return str(e)
+    return None
+
+
 class TopicCatalog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[bytes, TopicInfo] = {}
         self.changes = 0  # bumped on every change, so readers can cache derived answers
-        if path.exists():
-            for t in json.loads(path.read_text()):
-                info = TopicInfo(
-                    t["name"], bytes.fromhex(t["id"]), int(t["partitions"]), dict(t["configs"])
+        # Entries written back verbatim on every save: unreadable ones, offline topics'.
+        self._kept: list[Any] = []
+        self.loaded = path.exists()  # False: no catalog yet (new, or lost: see reconcile)
+        if self.loaded:
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            entries = json.loads(self.path.read_bytes())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise self._unreadable(str(e)) from None
+        if not isinstance(entries, list):
+            raise self._unreadable(f"expected a JSON list, found {type(entries).__name__}")
+        seen: set[str] = set()
+        for i, raw in enumerate(entries):
+            if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+                self._kept.append(raw)
+                log.error(
+                    "entry %d of %s cannot be read and is ignored (kept in the file): %.200s",
+                    i,
+                    self.path,
+                    json.dumps(raw),
                 )
-                self.topics[info.name] = info
-                self.by_id[info.topic_id] = info
+                continue
+            name = raw["name"]
+            why = _entry_error(raw)
+            if name in seen:
+                why = "the topic is listed more than once"
+                self._take_offline(self.topics[name], why)
+            seen.add(name)
+            if why is None:
+                info = TopicInfo(
+                    name, _entry_id(raw), _entry_partitions(raw), dict(raw.get("configs", {}))
+                )
+                self.topics[name] = info
+                self.by_id.setdefault(info.topic_id, info)
+                continue
+            self._kept.append(raw)
+            if name in self.topics:
+                continue  # the duplicate: already offline
+            info = TopicInfo(name, _entry_id(raw), _entry_partitions(raw), offline=why)
+            self.topics[name] = info
+            if info.topic_id != ZERO_ID:
+                self.by_id.setdefault(info.topic_id, info)
+            self._report_offline(info)
+
+    def _unreadable(self, why: str) -> CatalogUnreadableError:
+        return CatalogUnreadableError(
+            f"topic catalog {self.path} cannot be read ({why}); refusing to guess which topics "
+            "exist. Move it aside to rebuild it from the partition directories "
+            "(topic configs are then lost)"
+        )
+
+    def _take_offline(self, info: TopicInfo, why: str) -> None:
+        if info.offline is not None:
+            return
+        info.offline = why
+        self._kept.append(self._entry(info))
+        self._report_offline(info)
+
+    def _report_offline(self, info: TopicInfo) -> None:
+        log.error(
+            "topic '%s' is offline: its entry in %s is invalid: %s. Its data is kept "
+            "untouched; fix the entry and restart",
+            info.name,
+            self.path,
+            info.offline,
+        )
 
     def get(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
@@ -68,6 +204,8 @@ class TopicCatalog:
     ) -> TopicInfo:
         # Kafka never hands out the zero id or ids whose base64 starts with '-'.
         topic_id = uuid.uuid4().bytes
+        while topic_id in self.by_id or kafka_uuid(topic_id).startswith("-"):
+            topic_id = uuid.uuid4().bytes
         info = TopicInfo(name, topic_id, num_partitions, dict(configs or {}))
         self.topics[name] = info
         self.by_id[topic_id] = info
@@ -77,26 +215,158 @@ class TopicCatalog:
     def delete(self, name: str) -> TopicInfo | None:
         info = self.topics.pop(name, None)
         if info is not None:
-            self.by_id.pop(info.topic_id, None)
+            if self.by_id.get(info.topic_id) is info:
+                del self.by_id[info.topic_id]
+            if info.offline is not None:
+                self._kept = [
+                    e for e in self._kept if not (isinstance(e, dict) and e.get("name") == name)
+                ]
             self._save()
         return info
+
+    # ------------------------------------------------------------ start-up
+
+    def reconcile(self, logs: LogManager) -> None:
+        """Agree with the partition directories before any log is opened (see module doc)."""
+        changed = self._finish_deletions(logs)
+        dirs = {t: parts for t, parts in logs.topic_dirs().items() if not t.startswith("__")}
+        if not self.loaded and dirs:
+            log.warning(
+                "topic catalog %s is missing: rebuilding it from the partition directories "
+                "of %d topic(s)",
+                self.path,
+                len(dirs),
+            )
+        for topic, parts in sorted(dirs.items()):
+            ids = self._dir_ids(parts)
+            info = self.topics.get(topic)
+            if info is None:
+                info = self._adopt(topic, parts, ids)
+                changed = True
+            elif info.topic_id != ZERO_ID:
+                for p, path in sorted(parts.items()):
+                    found = ids[p]
+                    if found is not None and found != info.topic_id:
+                        raise TopicIdMismatchError(
+                            f"partition directory {path} holds topic id {kafka_uuid(found)} "
+                            f"but {self.path} says topic '{topic}' has id "
+                            f"{kafka_uuid(info.topic_id)}; refusing to start rather than "
+                            "serve or delete the wrong data. Restore the right catalog entry, "
+                            "or move the directory aside"
+                        )
+            if info.topic_id != ZERO_ID:
+                missing = [path for p, path in sorted(parts.items()) if ids[p] is None]
+                for path in missing:  # written by an older kgc, or unreadable
+                    write_topic_id(path, info.topic_id)
+                if missing:
+                    log.info(
+                        "wrote partition.metadata (topic id %s) for %d partition(s) of topic '%s'",
+                        kafka_uuid(info.topic_id),
+                        len(missing),
+                        topic,
+                    )
+            beyond = sorted(p for p in parts if p >= info.num_partitions)
+            if beyond and info.offline is None:
+                log.warning(
+                    "topic '%s' has %d partitions but directories for partitions %s too; "
+                    "they are kept and not served",
+                    topic,
+                    info.num_partitions,
+                    beyond,
+                )
+        if changed:
+            self._save()
+
+    def _finish_deletions(self, logs: LogManager) -> bool:
+        changed = False
+        for topic, topic_id in sorted(logs.pending_deletions()):
+            info = self.topics.get(topic)
+            if info is None or info.topic_id != topic_id:
+                continue  # the catalog already forgot it; open_all removes the leftovers
+            left = logs.topic_dirs().get(topic, {})
+            ids = self._dir_ids(left)
+            for p, path in sorted(left.items()):
+                if ids[p] not in (None, topic_id):
+                    raise TopicIdMismatchError(
+                        f"topic '{topic}' (id {kafka_uuid(topic_id)}) was being deleted, but "
+                        f"partition directory {path} holds topic id {kafka_uuid(ids[p] or b'')}; "
+                        "refusing to start rather than delete it. Move the directory aside"
+                    )
+            logs.delete_topic(topic, topic_id)
+            self.topics.pop(topic)
+            if self.by_id.get(topic_id) is info:
+                del self.by_id[topic_id]
+            log.info(
+                "finished deleting topic '%s' (id %s), interrupted by a crash",
+                topic,
+                kafka_uuid(topic_id),
+            )
+            changed = True
+        return changed
+
+    def _dir_ids(self, parts: dict[int, Path]) -> dict[int, bytes | None]:
+        ids: dict[int, bytes | None] = {}
+        for p, path in parts.items():
+            try:
+                ids[p] = read_topic_id(path)
+            except PartitionMetadataError as e:
+                log.warning("ignoring unreadable partition metadata: %s", e)
+                ids[p] = None
+        return ids
+
+    def _adopt(self, topic: str, parts: dict[int, Path], ids: dict[int, bytes | None]) -> TopicInfo:
+        known = {i for i in ids.values() if i is not None}
+        if len(known) > 1:
+            raise TopicIdMismatchError(
+                f"the partition directories of topic '{topic}' hold different topic ids ("
+                + ", ".join(
+                    f"{parts[p].name}: {kafka_uuid(i)}" for p, i in sorted(ids.items()) if i
+                )
+                + "); refusing to start rather than guess which is the topic. "
+                "Move the stray directories aside"
+            )
+        topic_id = known.pop() if known else uuid.uuid4().bytes
+        other = self.by_id.get(topic_id)
+        if other is not None:
+            raise TopicIdMismatchError(
+                f"partition directories of topic '{topic}' hold topic id {kafka_uuid(topic_id)}, "
+                f"which {self.path} gives to topic '{other.name}'; refusing to start"
+            )
+        info = TopicInfo(topic, topic_id, max(parts) + 1, dict(REBUILT_CONFIGS))
+        self.topics[topic] = info
+        self.by_id[topic_id] = info
+        log.warning(
+            "topic '%s' (id %s, %d partitions) is not in %s: restored from its partition "
+            "directories. Its configs were lost, so retention is off (%s) until they are set "
+            "again",
+            topic,
+            kafka_uuid(topic_id),
+            info.num_partitions,
+            self.path,
+            ", ".join(f"{k}={v}" for k, v in REBUILT_CONFIGS.items()),
+        )
+        return info
+
+    # ------------------------------------------------------------ persistence
+
+    @staticmethod
+    def _entry(t: TopicInfo) -> dict[str, Any]:
+        return {
+            "name": t.name,
+            "id": t.topic_id.hex(),
+            "partitions": t.num_partitions,
+            "configs": t.configs,
+        }
 
     def _save(self) -> None:
         self.changes += 1
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        data = [
-            {
-                "name": t.name,
-                "id": t.topic_id.hex(),
-                "partitions": t.num_partitions,
-                "configs": t.configs,
-            }
-            for t in self.topics.values()
-        ]
+        data = [self._entry(t) for t in self.topics.values() if t.offline is None]
         with open(tmp, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
+            json.dump(data + self._kept, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
+        self.loaded = True

@@ -13,25 +13,212 @@ suffix are removed by the next ``open_all``.
 
 Logs are registered with the optional ``Flusher`` so ``stop()`` can fsync them
 and interval-policy flushing sees them.
+
+One process per data directory: the constructor takes an exclusive ``flock`` on
+``<data_dir>/.lock`` (Kafka's file) before anything in the directory is read, recovered or
+deleted, writes the holder's pid and host into it, and keeps the descriptor open for the
+life of the process (the kernel releases it when the process dies, however it dies). A
+second process is refused with ``DataDirLockedError`` naming the holder. Within one
+process the lock is shared by every ``LogManager`` on the directory (tests reopen a
+directory after simulating a crash), and ``close_all`` releases it.
+
+Each topic partition directory also holds Kafka's ``partition.metadata`` (``version: 0`` and
+the topic id in Kafka's base64 form), written atomically when the partition is created, so
+the data says which topic it belongs to whatever the catalog says. Deleting a topic renames
+its directories to ``<dir>.<topic id hex>-delete``: a crash after the renames leaves proof of
+which topic id was being deleted (``pending_deletions``).
 """
 
 from __future__ import annotations
 
+import base64
+import errno
+import fcntl
 import logging
+import os
+import re
 import shutil
+import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 from storage.durability import Flusher, fsync_dir
 from storage.journal import Journal
 from storage.log import Clock, LogConfig, PartitionLog, wall_clock_ms
 
-__all__ = ["LogManager", "parse_partition_dir"]
+__all__ = [
+    "DataDirError",
+    "DataDirLock",
+    "DataDirLockedError",
+    "LogManager",
+    "PartitionMetadataError",
+    "TopicIdMismatchError",
+    "kafka_uuid",
+    "parse_partition_dir",
+    "read_topic_id",
+    "write_topic_id",
+]
 
 logger = logging.getLogger(__name__)
 
 _DELETE_SUFFIX = "-delete"
+LOCK_FILE = ".lock"
+PARTITION_METADATA_FILE = "partition.metadata"
+PARTITION_METADATA_VERSION = 0
+_FIELD_SEP = re.compile(r":\s+")
+
+
+class DataDirError(OSError):
+    """The data directory cannot be used as it is; the message says why and what to do.
+
+    An ``OSError`` so that ``kgc serve`` reports it as it reports every start-up failure of
+    the environment: one line, no traceback, exit status 1.
+    """
+
+
+class DataDirLockedError(DataDirError):
+    """Another live process holds the data directory's lock."""
+
+
+class TopicIdMismatchError(DataDirError):
+    """A partition directory belongs to another topic id than the catalog's."""
+
+
+class PartitionMetadataError(ValueError):
+    """A ``partition.metadata`` file that cannot be read."""
+
+
+def kafka_uuid(raw: bytes) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _parse_kafka_uuid(text: str) -> bytes:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError as e:
+        raise PartitionMetadataError(f"topic id {text!r} is not a base64 Uuid") from e
+    if len(raw) != 16:
+        raise PartitionMetadataError(f"topic id {text!r} is not 16 bytes")
+    return raw
+
+
+def _parse_deleted_dir(name: str) -> tuple[str, bytes] | None:
+    """``"t-0.<32 hex>-delete"`` -> ("t", topic id); None for other names (older kgc's too)."""
+    if not name.endswith(_DELETE_SUFFIX):
+        return None
+    stem, dot, tag = name[: -len(_DELETE_SUFFIX)].rpartition(".")
+    parsed = parse_partition_dir(stem) if dot else None
+    if parsed is None or len(tag) != 32:
+        return None
+    try:
+        return parsed[0], bytes.fromhex(tag)
+    except ValueError:
+        return None
+
+
+class DataDirLock:
+    """The exclusive ``flock`` on ``<data_dir>/.lock``, shared within this process."""
+
+    _held: ClassVar[dict[Path, DataDirLock]] = {}
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._refs = 1
+
+    @classmethod
+    def acquire(cls, data_dir: Path) -> DataDirLock:
+        key = data_dir.resolve()
+        held = cls._held.get(key)
+        if held is not None:
+            held._refs += 1
+            return held
+        path = key / LOCK_FILE
+        # Never unlinked: removing it would let a third process lock a new inode while
+        # the holder still locks the old one.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode(errors="replace").strip()
+            os.close(fd)
+            pid, _, host = holder.partition(" ")
+            who = f"process {pid}" if pid.isdigit() else "another process"
+            if host and host != socket.gethostname():
+                who += f" on host {host}"
+            raise DataDirLockedError(
+                f"data directory {key} is in use by {who} (lock file {path}); "
+                "is another kgc running?"
+            ) from None
+        except OSError:
+            os.close(fd)
+            raise
+        try:
+            os.ftruncate(fd, 0)
+            text = f"{os.getpid()} {socket.gethostname()}\n".encode()
+            if os.pwrite(fd, text, 0) != len(text):
+                raise OSError(errno.EIO, "short write", str(path))
+        except OSError:
+            os.close(fd)
+            raise
+        lock = cls._held[key] = cls(path, fd)
+        return lock
+
+    def release(self) -> None:
+        self._refs -= 1
+        if self._refs == 0 and self._fd >= 0:
+            self._held.pop(self.path.parent, None)
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = -1
+
+
+def read_topic_id(part_dir: Path) -> bytes | None:
+    """The topic id in ``<part_dir>/partition.metadata``; None when there is no such file.
+
+    Parsed as Kafka's ``PartitionMetadataReadBuffer`` does; raises ``PartitionMetadataError``.
+    """
+    path = part_dir / PARTITION_METADATA_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PartitionMetadataError(f"{path}: {e}") from e
+    lines = text.split("\n")
+    # Kafka splits each line on ":\\s+" and wants exactly two fields.
+    version_line = _FIELD_SEP.split(lines[0])
+    if len(version_line) != 2 or not version_line[1].isdigit():
+        raise PartitionMetadataError(f"{path}: malformed line {lines[0]!r}")
+    id_line = _FIELD_SEP.split(lines[1]) if len(lines) > 1 else []
+    if len(id_line) != 2:
+        raise PartitionMetadataError(f"{path}: malformed line {lines[1:2]!r}")
+    topic_id = _parse_kafka_uuid(id_line[1])
+    if topic_id == bytes(16):
+        raise PartitionMetadataError(f"{path}: invalid topic id {id_line[1]!r}")
+    return topic_id
+
+
+def write_topic_id(part_dir: Path, topic_id: bytes) -> None:
+    """Write ``partition.metadata`` atomically: temporary file, fsync, rename, directory fsync."""
+    path = part_dir / PARTITION_METADATA_FILE
+    tmp = part_dir / (PARTITION_METADATA_FILE + ".tmp")
+    data = f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {kafka_uuid(topic_id)}\n".encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            if n <= 0:
+                raise OSError(errno.EIO, "short write", str(tmp))
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(part_dir)
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -50,6 +237,8 @@ class LogManager:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # First, before anything in the directory is read, recovered or deleted.
+        self._lock: DataDirLock | None = DataDirLock.acquire(self.data_dir)
         self._clock = clock
         self.flusher = flusher
         # Shared write-ahead journal for logs configured ``journaled`` (see journal.py);
@@ -73,9 +262,13 @@ class LogManager:
         return log
 
     def open_all(
-        self, config_for: Callable[[str, int], LogConfig] | None = None
+        self, config_for: Callable[[str, int], LogConfig | None] | None = None
     ) -> list[PartitionLog]:
-        """Recover every partition directory; returns the opened logs."""
+        """Recover every partition directory; returns the opened logs.
+
+        A partition for which ``config_for`` answers None is left unopened and untouched
+        (an offline topic).
+        """
         opened = []
         for path in sorted(self.data_dir.iterdir()):
             if not path.is_dir():
@@ -88,6 +281,8 @@ class LogManager:
             if parsed is None or parsed in self._logs:
                 continue
             cfg = config_for(*parsed) if config_for is not None else LogConfig()
+            if cfg is None:
+                continue
             opened.append(
                 self._register(parsed, PartitionLog(path, cfg, self._clock), attach=False)
             )
@@ -100,8 +295,13 @@ class LogManager:
         return opened
 
     def get_or_create(
-        self, topic: str, partition: int, config: LogConfig | None = None
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        topic_id: bytes | None = None,
     ) -> PartitionLog:
+        """The partition's log, created if needed; ``topic_id`` goes to partition.metadata."""
         key = (topic, partition)
         log = self._logs.get(key)
         if log is not None:
@@ -110,10 +310,36 @@ class LogManager:
             return log
         path = self._dir_for(topic, partition)
         existed = path.exists()
+        if existed and topic_id is not None:
+            on_disk = read_topic_id(path)
+            if on_disk is not None and on_disk != topic_id:
+                raise TopicIdMismatchError(
+                    f"partition directory {path} belongs to topic id {kafka_uuid(on_disk)}, "
+                    f"not {kafka_uuid(topic_id)}"
+                )
         log = PartitionLog(path, config or LogConfig(), self._clock)
+        if topic_id is not None and not (path / PARTITION_METADATA_FILE).exists():
+            write_topic_id(path, topic_id)
         if not existed:
             fsync_dir(self.data_dir)
         return self._register(key, log)
+
+    def topic_dirs(self) -> dict[str, dict[int, Path]]:
+        """Every partition directory on disk, by topic and partition (open or not)."""
+        out: dict[str, dict[int, Path]] = {}
+        for path in self.data_dir.iterdir():
+            parsed = parse_partition_dir(path.name) if path.is_dir() else None
+            if parsed is not None:
+                out.setdefault(parsed[0], {})[parsed[1]] = path
+        return out
+
+    def pending_deletions(self) -> set[tuple[str, bytes]]:
+        """(topic, topic id) of each deletion a crash interrupted after its renames."""
+        return {
+            parsed
+            for path in self.data_dir.iterdir()
+            if (parsed := _parse_deleted_dir(path.name)) is not None
+        }
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
@@ -124,8 +350,12 @@ class LogManager:
     def logs(self) -> list[PartitionLog]:
         return [self._logs[k] for k in sorted(self._logs)]
 
-    def delete_topic(self, topic: str) -> int:
-        """Remove every partition of ``topic`` (open or not); returns how many."""
+    def delete_topic(self, topic: str, topic_id: bytes | None = None) -> int:
+        """Remove every partition of ``topic`` (open or not); returns how many.
+
+        With ``topic_id`` the renamed directories carry it, so a crash before the catalog
+        forgets the topic leaves proof that this topic's deletion had begun.
+        """
         names = [
             p
             for p in self.data_dir.iterdir()
@@ -137,8 +367,11 @@ class LogManager:
                 self.flusher.unregister(log)
             log.close_without_marker()
         doomed = []
+        tag = topic_id.hex() if topic_id is not None else uuid.uuid4().hex
         for p in names:
-            target = p.with_name(f"{p.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+            target = p.with_name(f"{p.name}.{tag}{_DELETE_SUFFIX}")
+            if target.exists():  # the same deletion, interrupted before: already doomed
+                shutil.rmtree(target, ignore_errors=True)
             p.rename(target)
             doomed.append(target)
         if doomed:
@@ -163,3 +396,10 @@ class LogManager:
         # Every log is fsynced and marked clean: the journal holds nothing needed.
         self.journal.close()
         self.journal.drop(self.journal.files())
+        self.release_lock()
+
+    def release_lock(self) -> None:
+        """Let another process use the directory (also done by the kernel at exit)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None

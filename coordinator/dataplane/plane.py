@@ -49,6 +49,7 @@ from typing import Any
 
 import crc32c as _crc32c
 
+from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane.producers import PartitionProducers, ProducerIdAllocator
@@ -84,7 +85,7 @@ from storage.log import (
     RecordTooLargeError,
     wall_clock_ms,
 )
-from storage.manager import LogManager, parse_partition_dir
+from storage.manager import LogManager
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
@@ -182,48 +183,17 @@ class DataPlane:
     # ------------------------------------------------------------ topics and logs
 
     def log_config(self, info: TopicInfo) -> LogConfig:
-        s, c = self.settings, info.configs
-
-        def num(name: str, default: int) -> int:
-            try:
-                return int(c[name]) if name in c else default
-            except ValueError:
-                log.warning("topic %s: ignoring invalid %s=%r", info.name, name, c[name])
-                return default
-
-        try:
-            ratio = float(c.get("min.cleanable.dirty.ratio", "0.5"))
-        except ValueError:
-            ratio = 0.5
-        return LogConfig(
-            segment_bytes=max(num("segment.bytes", s.log_segment_bytes), 1024),
-            segment_ms=num("segment.ms", s.log_roll_ms),
-            retention_ms=num("retention.ms", s.log_retention_ms),
-            retention_bytes=num("retention.bytes", s.log_retention_bytes),
-            cleanup_policy=c.get("cleanup.policy", "delete"),
-            delete_retention_ms=num("delete.retention.ms", s.log_cleaner_delete_retention_ms),
-            min_cleanable_dirty_ratio=ratio,
-            max_message_bytes=num("max.message.bytes", s.message_max_bytes),
-            flush_policy=s.log_flush_policy,
-            flush_interval_ms=s.log_flush_interval_ms,
-            flush_interval_messages=s.log_flush_interval_messages,
-        )
+        """The topic's log settings; its configs were validated (CreateTopics, catalog load)."""
+        return topic_configs.log_config(self.settings, info.configs)
 
     def open(self) -> None:
-        """Open every catalog topic's logs, drop leftovers of deleted topics, rebuild producers."""
-        data_dir = self.logs.data_dir
-        orphans = set()
-        for path in data_dir.iterdir():
-            parsed = parse_partition_dir(path.name) if path.is_dir() else None
-            if parsed is None or parsed[0].startswith("__"):
-                continue
-            if self.catalog.get(parsed[0]) is None:
-                orphans.add(parsed[0])
-        for topic in sorted(orphans):
-            log.warning("removing data of topic %s, which is not in the catalog (deleted)", topic)
-            self.logs.delete_topic(topic)
+        """Open every catalog topic's logs and rebuild their producers.
+
+        The catalog was reconciled with the partition directories first (``TopicCatalog.
+        reconcile``), so no directory is deleted here; offline topics stay closed.
+        """
         for info in list(self.catalog.topics.values()):
-            if info.is_internal:
+            if info.is_internal or info.offline is not None:
                 continue
             self.create_partitions(info)
 
@@ -234,7 +204,7 @@ class DataPlane:
         else:
             self.append_time_topics.discard(info.name)
         for p in range(info.num_partitions):
-            plog = self.logs.get_or_create(info.name, p, cfg)
+            plog = self.logs.get_or_create(info.name, p, cfg, info.topic_id)
             if plog not in self.producers:
                 self.producers[plog] = self._rebuild_producers(plog)
 
@@ -246,7 +216,7 @@ class DataPlane:
             self.producers.pop(plog, None)
             self._wake(plog)
         self.append_time_topics.discard(info.name)
-        self.logs.delete_topic(info.name)
+        self.logs.delete_topic(info.name, info.topic_id)
 
     def _log(self, info: TopicInfo, partition: int) -> PartitionLog | None:
         if not 0 <= partition < info.num_partitions:

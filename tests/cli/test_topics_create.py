@@ -1,0 +1,42 @@
+"""``kgc topics create`` with an invalid topic config: Kafka's message, exit 1, nothing made."""
+
+from __future__ import annotations
+
+import pytest
+from clikit import CLI
+from kgc_process import KgcProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            "retention.ms=abc",
+            "Invalid value abc for configuration retention.ms: Not a number of type LONG",
+        ),
+        (
+            "segment.bytes=-1",
+            "Invalid value -1 for configuration segment.bytes: Value must be at least 14",
+        ),
+        (
+            "cleanup.policy=bogus",
+            "Invalid value bogus for configuration cleanup.policy: "
+            "String must be one of: compact, delete",
+        ),
+    ],
+)
+def test_topics_create_with_invalid_config_fails(
+    kgc: KgcProcess, cli: CLI, config: str, message: str
+) -> None:
+    b = ("--bootstrap-server", kgc.bootstrap)
+    run = cli("topics", "create", "payments", "--config", config, *b)
+    run.assert_clean_error(1)
+    assert "INVALID_CONFIG" in run.err and message in run.err, run.err
+    assert "payments" not in cli("topics", "list", *b).out
+    # The server is unharmed: it restarts, and a valid create then works.
+    kgc.stop()
+    kgc.start()
+    ok = cli("topics", "create", "payments", "--config", "retention.ms=60000", *b)
+    assert ok.code == 0, ok
