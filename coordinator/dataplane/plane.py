@@ -125,8 +125,21 @@ def stamp_log_append_time(batch: bytes, now_ms: int) -> bytes:
     return bytes(b)
 
 
-def _reader(plog: PartitionLog, offset: int) -> Callable[[int], bytes]:
-    return lambda limit: plog.read(offset, limit)
+def _reader(plog: PartitionLog, offset: int, high_watermark: int) -> Callable[[int], bytes]:
+    return lambda limit: plog.read(offset, limit, max_offset=high_watermark)
+
+
+def high_watermark(plog: PartitionLog) -> int:
+    """The end of what Fetch serves: with the "batch" flush policy, the durable end.
+
+    A batch is served only once it is fsynced (as Kafka serves only up to the high
+    watermark, what every in-sync replica holds), so no consumer ever reads a record that
+    a failed fsync then cuts back. With "interval" / "none" the operator chose to ack
+    before fsync, and the log end is served.
+    """
+    if plog.config.flush_policy == "batch":
+        return min(plog.durable_end, plog.log_end_offset)
+    return plog.log_end_offset
 
 
 def _first_batch_attributes(records: bytes | None) -> int:
@@ -177,6 +190,9 @@ class DataPlane:
         self.append_time_topics: set[str] = set()
         self.producer_ids = ProducerIdAllocator(settings.data_dir / PRODUCER_ID_FILE)
         self.tasks: list[asyncio.Task[None]] = []
+        # PartitionLog.cut_backs each producer table was built at (rebuilt after a cut-back).
+        self.producer_generations: dict[PartitionLog, int] = {}
+        self.durability_watches: set[asyncio.Task[None]] = set()  # acks=0 appends
         self.stopping = False
         self.open()
 
@@ -290,7 +306,7 @@ class DataPlane:
         elif acks not in (0, 1, -1):
             request_error = ErrorCode.INVALID_REQUIRED_ACKS
         responses: list[TopicProduceResponse] = []
-        waits: list[tuple[PartitionProduceResponse, PartitionLog, int]] = []
+        waits: list[tuple[PartitionProduceResponse, PartitionLog, int, int]] = []
         for t in req.topic_data:
             tr = TopicProduceResponse(name=t.name, topic_id=t.topic_id)
             responses.append(tr)
@@ -310,9 +326,15 @@ class DataPlane:
                     pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     pr.error_message = "This server does not host this topic-partition."
                     continue
+                generation = plog.cut_backs
                 durable_at = self._append(plog, t.name, p.records, version, now, pr)
-                if durable_at is not None and acks != 0:
-                    waits.append((pr, plog, durable_at))
+                if durable_at is None:
+                    continue
+                if acks != 0:
+                    waits.append((pr, plog, durable_at, generation))
+                elif self._needs_flush_wait(plog, durable_at):
+                    # Nobody waits, but fetches only see durable records: get them flushed.
+                    self._watch_durability(plog, durable_at, generation)
         if acks == 0:
             # Kafka answers a failed acks=0 produce by closing the connection, the only
             # signal such a producer gets; a successful one gets no response at all.
@@ -328,6 +350,16 @@ class DataPlane:
             return resp
         return self._await_durable(resp, waits)
 
+    def _watch_durability(self, plog: PartitionLog, offset: int, generation: int) -> None:
+        async def watch() -> None:
+            with contextlib.suppress(Exception):  # a failure was logged by the flusher
+                await self.flusher.wait_durable(plog, offset, generation=generation)
+            self._wake(plog)
+
+        task = asyncio.get_running_loop().create_task(watch())
+        self.durability_watches.add(task)
+        task.add_done_callback(self.durability_watches.discard)
+
     def _append(
         self,
         plog: PartitionLog,
@@ -338,6 +370,12 @@ class DataPlane:
         pr: PartitionProduceResponse,
     ) -> int | None:
         """Validate and append one partition's batch, filling ``pr``; the offset to make durable."""
+        if plog.damaged is not None:
+            # Kafka takes a log directory with a storage failure offline; here only the
+            # partition found corrupt is, for Produce as for Fetch.
+            pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            pr.error_message = f"partition is damaged: {plog.damaged}"
+            return None
         h, err, msg = validate_produced(records, version, plog.config.max_message_bytes)
         if h is None or records is None:
             pr.error_code, pr.error_message = err, msg
@@ -351,6 +389,11 @@ class DataPlane:
         table = self.producers.get(plog)
         if table is None:
             table = self.producers[plog] = PartitionProducers()
+        if self.producer_generations.get(plog, 0) != plog.cut_backs:
+            # The log was cut back after a failed fsync: sequences recorded for the batches
+            # cut would answer their retries as duplicates of offsets that no longer hold them.
+            table = self.producers[plog] = self._rebuild_producers(plog)
+            self.producer_generations[plog] = plog.cut_backs
         verdict = table.check_header(h)
         if verdict.error:
             pr.error_code, pr.error_message = verdict.error, verdict.message
@@ -370,6 +413,8 @@ class DataPlane:
             pr.error_code, pr.error_message = ErrorCode.CORRUPT_MESSAGE, str(e)
             return None
         except OSError as e:
+            # The log cut the partial write back (PartitionLog.append's contract): nothing
+            # of this batch stands, the next append starts at the last good position.
             log.error("append to %s failed: %r", plog.dir.name, e)
             pr.error_code, pr.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
             return None
@@ -377,7 +422,8 @@ class DataPlane:
         pr.base_offset, pr.log_start_offset = base, plog.log_start_offset
         if append_time:
             pr.log_append_time_ms = now
-        self._wake(plog)
+        if plog.config.flush_policy != "batch":
+            self._wake(plog)  # visible at once; batch-policy fetches wake once it is durable
         return last
 
     def _needs_flush_wait(self, plog: PartitionLog, offset: int) -> bool:
@@ -392,24 +438,34 @@ class DataPlane:
         return False
 
     async def _await_durable(
-        self, resp: ProduceResponse, waits: list[tuple[PartitionProduceResponse, PartitionLog, int]]
+        self,
+        resp: ProduceResponse,
+        waits: list[tuple[PartitionProduceResponse, PartitionLog, int, int]],
     ) -> ProduceResponse:
+        """Answer once every appended batch is durable; a failed fsync (FlushError: the log
+        was cut back, the batch is gone) or a cut-back below the batch is
+        KAFKA_STORAGE_ERROR, which producers retry."""
         if len(waits) == 1:
-            _, plog, offset = waits[0]
+            _, plog, offset, gen = waits[0]
             results: list[BaseException | None] = []
             try:
-                await self.flusher.wait_durable(plog, offset)
+                await self.flusher.wait_durable(plog, offset, generation=gen)
                 results.append(None)
             except Exception as e:
                 results.append(e)
         else:
             results = list(
                 await asyncio.gather(
-                    *(self.flusher.wait_durable(plog, off) for _, plog, off in waits),
+                    *(
+                        self.flusher.wait_durable(plog, off, generation=gen)
+                        for _, plog, off, gen in waits
+                    ),
                     return_exceptions=True,
                 )
             )
-        for (pr, plog, _), res in zip(waits, results, strict=True):
+        for (pr, plog, _, _), res in zip(waits, results, strict=True):
+            if res is None:
+                self._wake(plog)  # durable now: visible to fetches
             if isinstance(res, BaseException):
                 if plog.closed:
                     pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -493,6 +549,15 @@ class DataPlane:
                     pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 errored = True
                 continue
+            if plog.damaged is not None:
+                # A corrupt batch was found in this partition (at open or by an earlier
+                # read): like Kafka's offline log directory, it answers KAFKA_STORAGE_ERROR
+                # rather than serving around a hole; other partitions are unaffected.
+                pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+                pd.records = b""
+                errored = True
+                continue
             start, end = plog.log_start_offset, plog.log_end_offset
             offset = t.fetch_offset
             if offset < start or offset > end:
@@ -501,17 +566,21 @@ class DataPlane:
                 pd.records = b""
                 errored = True
                 continue
+            hw = high_watermark(plog)
             pd.error_code = ErrorCode.NO_ERROR
-            pd.high_watermark = pd.last_stable_offset = end
+            pd.high_watermark = pd.last_stable_offset = hw
             pd.log_start_offset = start
-            if offset == end:
+            if offset >= hw:
                 pd.records = b""
                 continue
             try:
-                data = budget.read(t.max_bytes, _reader(plog, offset))
+                # Every batch is CRC-checked on its way out (PartitionLog.read): a corrupt
+                # one marks the partition damaged and is never served.
+                data = budget.read(t.max_bytes, _reader(plog, offset, hw))
             except OSError as e:
                 log.error("read from %s failed: %r", plog.dir.name, e)
                 pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
                 pd.records = b""
                 errored = True
                 continue
