@@ -79,6 +79,7 @@ from protocol.messages.produce import (
 )
 from storage.durability import Flusher
 from storage.log import (
+    CorruptLogError,
     InvalidBatchError,
     LogConfig,
     PartitionLog,
@@ -578,7 +579,8 @@ class DataPlane:
                 # one marks the partition damaged and is never served.
                 data = budget.read(t.max_bytes, _reader(plog, offset, hw))
             except OSError as e:
-                log.error("read from %s failed: %r", plog.dir.name, e)
+                if not isinstance(e, CorruptLogError):  # that one was logged with its file
+                    log.error("read from %s failed: %r", plog.dir.name, e)
                 pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
                 pd.records = b""

@@ -167,3 +167,37 @@ def test_torn_tails_of_a_topic_and_the_offsets_log_after_restart(
         "new produce/commit follow the last good batch; second start clean",
         lost=0,
     )
+
+
+def test_rot_in_the_checked_tail_is_kept_and_marks_the_log_damaged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from storage.log import CorruptLogError
+    from storage.record_batch import iter_batches
+
+    d = tmp_path / "t-0"
+    log = PartitionLog(d, LogConfig())
+    for i in range(10):
+        log.append_records([(b"k", b"value-%03d" % i)])
+    log.close()
+    seg = active_segment(d)
+    buf = bytearray(seg.read_bytes())
+    _h, start, end = list(iter_batches(bytes(buf)))[-3]  # good batches follow it
+    buf[end - 2] ^= 0x01
+    seg.write_bytes(bytes(buf))
+    with caplog.at_level(logging.WARNING, logger="storage.log"):
+        log = PartitionLog(d, LogConfig())
+    # Not a torn write (the marker vouched for the fsync, good batches follow): nothing
+    # acknowledged after it is cut; the partition is marked damaged with file and position.
+    assert seg.stat().st_size == len(buf) and log.log_end_offset == 10
+    assert log.damaged is not None and f"position {start}" in log.damaged
+    assert [r.levelname for r in caplog.records] == ["ERROR"], caplog.text
+    with pytest.raises(CorruptLogError):
+        log.read(0, 1 << 20)
+    assert log.read(8, 1 << 20)  # batches after the bad one still read
+    log.close()
+    report(
+        "rot in the active segment's tail (marker present)",
+        injected="one bit flipped in the third-last batch",
+        verified="kept (no acknowledged batch cut), log marked damaged, the bad batch never read",
+    )
