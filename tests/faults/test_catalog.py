@@ -55,8 +55,11 @@ def read_back(kgc: KgcProcess, name: str, partitions: int) -> list[bytes]:
 
 
 def test_missing_catalog_is_rebuilt_from_partition_directories(kgc: KgcProcess) -> None:
-    topics = {"orders": 3, "audit": 1}
-    acked = fill(kgc, topics)
+    topics = {"orders": 3, "audit": 1, "auto": 1}
+    acked = fill(kgc, {"orders": 3, "audit": 1})
+    # "auto" is created by the producer's Metadata request (auto.create.topics.enable).
+    acked["auto"] = produce_acked(kgc.bootstrap, "auto", [f"auto-{i}".encode() for i in range(30)])
+    assert len(acked["auto"]) == 30
     ids = {name: metadata_of(kgc.bootstrap, name).topic_id for name in topics}
     kgc.kill()
     (kgc.data_dir / "topics.json").unlink()
@@ -80,7 +83,7 @@ def test_missing_catalog_is_rebuilt_from_partition_directories(kgc: KgcProcess) 
     report(
         "topics_json_deleted",
         injected="SIGKILL, then topics.json deleted",
-        verified=f"both topics back with their ids and partition counts, "
+        verified=f"all three topics (one auto-created) back with their ids and partition counts, "
         f"{sum(map(len, acked.values()))} acknowledged records read back",
         lost=lost,
     )
