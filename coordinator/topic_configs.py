@@ -70,8 +70,7 @@ def java_double(x: float) -> str:
     if x == 0:
         return "-0.0" if math.copysign(1, x) < 0 else "0.0"
     if 1e-3 <= abs(x) < 1e7:
-        text = repr(x)
-        return text if "e" not in text else format(Decimal(text), "f")
+        return repr(x)  # plain notation in this range, as Java's
     sign, digits, exponent = Decimal(repr(x)).normalize().as_tuple()
     assert isinstance(exponent, int)
     ds = "".join(map(str, digits))
