@@ -702,6 +702,9 @@ class PartitionLog:
             ticket.run()
         except OSError as e:
             self.abort_flush(ticket)
+            if self.journal is not None:
+                # Below durable_end the journal is the only copy known to be on disk.
+                self.journal.pin(f"fsync of {self.dir.name} failed")
             end = self.discard_unflushed()
             from storage.durability import FlushError
 
