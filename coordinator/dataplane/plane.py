@@ -661,19 +661,25 @@ class DataPlane:
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
     def offset_for(self, plog: PartitionLog, timestamp: int) -> tuple[int, int]:
-        """(timestamp, offset) answering a ListOffsets query; (-1, -1) when there is none."""
+        """(timestamp, offset) answering a ListOffsets query; (-1, -1) when there is none.
+
+        Like Kafka (READ_UNCOMMITTED), answers stop at the high watermark: "latest" is the
+        high watermark and a timestamp lookup that lands at or past it finds nothing, so no
+        consumer is pointed at records Fetch does not serve yet.
+        """
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return -1, plog.log_start_offset
+        hw = high_watermark(plog)
         if timestamp == LATEST_TIMESTAMP:
-            return -1, plog.log_end_offset
+            return -1, hw
         if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
             return -1, -1
         if timestamp == MAX_TIMESTAMP:
-            return self._max_timestamp(plog)
-        found = plog.offset_for_timestamp(timestamp)
-        if found is None:
-            return -1, -1
-        return found[1], found[0]
+            ts, offset = self._max_timestamp(plog)
+        else:
+            found = plog.offset_for_timestamp(timestamp)
+            offset, ts = found if found is not None else (-1, -1)
+        return (ts, offset) if 0 <= offset < hw else (-1, -1)
 
     def _max_timestamp(self, plog: PartitionLog) -> tuple[int, int]:
         best = None

@@ -335,6 +335,35 @@ async def test_list_offsets(node: Node) -> None:
     assert await lookup(9000) == (0, -1, -1)
 
 
+async def test_list_offsets_latest_is_the_high_watermark(node: Node) -> None:
+    # Fetch serves only what is durable (the high watermark); ListOffsets "latest" and
+    # timestamp lookups must not point past it, or a consumer would wait at an offset
+    # that a failed fsync may still cut back.
+    node.create("t", 1)
+    await node.produce("t", 0, batch([b"a", b"b"], ts=1000))
+    plog = node.logs.get("t", 0)
+    assert plog is not None
+    plog.append(batch([b"c"], ts=5000))  # in the page cache, not yet fsynced
+
+    req = list_offsets.Request(
+        replica_id=-1,
+        topics=[
+            list_offsets.ListOffsetsTopic(
+                name="t",
+                partitions=[
+                    list_offsets.ListOffsetsPartition(partition_index=0, timestamp=ts)
+                    for ts in (-1, 4000, -3)
+                ],
+            )
+        ],
+    )
+    latest, by_time, max_ts = (await node.call(list_offsets.API_KEY, 8, req)).topics[0].partitions
+    assert (latest.offset, by_time.offset, max_ts.offset) == (2, -1, -1)
+    plog.flush()
+    latest, by_time, max_ts = (await node.call(list_offsets.API_KEY, 8, req)).topics[0].partitions
+    assert (latest.offset, by_time.offset, max_ts.offset) == (3, 2, 2)
+
+
 async def test_log_append_time_topic(node: Node) -> None:
     node.create("t", 1, {"message.timestamp.type": "LogAppendTime"})
     before = int(time.time() * 1000)
