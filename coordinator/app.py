@@ -90,6 +90,9 @@ class App:
             broker.handlers,
             broker.supported,
             max_request_size=s.socket_request_max_bytes,
+            queued_max_requests=s.queued_max_requests,
+            queued_max_request_bytes=s.queued_max_request_bytes,
+            on_refused=self.metrics.on_refused,
             # Without an endpoint nobody reads the counters: skip the per-request hook then.
             on_connection=self.metrics.on_connection,
             on_request=self.metrics.on_request if s.metrics_port else None,

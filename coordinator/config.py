@@ -40,6 +40,22 @@ class Settings(BaseSettings):
     socket_request_max_bytes: int = Field(
         104857600, ge=1024, description="largest request frame accepted"
     )
+    # Kafka's default is 500; kgc counts the requests read but not yet answered that wait
+    # on its own work (a commit or produce waiting for its fsync), not those parked until
+    # other clients act (JoinGroup, SyncGroup, a long-polling Fetch), as Kafka does not.
+    queued_max_requests: int = Field(
+        500, ge=1, description="requests read but not yet answered before no more are read"
+    )
+    # Kafka's default is -1 (no limit). kgc bounds it: 256 MiB holds two requests of the
+    # largest size (socket.request.max.bytes, 100 MiB) with room for ordinary traffic, and
+    # the memory requests can take is then about this plus one such request (a request is
+    # admitted while the pool is not full, so one larger than the pool is still served
+    # when nothing else is queued). -1 turns the limit off.
+    queued_max_request_bytes: int = Field(
+        268435456,
+        ge=-1,
+        description="bytes of requests read but not yet answered before no more are read (-1 = no limit)",
+    )
     metrics_port: int = Field(
         9404, ge=0, le=65535, description="Prometheus endpoint port (0 = off)"
     )
@@ -101,6 +117,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
+        if self.queued_max_request_bytes == 0:
+            raise ValueError("queued.max.request.bytes must be positive, or -1 for no limit")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"

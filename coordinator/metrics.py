@@ -16,7 +16,8 @@ How this works: everything lives in one ``Metrics`` object with its own
   (the ``LogManager``; ``kgc_partition_damaged`` says which logs hold a corrupt batch, and
   ``kgc_offsets_partitions_offline`` how many offsets partitions failed to load), fsync counts and latency (the ``Flusher``'s stats) and compaction
   runs (the cleaners' stats).
-* A few things are events: connections opened/closed (``on_connection``), offsets-log load
+* A few things are events: connections opened/closed (``on_connection``) or refused for want
+  of file descriptors (``on_refused``), offsets-log load
   time per partition (``partition_loaded``), rebalance durations (``group_events``, fed the
   core's event lines: a group seen entering PreparingRebalance starts a clock that stops
   when it is next seen Stable or Empty; expired offsets come from the expiration line) and
@@ -135,6 +136,7 @@ class Metrics:
         self._latency: dict[str, _Latency] = {}
         self.connections = 0
         self.connections_opened = 0
+        self.connections_refused = 0
         self.offset_commits = 0
         self.offsets_expired = 0
         self.partition_load_seconds: dict[int, float] = {}
@@ -203,6 +205,10 @@ class Metrics:
         self.connections += delta
         if delta > 0:
             self.connections_opened += delta
+
+    def on_refused(self) -> None:
+        """A connection was refused for want of file descriptors."""
+        self.connections_refused += 1
 
     # -- events
     def partition_loaded(self, partition: int, seconds: float) -> None:
@@ -328,6 +334,11 @@ class _Collector(Collector):
         )
         yield CounterMetricFamily(
             "kgc_connections_opened", "Client connections accepted", value=self.m.connections_opened
+        )
+        yield CounterMetricFamily(
+            "kgc_connections_refused",
+            "Client connections refused (closed at once) for want of file descriptors",
+            value=self.m.connections_refused,
         )
 
     def _groups(self) -> Iterator[Metric]:

@@ -32,6 +32,7 @@ where a real broker would keep the group.
 
 from __future__ import annotations
 
+import codecs
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -499,6 +500,12 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
 
 
 # ------------------------------------------------------------ partitioning
+
+
+# Looked up at import, not on first use: a codec's module is imported lazily, and an import
+# inside a request handler (every commit hashes its group id) fails with EMFILE when
+# connections hold every file descriptor.
+codecs.lookup("utf-16-be")
 
 
 def java_string_hash(s: str) -> int:

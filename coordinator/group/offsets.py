@@ -34,6 +34,7 @@ Empty is deleted (metadata tombstone).
 
 from __future__ import annotations
 
+import codecs
 import struct
 
 from coordinator.group.base import EXPIRE_OFFSETS_KEY, OffsetEntry, TimerAction, TimerKind
@@ -116,6 +117,11 @@ def _code(
         assert code is not None
         return code
     return rest
+
+
+# Looked up at import, not on first use: a codec's module is imported lazily, and an import
+# inside a request handler fails (EMFILE) when connections hold every file descriptor.
+codecs.lookup("utf-16-le")
 
 
 def _java_length(s: str) -> int:

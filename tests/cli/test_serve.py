@@ -91,7 +91,8 @@ def test_invalid_properties_file_names_the_setting(tmp_path: Path) -> None:
 
 
 def test_port_in_use_is_one_line(kgc: KgcProcess, tmp_path: Path) -> None:
-    proc = serve(tmp_path, "--port", str(kgc.port))
+    # Its own data directory: the running server's is locked, and the port is what we test.
+    proc = serve(tmp_path / "second", "--port", str(kgc.port))
     assert proc.returncode != 0
     assert "address already in use" in proc.stderr.lower()
     assert "Traceback" not in proc.stderr
