@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from faultkit import report
-from groupkit import create_topic
+from groupkit import Member, create_topic, wait_until
 from kgc_process import KgcProcess
 
 from coordinator.client import Connection
@@ -315,6 +315,61 @@ def test_a_request_larger_than_the_pool_is_served_alone(tmp_path: Path) -> None:
         "test_a_request_larger_than_the_pool_is_served_alone",
         injected="a 20 MB request with queued.max.request.bytes = 4 MB",
         verified="answered (MESSAGE_SIZE_TOO_LARGE), then a commit answered",
+    )
+
+
+def test_queued_max_requests_bounds_fsync_waits_not_rebalances(tmp_path: Path) -> None:
+    """With queued.max.requests = 2, pipelined commits are read two at a time and all
+    answered in order; a group of 6 members still rebalances, because a JoinGroup parked
+    until the others join gives its place back (as in Kafka, where it has left the queue)."""
+    kgc = KgcProcess(tmp_path / "data", "--queued-max-requests", "2")
+    kgc.start()
+    members: list[Member] = []
+    try:
+        create_topic(kgc.bootstrap, "orders", 6)
+        conns = [Connection.to(kgc.bootstrap, timeout=10) for _ in range(3)]
+        for c in conns:
+            c.negotiate()
+        version = conns[0].version_for(offset_commit.API_KEY)
+        sent: list[list[int]] = [[] for _ in conns]
+        for n in range(20):
+            for i, c in enumerate(conns):
+                body = offset_commit.Request(
+                    group_id=f"pipelined-{i}",
+                    generation_id_or_member_epoch=-1,
+                    topics=[
+                        offset_commit.OffsetCommitRequestTopic(
+                            name="orders",
+                            partitions=[
+                                offset_commit.OffsetCommitRequestPartition(
+                                    partition_index=0, committed_offset=n
+                                )
+                            ],
+                        )
+                    ],
+                )
+                sent[i].append(c.send(offset_commit.API_KEY, version, body))
+        for i, c in enumerate(conns):
+            for cid in sent[i]:
+                got, resp = decode_response(offset_commit.API_KEY, version, c.recv_frame())
+                assert got == cid
+                assert resp.topics[0].partitions[0].error_code == 0
+            assert committed(c, f"pipelined-{i}", "orders") == 19
+            c.close()
+        members = [Member(kgc, "crowd", "range") for _ in range(6)]
+        wait_until(
+            lambda: sorted(len(m.partitions()) for m in members) == [1] * 6,
+            timeout=60,
+            what="six members with one partition each",
+        )
+    finally:
+        for m in members:
+            m.close()
+        assert kgc.stop() == 0
+    report(
+        "test_queued_max_requests_bounds_fsync_waits_not_rebalances",
+        injected="queued.max.requests = 2; 3 connections x 20 pipelined commits; a 6-member group",
+        verified="every commit answered in order and stored; the group rebalanced to 1 partition each",
     )
 
 
