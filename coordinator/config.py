@@ -47,10 +47,10 @@ class Settings(BaseSettings):
         500, ge=1, description="requests read but not yet answered before no more are read"
     )
     # Kafka's default is -1 (no limit). kgc bounds it: 256 MiB holds two requests of the
-    # largest size (socket.request.max.bytes, 100 MiB) with room for ordinary traffic, and
-    # the memory requests can take is then about this plus one such request (a request is
-    # admitted while the pool is not full, so one larger than the pool is still served
-    # when nothing else is queued). -1 turns the limit off.
+    # largest size (socket.request.max.bytes, 100 MiB) with room for ordinary traffic.
+    # Queued requests then hold at most this plus 1 MiB (or a quarter of it plus one
+    # request larger than the rest allows, which is still served when no other large one
+    # is queued); see coordinator/server.py RequestQueue. -1 turns the limit off.
     queued_max_request_bytes: int = Field(
         268435456,
         ge=-1,

@@ -18,15 +18,15 @@ Memory for requests is bounded across connections, as Kafka's ``queued.max.reque
 and ``queued.max.requests`` bound it (``RequestQueue``). A frame's size is reserved from the
 shared pool as soon as its 4-byte size has been read, before its body is buffered; a request
 gives its bytes back once it is answered. A connection whose next frame does not fit stops
-being read (its client's data waits in the kernel) until memory is given back. As in Kafka's
-non-strict ``SimpleMemoryPool``, a frame is admitted while the pool is not yet full, so one
-request larger than the whole pool is still served when nothing else is queued, and the
-pool overshoots by at most one request. kgc adds one rule: frames over 1 MiB may only fill
-three quarters of the pool, so a few huge produce requests (or clients sending them slowly)
-never starve heartbeats and commits. Requests parked in a purgatory (a JoinGroup waiting for
-the rebalance, a SyncGroup waiting for the leader, a long-polling Fetch) give their place
-back when their handler returns, as in Kafka, where such a request has left the request
-queue: they wait on other clients, and holding their place could stall a large rebalance.
+being read (its client's data waits in the kernel) until memory is given back. Frames up to
+1 MiB are admitted while the pool is not yet full (Kafka's non-strict ``SimpleMemoryPool``);
+larger ones share three quarters of it, so a few huge produce requests (or clients sending
+them slowly) never starve heartbeats and commits, and one of them is always admitted when no
+other is queued, so a request larger than the whole pool is still served. Requests parked in
+a purgatory (a JoinGroup waiting for the rebalance, a SyncGroup waiting for the leader, a
+long-polling Fetch) give their place back when their handler returns, as in Kafka, where
+such a request has left the request queue: they wait on other clients, and holding their
+place could stall a large rebalance.
 
 File descriptors: we accept connections ourselves (``_Listener``) so that running short of
 descriptors is handled here and not deep inside the storage or an import. A connection is
@@ -97,11 +97,12 @@ class RequestQueue:
 
     Frames of at most 1 MiB (heartbeats, commits, ordinary produce batches) are admitted
     while the pool is not full, as Kafka's non-strict pool admits them, and always while
-    they take less than their own quarter of it. Larger frames share the other three
-    quarters strictly, except that one is always admitted when no other large frame is
-    queued (so a request larger than the pool is still served). Together: queued bytes stay
-    under the pool plus one small frame, or one request of the largest size plus the pool
-    when that request is itself larger than three quarters of the pool.
+    they take less than their own quarter of it. Larger frames are admitted only if they
+    fit, within three quarters of the pool and within the whole; a single one that does not
+    fit is admitted anyway when no other large frame is queued and the small ones keep to
+    their quarter (so a request larger than the pool is still served). Queued bytes thus
+    stay under the pool plus 1 MiB, or a quarter of the pool plus one request
+    (``socket.request.max.bytes``), whichever is more.
 
     ``max_bytes`` < 0 means no byte limit (Kafka's -1). Connections that cannot be admitted
     wait in ``waiters`` and are offered room again, in order, when anything is given back.
@@ -123,9 +124,12 @@ class RequestQueue:
             return False
         if self.max_bytes < 0:
             return True
+        large, small = self.large, self.small
         if size > LARGE_REQUEST_BYTES:
-            return not self.large or self.large + size <= self.large_limit
-        return self.small < self.small_share or self.large + self.small < self.max_bytes
+            if large + size <= self.large_limit and large + small + size <= self.max_bytes:
+                return True
+            return not large and small < self.small_share
+        return small < self.small_share or large + small < self.max_bytes
 
     def take(self, size: int) -> None:
         if size > LARGE_REQUEST_BYTES:

@@ -223,11 +223,10 @@ class BigSender(threading.Thread):
 def test_queued_request_memory_is_bounded_across_connections(kgc: KgcProcess) -> None:
     """10 connections each send a 90 MB produce request and hold its last byte back.
 
-    Before the bound the server buffered all ten: ~970 MB resident. Now frames over 1 MiB
-    may fill 3/4 of queued.max.request.bytes (256 MiB) and the pool overshoots by at most one
-    request, so at most three 90 MB frames are buffered at once (270 MB), plus one being
-    decoded; the rest wait in the kernel. A heartbeat and a commit on another connection are
-    answered meanwhile, and every large request is answered in the end.
+    Before the bound the server buffered all ten: ~1 GB resident. Now frames over 1 MiB
+    share 3/4 of queued.max.request.bytes (256 MiB) strictly, so two 90 MB frames are
+    buffered at once and the rest wait in the kernel. A heartbeat and a commit on another
+    connection are answered meanwhile, and every large request is answered in the end.
     """
     assert kgc.proc is not None
     pid = kgc.proc.pid
@@ -276,9 +275,9 @@ def test_queued_request_memory_is_bounded_across_connections(kgc: KgcProcess) ->
     assert codes == [ErrorCode.MESSAGE_SIZE_TOO_LARGE] * 10  # answered, as Kafka answers it
     peak_kib = status_kib(pid, "VmHWM")
     grown_mib = (peak_kib - baseline_kib) / 1024
-    # The stated bound: the pool (256 MiB) + one request of overshoot (100 MiB, the largest
-    # frame) + the copy of the one frame being decoded (100 MiB).
-    bound_mib = 256 + 100 + 100
+    # The stated bound: queued requests hold at most the pool + 1 MiB (RequestQueue), plus
+    # the copy of the one frame being decoded (at most socket.request.max.bytes, 100 MiB).
+    bound_mib = 256 + 1 + 100
     report(
         "test_queued_request_memory_is_bounded_across_connections",
         injected="10 connections x 90 MB produce requests, last byte held back",
