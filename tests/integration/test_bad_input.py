@@ -112,6 +112,38 @@ def test_truncated_frame_then_close_leaks_nothing(server: KgcProcess) -> None:
     healthy(server)
 
 
+def test_abandoned_large_frames_give_their_memory_back(server: KgcProcess) -> None:
+    # Each announces a 90 MB request, sends 1 MB of it and goes away. The memory reserved
+    # for those frames must come back, or the next large request would wait forever.
+    from protocol.messages import create_topics
+
+    with Connection.to(server.bootstrap) as c:
+        c.request(
+            create_topics.API_KEY,
+            create_topics.Request(
+                topics=[
+                    create_topics.CreatableTopic(
+                        name="bulky", num_partitions=1, replication_factor=1
+                    )
+                ]
+            ),
+        )
+    for _ in range(10):
+        s = raw(server)
+        s.sendall(struct.pack(">i", 90 << 20) + b"\x00\x00\x00\x09" + bytes(1 << 20))
+        s.close()
+    s = raw(server)
+    s.settimeout(30)
+    s.sendall(_produce_frame("bulky", 8, value_bytes=60 << 20, acks=-1))
+    size = struct.unpack(">i", s.recv(4))[0]
+    body = b""
+    while len(body) < size:
+        body += s.recv(size - len(body))
+    assert struct.unpack_from(">i", body)[0] == 8  # answered (the batch is too large)
+    s.close()
+    healthy(server)
+
+
 def test_stalled_connection_does_not_block_others(server: KgcProcess) -> None:
     stalled = [raw(server) for _ in range(20)]
     for s in stalled:
@@ -188,14 +220,16 @@ def test_server_log_names_the_bad_requests(server: KgcProcess) -> None:
     assert "Traceback" not in text
 
 
-def _produce_frame(topic: str, correlation_id: int) -> bytes:
+def _produce_frame(
+    topic: str, correlation_id: int, *, value_bytes: int = 1, acks: int = 0
+) -> bytes:
     from protocol.framing import RequestHeader, encode_request
     from protocol.messages import produce
     from storage.record_batch import encode_batch
 
-    batch = encode_batch(0, [(b"k", b"v")], timestamp_ms=1)
+    batch = encode_batch(0, [(b"k", b"v" * value_bytes)], timestamp_ms=1)
     req = produce.Request(
-        acks=0,
+        acks=acks,
         timeout_ms=1000,
         topic_data=[
             produce.TopicProduceData(
