@@ -427,6 +427,17 @@ class Flusher:
         self._inflight = pending
         try:
             await self._round_of(pending, all_logs=all_logs)
+        except Exception as exc:
+            # A round that could not even start its fsyncs (e.g. no descriptor left to dup)
+            # answers its waiters with an error instead of leaving them parked forever; what
+            # they wrote stays appended and is synced by a later round.
+            for log, waiters in pending.items():
+                for _offset, fut in waiters:
+                    if not fut.done():
+                        fut.set_exception(
+                            FlushError(f"flush of {log.dir} could not run: {exc!r}", log=log)
+                        )
+            raise
         finally:
             self._inflight = {}
 

@@ -124,9 +124,11 @@ class Journal:
         """On the loop thread: what the next fsync covers (a dup'd fd and log ends)."""
         if not self._unsynced or self._fd < 0:
             return None
+        # dup first: if it fails (EMFILE) the writes stay unsynced for the next round.
+        fd = os.dup(self._fd)
         covered, self._unsynced = self._unsynced, {}
         self._syncing = (covered, self.size)
-        return os.dup(self._fd), covered
+        return fd, covered
 
     @staticmethod
     def run_sync(fd: int) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.durability import Flusher
+from storage.durability import Flusher, FlushError
 from storage.log import LogConfig
 from storage.manager import LogManager
 from storage.record_batch import iter_record_tuples
@@ -130,5 +130,31 @@ async def test_unjournaled_logs_are_not_written_to_the_journal(tmp_path: Path) -
     await asyncio.wait_for(flusher.wait_durable(log, last), 5)
     assert log.recovery_point > last
     assert logs.journal.files() == []
+    await flusher.stop()
+    logs.close_all()
+
+
+async def test_a_journal_sync_that_cannot_start_fails_its_waiters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With every file descriptor taken, dup() of the journal fails before the fdatasync can
+    # run. The waiters must get an error (the commit is answered), not wait forever, and the
+    # next round must sync what the failed one could not.
+    flusher = Flusher()
+    logs = LogManager(tmp_path, flusher=flusher)
+    log = logs.get_or_create("__consumer_offsets", 1, JOURNALED)
+    _, last = log.append_records([(b"a", b"1")], timestamp_ms=1)
+    real_dup = os.dup
+
+    def no_fds(fd: int) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "dup", no_fds)
+    with pytest.raises(FlushError):
+        await asyncio.wait_for(flusher.wait_durable(log, last), timeout=10)
+    monkeypatch.setattr(os, "dup", real_dup)
+    _, last = log.append_records([(b"b", b"2")], timestamp_ms=2)
+    await asyncio.wait_for(flusher.wait_durable(log, last), timeout=10)
+    assert log.durable_end > last
     await flusher.stop()
     logs.close_all()
