@@ -1,7 +1,7 @@
 """Pure (sans-IO) classic consumer-group coordinator: see ``shard.GroupShard``."""
 
+from coordinator.group.classic.state import GroupState, IllegalStateTransition
 from coordinator.group.shard import GroupShard
-from coordinator.group.state import GroupState, IllegalStateTransition
 from coordinator.group.types import GroupConfig, RequestContext, Result
 
 __all__ = [

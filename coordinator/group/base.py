@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from coordinator.group.group import ClassicGroup
+from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.types import GroupConfig, Result
 from protocol.errors import ErrorCode
 from storage.offsets_format import (

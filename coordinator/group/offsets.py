@@ -38,10 +38,10 @@ import codecs
 import struct
 
 from coordinator.group.base import EXPIRE_OFFSETS_KEY, OffsetEntry, TimerAction, TimerKind
-from coordinator.group.group import ClassicGroup
-from coordinator.group.join import validate_member
-from coordinator.group.rebalance import RebalanceCore
-from coordinator.group.state import GroupState
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.join import validate_member
+from coordinator.group.classic.rebalance import RebalanceCore
+from coordinator.group.classic.state import GroupState
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import (

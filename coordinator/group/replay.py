@@ -25,9 +25,9 @@ larger than group.max.size is rebalanced, as Kafka does.
 from __future__ import annotations
 
 from coordinator.group.base import EXPIRE_OFFSETS_KEY, OffsetEntry, PartitionStatus
-from coordinator.group.group import ClassicGroup, Member
+from coordinator.group.classic.group import ClassicGroup, Member
+from coordinator.group.classic.state import GroupState
 from coordinator.group.offsets import OffsetsMixin
-from coordinator.group.state import GroupState
 from coordinator.group.types import Result
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse

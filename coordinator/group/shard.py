@@ -18,12 +18,12 @@ shard to check they rebuild the same state.
 
 from __future__ import annotations
 
-from coordinator.group.admin import AdminMixin
 from coordinator.group.base import TimerKind
-from coordinator.group.heartbeat import HeartbeatMixin
-from coordinator.group.join import JoinMixin
+from coordinator.group.classic.admin import AdminMixin
+from coordinator.group.classic.heartbeat import HeartbeatMixin
+from coordinator.group.classic.join import JoinMixin
+from coordinator.group.classic.sync import SyncMixin
 from coordinator.group.replay import ReplayMixin
-from coordinator.group.sync import SyncMixin
 from coordinator.group.types import GroupConfig, RequestContext, Result
 
 __all__ = ["GroupConfig", "GroupShard", "RequestContext", "Result"]

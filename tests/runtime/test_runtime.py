@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.runtime import GroupRuntime
-from coordinator.server import ClientInfo
+from coordinator.server.handler import ClientInfo
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import offset_commit, offset_fetch

@@ -36,9 +36,9 @@ from coordinator.group.base import (
     log_string_fits,
     pending_key,
 )
-from coordinator.group.group import ClassicGroup, Member, Protocol
-from coordinator.group.rebalance import RebalanceCore
-from coordinator.group.state import GroupState
+from coordinator.group.classic.group import ClassicGroup, Member, Protocol
+from coordinator.group.classic.rebalance import RebalanceCore
+from coordinator.group.classic.state import GroupState
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse

@@ -21,8 +21,8 @@ These read (or, for DeleteGroups, tombstone) whole groups.  As in Kafka:
 from __future__ import annotations
 
 from coordinator.group.base import PartitionStatus
+from coordinator.group.classic.state import GroupState
 from coordinator.group.offsets import OffsetsMixin
-from coordinator.group.state import GroupState
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.delete_groups import (

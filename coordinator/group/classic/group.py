@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.group.state import GroupState, check_transition
-from coordinator.group.subscription import parse_subscription_topics
+from coordinator.group.classic.state import GroupState, check_transition
+from coordinator.group.classic.subscription import parse_subscription_topics
 
 __all__ = ["ClassicGroup", "Member", "Protocol"]
 

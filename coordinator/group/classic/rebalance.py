@@ -36,8 +36,8 @@ from coordinator.group.base import (
     pending_key,
     sync_key,
 )
-from coordinator.group.group import ClassicGroup, Member
-from coordinator.group.state import GroupState
+from coordinator.group.classic.group import ClassicGroup, Member
+from coordinator.group.classic.state import GroupState
 from coordinator.group.types import Result
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse, JoinGroupResponseMember

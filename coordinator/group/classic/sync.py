@@ -18,9 +18,9 @@ member's current assignment.
 
 from __future__ import annotations
 
-from coordinator.group.join import validate_member
-from coordinator.group.rebalance import RebalanceCore
-from coordinator.group.state import GroupState
+from coordinator.group.classic.join import validate_member
+from coordinator.group.classic.rebalance import RebalanceCore
+from coordinator.group.classic.state import GroupState
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse

@@ -4,8 +4,8 @@ import pytest
 from kgc_group_harness import Harness, subscription
 
 from coordinator.group import GroupState, IllegalStateTransition
-from coordinator.group.group import ClassicGroup
-from coordinator.group.subscription import parse_subscription_topics
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.subscription import parse_subscription_topics
 
 
 def test_state_values_are_kafkas_names() -> None:

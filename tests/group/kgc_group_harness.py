@@ -33,6 +33,12 @@ from protocol.messages.offset_commit import (
     OffsetCommitRequestTopic,
     OffsetCommitResponse,
 )
+from protocol.messages.offset_delete import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+    OffsetDeleteResponse,
+)
 from protocol.messages.offset_fetch import (
     OffsetFetchRequest,
     OffsetFetchRequestTopic,
@@ -42,6 +48,12 @@ from protocol.messages.sync_group import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
     SyncGroupResponse,
+)
+from protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitResponse,
 )
 
 
@@ -363,3 +375,39 @@ class Harness:
         for gid in mirror.groups:
             if gid not in live.groups:
                 raise AssertionError(f"group {gid} resurrected by replay")
+
+
+def offset_delete(h: Harness, group: str, topics: dict[str, list[int]]) -> OffsetDeleteResponse:
+    ctx = h.ctx(0)
+    req = OffsetDeleteRequest(
+        group,
+        [
+            OffsetDeleteRequestTopic(t, [OffsetDeleteRequestPartition(p) for p in ps])
+            for t, ps in topics.items()
+        ],
+    )
+    h.apply(h.shard.offset_delete(ctx, req, h.now))
+    r = h.reply(ctx.reply_to)
+    assert isinstance(r, OffsetDeleteResponse)
+    return r
+
+
+def txn_commit(
+    h: Harness, group: str, producer_id: int, offsets: dict[tuple[str, int], int]
+) -> TxnOffsetCommitResponse:
+    ctx = h.ctx(3)
+    req = TxnOffsetCommitRequest(
+        transactional_id="tx",
+        group_id=group,
+        producer_id=producer_id,
+        producer_epoch=0,
+        generation_id=-1,
+        topics=[
+            TxnOffsetCommitRequestTopic(t, [TxnOffsetCommitRequestPartition(p, o)])
+            for (t, p), o in offsets.items()
+        ],
+    )
+    h.apply(h.shard.txn_offset_commit(ctx, req, h.now))
+    r = h.reply(ctx.reply_to)
+    assert isinstance(r, TxnOffsetCommitResponse)
+    return r

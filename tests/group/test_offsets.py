@@ -1,66 +1,18 @@
 """OffsetCommit / TxnOffsetCommit / OffsetFetch / OffsetDelete and retention."""
 
-from kgc_group_harness import Harness, subscription
+from kgc_group_harness import Harness, offset_delete, subscription, txn_commit
 
 from coordinator.group import GroupConfig, GroupState
 from protocol.errors import ErrorCode
-from protocol.messages.offset_delete import (
-    OffsetDeleteRequest,
-    OffsetDeleteRequestPartition,
-    OffsetDeleteRequestTopic,
-    OffsetDeleteResponse,
-)
 from protocol.messages.offset_fetch import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
 )
-from protocol.messages.txn_offset_commit import (
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitRequestPartition,
-    TxnOffsetCommitRequestTopic,
-    TxnOffsetCommitResponse,
-)
 from storage.offsets_format import decode_key, decode_offset_commit_value
 
 T0 = ("t", 0)
-
-
-def offset_delete(h: Harness, group: str, topics: dict[str, list[int]]) -> OffsetDeleteResponse:
-    ctx = h.ctx(0)
-    req = OffsetDeleteRequest(
-        group,
-        [
-            OffsetDeleteRequestTopic(t, [OffsetDeleteRequestPartition(p) for p in ps])
-            for t, ps in topics.items()
-        ],
-    )
-    h.apply(h.shard.offset_delete(ctx, req, h.now))
-    r = h.reply(ctx.reply_to)
-    assert isinstance(r, OffsetDeleteResponse)
-    return r
-
-
-def txn_commit(
-    h: Harness, group: str, producer_id: int, offsets: dict[tuple[str, int], int]
-) -> TxnOffsetCommitResponse:
-    ctx = h.ctx(3)
-    req = TxnOffsetCommitRequest(
-        transactional_id="tx",
-        group_id=group,
-        producer_id=producer_id,
-        producer_epoch=0,
-        generation_id=-1,
-        topics=[
-            TxnOffsetCommitRequestTopic(t, [TxnOffsetCommitRequestPartition(p, o)])
-            for (t, p), o in offsets.items()
-        ],
-    )
-    h.apply(h.shard.txn_offset_commit(ctx, req, h.now))
-    r = h.reply(ctx.reply_to)
-    assert isinstance(r, TxnOffsetCommitResponse)
-    return r
 
 
 def test_simple_commit_without_member_id_creates_empty_group() -> None:

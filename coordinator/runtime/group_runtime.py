@@ -46,7 +46,7 @@ from typing import Any
 
 from coordinator.group.base import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
-from coordinator.server import ClientInfo
+from coordinator.server.handler import ClientInfo
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import (
