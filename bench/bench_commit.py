@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from aioclient import AsyncConn
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
 from coordinator.config import Settings, offsets_log_config
+from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import create_topics, offset_commit, offset_fetch
 from protocol.messages.offset_commit import (

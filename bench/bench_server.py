@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kgc_process import KgcProcess, free_port
 from loadgen import run_load
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.framing import RequestHeader, encode_request
 from protocol.messages import api_versions, create_topics, metadata
 

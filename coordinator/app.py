@@ -17,14 +17,14 @@ import logging
 import signal
 
 from coordinator import topic_configs
-from coordinator.broker import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
-from coordinator.server import KafkaServer
+from coordinator.server.broker import Broker
+from coordinator.server.listener import KafkaServer
 from storage.cleaner import LogCleaner
 from storage.durability import Flusher
 from storage.log import LogConfig, PartitionLog

@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     # largest size (socket.request.max.bytes, 100 MiB) with room for ordinary traffic.
     # Queued requests then hold at most this plus 1 MiB (or a quarter of it plus one
     # request larger than the rest allows, which is still served when no other large one
-    # is queued); see coordinator/server.py RequestQueue. -1 turns the limit off.
+    # is queued); see coordinator/server/memory.py RequestQueue. -1 turns the limit off.
     queued_max_request_bytes: int = Field(
         268435456,
         ge=-1,

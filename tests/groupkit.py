@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Consumer
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.messages import create_topics
 
 

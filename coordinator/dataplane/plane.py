@@ -54,7 +54,7 @@ from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane.producers import PartitionProducers, ProducerIdAllocator
 from coordinator.dataplane.reads import ReadBudget, validate_produced
-from coordinator.server import CLOSE_CONNECTION, NO_RESPONSE, ClientInfo
+from coordinator.server.handler import CLOSE_CONNECTION, NO_RESPONSE, ClientInfo
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, init_producer_id, list_offsets, produce

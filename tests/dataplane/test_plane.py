@@ -13,7 +13,7 @@ import pytest
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
-from coordinator.server import NO_RESPONSE, ClientInfo
+from coordinator.server.handler import NO_RESPONSE, ClientInfo
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, init_producer_id, list_offsets, produce

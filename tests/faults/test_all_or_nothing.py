@@ -18,7 +18,7 @@ from faultkit import report
 from groupkit import create_topic
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import offset_commit, offset_fetch

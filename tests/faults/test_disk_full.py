@@ -23,7 +23,7 @@ from faultkit import report
 from groupkit import create_topic
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.messages import api_versions, offset_commit, offset_fetch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

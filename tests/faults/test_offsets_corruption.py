@@ -21,7 +21,7 @@ from faultkit import report
 from groupkit import create_topic, wait_until
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import offset_commit, offset_fetch
 from storage.offsets_format import partition_for

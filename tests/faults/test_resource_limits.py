@@ -29,7 +29,7 @@ from faultkit import report
 from groupkit import Member, create_topic, wait_until
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import api_versions, fetch, heartbeat, offset_commit, offset_fetch, produce

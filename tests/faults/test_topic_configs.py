@@ -22,7 +22,7 @@ from kafka.admin import NewTopic as KpNewTopic
 from kgc_process import KgcProcess
 from test_second_process import produce_acked
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import metadata
 

@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from faultkit import report
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import create_topics, fetch
 from storage.log import CLEAN_SHUTDOWN_FILE

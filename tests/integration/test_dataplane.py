@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from crashkit import BackgroundProducer, read_all_confluent, wait_acked
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.messages import create_topics
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ from aiokafka.structs import OffsetAndMetadata
 from kgc_process import KgcProcess
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.admin import Admin
 from coordinator.metrics import Metrics
+from coordinator.tools.admin import Admin
 from protocol.messages import heartbeat, join_group, offset_commit
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -16,8 +16,8 @@ import pytest
 from logbuilder import OFFSETS, DataDir
 from pyspark.testing import assertDataFrameEqual
 
-from coordinator import cli
 from coordinator.audit.job import AuditOptions, run_audit
+from coordinator.tools import cli
 from storage.durability import write_checkpoint
 from storage.offsets_format import (
     encode_offset_commit_key,

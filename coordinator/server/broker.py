@@ -14,10 +14,10 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from coordinator import topic_configs
-from coordinator.apis import SUPPORTED
 from coordinator.catalog import TopicCatalog, TopicInfo, topic_name_error
 from coordinator.config import Settings
-from coordinator.server import ClientInfo, Handler
+from coordinator.server.apis import SUPPORTED
+from coordinator.server.handler import ClientInfo, Handler
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_body
 from protocol.messages import (

@@ -5,7 +5,7 @@ How this works: argparse subcommands; each returns an exit status. Errors a user
 traceback.
 
 The operator commands (``groups``, ``offsets``, ``topics``, ``health``) speak the plain Kafka
-protocol through ``coordinator.admin``, so they work against kgc and any Kafka-compatible
+protocol through ``coordinator.tools.admin``, so they work against kgc and any Kafka-compatible
 broker (``--bootstrap-server``). They print rich tables for people and, with
 ``--output json``, JSON for scripts. Exit codes: 0 ok, 1 the server answered with an error
 or the group/topic does not exist, 2 bad usage, 3 the server could not be reached.
@@ -111,7 +111,7 @@ def _show(out: Output, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
 
 
 def _admin(args: argparse.Namespace) -> Any:
-    from coordinator.admin import Admin
+    from coordinator.tools.admin import Admin
 
     return Admin(args.bootstrap_server, timeout=args.timeout or 10.0)
 
@@ -182,7 +182,7 @@ def cmd_groups_list(args: argparse.Namespace) -> int:
 
 
 def _describe(admin: Any, group: str) -> Any:
-    from coordinator.admin import AdminError
+    from coordinator.tools.admin import AdminError
 
     desc = admin.describe_group(group)
     if desc.state == "Dead":
@@ -191,7 +191,7 @@ def _describe(admin: Any, group: str) -> Any:
 
 
 def _offset_rows(admin: Any, desc: Any) -> list[list[Any]]:
-    from coordinator.admin import LATEST, AdminError
+    from coordinator.tools.admin import LATEST, AdminError
 
     committed = admin.committed_offsets(desc.group_id)
     owner: dict[tuple[str, int], Any] = {}
@@ -329,7 +329,7 @@ def _targets(
     topics: list[tuple[str, list[int] | None]],
     committed: dict[tuple[str, int], Any],
 ) -> list[tuple[str, int]]:
-    from coordinator.admin import AdminError
+    from coordinator.tools.admin import AdminError
 
     tps: set[tuple[str, int]] = set()
     for topic, parts in topics:
@@ -348,7 +348,7 @@ def _targets(
 
 
 def cmd_offsets_reset(args: argparse.Namespace) -> int:
-    from coordinator.admin import EARLIEST, LATEST, AdminError
+    from coordinator.tools.admin import EARLIEST, LATEST, AdminError
 
     out = Output(args)
     with _admin(args) as admin:
@@ -426,7 +426,7 @@ def cmd_offsets_delete(args: argparse.Namespace) -> int:
             admin.delete_offsets(args.group, topic, chosen)
             rows += [[topic, p, "deleted"] for p in chosen]
     if not rows:
-        from coordinator.admin import AdminError
+        from coordinator.tools.admin import AdminError
 
         raise AdminError(
             f"group {args.group!r} has no committed offsets for {', '.join(t for t, _ in args.topic)}"
@@ -451,7 +451,7 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
 
 
 def cmd_topics_describe(args: argparse.Namespace) -> int:
-    from coordinator.admin import EARLIEST, LATEST
+    from coordinator.tools.admin import EARLIEST, LATEST
 
     out = Output(args)
     with _admin(args) as admin:
@@ -526,7 +526,7 @@ def cmd_health(args: argparse.Namespace) -> int:
     such as LEADER_NOT_AVAILABLE or this node among its ``offline_replicas``. kgc reports so
     a partition whose log holds a corrupt batch or whose offsets could not be loaded.
     """
-    from coordinator.admin import Admin, AdminError, Unreachable, error_name
+    from coordinator.tools.admin import Admin, AdminError, Unreachable, error_name
 
     out = Output(args)
     t0 = time.perf_counter()
@@ -770,7 +770,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_admin(args: argparse.Namespace) -> int:
     """Run an operator command, turning every failure into one line and an exit code."""
-    from coordinator.admin import AdminError, Unreachable
+    from coordinator.tools.admin import AdminError, Unreachable
 
     try:
         return int(args.func(args))

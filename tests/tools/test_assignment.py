@@ -7,7 +7,7 @@ import struct
 import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
-from coordinator.admin import decode_assignment, encode_assignment
+from coordinator.tools.admin import decode_assignment, encode_assignment
 
 
 def test_round_trip_every_version_with_and_without_user_data() -> None:

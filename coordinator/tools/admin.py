@@ -4,7 +4,7 @@ How this works: an ``Admin`` holds a connection to the bootstrap server and, laz
 other broker it needs. Group operations go to the group's coordinator (FindCoordinator),
 offset look-ups (ListOffsets) to each partition's leader (Metadata), so the same code works
 against kgc and a multi-broker Kafka cluster. Everything speaks the plain Kafka protocol
-through ``coordinator.client``; no kgc internals are used.
+through ``coordinator.tools.client``; no kgc internals are used.
 
 Failures come out as two exception types the CLI maps to exit codes: ``Unreachable`` (no
 TCP connection or the connection dropped: exit 3) and ``AdminError`` (the server answered
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.client import Connection, KafkaError
+from coordinator.tools.client import Connection, KafkaError
 from protocol.errors import ErrorCode
 from protocol.messages import (
     create_topics,

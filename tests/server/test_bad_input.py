@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kgc_process import KgcProcess
 
-from coordinator.client import Connection
+from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.framing import decode_response
 from protocol.messages import api_versions, metadata

@@ -1,0 +1,273 @@
+"""Listening sockets and accepting connections, with a reserve of file descriptors.
+
+How this works: we accept connections ourselves (``_Listener``) so that running short of
+descriptors is handled here and not deep inside the storage or an import. A connection is
+refused (accepted and closed at once) when fewer than a reserve of descriptors would be left
+for the logs; if accept() itself fails with EMFILE, a spare descriptor is given up for a
+moment to accept and close the waiting connection (the classic trick), so clients learn at
+once instead of hanging in the backlog. Refusals are logged once per episode and counted;
+connections are accepted again as soon as descriptors free up. Each accepted socket becomes
+a ``KafkaConnection`` (``transport``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import resource
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.server.handler import Handler, RequestHook, Supported
+from coordinator.server.memory import RequestQueue
+from coordinator.server.transport import KafkaConnection
+
+log = logging.getLogger("kgc.server")
+
+BACKLOG = 1024
+ACCEPTS_PER_WAKEUP = 64
+ACCEPT_RETRY_S = 0.1  # without a spare descriptor, how long accepting pauses after EMFILE
+# Out-of-resource errors of accept(); the connection waits in the backlog, not lost.
+_ACCEPT_SHORTAGE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# Errors about the one connection being accepted (it went away first): skip it.
+_ACCEPT_SKIP = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.EINTR})
+
+
+def descriptor_reserve(limit: int) -> int:
+    """Descriptors kept free for the logs: a tenth of the limit, at least 64, at most 1024.
+
+    Every partition holds its active segment open and a roll or a new topic opens more; a
+    connection only ever needs its socket, so connections are what gives way.
+    """
+    return min(1024, max(64, limit // 10))
+
+
+class _Listener:
+    """One listening socket, accepted from by hand so descriptor shortage is ours to handle."""
+
+    def __init__(self, server: KafkaServer, sock: socket.socket) -> None:
+        self.server = server
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        self.paused: asyncio.TimerHandle | None = None
+        self.loop.add_reader(sock.fileno(), self.accept)
+
+    def accept(self) -> None:
+        server = self.server
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _ACCEPT_SKIP:
+                    continue
+                if exc.errno in _ACCEPT_SHORTAGE and server.shed(self.sock):
+                    continue
+                # No spare descriptor (or another error): the connection waits in the
+                # backlog; try again shortly or when a connection closes.
+                server.refusing(f"accept() failed: {exc.strerror or exc}")
+                self.pause()
+                return
+            if conn.fileno() >= server.descriptor_ceiling():
+                server.refuse(conn, "too few file descriptors left for the logs")
+                continue
+            server.adopt(conn)
+
+    def pause(self) -> None:
+        if self.paused is None:
+            self.loop.remove_reader(self.sock.fileno())
+            self.paused = self.loop.call_later(ACCEPT_RETRY_S, self.resume)
+
+    def resume(self) -> None:
+        if self.paused is not None:
+            self.paused.cancel()
+            self.paused = None
+            if self.sock.fileno() >= 0:
+                self.loop.add_reader(self.sock.fileno(), self.accept)
+
+    def close(self) -> None:
+        if self.paused is not None:
+            self.paused.cancel()
+            self.paused = None
+        elif self.sock.fileno() >= 0:
+            self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
+class KafkaServer:
+    """Owns the listening sockets and the set of live connections."""
+
+    def __init__(
+        self,
+        handlers: dict[int, Handler],
+        supported: Supported,
+        *,
+        max_request_size: int,
+        queued_max_requests: int = 500,
+        queued_max_request_bytes: int = -1,
+        on_connection: Callable[[int], None] = lambda delta: None,
+        on_refused: Callable[[], None] = lambda: None,
+        on_request: RequestHook | None = None,
+    ) -> None:
+        self.handlers = handlers  # shared with the broker: registrations show up here
+        self.supported = supported
+        self.max_request_size = max_request_size
+        self.queue = RequestQueue(queued_max_requests, queued_max_request_bytes)
+        self.on_connection = on_connection
+        self.on_refused = on_refused
+        self.on_request = on_request
+        self.connections: set[KafkaConnection] = set()
+        self.listeners: list[_Listener] = []
+        self.refused = 0
+        self._short = False  # refusing since the shortage was logged
+        self._refused_in_episode = 0
+        self._spare: int | None = None  # given up for a moment to refuse on EMFILE
+        self._accepting: set[asyncio.Task[Any]] = set()
+        self._conn_seq = 0
+
+    def next_conn_id(self) -> int:
+        self._conn_seq += 1
+        return self._conn_seq
+
+    async def start(self, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        socks: list[socket.socket] = []
+        try:
+            for family, type_, proto, _, addr in dict.fromkeys(infos):
+                sock = socket.socket(family, type_, proto)
+                socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if port == 0 and len(socks) > 1:  # every address on the same free port
+                    addr = (addr[0], socks[0].getsockname()[1], *addr[2:])
+                try:
+                    sock.bind(addr)
+                except OSError as exc:
+                    raise OSError(
+                        exc.errno,
+                        f"error while attempting to bind on address {addr!r}: "
+                        f"{(exc.strerror or str(exc)).lower()}",
+                    ) from None
+                sock.listen(BACKLOG)
+                sock.setblocking(False)
+        except BaseException:
+            for sock in socks:
+                sock.close()
+            raise
+        with contextlib.suppress(OSError):
+            self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self.listeners = [_Listener(self, sock) for sock in socks]
+        return int(socks[0].getsockname()[1]) if socks else port
+
+    # -- accepting
+    def descriptor_ceiling(self) -> int:
+        """Accepted sockets numbered at or above this are refused.
+
+        POSIX hands out the lowest free descriptor, so a socket numbered n means at least
+        n + 1 descriptors are in use. Read per accept: the limit can change at run time.
+        """
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return 1 << 62
+        return limit - descriptor_reserve(limit)
+
+    def adopt(self, conn: socket.socket) -> None:
+        if self._short:
+            log.info(
+                "accepting connections again (%d refused while short of file descriptors)",
+                self._refused_in_episode,
+            )
+            self._short = False
+            self._refused_in_episode = 0
+        conn.setblocking(False)
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._connect(conn))
+        self._accepting.add(task)
+        task.add_done_callback(self._accepting.discard)
+
+    async def _connect(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(lambda: KafkaConnection(self), conn)
+        except OSError as exc:
+            log.warning("could not set up an accepted connection: %s", exc)
+            conn.close()
+
+    def refusing(self, reason: str) -> None:
+        """Log the first refusal of an episode; the rest are only counted."""
+        if not self._short:
+            self._short = True
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            log.warning(
+                "refusing new connections: %s (open-files limit %d, %d connections open); "
+                "raise the limit (ulimit -n) or reduce the connections",
+                reason,
+                limit,
+                len(self.connections),
+            )
+
+    def refuse(self, conn: socket.socket, reason: str) -> None:
+        self.refusing(reason)
+        conn.close()
+        self.refused += 1
+        self._refused_in_episode += 1
+        self.on_refused()
+
+    def shed(self, sock: socket.socket) -> bool:
+        """accept() failed with EMFILE: free the spare descriptor, accept the waiting
+        connection with it and close that at once, then take the spare back."""
+        if self._spare is None:
+            return False
+        os.close(self._spare)
+        self._spare = None
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            pass
+        else:
+            self.refuse(conn, "out of file descriptors")
+        with contextlib.suppress(OSError):
+            self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        return self._spare is not None
+
+    def listener_freed(self) -> None:
+        """A connection closed: a listener paused for want of descriptors may go on."""
+        for listener in self.listeners:
+            if listener.paused is not None:
+                listener.resume()
+        if self._spare is None:
+            with contextlib.suppress(OSError):
+                self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, let in-flight responses go out, then close every connection."""
+        for listener in self.listeners:
+            listener.close()
+        self.listeners = []
+        for task in list(self._accepting):
+            with contextlib.suppress(Exception):
+                await task
+        deadline = asyncio.get_running_loop().time() + grace_s
+        while any(not c.idle() for c in self.connections):
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        # close() sends what is buffered first; a client that does not read is cut off.
+        deadline = asyncio.get_running_loop().time() + 1.0
+        while self.connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.abort()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None

@@ -1,0 +1,417 @@
+"""The connection protocol: framing, ordering, backpressure, bad input.
+
+How this works: each connection is an ``asyncio.Protocol``. ``data_received`` cuts the
+stream into size-prefixed frames and hands each to the handler registered for its API key
+(``handler`` states what a handler is given and returns), which returns either a response
+body at once (most requests) or an awaitable (a JoinGroup parked until the group
+rebalances, a commit waiting for its fsync, a long-polling Fetch). Kafka clients match
+responses to requests by order as well as correlation id, so every request takes a slot in
+a per-connection queue and responses are written strictly in request order, however they
+complete.
+
+Bad input is answered the way Kafka answers it: a negative or oversized size, an unknown
+API key, an unsupported version or a body that does not parse closes that connection (with a
+log line); other connections never notice. A slow reader pauses our reading from it
+(``pause_writing``) so it cannot make us buffer without bound.
+
+Memory for requests is bounded across connections (``memory.RequestQueue``): a frame is
+reserved from the shared pool before its body is buffered, and a connection whose next
+frame does not fit is not read until memory is given back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from coordinator.server.handler import CLOSE_CONNECTION, NO_RESPONSE, ClientInfo
+from coordinator.server.memory import LARGE_REQUEST_BYTES
+from protocol.errors import ErrorCode
+from protocol.framing import (
+    API_VERSIONS_KEY,
+    RequestHeader,
+    UnknownApi,
+    decode_request,
+    encode_response,
+)
+from protocol.messages import fetch, join_group, sync_group
+from protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
+from protocol.primitives import DecodeError
+
+if TYPE_CHECKING:
+    from coordinator.server.listener import KafkaServer
+
+log = logging.getLogger("kgc.server")
+
+_SIZE = struct.Struct(">i")
+MAX_IN_FLIGHT = 1000  # per connection; beyond this we stop reading until responses drain
+# Requests that wait on other clients or on time, not on our own work (Kafka's purgatories).
+PURGATORY_APIS = frozenset({join_group.API_KEY, sync_group.API_KEY, fetch.API_KEY})
+
+
+class _Slot:
+    __slots__ = ("close", "data", "done", "nbytes", "queued")
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+        self.done = False
+        self.close = False
+        self.nbytes = 0  # bytes this request holds in the RequestQueue until answered
+        self.queued = False  # it holds a place in the RequestQueue until answered
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, server: KafkaServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.slots: deque[_Slot] = deque()
+        self.write_paused = False
+        self.read_paused = False
+        self.closed = False
+        self.host = "?"
+        self.port = 0
+        self.conn_id = server.next_conn_id()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.info: ClientInfo | None = None
+        self.out: list[bytes] | None = None
+        self.queue = server.queue
+        self.frame_bytes = 0  # reserved in the queue for the frame being read
+        self.held = 0  # reserved for the frame being handled, until a request keeps it
+        self.frame_size = 0
+        self.waiting = False  # for room in the queue; not read meanwhile
+
+    # -- asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transport is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.host, self.port = str(peer[0]), int(peer[1])
+        self.server.connections.add(self)
+        self.server.on_connection(+1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        self.server.on_connection(-1)
+        for task in list(self.tasks):
+            task.cancel()
+        # Everything this connection held in the queue goes back: its partial frame and
+        # its unanswered requests (they will never be answered now).
+        for held in (self.frame_bytes, self.held):
+            if held:
+                self.queue.give_back(held)
+        self.frame_bytes = self.held = 0
+        for slot in self.slots:
+            self._release(slot)
+        self.server.listener_freed()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if not self.waiting:  # else at most one read arrived before the pause took effect
+            self._read_frames()
+
+    def resume(self) -> None:
+        """Called by the queue when there may be room for the frame we wait on."""
+        self.waiting = False
+        self._read_frames()
+        self._update_reading()
+
+    def _read_frames(self) -> None:
+        buf = self.buf
+        pos = 0
+        n = len(buf)
+        max_size = self.server.max_request_size
+        queue = self.queue
+        # Responses ready at once are gathered and written with one call per read.
+        out: list[bytes] = []
+        self.out = out
+        while n - pos >= 4:
+            size = _SIZE.unpack_from(buf, pos)[0]
+            if size < 0 or size > max_size:
+                log.warning(
+                    "closing connection from %s:%d: request size %d outside [0, %d]",
+                    self.host,
+                    self.port,
+                    size,
+                    max_size,
+                )
+                self.abort()
+                return
+            end = pos + 4 + size
+            reserved = self.frame_bytes
+            if not reserved:
+                if not queue.admits(size):
+                    self.waiting = True
+                    queue.wait(self)
+                    self._update_reading()
+                    break
+                if end > n:
+                    # The whole frame is reserved before its body is buffered.
+                    queue.take(size)
+                    self.frame_bytes = size
+                    break
+            elif end > n:
+                break
+            if size > LARGE_REQUEST_BYTES:
+                # Cut the buffer before handling, so a large frame is not held twice.
+                with memoryview(buf) as view:
+                    frame = bytes(view[pos + 4 : end])
+                del buf[:end]
+                pos, n = 0, len(buf)
+            else:
+                frame = bytes(buf[pos + 4 : end])
+                pos = end
+            self.frame_bytes = 0
+            self.held, self.frame_size = reserved, size
+            self.handle_frame(frame)
+            if self.held:  # answered (or dropped) at once: nothing keeps the bytes
+                queue.give_back(self.held)
+                self.held = 0
+            if self.closed:
+                return
+        self.out = None
+        if out and self.transport is not None:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if pos:
+            del buf[:pos]
+
+    # -- requests
+    def handle_frame(self, frame: bytes) -> None:
+        server = self.server
+        try:
+            header, body = decode_request(frame)
+        except UnknownApi as exc:
+            if len(frame) >= 8 and struct.unpack_from(">h", frame)[0] == API_VERSIONS_KEY:
+                self._unsupported_api_versions(frame)
+                return
+            log.warning("closing connection from %s:%d: %s", self.host, self.port, exc)
+            self.abort()
+            return
+        except DecodeError as exc:
+            log.warning(
+                "closing connection from %s:%d: malformed request (api key %s): %s; frame starts %s",
+                self.host,
+                self.port,
+                struct.unpack_from(">h", frame)[0] if len(frame) >= 2 else "?",
+                exc,
+                frame[:256].hex(),
+            )
+            self.abort()
+            return
+        key, version = header.api_key, header.api_version
+        bounds = server.supported.get(key)
+        if bounds is None or not bounds[0] <= version <= bounds[1]:
+            if key == API_VERSIONS_KEY:
+                self._unsupported_api_versions(frame)
+                return
+            log.warning(
+                "closing connection from %s:%d: unsupported api key %d version %d",
+                self.host,
+                self.port,
+                key,
+                version,
+            )
+            self.abort()
+            return
+        info = self.info
+        if info is None or info.client_id != (header.client_id or ""):
+            info = self.info = ClientInfo(
+                header.client_id or "", self.host, self.port, self.conn_id
+            )
+        on_request = server.on_request
+        started = time.perf_counter() if on_request is not None else 0.0
+        try:
+            # The supported-versions check above guarantees a handler for the key.
+            result = server.handlers[key](header, body, info)
+        except Exception:
+            log.exception("handler for api key %d v%d failed; closing connection", key, version)
+            self.abort()
+            return
+        if isinstance(result, asyncio.Future):
+            # The common parked case (a commit waiting for its fsync, a JoinGroup waiting
+            # for the rebalance): a callback, not a task per request.
+            slot = _Slot()
+            self.slots.append(slot)
+            self._park(slot, key)
+            result.add_done_callback(lambda fut: self._complete(slot, header, fut, started))
+            self._update_reading()
+            return
+        if hasattr(result, "__await__"):  # coroutines; far cheaper than inspect
+            slot = _Slot()
+            self.slots.append(slot)
+            self._park(slot, key)
+            task = asyncio.ensure_future(self._finish(slot, header, result, started))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            self._update_reading()
+            return
+        if result is CLOSE_CONNECTION:
+            if not self.slots:
+                self._close_gracefully()
+                return
+            slot = _Slot()
+            slot.done = slot.close = True
+            self.slots.append(slot)
+            return
+        data = (
+            None
+            if result is NO_RESPONSE
+            else encode_response(key, version, header.correlation_id, result)
+        )
+        if on_request is not None:
+            on_request(key, version, result, started)
+        if not self.slots:
+            if data is not None:
+                self._write(data)
+            return
+        slot = _Slot()
+        slot.data, slot.done = data, True
+        self.slots.append(slot)
+
+    def _park(self, slot: _Slot, key: int) -> None:
+        """A request answered later keeps its frame's bytes and a place in the queue."""
+        if key in PURGATORY_APIS:
+            return  # waits on other clients: gives both back now (the caller releases)
+        size = self.frame_size
+        if not self.held:
+            self.queue.take(size)  # the frame arrived whole: not reserved yet
+        self.held = 0
+        slot.nbytes, slot.queued = size, True
+        self.queue.requests += 1
+
+    def _release(self, slot: _Slot) -> None:
+        if slot.queued:
+            self.queue.give_back(slot.nbytes, 1)
+            slot.nbytes, slot.queued = 0, False
+
+    def _complete(
+        self, slot: _Slot, header: RequestHeader, fut: asyncio.Future[Any], started: float
+    ) -> None:
+        if self.closed:
+            return  # connection_lost gave back what the slot held
+        if fut.cancelled():
+            self._release(slot)
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error(
+                "handler for api key %d v%d failed (%r); closing connection",
+                header.api_key,
+                header.api_version,
+                exc,
+            )
+            self.abort()
+            return
+        self._done(slot, header, fut.result(), started)
+
+    async def _finish(
+        self, slot: _Slot, header: RequestHeader, pending: Awaitable[Any], started: float
+    ) -> None:
+        try:
+            result = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "handler for api key %d v%d failed; closing connection",
+                header.api_key,
+                header.api_version,
+            )
+            self.abort()
+            return
+        self._done(slot, header, result, started)
+
+    def _done(self, slot: _Slot, header: RequestHeader, result: Any, started: float) -> None:
+        self._release(slot)
+        if result is not NO_RESPONSE:
+            slot.data = encode_response(
+                header.api_key, header.api_version, header.correlation_id, result
+            )
+        on_request = self.server.on_request
+        if on_request is not None:
+            on_request(header.api_key, header.api_version, result, started)
+        slot.done = True
+        self._flush()
+
+    def _write(self, data: bytes) -> None:
+        if self.out is not None:
+            self.out.append(data)
+        elif self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def _flush(self) -> None:
+        slots = self.slots
+        while slots and slots[0].done:
+            slot = slots.popleft()
+            if slot.data is not None:
+                self._write(slot.data)
+            if slot.close:
+                self._close_gracefully()
+                return
+        self._update_reading()
+
+    def _close_gracefully(self) -> None:
+        """Send what is already answered, then close (buffered writes still go out)."""
+        if self.closed or self.transport is None:
+            return
+        if self.out:
+            self.transport.write(b"".join(self.out))
+            self.out.clear()
+        self.closed = True
+        self.transport.close()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        should_pause = self.write_paused or self.waiting or len(self.slots) >= MAX_IN_FLIGHT
+        if should_pause and not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+        elif not should_pause and self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    def _unsupported_api_versions(self, frame: bytes) -> None:
+        # Kafka answers an ApiVersions it cannot parse with a v0 response carrying
+        # UNSUPPORTED_VERSION and its ApiVersions range, so the client can retry lower.
+        correlation_id = struct.unpack_from(">i", frame, 4)[0] if len(frame) >= 8 else 0
+        lo, hi = self.server.supported[API_VERSIONS_KEY]
+        body = ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION,
+            api_keys=[ApiVersion(api_key=API_VERSIONS_KEY, min_version=lo, max_version=hi)],
+        )
+        data = encode_response(API_VERSIONS_KEY, 0, correlation_id, body)
+        if not self.slots:
+            self._write(data)
+        else:
+            slot = _Slot()
+            slot.data, slot.done = data, True
+            self.slots.append(slot)
+
+    def abort(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.abort()
+
+    def idle(self) -> bool:
+        return not self.slots
