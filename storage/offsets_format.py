@@ -20,10 +20,9 @@ length bytes and int32 array counts; flexible ones use unsigned varints of
 length+1 (0 = null) and end every struct with a tagged-field section, which
 we skip on decode and write empty.
 
-``decode_offset_commit_values`` decodes many offset-commit values at once for bulk
-readers (the offsets audit): the classic layouts are read with numpy gathers at computed
-positions and anything else goes through the scalar decoder, so both agree on every input.
-numpy is imported only inside it; the server does not depend on numpy.
+The offsets audit decodes offset-commit values many at a time with its own columnar
+decoder (``coordinator.audit.columns``), which hands anything but the plain classic layouts
+to ``decode_offset_commit_value`` here, so both agree on every input.
 
 ``java_string_hash`` / ``partition_for`` reproduce how Kafka maps a group id
 to an offsets-topic partition, so a client's FindCoordinator answer matches
@@ -36,17 +35,12 @@ import codecs
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
+from typing import NamedTuple
 
 __all__ = [
     "GroupMetadataKey",
     "GroupMetadataValue",
     "MemberMetadata",
-    "OffsetCommitColumns",
     "OffsetCommitKey",
     "OffsetCommitValue",
     "OffsetsFormatError",
@@ -54,7 +48,6 @@ __all__ = [
     "decode_group_metadata_value",
     "decode_key",
     "decode_offset_commit_value",
-    "decode_offset_commit_values",
     "encode_group_metadata_key",
     "encode_group_metadata_value",
     "encode_offset_commit_key",
@@ -327,98 +320,6 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     if r.pos != len(data):
         raise OffsetsFormatError(f"{len(data) - r.pos} trailing bytes in OffsetCommitValue")
     return OffsetCommitValue(offset, metadata, ts, epoch, expire, version)
-
-
-class OffsetCommitColumns(NamedTuple):
-    """Offset-commit values side by side (``decode_offset_commit_values``); no metadata."""
-
-    offset: NDArray[np.int64]
-    leader_epoch: NDArray[np.int64]
-    commit_timestamp: NDArray[np.int64]
-    expire_timestamp: NDArray[np.int64]
-    # value index -> why it does not decode; such values read 0 in the columns
-    errors: dict[int, OffsetsFormatError]
-
-
-# The classic layouts, by version (v0..v3): int16 version, int64 offset, [int32 leader epoch
-# (v3)], int16-length metadata, int64 commit timestamp, [int64 expire timestamp (v1)].
-# Per version: where the metadata length is, and the size of everything but the metadata.
-_LAYOUTS = ((10, 20), (10, 28), (10, 20), (14, 24))
-
-
-def decode_offset_commit_values(
-    data: bytes, starts: NDArray[np.int64], lengths: NDArray[np.int64]
-) -> OffsetCommitColumns:
-    """``decode_offset_commit_value`` of every ``data[start:start + length]``, as columns.
-
-    A value is read by numpy gathers only when its version is 0..3, its length is exactly
-    that layout's plus its metadata length, and its metadata is ASCII (so certainly valid
-    UTF-8).  The rest -- flexible v4, unknown versions, garbage, other metadata -- goes
-    through the scalar decoder: its OffsetsFormatErrors are returned in ``errors`` and
-    anything else it raises (UnicodeDecodeError) propagates, as it would from a loop.
-    """
-    import numpy as np
-
-    n = len(starts)
-    offset = np.zeros(n, np.int64)
-    epoch = np.full(n, -1, np.int64)
-    ts = np.zeros(n, np.int64)
-    expire = np.full(n, -1, np.int64)
-    fast = np.zeros(n, np.bool_)
-    rows = np.flatnonzero(lengths >= min(size for _, size in _LAYOUTS))
-    if rows.size:
-        # Every byte offset viewed as the start of an (unaligned) big-endian integer.
-        size = len(data)
-        i16 = np.ndarray((size - 1,), ">i2", data, strides=(1,))
-        i32 = np.ndarray((size - 3,), ">i4", data, strides=(1,))
-        i64 = np.ndarray((size - 7,), ">i8", data, strides=(1,))
-        s = starts[rows]
-        version = i16[s]
-        if version.min() == version.max():  # the usual case: one version throughout
-            by_version = [(int(version[0]), rows, s)]
-        else:
-            by_version = []
-            for v in range(len(_LAYOUTS)):
-                sel = np.flatnonzero(version == v)
-                by_version.append((v, rows[sel], s[sel]))
-        for v, r, vs in by_version:
-            if not 0 <= v < len(_LAYOUTS) or not r.size:
-                continue
-            mlen_at, fixed = _LAYOUTS[v]
-            mlen = i16[vs + mlen_at].astype(np.int64)
-            ok = (mlen >= 0) & (lengths[r] == fixed + mlen)
-            meta = np.flatnonzero(ok & (mlen > 0))
-            if meta.size:
-                # one index per metadata byte; a value with a byte >= 0x80 is not ASCII
-                ml = mlen[meta]
-                cum = np.cumsum(ml)
-                at = np.repeat(vs[meta] + mlen_at + 2 - (cum - ml), ml) + np.arange(int(cum[-1]))
-                high = np.frombuffer(data, np.uint8)[at] >= 0x80
-                ok[meta[np.add.reduceat(high, cum - ml) > 0]] = False
-            if not ok.all():
-                r, vs, mlen = r[ok], vs[ok], mlen[ok]
-            fast[r] = True
-            offset[r] = i64[vs + 2]
-            if v == 3:
-                epoch[r] = i32[vs + 10]
-            ts_at = vs + mlen_at + 2 + mlen
-            ts[r] = i64[ts_at]
-            if v == 1:
-                expire[r] = i64[ts_at + 8]
-    errors: dict[int, OffsetsFormatError] = {}
-    for i in np.flatnonzero(~fast).tolist():
-        start = int(starts[i])
-        try:
-            value = decode_offset_commit_value(data[start : start + int(lengths[i])])
-        except OffsetsFormatError as e:
-            errors[i] = e
-            offset[i] = epoch[i] = ts[i] = expire[i] = 0
-            continue
-        offset[i] = value.offset
-        epoch[i] = value.leader_epoch
-        ts[i] = value.commit_timestamp
-        expire[i] = value.expire_timestamp
-    return OffsetCommitColumns(offset, epoch, ts, expire, errors)
 
 
 # ------------------------------------------------------------ group metadata value

@@ -19,50 +19,42 @@ loop inlines the single-byte varint case and avoids per-field function calls.
 ``iter_record_tuples`` skips building dataclasses for callers that only need
 (offset, timestamp, key, value).
 
-``record_columns`` is the columnar variant for bulk readers (the offsets audit): it walks
-many batches of one buffer at once with numpy and returns positions of keys and values
-instead of copies.  Record boundaries are found in lockstep -- step k reads the k-th record
-of every batch -- so the number of numpy steps is the longest batch's record count, not the
-number of records; the last few long batches are finished by a plain loop.  Any batch that
-is compressed or not perfectly regular goes through ``iter_record_tuples`` instead, so both
-agree on every input.  numpy is imported only there: the server does not depend on it.
+The offsets audit reads many batches at once with its own columnar decoder
+(``coordinator.audit.columns``); it builds on what is public here (``iter_record_tuples`` for
+any batch it does not walk itself, ``read_varint`` and the header field positions), so both
+agree on every input, while ``storage`` keeps to the server's own dependencies.
 """
 
 from __future__ import annotations
 
-import functools
 import gzip
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 import crc32c as _crc32c
 
-if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
-
 __all__ = [
+    "ATTRIBUTES_POS",
     "ATTR_COMPRESSION_MASK",
     "ATTR_CONTROL",
     "ATTR_DELETE_HORIZON",
     "ATTR_LOG_APPEND_TIME",
     "ATTR_TRANSACTIONAL",
+    "BASE_TIMESTAMP_POS",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
+    "RECORDS_COUNT_POS",
     "BatchHeader",
     "CorruptBatchError",
     "Record",
-    "RecordColumns",
     "UnsupportedCompressionError",
     "decode_records",
     "encode_batch",
     "iter_batches",
     "iter_record_tuples",
-    "key_ids",
     "parse_header",
-    "record_columns",
+    "read_varint",
     "set_base_offset",
     "verify_crc",
 ]
@@ -77,9 +69,10 @@ LOG_OVERHEAD = 12
 _CRC_START = 21  # attributes onwards are covered by the CRC
 _CRC_POS = 17
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-_ATTR_POS = 21
-_BASE_TIMESTAMP_POS = 27
-_RECORDS_COUNT_POS = 57
+# Where header fields are, from the batch's start (as Kafka's DefaultRecordBatch names them).
+ATTRIBUTES_POS = 21
+BASE_TIMESTAMP_POS = 27
+RECORDS_COUNT_POS = 57
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
@@ -334,7 +327,8 @@ def encode_batch(
 # ---------------------------------------------------------------- decoding
 
 
-def _slow_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """The zigzag varint at ``pos`` and the position after it (any length up to 64 bits)."""
     result = 0
     shift = 0
     while True:
@@ -372,7 +366,7 @@ def iter_record_tuples(
     base_offset = h.base_offset
     base_ts = h.base_timestamp
     pos = HEADER_SIZE
-    slow = _slow_varint
+    slow = read_varint
     try:
         for _ in range(h.records_count):
             b = buf[pos]
@@ -428,7 +422,7 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     """Decode every record of an uncompressed (or gzip) batch."""
     h, buf = _records_payload(batch)
     pos = HEADER_SIZE
-    slow = _slow_varint
+    slow = read_varint
     out: list[Record] = []
     append = out.append
     try:
@@ -506,302 +500,3 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     except IndexError:
         raise CorruptBatchError(f"record data truncated in batch at {h.base_offset}") from None
     return out
-
-
-# ---------------------------------------------------------------- columnar decoding
-
-# Below this many batches still being walked, one numpy step costs more than reading their
-# records one at a time.
-_LOCKSTEP_MIN = 64
-# numpy decodes varints of up to 5 bytes (35 bits, far inside int64).  Longer ones are legal
-# but never needed for the lengths and deltas of a sane batch: their batch is read by
-# ``iter_record_tuples`` instead.
-_NP_VARINT_SHIFT = 35
-# Bases this far from zero could overflow int64 once a 35-bit delta is added.
-_NP_BASE_LIMIT = 1 << 62
-# _WORD_MASK[n] keeps the first n bytes of a little-endian 8-byte word.
-_WORD_MASK = [(1 << (8 * n)) - 1 for n in range(9)]
-_FINGERPRINT_MUL = 0x9E3779B97F4A7C15  # odd, well mixed (2**64 / golden ratio)
-
-
-class RecordColumns(NamedTuple):
-    """Records of many batches as parallel numpy arrays, in file order (``record_columns``)."""
-
-    data: bytes  # what key_start / value_start index: the buffer, plus any decompressed records
-    batch: NDArray[np.int64]  # the record's batch, as an index into the spans passed in
-    offset: NDArray[np.int64]
-    timestamp: NDArray[np.int64]
-    key_start: NDArray[np.int64]
-    key_len: NDArray[np.int64]  # -1: null key
-    value_start: NDArray[np.int64]
-    value_len: NDArray[np.int64]  # -1: null value (a tombstone)
-
-
-BatchError = CorruptBatchError | UnsupportedCompressionError
-
-
-@functools.cache
-def _zigzag_table() -> NDArray[np.int64]:
-    """The value of each one-byte varint, by its byte (entries >= 0x80 are unused)."""
-    import numpy as np
-
-    return np.array([(b >> 1) ^ -(b & 1) for b in range(256)], np.int64)
-
-
-def _int_view(buf: bytes, dtype: str) -> NDArray[Any]:
-    """Every byte offset of ``buf`` viewed as the start of an (unaligned) integer of
-    ``dtype`` (">i4": big-endian int32), for gathers at arbitrary positions."""
-    import numpy as np
-
-    size = int(dtype[-1])
-    return np.ndarray((max(len(buf) - size + 1, 0),), dtype, buf, strides=(1,))
-
-
-def _np_varints(
-    u8: NDArray[np.uint8], pos: NDArray[np.int64]
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    """Zigzag varints at ``pos``: (values, positions after them, indices of those longer
-    than 5 bytes).  Reads past the end of ``u8`` see its last byte; callers reject such
-    records because the positions after them lie past the end of their batch.
-    """
-    import numpy as np
-
-    b = u8[np.minimum(pos, len(u8) - 1)]
-    cont = np.flatnonzero(b >= 0x80)
-    if not cont.size:  # all one byte, the usual case
-        return _zigzag_table()[b], pos + 1, cont
-    raw = (b & 0x7F).astype(np.int64)
-    after = pos + 1
-    shift = 7
-    while cont.size and shift < _NP_VARINT_SHIFT:
-        b = u8[np.minimum(after[cont], len(u8) - 1)]
-        raw[cont] |= (b & 0x7F).astype(np.int64) << shift
-        after[cont] += 1
-        cont = cont[b >= 0x80]
-        shift += 7
-    return (raw >> 1) ^ -(raw & 1), after, cont
-
-
-def _record_bodies(
-    buf: bytes,
-    u8: NDArray[np.uint8],
-    first: NDArray[np.int64],
-    end: NDArray[np.int64],
-    count: NDArray[np.int64],
-) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-    """Where each record's body (after its length) starts, batch after batch; and which
-    batches are broken (a record length that is negative, too long or past the batch end).
-
-    ``first`` is where each batch's first record starts.  Record k of every batch is read in
-    the same numpy step; once fewer than _LOCKSTEP_MIN batches are left, a loop finishes them.
-    """
-    import numpy as np
-
-    out_at = np.zeros(len(count), np.int64)  # index of each batch's first record in the output
-    np.cumsum(count[:-1], out=out_at[1:])
-    body = np.zeros(int(count.sum()), np.int64)
-    broken = np.zeros(len(count), np.bool_)
-    live = np.flatnonzero(count > 0)
-    pos = first[live]
-    live_end, live_count, live_out = end[live], count[live], out_at[live]
-    k = 0
-    while live.size >= _LOCKSTEP_MIN:
-        length, after, too_long = _np_varints(u8, pos)
-        body[live_out + k] = after
-        pos = after + length
-        bad = (length < 0) | (pos > live_end)
-        bad[too_long] = True
-        k += 1
-        more = ~bad & (live_count > k)
-        if not more.all():
-            broken[live[bad]] = True
-            live, pos = live[more], pos[more]
-            live_end, live_count, live_out = live_end[more], live_count[more], live_out[more]
-    slow = _slow_varint
-    for i, p in zip(live.tolist(), pos.tolist(), strict=True):
-        e = int(end[i])
-        starts: list[int] = []
-        try:
-            for _ in range(k, int(count[i])):
-                b = buf[p]
-                if b < 0x80:
-                    size = (b >> 1) ^ -(b & 1)
-                    p += 1
-                else:
-                    size, p = slow(buf, p)
-                if size < 0 or p + size > e:
-                    raise CorruptBatchError
-                starts.append(p)
-                p += size
-        except (IndexError, CorruptBatchError):
-            broken[i] = True
-            continue
-        at = int(out_at[i]) + k
-        body[at : at + len(starts)] = starts
-    return body, broken
-
-
-def record_columns(
-    buf: bytes, spans: Sequence[tuple[int, int]]
-) -> tuple[RecordColumns, list[tuple[int, BatchError]]]:
-    """The records of the batches ``buf[start:end]`` for (start, end) in ``spans``, in order.
-
-    The same records as ``iter_record_tuples`` gives for each span (headers skipped).  Spans
-    must be whole batches, as ``iter_batches`` yields them; CRCs are not checked here.  A
-    batch whose records cannot be read contributes none: it is returned with its error,
-    as (index in ``spans``, error).
-    """
-    import numpy as np
-
-    u8 = np.frombuffer(buf, np.uint8)
-    span = np.array(spans, np.int64).reshape(-1, 2)
-    start, end = span[:, 0], span[:, 1]
-    attributes = _int_view(buf, ">i2")[start + _ATTR_POS]
-    count = _int_view(buf, ">i4")[start + _RECORDS_COUNT_POS].astype(np.int64)
-    base_offset = _int_view(buf, ">i8")[start].astype(np.int64)
-    base_ts = _int_view(buf, ">i8")[start + _BASE_TIMESTAMP_POS].astype(np.int64)
-    # What numpy walks: uncompressed, a plausible record count (each record takes at least
-    # a byte), and bases that leave room for the deltas.
-    walk = (
-        ((attributes & ATTR_COMPRESSION_MASK) == 0)
-        & (count >= 0)
-        & (count <= end - start - HEADER_SIZE)
-        & (base_offset > -_NP_BASE_LIMIT)
-        & (base_offset < _NP_BASE_LIMIT)
-        & (base_ts > -_NP_BASE_LIMIT)
-        & (base_ts < _NP_BASE_LIMIT)
-    )
-    fast = np.flatnonzero(walk)
-    count, end = count[fast], end[fast]
-    body, broken = _record_bodies(buf, u8, start[fast] + HEADER_SIZE, end, count)
-
-    # Every field of every record at once; a record that reads past its batch (or has a
-    # varint numpy does not take) marks its batch for the scalar path.
-    rec_fast = np.repeat(np.arange(len(fast)), count)
-    ts_delta, p, long1 = _np_varints(u8, body + 1)  # + 1: record attributes
-    off_delta, p, long2 = _np_varints(u8, p)
-    key_len, key_start, long3 = _np_varints(u8, p)
-    key_len = np.maximum(key_len, -1)
-    value_len, value_start, long4 = _np_varints(u8, key_start + np.maximum(key_len, 0))
-    value_len = np.maximum(value_len, -1)
-    past_end = value_start + np.maximum(value_len, 0) > end[rec_fast]
-    for bad in (long1, long2, long3, long4, np.flatnonzero(past_end)):
-        broken[rec_fast[bad]] = True
-    cols = [
-        fast[rec_fast],
-        base_offset[fast][rec_fast] + off_delta,
-        base_ts[fast][rec_fast] + ts_delta,
-        key_start,
-        key_len,
-        value_start,
-        value_len,
-    ]
-    if broken.any():
-        ok = ~broken[rec_fast]
-        cols = [c[ok] for c in cols]
-
-    # Everything else, record by record; keys and values are appended after the buffer.
-    slow = np.union1d(np.flatnonzero(~walk), fast[broken]).tolist()
-    errors: list[tuple[int, BatchError]] = []
-    extra = bytearray()
-    slow_cols: list[list[int]] = [[] for _ in cols]
-    for i in slow:
-        try:
-            tuples = list(iter_record_tuples(buf[spans[i][0] : spans[i][1]]))
-        except (CorruptBatchError, UnsupportedCompressionError) as e:
-            errors.append((i, e))
-            continue
-        for offset, ts, key, value in tuples:
-            row = [i, offset, ts, -1, -1, -1, -1]
-            if key is not None:
-                row[3:5] = len(buf) + len(extra), len(key)
-                extra += key
-            if value is not None:
-                row[5:7] = len(buf) + len(extra), len(value)
-                extra += value
-            for col, v in zip(slow_cols, row, strict=True):
-                col.append(v)
-    data = buf
-    if slow_cols[0]:
-        data = buf + bytes(extra)
-        merged = [
-            np.concatenate((c, np.array(s, np.int64))) for c, s in zip(cols, slow_cols, strict=True)
-        ]
-        order = np.argsort(merged[0], kind="stable")
-        cols = [c[order] for c in merged]
-    return RecordColumns(data, *cols), errors
-
-
-def _words(data: bytes, pos: NDArray[np.int64]) -> NDArray[np.uint64]:
-    """The 8 bytes at each ``pos`` as a little-endian uint64; bytes past the end read as 0.
-
-    ``data`` holds at least a batch (61 bytes) whenever there are keys to read.
-    """
-    import numpy as np
-
-    words: NDArray[np.uint64] = _int_view(data, "<u8")
-    last = len(words) - 1
-    if not pos.size or pos.max() <= last:
-        return words[pos]
-    at = np.minimum(pos, last)  # near the end: read the last word, shift the extra bytes out
-    shifted: NDArray[np.uint64] = words[at] >> (np.minimum(pos - at, 7) * 8).astype(np.uint64)
-    return shifted
-
-
-def key_ids(cols: RecordColumns) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Number the records' distinct keys in order of first appearance.
-
-    Returns each record's key id (-1 for a null key) and, per id, the index of the first
-    record with that key.  Keys are grouped by a 64-bit fingerprint of their length and
-    8-byte words; then every record's words are compared with its id's first record, so a
-    fingerprint collision cannot merge two keys (it falls back to a dict of bytes).
-    """
-    import numpy as np
-
-    ids = np.full(len(cols.key_len), -1, np.int64)
-    rows = np.flatnonzero(cols.key_len >= 0)
-    if not rows.size:
-        return ids, np.zeros(0, np.int64)
-    start = cols.key_start[rows]
-    length = cols.key_len[rows]
-    # Word j of a key is read at min(8j, length - 8): the last word is the key's last 8
-    # bytes (overlapping the one before), so no masking is needed and, with the length,
-    # equal words mean equal keys.  Keys under 8 bytes are read from their start and masked.
-    short = np.flatnonzero(length < 8)
-    shortest = int(length.min())
-    mul = np.uint64(_FINGERPRINT_MUL)
-    h = length.astype(np.uint64) * mul
-    words: list[NDArray[np.uint64]] = []
-    for at in range(0, int(length.max()), 8):
-        w = _words(cols.data, start + (at if shortest >= at + 8 else np.minimum(at, length - 8)))
-        if short.size:
-            mask = np.array(_WORD_MASK, np.uint64)[length[short]]
-            w[short] = _words(cols.data, start[short]) & mask
-        words.append(w)
-        h = (h ^ w) * mul
-        h ^= h >> np.uint64(32)  # so high bits reach the low ones the next product mixes
-
-    perm = np.argsort(h)
-    sh = h[perm]
-    new_run = np.concatenate(([True], sh[1:] != sh[:-1]))
-    run_start = np.flatnonzero(new_run)
-    run_first = np.minimum.reduceat(perm, run_start)  # first record of each fingerprint
-    new_id = np.empty(len(run_first), np.int64)
-    new_id[np.argsort(run_first)] = np.arange(len(run_first))
-    run_id = np.empty(len(h), np.int64)
-    run_id[perm] = new_id[np.cumsum(new_run) - 1]
-    firsts = np.sort(run_first)
-    rep = firsts[run_id]
-    same = bool((length == length[rep]).all()) and all(bool((w == w[rep]).all()) for w in words)
-    if same:
-        ids[rows] = run_id
-        return ids, rows[firsts]
-    seen: dict[bytes, int] = {}
-    first_rows: list[int] = []
-    data = cols.data
-    for r, s, n in zip(rows.tolist(), start.tolist(), length.tolist(), strict=True):
-        kid = seen.setdefault(data[s : s + n], len(seen))
-        if kid == len(first_rows):
-            first_rows.append(r)
-        ids[r] = kid
-    return ids, np.array(first_rows, np.int64)

@@ -4,8 +4,9 @@ How this works
 --------------
 Spark's ``binaryFile`` source hands ``mapInArrow`` Arrow batches of (path, content) rows, one
 file per task.  ``decode_batches`` walks each file with kgc's own codec
-(``storage.record_batch`` / ``storage.offsets_format``, shared with the server) and, instead of
-shipping one row per record back to the JVM, *combines* inside the task:
+(``storage.record_batch`` / ``storage.offsets_format``, shared with the server, and the audit's
+columnar decoders over it in ``columns``) and, instead of shipping one row per record back to
+the JVM, *combines* inside the task:
 
 * ``K`` one row per (segment, group, topic, partition): first/last log offset, committed
   offset, commit time and leader epoch, number of commits and tombstones, whether the key's
@@ -55,6 +56,12 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from coordinator.audit.columns import (
+    RecordColumns,
+    decode_offset_commit_values,
+    key_ids,
+    record_columns,
+)
 from storage.manager import parse_partition_dir
 from storage.offsets_format import (
     OFFSETS_TOPIC,
@@ -64,17 +71,9 @@ from storage.offsets_format import (
     UnknownKey,
     decode_group_metadata_value,
     decode_key,
-    decode_offset_commit_values,
     partition_for,
 )
-from storage.record_batch import (
-    CorruptBatchError,
-    RecordColumns,
-    iter_batches,
-    key_ids,
-    record_columns,
-    verify_crc,
-)
+from storage.record_batch import CorruptBatchError, iter_batches, verify_crc
 from storage.segment import parse_segment_name
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""``record_columns`` / ``key_ids`` (numpy) agree with ``iter_record_tuples`` batch by batch.
+"""``record_columns`` / ``key_ids`` (the audit's numpy decoders) agree with ``iter_record_tuples``.
 
 Segments mix small batches (walked in numpy lockstep; the threshold is lowered so small
 examples reach it) with long ones (finished by the scalar loop), gzip batches and batches
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import gzip
 import struct
-import subprocess
-import sys
 from unittest import mock
 
 import crc32c
@@ -19,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import record_batch
 from storage.record_batch import (
     CorruptBatchError,
     Record,
@@ -27,11 +24,12 @@ from storage.record_batch import (
     encode_batch,
     iter_batches,
     iter_record_tuples,
-    key_ids,
-    record_columns,
 )
 
-np = pytest.importorskip("numpy")
+pytest.importorskip("numpy")
+
+from coordinator.audit import columns
+from coordinator.audit.columns import key_ids, record_columns
 
 keys = st.sampled_from([None, b"", b"k", b"key-1", b"key-2", b"a" * 8, b"a" * 9, b"x" * 70])
 vals = st.none() | st.binary(max_size=150)
@@ -102,7 +100,7 @@ def expected(buf: bytes, spans: list[tuple[int, int]]) -> tuple[list[object], li
 @given(buf=segments())
 def test_record_columns_match_iter_record_tuples(buf: bytes) -> None:
     spans = [(start, end) for _, start, end in iter_batches(buf)]
-    with mock.patch.object(record_batch, "_LOCKSTEP_MIN", 3):
+    with mock.patch.object(columns, "_LOCKSTEP_MIN", 3):
         cols, errors = record_columns(buf, spans)
     data = cols.data
 
@@ -133,22 +131,10 @@ def test_record_columns_match_iter_record_tuples(buf: bytes) -> None:
 
 def test_key_ids_survive_fingerprint_collisions(monkeypatch: pytest.MonkeyPatch) -> None:
     # With a zero multiplier every fingerprint is equal: the word check must catch it.
-    monkeypatch.setattr(record_batch, "_FINGERPRINT_MUL", 0)
+    monkeypatch.setattr(columns, "_FINGERPRINT_MUL", 0)
     ks = [b"b", b"a", b"b", None, b"a" * 20, b"a", b"a" * 20]
     buf = encode_batch(0, [(k, b"v") for k in ks], timestamp_ms=0)
     cols, _ = record_columns(buf, [(0, len(buf))])
     ids, firsts = key_ids(cols)
     assert ids.tolist() == [0, 1, 0, -1, 2, 1, 2]
     assert firsts.tolist() == [0, 1, 4]
-
-
-def test_storage_imports_without_numpy() -> None:
-    # The server does not depend on numpy: only the columnar functions import it.
-    code = (
-        "import sys; sys.modules['numpy'] = None\n"
-        "import storage.record_batch, storage.offsets_format, storage.log, storage.manager\n"
-        "from storage.offsets_format import decode_offset_commit_value as d, "
-        "encode_offset_commit_value as e\n"
-        "assert d(e(5, '', 7)).offset == 5\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,4 +1,4 @@
-"""``decode_offset_commit_values`` (numpy) agrees with the scalar ``decode_offset_commit_value``.
+"""The audit's ``decode_offset_commit_values`` (numpy) agrees with storage's scalar decoder.
 
 Values of every version (and damaged ones) are packed into one buffer at random gaps; every
 value must decode to the scalar decoder's fields, or be reported with the scalar decoder's
@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.primitives import uvarint
-from storage.offsets_format import (
-    OffsetsFormatError,
-    decode_offset_commit_value,
-    decode_offset_commit_values,
-)
+from storage.offsets_format import OffsetsFormatError, decode_offset_commit_value
 
-np = pytest.importorskip("numpy")
+pytest.importorskip("numpy")
+
+import numpy as np
+
+from coordinator.audit.columns import decode_offset_commit_values
 
 i64 = st.integers(-(2**63), 2**63 - 1)
 i32 = st.integers(-(2**31), 2**31 - 1)
