@@ -200,10 +200,6 @@ class LogCleaner:
 
     # ------------------------------------------------------------ scheduling
 
-    @property
-    def in_progress(self) -> bool:
-        return self._pass is not None
-
     def dirty_ratio(self) -> float:
         inactive = self.log.segments[:-1]
         total = sum(s.size for s in inactive)

@@ -380,10 +380,6 @@ class LogManager:
             shutil.rmtree(p, ignore_errors=True)
         return len(names)
 
-    def flush_all(self) -> None:
-        for log in self._logs.values():
-            log.flush()
-
     def close_all(self) -> None:
         """Clean shutdown: flush, checkpoint and mark every log."""
         for key, log in list(self._logs.items()):

@@ -59,7 +59,6 @@ __all__ = [
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_I16I32 = struct.Struct(">hi")
 
 
 # tuple.__new__ skips the NamedTuple's Python-level __new__ on hot paths.

@@ -84,7 +84,6 @@ ATTR_DELETE_HORIZON = 0x40
 
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
-_I16 = struct.Struct(">h")
 
 _crc = _crc32c.crc32c
 
@@ -147,10 +146,6 @@ class BatchHeader:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & ATTR_CONTROL)
-
-    @property
-    def has_delete_horizon(self) -> bool:
-        return bool(self.attributes & ATTR_DELETE_HORIZON)
 
     @property
     def delete_horizon_ms(self) -> int | None:
