@@ -24,6 +24,7 @@ from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
 from coordinator.server.broker import Broker
+from coordinator.server.dispatch import Dispatcher
 from coordinator.server.listener import KafkaServer
 from storage.cleaner import LogCleaner
 from storage.durability import Flusher
@@ -86,9 +87,9 @@ class App:
             flusher=self.flusher,
             cleaners=self.cleaners.values,
         )
+        assert self.groups is not None and self.data is not None
         self.server = KafkaServer(
-            broker.handlers,
-            broker.supported,
+            Dispatcher(broker.handlers(), self.groups.handlers(), self.data.handlers()),
             max_request_size=s.socket_request_max_bytes,
             queued_max_requests=s.queued_max_requests,
             queued_max_request_bytes=s.queued_max_request_bytes,
@@ -133,11 +134,9 @@ class App:
             topic_partitions=self.topic_partitions,
         )
         broker.groups = self.groups
-        broker.register(self.groups.handlers())
         self.groups.start()
         self.data = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
         broker.data = self.data
-        broker.register(self.data.handlers())
         self.data.start()
 
     async def _clean_loop(self) -> None:

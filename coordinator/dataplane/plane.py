@@ -45,7 +45,6 @@ import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import crc32c as _crc32c
 
@@ -54,7 +53,14 @@ from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane.producers import PartitionProducers, ProducerIdAllocator
 from coordinator.dataplane.reads import ReadBudget, validate_produced
-from coordinator.server.handler import CLOSE_CONNECTION, NO_RESPONSE, ClientInfo
+from coordinator.server.handler import (
+    CLOSE_CONNECTION,
+    NO_RESPONSE,
+    ClientInfo,
+    Deferred,
+    Handler,
+    HandlerResult,
+)
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, init_producer_id, list_offsets, produce
@@ -95,8 +101,6 @@ from storage.record_batch import (
 )
 
 log = logging.getLogger("kgc.data")
-
-Handler = Callable[[RequestHeader, Any, ClientInfo], Any]
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -292,7 +296,9 @@ class DataPlane:
 
     # ------------------------------------------------------------ Produce
 
-    def produce(self, header: RequestHeader, req: ProduceRequest, client: ClientInfo) -> Any:
+    def produce(
+        self, header: RequestHeader, req: ProduceRequest, client: ClientInfo
+    ) -> HandlerResult:
         version = header.api_version
         acks = req.acks
         now = self.clock()
@@ -349,7 +355,7 @@ class DataPlane:
         waits = [w for w in waits if self._needs_flush_wait(w[1], w[2])]
         if not waits:
             return resp
-        return self._await_durable(resp, waits)
+        return Deferred.task(self._await_durable(resp, waits))
 
     def _watch_durability(self, plog: PartitionLog, offset: int, generation: int) -> None:
         async def watch() -> None:
@@ -478,7 +484,7 @@ class DataPlane:
 
     # ------------------------------------------------------------ Fetch
 
-    def fetch(self, header: RequestHeader, req: FetchRequest, client: ClientInfo) -> Any:
+    def fetch(self, header: RequestHeader, req: FetchRequest, client: ClientInfo) -> HandlerResult:
         version = header.api_version
         if req.session_epoch not in (0, -1):
             # Incremental fetch of a session we never created (kgc keeps no fetch sessions).
@@ -500,7 +506,7 @@ class DataPlane:
         ]
         if req.max_wait_ms <= 0 or total >= req.min_bytes or errored or not logs or self.stopping:
             return resp
-        return self._long_poll(plan, resp, logs)
+        return Deferred.task(self._long_poll(plan, resp, logs))
 
     def _plan_fetch(self, version: int, req: FetchRequest) -> _FetchPlan:
         plan = _FetchPlan(version, req)

@@ -5,8 +5,11 @@ How this works: a request becomes ``shard.<api>(ctx, request, now_ms)``, which r
 requests parked earlier, each identified by the ``reply_to`` handle the runtime gave it) and
 timer operations. The runtime
 
-1. arms or cancels the timers on the event loop (a firing timer calls ``shard.on_timer`` and
-   is handled like a request);
+1. keeps one wake-up on the event loop for the earliest deadline of the shard's timer table
+   (``coordinator/group/timers.py``: the only table of timers; a Result's ``wakeup`` says
+   when a new timer comes before it). When it fires, every due timer is taken from the
+   table and handed to ``shard.on_timer``, whose Result is handled like a request's;
+   then the wake-up is set for the next deadline;
 2. appends the records to their ``__consumer_offsets`` partitions (a write to the OS, in
    order, on the loop thread) and, only once the flusher reports them durable under the
    configured policy, releases the replies. A Result without records replies at once.
@@ -44,9 +47,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from coordinator.group.base import PartitionStatus
+from coordinator.group.events import render
+from coordinator.group.partitions import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
-from coordinator.server.handler import ClientInfo
+from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import (
@@ -76,6 +80,7 @@ Clock = Callable[[], int]
 # Replies waiting for the records of one Result: the offsets partitions those went to.
 _Waiting = tuple[frozenset[int], list[tuple[int, Any]]]
 _STORAGE_FAILED = ErrorCode.NOT_COORDINATOR  # Kafka: KAFKA_STORAGE_ERROR -> NOT_COORDINATOR
+_TIMERS_PER_TURN = 64
 
 
 class CorruptOffsetsLog(Exception):
@@ -97,7 +102,7 @@ class GroupRuntime:
     ) -> None:
         self.shard = shard
         if topic_partitions is not None:
-            shard.topic_partitions = topic_partitions
+            shard.topic_partitions = topic_partitions  # better passed to GroupShard itself
         self.logs = logs
         self.flusher = flusher
         self.clock = clock
@@ -110,7 +115,9 @@ class GroupRuntime:
         self.unwritten: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self.unreleased: list[_Waiting] = []
         self.write_scheduled = False
-        self.timers: dict[str, asyncio.TimerHandle] = {}
+        # The one wake-up on the loop, for the earliest deadline of ``shard.timers``.
+        self._wakeup: asyncio.TimerHandle | None = None
+        self._wake_ms: int | None = None
         self.next_handle = 0
         self.background: set[asyncio.Task[None]] = set()
         self.loaded = asyncio.Event()
@@ -157,7 +164,7 @@ class GroupRuntime:
             return self._handler_failed(header, body)
         if not result.records:
             replies = result.replies
-            if len(replies) == 1 and not result.timers and not result.events:
+            if len(replies) == 1 and result.wakeup is None and not result.events:
                 reply = replies[0]
                 if reply[0] == handle:  # most requests: just our own answer, nothing else
                     return reply[1]
@@ -166,11 +173,11 @@ class GroupRuntime:
                 return mine
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self.waiting[handle] = fut
-            return fut
+            return Deferred(fut)
         fut = asyncio.get_running_loop().create_future()
         self.waiting[handle] = fut
         self.apply(result)
-        return fut
+        return Deferred(fut)
 
     def _apply_now(self, result: Result, own: int) -> Any:
         """Apply a Result that has no records; return the reply for ``own`` if present."""
@@ -243,12 +250,14 @@ class GroupRuntime:
             task.add_done_callback(self.background.discard)
 
     def _side_effects(self, result: Result) -> None:
-        for key, deadline in result.timers:
-            self._set_timer(key, deadline)
-        for line in result.events:
-            log.info("%s", line)
-        if result.events and self.metrics is not None:
-            self.metrics.group_events(result.events, self.shard.groups, self.clock())
+        wakeup = result.wakeup
+        if wakeup is not None and (self._wake_ms is None or wakeup < self._wake_ms):
+            self._arm(wakeup)
+        if result.events:
+            for event in result.events:
+                log.info("%s", render(event))
+            if self.metrics is not None:
+                self.metrics.group_events(result.events, self.clock())
 
     async def _release_when_durable(
         self, pending: dict[int, tuple[PartitionLog, int]], waiting: list[_Waiting]
@@ -353,27 +362,44 @@ class GroupRuntime:
             if self.shard.partitions.get(p) is PartitionStatus.LOADED:
                 # The shard may have changed part of the group before failing.
                 self._rebuild([p], "a failed request")
+        self._rearm()  # the failed call may have armed a timer its lost Result announced
         return error_response(header.api_key, header.api_version, body, ErrorCode.UNKNOWN)
 
     # -- timers
-    def _set_timer(self, key: str, deadline_ms: int | None) -> None:
-        # The shard emits an operation only when a deadline moves earlier or is cancelled;
-        # one that moved later is re-armed by the shard when this timer fires.
-        handle = self.timers.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+    def _arm(self, deadline_ms: int | None) -> None:
+        """Set the loop's one wake-up for ``deadline_ms`` (None: no timer is armed)."""
+        if deadline_ms == self._wake_ms and (deadline_ms is None or self._wakeup is not None):
+            return
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+        self._wake_ms = deadline_ms
         if deadline_ms is not None:
             delay = max(0.0, (deadline_ms - self.clock()) / 1000.0)
-            self.timers[key] = asyncio.get_running_loop().call_later(delay, self._fire, key)
+            self._wakeup = asyncio.get_running_loop().call_later(delay, self._wake)
 
-    def _fire(self, key: str) -> None:
-        self.timers.pop(key, None)
-        try:
-            result = self.shard.on_timer(key, self.clock())
-        except Exception:
-            log.exception("timer %s failed", key)
-            return
-        self.apply(result)
+    def _rearm(self) -> None:
+        """Wake up for the table's earliest deadline (after the shard changed outside a Result)."""
+        self._arm(self.shard.timers.next_deadline())
+
+    def _wake(self) -> None:
+        self._wakeup = None
+        self._wake_ms = None
+        now = self.clock()
+        timers = self.shard.timers
+        # A bounded batch per turn of the loop: a timer that re-arms itself for "now"
+        # (a zero timeout) must not keep the loop from serving requests.
+        for _ in range(_TIMERS_PER_TURN):
+            timer = timers.pop_due(now)
+            if timer is None:
+                break
+            try:
+                result = self.shard.on_timer(timer, now)
+            except Exception:
+                log.exception("timer %s failed", timer.key)
+                continue
+            self.apply(result)
+        self._rearm()
 
     # -- loading
     async def load(self) -> None:
@@ -468,10 +494,14 @@ class GroupRuntime:
         self.shard.fail_load(p)
 
     def _finish_load(self, p: int) -> None:
-        loaded = self.shard.load_complete(p, self.clock())
-        for line in loaded.events:
-            log.debug("%s", line)  # the caller logs one summary line instead
-        loaded.events.clear()
+        now = self.clock()
+        loaded = self.shard.load_complete(p, now)
+        if loaded.events:
+            for event in loaded.events:
+                log.debug("%s", render(event))  # the caller logs one summary line instead
+            if self.metrics is not None:
+                self.metrics.group_events(loaded.events, now)
+            loaded.events = []
         self.apply(loaded)
 
     def _cut_back(self, p: int, *_args: object) -> None:
@@ -518,9 +548,9 @@ class GroupRuntime:
         self.apply(self.shard.topic_deleted(topic, self.clock()))
 
     def close(self) -> None:
-        for handle in self.timers.values():
-            handle.cancel()
-        self.timers.clear()
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
 
 
 def error_response(api_key: int, version: int, req: Any, code: ErrorCode) -> Any:

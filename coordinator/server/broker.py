@@ -1,10 +1,13 @@
-"""Request dispatch: which component answers which API.
+"""The cluster-level APIs: Metadata, FindCoordinator, CreateTopics, DeleteTopics, SASL.
 
-How this works: ``Broker.handlers`` maps each API key to a bound handler; the server looks
-it up per request. The cluster-level APIs (ApiVersions, Metadata, FindCoordinator,
-CreateTopics, DeleteTopics, SASL) are answered here from the topic catalog; group APIs go
-to the group runtime and Produce/Fetch/ListOffsets/InitProducerId to the data plane. A handler returns a response
-body, or an awaitable of one when the answer has to wait (for a rebalance, an fsync, data).
+How this works: a single-node cluster answered from the topic catalog. Metadata lists this
+node as the leader and only replica of every partition (a damaged partition's replica as
+offline, ``__consumer_offsets`` partitions whose load failed as leaderless), with the
+advertised host and port; FindCoordinator names this node for every group. CreateTopics
+and DeleteTopics change the catalog and the data plane's partitions (data first, so a crash
+in between is finished at the next start). SASL is answered as Kafka answers it on a
+PLAINTEXT listener; authentication will take its place. ``handlers()`` is this part's entry
+in the dispatch table (``dispatch``); the group runtime and the data plane have theirs.
 """
 
 from __future__ import annotations
@@ -16,12 +19,10 @@ from typing import TYPE_CHECKING, Any
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicInfo, topic_name_error
 from coordinator.config import Settings
-from coordinator.server.apis import SUPPORTED
 from coordinator.server.handler import ClientInfo, Handler
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_body
 from protocol.messages import (
-    api_versions,
     create_topics,
     delete_topics,
     find_coordinator,
@@ -29,7 +30,6 @@ from protocol.messages import (
     sasl_authenticate,
     sasl_handshake,
 )
-from protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 from protocol.messages.create_topics import (
     CreatableTopicConfigs,
     CreatableTopicResult,
@@ -83,8 +83,12 @@ class Broker:
         self.advertised_port = settings.advertised_port or settings.port
         self.groups: GroupRuntime | None = None
         self.data: DataPlane | None = None
-        self.handlers: dict[int, Handler] = {
-            api_versions.API_KEY: self.api_versions,
+        # Encoded Metadata bodies by (version, requested topics), valid for one catalog state.
+        self._metadata_cache: dict[tuple[int, tuple[str, ...] | None], bytes] = {}
+        self._metadata_cache_at: tuple[int, int] = (-1, 0)
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
             metadata.API_KEY: self.metadata,
             find_coordinator.API_KEY: self.find_coordinator,
             create_topics.API_KEY: self.create_topics,
@@ -92,35 +96,6 @@ class Broker:
             sasl_handshake.API_KEY: self.sasl_handshake,
             sasl_authenticate.API_KEY: self.sasl_authenticate,
         }
-        self.supported: dict[int, tuple[int, int]] = {}
-        self.refresh_supported()
-        # Encoded Metadata bodies by (version, requested topics), valid for one catalog state.
-        self._metadata_cache: dict[tuple[int, tuple[str, ...] | None], bytes] = {}
-        self._metadata_cache_at: tuple[int, int] = (-1, 0)
-
-    def register(self, handlers: dict[int, Handler]) -> None:
-        self.handlers.update(handlers)
-        self.refresh_supported()
-
-    def refresh_supported(self) -> None:
-        # Advertise exactly what has a handler.
-        self.supported.clear()
-        self.supported.update({k: v for k, v in SUPPORTED.items() if k in self.handlers})
-        self._api_versions_cache: dict[int, bytes] = {}
-
-    # -- ApiVersions
-    def api_versions(self, header: RequestHeader, req: Any, client: ClientInfo) -> bytes:
-        cached = self._api_versions_cache.get(header.api_version)
-        if cached is None:
-            keys = [
-                ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in sorted(self.supported.items())
-            ]
-            body = ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
-            cached = self._api_versions_cache[header.api_version] = encode_body(
-                api_versions.API_KEY, header.api_version, body
-            )
-        return cached
 
     # -- Metadata
     def metadata(

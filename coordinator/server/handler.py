@@ -1,31 +1,86 @@
-"""What a request handler is given and what it returns.
+"""The handler contract: what a request handler is given and what it returns.
 
 How this works: the transport decodes a request and calls the handler registered for its
-API key with the request header, the decoded body and the ``ClientInfo`` of the connection.
+API key (``dispatch``) as ``handler(header, body, client)``: the request header, the decoded
+request body and the ``ClientInfo`` of the connection it came on. The handler returns a
+``HandlerResult``, one of three kinds, told apart by the transport with a single type check:
+
+* a response (the common case, answered at once): the API's generated response message
+  (``protocol.messages.<api>.Response``), or ``bytes`` already encoded for the request's
+  version (bodies that rarely change are cached so, e.g. ApiVersions, Metadata);
+* a ``Deferred``: the answer comes later (a JoinGroup parked until the group rebalances, a
+  commit or a produce waiting for its fsync, a long-polling Fetch). It wraps a future that
+  completes with the response (or an ``Outcome``); the request keeps its place in the
+  connection's order meanwhile. The future belongs to the request: if the connection
+  closes first, the transport cancels it, and whoever completes it later must check
+  ``done()`` first (a task running a coroutine sees ``CancelledError``);
+* an ``Outcome``: an answer that is not a response body, where Kafka sends none
+  (``NO_RESPONSE``, a successful acks=0 Produce) or closes the connection
+  (``CLOSE_CONNECTION``, a failed acks=0 Produce; responses to earlier requests go out
+  first).
+
+A handler that raises closes the connection with an ERROR line; handlers answer errors they
+expect in the API's own error codes instead.
+
+This is where authentication will plug in: ``ClientInfo`` is what a handler may know of
+the connection (today the client id and address; an authenticated principal later).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import asyncio
+import enum
+from collections.abc import Callable, Coroutine, Generator
+from dataclasses import Field, dataclass
+from typing import Any, ClassVar, Final, Protocol, TypeAlias, final
 
 from protocol.framing import RequestHeader
 
 
-class NoResponse:
-    """Returned by a handler for requests Kafka does not answer (Produce with acks=0)."""
+class Message(Protocol):
+    """A generated protocol message (``protocol.messages.*``): a dataclass."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
 
-NO_RESPONSE = NoResponse()
+class Outcome(enum.Enum):
+    """The answers that are not a response body."""
+
+    NO_RESPONSE = "no response"  # Kafka does not answer (Produce with acks=0)
+    CLOSE_CONNECTION = "close the connection"  # after the earlier responses are sent
 
 
-class CloseConnection:
-    """Returned where Kafka answers by closing the connection (a failed acks=0 Produce):
-    earlier responses on the connection still go out first."""
+NO_RESPONSE: Final = Outcome.NO_RESPONSE
+CLOSE_CONNECTION: Final = Outcome.CLOSE_CONNECTION
+
+# What a request is finally answered with.
+Answer: TypeAlias = Message | bytes | Outcome
 
 
-CLOSE_CONNECTION = CloseConnection()
+@final
+class Deferred:
+    """An answer that comes later: ``future`` completes with it.
+
+    ``Deferred(future)`` for a future the handler completes itself (the group runtime
+    completes its own once the records are durable); ``Deferred.task(coro)`` runs a
+    coroutine that returns the answer. Awaiting a ``Deferred`` gives the answer (tests
+    and in-process callers; the transport adds a callback instead).
+    """
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Answer]) -> None:
+        self.future = future
+
+    @staticmethod
+    def task(coro: Coroutine[Any, Any, Answer]) -> Deferred:
+        return Deferred(asyncio.get_running_loop().create_task(coro))
+
+    def __await__(self) -> Generator[Any, None, Answer]:
+        return self.future.__await__()
+
+
+HandlerResult: TypeAlias = Message | bytes | Deferred | Outcome
 
 
 @dataclass(slots=True)
@@ -42,7 +97,6 @@ class ClientInfo:
         self.java_host = "/" + self.host
 
 
-Handler = Callable[[RequestHeader, Any, ClientInfo], Any]
-# (api key, version, response, perf_counter at arrival), once per answered request.
+Handler = Callable[[RequestHeader, Any, ClientInfo], HandlerResult]
+# (api key, version, answer, perf_counter at arrival), once per answered request.
 RequestHook = Callable[[int, int, Any, float], None]
-Supported = dict[int, tuple[int, int]]

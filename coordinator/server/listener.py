@@ -22,7 +22,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.server.handler import Handler, RequestHook, Supported
+from coordinator.server.dispatch import Dispatcher
+from coordinator.server.handler import RequestHook
 from coordinator.server.memory import RequestQueue
 from coordinator.server.transport import KafkaConnection
 
@@ -104,8 +105,7 @@ class KafkaServer:
 
     def __init__(
         self,
-        handlers: dict[int, Handler],
-        supported: Supported,
+        dispatch: Dispatcher,
         *,
         max_request_size: int,
         queued_max_requests: int = 500,
@@ -114,8 +114,7 @@ class KafkaServer:
         on_refused: Callable[[], None] = lambda: None,
         on_request: RequestHook | None = None,
     ) -> None:
-        self.handlers = handlers  # shared with the broker: registrations show up here
-        self.supported = supported
+        self.dispatch = dispatch
         self.max_request_size = max_request_size
         self.queue = RequestQueue(queued_max_requests, queued_max_request_bytes)
         self.on_connection = on_connection

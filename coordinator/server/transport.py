@@ -28,12 +28,10 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from coordinator.server.handler import CLOSE_CONNECTION, NO_RESPONSE, ClientInfo
+from coordinator.server.handler import CLOSE_CONNECTION, Answer, ClientInfo, Deferred, Outcome
 from coordinator.server.memory import LARGE_REQUEST_BYTES
-from protocol.errors import ErrorCode
 from protocol.framing import (
     API_VERSIONS_KEY,
     RequestHeader,
@@ -42,7 +40,6 @@ from protocol.framing import (
     encode_response,
 )
 from protocol.messages import fetch, join_group, sync_group
-from protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 from protocol.primitives import DecodeError
 
 if TYPE_CHECKING:
@@ -57,10 +54,13 @@ PURGATORY_APIS = frozenset({join_group.API_KEY, sync_group.API_KEY, fetch.API_KE
 
 
 class _Slot:
-    __slots__ = ("close", "data", "done", "nbytes", "queued")
+    """A request's place in the connection's response order."""
+
+    __slots__ = ("close", "data", "done", "future", "nbytes", "queued")
 
     def __init__(self) -> None:
         self.data: bytes | None = None
+        self.future: asyncio.Future[Answer] | None = None  # a Deferred's, until answered
         self.done = False
         self.close = False
         self.nbytes = 0  # bytes this request holds in the RequestQueue until answered
@@ -79,10 +79,11 @@ class KafkaConnection(asyncio.Protocol):
         self.host = "?"
         self.port = 0
         self.conn_id = server.next_conn_id()
-        self.tasks: set[asyncio.Task[None]] = set()
         self.info: ClientInfo | None = None
         self.out: list[bytes] | None = None
         self.queue = server.queue
+        self.handlers = server.dispatch.handlers
+        self.supported = server.dispatch.supported
         self.frame_bytes = 0  # reserved in the queue for the frame being read
         self.held = 0  # reserved for the frame being handled, until a request keeps it
         self.frame_size = 0
@@ -105,8 +106,6 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = True
         self.server.connections.discard(self)
         self.server.on_connection(-1)
-        for task in list(self.tasks):
-            task.cancel()
         # Everything this connection held in the queue goes back: its partial frame and
         # its unanswered requests (they will never be answered now).
         for held in (self.frame_bytes, self.held):
@@ -114,6 +113,8 @@ class KafkaConnection(asyncio.Protocol):
                 self.queue.give_back(held)
         self.frame_bytes = self.held = 0
         for slot in self.slots:
+            if slot.future is not None:
+                slot.future.cancel()  # nobody will read its answer (see handler: Deferred)
             self._release(slot)
         self.server.listener_freed()
 
@@ -219,7 +220,7 @@ class KafkaConnection(asyncio.Protocol):
             self.abort()
             return
         key, version = header.api_key, header.api_version
-        bounds = server.supported.get(key)
+        bounds = self.supported.get(key)
         if bounds is None or not bounds[0] <= version <= bounds[1]:
             if key == API_VERSIONS_KEY:
                 self._unsupported_api_versions(frame)
@@ -242,42 +243,34 @@ class KafkaConnection(asyncio.Protocol):
         started = time.perf_counter() if on_request is not None else 0.0
         try:
             # The supported-versions check above guarantees a handler for the key.
-            result = server.handlers[key](header, body, info)
+            result = self.handlers[key](header, body, info)
         except Exception:
             log.exception("handler for api key %d v%d failed; closing connection", key, version)
             self.abort()
             return
-        if isinstance(result, asyncio.Future):
-            # The common parked case (a commit waiting for its fsync, a JoinGroup waiting
-            # for the rebalance): a callback, not a task per request.
+        # The three kinds of result are told apart by their type alone (see handler).
+        if type(result) is Deferred:
+            # The answer comes later (a commit waiting for its fsync, a JoinGroup waiting
+            # for the rebalance, a long poll): a callback, not a task per request.
             slot = _Slot()
             self.slots.append(slot)
             self._park(slot, key)
-            result.add_done_callback(lambda fut: self._complete(slot, header, fut, started))
+            fut = slot.future = result.future
+            fut.add_done_callback(lambda fut: self._complete(slot, header, fut, started))
             self._update_reading()
             return
-        if hasattr(result, "__await__"):  # coroutines; far cheaper than inspect
-            slot = _Slot()
-            self.slots.append(slot)
-            self._park(slot, key)
-            task = asyncio.ensure_future(self._finish(slot, header, result, started))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-            self._update_reading()
-            return
-        if result is CLOSE_CONNECTION:
-            if not self.slots:
-                self._close_gracefully()
+        if type(result) is Outcome:
+            if result is CLOSE_CONNECTION:
+                if not self.slots:
+                    self._close_gracefully()
+                    return
+                slot = _Slot()
+                slot.done = slot.close = True
+                self.slots.append(slot)
                 return
-            slot = _Slot()
-            slot.done = slot.close = True
-            self.slots.append(slot)
-            return
-        data = (
-            None
-            if result is NO_RESPONSE
-            else encode_response(key, version, header.correlation_id, result)
-        )
+            data = None  # NO_RESPONSE
+        else:
+            data = encode_response(key, version, header.correlation_id, result)
         if on_request is not None:
             on_request(key, version, result, started)
         if not self.slots:
@@ -305,7 +298,7 @@ class KafkaConnection(asyncio.Protocol):
             slot.nbytes, slot.queued = 0, False
 
     def _complete(
-        self, slot: _Slot, header: RequestHeader, fut: asyncio.Future[Any], started: float
+        self, slot: _Slot, header: RequestHeader, fut: asyncio.Future[Answer], started: float
     ) -> None:
         if self.closed:
             return  # connection_lost gave back what the slot held
@@ -319,31 +312,18 @@ class KafkaConnection(asyncio.Protocol):
                 header.api_key,
                 header.api_version,
                 exc,
+                exc_info=exc,
             )
             self.abort()
             return
-        self._done(slot, header, fut.result(), started)
-
-    async def _finish(
-        self, slot: _Slot, header: RequestHeader, pending: Awaitable[Any], started: float
-    ) -> None:
-        try:
-            result = await pending
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception(
-                "handler for api key %d v%d failed; closing connection",
-                header.api_key,
-                header.api_version,
-            )
-            self.abort()
-            return
-        self._done(slot, header, result, started)
-
-    def _done(self, slot: _Slot, header: RequestHeader, result: Any, started: float) -> None:
+        result = fut.result()
         self._release(slot)
-        if result is not NO_RESPONSE:
+        if type(result) is Outcome:
+            if result is CLOSE_CONNECTION:
+                slot.done = slot.close = True
+                self._flush()
+                return
+        else:
             slot.data = encode_response(
                 header.api_key, header.api_version, header.correlation_id, result
             )
@@ -392,15 +372,8 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def _unsupported_api_versions(self, frame: bytes) -> None:
-        # Kafka answers an ApiVersions it cannot parse with a v0 response carrying
-        # UNSUPPORTED_VERSION and its ApiVersions range, so the client can retry lower.
         correlation_id = struct.unpack_from(">i", frame, 4)[0] if len(frame) >= 8 else 0
-        lo, hi = self.server.supported[API_VERSIONS_KEY]
-        body = ApiVersionsResponse(
-            error_code=ErrorCode.UNSUPPORTED_VERSION,
-            api_keys=[ApiVersion(api_key=API_VERSIONS_KEY, min_version=lo, max_version=hi)],
-        )
-        data = encode_response(API_VERSIONS_KEY, 0, correlation_id, body)
+        data = self.server.dispatch.unsupported_api_versions(correlation_id)
         if not self.slots:
             self._write(data)
         else:

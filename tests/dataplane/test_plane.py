@@ -13,7 +13,7 @@ import pytest
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
-from coordinator.server.handler import NO_RESPONSE, ClientInfo
+from coordinator.server.handler import NO_RESPONSE, ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, init_producer_id, list_offsets, produce
@@ -42,7 +42,7 @@ class Node:
 
     async def call(self, key: int, version: int, body: Any) -> Any:
         res = self.h[key](RequestHeader(key, version, 1, "test"), body, CLIENT)
-        if asyncio.iscoroutine(res) or isinstance(res, asyncio.Future):
+        if isinstance(res, Deferred):
             res = await res
         return res
 
@@ -235,8 +235,8 @@ async def test_long_poll_is_woken_by_produce(node: Node) -> None:
     node.create("t", 1)
     req = node.fetch_req("t", [(0, 0)], max_wait=5000)
     res = node.h[fetch.API_KEY](RequestHeader(fetch.API_KEY, 12, 1, "c"), req, CLIENT)
-    assert asyncio.iscoroutine(res)
-    task = asyncio.ensure_future(res)
+    assert isinstance(res, Deferred)
+    task = res.future
     await asyncio.sleep(0.05)
     assert not task.done()
     start = time.monotonic()

@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.runtime import GroupRuntime
-from coordinator.server.handler import ClientInfo
+from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import offset_commit, offset_fetch
@@ -61,7 +61,7 @@ async def runtime(tmp_path: Path) -> tuple[GroupRuntime, Flusher, LogManager]:
 
 async def call(rt: GroupRuntime, api_key: int, version: int, body: Any) -> Any:
     result = rt.handlers()[api_key](RequestHeader(api_key, version, 1, "test"), body, CLIENT)
-    return await result if isinstance(result, asyncio.Future) else result
+    return await result if isinstance(result, Deferred) else result
 
 
 def fetched(rt: GroupRuntime, group: str) -> int:
