@@ -18,10 +18,11 @@ How this works: everything lives in one ``Metrics`` object with its own
   runs (the cleaners' stats).
 * A few things are events: connections opened/closed (``on_connection``) or refused for want
   of file descriptors (``on_refused``), offsets-log load
-  time per partition (``partition_loaded``), rebalance durations (``group_events``, fed the
-  core's event lines: a group seen entering PreparingRebalance starts a clock that stops
-  when it is next seen Stable or Empty; expired offsets come from the expiration line) and
-  offset commits (counted from OffsetCommit responses in ``on_request``).
+  time per partition (``partition_loaded``), rebalance durations and expired offsets
+  (``group_events``, fed the group core's typed events: ``RebalanceStarted`` starts a
+  group's clock, ``GroupStable``, ``GroupEmptied`` or ``GroupDeleted`` stops it;
+  ``OffsetsExpired`` carries its count) and offset commits (counted from OffsetCommit
+  responses in ``on_request``).
 
 The HTTP endpoint runs on the server's own event loop (``serve``), so collectors read the
 group core and the logs from the thread that mutates them: no locks, no torn reads.
@@ -32,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -55,6 +55,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from coordinator.group.events import (
+    GroupDeleted,
+    GroupEmptied,
+    GroupEvent,
+    GroupStable,
+    OffsetsExpired,
+    RebalanceStarted,
+)
 from protocol.errors import ErrorCode
 from protocol.messages import BY_KEY
 
@@ -83,9 +91,6 @@ LATENCY_BUCKETS = (
 REBALANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 OFFSET_COMMIT_KEYS = frozenset({8, 28})  # OffsetCommit, TxnOffsetCommit
-_EVENT_GROUP = re.compile(r"^group (\S+?):? ")
-_EVENT_EXPIRED = re.compile(r"^offset expiration: (\d+) offsets expired")
-_REBALANCING = ("PreparingRebalance", "CompletingRebalance")
 _perf_counter = time.perf_counter
 _bisect_left = bisect.bisect_left
 
@@ -214,27 +219,18 @@ class Metrics:
     def partition_loaded(self, partition: int, seconds: float) -> None:
         self.partition_load_seconds[partition] = seconds
 
-    def group_events(self, events: Iterable[str], groups: Mapping[str, Any], now_ms: int) -> None:
-        """Track rebalance durations from the core's event lines and the groups' states."""
-        for line in events:
-            m = _EVENT_GROUP.match(line)
-            if m is None:
-                if e := _EVENT_EXPIRED.match(line):
-                    self.offsets_expired += int(e.group(1))
-                continue
-            gid = m.group(1)
-            group = groups.get(gid)
-            state = str(group.state.value) if group is not None else "Dead"
-            if state in _REBALANCING:
-                if gid not in self._rebalancing:
-                    since = getattr(group, "state_timestamp_ms", None)
-                    self._rebalancing[gid] = (
-                        since if state == "PreparingRebalance" and since else now_ms
-                    )
-            else:
-                start = self._rebalancing.pop(gid, None)
+    def group_events(self, events: Iterable[GroupEvent], now_ms: int) -> None:
+        """Track rebalance durations and expired offsets from the group core's events."""
+        for event in events:
+            if isinstance(event, RebalanceStarted):
+                # A rebalance that restarts before it settled keeps its first start.
+                self._rebalancing.setdefault(event.group_id, now_ms)
+            elif isinstance(event, GroupStable | GroupEmptied | GroupDeleted):
+                start = self._rebalancing.pop(event.group_id, None)
                 if start is not None:
                     self.rebalance_duration.observe(max(now_ms - start, 0) / 1000.0)
+            elif isinstance(event, OffsetsExpired):
+                self.offsets_expired += event.count
 
     # -- exposition
     def render(self) -> bytes:

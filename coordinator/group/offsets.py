@@ -2,8 +2,12 @@
 
 How this works
 --------------
-Offsets live in ``self.offsets[group][(topic, partition)]``; every change is
-also emitted as an OffsetCommit record (or a tombstone) for the offsets log.
+``OffsetMetadataManager`` (Kafka's OffsetMetadataManager) owns the committed
+offsets, ``offsets[group][(topic, partition)]``; every change is also emitted as
+an OffsetCommit record (or a tombstone) for the offsets log.  Groups are not
+its own: it asks the ``ClassicGroupManager`` for them (and creates "simple"
+groups through it), and each group validates a commit itself
+(``ClassicGroup.validate_offset_commit``).
 
 OffsetCommit validation follows Kafka's ClassicGroup.validateOffsetCommit:
 an unknown group is created as a "simple" group when the generation is -1
@@ -23,26 +27,26 @@ in memory per producer id until ``end_transaction`` commits (records are
 then written) or aborts them.  While held they make ``require_stable``
 fetches answer UNSTABLE_OFFSET_COMMIT and keep the partition from expiring.
 
-Retention (KIP-211), on the ``expire-offsets`` timer: an Empty group's
-offsets expire offsets.retention.minutes after the group became Empty; a
-group without protocol type ("simple") expires each offset that long after
-its commit; a Stable "consumer" group with a known subscription expires
-offsets of topics it no longer subscribes to.  Offsets with an explicit
-expire timestamp use it.  A group whose offsets are all gone and that is
-Empty is deleted (metadata tombstone).
+Retention (KIP-211), on the shard's ``expire-offsets`` timer:
+``cleanup_expired_offsets`` removes a group's expired offsets, counted from
+when the group says (``ClassicGroup.offset_expiration_base``: since it became
+Empty, or since the commit); offsets with an explicit expire timestamp use it.
+The shard then deletes groups left Empty without offsets.
 """
 
 from __future__ import annotations
 
 import codecs
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from coordinator.group.base import EXPIRE_OFFSETS_KEY, OffsetEntry, TimerAction, TimerKind
 from coordinator.group.classic.group import ClassicGroup
-from coordinator.group.classic.join import validate_member
-from coordinator.group.classic.rebalance import RebalanceCore
-from coordinator.group.classic.state import GroupState
-from coordinator.group.types import RequestContext, Result
+from coordinator.group.classic.manager import ClassicGroupManager
+from coordinator.group.classic.state import ClassicGroupState
+from coordinator.group.events import TopicOffsetsDeleted
+from coordinator.group.partitions import Partitions
+from coordinator.group.types import GroupConfig, Record, RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import (
     OffsetCommitRequest,
@@ -71,42 +75,33 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )
-from storage.offsets_format import encode_offset_commit_key, encode_offset_commit_value
+from storage.offsets_format import (
+    OffsetCommitKey,
+    decode_offset_commit_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+)
 
-__all__ = ["OffsetsMixin"]
+__all__ = ["OffsetEntry", "OffsetMetadataManager"]
 
-_P = GroupState.PREPARING_REBALANCE
-_C = GroupState.COMPLETING_REBALANCE
-_S = GroupState.STABLE
-_E = GroupState.EMPTY
-_D = GroupState.DEAD
+_P = ClassicGroupState.PREPARING_REBALANCE
+_C = ClassicGroupState.COMPLETING_REBALANCE
+_S = ClassicGroupState.STABLE
+_E = ClassicGroupState.EMPTY
+_D = ClassicGroupState.DEAD
 
 # A fetched partition: (partition, offset, leader epoch, metadata, error).
 _Fetched = tuple[int, int, int, str, int]
+TopicPartition = tuple[str, int]
 
 
-def validate_offset_commit(
-    group: ClassicGroup,
-    member_id: str,
-    instance_id: str | None,
-    generation: int,
-    transactional: bool,
-) -> ErrorCode | None:
-    if group.is_in(_D):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if generation < 0 and group.is_in(_E):
-        return None  # admin client or a consumer without group management
-    if generation >= 0 or member_id != "" or instance_id is not None:
-        err = validate_member(group, member_id, instance_id)
-        if err is not None:
-            return err
-        if generation != group.generation:
-            return ErrorCode.ILLEGAL_GENERATION
-    elif not transactional and not group.is_in(_E):
-        return ErrorCode.UNKNOWN_MEMBER_ID
-    if not transactional and group.is_in(_C):
-        return ErrorCode.REBALANCE_IN_PROGRESS
-    return None
+@dataclass(slots=True)
+class OffsetEntry:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int | None = None
 
 
 def _code(
@@ -129,7 +124,33 @@ def _java_length(s: str) -> int:
     return len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
-class OffsetsMixin(RebalanceCore):
+class OffsetMetadataManager:
+    def __init__(
+        self,
+        config: GroupConfig,
+        partitions: Partitions,
+        classic: ClassicGroupManager,
+        *,
+        topic_partitions: Callable[[str], int | None] | None = None,
+    ) -> None:
+        self.config = config
+        self.partitions = partitions
+        self.classic = classic
+        self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        # group -> producer id -> partition -> offset, awaiting the transaction's end.
+        self.pending_txn_offsets: dict[str, dict[int, dict[TopicPartition, OffsetEntry]]] = {}
+        # Partition count of a topic, None if it does not exist (the catalog's answer;
+        # None here: every topic exists, as in most unit tests). Kafka refuses offsets of
+        # unknown partitions before its coordinator sees them.
+        self.topic_partitions = topic_partitions
+
+    def _unknown_partition(self, topic: str, partition: int) -> bool:
+        lookup = self.topic_partitions
+        if lookup is None:
+            return False
+        n = lookup(topic)
+        return n is None or not 0 <= partition < n
+
     # ------------------------------------------------------------ commit
 
     def offset_commit(self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int) -> Result:
@@ -164,12 +185,12 @@ class OffsetsMixin(RebalanceCore):
 
         if wanted and len(codes) == wanted:
             return respond()
-        err = self._precheck(req.group_id)
+        err = self.partitions.precheck(req.group_id)
         if err is not None:
             return respond(err)
         gid = req.group_id
         generation = req.generation_id_or_member_epoch
-        group = self.groups.get(gid)
+        group = self.classic.groups.get(gid)
         new_group = group is None
         if group is None:
             if generation >= 0:
@@ -177,8 +198,8 @@ class OffsetsMixin(RebalanceCore):
                     ErrorCode.GROUP_ID_NOT_FOUND if v >= 9 else ErrorCode.ILLEGAL_GENERATION
                 )
             group = ClassicGroup(gid)  # kept only if the commit is written (below)
-        err = validate_offset_commit(
-            group, req.member_id, req.group_instance_id, generation, transactional=False
+        err = group.validate_offset_commit(
+            req.member_id, req.group_instance_id, generation, transactional=False
         )
         if err is not None:
             return respond(err)
@@ -188,7 +209,7 @@ class OffsetsMixin(RebalanceCore):
         if 2 <= v <= 4 and req.retention_time_ms != -1:
             expire = now_ms + req.retention_time_ms
         stored: list[tuple[str, int, OffsetEntry]] = []
-        records: list[tuple[int, bytes, bytes | None]] = []
+        records: list[Record] = []
         for t in req.topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
@@ -213,11 +234,11 @@ class OffsetsMixin(RebalanceCore):
                 stored.append((t.name, p.partition_index, entry))
                 codes[tp] = ErrorCode.NO_ERROR
         if new_group and stored:
-            self.groups[gid] = group
+            self.classic.groups[gid] = group
         member = group.members.get(req.member_id)
         if member is not None and group.is_in(_S, _P):
             # With the classic protocol a commit also proves the member is alive.
-            self._reschedule_heartbeat(out, group, member, now_ms)
+            self.classic.reschedule_heartbeat(out, group, member, now_ms)
         by_group = self.offsets.setdefault(gid, {}) if stored else None
         for topic, partition, entry in stored:
             assert by_group is not None
@@ -227,9 +248,9 @@ class OffsetsMixin(RebalanceCore):
 
     def _offset_record(
         self, group_id: str, topic: str, partition: int, entry: OffsetEntry
-    ) -> tuple[int, bytes, bytes | None]:
+    ) -> Record:
         return (
-            self.partition_of(group_id),
+            self.partitions.partition_of(group_id),
             encode_offset_commit_key(group_id, topic, partition),
             encode_offset_commit_value(
                 entry.offset,
@@ -250,7 +271,13 @@ class OffsetsMixin(RebalanceCore):
     def _delete_offset(self, out: Result, group_id: str, topic: str, partition: int) -> None:
         offsets = self.offsets.get(group_id)
         if offsets is not None and offsets.pop((topic, partition), None) is not None:
-            out.records.append(self._offset_tombstone(group_id, topic, partition))
+            out.records.append(
+                (
+                    self.partitions.partition_of(group_id),
+                    encode_offset_commit_key(group_id, topic, partition),
+                    None,
+                )
+            )
             if not offsets:
                 del self.offsets[group_id]
 
@@ -295,18 +322,18 @@ class OffsetsMixin(RebalanceCore):
 
         if wanted and len(codes) == wanted:
             return respond()
-        err = self._precheck(req.group_id)
+        err = self.partitions.precheck(req.group_id)
         if err is not None:
             return respond(err)
         gid = req.group_id
-        group = self.groups.get(gid)
+        group = self.classic.groups.get(gid)
         new_group = group is None
         if group is None:
             if req.generation_id >= 0:
                 return respond(ErrorCode.ILLEGAL_GENERATION)
             group = ClassicGroup(gid)
-        err = validate_offset_commit(
-            group, req.member_id, req.group_instance_id, req.generation_id, transactional=True
+        err = group.validate_offset_commit(
+            req.member_id, req.group_instance_id, req.generation_id, transactional=True
         )
         if err is not None:
             return respond(err)
@@ -330,7 +357,7 @@ class OffsetsMixin(RebalanceCore):
                 codes[tp] = ErrorCode.NO_ERROR
         if held:
             if new_group:
-                self.groups[gid] = group
+                self.classic.groups[gid] = group
             self.pending_txn_offsets.setdefault(gid, {}).setdefault(req.producer_id, {}).update(
                 held
             )
@@ -349,8 +376,7 @@ class OffsetsMixin(RebalanceCore):
                 del self.pending_txn_offsets[gid]
             if parts is None or not committed:
                 continue
-            if gid not in self.groups:
-                self.groups[gid] = ClassicGroup(gid)
+            self.classic.get_or_create_group(gid)
             for (topic, partition), entry in parts.items():
                 self._store_offset(out, gid, topic, partition, entry)
         return out
@@ -438,10 +464,10 @@ class OffsetsMixin(RebalanceCore):
         require_stable: bool,
     ) -> tuple[ErrorCode, list[tuple[str, list[_Fetched]]]]:
         # An empty group id is served (Kafka keeps that for backward compatibility).
-        err = self._availability_error(group_id)
+        err = self.partitions.availability_error(group_id)
         if err is not None:
             return err, []
-        group = self.groups.get(group_id)
+        group = self.classic.groups.get(group_id)
         offsets = {} if group is None or group.is_in(_D) else self.offsets.get(group_id, {})
 
         def one(topic: str, partition: int) -> _Fetched | None:
@@ -508,11 +534,11 @@ class OffsetsMixin(RebalanceCore):
                 )
             )
             return out
-        err = self._precheck(req.group_id)
+        err = self.partitions.precheck(req.group_id)
         if err is not None:
             return whole(err)
         gid = req.group_id
-        group = self.groups.get(gid)
+        group = self.classic.groups.get(gid)
         if group is None or group.is_in(_D):
             return whole(ErrorCode.GROUP_ID_NOT_FOUND)
         if group.is_in(_S, _P, _C) and not group.uses_consumer_protocol():
@@ -558,7 +584,7 @@ class OffsetsMixin(RebalanceCore):
         """Tombstone every group's offsets of a deleted topic (Kafka's onPartitionsDeleted)."""
         out = Result()
         for gid in list(self.offsets):
-            if self._availability_error(gid) is not None:
+            if self.partitions.availability_error(gid) is not None:
                 continue
             for t, p in [tp for tp in self.offsets[gid] if tp[0] == topic]:
                 self._delete_offset(out, gid, t, p)
@@ -571,70 +597,21 @@ class OffsetsMixin(RebalanceCore):
             if not self.pending_txn_offsets[gid]:
                 del self.pending_txn_offsets[gid]
         if out.records:
-            out.events.append(
-                f"topic {topic} deleted: {len(out.records)} committed offsets removed"
-            )
+            out.events.append(TopicOffsetsDeleted(topic, len(out.records)))
         return out
 
     # ------------------------------------------------------------ retention
 
-    def _arm_expiration(self, out: Result, now_ms: int) -> None:
-        self._schedule(
-            out,
-            EXPIRE_OFFSETS_KEY,
-            now_ms + self.config.offsets_retention_check_interval_ms,
-            TimerAction(TimerKind.EXPIRE_OFFSETS),
-        )
-
-    def _expire_offsets(self, out: Result, now_ms: int) -> None:
-        expired_total = 0
-        deleted: list[str] = []
-        for gid in list(self.groups):
-            if self._availability_error(gid) is not None:
-                continue
-            before = len(out.records)
-            all_gone = self._cleanup_expired_offsets(out, gid, now_ms)
-            expired_total += len(out.records) - before
-            group = self.groups[gid]
-            if all_gone and group.is_in(_E):
-                self._delete_group(out, group, now_ms)
-                deleted.append(gid)
-        if expired_total or deleted:
-            out.events.append(
-                f"offset expiration: {expired_total} offsets expired, groups deleted: "
-                + (", ".join(deleted) or "none")
-            )
-        self._arm_expiration(out, now_ms)
-
-    def _cleanup_expired_offsets(self, out: Result, group_id: str, now_ms: int) -> bool:
+    def cleanup_expired_offsets(self, out: Result, group_id: str, now_ms: int) -> bool:
         """Tombstone expired offsets; True if the group has no offsets left at all."""
         offsets = self.offsets.get(group_id)
         if offsets is None:
             return not self._has_pending_txn(group_id)
-        group = self.groups[group_id]
+        group = self.classic.groups[group_id]
+        base = group.offset_expiration_base()
+        if base is None:
+            return False
         retention = self.config.offsets_retention_ms
-
-        if group.protocol_type:
-            if group.is_in(_E):
-                state_ts = group.state_timestamp_ms
-
-                def base(e: OffsetEntry) -> int:
-                    return e.commit_timestamp_ms if state_ts is None else state_ts
-            elif (
-                group.uses_consumer_protocol()
-                and group.subscribed_topics is not None
-                and group.is_in(_S)
-            ):
-
-                def base(e: OffsetEntry) -> int:
-                    return e.commit_timestamp_ms
-            else:
-                return False
-        else:
-
-            def base(e: OffsetEntry) -> int:
-                return e.commit_timestamp_ms
-
         all_expired = True
         for (topic, partition), entry in list(offsets.items()):
             if group.is_subscribed_to(topic) or self._has_pending_txn(group_id, (topic, partition)):
@@ -643,21 +620,42 @@ class OffsetsMixin(RebalanceCore):
             if entry.expire_timestamp_ms is not None:
                 expired = now_ms >= entry.expire_timestamp_ms
             else:
-                expired = now_ms - base(entry) >= retention
+                expired = now_ms - base(entry.commit_timestamp_ms) >= retention
             if expired:
                 self._delete_offset(out, group_id, topic, partition)
             else:
                 all_expired = False
         return all_expired and not self._has_pending_txn(group_id)
 
-    def _delete_group(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
-        """Tombstone a group and all its offsets and forget it."""
-        gid = group.group_id
-        for topic, partition in list(self.offsets.get(gid, {})):
-            self._delete_offset(out, gid, topic, partition)
-        self._drop_pending_txn(gid)
-        out.records.append(self._group_tombstone(gid))
-        group.transition_to(_D, now_ms)
-        for key in [k for k, t in self._timers.items() if t.action.group_id == gid]:
-            self._cancel(out, key)
-        del self.groups[gid]
+    def delete_all_offsets(self, out: Result, group_id: str) -> None:
+        """Tombstone every offset of a group being deleted, and drop its pending ones."""
+        for topic, partition in list(self.offsets.get(group_id, {})):
+            self._delete_offset(out, group_id, topic, partition)
+        self._drop_pending_txn(group_id)
+
+    # ------------------------------------------------------------ replay
+
+    def replay(self, k: OffsetCommitKey, value: bytes | None) -> None:
+        """Apply an OffsetCommit record: set one offset, or (tombstone) remove it."""
+        tp = (k.topic, k.partition)
+        if value is None:
+            offsets = self.offsets.get(k.group)
+            if offsets is not None:
+                offsets.pop(tp, None)
+                if not offsets:
+                    del self.offsets[k.group]
+            return
+        v = decode_offset_commit_value(value)
+        self.classic.get_or_create_group(k.group)
+        self.offsets.setdefault(k.group, {})[tp] = OffsetEntry(
+            offset=v.offset,
+            leader_epoch=v.leader_epoch,
+            metadata=v.metadata,
+            commit_timestamp_ms=v.commit_timestamp,
+            expire_timestamp_ms=None if v.expire_timestamp == -1 else v.expire_timestamp,
+        )
+
+    def forget(self, group_id: str) -> None:
+        """Drop a group's offsets from memory (its partition is no longer ours)."""
+        self.offsets.pop(group_id, None)
+        self.pending_txn_offsets.pop(group_id, None)

@@ -1,60 +1,297 @@
-"""GroupShard: the pure classic-group coordinator, one object per node.
+"""GroupShard: the pure group coordinator of one node, and the façade its runtime calls.
 
 How this works
 --------------
-``GroupShard`` assembles the concern-specific mixins -- join (``join.py``),
-sync (``sync.py``), heartbeat and leave (``heartbeat.py``), offsets
-(``offsets.py``), describe/list/delete (``admin.py``), log replay and
-partition loading (``replay.py``) -- on top of the rebalance engine
-(``rebalance.py``) and shared state (``base.py``).
+The shard is a thin façade over Kafka's split of the coordinator:
 
-It performs no I/O and reads no clock: each method takes ``now_ms`` and
-returns a ``Result`` (records to append, replies to release once those are
-durable, timers to arm or cancel, log lines).  Timers come back through
-``on_timer(key, now_ms)``.  Because everything is a function of its inputs,
-a test can drive it with a fake clock and replay its records into a second
-shard to check they rebuild the same state.
+* ``ClassicGroupManager`` (``classic/manager.py``) owns the classic groups; each
+  classic API is a function in ``classic/``: JoinGroup ``classic/join.py``, SyncGroup
+  ``classic/sync.py``, Heartbeat and LeaveGroup ``classic/heartbeat.py``,
+  DescribeGroups ``classic/describe.py``; the rebalance engine is
+  ``classic/rebalance.py``.
+* ``OffsetMetadataManager`` (``offsets.py``) owns committed offsets: OffsetCommit,
+  TxnOffsetCommit, OffsetFetch, OffsetDelete, retention.
+* The shard itself owns what they share -- the load status of each offsets-log partition
+  (``partitions.py``), the one timer table (``timers.py``) -- and does what spans both:
+  ListGroups and DeleteGroups, the periodic offset expiration (which deletes groups left
+  without offsets), replaying the log into both managers, and partition load/unload.
+
+Each API is an attribute named after it (``shard.join_group(ctx, req, now_ms)``...),
+bound at construction straight to the function that handles it, so a request costs no
+extra call on its way in.  Nothing here performs I/O or reads a clock: every method
+takes ``now_ms`` and returns a ``Result`` (records to append, replies to release once
+those are durable, the earliest new timer deadline, typed events).  Timers come back
+through ``timers.pop_due(now_ms)`` and ``on_timer``.  Because everything is a function
+of its inputs, a test can drive the shard with a fake clock and replay its records into a
+second shard to check they rebuild the same state.
 """
 
 from __future__ import annotations
 
-from coordinator.group.base import TimerKind
-from coordinator.group.classic.admin import AdminMixin
-from coordinator.group.classic.heartbeat import HeartbeatMixin
-from coordinator.group.classic.join import JoinMixin
-from coordinator.group.classic.sync import SyncMixin
-from coordinator.group.replay import ReplayMixin
+from collections.abc import Callable
+from functools import partial
+
+from coordinator.group.classic import rebalance
+from coordinator.group.classic.describe import describe_groups
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.heartbeat import heartbeat, leave_group
+from coordinator.group.classic.join import join_group
+from coordinator.group.classic.manager import ClassicGroupManager
+from coordinator.group.classic.state import ClassicGroupState
+from coordinator.group.classic.sync import sync_group
+from coordinator.group.events import GroupDeleted, OffsetsExpired, PartitionLoaded
+from coordinator.group.offsets import OffsetEntry, OffsetMetadataManager, TopicPartition
+from coordinator.group.partitions import Partitions, PartitionStatus
+from coordinator.group.timers import EXPIRE_OFFSETS_KEY, Timer, TimerAction, TimerKind, Timers
 from coordinator.group.types import GroupConfig, RequestContext, Result
+from protocol.errors import ErrorCode
+from protocol.messages.delete_groups import (
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+)
+from protocol.messages.describe_groups import DescribeGroupsRequest
+from protocol.messages.heartbeat import HeartbeatRequest
+from protocol.messages.join_group import JoinGroupRequest
+from protocol.messages.leave_group import LeaveGroupRequest
+from protocol.messages.list_groups import ListedGroup, ListGroupsRequest, ListGroupsResponse
+from protocol.messages.offset_commit import OffsetCommitRequest
+from protocol.messages.offset_delete import OffsetDeleteRequest
+from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.sync_group import SyncGroupRequest
+from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from storage.offsets_format import GroupMetadataKey, OffsetCommitKey, decode_key
 
 __all__ = ["GroupConfig", "GroupShard", "RequestContext", "Result"]
 
+GROUP_TYPE = "classic"  # what ListGroups v5 reports; KIP-848 adds "consumer"
 
-class GroupShard(JoinMixin, SyncMixin, HeartbeatMixin, AdminMixin, ReplayMixin):
-    def on_timer(self, key: str, now_ms: int) -> Result:
+_E = ClassicGroupState.EMPTY
+_D = ClassicGroupState.DEAD
+
+
+class GroupShard:
+    # The APIs, each bound to the function that handles it (see ``__init__``).
+    join_group: Callable[[RequestContext, JoinGroupRequest, int], Result]
+    sync_group: Callable[[RequestContext, SyncGroupRequest, int], Result]
+    heartbeat: Callable[[RequestContext, HeartbeatRequest, int], Result]
+    leave_group: Callable[[RequestContext, LeaveGroupRequest, int], Result]
+    describe_groups: Callable[[RequestContext, DescribeGroupsRequest, int], Result]
+    offset_commit: Callable[[RequestContext, OffsetCommitRequest, int], Result]
+    txn_offset_commit: Callable[[RequestContext, TxnOffsetCommitRequest, int], Result]
+    offset_fetch: Callable[[RequestContext, OffsetFetchRequest, int], Result]
+    offset_delete: Callable[[RequestContext, OffsetDeleteRequest, int], Result]
+
+    def __init__(
+        self,
+        config: GroupConfig | None = None,
+        *,
+        member_id_suffix: Callable[[], str] | None = None,
+        topic_partitions: Callable[[str], int | None] | None = None,
+    ) -> None:
+        self.config = config if config is not None else GroupConfig()
+        self.partitions = Partitions(self.config.offsets_topic_num_partitions)
+        self.timers = Timers()
+        self.classic = ClassicGroupManager(
+            self.config, self.partitions, self.timers, member_id_suffix=member_id_suffix
+        )
+        self.offset_manager = OffsetMetadataManager(
+            self.config, self.partitions, self.classic, topic_partitions=topic_partitions
+        )
+        # What the shard holds, for the runtime, metrics and tests (the managers' own maps).
+        self.groups: dict[str, ClassicGroup] = self.classic.groups
+        self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = self.offset_manager.offsets
+        self.pending_txn_offsets = self.offset_manager.pending_txn_offsets
+        self.rebalances = self.classic.rebalances
+        self.partition_of = self.partitions.partition_of
+        self.groups_snapshot = self.classic.groups_snapshot
+
+        classic, offsets = self.classic, self.offset_manager
+        self.join_group = partial(join_group, classic)
+        self.sync_group = partial(sync_group, classic)
+        self.heartbeat = partial(heartbeat, classic)
+        self.leave_group = partial(leave_group, classic)
+        self.describe_groups = partial(describe_groups, classic)
+        self.offset_commit = offsets.offset_commit
+        self.txn_offset_commit = offsets.txn_offset_commit
+        self.offset_fetch = offsets.offset_fetch
+        self.offset_delete = offsets.offset_delete
+
+    @property
+    def topic_partitions(self) -> Callable[[str], int | None] | None:
+        """Partition count of a topic, None if it does not exist (offsets of it are refused)."""
+        return self.offset_manager.topic_partitions
+
+    @topic_partitions.setter
+    def topic_partitions(self, lookup: Callable[[str], int | None] | None) -> None:
+        self.offset_manager.topic_partitions = lookup
+
+    # ------------------------------------------------------------ APIs over all groups
+
+    def list_groups(self, ctx: RequestContext, req: ListGroupsRequest, now_ms: int) -> Result:
+        """Every group of the loaded partitions; v4 filters on state, v5 on group type.
+
+        Filters are case-insensitive; a partition still loading makes the answer
+        COORDINATOR_LOAD_IN_PROGRESS (with the groups that are served).
+        """
         out = Result()
-        if self._armed.pop(key, None) is None:
-            return out  # cancelled, or never ours
-        timer = self._timers[key]  # armed implies wanted: ``_cancel`` drops both
-        if now_ms < timer.deadline_ms:  # the deadline moved later since the timer was armed
-            self._armed[key] = timer.deadline_ms
-            out.timers.append((key, timer.deadline_ms))
-            return out
-        del self._timers[key]
+        v = ctx.api_version
+        states = {s.lower() for s in req.states_filter} if v >= 4 else set()
+        types = {t.lower() for t in req.types_filter} if v >= 5 else set()
+        error = ErrorCode.NO_ERROR
+        if self.partitions.any_loading():
+            error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        listed: list[ListedGroup] = []
+        if not types or GROUP_TYPE in types:
+            for g in self.groups.values():
+                if self.partitions.availability_error(g.group_id) is not None:
+                    continue
+                if states and g.state.value.lower() not in states:
+                    continue
+                listed.append(
+                    ListedGroup(
+                        group_id=g.group_id,
+                        protocol_type=g.protocol_type or "",
+                        group_state=g.state.value,
+                        group_type=GROUP_TYPE,
+                    )
+                )
+        out.replies.append((ctx.reply_to, ListGroupsResponse(error_code=error, groups=listed)))
+        return out
+
+    def delete_groups(self, ctx: RequestContext, req: DeleteGroupsRequest, now_ms: int) -> Result:
+        """Refuse non-Empty (NON_EMPTY_GROUP) and unknown groups (GROUP_ID_NOT_FOUND);
+        otherwise tombstone every offset and then the group metadata."""
+        out = Result()
+        results: list[DeletableGroupResult] = []
+        for gid in req.groups_names:
+            err = self.partitions.availability_error(gid)
+            group = self.groups.get(gid)
+            if err is None:
+                if group is None or group.is_in(_D):
+                    err = ErrorCode.GROUP_ID_NOT_FOUND
+                elif not group.is_in(_E):
+                    err = ErrorCode.NON_EMPTY_GROUP
+            if err is None and group is not None:
+                self._delete_group(out, group, now_ms)
+                out.events.append(GroupDeleted(gid))
+            results.append(
+                DeletableGroupResult(
+                    group_id=gid, error_code=ErrorCode.NO_ERROR if err is None else err
+                )
+            )
+        out.replies.append((ctx.reply_to, DeleteGroupsResponse(results=results)))
+        return out
+
+    def _delete_group(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
+        self.offset_manager.delete_all_offsets(out, group.group_id)
+        self.classic.delete_group(out, group, now_ms)
+
+    # ------------------------------------------------------------ outside events
+
+    def end_transaction(self, producer_id: int, committed: bool, now_ms: int) -> Result:
+        """The transaction of ``producer_id`` ended: write its offsets if it committed."""
+        return self.offset_manager.end_transaction(producer_id, committed, now_ms)
+
+    def topic_deleted(self, topic: str, now_ms: int) -> Result:
+        """Tombstone every group's offsets of a deleted topic (Kafka's onPartitionsDeleted)."""
+        return self.offset_manager.topic_deleted(topic, now_ms)
+
+    # ------------------------------------------------------------ timers
+
+    def on_timer(self, timer: Timer, now_ms: int) -> Result:
+        """Act on a timer that came due (taken from ``timers.pop_due``)."""
+        out = Result()
         action = timer.action
         if action.kind is TimerKind.EXPIRE_OFFSETS:
             self._expire_offsets(out, now_ms)
-            return out
-        group = self.groups.get(action.group_id)
-        if action.kind is TimerKind.HEARTBEAT:
-            self._expire_heartbeat(out, action.group_id, action.member_id, now_ms)
-        elif action.kind is TimerKind.PENDING:
-            self._expire_pending_member(out, action.group_id, action.member_id, now_ms)
-        elif group is None:
-            pass
-        elif action.kind is TimerKind.JOIN:
-            self._complete_join(out, group, now_ms)
-        elif action.kind is TimerKind.INITIAL_JOIN:
-            self._initial_join_timer(out, group, now_ms)
-        elif action.kind is TimerKind.SYNC:
-            self._expire_pending_sync(out, group, action.generation, now_ms)
+        else:
+            rebalance.on_timer(self.classic, out, action, now_ms)
         return out
+
+    def pending_timers(self) -> dict[str, int]:
+        """Deadline of every armed timer, by key (for tests and diagnostics)."""
+        return self.timers.deadlines()
+
+    def _arm_expiration(self, out: Result, now_ms: int) -> None:
+        self.timers.schedule(
+            out,
+            EXPIRE_OFFSETS_KEY,
+            now_ms + self.config.offsets_retention_check_interval_ms,
+            TimerAction(TimerKind.EXPIRE_OFFSETS),
+        )
+
+    def _expire_offsets(self, out: Result, now_ms: int) -> None:
+        """Kafka's cleanupGroupMetadata: expire offsets, then delete groups left without any."""
+        expired_total = 0
+        deleted: list[str] = []
+        for gid in list(self.groups):
+            if self.partitions.availability_error(gid) is not None:
+                continue
+            before = len(out.records)
+            all_gone = self.offset_manager.cleanup_expired_offsets(out, gid, now_ms)
+            expired_total += len(out.records) - before
+            group = self.groups[gid]
+            if all_gone and group.is_in(_E):
+                self._delete_group(out, group, now_ms)
+                deleted.append(gid)
+        if expired_total or deleted:
+            out.events.append(OffsetsExpired(expired_total, tuple(deleted)))
+        self._arm_expiration(out, now_ms)
+
+    # ------------------------------------------------------------ loading
+
+    def begin_load(self, partition: int) -> None:
+        """This node becomes coordinator of ``partition``: its log is about to be replayed."""
+        self._forget_partition(partition)
+        self.partitions[partition] = PartitionStatus.LOADING
+
+    def replay(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Apply one record of the offsets log, in log order."""
+        k = decode_key(key)
+        if isinstance(k, OffsetCommitKey):
+            self.offset_manager.replay(k, value)
+        elif isinstance(k, GroupMetadataKey):
+            self.classic.replay(k.group, value)
+            if value is None and k.group in self.offsets:
+                # Offsets outlived their group's metadata: keep them reachable.
+                self.classic.get_or_create_group(k.group)
+        # Other key versions belong to newer group types; nothing to do.
+
+    def load_complete(self, partition: int, now_ms: int) -> Result:
+        """The partition is replayed: serve it, re-arming the timers (they are not persisted)."""
+        out = Result()
+        self.partitions[partition] = PartitionStatus.LOADED
+        loaded = self.classic.on_loaded(out, partition, now_ms)
+        if EXPIRE_OFFSETS_KEY not in self.timers:
+            self._arm_expiration(out, now_ms)
+        out.events.append(PartitionLoaded(partition, loaded))
+        return out
+
+    def fail_load(self, partition: int) -> None:
+        """The partition's log cannot be replayed: forget it; its groups get NOT_COORDINATOR."""
+        self._forget_partition(partition)
+        self.partitions[partition] = PartitionStatus.FAILED
+
+    def mark_all_loaded(self, now_ms: int = 0) -> Result:
+        """Own and load every offsets partition at once (tests, single-node setups)."""
+        out = Result()
+        for p in range(self.config.offsets_topic_num_partitions):
+            out.extend(self.load_complete(p, now_ms))
+        return out
+
+    def unload(self, partition: int, now_ms: int) -> Result:
+        """Stop coordinating a partition: parked requests get NOT_COORDINATOR."""
+        out = Result()
+        self.classic.on_unload(out, partition, now_ms)
+        self._forget_partition(partition)
+        return out
+
+    def _forget_partition(self, partition: int) -> None:
+        self.partitions.pop(partition, None)
+        partition_of = self.partitions.partition_of
+        for gid in [g for g in self.groups if partition_of(g) == partition]:
+            del self.groups[gid]
+            self.offset_manager.forget(gid)
+        for gid in [g for g in self.offsets if partition_of(g) == partition]:
+            del self.offsets[gid]

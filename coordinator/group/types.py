@@ -8,11 +8,12 @@ milliseconds and returns a ``Result`` describing what the runtime must do:
 * ``records``: (offsets-log partition, key, value-or-None) to append, in order;
 * ``replies``: (reply_to, response dataclass) to send, but only once
   ``records`` are durable (Kafka completes responses after the append);
-* ``timers``:  (key, absolute deadline ms) to arm or re-arm, or (key, None)
-  to cancel.  A timer that fires is handed back through ``on_timer``;
-* ``events``:  human-readable log lines.
+* ``wakeup``:  set when this Result armed a timer earlier than any other the
+  shard holds: the runtime must wake up by then (``None``: nothing to do).
+  The deadlines themselves live in the shard's one timer table (``timers.py``);
+* ``events``:  what happened, as typed events (``events.py``) that the
+  runtime logs and metrics count.
 
-Apply ``timers`` in list order: one Result may cancel and re-arm the same key.
 The shard's state already reflects the Result when it is returned; if the
 append of ``records`` fails, the replies must not be released as they are --
 answer them with an error and rebuild the partition from the durable log
@@ -24,7 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["GroupConfig", "RequestContext", "Result"]
+from coordinator.group.events import GroupEvent
+
+__all__ = [
+    "LOG_STRING_MAX_BYTES",
+    "GroupConfig",
+    "Record",
+    "RequestContext",
+    "Result",
+    "log_string_fits",
+]
+
+Record = tuple[int, bytes, bytes | None]
+"""An offsets-log record: (partition, key, value or None for a tombstone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,22 +70,42 @@ class RequestContext(NamedTuple):
 class Result:
     # A plain class: one is built per request, and literal lists are cheaper than a
     # dataclass's default factories.
-    __slots__ = ("events", "records", "replies", "timers")
+    __slots__ = ("events", "records", "replies", "wakeup")
 
     def __init__(self) -> None:
-        self.records: list[tuple[int, bytes, bytes | None]] = []
+        self.records: list[Record] = []
         self.replies: list[tuple[int, object]] = []
-        self.timers: list[tuple[str, int | None]] = []
-        self.events: list[str] = []
+        self.wakeup: int | None = None
+        self.events: list[GroupEvent] = []
 
     def extend(self, other: Result) -> None:
         self.records.extend(other.records)
         self.replies.extend(other.replies)
-        self.timers.extend(other.timers)
+        if other.wakeup is not None and (self.wakeup is None or other.wakeup < self.wakeup):
+            self.wakeup = other.wakeup
         self.events.extend(other.events)
 
     def __repr__(self) -> str:
         return (
             f"Result(records={self.records!r}, replies={self.replies!r}, "
-            f"timers={self.timers!r}, events={self.events!r})"
+            f"wakeup={self.wakeup!r}, events={self.events!r})"
         )
+
+
+# Strings in offsets-log records carry an int16 length (Kafka's non-flexible record schemas).
+LOG_STRING_MAX_BYTES = 32767
+
+
+def log_string_fits(s: str | None, reserve: int = 0) -> bool:
+    """Whether ``s`` (plus ``reserve`` bytes) can be written as a string of a log record.
+
+    Requests may carry longer strings (compact strings have a varint length); Kafka then
+    fails while serializing the record and answers UNKNOWN_SERVER_ERROR without changing
+    its state. Checking up front lets the core refuse before it changes anything.
+    """
+    if s is None or len(s) * 4 + reserve <= LOG_STRING_MAX_BYTES:
+        return True
+    try:
+        return len(s.encode()) + reserve <= LOG_STRING_MAX_BYTES
+    except UnicodeEncodeError:  # a lone surrogate: nothing Kafka could decode either
+        return False

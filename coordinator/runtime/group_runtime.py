@@ -368,7 +368,7 @@ class GroupRuntime:
     # -- timers
     def _arm(self, deadline_ms: int | None) -> None:
         """Set the loop's one wake-up for ``deadline_ms`` (None: no timer is armed)."""
-        if deadline_ms == self._wake_ms and (deadline_ms is None or self._wakeup is not None):
+        if deadline_ms == self._wake_ms:
             return
         if self._wakeup is not None:
             self._wakeup.cancel()

@@ -3,8 +3,8 @@
 How this works
 --------------
 ``Harness`` plays the runtime: it hands out reply handles, collects replies
-(asserting none is answered twice), keeps the armed timers, and on
-``advance(ms)`` fires every due timer in deadline order, feeding each
+(asserting none is answered twice) and events, and on ``advance(ms)`` takes
+every due timer from the shard's timer table in deadline order, feeding each
 Result back in.  Every record the shard emits is also replayed into a
 second, "mirror" shard; ``assert_replay_equivalent`` checks that the mirror
 rebuilt the same persisted state (offsets, and groups in Stable or Empty --
@@ -18,7 +18,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.group import GroupConfig, GroupShard, GroupState, RequestContext, Result
+from coordinator.group import ClassicGroupState, GroupConfig, GroupShard, RequestContext, Result
+from coordinator.group.events import GroupEvent, render
 from protocol.errors import ErrorCode
 from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from protocol.messages.join_group import (
@@ -90,10 +91,9 @@ class Harness:
         self.shard = GroupShard(self.config, member_id_suffix=lambda: f"id{next(ids)}")
         self.mirror = GroupShard(self.config)
         self.mirror.mark_all_loaded(0)
-        self.timers: dict[str, int] = {}
         self.replies: dict[int, Any] = {}
         self.records: list[tuple[int, bytes, bytes | None]] = []
-        self.events: list[str] = []
+        self.events: list[GroupEvent] = []
         self._handles = itertools.count(1)
         self.apply(self.shard.mark_all_loaded(self.now))
 
@@ -106,27 +106,28 @@ class Harness:
         for rec in result.records:
             self.records.append(rec)
             self.mirror.replay(*rec)
-        for key, deadline in result.timers:
-            if deadline is None:
-                self.timers.pop(key, None)
-            else:
-                self.timers[key] = deadline
         for handle, resp in result.replies:
             assert handle not in self.replies, f"reply handle {handle} answered twice"
             self.replies[handle] = resp
         self.events.extend(result.events)
         return result
 
+    @property
+    def timers(self) -> dict[str, int]:
+        """When each armed timer comes up (its heap entry: at or before its deadline), by key."""
+        return self.shard.timers.armed()
+
+    def event_lines(self) -> list[str]:
+        return [render(e) for e in self.events]
+
     def advance(self, ms: int) -> None:
         target = self.now + ms
-        while True:
-            due = [(d, k) for k, d in self.timers.items() if d <= target]
-            if not due:
-                break
-            deadline, key = min(due)
-            del self.timers[key]
+        timers = self.shard.timers
+        while (deadline := timers.next_deadline()) is not None and deadline <= target:
             self.now = max(self.now, deadline)
-            self.apply(self.shard.on_timer(key, self.now))
+            timer = timers.pop_due(self.now)
+            if timer is not None:
+                self.apply(self.shard.on_timer(timer, self.now))
         self.now = target
 
     def advance_until_answered(
@@ -141,7 +142,7 @@ class Harness:
     def reply(self, handle: int) -> Any:
         return self.replies.get(handle)
 
-    def state(self, group: str) -> GroupState:
+    def state(self, group: str) -> ClassicGroupState:
         return self.shard.groups[group].state
 
     # ------------------------------------------------------------ requests
@@ -313,7 +314,7 @@ class Harness:
         gen = resps[0].generation_id
         leader = resps[0].leader
         self.sync_all(group, ids, gen, leader)
-        assert self.state(group) is GroupState.STABLE
+        assert self.state(group) is ClassicGroupState.STABLE
         return ids, gen
 
     def sync_all(
@@ -339,7 +340,7 @@ class Harness:
             g: dict(o) for g, o in mirror.offsets.items()
         }
         for gid, g in live.groups.items():
-            if g.state not in (GroupState.STABLE, GroupState.EMPTY):
+            if g.state not in (ClassicGroupState.STABLE, ClassicGroupState.EMPTY):
                 continue
             assert gid in mirror.groups, f"group {gid} missing after replay"
             r = mirror.groups[gid]
@@ -350,7 +351,7 @@ class Harness:
                 g.protocol_name,
                 g.leader_id,
             ), gid
-            if g.state is GroupState.EMPTY:
+            if g.state is ClassicGroupState.EMPTY:
                 assert r.state_timestamp_ms == g.state_timestamp_ms, gid
             assert list(r.members) == list(g.members), gid
             for mid, m in g.members.items():

@@ -2,7 +2,7 @@
 
 from kgc_group_harness import Harness
 
-from coordinator.group import GroupState
+from coordinator.group import ClassicGroupState
 from protocol.errors import ErrorCode
 from protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
@@ -96,7 +96,7 @@ def test_delete_non_empty_group_is_non_empty_group() -> None:
     h = Harness()
     h.stable_group("g", 1)
     assert delete(h, "g") == {"g": ErrorCode.NON_EMPTY_GROUP}
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
 
 
 def test_delete_empty_group_with_offsets_tombstones_offsets_then_metadata() -> None:

@@ -2,7 +2,7 @@
 
 from kgc_group_harness import Harness
 
-from coordinator.group import GroupShard, GroupState
+from coordinator.group import ClassicGroupState, GroupShard
 from protocol.errors import ErrorCode
 from protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from protocol.messages.join_group import JoinGroupResponse
@@ -15,7 +15,6 @@ def restart(h: Harness) -> Harness:
     h2 = Harness(h.config, now=h.now)
     shard = GroupShard(h.config)
     h2.shard = shard
-    h2.timers.clear()
     parts = sorted({p for p, _, _ in h.records})
     for p in parts:
         shard.begin_load(p)
@@ -78,13 +77,13 @@ def test_replaying_records_rebuilds_groups_and_offsets() -> None:
     h2 = restart(h)
     g = h2.shard.groups["g"]
     assert (g.state, g.generation, g.leader_id, list(g.members)) == (
-        GroupState.STABLE,
+        ClassicGroupState.STABLE,
         gen,
         a,
         [a, b],
     )
     assert g.members[b].assignment == b.encode()
-    assert h2.shard.groups["h"].state is GroupState.EMPTY
+    assert h2.shard.groups["h"].state is ClassicGroupState.EMPTY
     assert h2.committed("g", "t", 0) == 5 and h2.committed("s", "x", 1) == 9
     # Same view as the live shard had.
     h.shard, h.mirror = h.shard, h2.shard
@@ -101,21 +100,22 @@ def test_load_rearms_session_timers_and_stable_group_survives_with_heartbeats() 
         h2.advance(5000)
         assert h2.heartbeat("g", a, gen) == ErrorCode.NO_ERROR
         assert h2.heartbeat("g", b, gen) == ErrorCode.NO_ERROR
-    assert h2.state("g") is GroupState.STABLE
+    assert h2.state("g") is ClassicGroupState.STABLE
     # b stops: its re-armed session expires and the group rebalances.
     for _ in range(3):
         h2.advance(5000)
         h2.heartbeat("g", a, gen)
-    assert h2.state("g") is GroupState.PREPARING_REBALANCE
+    assert h2.state("g") is ClassicGroupState.PREPARING_REBALANCE
     assert b not in h2.shard.groups["g"].members
 
 
 def test_unload_answers_parked_requests_with_not_coordinator() -> None:
     h = Harness()
     _, hj = h.join_new("g")
-    res = h.apply(h.shard.unload(h.shard.partition_of("g"), h.now))
+    assert "join-g" in h.timers
+    h.apply(h.shard.unload(h.shard.partition_of("g"), h.now))
     r = h.reply(hj)
     assert isinstance(r, JoinGroupResponse) and r.error_code == ErrorCode.NOT_COORDINATOR
     assert "g" not in h.shard.groups
-    assert ("join-g", None) in res.timers
+    assert "join-g" not in h.timers  # the unloaded group's timers are gone
     assert h.heartbeat("g", "x", 1) == ErrorCode.NOT_COORDINATOR

@@ -2,7 +2,8 @@
 
 from kgc_group_harness import Harness, offset_delete, subscription, txn_commit
 
-from coordinator.group import GroupConfig, GroupState
+from coordinator.group import ClassicGroupState, GroupConfig
+from coordinator.group.events import OffsetsExpired
 from protocol.errors import ErrorCode
 from protocol.messages.offset_fetch import (
     OffsetFetchRequest,
@@ -19,7 +20,7 @@ def test_simple_commit_without_member_id_creates_empty_group() -> None:
     h = Harness()
     assert h.commit("s", {T0: 42, ("t", 1): 7}, metadata="m") == {T0: 0, ("t", 1): 0}
     g = h.shard.groups["s"]
-    assert g.state is GroupState.EMPTY and g.protocol_type is None
+    assert g.state is ClassicGroupState.EMPTY and g.protocol_type is None
     r = h.fetch("s", {"t": [0, 1, 2]})
     assert [
         (p.partition_index, p.committed_offset, p.metadata) for p in r.topics[0].partitions
@@ -73,7 +74,7 @@ def test_commit_during_completing_rebalance_is_rebalance_in_progress() -> None:
     h = Harness()
     a, ha = h.join_new("g")
     h.advance_until_answered([ha])
-    assert h.state("g") is GroupState.COMPLETING_REBALANCE
+    assert h.state("g") is ClassicGroupState.COMPLETING_REBALANCE
     assert h.commit("g", {T0: 1}, member_id=a, generation=1) == {
         T0: ErrorCode.REBALANCE_IN_PROGRESS
     }
@@ -83,7 +84,7 @@ def test_commit_during_preparing_rebalance_with_previous_generation_is_accepted(
     h = Harness()
     (a, b), gen = h.stable_group("g", 2)
     h.join("g", a)
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
     assert h.commit("g", {T0: 9}, member_id=b, generation=gen) == {T0: 0}
 
 
@@ -205,7 +206,7 @@ def test_expired_offsets_of_empty_group_are_cleaned_up_and_group_deleted() -> No
     assert h.committed("g", "t", 0) == 3
     h.leave("g", (a, None))
     became_empty = h.now
-    assert h.state("g") is GroupState.EMPTY
+    assert h.state("g") is ClassicGroupState.EMPTY
     h.advance(50_000)
     assert h.committed("g", "t", 0) == 3  # retention counts from when it became Empty
     h.advance(20_000)
@@ -214,7 +215,7 @@ def test_expired_offsets_of_empty_group_are_cleaned_up_and_group_deleted() -> No
     assert h.committed("g", "t", 0) == -1
     assert h.records[-1][2] is None and h.records[-2][2] is None  # offset then group tombstone
     assert "g" not in h.mirror.groups and "g" not in h.mirror.offsets
-    assert any("groups deleted: g" in e for e in h.events)
+    assert [e.groups_deleted for e in h.events if isinstance(e, OffsetsExpired)] == [("g",)]
 
 
 def test_simple_group_offsets_expire_after_commit_timestamp() -> None:
@@ -312,6 +313,6 @@ def test_commit_from_member_keeps_its_session_alive() -> None:
     for _ in range(5):
         h.advance(6000)
         assert h.commit("g", {T0: 1}, member_id=a, generation=gen) == {T0: 0}
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
     h.advance(10000)
-    assert h.state("g") is GroupState.EMPTY
+    assert h.state("g") is ClassicGroupState.EMPTY

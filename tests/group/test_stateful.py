@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kgc_group_harness import Harness, subscription
 
-from coordinator.group import GroupState
+from coordinator.group import ClassicGroupState
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse
 from protocol.messages.sync_group import SyncGroupResponse
@@ -186,11 +186,11 @@ class GroupMachine(RuleBasedStateMachine):
             self.join(i, PROTOCOL_SETS[0], 9, False)
             return
         g = self.h.shard.groups.get(c.group)
-        if g is not None and g.state is GroupState.COMPLETING_REBALANCE:
+        if g is not None and g.state is ClassicGroupState.COMPLETING_REBALANCE:
             self.sync(i)
             return
         self.heartbeat(i)
-        if g is not None and g.state is GroupState.PREPARING_REBALANCE:
+        if g is not None and g.state is ClassicGroupState.PREPARING_REBALANCE:
             self.join(i, PROTOCOL_SETS[0], 9, False)
 
     @rule(i=st.integers(0, 5))
@@ -228,7 +228,7 @@ class GroupMachine(RuleBasedStateMachine):
     @invariant()
     def stable_members_hold_current_generation_assignments(self) -> None:
         for g in self.h.shard.groups.values():
-            if g.state is not GroupState.STABLE:
+            if g.state is not ClassicGroupState.STABLE:
                 continue
             for m in g.members.values():
                 gen = m.assignment.decode().partition(":")[0]

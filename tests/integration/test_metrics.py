@@ -12,6 +12,13 @@ from aiokafka.structs import OffsetAndMetadata
 from kgc_process import KgcProcess
 from prometheus_client.parser import text_string_to_metric_families
 
+from coordinator.group.events import (
+    GenerationCompleted,
+    GroupEmptied,
+    GroupStable,
+    OffsetsExpired,
+    RebalanceStarted,
+)
 from coordinator.metrics import Metrics
 from coordinator.tools.admin import Admin
 from protocol.messages import heartbeat, join_group, offset_commit
@@ -170,7 +177,7 @@ def test_request_accounting_by_api_version_and_error() -> None:
     m.on_connection(+1)
     m.on_connection(+1)
     m.on_connection(-1)
-    m.group_events(["offset expiration: 5 offsets expired, groups deleted: none"], {}, 0)
+    m.group_events([OffsetsExpired(5, ())], 0)
     samples: Samples = {}
     for family in text_string_to_metric_families(m.render().decode()):
         for s in family.samples:
@@ -201,29 +208,17 @@ def test_request_accounting_by_api_version_and_error() -> None:
 
 
 def test_rebalance_duration_from_events() -> None:
-    class State:
-        def __init__(self, value: str) -> None:
-            self.value = value
-
-    class Group:
-        def __init__(self, state: str, since: int) -> None:
-            self.state = State(state)
-            self.state_timestamp_ms = since
-
     m = Metrics(process_metrics=False)
+    m.group_events([RebalanceStarted("g", 0, "join", "new member m joined")], 1000)
     m.group_events(
-        ["group g preparing rebalance from generation 0 (join): new member m joined"],
-        {"g": Group("PreparingRebalance", 1000)},
-        1000,
-    )
-    m.group_events(
-        ["group g generation 1: new member m joined; 1 members, protocol range, leader m"],
-        {"g": Group("CompletingRebalance", 4000)},
+        [GenerationCompleted("g", 1, "new member m joined", 1, "range", "m")],
         4000,
     )
-    m.group_events(
-        ["group g generation 1 stable: leader m assigned 1 members"],
-        {"g": Group("Stable", 4500)},
-        4500,
-    )
+    m.group_events([GroupStable("g", 1, "m", 1, ())], 4500)
     assert m.rebalance_duration._sum.get() == pytest.approx(3.5)
+    # A rebalance that restarts before it settles counts from its first start; ending
+    # Empty ends it too.
+    m.group_events([RebalanceStarted("h", 3, "leave", "members left the group: x")], 10_000)
+    m.group_events([RebalanceStarted("h", 3, "session_timeout", "member y expired")], 11_000)
+    m.group_events([GroupEmptied("h", 4, "members left the group: x")], 12_000)
+    assert m.rebalance_duration._sum.get() == pytest.approx(5.5)

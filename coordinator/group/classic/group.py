@@ -15,27 +15,36 @@ A parked JoinGroup/SyncGroup is represented by the runtime's opaque
 stored on the member.  ``awaiting_join`` is kept as a counter because the
 join phase asks "has everybody rejoined" on every request.
 
-Nothing here schedules timers or writes records; the shard does that.
+Nothing here schedules timers or writes records; ``ClassicGroupManager`` does that.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from coordinator.group.classic.state import GroupState, check_transition
+from coordinator.group.classic.state import ClassicGroupState, check_transition
 from coordinator.group.classic.subscription import parse_subscription_topics
+from coordinator.group.timers import Timer
+from protocol.errors import ErrorCode
 
-__all__ = ["ClassicGroup", "Member", "Protocol"]
+__all__ = ["ClassicGroup", "ClassicGroupMember", "Protocol"]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+_EMPTY = ClassicGroupState.EMPTY
+_DEAD = ClassicGroupState.DEAD
+
+
+def _since_commit(commit_timestamp_ms: int) -> int:
+    return commit_timestamp_ms
+
 
 Protocol = tuple[str, bytes]
 """A (name, metadata) pair from a JoinGroup request, in the member's order of preference."""
 
 
 @dataclass(slots=True)
-class Member:
+class ClassicGroupMember:
     member_id: str
     group_instance_id: str | None
     client_id: str
@@ -53,8 +62,9 @@ class Member:
     # True from joining until its first join phase completes: such a member can
     # be expired even while its JoinGroup is parked (new-member join timeout).
     is_new: bool = False
-    # (timer key, action) of its session timer, cached by the heartbeat path.
-    session_timer: tuple[str, Any] | None = None
+    # Its session timer in the shard's table, kept here so that a heartbeat moves its
+    # deadline without a lookup (see ``timers.py`` for when that is allowed).
+    session_timer: Timer | None = None
 
     @property
     def is_static(self) -> bool:
@@ -93,14 +103,14 @@ class Member:
 @dataclass(slots=True)
 class ClassicGroup:
     group_id: str
-    state: GroupState = GroupState.EMPTY
-    previous_state: GroupState = GroupState.EMPTY
+    state: ClassicGroupState = ClassicGroupState.EMPTY
+    previous_state: ClassicGroupState = ClassicGroupState.EMPTY
     state_timestamp_ms: int | None = None
     generation: int = 0
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
+    members: dict[str, ClassicGroupMember] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
     pending_members: dict[str, None] = field(default_factory=dict)
     pending_sync: dict[str, None] = field(default_factory=dict)
@@ -117,22 +127,51 @@ class ClassicGroup:
 
     # ------------------------------------------------------------ state
 
-    def is_in(self, *states: GroupState) -> bool:
+    def is_in(self, *states: ClassicGroupState) -> bool:
         return self.state in states
 
-    def transition_to(self, target: GroupState, now_ms: int) -> None:
+    def transition_to(self, target: ClassicGroupState, now_ms: int) -> None:
         check_transition(self.group_id, self.state, target)
         self.previous_state = self.state
         self.state = target
         self.state_timestamp_ms = now_ms
 
     def can_rebalance(self) -> bool:
-        return self.state in GroupState.PREPARING_REBALANCE.valid_previous
+        return self.state in ClassicGroupState.PREPARING_REBALANCE.valid_previous
 
     # ------------------------------------------------------------ members
 
-    def has_member(self, member_id: str) -> bool:
-        return member_id in self.members
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateMember: static fencing first, then membership."""
+        if instance_id is not None:
+            existing = self.static_members.get(instance_id)
+            if existing is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if existing != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    def validate_offset_commit(
+        self, member_id: str, instance_id: str | None, generation: int, transactional: bool
+    ) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateOffsetCommit (and, transactional, its TxnOffsetCommit)."""
+        if self.state is _DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and self.state is _EMPTY:
+            return None  # admin client or a consumer without group management
+        if generation >= 0 or member_id != "" or instance_id is not None:
+            err = self.validate_member(member_id, instance_id)
+            if err is not None:
+                return err
+            if generation != self.generation:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif not transactional and self.state is not _EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not transactional and self.state is ClassicGroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return None
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id is not None and self.leader_id == member_id
@@ -145,7 +184,7 @@ class ClassicGroup:
             raise ValueError(f"{member_id} is already a member of {self.group_id}")
         self.pending_members[member_id] = None
 
-    def add(self, member: Member) -> None:
+    def add(self, member: ClassicGroupMember) -> None:
         if member.group_instance_id is not None:
             if member.group_instance_id in self.static_members:
                 raise ValueError(f"instance {member.group_instance_id} is already a member")
@@ -162,7 +201,7 @@ class ClassicGroup:
             self.num_awaiting_join += 1
         self.pending_members.pop(member.member_id, None)
 
-    def remove(self, member_id: str) -> Member | None:
+    def remove(self, member_id: str) -> ClassicGroupMember | None:
         removed = self.members.pop(member_id, None)
         if removed is not None:
             self._count_protocols(removed, -1)
@@ -178,7 +217,7 @@ class ClassicGroup:
 
     def update_member(
         self,
-        member: Member,
+        member: ClassicGroupMember,
         protocols: list[Protocol],
         rebalance_timeout_ms: int,
         session_timeout_ms: int,
@@ -192,7 +231,9 @@ class ClassicGroup:
         member.session_timeout_ms = session_timeout_ms
         self.set_join_reply(member, join_reply, join_version)
 
-    def set_join_reply(self, member: Member, reply: int | None, version: int = 0) -> None:
+    def set_join_reply(
+        self, member: ClassicGroupMember, reply: int | None, version: int = 0
+    ) -> None:
         if reply is not None and not member.awaiting_join:
             self.num_awaiting_join += 1
         elif reply is None and member.awaiting_join:
@@ -200,12 +241,14 @@ class ClassicGroup:
         member.join_reply = reply
         member.join_version = version
 
-    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
+    def replace_static_member(
+        self, instance_id: str, old_id: str, new_id: str
+    ) -> ClassicGroupMember:
         """Give a static member a new id; its parked requests must be fenced by the caller first."""
         old = self.members[old_id]
         if old.awaiting_join:
             self.num_awaiting_join -= 1
-        new = Member(
+        new = ClassicGroupMember(
             member_id=new_id,
             group_instance_id=old.group_instance_id,
             client_id=old.client_id,
@@ -230,7 +273,7 @@ class ClassicGroup:
     def has_all_members_joined(self) -> bool:
         return len(self.members) == self.num_awaiting_join and not self.pending_members
 
-    def not_yet_rejoined(self) -> list[Member]:
+    def not_yet_rejoined(self) -> list[ClassicGroupMember]:
         return [m for m in self.members.values() if not m.awaiting_join]
 
     def maybe_elect_new_joined_leader(self) -> bool:
@@ -251,7 +294,7 @@ class ClassicGroup:
 
     # ------------------------------------------------------------ protocols
 
-    def _count_protocols(self, member: Member, delta: int) -> None:
+    def _count_protocols(self, member: ClassicGroupMember, delta: int) -> None:
         for name, _ in member.protocols:
             self.supported_protocols[name] = self.supported_protocols.get(name, 0) + delta
 
@@ -260,7 +303,7 @@ class ClassicGroup:
         return {name for name, count in self.supported_protocols.items() if count == n}
 
     def supports_protocols(self, protocol_type: str, names: set[str]) -> bool:
-        if self.state is GroupState.EMPTY:
+        if self.state is ClassicGroupState.EMPTY:
             return protocol_type != "" and len(names) > 0
         n = len(self.members)
         return self.protocol_type == protocol_type and any(
@@ -296,6 +339,27 @@ class ClassicGroup:
             topics |= parsed
         return frozenset(topics)
 
+    def offset_expiration_base(self) -> Callable[[int], int] | None:
+        """When retention of an offset committed at a given time starts, or None if none expire.
+
+        Kafka's offsetExpirationCondition (KIP-211): an Empty group's offsets count from
+        when it became Empty; a "simple" group's (no protocol type), and a Stable consumer
+        group's offsets of topics it no longer subscribes to, from their commit; other
+        groups keep their offsets.
+        """
+        if not self.protocol_type:
+            return _since_commit
+        if self.state is _EMPTY:
+            state_ts = self.state_timestamp_ms
+            return _since_commit if state_ts is None else (lambda _commit_ts: state_ts)
+        if (
+            self.uses_consumer_protocol()
+            and self.subscribed_topics is not None
+            and self.state is ClassicGroupState.STABLE
+        ):
+            return _since_commit
+        return None
+
     def is_subscribed_to(self, topic: str) -> bool:
         # When the subscription is unknown, a "consumer" group is assumed to use every topic.
         if self.subscribed_topics is None:
@@ -307,9 +371,9 @@ class ClassicGroup:
         if self.members:
             self.protocol_name = self.select_protocol()
             self.subscribed_topics = self.compute_subscribed_topics()
-            self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
+            self.transition_to(ClassicGroupState.COMPLETING_REBALANCE, now_ms)
         else:
             self.protocol_name = None
             self.subscribed_topics = self.compute_subscribed_topics()
-            self.transition_to(GroupState.EMPTY, now_ms)
+            self.transition_to(ClassicGroupState.EMPTY, now_ms)
         self.pending_sync.clear()

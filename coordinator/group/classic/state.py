@@ -2,7 +2,7 @@
 
 How this works
 --------------
-``GroupState`` mirrors Kafka's ``ClassicGroupState``: its values are the
+``ClassicGroupState`` mirrors Kafka's ``ClassicGroupState``: its values are the
 strings Kafka reports in DescribeGroups/ListGroups.  Each state knows which
 states it may be entered from (``valid_previous``); ``check_transition``
 raises ``IllegalStateTransition`` for anything else, so a bug in the
@@ -17,19 +17,19 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["GroupState", "IllegalStateTransition", "check_transition"]
+__all__ = ["ClassicGroupState", "IllegalStateTransition", "check_transition"]
 
 
 class IllegalStateTransition(RuntimeError):
     """A transition that Kafka's state machine forbids was attempted."""
 
 
-class GroupState(Enum):
+class ClassicGroupState(Enum):
     """A classic group's state; each member's value is the name Kafka reports."""
 
     _value_: str
 
-    def __new__(cls, value: str, doc: str) -> GroupState:
+    def __new__(cls, value: str, doc: str) -> ClassicGroupState:
         # The per-state doc comment becomes the member's __doc__, so it can be
         # shown by tools (and checked by tests), like ClassicGroupState's javadoc.
         member = object.__new__(cls)
@@ -119,25 +119,25 @@ class GroupState(Enum):
     )
 
     @property
-    def valid_previous(self) -> frozenset[GroupState]:
+    def valid_previous(self) -> frozenset[ClassicGroupState]:
         return _VALID_PREVIOUS[self]
 
     def __str__(self) -> str:
         return self._value_
 
 
-_VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
-    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.PREPARING_REBALANCE: frozenset(
-        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+_VALID_PREVIOUS: dict[ClassicGroupState, frozenset[ClassicGroupState]] = {
+    ClassicGroupState.EMPTY: frozenset({ClassicGroupState.PREPARING_REBALANCE}),
+    ClassicGroupState.PREPARING_REBALANCE: frozenset(
+        {ClassicGroupState.STABLE, ClassicGroupState.COMPLETING_REBALANCE, ClassicGroupState.EMPTY}
     ),
-    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
-    GroupState.DEAD: frozenset(GroupState),
+    ClassicGroupState.COMPLETING_REBALANCE: frozenset({ClassicGroupState.PREPARING_REBALANCE}),
+    ClassicGroupState.STABLE: frozenset({ClassicGroupState.COMPLETING_REBALANCE}),
+    ClassicGroupState.DEAD: frozenset(ClassicGroupState),
 }
 
 
-def check_transition(group_id: str, current: GroupState, target: GroupState) -> None:
+def check_transition(group_id: str, current: ClassicGroupState, target: ClassicGroupState) -> None:
     if current not in target.valid_previous:
         allowed = ", ".join(sorted(s.value for s in target.valid_previous))
         raise IllegalStateTransition(

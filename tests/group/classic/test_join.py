@@ -2,7 +2,8 @@
 
 from kgc_group_harness import Harness, subscription
 
-from coordinator.group import GroupConfig, GroupState
+from coordinator.group import ClassicGroupState, GroupConfig
+from coordinator.group.events import MembersRemoved, RebalanceStarted
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse
 
@@ -45,7 +46,7 @@ def test_unknown_member_id_on_existing_group_is_unknown_member_id() -> None:
     r = jr(h, h.join("g", "ghost"))
     assert r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert r.member_id == "ghost"
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
 
 
 def test_empty_protocol_type_is_inconsistent_group_protocol() -> None:
@@ -59,7 +60,7 @@ def test_new_group_is_persisted_with_an_empty_metadata_record() -> None:
     h.join("g")
     assert len(h.records) == 1
     assert h.mirror.groups["g"].generation == 0
-    assert h.mirror.groups["g"].state is GroupState.EMPTY
+    assert h.mirror.groups["g"].state is ClassicGroupState.EMPTY
 
 
 def test_other_protocol_type_or_unsupported_protocol_is_inconsistent() -> None:
@@ -105,7 +106,7 @@ def test_first_generation_is_one_and_only_leader_gets_members() -> None:
     assert [m.member_id for m in ra.members] == [a, b]
     assert rb.members == []
     assert ra.protocol_name == "range" and ra.protocol_type == "consumer"
-    assert h.state("g") is GroupState.COMPLETING_REBALANCE
+    assert h.state("g") is ClassicGroupState.COMPLETING_REBALANCE
 
 
 def test_protocol_selected_by_vote() -> None:
@@ -140,7 +141,7 @@ def test_new_member_rejected_when_stable_group_is_full() -> None:
     h.stable_group("g", 2)
     r = jr(h, h.join("g"))
     assert r.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
 
 
 def test_last_joiners_kicked_when_rejoining_group_over_max_size() -> None:
@@ -162,8 +163,10 @@ def test_last_joiners_kicked_when_rejoining_group_over_max_size() -> None:
     shard.begin_load(p)
     shard.replay(p, encode_group_metadata_key("g"), value)
     res = h2.apply(shard.load_complete(p, h2.now))
-    assert shard.groups["g"].state is GroupState.PREPARING_REBALANCE
-    assert any("over group.max.size" in e for e in res.events)
+    assert shard.groups["g"].state is ClassicGroupState.PREPARING_REBALANCE
+    assert [(e.cause, e.reason) for e in res.events if isinstance(e, RebalanceStarted)] == [
+        ("join", "freshly loaded group has 5 members, over group.max.size 3")
+    ]
     handles = [h2.join("g", f"m{i}") for i in range(5)]
     assert [h2.reply(x) is None for x in handles] == [True, True, True, False, False]
     assert all(jr(h2, x).error_code == ErrorCode.GROUP_MAX_SIZE_REACHED for x in handles[3:])
@@ -212,11 +215,11 @@ def test_join_completes_when_pending_member_joins() -> None:
     (a,), gen = h.stable_group("g", 1)
     pending = jr(h, h.join("g")).member_id
     ha = h.join("g", a)  # leader rejoin starts a rebalance
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
     assert h.reply(ha) is None  # waits for the pending member
     hb = h.join("g", pending)
     assert jr(h, ha).generation_id == jr(h, hb).generation_id == gen + 1
-    assert h.state("g") is GroupState.COMPLETING_REBALANCE
+    assert h.state("g") is ClassicGroupState.COMPLETING_REBALANCE
 
 
 def test_join_completes_when_pending_member_times_out() -> None:
@@ -236,7 +239,7 @@ def test_unchanged_follower_join_in_stable_does_not_rebalance() -> None:
     (a, b), gen = h.stable_group("g", 2)
     r = jr(h, h.join("g", b))
     assert r.error_code == 0 and r.generation_id == gen and r.members == [] and r.leader == a
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
 
 
 def test_changed_follower_metadata_in_stable_rebalances() -> None:
@@ -244,7 +247,7 @@ def test_changed_follower_metadata_in_stable_rebalances() -> None:
     (a, b), gen = h.stable_group("g", 2)
     hb = h.join("g", b, protocols=(("range", subscription("t", "u")),))
     assert h.reply(hb) is None
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
     assert h.shard.rebalances["metadata_change"] == 1
     ha = h.join("g", a)
     assert jr(h, ha).generation_id == jr(h, hb).generation_id == gen + 1
@@ -255,7 +258,7 @@ def test_unchanged_leader_join_in_stable_rebalances() -> None:
     (a, b), gen = h.stable_group("g", 2)
     ha = h.join("g", a)
     assert h.reply(ha) is None
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
     assert h.heartbeat("g", b, gen) == ErrorCode.REBALANCE_IN_PROGRESS
     hb = h.join("g", b)
     assert jr(h, ha).generation_id == gen + 1
@@ -271,7 +274,7 @@ def test_unchanged_join_in_completing_rebalance_returns_current_generation() -> 
     assert r.generation_id == 1 and [m.member_id for m in r.members] == [a, b]
     r = jr(h, h.join("g", b))
     assert r.generation_id == 1 and r.members == []
-    assert h.state("g") is GroupState.COMPLETING_REBALANCE
+    assert h.state("g") is ClassicGroupState.COMPLETING_REBALANCE
 
 
 def test_not_rejoined_dynamic_members_removed_at_join_completion() -> None:
@@ -289,7 +292,7 @@ def test_not_rejoined_dynamic_members_removed_at_join_completion() -> None:
     assert jr(h, hb).generation_id == gen + 1
     assert c not in h.shard.groups["g"].members
     assert h.heartbeat("g", c, gen) == ErrorCode.UNKNOWN_MEMBER_ID
-    assert any("did not rejoin" in e for e in h.events)
+    assert MembersRemoved("g", (c,)) in h.events
 
 
 def test_new_member_join_timeout_expires_parked_new_member() -> None:

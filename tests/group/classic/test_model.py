@@ -3,35 +3,36 @@
 import pytest
 from kgc_group_harness import Harness, subscription
 
-from coordinator.group import GroupState, IllegalStateTransition
+from coordinator.group import ClassicGroupState, IllegalStateTransition
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.subscription import parse_subscription_topics
+from coordinator.group.events import GenerationCompleted, GroupStable
 
 
 def test_state_values_are_kafkas_names() -> None:
-    assert [s.value for s in GroupState] == [
+    assert [s.value for s in ClassicGroupState] == [
         "Empty",
         "PreparingRebalance",
         "CompletingRebalance",
         "Stable",
         "Dead",
     ]
-    for s in GroupState:
+    for s in ClassicGroupState:
         assert "action:" in (s.__doc__ or "") and "transition:" in (s.__doc__ or "")
 
 
 @pytest.mark.parametrize(
     ("start", "target"),
     [
-        (GroupState.EMPTY, GroupState.STABLE),
-        (GroupState.EMPTY, GroupState.COMPLETING_REBALANCE),
-        (GroupState.STABLE, GroupState.EMPTY),
-        (GroupState.COMPLETING_REBALANCE, GroupState.EMPTY),
-        (GroupState.PREPARING_REBALANCE, GroupState.STABLE),
-        (GroupState.DEAD, GroupState.EMPTY),
+        (ClassicGroupState.EMPTY, ClassicGroupState.STABLE),
+        (ClassicGroupState.EMPTY, ClassicGroupState.COMPLETING_REBALANCE),
+        (ClassicGroupState.STABLE, ClassicGroupState.EMPTY),
+        (ClassicGroupState.COMPLETING_REBALANCE, ClassicGroupState.EMPTY),
+        (ClassicGroupState.PREPARING_REBALANCE, ClassicGroupState.STABLE),
+        (ClassicGroupState.DEAD, ClassicGroupState.EMPTY),
     ],
 )
-def test_illegal_transitions_raise(start: GroupState, target: GroupState) -> None:
+def test_illegal_transitions_raise(start: ClassicGroupState, target: ClassicGroupState) -> None:
     g = ClassicGroup("g", state=start)
     with pytest.raises(IllegalStateTransition):
         g.transition_to(target, 0)
@@ -40,13 +41,13 @@ def test_illegal_transitions_raise(start: GroupState, target: GroupState) -> Non
 
 def test_legal_transitions_record_previous_state_and_time() -> None:
     g = ClassicGroup("g")
-    g.transition_to(GroupState.PREPARING_REBALANCE, 5)
-    g.transition_to(GroupState.COMPLETING_REBALANCE, 6)
-    g.transition_to(GroupState.STABLE, 7)
-    g.transition_to(GroupState.DEAD, 8)
+    g.transition_to(ClassicGroupState.PREPARING_REBALANCE, 5)
+    g.transition_to(ClassicGroupState.COMPLETING_REBALANCE, 6)
+    g.transition_to(ClassicGroupState.STABLE, 7)
+    g.transition_to(ClassicGroupState.DEAD, 8)
     assert (g.previous_state, g.state, g.state_timestamp_ms) == (
-        GroupState.STABLE,
-        GroupState.DEAD,
+        ClassicGroupState.STABLE,
+        ClassicGroupState.DEAD,
         8,
     )
 
@@ -76,12 +77,14 @@ def test_events_and_counters_explain_each_rebalance() -> None:
     h = Harness()
     (a, b), gen = h.stable_group("g", 2)
     assert h.shard.rebalances["join"] == 1
-    assert any(e.startswith(f"group g generation {gen}: new member") for e in h.events)
-    assert any("stable: leader" in e for e in h.events)
+    done = [e for e in h.events if isinstance(e, GenerationCompleted)]
+    assert [(e.generation, e.members, e.protocol) for e in done] == [(gen, 2, "range")]
+    assert done[0].reason.startswith("new member")
+    assert [(e.generation, e.members) for e in h.events if isinstance(e, GroupStable)] == [(gen, 2)]
     h.leave("g", (b, None))
     assert h.shard.rebalances["leave"] == 1
     h.reply(h.join("g", a))
     assert any(
         f"group g generation {gen + 1}: members left the group: {b}; 1 members, protocol range" in e
-        for e in h.events
+        for e in h.event_lines()
     )

@@ -2,7 +2,8 @@
 
 from kgc_group_harness import Harness, subscription
 
-from coordinator.group import GroupState
+from coordinator.group import ClassicGroupState
+from coordinator.group.events import JoinPhaseExtended
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse
 from protocol.messages.sync_group import SyncGroupResponse
@@ -24,7 +25,7 @@ def static_stable(h: Harness, instances: list[str], **kw: object) -> tuple[dict[
     ids = {i: jr(h, x).member_id for i, x in handles.items()}
     gen = jr(h, handles[instances[0]]).generation_id
     h.sync_all("g", list(ids.values()), gen, jr(h, handles[instances[0]]).leader)
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
     return ids, gen
 
 
@@ -48,7 +49,7 @@ def test_static_follower_replacement_in_stable_does_not_rebalance() -> None:
     assert r.error_code == 0 and r.generation_id == gen and r.member_id != ids["b"]
     assert r.leader == ids["a"] and r.members == [] and not r.skip_assignment
     g = h.shard.groups["g"]
-    assert g.state is GroupState.STABLE and g.static_members["b"] == r.member_id
+    assert g.state is ClassicGroupState.STABLE and g.static_members["b"] == r.member_id
     assert h.shard.rebalances == dict.fromkeys(h.shard.rebalances, 0) | {"join": 1}
     # The replacement is persisted, keeping b's assignment.
     assert len(h.records) == n + 1
@@ -68,7 +69,7 @@ def test_static_leader_replacement_v9_gets_skip_assignment() -> None:
     r = jr(h, h.join("g", instance="a", version=9))
     assert r.skip_assignment and r.leader == r.member_id
     assert [m.member_id for m in r.members] == [r.member_id, ids["b"]]
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
 
 
 def test_static_leader_replacement_before_v9_names_old_leader() -> None:
@@ -110,7 +111,7 @@ def test_duplicate_static_follower_parked_join_is_fenced() -> None:
     r = h.reply(old_sync)
     assert isinstance(r, SyncGroupResponse) and r.error_code == ErrorCode.FENCED_INSTANCE_ID
     assert h.reply(new_join) is None  # the replacement forced a rebalance
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
     assert h.shard.rebalances["static_replacement"] == 1
 
 
@@ -120,12 +121,12 @@ def test_static_replacement_during_completing_rebalance_forces_rebalance() -> No
     a, b = ids["a"], ids["b"]
     h.join("g", a, instance="a")  # leader rejoin; both rejoin -> CompletingRebalance
     h.join("g", b, instance="b")
-    assert h.state("g") is GroupState.COMPLETING_REBALANCE
+    assert h.state("g") is ClassicGroupState.COMPLETING_REBALANCE
     parked = h.sync("g", b, gen + 1, instance="b")
     assert h.reply(parked) is None
     # The leader's instance restarts while the leader may be computing the assignment.
     na = h.join("g", instance="a")
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
     assert h.shard.rebalances["static_replacement"] == 1
     r = h.reply(parked)
     assert isinstance(r, SyncGroupResponse) and r.error_code == ErrorCode.REBALANCE_IN_PROGRESS
@@ -142,7 +143,7 @@ def test_static_rejoin_with_changed_protocol_rebalances() -> None:
     assert h.shard.groups["g"].protocol_name == "range"
     x = h.join("g", instance="b", protocols=(RR,))
     assert h.reply(x) is None
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
     assert h.shard.rebalances["static_replacement"] == 1
     h.join("g", ids["a"], instance="a", protocols=(RANGE, RR))
     assert jr(h, x).protocol_name == "roundrobin" and jr(h, x).generation_id == gen + 1
@@ -153,7 +154,7 @@ def test_static_rejoin_with_unchanged_selection_but_new_metadata_does_not_rebala
     _ids, gen = static_stable(h, ["a", "b"], protocols=(RANGE, RR))
     r = jr(h, h.join("g", instance="b", protocols=(RANGE,)))
     assert r.error_code == 0 and r.generation_id == gen
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
 
 
 def test_group_waits_for_non_rejoined_static_member_until_rebalance_timeout() -> None:
@@ -175,12 +176,12 @@ def test_group_stuck_while_only_non_rejoined_static_members_remain() -> None:
     h = Harness()
     ids, gen = static_stable(h, ["a", "b"], session=10000, rebalance=20000)
     h.leave("g", (ids["a"], "a"))
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
     for _ in range(10):  # 50 s: b heartbeats, never rejoins; no one can lead
         h.advance(5000)
         h.heartbeat("g", ids["b"], gen, instance="b")
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
-    assert any("no member rejoined" in e for e in h.events)
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
+    assert JoinPhaseExtended("g") in h.events
     hb = h.join("g", ids["b"], instance="b", session=10000, rebalance=20000)
     r = jr(h, hb)
     assert r.generation_id == gen + 1 and r.leader == ids["b"]
@@ -193,7 +194,7 @@ def test_static_member_removed_by_session_timeout() -> None:
         h.advance(5000)
         h.heartbeat("g", ids["a"], gen, instance="a")
     assert "b" not in h.shard.groups["g"].static_members
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
 
 
 def test_batch_leave_of_static_members() -> None:
@@ -217,5 +218,5 @@ def test_batch_leave_of_static_members() -> None:
     assert [(m.member_id, m.group_instance_id) for m in resp.members][1] == ("", "b")
     g = h.shard.groups["g"]
     assert set(g.static_members) == {"c", "d"}
-    assert g.state is GroupState.PREPARING_REBALANCE
+    assert g.state is ClassicGroupState.PREPARING_REBALANCE
     assert h.shard.rebalances["leave"] == 1

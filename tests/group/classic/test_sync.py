@@ -2,7 +2,8 @@
 
 from kgc_group_harness import Harness
 
-from coordinator.group import GroupState
+from coordinator.group import ClassicGroupState
+from coordinator.group.events import RebalanceStarted
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse
 from protocol.messages.sync_group import SyncGroupResponse
@@ -24,7 +25,7 @@ def completing(h: Harness, n: int, **kw: object) -> tuple[list[str], int]:
     h.advance_until_answered(handles)
     r = h.reply(handles[0])
     assert isinstance(r, JoinGroupResponse)
-    assert h.state("g") is GroupState.COMPLETING_REBALANCE
+    assert h.state("g") is ClassicGroupState.COMPLETING_REBALANCE
     return ids, r.generation_id
 
 
@@ -40,7 +41,7 @@ def test_follower_sync_parked_until_leader_assignment_then_released_with_record(
     assert sr(h, hb).assignment == b"B"
     assert sr(h, hc).assignment == b""  # left out by the leader: empty assignment
     assert sr(h, hb).protocol_name == "range" and sr(h, hb).protocol_type == "consumer"
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
     # Exactly one group metadata record, carrying all three assignments.
     assert len(h.records) == n_records + 1
     _, key, value = h.records[-1]
@@ -101,7 +102,7 @@ def test_rejoin_during_completing_rebalance_fails_parked_syncs() -> None:
     h.join("g", a, protocols=(("range", b"changed"),))  # changed metadata -> rebalance
     assert sr(h, hb).error_code == ErrorCode.REBALANCE_IN_PROGRESS
     assert sr(h, hb).assignment == b""
-    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
 
 
 def test_leader_failure_during_sync_removes_leader_and_rebalances() -> None:
@@ -115,7 +116,7 @@ def test_leader_failure_during_sync_removes_leader_and_rebalances() -> None:
     assert sr(h, hb).error_code == ErrorCode.REBALANCE_IN_PROGRESS
     assert sr(h, hc).error_code == ErrorCode.REBALANCE_IN_PROGRESS
     g = h.shard.groups["g"]
-    assert a not in g.members and g.state is GroupState.PREPARING_REBALANCE
+    assert a not in g.members and g.state is ClassicGroupState.PREPARING_REBALANCE
     assert h.shard.rebalances["sync_timeout"] == 1
     hb2, hc2 = (
         h.join("g", b, rebalance=20000, session=30000),
@@ -141,14 +142,18 @@ def test_followers_that_never_sync_are_removed_after_rebalance_timeout() -> None
     h = Harness()
     (a, b, c), gen = completing(h, 3, rebalance=20000, session=30000)
     h.sync("g", a, gen, {a: b"x", b: b"y", c: b"z"})
-    assert h.state("g") is GroupState.STABLE
+    assert h.state("g") is ClassicGroupState.STABLE
     h.sync("g", b, gen)
     h.advance(20000)
     g = h.shard.groups["g"]
     assert c not in g.members and set(g.members) == {a, b}
-    assert g.state is GroupState.PREPARING_REBALANCE
+    assert g.state is ClassicGroupState.PREPARING_REBALANCE
     assert h.heartbeat("g", a, gen) == ErrorCode.REBALANCE_IN_PROGRESS
-    assert any(f"members {c} did not send SyncGroup" in e for e in h.events)
+    assert any(
+        e.cause == "sync_timeout" and e.reason.startswith(f"members {c} did not send SyncGroup")
+        for e in h.events
+        if isinstance(e, RebalanceStarted)
+    )
 
 
 def test_sync_in_stable_returns_current_assignment() -> None:
