@@ -1,18 +1,31 @@
-"""Assembling a running kgc: settings → storage → components → TCP server.
+"""Assembling a running kgc: settings → storage → components → TCP server, in one place.
 
-How this works: ``App.start`` opens the data directory (recovering every log), builds the
-topic catalog, the group runtime (which replays the offsets log in the background while
-answering COORDINATOR_LOAD_IN_PROGRESS) and the data plane, registers their handlers with
-the broker and starts listening. A background task runs the log cleaner on compacted logs
-in bounded steps. ``App.stop`` is the clean shutdown used on SIGTERM/SIGINT: stop
-accepting, let in-flight responses go out, flush and close the logs (which writes the
-clean-shutdown markers that let the next start skip recovery).
+How this works: ``App.start`` builds every part once, in dependency order, and gives each
+what it uses when it is constructed (nothing is plugged in afterwards):
+
+1. the flusher and the ``LogManager``, which takes the data directory's lock before
+   anything there is read; the topic catalog, reconciled with the partition directories;
+   every log opened (recovered if the last stop was not clean);
+2. the group core (``GroupShard``), the metrics (which read the shard, the logs, the
+   flusher and the cleaners at scrape time), the group runtime (which replays the offsets
+   log in the background, answering COORDINATOR_LOAD_IN_PROGRESS meanwhile) and the data
+   plane;
+3. the listening sockets: the port is known once bound, and the broker advertises it
+   (unless ``advertised.port`` is set); then the dispatch table from the handler tables of
+   the broker, the group runtime and the data plane, and the server that accepts on the
+   sockets.
+
+A background task (``Compaction``) runs the log cleaner on compacted logs in bounded steps.
+``App.stop`` is the clean shutdown used on SIGTERM/SIGINT: stop accepting, let in-flight
+responses go out, flush and close the logs (which writes the clean-shutdown markers that
+let the next start skip recovery).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 
@@ -25,7 +38,7 @@ from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
 from coordinator.server.broker import Broker
 from coordinator.server.dispatch import Dispatcher
-from coordinator.server.listener import KafkaServer
+from coordinator.server.listener import KafkaServer, listen
 from storage.cleaner import LogCleaner
 from storage.durability import Flusher
 from storage.log import LogConfig, PartitionLog
@@ -37,112 +50,60 @@ log = logging.getLogger("kgc")
 CLEANER_STEP_BYTES = 1 << 20  # work per step, so a step never holds the loop for long
 
 
-class App:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.port = settings.port
-        self.server: KafkaServer | None = None
-        self.broker: Broker | None = None
-        self.flusher = Flusher()
-        # First: the LogManager takes the data directory's lock before anything there is read.
-        self.logs = LogManager(settings.data_dir, flusher=self.flusher)
-        self.catalog = TopicCatalog(settings.data_dir / "topics.json")
-        self.tasks: list[asyncio.Task[None]] = []
+def log_config_for(
+    settings: Settings, catalog: TopicCatalog, topic: str, partition: int
+) -> LogConfig | None:
+    """A partition's log settings at start-up; None leaves an offline topic unopened."""
+    if topic == OFFSETS_TOPIC:
+        return offsets_log_config(settings)
+    info = catalog.get(topic)
+    if info is not None and info.offline is not None:
+        return None
+    return topic_configs.log_config(settings, info.configs if info else None)
+
+
+def topic_partitions(settings: Settings, catalog: TopicCatalog, topic: str) -> int | None:
+    """Partitions of ``topic``, None if it does not exist (offsets of it are refused)."""
+    if topic == OFFSETS_TOPIC:
+        return settings.offsets_topic_num_partitions
+    info = catalog.get(topic)
+    return info.num_partitions if info is not None else None
+
+
+def group_config(s: Settings) -> GroupConfig:
+    return GroupConfig(
+        group_min_session_timeout_ms=s.group_min_session_timeout_ms,
+        group_max_session_timeout_ms=s.group_max_session_timeout_ms,
+        group_initial_rebalance_delay_ms=s.group_initial_rebalance_delay_ms,
+        group_max_size=s.group_max_size,
+        offsets_topic_num_partitions=s.offsets_topic_num_partitions,
+        offset_metadata_max_bytes=s.offset_metadata_max_bytes,
+        offsets_retention_minutes=s.offsets_retention_minutes,
+        offsets_retention_check_interval_ms=s.offsets_retention_check_interval_ms,
+    )
+
+
+class Compaction:
+    """Runs the log cleaner over every compacted log, a bounded step at a time."""
+
+    def __init__(self, logs: LogManager, backoff_ms: int) -> None:
+        self.logs = logs
+        self.backoff_s = backoff_ms / 1000
         self.cleaners: dict[PartitionLog, LogCleaner] = {}  # one per compacted log
-        self.data: DataPlane | None = None
-        self.groups: GroupRuntime | None = None
-        self.metrics = Metrics()
-        self.metrics_port: int | None = None
+        self.task: asyncio.Task[None] | None = None
 
-    def config_for(self, topic: str, partition: int) -> LogConfig | None:
-        """A partition's log settings at start-up; None leaves an offline topic unopened."""
-        if topic == OFFSETS_TOPIC:
-            return offsets_log_config(self.settings)
-        info = self.catalog.get(topic)
-        if info is not None and info.offline is not None:
-            return None
-        return topic_configs.log_config(self.settings, info.configs if info else None)
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
 
-    def topic_partitions(self, topic: str) -> int | None:
-        """Partitions of ``topic``, None if it does not exist (offsets of it are refused)."""
-        if topic == OFFSETS_TOPIC:
-            return self.settings.offsets_topic_num_partitions
-        info = self.catalog.get(topic)
-        return info.num_partitions if info is not None else None
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
 
-    async def start(self) -> None:
-        s = self.settings
-        # The data directory is locked (LogManager); before any log is opened, recovered or
-        # removed, the catalog and the partition directories must agree.
-        self.catalog.reconcile(self.logs)
-        self.logs.open_all(self.config_for)
-        self.flusher.start()
-        self.broker = broker = Broker(s, self.catalog)
-        self._start_components(broker)
-        if broker.groups is not None and broker.groups.metrics is None:
-            broker.groups.metrics = self.metrics  # load times, rebalance durations
-        self.metrics.bind(
-            shard=getattr(broker.groups, "shard", None),
-            logs=self.logs,
-            flusher=self.flusher,
-            cleaners=self.cleaners.values,
-        )
-        assert self.groups is not None and self.data is not None
-        self.server = KafkaServer(
-            Dispatcher(broker.handlers(), self.groups.handlers(), self.data.handlers()),
-            max_request_size=s.socket_request_max_bytes,
-            queued_max_requests=s.queued_max_requests,
-            queued_max_request_bytes=s.queued_max_request_bytes,
-            on_refused=self.metrics.on_refused,
-            # Without an endpoint nobody reads the counters: skip the per-request hook then.
-            on_connection=self.metrics.on_connection,
-            on_request=self.metrics.on_request if s.metrics_port else None,
-        )
-        self.port = await self.server.start(s.host, s.port)
-        if s.advertised_port is None:
-            broker.advertised_port = self.port
-        self.tasks.append(asyncio.ensure_future(self._clean_loop()))
-        if s.metrics_port:
-            self.metrics_port = await self.metrics.serve(s.host, s.metrics_port)
-            log.info("metrics on http://%s:%d/metrics", s.host, self.metrics_port)
-        log.info(
-            "kgc listening on %s:%d (node %d, data in %s)", s.host, self.port, s.node_id, s.data_dir
-        )
-
-    def _start_components(self, broker: Broker) -> None:
-        """Group runtime and data plane; each registers the APIs it answers."""
-        s = self.settings
-        shard = GroupShard(
-            GroupConfig(
-                group_min_session_timeout_ms=s.group_min_session_timeout_ms,
-                group_max_session_timeout_ms=s.group_max_session_timeout_ms,
-                group_initial_rebalance_delay_ms=s.group_initial_rebalance_delay_ms,
-                group_max_size=s.group_max_size,
-                offsets_topic_num_partitions=s.offsets_topic_num_partitions,
-                offset_metadata_max_bytes=s.offset_metadata_max_bytes,
-                offsets_retention_minutes=s.offsets_retention_minutes,
-                offsets_retention_check_interval_ms=s.offsets_retention_check_interval_ms,
-            )
-        )
-        self.groups = GroupRuntime(
-            shard,
-            self.logs,
-            self.flusher,
-            num_partitions=s.offsets_topic_num_partitions,
-            log_config=offsets_log_config(s),
-            metrics=self.metrics,
-            topic_partitions=self.topic_partitions,
-        )
-        broker.groups = self.groups
-        self.groups.start()
-        self.data = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
-        broker.data = self.data
-        self.data.start()
-
-    async def _clean_loop(self) -> None:
-        backoff = self.settings.log_cleaner_backoff_ms / 1000
+    async def _run(self) -> None:
         while True:
-            await asyncio.sleep(backoff)
+            await asyncio.sleep(self.backoff_s)
             for gone in [plog for plog in self.cleaners if plog.closed]:
                 del self.cleaners[gone]  # a deleted topic's log
             for plog in self.logs.logs():
@@ -157,20 +118,105 @@ class App:
                 except Exception:
                     log.exception("compaction of %s failed; will retry", plog.dir)
 
+
+class App:
+    """A running kgc node: its parts, as ``start`` built them."""
+
+    def __init__(
+        self,
+        *,
+        flusher: Flusher,
+        logs: LogManager,
+        groups: GroupRuntime,
+        data: DataPlane,
+        server: KafkaServer,
+        metrics: Metrics,
+        compaction: Compaction,
+    ) -> None:
+        self.flusher = flusher
+        self.logs = logs
+        self.groups = groups
+        self.data = data
+        self.server = server
+        self.metrics = metrics
+        self.compaction = compaction
+
+    @classmethod
+    async def start(cls, settings: Settings) -> App:
+        s = settings
+        flusher = Flusher()
+        # First: the LogManager takes the data directory's lock before anything there is read.
+        logs = LogManager(s.data_dir, flusher=flusher)
+        catalog = TopicCatalog(s.data_dir / "topics.json")
+        # Before any log is opened, recovered or removed, the catalog and the partition
+        # directories must agree.
+        catalog.reconcile(logs)
+        logs.open_all(functools.partial(log_config_for, s, catalog))
+        flusher.start()
+
+        shard = GroupShard(
+            group_config(s), topic_partitions=functools.partial(topic_partitions, s, catalog)
+        )
+        compaction = Compaction(logs, s.log_cleaner_backoff_ms)
+        metrics = Metrics(
+            shard=shard, logs=logs, flusher=flusher, cleaners=compaction.cleaners.values
+        )
+        groups = GroupRuntime(
+            shard,
+            logs,
+            flusher,
+            num_partitions=s.offsets_topic_num_partitions,
+            log_config=offsets_log_config(s),
+            metrics=metrics,  # load times, rebalance durations
+        )
+        groups.start()
+        data = DataPlane(s, catalog, logs, flusher)
+        data.start()
+
+        listening = await listen(s.host, s.port)
+        broker = Broker(
+            s, catalog, logs, groups, data, advertised_port=s.advertised_port or listening.port
+        )
+        server = KafkaServer(
+            listening,
+            Dispatcher(broker.handlers(), groups.handlers(), data.handlers()),
+            max_request_size=s.socket_request_max_bytes,
+            queued_max_requests=s.queued_max_requests,
+            queued_max_request_bytes=s.queued_max_request_bytes,
+            on_refused=metrics.on_refused,
+            on_connection=metrics.on_connection,
+            # Without an endpoint nobody reads the counters: skip the per-request hook then.
+            on_request=metrics.on_request if s.metrics_port else None,
+        )
+        server.start()
+        compaction.start()
+        if s.metrics_port:
+            metrics_port = await metrics.serve(s.host, s.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", s.host, metrics_port)
+        log.info(
+            "kgc listening on %s:%d (node %d, data in %s)",
+            s.host,
+            server.port,
+            s.node_id,
+            s.data_dir,
+        )
+        return cls(
+            flusher=flusher,
+            logs=logs,
+            groups=groups,
+            data=data,
+            server=server,
+            metrics=metrics,
+            compaction=compaction,
+        )
+
     async def stop(self) -> None:
-        if self.data is not None:
-            self.data.begin_shutdown()  # answer parked fetches so connections drain
-        if self.server is not None:
-            await self.server.stop()
+        self.data.begin_shutdown()  # answer parked fetches so connections drain
+        await self.server.stop()
         await self.metrics.stop()
-        if self.data is not None:
-            await self.data.stop()
-        for task in self.tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self.groups is not None:
-            self.groups.close()
+        await self.data.stop()
+        await self.compaction.stop()
+        self.groups.close()
         await self.flusher.stop()
         self.logs.close_all()
         log.info("kgc stopped")
@@ -194,8 +240,7 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
-    app = App(settings)
-    await app.start()
+    app = await App.start(settings)
     await stop.wait()
     log.info("shutting down")
     for sig in STOP_SIGNALS:

@@ -132,7 +132,15 @@ class _Slot:
 
 
 class Metrics:
-    def __init__(self, *, process_metrics: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        process_metrics: bool = True,
+        shard: Any = None,
+        logs: Any = None,
+        flusher: Any = None,
+        cleaners: Callable[[], Iterable[Any]] = list,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         if process_metrics:
             for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
@@ -152,30 +160,13 @@ class Metrics:
             buckets=REBALANCE_BUCKETS,
             registry=self.registry,
         )
-        # Scrape-time sources, bound by the app once the components exist.
-        self.shard: Any = None
-        self.logs: Any = None
-        self.flusher: Any = None
-        self.cleaners: Callable[[], Iterable[Any]] = list
+        # Scrape-time sources (None: not reported).
+        self.shard = shard
+        self.logs = logs
+        self.flusher = flusher
+        self.cleaners = cleaners
         self.registry.register(_Collector(self))
         self._http: asyncio.Server | None = None
-
-    def bind(
-        self,
-        *,
-        shard: Any = None,
-        logs: Any = None,
-        flusher: Any = None,
-        cleaners: Callable[[], Iterable[Any]] | None = None,
-    ) -> None:
-        if shard is not None:
-            self.shard = shard
-        if logs is not None:
-            self.logs = logs
-        if flusher is not None:
-            self.flusher = flusher
-        if cleaners is not None:
-            self.cleaners = cleaners
 
     # -- hot path
     def on_request(self, key: int, version: int, response: Any, started: float) -> None:

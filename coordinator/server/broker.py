@@ -58,6 +58,7 @@ from storage.offsets_format import OFFSETS_TOPIC
 if TYPE_CHECKING:
     from coordinator.dataplane import DataPlane
     from coordinator.runtime import GroupRuntime
+    from storage.manager import LogManager
 
 log = logging.getLogger("kgc.broker")
 
@@ -71,18 +72,29 @@ COORDINATOR_KEY_TRANSACTION = 1
 
 
 class Broker:
-    def __init__(self, settings: Settings, catalog: TopicCatalog) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: TopicCatalog,
+        logs: LogManager,
+        groups: GroupRuntime,
+        data: DataPlane,
+        *,
+        advertised_port: int,
+    ) -> None:
+        """``advertised_port``: the port given to clients (the one bound unless configured)."""
         self.settings = settings
         self.catalog = catalog
+        self.logs = logs
+        self.groups = groups
+        self.data = data
         self.node_id = settings.node_id
         # A wildcard listener cannot be given to clients; Kafka advertises the host name then.
         wildcard = settings.host in ("", "0.0.0.0", "::")
         self.advertised_host = settings.advertised_host or (
             socket.getfqdn() if wildcard else settings.host
         )
-        self.advertised_port = settings.advertised_port or settings.port
-        self.groups: GroupRuntime | None = None
-        self.data: DataPlane | None = None
+        self.advertised_port = advertised_port
         # Encoded Metadata bodies by (version, requested topics), valid for one catalog state.
         self._metadata_cache: dict[tuple[int, tuple[str, ...] | None], bytes] = {}
         self._metadata_cache_at: tuple[int, int] = (-1, 0)
@@ -150,8 +162,8 @@ class Broker:
                     MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None)
                 )
                 continue
-            if name == OFFSETS_TOPIC and self.groups is not None:
-                topics.append(self._offsets_topic_metadata(self.groups))
+            if name == OFFSETS_TOPIC:
+                topics.append(self._offsets_topic_metadata())
                 continue
             info = self.catalog.get(name)
             if info is None:
@@ -189,10 +201,9 @@ class Broker:
         )
 
     def _damaged_logs(self) -> int:
-        logs = self.groups.logs if self.groups is not None else None
-        return 0 if logs is None else sum(1 for plog in logs.logs() if plog.damaged is not None)
+        return sum(1 for plog in self.logs.logs() if plog.damaged is not None)
 
-    def _offsets_topic_metadata(self, groups: GroupRuntime) -> MetadataResponseTopic:
+    def _offsets_topic_metadata(self) -> MetadataResponseTopic:
         """``__consumer_offsets`` when asked for by name (``kgc health`` does).
 
         A partition whose log is damaged, or whose load failed, is offline as Kafka reports
@@ -200,6 +211,7 @@ class Broker:
         leader, this node among ``offline_replicas``.
         """
         node = self.node_id
+        groups = self.groups
         partitions = []
         for p, plog in enumerate(groups.partitions):
             offline = plog.damaged is not None or groups.partition_failed(p)
@@ -226,10 +238,9 @@ class Broker:
         node = self.node_id
         if info.offline is not None:
             return self._offline_topic_metadata(info)
-        logs = self.groups.logs if self.groups is not None else None
         partitions = []
         for p in range(info.num_partitions):
-            plog = logs.get(info.name, p) if logs is not None else None
+            plog = self.logs.get(info.name, p)
             # A damaged topic partition is still served as far as its data plane can (reads
             # of the damaged batch answer KAFKA_STORAGE_ERROR); its replica is reported in
             # offline_replicas so that ``kgc health`` and operators see it.
@@ -286,8 +297,7 @@ class Broker:
     # -- topics
     def create_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = self.catalog.create(name, num_partitions, configs)
-        if self.data is not None:
-            self.data.create_partitions(info)
+        self.data.create_partitions(info)
         return info
 
     def create_topics(
@@ -395,11 +405,9 @@ class Broker:
         # Data first: its directories are renamed "*.<topic id>-delete" (durably) before the
         # catalog forgets the topic, so a crash in between is finished at the next start
         # (TopicCatalog.reconcile) instead of leaving data no catalog entry accounts for.
-        if self.data is not None:
-            self.data.delete_topic(info)
+        self.data.delete_topic(info)
         self.catalog.delete(info.name)
-        if self.groups is not None:
-            self.groups.topic_deleted(info.name)
+        self.groups.topic_deleted(info.name)
         log.info("deleted topic %s", info.name)
 
     # -- FindCoordinator

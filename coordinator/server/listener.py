@@ -20,6 +20,7 @@ import os
 import resource
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.server.dispatch import Dispatcher
@@ -100,11 +101,52 @@ class _Listener:
         self.sock.close()
 
 
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """Sockets listening on one port; connections wait in their backlog until a
+    ``KafkaServer`` accepts them. ``port`` is the one bound (a free one for port 0)."""
+
+    sockets: list[socket.socket]
+    port: int
+
+
+async def listen(host: str, port: int) -> Listening:
+    """Bind and listen on every address of ``host`` (IPv4 and IPv6 alike), on one port."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, type_, proto, _, addr in dict.fromkeys(infos):
+            sock = socket.socket(family, type_, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(socks) > 1:  # every address on the same free port
+                addr = (addr[0], socks[0].getsockname()[1], *addr[2:])
+            try:
+                sock.bind(addr)
+            except OSError as exc:
+                raise OSError(
+                    exc.errno,
+                    f"error while attempting to bind on address {addr!r}: "
+                    f"{(exc.strerror or str(exc)).lower()}",
+                ) from None
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return Listening(socks, int(socks[0].getsockname()[1]) if socks else port)
+
+
 class KafkaServer:
-    """Owns the listening sockets and the set of live connections."""
+    """Accepts connections on the listening sockets and owns the set of live connections."""
 
     def __init__(
         self,
+        listening: Listening,
         dispatch: Dispatcher,
         *,
         max_request_size: int,
@@ -114,6 +156,7 @@ class KafkaServer:
         on_refused: Callable[[], None] = lambda: None,
         on_request: RequestHook | None = None,
     ) -> None:
+        self.listening = listening
         self.dispatch = dispatch
         self.max_request_size = max_request_size
         self.queue = RequestQueue(queued_max_requests, queued_max_request_bytes)
@@ -129,41 +172,19 @@ class KafkaServer:
         self._accepting: set[asyncio.Task[Any]] = set()
         self._conn_seq = 0
 
+    @property
+    def port(self) -> int:
+        return self.listening.port
+
     def next_conn_id(self) -> int:
         self._conn_seq += 1
         return self._conn_seq
 
-    async def start(self, host: str, port: int) -> int:
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        socks: list[socket.socket] = []
-        try:
-            for family, type_, proto, _, addr in dict.fromkeys(infos):
-                sock = socket.socket(family, type_, proto)
-                socks.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                if port == 0 and len(socks) > 1:  # every address on the same free port
-                    addr = (addr[0], socks[0].getsockname()[1], *addr[2:])
-                try:
-                    sock.bind(addr)
-                except OSError as exc:
-                    raise OSError(
-                        exc.errno,
-                        f"error while attempting to bind on address {addr!r}: "
-                        f"{(exc.strerror or str(exc)).lower()}",
-                    ) from None
-                sock.listen(BACKLOG)
-                sock.setblocking(False)
-        except BaseException:
-            for sock in socks:
-                sock.close()
-            raise
+    def start(self) -> None:
+        """Start accepting (on the running loop)."""
         with contextlib.suppress(OSError):
             self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        self.listeners = [_Listener(self, sock) for sock in socks]
-        return int(socks[0].getsockname()[1]) if socks else port
+        self.listeners = [_Listener(self, sock) for sock in self.listening.sockets]
 
     # -- accepting
     def descriptor_ceiling(self) -> int:
