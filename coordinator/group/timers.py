@@ -113,9 +113,6 @@ class Timers:
     def __contains__(self, key: str) -> bool:
         return key in self._table
 
-    def __len__(self) -> int:
-        return len(self._table)
-
     def schedule(self, out: Result, key: str, deadline_ms: int, action: TimerAction) -> Timer:
         """Arm ``key`` for ``deadline_ms`` (replacing its deadline and action if armed)."""
         timer = self._table.get(key)

@@ -1,5 +1,14 @@
-"""The runtime: the loop, the clock, timers and the path to the log around the group core."""
+"""The runtime: where the pure group core meets the event loop, the clock and the log.
 
-from coordinator.runtime.group_runtime import GroupRuntime, error_response
+* ``group_runtime.py``: ``GroupRuntime`` turns a request into a call of the shard, applies
+  its Result (records appended, replies released once durable, the one timer wake-up) and
+  rebuilds a partition from its log when a write fails;
+* ``replay.py``: reading an offsets partition back into the shard, every batch checked;
+* ``responses.py``: the answers the runtime makes up itself (a failed handler, a failed
+  append or fsync).
+"""
+
+from coordinator.runtime.group_runtime import GroupRuntime
+from coordinator.runtime.responses import error_response
 
 __all__ = ["GroupRuntime", "error_response"]

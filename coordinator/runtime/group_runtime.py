@@ -40,7 +40,6 @@ Failures stay inside one offsets partition:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
@@ -50,6 +49,8 @@ from typing import Any
 from coordinator.group.events import render
 from coordinator.group.partitions import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
+from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
+from coordinator.runtime.responses import error_response, storage_error_reply
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
@@ -70,8 +71,6 @@ from storage.durability import Flusher
 from storage.log import LogConfig, PartitionLog, wall_clock_ms
 from storage.manager import LogManager
 from storage.offsets_format import OFFSETS_TOPIC
-from storage.record_batch import iter_record_tuples
-from storage.segment import CorruptSegmentError
 
 log = logging.getLogger("kgc.groups")
 _new_ctx = tuple.__new__
@@ -79,12 +78,7 @@ _new_ctx = tuple.__new__
 Clock = Callable[[], int]
 # Replies waiting for the records of one Result: the offsets partitions those went to.
 _Waiting = tuple[frozenset[int], list[tuple[int, Any]]]
-_STORAGE_FAILED = ErrorCode.NOT_COORDINATOR  # Kafka: KAFKA_STORAGE_ERROR -> NOT_COORDINATOR
 _TIMERS_PER_TURN = 64
-
-
-class CorruptOffsetsLog(Exception):
-    """A batch of an offsets partition fails its CRC or does not parse."""
 
 
 class GroupRuntime:
@@ -302,47 +296,7 @@ class GroupRuntime:
 
     def _fail_replies(self, replies: list[tuple[int, Any]], failed: set[int]) -> None:
         for handle, reply in replies:
-            self._deliver(handle, self._storage_error_reply(reply, failed))
-
-    def _storage_error_reply(self, reply: Any, failed: set[int]) -> Any:
-        """``reply`` (a success prepared by the shard) as the answer to a storage failure."""
-        code = _STORAGE_FAILED
-        if isinstance(reply, delete_groups.Response):
-            # One DeleteGroups may span partitions: only groups of failed ones fail.
-            return delete_groups.Response(
-                throttle_time_ms=reply.throttle_time_ms,
-                results=[
-                    delete_groups.DeletableGroupResult(group_id=r.group_id, error_code=code)
-                    if self.shard.partition_of(r.group_id) in failed
-                    else r
-                    for r in reply.results
-                ],
-            )
-        if isinstance(reply, offset_commit.Response | txn_offset_commit.Response):
-            topics: list[Any] = []
-            for t in reply.topics:
-                parts: list[Any] = [
-                    dataclasses.replace(
-                        p,
-                        error_code=p.error_code
-                        if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                        else code,
-                    )
-                    for p in t.partitions
-                ]
-                topics.append(dataclasses.replace(t, partitions=parts))  # type: ignore[arg-type]
-            return dataclasses.replace(reply, topics=topics)  # type: ignore[arg-type]
-        if isinstance(reply, join_group.Response):
-            return join_group.Response(error_code=code, member_id=reply.member_id)
-        if isinstance(reply, sync_group.Response):
-            return sync_group.Response(error_code=code)
-        if isinstance(reply, heartbeat.Response):
-            return heartbeat.Response(error_code=code)
-        if isinstance(reply, leave_group.Response):
-            return leave_group.Response(error_code=code)
-        if isinstance(reply, offset_delete.Response):
-            return offset_delete.Response(error_code=code)
-        return reply  # answers that never depend on records (fetch, describe, list)
+            self._deliver(handle, storage_error_reply(reply, failed, self.shard.partition_of))
 
     def _deliver(self, handle: int, reply: Any) -> None:
         fut = self.waiting.pop(handle, None)
@@ -433,51 +387,7 @@ class GroupRuntime:
             self.loaded.set()
 
     def _replay(self, p: int) -> Iterator[int]:
-        """Feed partition ``p`` of the log to the shard; yields record counts between chunks.
-
-        Every batch's CRC is checked: a flipped bit must not become a wrong offset.
-        Raises ``CorruptOffsetsLog`` (file and position) at the first bad batch.
-        """
-        plog = self.partitions[p]
-        if plog.damaged is not None:
-            # Found damaged when it was opened: what follows the damage is gone.
-            raise CorruptOffsetsLog(plog.damaged)
-        n = 0
-        for _header, batch in self._verified_batches(plog):
-            for _offset, _ts, key, value in iter_record_tuples(batch):
-                if key is not None:
-                    self.shard.replay(p, key, value)
-                    n += 1
-            if n >= 20000:
-                yield n
-                n = 0
-        yield n
-
-    @staticmethod
-    def _verified_batches(plog: PartitionLog) -> Iterator[tuple[Any, bytes]]:
-        start = plog.log_start_offset
-        for seg in plog.segments:
-            if seg.next_offset <= start:
-                continue
-            pos = seg.position_for(max(start, seg.base_offset))
-            if pos is None:
-                continue
-            end = pos
-            try:
-                for h, at, data in seg.walk(pos, verify=True, with_data=True):
-                    assert data is not None
-                    end = at + h.size
-                    yield h, data
-            except CorruptSegmentError as exc:
-                raise CorruptOffsetsLog(
-                    f"{exc.damage.reason} in {seg.log_path} at position {exc.damage.position}"
-                ) from None
-            if end < seg.size:
-                # The walk stops quietly at what looks like a partial batch; only the
-                # log's tail may be one (recovery trims it), never the middle of a file.
-                raise CorruptOffsetsLog(
-                    f"batch overrunning the file in {seg.log_path} at position {end}"
-                )
+        return replay_partition(self.partitions[p], functools.partial(self.shard.replay, p))
 
     def _load_failed(self, p: int, exc: Exception) -> None:
         plog = self.partitions[p]
@@ -551,86 +461,3 @@ class GroupRuntime:
         if self._wakeup is not None:
             self._wakeup.cancel()
             self._wakeup = None
-
-
-def error_response(api_key: int, version: int, req: Any, code: ErrorCode) -> Any:
-    """The answer of a group API to ``req`` failing as a whole with ``code``."""
-    if api_key == offset_commit.API_KEY:
-        return offset_commit.Response(
-            topics=[
-                offset_commit.OffsetCommitResponseTopic(
-                    name=t.name,
-                    topic_id=t.topic_id,
-                    partitions=[
-                        offset_commit.OffsetCommitResponsePartition(
-                            partition_index=p.partition_index, error_code=code
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ]
-        )
-    if api_key == txn_offset_commit.API_KEY:
-        return txn_offset_commit.Response(
-            topics=[
-                txn_offset_commit.TxnOffsetCommitResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        txn_offset_commit.TxnOffsetCommitResponsePartition(
-                            partition_index=p.partition_index, error_code=code
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ]
-        )
-    if api_key == offset_fetch.API_KEY:
-        if version >= 8:
-            return offset_fetch.Response(
-                groups=[
-                    offset_fetch.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code)
-                    for g in req.groups
-                ]
-            )
-        if version >= 2:
-            return offset_fetch.Response(error_code=code)
-        return offset_fetch.Response(
-            topics=[
-                offset_fetch.OffsetFetchResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        offset_fetch.OffsetFetchResponsePartition(
-                            partition_index=p, committed_offset=-1, error_code=code
-                        )
-                        for p in t.partition_indexes
-                    ],
-                )
-                for t in req.topics or []
-            ]
-        )
-    if api_key == join_group.API_KEY:
-        return join_group.Response(error_code=code, member_id=req.member_id)
-    if api_key == sync_group.API_KEY:
-        return sync_group.Response(error_code=code)
-    if api_key == heartbeat.API_KEY:
-        return heartbeat.Response(error_code=code)
-    if api_key == leave_group.API_KEY:
-        return leave_group.Response(error_code=code)
-    if api_key == offset_delete.API_KEY:
-        return offset_delete.Response(error_code=code)
-    if api_key == describe_groups.API_KEY:
-        return describe_groups.Response(
-            groups=[describe_groups.DescribedGroup(error_code=code, group_id=g) for g in req.groups]
-        )
-    if api_key == list_groups.API_KEY:
-        return list_groups.Response(error_code=code)
-    if api_key == delete_groups.API_KEY:
-        return delete_groups.Response(
-            results=[
-                delete_groups.DeletableGroupResult(group_id=g, error_code=code)
-                for g in req.groups_names
-            ]
-        )
-    raise ValueError(f"no error response for api key {api_key}")
