@@ -433,9 +433,6 @@ class Admin:
             )
         return desc
 
-    def group_exists(self, desc: GroupDescription) -> bool:
-        return desc.state != "Dead"
-
     def committed_offsets(self, group: str) -> dict[TopicPartition, tuple[int, str | None]]:
         addr = self._coordinator_addr(group)
         version = min(self.connect(addr).version_for(offset_fetch.API_KEY), MAX_OFFSET_FETCH)
