@@ -231,12 +231,33 @@ def record_columns(
         ok = ~broken[rec_fast]
         cols = [c[ok] for c in cols]
 
-    # Everything else, record by record; keys and values are appended after the buffer.
+    # Everything else, record by record.
     slow = np.union1d(np.flatnonzero(~walk), fast[broken]).tolist()
+    extra, slow_cols, errors = _scalar_records(buf, spans, slow)
+    data = buf
+    if slow_cols[0]:
+        data = buf + extra
+        merged = [
+            np.concatenate((c, np.array(s, np.int64))) for c, s in zip(cols, slow_cols, strict=True)
+        ]
+        order = np.argsort(merged[0], kind="stable")
+        cols = [c[order] for c in merged]
+    return RecordColumns(data, *cols), errors
+
+
+def _scalar_records(
+    buf: bytes, spans: Sequence[tuple[int, int]], batches: list[int]
+) -> tuple[bytes, list[list[int]], list[tuple[int, BatchError]]]:
+    """The records of ``batches`` (indices into ``spans``) read by ``iter_record_tuples``.
+
+    Returns their keys and values (to be appended after ``buf``: their positions count from
+    its end), the seven columns of ``RecordColumns`` after ``data`` as lists, and the batches
+    that cannot be read, with their errors.
+    """
     errors: list[tuple[int, BatchError]] = []
     extra = bytearray()
-    slow_cols: list[list[int]] = [[] for _ in cols]
-    for i in slow:
+    cols: list[list[int]] = [[] for _ in range(7)]
+    for i in batches:
         try:
             tuples = list(iter_record_tuples(buf[spans[i][0] : spans[i][1]]))
         except (CorruptBatchError, UnsupportedCompressionError) as e:
@@ -250,17 +271,9 @@ def record_columns(
             if value is not None:
                 row[5:7] = len(buf) + len(extra), len(value)
                 extra += value
-            for col, v in zip(slow_cols, row, strict=True):
+            for col, v in zip(cols, row, strict=True):
                 col.append(v)
-    data = buf
-    if slow_cols[0]:
-        data = buf + bytes(extra)
-        merged = [
-            np.concatenate((c, np.array(s, np.int64))) for c, s in zip(cols, slow_cols, strict=True)
-        ]
-        order = np.argsort(merged[0], kind="stable")
-        cols = [c[order] for c in merged]
-    return RecordColumns(data, *cols), errors
+    return bytes(extra), cols, errors
 
 
 def _words(data: bytes, pos: NDArray[np.int64]) -> NDArray[np.uint64]:

@@ -50,7 +50,8 @@ import gc
 import itertools
 import json
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -66,6 +67,7 @@ from storage.manager import parse_partition_dir
 from storage.offsets_format import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
+    GroupMetadataValue,
     OffsetCommitKey,
     OffsetsFormatError,
     UnknownKey,
@@ -203,6 +205,8 @@ def _finding(
 
 
 class _GroupState:
+    """A group's GroupMetadata records in one segment, folded in file order (its G row)."""
+
     __slots__ = (
         "g1",
         "g2",
@@ -229,6 +233,48 @@ class _GroupState:
         self.members: int | None = None
         self.ptype: str | None = None
         self.state_ts: int | None = None
+
+    def tombstone(self, lo: int) -> None:
+        self.ntomb += 1
+        self.last_tomb = True
+        if self.n == 0 and self.lead_tomb is None:
+            self.lead_tomb = lo
+
+    def metadata(self, gv: GroupMetadataValue) -> int | None:
+        """Fold a GroupMetadata value in; returns the previous generation if this one is lower
+        (a regression: not after a tombstone, which starts the group afresh)."""
+        g2 = self.g2
+        regressed = g2 if g2 is not None and gv.generation < g2 and not self.last_tomb else None
+        if self.n == 0:
+            self.g1 = gv.generation
+        self.last_tomb = False
+        self.n += 1
+        self.g2 = gv.generation
+        self.members = len(gv.members)
+        self.ptype = gv.protocol_type
+        self.state_ts = gv.current_state_timestamp
+        return regressed
+
+    def row(self, src: str, opart: int, seg: int, group: str, expected: int) -> Row:
+        return {
+            "kind": "G",
+            "src": src,
+            "opart": opart,
+            "seg": seg,
+            "grp": group,
+            "lo1": self.lo1,
+            "lo2": self.lo2,
+            "ep1": self.g1,
+            "ep2": self.g2,
+            "n": self.n,
+            "n2": self.ntomb,
+            "lead_tomb": self.lead_tomb,
+            "last_tomb": self.last_tomb,
+            "members": self.members,
+            "ptype": self.ptype,
+            "state_ts": self.state_ts,
+            "expected": expected,
+        }
 
 
 # Where a finding belongs in file order: (batch, record, rank within the record), with
@@ -275,11 +321,65 @@ def _offset_commit_rows(
     decodes), a tombstone, or undecodable (a finding; it counts for lo1/lo2 only).  After a
     stable sort by key each key's records are a run in file order, so "the previous record of
     the same key" is the previous element and each check of a per-record loop becomes one
-    shifted comparison over the whole segment.
+    shifted comparison over the whole segment.  The steps below each take one such view.
     """
-    nk, n = len(keys), len(recs)
-    found: list[Finding] = []
+    nk = len(keys)
+    c, value_errors = _sorted_commits(cols, recs, key, nk)
+    f = _CommitFindings(src, opart, seg, keys, rec_batch, c)
+    for i, error in value_errors:
+        g, t, p = keys[c.key[i]]
+        f.add(i, 0, _value_finding(src, opart, seg, "offset commit", error, int(c.lo[i]), g, t, p))
+    first, last = _runs(c.key)  # all records: lo1 / lo2
+    tombs = _tombstones_and_order(f, c, nk)
+    cv = _commits_only(c, first, last)
+    stats = _first_and_last_commits(cv, nk)
+    for j in np.flatnonzero(cv.ts > future_limit_ms).tolist():
+        detail = f"commit timestamp {cv.ts[j]} is after the audit time"
+        f.warn(int(cv.at[j]), 3, "commit_timestamp_in_future", detail)
+    ep1, ep2 = _leader_epochs(f, cv, nk)
+    windows, w_count = _windows(cv, nk, window)
+    rows = _key_rows(
+        src,
+        opart,
+        seg,
+        keys,
+        c.lo[first],
+        c.lo[last],
+        stats,
+        tombs,
+        ep1,
+        ep2,
+        windows,
+        w_count,
+        expected,
+    )
+    return rows, f.found
 
+
+class _Commits(NamedTuple):
+    """A segment's offset-commit records sorted by key, stably (a key's records in file order).
+
+    ``commit``: the value decodes; ``tomb``: no value.  The value columns read 0 elsewhere.
+    """
+
+    rec: Ints  # the record, as an index into the segment's RecordColumns
+    key: Ints  # its key, as an index into the segment's list of CommitKey
+    lo: Ints  # its log offset
+    tomb: NDArray[np.bool_]
+    commit: NDArray[np.bool_]
+    off: Ints
+    ts: Ints
+    ep: Ints
+    expire: Ints
+
+
+def _sorted_commits(
+    cols: RecordColumns, recs: Ints, key: Ints, nk: int
+) -> tuple[_Commits, list[tuple[int, OffsetsFormatError]]]:
+    """Decode the values of the records ``recs`` (``key[i]`` is record ``recs[i]``'s key) and
+    sort the records by key; also the values that do not decode, as (index in the sorted
+    order, error), in the order they came in the file."""
+    n = len(recs)
     # Values are decoded in file order: their bytes are then read front to back.
     vlen = cols.value_len[recs]
     tomb = vlen < 0
@@ -298,107 +398,193 @@ def _offset_commit_rows(
     commit[value_rows[list(vals.errors)]] = False
 
     by_key = np.argsort(key.astype(np.int16) if nk < 1 << 15 else key, kind="stable")
-    recs, key, tomb, commit = recs[by_key], key[by_key], tomb[by_key], commit[by_key]
+    recs = recs[by_key]
     off, ts, ep, expire = (c[by_key] for c in value_cols)
-    lo = cols.offset[recs]
-
-    def add(i: int, rank: int, row: Row) -> None:
-        r = int(recs[i])
-        found.append(((int(rec_batch[r]), r, rank), row))
-
-    def warn(i: int, rank: int, check: str, detail: str) -> None:
-        add(i, rank, _finding(src, opart, seg, "warn", check, detail, int(lo[i]), *keys[key[i]]))
-
+    errors: list[tuple[int, OffsetsFormatError]] = []
     if vals.errors:
         sorted_at = np.empty(n, np.int64)
         sorted_at[by_key] = np.arange(n)
-        for v, error in vals.errors.items():
-            i = int(sorted_at[value_rows[v]])
-            g, t, p = keys[key[i]]
-            add(i, 0, _value_finding(src, opart, seg, "offset commit", error, int(lo[i]), g, t, p))
+        errors = [(int(sorted_at[value_rows[v]]), e) for v, e in vals.errors.items()]
+    sorted_commits = _Commits(
+        recs, key[by_key], cols.offset[recs], tomb[by_key], commit[by_key], off, ts, ep, expire
+    )
+    return sorted_commits, errors
 
-    # All records: lo1 / lo2.
-    first, last = _runs(key)
-    # Commits and tombstones ("events"): a tombstone ends a run of commits for the rewind
-    # and timestamp checks, and decides lead_tomb / last_tomb.
-    ev = _select(commit | tomb)
-    ev_key, ev_commit, ev_off, ev_ts = key[ev], commit[ev], off[ev], ts[ev]
-    ev_at = np.arange(n)[ev]
+
+@dataclass(slots=True)
+class _CommitFindings:
+    """The findings of a segment's offset-commit records, each at its place in file order."""
+
+    src: str
+    opart: int
+    seg: int
+    keys: list[CommitKey]
+    rec_batch: Ints  # each record's batch
+    c: _Commits
+    found: list[Finding] = field(default_factory=list)
+
+    def add(self, i: int, rank: int, row: Row) -> None:
+        """``row`` about the sorted record ``i``, ``rank``-th among that record's findings."""
+        r = int(self.c.rec[i])
+        self.found.append(((int(self.rec_batch[r]), r, rank), row))
+
+    def warn(self, i: int, rank: int, check: str, detail: str) -> None:
+        lo, key = int(self.c.lo[i]), self.keys[self.c.key[i]]
+        self.add(i, rank, _finding(self.src, self.opart, self.seg, "warn", check, detail, lo, *key))
+
+
+class _Tombstones(NamedTuple):
+    """Per key: whether its last event is a tombstone, the log offset of a tombstone that is
+    its first event (where ``has_lead``), and its number of tombstones."""
+
+    last_tomb: NDArray[np.bool_]
+    has_lead: NDArray[np.bool_]
+    lead_tomb: Ints
+    ntomb: Ints
+
+
+def _tombstones_and_order(f: _CommitFindings, c: _Commits, nk: int) -> _Tombstones:
+    """Commits and tombstones ("events"): a tombstone ends a run of commits for the rewind
+    and timestamp checks (offset_rewind, commit_timestamp_backwards between consecutive
+    commits of a key), and decides lead_tomb / last_tomb."""
+    ev = _select(c.commit | c.tomb)
+    ev_key, ev_commit, ev_off, ev_ts = c.key[ev], c.commit[ev], c.off[ev], c.ts[ev]
+    ev_at = np.arange(len(c.key))[ev]
     after_commit = ev_key[1:] == ev_key[:-1]
     last_tomb = np.zeros(nk, np.bool_)
     has_lead = np.zeros(nk, np.bool_)
     lead_tomb = np.zeros(nk, np.int64)
     ntomb = np.zeros(nk, np.int64)
-    if tomb.any():
+    if c.tomb.any():
         after_commit &= ev_commit[1:] & ev_commit[:-1]
         first_ev, last_ev = _runs(ev_key)
         last_tomb[ev_key[last_ev]] = ~ev_commit[last_ev]
         leading = first_ev[~ev_commit[first_ev]]  # keys whose first event is a tombstone
         has_lead[ev_key[leading]] = True
-        lead_tomb[ev_key[leading]] = lo[ev_at[leading]]
+        lead_tomb[ev_key[leading]] = c.lo[ev_at[leading]]
         ntomb = np.bincount(ev_key[~ev_commit], minlength=nk)
     for j in (np.flatnonzero(after_commit & (ev_off[1:] < ev_off[:-1])) + 1).tolist():
         detail = f"committed offset went from {ev_off[j - 1]} to {ev_off[j]}"
-        warn(int(ev_at[j]), 0, "offset_rewind", detail)
+        f.warn(int(ev_at[j]), 0, "offset_rewind", detail)
     for j in (np.flatnonzero(after_commit & (ev_ts[1:] < ev_ts[:-1])) + 1).tolist():
         detail = f"commit timestamp went from {ev_ts[j - 1]} to {ev_ts[j]}"
-        warn(int(ev_at[j]), 1, "commit_timestamp_backwards", detail)
+        f.warn(int(ev_at[j]), 1, "commit_timestamp_backwards", detail)
+    return _Tombstones(last_tomb, has_lead, lead_tomb, ntomb)
 
-    # Commits alone: first / last values, the window, and leader epochs (which tombstones
-    # do not reset).
-    c = _select(commit)
-    c_key, c_lo, c_off, c_ts, c_ep, c_exp = key[c], lo[c], off[c], ts[c], ep[c], expire[c]
-    c_at = np.arange(n)[c]
-    first_c, last_c = (first, last) if isinstance(c, slice) else _runs(c_key)
-    with_c = c_key[first_c]
-    count = np.bincount(c_key, minlength=nk)
+
+class _CommitView(NamedTuple):
+    """The commits alone (records whose value decodes), still sorted by key."""
+
+    key: Ints
+    lo: Ints
+    off: Ints
+    ts: Ints
+    ep: Ints
+    expire: Ints
+    at: Ints  # index in the sorted records (``_Commits``)
+    first: Ints  # first and last commit of each key that has one
+    last: Ints
+
+
+def _commits_only(c: _Commits, first: Ints, last: Ints) -> _CommitView:
+    """The commits of ``c``; ``first`` / ``last`` are the runs of all of ``c``'s records."""
+    s = _select(c.commit)
+    key = c.key[s]
+    first_c, last_c = (first, last) if isinstance(s, slice) else _runs(key)
+    at = np.arange(len(c.key))[s]
+    return _CommitView(key, c.lo[s], c.off[s], c.ts[s], c.ep[s], c.expire[s], at, first_c, last_c)
+
+
+class _CommitStats(NamedTuple):
+    """Per key: number of commits, first / last committed offset and commit time, latest
+    commit time, and the expire timestamp of the last commit (0 for keys without commits)."""
+
+    commits: Ints
+    off1: Ints
+    off2: Ints
+    ts1: Ints
+    ts2: Ints
+    tsmax: Ints
+    exp: Ints
+
+
+def _first_and_last_commits(cv: _CommitView, nk: int) -> _CommitStats:
+    """First / last values of each key's commits."""
+    with_c = cv.key[cv.first]
+    count = np.bincount(cv.key, minlength=nk)
     off1, off2, ts1, ts2, tsmax, exp = (np.zeros(nk, np.int64) for _ in range(6))
-    off1[with_c], off2[with_c] = c_off[first_c], c_off[last_c]
-    ts1[with_c], ts2[with_c] = c_ts[first_c], c_ts[last_c]
-    if len(c_ts):
-        tsmax[with_c] = np.maximum.reduceat(c_ts, first_c)
-    exp[with_c] = c_exp[last_c]
-    for j in np.flatnonzero(c_ts > future_limit_ms).tolist():
-        detail = f"commit timestamp {c_ts[j]} is after the audit time"
-        warn(int(c_at[j]), 3, "commit_timestamp_in_future", detail)
-    # Among commits with a known epoch (not -1), a key's previous one is the latest earlier
-    # known epoch: ep1 / ep2 are the first and last, a decrease is a regression.
-    known = _select(c_ep != -1)
-    k_key, k_ep, k_at = c_key[known], c_ep[known], c_at[known]
-    first_k, last_k = (first_c, last_c) if isinstance(known, slice) else _runs(k_key)
+    off1[with_c], off2[with_c] = cv.off[cv.first], cv.off[cv.last]
+    ts1[with_c], ts2[with_c] = cv.ts[cv.first], cv.ts[cv.last]
+    if len(cv.ts):
+        tsmax[with_c] = np.maximum.reduceat(cv.ts, cv.first)
+    exp[with_c] = cv.expire[cv.last]
+    return _CommitStats(count, off1, off2, ts1, ts2, tsmax, exp)
+
+
+def _leader_epochs(f: _CommitFindings, cv: _CommitView, nk: int) -> tuple[Ints, Ints]:
+    """Each key's first and last known leader epoch (-1: none), and leader_epoch_regression
+    findings.  Among commits with a known epoch (not -1), a key's previous one is the latest
+    earlier known epoch; tombstones do not reset it."""
+    known = _select(cv.ep != -1)
+    k_key, k_ep, k_at = cv.key[known], cv.ep[known], cv.at[known]
+    first_k, last_k = (cv.first, cv.last) if isinstance(known, slice) else _runs(k_key)
     ep1 = np.full(nk, -1, np.int64)
     ep2 = np.full(nk, -1, np.int64)
     ep1[k_key[first_k]] = k_ep[first_k]
     ep2[k_key[last_k]] = k_ep[last_k]
     for j in (np.flatnonzero((k_key[1:] == k_key[:-1]) & (k_ep[1:] < k_ep[:-1])) + 1).tolist():
         detail = f"leader epoch went from {k_ep[j - 1]} to {k_ep[j]}"
-        warn(int(k_at[j]), 2, "leader_epoch_regression", detail)
-    # The window: commits at most window - 1 before their key's last one.
-    last_of_key = np.zeros(nk, np.int64)
-    last_of_key[with_c] = last_c
-    w = np.flatnonzero(last_of_key[c_key] - np.arange(len(c_key)) < window)
-    windows = zip(
-        c_lo[w].tolist(), c_off[w].tolist(), c_ts[w].tolist(), c_ep[w].tolist(), strict=True
-    )
-    w_count = np.bincount(c_key[w], minlength=nk).tolist()
+        f.warn(int(k_at[j]), 2, "leader_epoch_regression", detail)
+    return ep1, ep2
 
-    any_commit = count > 0
+
+def _windows(
+    cv: _CommitView, nk: int, window: int
+) -> tuple[Iterator[tuple[int, int, int, int]], list[int]]:
+    """The commits at most ``window - 1`` before their key's last one, as (log offset,
+    committed offset, commit time, leader epoch) key after key, and how many each key has."""
+    last_of_key = np.zeros(nk, np.int64)
+    last_of_key[cv.key[cv.first]] = cv.last
+    w = np.flatnonzero(last_of_key[cv.key] - np.arange(len(cv.key)) < window)
+    windows = zip(
+        cv.lo[w].tolist(), cv.off[w].tolist(), cv.ts[w].tolist(), cv.ep[w].tolist(), strict=True
+    )
+    return windows, np.bincount(cv.key[w], minlength=nk).tolist()
+
+
+def _key_rows(
+    src: str,
+    opart: int,
+    seg: int,
+    keys: list[CommitKey],
+    lo1: Ints,
+    lo2: Ints,
+    stats: _CommitStats,
+    tombs: _Tombstones,
+    ep1: Ints,
+    ep2: Ints,
+    windows: Iterator[tuple[int, int, int, int]],
+    w_count: list[int],
+    expected: dict[str, int],
+) -> list[Row]:
+    """One K row per key (in order of first appearance), each followed by its W rows."""
+    any_commit = stats.commits > 0
     per_key = zip(
         keys,
-        lo[first].tolist(),
-        lo[last].tolist(),
-        _or_none(off1, any_commit),
-        _or_none(off2, any_commit),
-        _or_none(ts1, any_commit),
-        _or_none(ts2, any_commit),
-        _or_none(tsmax, any_commit),
+        lo1.tolist(),
+        lo2.tolist(),
+        _or_none(stats.off1, any_commit),
+        _or_none(stats.off2, any_commit),
+        _or_none(stats.ts1, any_commit),
+        _or_none(stats.ts2, any_commit),
+        _or_none(stats.tsmax, any_commit),
         ep1.tolist(),
         ep2.tolist(),
-        count.tolist(),
-        ntomb.tolist(),
-        _or_none(lead_tomb, has_lead),
-        last_tomb.tolist(),
-        np.where(any_commit, exp, -1).tolist(),
+        stats.commits.tolist(),
+        tombs.ntomb.tolist(),
+        _or_none(tombs.lead_tomb, tombs.has_lead),
+        tombs.last_tomb.tolist(),
+        np.where(any_commit, stats.exp, -1).tolist(),
         w_count,
         strict=True,
     )
@@ -446,7 +632,7 @@ def _offset_commit_rows(
                     "expected": expected[g],  # the job routes a group's rows by it
                 }
             )
-    return rows, found
+    return rows
 
 
 def _classify_keys(
@@ -515,28 +701,8 @@ def _other_records(
     ):
         order = (int(rec_batch[r]), r, 0)
         k = other_keys.get(kid) if kid >= 0 else None
-        if k is None:
-            finding = _finding(
-                src, opart, seg, "error", "undecodable_record", "record without a key", lo
-            )
-            found.append((order, finding))
-            continue
-        if isinstance(k, OffsetsFormatError):
-            finding = _finding(src, opart, seg, "error", "undecodable_record", f"key: {k}", lo)
-            found.append((order, finding))
-            continue
-        if isinstance(k, UnknownKey):
-            finding = _finding(
-                src,
-                opart,
-                seg,
-                "warn",
-                "unknown_record_version",
-                f"key version {k.version} is not an offset commit or classic "
-                "group record (newer Kafka record type?)",
-                lo,
-            )
-            found.append((order, finding))
+        if not isinstance(k, str):
+            found.append((order, _key_finding(src, opart, seg, k, lo)))
             continue
         gs = groups.get(k)
         if gs is None:
@@ -545,59 +711,48 @@ def _other_records(
                 expected[k] = partition_for(k, num_partitions)
         gs.lo2 = lo
         if vl < 0:
-            gs.ntomb += 1
-            gs.last_tomb = True
-            if gs.n == 0 and gs.lead_tomb is None:
-                gs.lead_tomb = lo
+            gs.tombstone(lo)
             continue
         try:
             gv = decode_group_metadata_value(cols.data[vs : vs + vl])
         except OffsetsFormatError as e:
             found.append((order, _value_finding(src, opart, seg, "group metadata", e, lo, k)))
             continue
-        if gs.g2 is not None and gv.generation < gs.g2 and not gs.last_tomb:
+        previous = gs.metadata(gv)
+        if previous is not None:
             finding = _finding(
                 src,
                 opart,
                 seg,
                 "warn",
                 "generation_regression",
-                f"generation went from {gs.g2} to {gv.generation}",
+                f"generation went from {previous} to {gv.generation}",
                 lo,
                 k,
             )
             found.append((order, finding))
-        if gs.n == 0:
-            gs.g1 = gv.generation
-        gs.last_tomb = False
-        gs.n += 1
-        gs.g2 = gv.generation
-        gs.members = len(gv.members)
-        gs.ptype = gv.protocol_type
-        gs.state_ts = gv.current_state_timestamp
-    rows = [
-        {
-            "kind": "G",
-            "src": src,
-            "opart": opart,
-            "seg": seg,
-            "grp": g,
-            "lo1": gs.lo1,
-            "lo2": gs.lo2,
-            "ep1": gs.g1,
-            "ep2": gs.g2,
-            "n": gs.n,
-            "n2": gs.ntomb,
-            "lead_tomb": gs.lead_tomb,
-            "last_tomb": gs.last_tomb,
-            "members": gs.members,
-            "ptype": gs.ptype,
-            "state_ts": gs.state_ts,
-            "expected": expected[g],
-        }
-        for g, gs in groups.items()
-    ]
+    rows = [gs.row(src, opart, seg, g, expected[g]) for g, gs in groups.items()]
     return rows, found
+
+
+def _key_finding(
+    src: str, opart: int, seg: int, key: UnknownKey | OffsetsFormatError | None, lo: int
+) -> Row:
+    """The finding of a record whose key is missing, broken or of a type we do not know."""
+    if key is None:
+        return _finding(src, opart, seg, "error", "undecodable_record", "record without a key", lo)
+    if isinstance(key, OffsetsFormatError):
+        return _finding(src, opart, seg, "error", "undecodable_record", f"key: {key}", lo)
+    return _finding(
+        src,
+        opart,
+        seg,
+        "warn",
+        "unknown_record_version",
+        f"key version {key.version} is not an offset commit or classic "
+        "group record (newer Kafka record type?)",
+        lo,
+    )
 
 
 def _decode_offsets_segment(
@@ -609,91 +764,23 @@ def _decode_offsets_segment(
     num_partitions: int,
     future_limit_ms: int,
 ) -> list[Row]:
-    found: list[Finding] = []
-    tail: list[Row] = []  # findings about the end of the segment: they come last
-    spans: list[tuple[int, int]] = []  # (start, end) of the batches whose records are read
-    span_batch: list[int] = []  # their index among all batches
-    span_base: list[int] = []  # their base offset
-    first_offset: int | None = None
-    last_offset: int | None = None
-    prev_last: int | None = None
-    batches = 0
-    max_ts = -1
-    end = 0
-    try:
-        for h, start, end in iter_batches(buf):
-            b = batches
-            batches += 1
-            if first_offset is None:
-                first_offset = h.base_offset
-            if prev_last is not None and h.base_offset <= prev_last:
-                finding = _finding(
-                    src,
-                    opart,
-                    seg,
-                    "error",
-                    "non_monotonic_offsets",
-                    f"batch at byte {start} starts at offset {h.base_offset}, "
-                    f"not after the previous batch's last offset {prev_last}",
-                    h.base_offset,
-                )
-                found.append(((b, -1, 0), finding))
-            prev_last = h.last_offset if prev_last is None else max(prev_last, h.last_offset)
-            last_offset = prev_last
-            if h.max_timestamp > max_ts:
-                max_ts = h.max_timestamp
-            if not verify_crc(buf, start, end):
-                finding = _finding(
-                    src,
-                    opart,
-                    seg,
-                    "error",
-                    "crc_mismatch",
-                    f"CRC32C mismatch in batch at byte {start} "
-                    f"(offsets {h.base_offset}..{h.last_offset}); its records were skipped",
-                    h.base_offset,
-                )
-                found.append(((b, -1, 1), finding))
-                continue
-            if h.is_control:
-                continue
-            spans.append((start, end))
-            span_batch.append(b)
-            span_base.append(h.base_offset)
-        if end < len(buf):
-            tail.append(
-                _finding(
-                    src,
-                    opart,
-                    seg,
-                    "error",
-                    "truncated_batch",
-                    f"{len(buf) - end} bytes at the end of the segment (from byte {end}) "
-                    "are not a complete batch",
-                    prev_last + 1 if prev_last is not None else seg,
-                )
-            )
-    except CorruptBatchError as e:
-        tail.append(
-            _finding(
-                src,
-                opart,
-                seg,
-                "error",
-                "corrupt_batch",
-                f"{e}; the rest of the segment ({len(buf) - end} bytes) was not read",
-                prev_last + 1 if prev_last is not None else seg,
-            )
-        )
+    """Rows of one offsets segment: its findings in file order, then the findings about its
+    end, its S row, the K / W rows of its offset-commit keys and the G rows of its groups.
 
-    cols, errors = record_columns(buf, spans)
+    The steps: walk the batches (``_walk_batches``); read the records of the readable ones as
+    columns and number their keys; offset commits by key (``_offset_commit_rows``); the rest
+    one by one (``_other_records``).
+    """
+    walk = _walk_batches(src, opart, seg, buf)
+    found = walk.found
+    cols, errors = record_columns(buf, walk.spans)
     for i, error in errors:
         check = (
             "truncated_batch" if isinstance(error, CorruptBatchError) else "unsupported_compression"
         )
-        finding = _finding(src, opart, seg, "error", check, str(error), span_base[i])
-        found.append(((span_batch[i], -1, 1), finding))
-    rec_batch = np.array(span_batch, np.int64)[cols.batch]
+        finding = _finding(src, opart, seg, "error", check, str(error), walk.span_base[i])
+        found.append(((walk.span_batch[i], -1, 1), finding))
+    rec_batch = np.array(walk.span_batch, np.int64)[cols.batch]
     ids, firsts = key_ids(cols)
     keys, rec_key, other_keys, expected = _classify_keys(cols, ids, firsts, num_partitions)
     commits = np.flatnonzero(rec_key >= 0)
@@ -726,22 +813,112 @@ def _decode_offsets_segment(
     found += other_found
     found.sort(key=lambda f: f[0])
     rows = [row for _, row in found]
-    rows += tail
+    rows += walk.tail
     rows.append(
         {
             "kind": "S",
             "src": src,
             "opart": opart,
             "seg": seg,
-            "lo1": first_offset,
-            "lo2": last_offset,
+            "lo1": walk.first_offset,
+            "lo2": walk.last_offset,
             "n": len(cols.offset),
-            "n2": batches,
+            "n2": walk.batches,
             "size": len(buf),
-            "tsmax": max_ts,
+            "tsmax": walk.max_ts,
         }
     )
     return rows + key_rows + group_rows
+
+
+@dataclass(slots=True)
+class _BatchWalk:
+    """What the walk over a segment's batches found (``_walk_batches``)."""
+
+    found: list[Finding] = field(default_factory=list)  # batch findings, at their place
+    tail: list[Row] = field(default_factory=list)  # findings about the end of the segment
+    spans: list[tuple[int, int]] = field(default_factory=list)  # batches whose records are read
+    span_batch: list[int] = field(default_factory=list)  # their index among all batches
+    span_base: list[int] = field(default_factory=list)  # their base offset
+    first_offset: int | None = None
+    last_offset: int | None = None
+    batches: int = 0
+    max_ts: int = -1
+
+
+def _walk_batches(src: str, opart: int, seg: int, buf: bytes) -> _BatchWalk:
+    """Walk the segment's batches: offsets that do not increase, CRC mismatches (their
+    records are skipped), control batches (skipped), and an end that is not a whole batch."""
+    w = _BatchWalk()
+    found = w.found
+    prev_last: int | None = None
+    end = 0
+    try:
+        for h, start, end in iter_batches(buf):
+            b = w.batches
+            w.batches += 1
+            if w.first_offset is None:
+                w.first_offset = h.base_offset
+            if prev_last is not None and h.base_offset <= prev_last:
+                finding = _finding(
+                    src,
+                    opart,
+                    seg,
+                    "error",
+                    "non_monotonic_offsets",
+                    f"batch at byte {start} starts at offset {h.base_offset}, "
+                    f"not after the previous batch's last offset {prev_last}",
+                    h.base_offset,
+                )
+                found.append(((b, -1, 0), finding))
+            prev_last = h.last_offset if prev_last is None else max(prev_last, h.last_offset)
+            w.last_offset = prev_last
+            if h.max_timestamp > w.max_ts:
+                w.max_ts = h.max_timestamp
+            if not verify_crc(buf, start, end):
+                finding = _finding(
+                    src,
+                    opart,
+                    seg,
+                    "error",
+                    "crc_mismatch",
+                    f"CRC32C mismatch in batch at byte {start} "
+                    f"(offsets {h.base_offset}..{h.last_offset}); its records were skipped",
+                    h.base_offset,
+                )
+                found.append(((b, -1, 1), finding))
+                continue
+            if h.is_control:
+                continue
+            w.spans.append((start, end))
+            w.span_batch.append(b)
+            w.span_base.append(h.base_offset)
+        if end < len(buf):
+            w.tail.append(
+                _finding(
+                    src,
+                    opart,
+                    seg,
+                    "error",
+                    "truncated_batch",
+                    f"{len(buf) - end} bytes at the end of the segment (from byte {end}) "
+                    "are not a complete batch",
+                    prev_last + 1 if prev_last is not None else seg,
+                )
+            )
+    except CorruptBatchError as e:
+        w.tail.append(
+            _finding(
+                src,
+                opart,
+                seg,
+                "error",
+                "corrupt_batch",
+                f"{e}; the rest of the segment ({len(buf) - end} bytes) was not read",
+                prev_last + 1 if prev_last is not None else seg,
+            )
+        )
+    return w
 
 
 def _decode_topic_segment(src: str, topic: str, part: int, seg: int, buf: bytes) -> list[Row]:

@@ -30,6 +30,7 @@ import functools
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,14 +177,88 @@ def _offsets_dirs(spark: SparkSession, root: str) -> set[int]:
 
 
 def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
-    """Run the audit's two Spark jobs; the report DataFrames read the cached result."""
+    """Run the audit's two Spark jobs; the report DataFrames read the cached result.
+
+    The steps: list the data directory and plan from the names alone (``_plan``); job 1, the
+    topic logs' figures that lag needs (``_topic_context``); job 2, decode, stitch and report
+    every offsets segment, cached (``_offsets_report``); then the driver's own findings, what
+    the console needs from the collected rows, and the three report tables over the cache.
+    """
     t0 = time.perf_counter()
     if opts.window < 1:
         raise AuditError("--window must be at least 1")
     root = _root(opts.log_dir)
     files = _list_files(spark, root)
     t_list = time.perf_counter()
+    plan = _plan(spark, root, files, opts.offsets_partitions)
+    decoder = functools.partial(
+        decode_batches,
+        window=opts.window,
+        num_partitions=plan.num_partitions,
+        future_limit_ms=opts.now_ms + opts.clock_skew_ms,
+    )
 
+    topic_rows, ctx = _topic_context(spark, decoder, plan, opts)
+    t_topics = time.perf_counter()
+    final, collected = _offsets_report(spark, decoder, plan, ctx, opts.top)
+    t_offsets = time.perf_counter()
+
+    driver_findings = _driver_findings(topic_rows, plan.has_catalog, root)
+    summary = _merge_summaries(
+        [json.loads(r["detail"]) for r in collected if r["kind"] == "Z"], driver_findings
+    )
+    top_findings = sorted(
+        [r.asDict() for r in collected if r["kind"] == "F"] + driver_findings,
+        key=finding_sort_key,
+    )[: opts.top]
+    group_rows = sorted(
+        ({c: r[c] for c in GROUP_COLUMNS} for r in collected if r["kind"] == "G"),
+        key=lambda g: str(g["group"]),
+    )
+    partitions, groups, findings = _report_tables(spark, final, driver_findings)
+    t_end = time.perf_counter()
+    stats: dict[str, Any] = {
+        "log_dir": root,
+        "offsets_partitions": plan.num_partitions,
+        "offsets_segments": summary.pop("segments"),  # non-empty ones: Spark skips empty files
+        "records": summary.pop("records"),
+        "batches": summary.pop("batches"),
+        "bytes": summary.pop("bytes"),
+        "topic_partitions": len(plan.first_seg_rows),
+        "files_listed": len(files),
+        "catalog": plan.has_catalog,
+        "now_ms": opts.now_ms,
+        "window": opts.window,
+        "retention_minutes": opts.retention_minutes,
+        "seconds": {
+            "list": round(t_list - t0, 3),
+            "topics": round(t_topics - t_list, 3),
+            "offsets": round(t_offsets - t_topics, 3),
+            "plan": round(t_end - t_offsets, 3),
+        },
+    }
+    return AuditResult(
+        partitions, groups, findings, stats, summary, top_findings, group_rows, [final]
+    )
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What the driver learns from the listed names alone (no file is opened)."""
+
+    num_partitions: int  # of the offsets topic, as Kafka's partition_for needs it
+    offsets_files: list[str]  # every offsets segment
+    # the last segment of each topic partition, the checkpoints and topics.json
+    topic_files: list[str]
+    # (topic, partition, base of its first segment, number of segments)
+    first_seg_rows: list[tuple[str, int, int, int]]
+    has_catalog: bool
+
+
+def _plan(
+    spark: SparkSession, root: str, files: list[tuple[str, int]], offsets_partitions: int | None
+) -> _Plan:
+    """Sort the listed files into the two jobs' inputs; infer the offsets partition count."""
     offsets_parts: set[int] = set()
     offsets_files: list[str] = []
     topic_segs: dict[tuple[str, int], list[tuple[int, str]]] = {}
@@ -208,50 +283,60 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
         raise AuditError(f"no {OFFSETS_TOPIC}-N/*.log segments under {root}")
     # Kafka's partition_for needs the partition count: every offsets directory counts, with or
     # without segment files.
-    num_partitions = opts.offsets_partitions or (
-        max(offsets_parts | _offsets_dirs(spark, root)) + 1
-    )
+    num_partitions = offsets_partitions or (max(offsets_parts | _offsets_dirs(spark, root)) + 1)
     first_seg_rows = []
     for (topic, part), segs in sorted(topic_segs.items()):
         segs.sort()
         topic_files.append(segs[-1][1])
         first_seg_rows.append((topic, part, segs[0][0], len(segs)))
+    return _Plan(num_partitions, offsets_files, topic_files, first_seg_rows, has_catalog)
 
-    decoder = functools.partial(
-        decode_batches,
-        window=opts.window,
-        num_partitions=num_partitions,
-        future_limit_ms=opts.now_ms + opts.clock_skew_ms,
+
+Decoder = Callable[[Iterator[Any]], Iterator[Any]]  # decode_batches with its options bound
+
+
+def _decode(spark: SparkSession, decoder: Decoder, paths: list[str], open_cost: int) -> DataFrame:
+    """The decoder's rows (``decode.SPARK_SCHEMA``) of the files ``paths``."""
+    # Spark packs files into a task until their sizes plus open_cost each reach the split
+    # size; the splits are planned when an action runs, so set this just before it.
+    spark.conf.set("spark.sql.files.openCostInBytes", str(open_cost))
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 30))
+    return (
+        spark.read.format("binaryFile")
+        .load(paths)
+        .select("path", "content")
+        .mapInArrow(decoder, SPARK_SCHEMA)
     )
 
-    def decode(paths: list[str], open_cost: int) -> DataFrame:
-        # Spark packs files into a task until their sizes plus open_cost each reach the split
-        # size; the splits are planned when an action runs, so set this just before it.
-        spark.conf.set("spark.sql.files.openCostInBytes", str(open_cost))
-        spark.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 30))
-        return (
-            spark.read.format("binaryFile")
-            .load(paths)
-            .select("path", "content")
-            .mapInArrow(decoder, SPARK_SCHEMA)
-        )
 
-    # Job 1: the topic logs' figures (log start/end, time lines, catalog) that lag needs.
-    # Only headers are read there, so small files share a task (a task costs ~50-100 ms).
-    topic_rows = decode(topic_files, 0).collect() if topic_files else []
-    t_topics = time.perf_counter()
-    ctx = _context(topic_rows, first_seg_rows, has_catalog, opts, num_partitions)
+def _topic_context(
+    spark: SparkSession, decoder: Decoder, plan: _Plan, opts: AuditOptions
+) -> tuple[list[Any], Context]:
+    """Job 1: the topic logs' figures (log start/end, time lines, catalog) that lag needs, as
+    the decoded rows and the stitch's Context.  Only headers are read there, so small files
+    share a task (a task costs ~50-100 ms)."""
+    topic_files = plan.topic_files
+    topic_rows = _decode(spark, decoder, topic_files, 0).collect() if topic_files else []
+    ctx = _context(topic_rows, plan.first_seg_rows, plan.has_catalog, opts, plan.num_partitions)
+    return topic_rows, ctx
 
-    # Job 2: decode every offsets segment (one task each), route each group's rows to the
-    # task of the offsets partition Kafka would store it in, stitch and report there.  The
-    # result is cached for the writes; this action brings back only the summary rows.
-    top = opts.top
+
+def _offsets_report(
+    spark: SparkSession, decoder: Decoder, plan: _Plan, ctx: Context, top: int
+) -> tuple[DataFrame, list[Any]]:
+    """Job 2: decode every offsets segment (one task each), route each group's rows to the
+    task of the offsets partition Kafka would store it in, stitch and report there.
+
+    Returns the result, cached for the writes, and the rows the driver needs from it: the
+    summary rows, the group rows and each task's top findings.
+    """
 
     def report(table: Any) -> Any:
         return report_table(table, ctx, top)
 
     final = (
-        decode(offsets_files, 1 << 40)  # one task per segment: decoding is the heavy part
+        # one task per segment: decoding is the heavy part
+        _decode(spark, decoder, plan.offsets_files, 1 << 40)
         .drop("src", "tsmax", "ptype")  # not needed by the stitch: less to shuffle and convert
         .groupBy(F.coalesce(F.col("expected"), F.col("opart")).alias("route"))
         .applyInArrow(report, OUT_SPARK_SCHEMA)
@@ -259,11 +344,14 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     )
     kcol = F.col("kind")
     collected = final.filter((kcol == "Z") | (kcol == "G") | F.col("top")).collect()
-    t_offsets = time.perf_counter()
+    return final, collected
 
-    driver_findings = [decoded_finding(r.asDict()) for r in topic_rows if r["kind"] == "F"]
+
+def _driver_findings(topic_rows: list[Any], has_catalog: bool, root: str) -> list[dict[str, Any]]:
+    """Findings of the topic logs (job 1) and of a missing catalog, as findings-table rows."""
+    found = [decoded_finding(r.asDict()) for r in topic_rows if r["kind"] == "F"]
     if not has_catalog:
-        driver_findings.append(
+        found.append(
             {
                 "severity": "info",
                 "check": "no_topic_catalog",
@@ -276,18 +364,14 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
                 "offsets_partition": None,
             }
         )
-    summary = _merge_summaries(
-        [json.loads(r["detail"]) for r in collected if r["kind"] == "Z"], driver_findings
-    )
-    top_findings = sorted(
-        [r.asDict() for r in collected if r["kind"] == "F"] + driver_findings,
-        key=finding_sort_key,
-    )[:top]
-    group_rows = sorted(
-        ({c: r[c] for c in GROUP_COLUMNS} for r in collected if r["kind"] == "G"),
-        key=lambda g: str(g["group"]),
-    )
+    return found
 
+
+def _report_tables(
+    spark: SparkSession, final: DataFrame, driver_findings: list[dict[str, Any]]
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The partitions, groups and findings tables: filters of the cached result, sorted."""
+    kcol = F.col("kind")
     findings = final.filter(kcol == "F").select(*FINDINGS_COLUMNS)
     if driver_findings:
         findings = findings.unionByName(
@@ -311,30 +395,7 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     groups = (
         final.filter(kcol == "G").select(*GROUP_COLUMNS).coalesce(1).sortWithinPartitions("group")
     )
-    t_end = time.perf_counter()
-    stats: dict[str, Any] = {
-        "log_dir": root,
-        "offsets_partitions": num_partitions,
-        "offsets_segments": summary.pop("segments"),  # non-empty ones: Spark skips empty files
-        "records": summary.pop("records"),
-        "batches": summary.pop("batches"),
-        "bytes": summary.pop("bytes"),
-        "topic_partitions": len(first_seg_rows),
-        "files_listed": len(files),
-        "catalog": has_catalog,
-        "now_ms": opts.now_ms,
-        "window": opts.window,
-        "retention_minutes": opts.retention_minutes,
-        "seconds": {
-            "list": round(t_list - t0, 3),
-            "topics": round(t_topics - t_list, 3),
-            "offsets": round(t_offsets - t_topics, 3),
-            "plan": round(t_end - t_offsets, 3),
-        },
-    }
-    return AuditResult(
-        partitions, groups, findings, stats, summary, top_findings, group_rows, [final]
-    )
+    return partitions, groups, findings
 
 
 def _merge_summaries(

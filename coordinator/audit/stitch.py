@@ -156,9 +156,61 @@ def _f(
     }
 
 
-def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
-    """All report rows for one offsets partition from its decoded summary rows."""
-    out: list[dict[str, Any]] = []
+Row = dict[str, Any]
+Key = tuple[str, str, int]  # (group, topic, partition) of committed offsets
+GroupState = tuple[str | None, int | None]  # (state, state timestamp) of a group's metadata
+
+
+@dataclass(slots=True)
+class _Subjects:
+    """One offsets partition's decoded rows, by what they are about."""
+
+    keys: dict[Key, list[Row]] = field(default_factory=dict)  # K rows of each key
+    windows: dict[Key, list[tuple[int, int, int]]] = field(default_factory=dict)  # W rows
+    groups: dict[str, list[Row]] = field(default_factory=dict)  # G rows of each group
+    expected: dict[str, int] = field(default_factory=dict)  # the partition Kafka would use
+
+
+def stitch_rows(opart: int, rows: list[Row], ctx: Context) -> list[Row]:
+    """All report rows for one offsets partition from its decoded summary rows.
+
+    The steps, in the order their rows come out: segments that overlap; each group's metadata
+    across segments and its state; each key's commits across segments and, if it is live, its
+    partition row and checks; groups whose records are not where Kafka would keep them.
+    """
+    out = _overlapping_segments(opart, rows)
+    subjects = _by_subject(rows)
+    group_state: dict[str, GroupState] = {}
+    for grp, gl in subjects.groups.items():
+        gl.sort(key=lambda r: r["seg"])
+        out += _group_history(opart, grp, gl)
+        row, group_state[grp] = _group_row(opart, grp, gl, subjects.expected[grp])
+        out.append(row)
+    for key, kl in subjects.keys.items():
+        kl.sort(key=lambda r: r["seg"])
+        found, count, first_ts = _key_history(opart, key, kl)
+        out += found
+        last = kl[-1]
+        if last["n"] == 0 or last["last_tomb"]:
+            continue  # deleted: no live committed offset
+        out += _live_partition(
+            opart,
+            key,
+            last,
+            count,
+            first_ts,
+            subjects.windows.get(key, []),
+            group_state.get(key[0], (None, None)),
+            subjects.expected[key[0]],
+            ctx,
+        )
+    out += _wrong_partition(opart, subjects, ctx.num_partitions)
+    return out
+
+
+def _overlapping_segments(opart: int, rows: list[Row]) -> list[Row]:
+    """A segment starting at or below an offset an earlier segment (by base offset) reaches."""
+    out: list[Row] = []
     segs = sorted((r for r in rows if r["kind"] == "S"), key=lambda r: r["seg"])
     reach: int | None = None
     for s in segs:
@@ -178,259 +230,319 @@ def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[di
             )
         if s["lo2"] is not None:
             reach = s["lo2"] if reach is None else max(reach, s["lo2"])
+    return out
 
-    keys: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    wins: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
-    groups: dict[str, list[dict[str, Any]]] = {}
-    expected: dict[str, int] = {}
+
+def _by_subject(rows: list[Row]) -> _Subjects:
+    """The K, W and G rows by key or group, in the order they arrive."""
+    s = _Subjects()
     for r in rows:
         kind = r["kind"]
         if kind == "K":
-            keys.setdefault((r["grp"], r["topic"], r["part"]), []).append(r)
-            expected[r["grp"]] = r["expected"]
+            s.keys.setdefault((r["grp"], r["topic"], r["part"]), []).append(r)
+            s.expected[r["grp"]] = r["expected"]
         elif kind == "W":
-            wins.setdefault((r["grp"], r["topic"], r["part"]), []).append(
+            s.windows.setdefault((r["grp"], r["topic"], r["part"]), []).append(
                 (r["lo1"], r["off1"], r["ts1"])
             )
         elif kind == "G":
-            groups.setdefault(r["grp"], []).append(r)
-            expected[r["grp"]] = r["expected"]
+            s.groups.setdefault(r["grp"], []).append(r)
+            s.expected[r["grp"]] = r["expected"]
+    return s
 
-    # ---------------------------------------------------------------- groups
-    group_state: dict[str, tuple[str | None, int | None]] = {}
-    for grp, gl in groups.items():
-        gl.sort(key=lambda r: r["seg"])
-        seen = 0
-        prev_gen: int | None = None
-        for r in gl:
-            if r["lead_tomb"] is not None and seen == 0:
-                out.append(
-                    _f(
-                        "info",
-                        "tombstone_without_record",
-                        opart,
-                        "group tombstone with no earlier group record in the log "
-                        "(normal once compaction removed the record)",
-                        r["lead_tomb"],
-                        grp,
-                    )
-                )
-            if (
-                r["lead_tomb"] is None
-                and r["n"] > 0
-                and prev_gen is not None
-                and r["ep1"] is not None
-                and r["ep1"] < prev_gen
-            ):
-                out.append(
-                    _f(
-                        "warn",
-                        "generation_regression",
-                        opart,
-                        f"generation went from {prev_gen} to {r['ep1']}",
-                        r["lo1"],
-                        grp,
-                    )
-                )
-            seen += r["n"]
-            prev_gen = None if r["last_tomb"] else (r["ep2"] if r["n"] > 0 else prev_gen)
-        last = gl[-1]
-        dead = bool(last["last_tomb"]) or last["n"] == 0
-        state = "Dead" if dead else ("Empty" if last["members"] == 0 else "Stable")
-        group_state[grp] = (state, None if dead else last["state_ts"])
-        out.append(
-            {
-                "kind": "G",
-                "group": grp,
-                "state": state,
-                "offsets_partition": opart,
-                "expected_partition": expected[grp],
-                "members": None if dead else last["members"],
-                "generation": None if dead else last["ep2"],
-                "state_ms": None if dead else last["state_ts"],
-                "log_offset": min(r["lo1"] for r in gl),
-            }
-        )
 
-    # ---------------------------------------------------------------- offset keys
-    for (grp, topic, part), kl in keys.items():
-        kl.sort(key=lambda r: r["seg"])
-        seen = 0
-        prev: dict[str, Any] | None = None
-        last_epoch: int | None = None
-        count = 0
-        first_ts: int | None = None
-        for r in kl:
-            if r["lead_tomb"] is not None and seen == 0:
-                out.append(
-                    _f(
-                        "info",
-                        "tombstone_without_record",
-                        opart,
-                        "offset tombstone with no earlier commit for the key in the log "
-                        "(normal once compaction removed the commit)",
-                        r["lead_tomb"],
-                        grp,
-                        topic,
-                        part,
-                    )
-                )
-            if (
-                r["lead_tomb"] is None
-                and r["n"] > 0
-                and prev is not None
-                and prev["off2"] is not None
-                and not prev["last_tomb"]
-            ):
-                if r["off1"] < prev["off2"]:
-                    out.append(
-                        _f(
-                            "warn",
-                            "offset_rewind",
-                            opart,
-                            f"committed offset went from {prev['off2']} to {r['off1']}",
-                            r["lo1"],
-                            grp,
-                            topic,
-                            part,
-                        )
-                    )
-                if r["ts1"] < prev["ts2"]:
-                    out.append(
-                        _f(
-                            "warn",
-                            "commit_timestamp_backwards",
-                            opart,
-                            f"commit timestamp went from {prev['ts2']} to {r['ts1']}",
-                            r["lo1"],
-                            grp,
-                            topic,
-                            part,
-                        )
-                    )
-            if r["ep1"] not in (None, -1) and last_epoch is not None and r["ep1"] < last_epoch:
-                out.append(
-                    _f(
-                        "warn",
-                        "leader_epoch_regression",
-                        opart,
-                        f"leader epoch went from {last_epoch} to {r['ep1']}",
-                        r["lo1"],
-                        grp,
-                        topic,
-                        part,
-                    )
-                )
-            if r["ep2"] not in (None, -1):
-                last_epoch = r["ep2"]
-            seen += r["n"]
-            count += r["n"]
-            if r["n"] > 0 and (first_ts is None or r["ts1"] < first_ts):
-                first_ts = r["ts1"]
-            prev = r
-        last = kl[-1]
-        if last["n"] == 0 or last["last_tomb"]:
-            continue  # deleted: no live committed offset
-        committed = int(last["off2"])
-        tl = ctx.topics.get((topic, part))
-        log_end = tl.log_end if tl is not None else None
-        log_start = tl.log_start if tl is not None else None
-        lag = None if log_end is None else max(log_end - committed, 0)
-        win = sorted(wins.get((grp, topic, part), []))[-ctx.window :]
-        wl = [(o, ts, max((tl.end_at(ts) if tl is not None else o) - o, 0)) for _, o, ts in win]
-        status = burrow_status(wl, lag, ctx.now_ms)
-        rec = int(last["lo2"])
-        out.append(
-            {
-                "kind": "P",
-                "group": grp,
-                "topic": topic,
-                "partition": part,
-                "committed_offset": committed,
-                "log_end_offset": log_end,
-                "lag": lag,
-                "leader_epoch": last["ep2"],
-                "last_commit_ms": last["ts2"],
-                "commit_count": count,
-                "status": status,
-                "log_start_offset": log_start,
-                "offsets_partition": opart,
-                "first_commit_ms": first_ts,
-                "expected_partition": expected[grp],
-                "record_offset": rec,
-            }
-        )
-        if log_end is not None and committed > log_end:
+def _group_history(opart: int, grp: str, gl: list[Row]) -> list[Row]:
+    """Findings across a group's segments (``gl`` in segment order): a leading tombstone with
+    no earlier record, a generation lower than the previous segment's last one."""
+    out: list[Row] = []
+    seen = 0
+    prev_gen: int | None = None
+    for r in gl:
+        if r["lead_tomb"] is not None and seen == 0:
             out.append(
                 _f(
-                    "error",
-                    "commit_beyond_log_end",
+                    "info",
+                    "tombstone_without_record",
                     opart,
-                    f"committed offset {committed} is beyond the log end offset {log_end}",
-                    rec,
+                    "group tombstone with no earlier group record in the log "
+                    "(normal once compaction removed the record)",
+                    r["lead_tomb"],
                     grp,
-                    topic,
-                    part,
                 )
             )
-        if log_start is not None and committed < log_start:
+        if (
+            r["lead_tomb"] is None
+            and r["n"] > 0
+            and prev_gen is not None
+            and r["ep1"] is not None
+            and r["ep1"] < prev_gen
+        ):
             out.append(
                 _f(
                     "warn",
-                    "commit_below_log_start",
+                    "generation_regression",
                     opart,
-                    f"committed offset {committed} is below the log start offset {log_start}",
+                    f"generation went from {prev_gen} to {r['ep1']}",
+                    r["lo1"],
+                    grp,
+                )
+            )
+        seen += r["n"]
+        prev_gen = None if r["last_tomb"] else (r["ep2"] if r["n"] > 0 else prev_gen)
+    return out
+
+
+def _group_row(opart: int, grp: str, gl: list[Row], expected: int) -> tuple[Row, GroupState]:
+    """The group's live state from its last GroupMetadata record (tombstone = Dead, no members
+    = Empty, else Stable): its G row, and (state, state timestamp) for the retention check."""
+    last = gl[-1]
+    dead = bool(last["last_tomb"]) or last["n"] == 0
+    state = "Dead" if dead else ("Empty" if last["members"] == 0 else "Stable")
+    row = {
+        "kind": "G",
+        "group": grp,
+        "state": state,
+        "offsets_partition": opart,
+        "expected_partition": expected,
+        "members": None if dead else last["members"],
+        "generation": None if dead else last["ep2"],
+        "state_ms": None if dead else last["state_ts"],
+        "log_offset": min(r["lo1"] for r in gl),
+    }
+    return row, (state, None if dead else last["state_ts"])
+
+
+def _key_history(opart: int, key: Key, kl: list[Row]) -> tuple[list[Row], int, int | None]:
+    """Findings across a key's segments (``kl`` in segment order), its number of commits and
+    its first commit time.
+
+    Checked between the last commit of one segment and the first of the next, as within a
+    segment: a leading tombstone with no earlier commit, a rewind or commit time going back
+    (unless a tombstone came between), a leader epoch lower than the last known one.
+    """
+    grp, topic, part = key
+    out: list[Row] = []
+    prev: Row | None = None
+    last_epoch: int | None = None
+    count = 0  # commits so far, also: whether any came before
+    first_ts: int | None = None
+    for r in kl:
+        if r["lead_tomb"] is not None and count == 0:
+            out.append(
+                _f(
+                    "info",
+                    "tombstone_without_record",
+                    opart,
+                    "offset tombstone with no earlier commit for the key in the log "
+                    "(normal once compaction removed the commit)",
+                    r["lead_tomb"],
+                    grp,
+                    topic,
+                    part,
+                )
+            )
+        if (
+            r["lead_tomb"] is None
+            and r["n"] > 0
+            and prev is not None
+            and prev["off2"] is not None
+            and not prev["last_tomb"]
+        ):
+            if r["off1"] < prev["off2"]:
+                out.append(
+                    _f(
+                        "warn",
+                        "offset_rewind",
+                        opart,
+                        f"committed offset went from {prev['off2']} to {r['off1']}",
+                        r["lo1"],
+                        grp,
+                        topic,
+                        part,
+                    )
+                )
+            if r["ts1"] < prev["ts2"]:
+                out.append(
+                    _f(
+                        "warn",
+                        "commit_timestamp_backwards",
+                        opart,
+                        f"commit timestamp went from {prev['ts2']} to {r['ts1']}",
+                        r["lo1"],
+                        grp,
+                        topic,
+                        part,
+                    )
+                )
+        if r["ep1"] not in (None, -1) and last_epoch is not None and r["ep1"] < last_epoch:
+            out.append(
+                _f(
+                    "warn",
+                    "leader_epoch_regression",
+                    opart,
+                    f"leader epoch went from {last_epoch} to {r['ep1']}",
+                    r["lo1"],
+                    grp,
+                    topic,
+                    part,
+                )
+            )
+        if r["ep2"] not in (None, -1):
+            last_epoch = r["ep2"]
+        count += r["n"]
+        if r["n"] > 0 and (first_ts is None or r["ts1"] < first_ts):
+            first_ts = r["ts1"]
+        prev = r
+    return out, count, first_ts
+
+
+def _live_partition(
+    opart: int,
+    key: Key,
+    last: Row,
+    count: int,
+    first_ts: int | None,
+    window: list[tuple[int, int, int]],
+    group_state: GroupState,
+    expected: int,
+    ctx: Context,
+) -> list[Row]:
+    """A live key's P row (committed offset, lag, Burrow's status over the last commits) and
+    the checks of its committed offset against the topic's log, catalog and retention."""
+    grp, topic, part = key
+    committed = int(last["off2"])
+    tl = ctx.topics.get((topic, part))
+    log_end = tl.log_end if tl is not None else None
+    log_start = tl.log_start if tl is not None else None
+    lag = None if log_end is None else max(log_end - committed, 0)
+    win = sorted(window)[-ctx.window :]
+    wl = [(o, ts, max((tl.end_at(ts) if tl is not None else o) - o, 0)) for _, o, ts in win]
+    rec = int(last["lo2"])
+    out: list[Row] = [
+        {
+            "kind": "P",
+            "group": grp,
+            "topic": topic,
+            "partition": part,
+            "committed_offset": committed,
+            "log_end_offset": log_end,
+            "lag": lag,
+            "leader_epoch": last["ep2"],
+            "last_commit_ms": last["ts2"],
+            "commit_count": count,
+            "status": burrow_status(wl, lag, ctx.now_ms),
+            "log_start_offset": log_start,
+            "offsets_partition": opart,
+            "first_commit_ms": first_ts,
+            "expected_partition": expected,
+            "record_offset": rec,
+        }
+    ]
+    out += _committed_offset_checks(opart, key, committed, rec, log_start, log_end, ctx.catalog)
+    retention = _retention_finding(opart, key, last, rec, group_state, ctx)
+    if retention is not None:
+        out.append(retention)
+    return out
+
+
+def _committed_offset_checks(
+    opart: int,
+    key: Key,
+    committed: int,
+    rec: int,
+    log_start: int | None,
+    log_end: int | None,
+    catalog: dict[str, int] | None,
+) -> list[Row]:
+    """A committed offset past the log end or below the log start, or for a partition the
+    catalog does not have (``rec``: the log offset of the commit)."""
+    grp, topic, part = key
+    out: list[Row] = []
+    if log_end is not None and committed > log_end:
+        out.append(
+            _f(
+                "error",
+                "commit_beyond_log_end",
+                opart,
+                f"committed offset {committed} is beyond the log end offset {log_end}",
+                rec,
+                grp,
+                topic,
+                part,
+            )
+        )
+    if log_start is not None and committed < log_start:
+        out.append(
+            _f(
+                "warn",
+                "commit_below_log_start",
+                opart,
+                f"committed offset {committed} is below the log start offset {log_start}",
+                rec,
+                grp,
+                topic,
+                part,
+            )
+        )
+    if catalog is not None:
+        n = catalog.get(topic)
+        if n is None or part >= n:
+            out.append(
+                _f(
+                    "warn",
+                    "commit_for_unknown_partition",
+                    opart,
+                    f"topic {topic} is not in topics.json"
+                    if n is None
+                    else f"topic {topic} has {n} partitions",
                     rec,
                     grp,
                     topic,
                     part,
                 )
             )
-        if ctx.catalog is not None:
-            n = ctx.catalog.get(topic)
-            if n is None or part >= n:
-                out.append(
-                    _f(
-                        "warn",
-                        "commit_for_unknown_partition",
-                        opart,
-                        f"topic {topic} is not in topics.json"
-                        if n is None
-                        else f"topic {topic} has {n} partitions",
-                        rec,
-                        grp,
-                        topic,
-                        part,
-                    )
-                )
-        gstate, state_ts = group_state.get(grp, (None, None))
-        if gstate in (None, "Empty"):
-            expire = last["expire"]
-            ref = state_ts if gstate == "Empty" and state_ts and state_ts > 0 else last["ts2"]
-            if (
-                (ctx.now_ms >= expire)
-                if expire is not None and expire > 0
-                else (ctx.now_ms - ref > ctx.retention_ms)
-            ):
-                out.append(
-                    _f(
-                        "warn",
-                        "offsets_past_retention",
-                        opart,
-                        f"group is {gstate or 'without metadata'} since {ref}; offsets older "
-                        f"than the retention of {ctx.retention_ms // 60000} min are still present",
-                        rec,
-                        grp,
-                        topic,
-                        part,
-                    )
-                )
+    return out
 
-    # ---------------------------------------------------------------- placement
-    for grp, exp in sorted(expected.items()):
+
+def _retention_finding(
+    opart: int, key: Key, last: Row, rec: int, group_state: GroupState, ctx: Context
+) -> Row | None:
+    """Offsets Kafka would have expired by ``ctx.now_ms``: of a group that is Empty or has no
+    metadata, past their expire timestamp (v1) or older than the retention (counted from the
+    group's emptying, else from the last commit)."""
+    grp, topic, part = key
+    gstate, state_ts = group_state
+    if gstate not in (None, "Empty"):
+        return None
+    expire = last["expire"]
+    ref = state_ts if gstate == "Empty" and state_ts and state_ts > 0 else last["ts2"]
+    if not (
+        (ctx.now_ms >= expire)
+        if expire is not None and expire > 0
+        else (ctx.now_ms - ref > ctx.retention_ms)
+    ):
+        return None
+    return _f(
+        "warn",
+        "offsets_past_retention",
+        opart,
+        f"group is {gstate or 'without metadata'} since {ref}; offsets older "
+        f"than the retention of {ctx.retention_ms // 60000} min are still present",
+        rec,
+        grp,
+        topic,
+        part,
+    )
+
+
+def _wrong_partition(opart: int, subjects: _Subjects, num_partitions: int) -> list[Row]:
+    """Groups with records in this offsets partition that Kafka would keep in another one."""
+    out: list[Row] = []
+    for grp, exp in sorted(subjects.expected.items()):
         if exp != opart:
             first = min(
-                [r["lo1"] for r in keys_for(keys, grp)] + [r["lo1"] for r in groups.get(grp, [])]
+                [r["lo1"] for (g, _, _), kl in subjects.keys.items() if g == grp for r in kl]
+                + [r["lo1"] for r in subjects.groups.get(grp, [])]
             )
             out.append(
                 _f(
@@ -438,7 +550,7 @@ def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[di
                     "wrong_partition",
                     opart,
                     f"group records in {OFFSETS_TOPIC}-{opart}, but "
-                    f"partition_for(group, {ctx.num_partitions}) = {exp}",
+                    f"partition_for(group, {num_partitions}) = {exp}",
                     first,
                     grp,
                     OFFSETS_TOPIC,
@@ -446,12 +558,6 @@ def stitch_rows(opart: int, rows: list[dict[str, Any]], ctx: Context) -> list[di
                 )
             )
     return out
-
-
-def keys_for(
-    keys: dict[tuple[str, str, int], list[dict[str, Any]]], grp: str
-) -> list[dict[str, Any]]:
-    return [r for (g, _, _), kl in keys.items() if g == grp for r in kl]
 
 
 # ------------------------------------------------------------------------------ final reports
@@ -491,16 +597,46 @@ def _round3(x: float) -> float:
     return float(Decimal(repr(x)).quantize(Decimal("0.001"), rounding=ROUND_HALF_UP))
 
 
-def finalize(out: list[dict[str, Any]], top: int, segments: dict[str, int]) -> list[dict[str, Any]]:
+def finalize(out: list[Row], top: int, segments: dict[str, int]) -> list[Row]:
     """Stitched rows of whole groups in, the three reports' rows plus one summary row out.
 
     Every row of a group arrives in the same call (the job routes by the group's expected
     offsets partition), so a group stored in two partitions is resolved here: its partition
     row and its metadata come from the partition Kafka would use, else the newest commit.
+    The steps: resolve (``_resolve``), one row per group with the lifecycle findings
+    (``_group_rows``), then the findings sorted, the first ``top`` marked, and the Z row.
     """
-    parts: dict[tuple[str, str, int], dict[str, Any]] = {}
-    metas: dict[str, dict[str, Any]] = {}
-    findings: list[dict[str, Any]] = []
+    parts, metas, findings = _resolve(out)
+    rows: list[Row] = list(parts.values())
+    status: dict[str, list[int]] = {}
+    for p in parts.values():
+        st = status.setdefault(p["status"] or "UNKNOWN", [0, 0])
+        st[0] += 1
+        st[1] += p["lag"] or 0
+    group_rows, lifecycle = _group_rows(parts, metas)
+    rows += group_rows
+    findings += lifecycle
+    findings.sort(key=finding_sort_key)
+    counts: dict[str, dict[str, int]] = {}
+    for i, f in enumerate(findings):
+        by_sev = counts.setdefault(f["check"], {})
+        by_sev[f["severity"]] = by_sev.get(f["severity"], 0) + 1
+        f["top"] = i < top
+    rows += findings
+    summary = {"findings": counts, "status": status, **segments}
+    rows.append({"kind": "Z", "detail": json.dumps(summary)})
+    return rows
+
+
+def _resolve(out: list[Row]) -> tuple[dict[Key, Row], dict[str, Row], list[Row]]:
+    """One P row per key and one G row per group, the rest (findings) as they come.
+
+    A P row from the partition Kafka would use wins, then the newest last commit; a G row
+    from the partition Kafka would use wins, then the lowest partition.
+    """
+    parts: dict[Key, Row] = {}
+    metas: dict[str, Row] = {}
+    findings: list[Row] = []
     for r in out:
         kind = r["kind"]
         if kind == "P":
@@ -522,21 +658,22 @@ def finalize(out: list[dict[str, Any]], top: int, segments: dict[str, int]) -> l
                 metas[r["group"]] = r
         else:
             findings.append(r)
+    return parts, metas, findings
 
-    per_group: dict[str, list[dict[str, Any]]] = {}
+
+def _group_rows(parts: dict[Key, Row], metas: dict[str, Row]) -> tuple[list[Row], list[Row]]:
+    """The groups table's rows (state, members, lag, worst status, commit rate) by group name,
+    and the lifecycle findings: offsets with no live group, a live group with no offsets."""
+    per_group: dict[str, list[Row]] = {}
     for k in sorted(parts):
         per_group.setdefault(k[0], []).append(parts[k])
-    rows: list[dict[str, Any]] = list(parts.values())
-    status: dict[str, list[int]] = {}
-    for p in parts.values():
-        st = status.setdefault(p["status"] or "UNKNOWN", [0, 0])
-        st[0] += 1
-        st[1] += p["lag"] or 0
+    rows: list[Row] = []
+    findings: list[Row] = []
     for grp in sorted(per_group.keys() | metas.keys()):
         meta = metas.get(grp)
         pl = per_group.get(grp)
         state = meta["state"] if meta is not None else None
-        row: dict[str, Any] = {
+        row: Row = {
             "kind": "G",
             "group": grp,
             "state": state or "NoMetadata",
@@ -558,7 +695,6 @@ def finalize(out: list[dict[str, Any]], top: int, segments: dict[str, int]) -> l
             if t0 is not None and t1 is not None and t1 > t0:
                 row["commits_per_min"] = _round3(commits * 60000.0 / (t1 - t0))
         rows.append(row)
-        # lifecycle: offsets with no live group, or a live group with no offsets
         if pl and (state is None or state == "Dead"):
             findings.append(
                 _f(
@@ -583,16 +719,7 @@ def finalize(out: list[dict[str, Any]], top: int, segments: dict[str, int]) -> l
                     grp,
                 )
             )
-    findings.sort(key=finding_sort_key)
-    counts: dict[str, dict[str, int]] = {}
-    for i, f in enumerate(findings):
-        by_sev = counts.setdefault(f["check"], {})
-        by_sev[f["severity"]] = by_sev.get(f["severity"], 0) + 1
-        f["top"] = i < top
-    rows += findings
-    summary = {"findings": counts, "status": status, **segments}
-    rows.append({"kind": "Z", "detail": json.dumps(summary)})
-    return rows
+    return rows, findings
 
 
 def report_rows(rows: list[dict[str, Any]], ctx: Context, top: int) -> list[dict[str, Any]]:
