@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from groupkit import async_wait_until
 
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
@@ -237,7 +238,8 @@ async def test_long_poll_is_woken_by_produce(node: Node) -> None:
     res = node.h[fetch.API_KEY](RequestHeader(fetch.API_KEY, 12, 1, "c"), req, CLIENT)
     assert isinstance(res, Deferred)
     task = res.future
-    await asyncio.sleep(0.05)
+    plog = node.logs.get("t", 0)
+    await async_wait_until(lambda: plog in node.dp.waiters, 5, 0.005, "the fetch to park")
     assert not task.done()
     start = time.monotonic()
     await node.produce("t", 0, batch([b"hello"]))
@@ -393,7 +395,8 @@ async def test_delete_topic_removes_data_and_wakes_fetches(node: Node) -> None:
     task = asyncio.ensure_future(
         node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 1)], max_wait=5000))
     )
-    await asyncio.sleep(0.05)
+    plog = node.logs.get("t", 0)
+    await async_wait_until(lambda: plog in node.dp.waiters, 5, 0.005, "the fetch to park")
     node.catalog.delete("t")
     node.dp.delete_topic(info)
     resp = await asyncio.wait_for(task, 2)

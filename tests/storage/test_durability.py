@@ -80,15 +80,23 @@ async def test_policy_none_never_fsyncs_until_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = PartitionLog(tmp_path / "t-0", LogConfig(flush_policy="none"))
+    other = PartitionLog(tmp_path / "t-1", LogConfig())  # batch policy
     counter = FsyncCounter(monkeypatch)
     flusher = Flusher()
     for i in range(20):
         _b, last = log.append_records([(b"k", b"%d" % i)])
         await flusher.wait_durable(log, last)
-    await asyncio.sleep(0.02)
     assert counter.calls == 0 and log.recovery_point == 0 and flusher.stats.fsync_count == 0
+    # A flusher round that does run (for another log) leaves this one alone.
+    _b, last = other.append_records([(b"k", b"v")])
+    await flusher.wait_durable(other, last)
+    assert other.recovery_point == 1 and flusher.stats.bytes_flushed == other.size_bytes
+    assert log.recovery_point == 0
+    calls = counter.calls
     log.close()
-    assert counter.calls > 0 and log.recovery_point == 20
+    assert counter.calls > calls and log.recovery_point == 20
+    other.close()
+    await flusher.stop()
 
 
 async def test_policy_interval_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,12 +120,16 @@ async def test_policy_interval_time(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 async def test_policy_interval_messages(tmp_path: Path, clock: FakeClock) -> None:
     cfg = LogConfig(flush_policy="interval", flush_interval_ms=10**9, flush_interval_messages=10)
     log = PartitionLog(tmp_path / "t-0", cfg, clock)
+    other = PartitionLog(tmp_path / "t-1", LogConfig(), clock)  # batch policy
     flusher = Flusher(clock)
     flusher.start()
     for _ in range(9):
         _b, last = log.append_records([(b"k", b"v")])
         await flusher.wait_durable(log, last)
-    await asyncio.sleep(0.02)
+    # A round that runs (for another log) looks at every interval log: 9 messages are not due.
+    _b, other_last = other.append_records([(b"k", b"v")])
+    await flusher.wait_durable(other, other_last)
+    assert other.recovery_point == 1
     assert log.recovery_point == 0
     _b, last = log.append_records([(b"k", b"v")])
     await flusher.wait_durable(log, last)
