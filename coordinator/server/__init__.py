@@ -1,15 +1,17 @@
-"""The server: everything between a client's socket and the components that answer it.
+"""The server: everything between a client's socket and the parts that answer it.
 
 How this works, in the order a request meets it:
 
-* ``listener`` -- listening sockets and accepting connections (with a reserve of file
-  descriptors for the logs). TLS will wrap the accepted sockets here.
+* ``listener`` -- listening sockets and accepting connections, with a reserve of file
+  descriptors kept for the logs. TLS will wrap the accepted sockets here.
 * ``transport`` -- one ``KafkaConnection`` per socket: framing, responses in request order,
   backpressure, bad input; ``memory`` bounds the request bytes queued across connections.
-* ``handler`` -- the contract between the transport and whoever answers an API.
-* ``broker`` -- the cluster-level APIs (Metadata, FindCoordinator, topic admin, SASL),
-  ``apis`` the API versions kgc serves.
+* ``dispatch`` -- the API table: which handler answers each API key, the versions
+  advertised (``apis``), ApiVersions itself. SASL will gate dispatch here.
+* ``handler`` -- the contract between the transport and whoever answers an API: what a
+  handler is given and the one typed result it returns.
+* ``broker`` -- the cluster-level APIs (Metadata, FindCoordinator, topic admin, SASL).
 
 The group runtime (``coordinator.runtime``) and the data plane (``coordinator.dataplane``)
-answer the other APIs through the same handler contract.
+answer the other APIs under the same contract; ``coordinator.app`` wires them together.
 """

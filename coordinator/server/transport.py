@@ -1,13 +1,14 @@
 """The connection protocol: framing, ordering, backpressure, bad input.
 
 How this works: each connection is an ``asyncio.Protocol``. ``data_received`` cuts the
-stream into size-prefixed frames and hands each to the handler registered for its API key
-(``handler`` states what a handler is given and returns), which returns either a response
-body at once (most requests) or an awaitable (a JoinGroup parked until the group
-rebalances, a commit waiting for its fsync, a long-polling Fetch). Kafka clients match
-responses to requests by order as well as correlation id, so every request takes a slot in
-a per-connection queue and responses are written strictly in request order, however they
-complete.
+stream into size-prefixed frames, decodes each and calls the handler the ``Dispatcher``
+has for its API key. The handler's result (``handler``: the contract) is a response, sent
+at once (most requests), a ``Deferred`` answered when its future completes (a JoinGroup
+parked until the group rebalances, a commit waiting for its fsync, a long-polling Fetch),
+or an ``Outcome`` (no response; close the connection). Kafka clients match responses to
+requests by order as well as correlation id, so every request takes a slot in a
+per-connection queue and responses are written strictly in request order, however they
+complete. A connection that closes cancels the deferred answers it still waits for.
 
 Bad input is answered the way Kafka answers it: a negative or oversized size, an unknown
 API key, an unsupported version or a body that does not parse closes that connection (with a
