@@ -243,6 +243,9 @@ def test_queued_request_memory_is_bounded_across_connections(kgc: KgcProcess) ->
         s.start()
     try:
         # Wait until the senders stop making progress: the server reads no more for now.
+        # A sender blocked in send() (its bytes wait in the kernel) has no event to wait on,
+        # so 2 s without progress is the only way to tell; the failure this test looks for
+        # (every frame buffered: all senders held) ends the wait at once.
         last, still_since = -1, time.monotonic()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -250,6 +250,7 @@ def test_restart_mid_stream_loses_nothing_acknowledged(kgc: KgcProcess, how: str
             kgc.kill()
         else:
             assert kgc.stop() == 0
+        # An outage, not a wait for something: the producer's requests fail while it lasts.
         time.sleep(0.5)
         kgc.start()
     wait_acked(bp, 6000)

@@ -148,7 +148,10 @@ def test_three_members_consume_each_message_once_in_order(kgc: KgcProcess) -> No
         wait_for(lambda: balanced(members), 60, "a balanced 3-member group")
         produce_confluent(kgc.bootstrap, "g1", keyed_messages(N))
         wait_for(lambda: len(group_records(members)) >= N, 60, f"{N} records")
-        time.sleep(0.5)
+        wait_for(lambda: sum(committed(kgc, "grp1", "g1").values()) == N, 15, "final commits")
+        for m in members:  # their output read to the end: nothing more can arrive
+            m.stop()
+            assert not m.thread.is_alive()
         records = group_records(members)
         assert len(records) == N, f"{len(records) - N} duplicates"
         for m in members:
@@ -160,7 +163,6 @@ def test_three_members_consume_each_message_once_in_order(kgc: KgcProcess) -> No
         assert (
             sum(check_order([(p, k.encode(), v.encode()) for p, _o, k, v in records]).values()) == N
         )
-        wait_for(lambda: sum(committed(kgc, "grp1", "g1").values()) == N, 15, "final commits")
     finally:
         for m in members:
             m.stop()
