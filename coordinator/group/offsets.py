@@ -142,10 +142,10 @@ class OffsetMetadataManager:
         # Partition count of a topic, None if it does not exist (the catalog's answer;
         # None here: every topic exists, as in most unit tests). Kafka refuses offsets of
         # unknown partitions before its coordinator sees them.
-        self.topic_partitions = topic_partitions
+        self._topic_partitions = topic_partitions
 
     def _unknown_partition(self, topic: str, partition: int) -> bool:
-        lookup = self.topic_partitions
+        lookup = self._topic_partitions
         if lookup is None:
             return False
         n = lookup(topic)

@@ -89,6 +89,8 @@ class GroupShard:
         member_id_suffix: Callable[[], str] | None = None,
         topic_partitions: Callable[[str], int | None] | None = None,
     ) -> None:
+        # topic_partitions: partition count of a topic, None if it does not exist (the topic
+        # catalog's answer; offsets of unknown partitions are refused). None: all exist.
         self.config = config if config is not None else GroupConfig()
         self.partitions = Partitions(self.config.offsets_topic_num_partitions)
         self.timers = Timers()
@@ -116,15 +118,6 @@ class GroupShard:
         self.txn_offset_commit = offsets.txn_offset_commit
         self.offset_fetch = offsets.offset_fetch
         self.offset_delete = offsets.offset_delete
-
-    @property
-    def topic_partitions(self) -> Callable[[str], int | None] | None:
-        """Partition count of a topic, None if it does not exist (offsets of it are refused)."""
-        return self.offset_manager.topic_partitions
-
-    @topic_partitions.setter
-    def topic_partitions(self, lookup: Callable[[str], int | None] | None) -> None:
-        self.offset_manager.topic_partitions = lookup
 
     # ------------------------------------------------------------ APIs over all groups
 

@@ -92,11 +92,8 @@ class GroupRuntime:
         log_config: LogConfig,
         clock: Clock = wall_clock_ms,
         metrics: Any = None,
-        topic_partitions: Callable[[str], int | None] | None = None,
     ) -> None:
         self.shard = shard
-        if topic_partitions is not None:
-            shard.topic_partitions = topic_partitions  # better passed to GroupShard itself
         self.logs = logs
         self.flusher = flusher
         self.clock = clock

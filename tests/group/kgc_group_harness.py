@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,10 +86,16 @@ DEFAULT_PROTOCOLS: tuple[tuple[str, bytes], ...] = (("range", subscription("t"))
 class Harness:
     config: GroupConfig = field(default_factory=GroupConfig)
     now: int = 0
+    # Partition count of a topic, None if it does not exist (None: every topic exists).
+    topic_partitions: Callable[[str], int | None] | None = None
 
     def __post_init__(self) -> None:
         ids = itertools.count()
-        self.shard = GroupShard(self.config, member_id_suffix=lambda: f"id{next(ids)}")
+        self.shard = GroupShard(
+            self.config,
+            member_id_suffix=lambda: f"id{next(ids)}",
+            topic_partitions=self.topic_partitions,
+        )
         self.mirror = GroupShard(self.config)
         self.mirror.mark_all_loaded(0)
         self.replies: dict[int, Any] = {}

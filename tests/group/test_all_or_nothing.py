@@ -20,10 +20,6 @@ TOO_LONG = "g" * 40000  # fits a compact (flexible) string, not the log's int16 
 T0 = ("t", 0)
 
 
-def known_topics(h: Harness, topics: dict[str, int]) -> None:
-    h.shard.topic_partitions = topics.get
-
-
 def test_commit_with_unencodable_group_id_changes_nothing() -> None:
     h = Harness()
     before = len(h.records)
@@ -87,8 +83,7 @@ def test_join_with_unencodable_instance_id_is_refused() -> None:
 
 
 def test_commit_to_unknown_topic_or_partition_is_refused_per_partition() -> None:
-    h = Harness()
-    known_topics(h, {"t": 2})
+    h = Harness(topic_partitions={"t": 2}.get)
     codes = h.commit("g", {T0: 5, ("t", 2): 5, ("nope", 0): 5})
     assert codes == {
         T0: 0,
@@ -100,8 +95,7 @@ def test_commit_to_unknown_topic_or_partition_is_refused_per_partition() -> None
 
 
 def test_simple_commit_to_only_unknown_topics_creates_no_group() -> None:
-    h = Harness()
-    known_topics(h, {})
+    h = Harness(topic_partitions={}.get)
     before = len(h.records)
     assert h.commit("simple", {("nope", 0): 1}) == {
         ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -110,8 +104,7 @@ def test_simple_commit_to_only_unknown_topics_creates_no_group() -> None:
 
 
 def test_member_commit_to_unknown_topic_is_refused_before_group_checks() -> None:
-    h = Harness()
-    known_topics(h, {"t": 1})
+    h = Harness(topic_partitions={"t": 1}.get)
     ids, gen = h.stable_group("g", 1)
     # Kafka filters unknown partitions before the coordinator: no ILLEGAL_GENERATION here.
     assert h.commit("g", {("nope", 0): 1}, member_id=ids[0], generation=gen + 5) == {
@@ -124,8 +117,7 @@ def test_member_commit_to_unknown_topic_is_refused_before_group_checks() -> None
 
 
 def test_txn_commit_and_offset_delete_check_topics_too() -> None:
-    h = Harness()
-    known_topics(h, {"t": 1})
+    h = Harness(topic_partitions={"t": 1}.get)
     resp = txn_commit(h, "g", 7, {("nope", 0): 3})
     assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert "g" not in h.shard.pending_txn_offsets

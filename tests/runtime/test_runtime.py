@@ -202,12 +202,13 @@ async def test_commit_to_a_topic_that_does_not_exist(tmp_path: Path) -> None:
     flusher = Flusher()
     logs = LogManager(tmp_path, flusher=flusher)
     rt = GroupRuntime(
-        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS)),
+        GroupShard(
+            GroupConfig(offsets_topic_num_partitions=PARTITIONS), topic_partitions={"u": 1}.get
+        ),
         logs,
         flusher,
         num_partitions=PARTITIONS,
         log_config=LogConfig(cleanup_policy="compact"),
-        topic_partitions={"u": 1}.get,
     )
     await rt.load()
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 5))  # topic "t"
