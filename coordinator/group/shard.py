@@ -29,16 +29,11 @@ second shard to check they rebuild the same state.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 from coordinator.group.classic import rebalance
-from coordinator.group.classic.describe import describe_groups
 from coordinator.group.classic.group import ClassicGroup
-from coordinator.group.classic.heartbeat import heartbeat, leave_group
-from coordinator.group.classic.join import join_group
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
-from coordinator.group.classic.sync import sync_group
 from coordinator.group.events import GroupDeleted, OffsetsExpired, PartitionLoaded
 from coordinator.group.offsets import OffsetEntry, OffsetMetadataManager, TopicPartition
 from coordinator.group.partitions import Partitions, PartitionStatus
@@ -109,11 +104,11 @@ class GroupShard:
         self.groups_snapshot = self.classic.groups_snapshot
 
         classic, offsets = self.classic, self.offset_manager
-        self.join_group = partial(join_group, classic)
-        self.sync_group = partial(sync_group, classic)
-        self.heartbeat = partial(heartbeat, classic)
-        self.leave_group = partial(leave_group, classic)
-        self.describe_groups = partial(describe_groups, classic)
+        self.join_group = classic.join_group  # classic/join.py
+        self.sync_group = classic.sync_group  # classic/sync.py
+        self.heartbeat = classic.heartbeat  # classic/heartbeat.py
+        self.leave_group = classic.leave_group  # classic/heartbeat.py
+        self.describe_groups = classic.describe_groups  # classic/describe.py
         self.offset_commit = offsets.offset_commit
         self.txn_offset_commit = offsets.txn_offset_commit
         self.offset_fetch = offsets.offset_fetch

@@ -35,6 +35,7 @@ from storage.offsets_format import (
 CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 PARTITIONS = 2
 SESSION_MS = 300
+SPIN_SESSION_MS = 3000  # long enough for an fsync on a busy machine
 
 
 LOG_CONFIG = LogConfig(cleanup_policy="compact", journaled=True)
@@ -146,7 +147,7 @@ async def test_a_timer_that_re_arms_for_now_does_not_starve_the_loop(tmp_path: P
             client_id="c",
             client_host="/127.0.0.1",
             rebalance_timeout=0,
-            session_timeout=SESSION_MS,
+            session_timeout=SPIN_SESSION_MS,
             subscription=b"",
             assignment=b"",
         )
@@ -165,6 +166,7 @@ async def test_a_timer_that_re_arms_for_now_does_not_starve_the_loop(tmp_path: P
         tmp_path, records=[(encode_group_metadata_key("g"), value)], group_max_size=1
     )
     assert state(rt) is ClassicGroupState.PREPARING_REBALANCE
+    await asyncio.wait_for(asyncio.sleep(0.01), 5)  # the loop turns
     commit = OffsetCommitRequest(
         group_id="other",
         generation_id_or_member_epoch=-1,

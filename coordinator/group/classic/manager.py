@@ -16,7 +16,8 @@ that take the manager as their first argument:
 * ``rebalance.py`` the rebalance engine: PreparingRebalance -> CompletingRebalance ->
   Stable, and what the classic timers do when they fire
 
-The shard (``coordinator/group/shard.py``) binds each API to its function.  Offsets
+The manager binds those API functions as its methods, and the shard
+(``coordinator/group/shard.py``) exposes them under the same names.  Offsets
 are not here: ``OffsetMetadataManager`` owns them and asks this manager for groups.
 """
 
@@ -25,7 +26,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from coordinator.group.classic import rebalance
+from coordinator.group.classic import describe, join, rebalance, sync
+from coordinator.group.classic import heartbeat as heartbeat_and_leave
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.events import REBALANCE_CAUSES, RebalanceCause
@@ -54,6 +56,14 @@ _HEARTBEAT = TimerKind.HEARTBEAT
 
 
 class ClassicGroupManager:
+    # The classic APIs: each is a function of the manager in its own module, bound here
+    # as a method (a bound method is the cheapest call; the heartbeat path counts it).
+    join_group = join.join_group
+    sync_group = sync.sync_group
+    heartbeat = heartbeat_and_leave.heartbeat
+    leave_group = heartbeat_and_leave.leave_group
+    describe_groups = describe.describe_groups
+
     def __init__(
         self,
         config: GroupConfig,
