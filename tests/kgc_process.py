@@ -70,6 +70,42 @@ class KgcProcess:
                 time.sleep(0.05)
         raise RuntimeError(f"kgc did not start listening:\n{self.log()}")
 
+    def wait_loaded(self, timeout: float = 30.0) -> None:
+        """Wait until every offsets partition is loaded (no group answers LOAD_IN_PROGRESS).
+
+        kgc listens before its offsets log is replayed and answers
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile, which real clients retry; a test that sends
+        raw group requests right after ``start`` waits for this first.
+        """
+        from coordinator.tools.client import Connection
+        from protocol.errors import ErrorCode
+        from protocol.messages import offset_fetch
+        from storage.offsets_format import partition_for
+
+        n = 50
+        if "--offsets-topic-num-partitions" in self.extra:
+            n = int(self.extra[self.extra.index("--offsets-topic-num-partitions") + 1])
+        probes: dict[int, str] = {}
+        i = 0
+        while len(probes) < n:
+            probes.setdefault(partition_for(f"probe-{i}", n), f"probe-{i}")
+            i += 1
+        request = offset_fetch.Request(
+            groups=[
+                offset_fetch.OffsetFetchRequestGroup(group_id=g, topics=None)
+                for g in probes.values()
+            ]
+        )
+        deadline = time.monotonic() + timeout
+        with Connection.to(self.bootstrap) as c:
+            while True:
+                _, resp = c.request(offset_fetch.API_KEY, request, version=8)
+                if all(g.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS for g in resp.groups):
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"offsets log not loaded after {timeout} s:\n{self.log()}")
+                time.sleep(0.02)
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-5000:]

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 def kgc(tmp_path: Path) -> Iterator[KgcProcess]:
     proc = KgcProcess(tmp_path / "data")
     proc.start()
+    proc.wait_loaded()
     yield proc
     if proc.alive():
         proc.kill()

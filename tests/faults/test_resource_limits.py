@@ -187,6 +187,7 @@ def heartbeat_answered(conn: Connection) -> int:
 def kgc(tmp_path: Path) -> Iterator[KgcProcess]:
     proc = KgcProcess(tmp_path / "data")
     proc.start()
+    proc.wait_loaded()
     yield proc
     if proc.alive():
         proc.stop()
@@ -300,6 +301,7 @@ def test_a_request_larger_than_the_pool_is_served_alone(tmp_path: Path) -> None:
     """A pool smaller than one request still serves it when nothing else is queued."""
     kgc = KgcProcess(tmp_path / "data", "--queued-max-request-bytes", str(4 * MiB))
     kgc.start()
+    kgc.wait_loaded()
     try:
         create_topic(kgc.bootstrap, "big", 1)
         with socket.create_connection(("127.0.0.1", kgc.port), timeout=30) as s:
@@ -326,6 +328,7 @@ def test_queued_max_requests_bounds_fsync_waits_not_rebalances(tmp_path: Path) -
     until the others join gives its place back (as in Kafka, where it has left the queue)."""
     kgc = KgcProcess(tmp_path / "data", "--queued-max-requests", "2")
     kgc.start()
+    kgc.wait_loaded()
     members: list[Member] = []
     try:
         create_topic(kgc.bootstrap, "orders", 6)
