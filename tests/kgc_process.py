@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 
@@ -105,6 +106,25 @@ class KgcProcess:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"offsets log not loaded after {timeout} s:\n{self.log()}")
                 time.sleep(0.02)
+
+    def requests_total(self, **labels: str) -> float:
+        """``kgc_requests_total`` summed over the series whose labels include ``labels``.
+
+        What the server answered, counted by the server: a test waits on these counters
+        (e.g. "every member has heartbeated five times since") instead of sleeping.
+        """
+        from prometheus_client.parser import text_string_to_metric_families
+
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        want = set(labels.items())
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "kgc_requests_total" and want <= set(s.labels.items())
+        )
 
     def log(self) -> str:
         try:

@@ -72,7 +72,7 @@ def test_static_member_restart_keeps_its_partitions_without_revoking_others(
         bouncing.running = False
         bouncing.thread.join(10)
         bouncing.consumer.close()
-        time.sleep(1.0)
+        time.sleep(1.0)  # the static member stays away a while (workload shape, not a wait)
         bouncing = Member(
             kgc,
             "ck-static",
@@ -84,7 +84,14 @@ def test_static_member_restart_keeps_its_partitions_without_revoking_others(
             timeout=30,
             what="the restarted static member to get its partitions back",
         )
-        time.sleep(2.0)
+        # Both members heartbeat three more times each, answered NONE: a rebalance the
+        # rejoin caused would have been signalled to them in those answers.
+        beats = kgc.requests_total(api="Heartbeat", error="NONE")
+        wait_until(
+            lambda: kgc.requests_total(api="Heartbeat", error="NONE") >= beats + 6,
+            timeout=30,
+            what="three more heartbeats per member",
+        )
         assert steady.partitions() == steady_had
         assert steady.revoked_ever == []
     finally:

@@ -7,8 +7,6 @@ no revocation, and the committed offsets are still there.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
@@ -56,13 +54,25 @@ async def test_stable_group_survives_a_coordinator_restart(kgc: KgcProcess) -> N
             timeout=40,
             what="the group to settle",
         )
-        await asyncio.sleep(1.0)
+        # Stable: every member's heartbeats are answered NONE (not REBALANCE_IN_PROGRESS).
+        await async_wait_until(
+            lambda: kgc.requests_total(api="Heartbeat", error="NONE") >= 2 * len(members),
+            timeout=30,
+            what="heartbeats of the stable group",
+        )
         before = [set(m.assignment()) for m in members]
         revoked_before = [li.revoked for li in listeners]
         await members[0].commit({TopicPartition("orders", p.partition): 7 for p in before[0]})
         kgc.stop()
         kgc.start()
-        await asyncio.sleep(6.0)  # many heartbeat intervals, well within the session timeout
+        # Five heartbeats per member answered by the restarted node (counted from zero): a
+        # rebalance would have been signalled in those answers.
+        await async_wait_until(
+            lambda: kgc.requests_total(api="Heartbeat", error="NONE") >= 5 * len(members),
+            timeout=30,
+            what="five heartbeats per member after the restart",
+        )
+        assert kgc.requests_total(api="Heartbeat", error="REBALANCE_IN_PROGRESS") == 0
         assert [set(m.assignment()) for m in members] == before
         assert [li.revoked for li in listeners] == revoked_before, "a rebalance happened"
         for p in before[0]:
