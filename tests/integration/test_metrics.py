@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import urllib.request
 
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata
+from groupkit import async_wait_until
 from kgc_process import KgcProcess
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -60,13 +60,6 @@ def consumer(kgc: KgcProcess, client_id: str) -> AIOKafkaConsumer:
     )
 
 
-async def until(pred: object, what: str, timeout: float = 40.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-
-
 @pytest.mark.integration
 async def test_counters_move_during_a_rebalance(kgc: KgcProcess) -> None:
     with Admin(kgc.bootstrap) as admin:
@@ -79,7 +72,9 @@ async def test_counters_move_during_a_rebalance(kgc: KgcProcess) -> None:
     await first.start()
     second: AIOKafkaConsumer | None = None
     try:
-        await until(lambda: len(first.assignment()) == 4, "the first member owning all partitions")
+        await async_wait_until(
+            lambda: len(first.assignment()) == 4, what="the first member owning all partitions"
+        )
         await first.commit({tp: OffsetAndMetadata(0, "") for tp in first.assignment()})
         one = scrape(kgc)
         assert value(one, "kgc_group_members", group="dashboards") == 1
@@ -95,13 +90,13 @@ async def test_counters_move_during_a_rebalance(kgc: KgcProcess) -> None:
         # A second member joins: a rebalance with cause "join" that completes.
         second = consumer(kgc, "dash-2")
         await second.start()
-        await until(
+        await async_wait_until(
             lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2,
-            "both members owning 2 partitions",
+            what="both members owning 2 partitions",
         )
-        await until(
+        await async_wait_until(
             lambda: value(scrape(kgc), "kgc_group_members", group="dashboards") == 2,
-            "the scrape showing 2 members",
+            what="the scrape showing 2 members",
         )
         two = scrape(kgc)
         assert value(two, "kgc_rebalances_total", cause="join") > value(
