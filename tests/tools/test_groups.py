@@ -15,6 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from clikit import Run, run_cli
+from groupkit import async_wait_until
 from kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
@@ -68,22 +69,13 @@ def consumer(kgc: KgcProcess, group: str, client_id: str) -> AIOKafkaConsumer:
     )
 
 
-async def wait_until(pred: object, timeout: float = 40.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_describe_reset_delete_a_live_group(kgc: KgcProcess) -> None:
     midpoint_ms = await fill_topic(kgc)
     members = [consumer(kgc, "billing", f"billing-{i}") for i in range(2)]
     for m in members:
         await m.start()
     try:
-        await wait_until(
+        await async_wait_until(
             lambda: (
                 all(m.assignment() for m in members)
                 and sum(len(m.assignment()) for m in members) == PARTITIONS
@@ -168,7 +160,7 @@ async def test_describe_reset_delete_a_live_group(kgc: KgcProcess) -> None:
         for m in members:
             await m.stop()
 
-    await wait_until(
+    await async_wait_until(
         lambda: (
             run_cli(
                 "groups",
