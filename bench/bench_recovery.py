@@ -24,11 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from groupkit import commit_offset, fetch_offset
 from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
-from protocol.messages import create_topics, list_offsets, offset_commit, offset_fetch, produce
+from protocol.messages import create_topics, list_offsets, produce
 from storage.record_batch import encode_batch
 
 TOPIC = "t"
@@ -38,41 +39,6 @@ SEGMENT_BYTES = 1024
 
 def kgc_args() -> tuple[str, ...]:
     return ("--offsets-topic-segment-bytes", str(SEGMENT_BYTES))
-
-
-def commit(conn: Connection, group: str, offset: int) -> None:
-    _, resp = conn.request(
-        offset_commit.API_KEY,
-        offset_commit.Request(
-            group_id=group,
-            generation_id_or_member_epoch=-1,
-            member_id="",
-            topics=[
-                offset_commit.OffsetCommitRequestTopic(
-                    name=TOPIC,
-                    partitions=[
-                        offset_commit.OffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=offset
-                        )
-                    ],
-                )
-            ],
-        ),
-    )
-    assert resp.topics[0].partitions[0].error_code == 0, resp
-
-
-def fetch(conn: Connection, group: str) -> tuple[int, int]:
-    _, resp = conn.request(
-        offset_fetch.API_KEY,
-        offset_fetch.Request(
-            groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
-        ),
-        version=8,
-    )
-    g = resp.groups[0]
-    parts = [p.committed_offset for t in g.topics for p in t.partitions]
-    return int(g.error_code), (parts[0] if parts else -1)
 
 
 def high_watermark(conn: Connection) -> int:
@@ -109,7 +75,7 @@ def build(data_dir: Path, groups: int, rounds: int, records: int) -> tuple[dict[
         )
         for r in range(rounds):
             for i in range(groups):
-                commit(conn, f"group-{i}", 100 * r + i)
+                assert commit_offset(conn, f"group-{i}", TOPIC, 100 * r + i) == 0
                 acked[f"group-{i}"] = 100 * r + i
         n = 0
         while n < records:
@@ -201,7 +167,7 @@ def run(
             pending = dict(acked)
             while pending:
                 for g in list(pending):
-                    code, offset = fetch(conn, g)
+                    code, offset = fetch_offset(conn, g)
                     if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                         continue
                     if code == ErrorCode.NOT_COORDINATOR and damaged:

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer
 from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
-from protocol.messages import create_topics
+from protocol.messages import create_topics, offset_commit, offset_fetch
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -28,6 +28,39 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
             ),
         )
         assert resp.topics[0].error_code in (0, 36), resp
+
+
+def commit_offset(
+    conn: Connection,
+    group: str,
+    topic: str,
+    offset: int,
+    *,
+    partition: int = 0,
+    metadata: str | None = None,
+) -> int:
+    """OffsetCommit v8 of one partition as a simple consumer (generation -1): its error code."""
+    part = offset_commit.OffsetCommitRequestPartition(
+        partition_index=partition, committed_offset=offset, committed_metadata=metadata
+    )
+    request = offset_commit.Request(
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[offset_commit.OffsetCommitRequestTopic(name=topic, partitions=[part])],
+    )
+    resp = conn.call(offset_commit.API_KEY, 8, request)
+    return int(resp.topics[0].partitions[0].error_code)
+
+
+def fetch_offset(conn: Connection, group: str) -> tuple[int, int]:
+    """OffsetFetch v8 of every offset of ``group``: (group error code, first offset or -1)."""
+    request = offset_fetch.Request(
+        groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
+    )
+    g = conn.call(offset_fetch.API_KEY, 8, request).groups[0]
+    parts = [p.committed_offset for t in g.topics for p in t.partitions]
+    return int(g.error_code), (parts[0] if parts else -1)
 
 
 def wait_until(

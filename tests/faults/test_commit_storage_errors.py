@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 from faultkit import report
-from groupkit import create_topic
+from groupkit import commit_offset, create_topic, fetch_offset
 from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
-from protocol.messages import offset_commit, offset_fetch
 
 pytestmark = pytest.mark.integration
 
@@ -39,41 +38,6 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def commit(conn: Connection, group: str, offset: int) -> int:
-    resp = conn.call(
-        offset_commit.API_KEY,
-        8,
-        offset_commit.Request(
-            group_id=group,
-            generation_id_or_member_epoch=-1,
-            member_id="",
-            topics=[
-                offset_commit.OffsetCommitRequestTopic(
-                    name="t",
-                    partitions=[
-                        offset_commit.OffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=offset
-                        )
-                    ],
-                )
-            ],
-        ),
-    )
-    return int(resp.topics[0].partitions[0].error_code)
-
-
-def fetched(conn: Connection, group: str) -> int:
-    resp = conn.call(
-        offset_fetch.API_KEY,
-        8,
-        offset_fetch.Request(
-            groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
-        ),
-    )
-    parts = [p.committed_offset for t in resp.groups[0].topics for p in t.partitions]
-    return parts[0] if parts else -1
 
 
 def fill(path: Path) -> None:
@@ -98,26 +62,26 @@ def test_full_disk_answers_commits_not_coordinator(tmpfs: Path) -> None:
     try:
         create_topic(kgc.bootstrap, "t", 1)
         with Connection.to(kgc.bootstrap) as conn:
-            assert commit(conn, "g", 5) == 0
+            assert commit_offset(conn, "g", "t", 5) == 0
             filler = tmpfs / "filler"
             fill(filler)
             refused = 0
             for offset in range(6, 40):
-                code = commit(conn, "g", offset)
+                code = commit_offset(conn, "g", "t", offset)
                 if code != 0:
                     assert code == ErrorCode.NOT_COORDINATOR
                     refused = offset
                     break
             assert refused, "the full disk accepted every commit"
             acked = refused - 1
-            assert fetched(conn, "g") == acked  # same connection: it stayed open
+            assert fetch_offset(conn, "g")[1] == acked  # same connection: it stayed open
             os.unlink(filler)
-            assert commit(conn, "g", 100) == 0
-            assert fetched(conn, "g") == 100
+            assert commit_offset(conn, "g", "t", 100) == 0
+            assert fetch_offset(conn, "g")[1] == 100
         assert kgc.stop() == 0
         kgc.start()
         with Connection.to(kgc.bootstrap) as conn:
-            assert fetched(conn, "g") == 100
+            assert fetch_offset(conn, "g")[1] == 100
     finally:
         if kgc.alive():
             kgc.kill()

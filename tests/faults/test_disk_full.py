@@ -20,11 +20,11 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from crashkit import read_all_confluent
 from faultkit import report
-from groupkit import create_topic
+from groupkit import commit_offset, create_topic
 from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
-from protocol.messages import api_versions, offset_commit, offset_fetch
+from protocol.messages import api_versions, offset_fetch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -74,28 +74,6 @@ def producer(bootstrap: str) -> Producer:
             "message.timeout.ms": 30_000,
         }
     )
-
-
-def commit(conn: Connection, offset: int, metadata: str) -> int:
-    _, resp = conn.request(
-        offset_commit.API_KEY,
-        offset_commit.Request(
-            group_id="g",
-            generation_id_or_member_epoch=-1,
-            member_id="",
-            topics=[
-                offset_commit.OffsetCommitRequestTopic(
-                    name=TOPIC,
-                    partitions=[
-                        offset_commit.OffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=offset, committed_metadata=metadata
-                        )
-                    ],
-                )
-            ],
-        ),
-    )
-    return int(resp.topics[0].partitions[0].error_code)
 
 
 def committed_offset(bootstrap: str) -> int:
@@ -148,7 +126,7 @@ def test_full_disk_refuses_cleanly_and_recovers_without_restart(small_disk: Path
         acked_commit = -1
         with Connection.to(kgc.bootstrap) as c:
             for off in range(1, 6):
-                code = commit(c, off, "m" * 4000)
+                code = commit_offset(c, "g", TOPIC, off, metadata="m" * 4000)
                 commit_codes.append(code)
                 if code == 0:
                     acked_commit = off
@@ -164,7 +142,7 @@ def test_full_disk_refuses_cleanly_and_recovers_without_restart(small_disk: Path
         assert len(again.values) == 20 and not again.errors, again.errors
         acked.values |= again.values
         with Connection.to(kgc.bootstrap) as c:
-            assert commit(c, 100, "after") == 0
+            assert commit_offset(c, "g", TOPIC, 100, metadata="after") == 0
         acked_commit = 100
         # A crash now must lose nothing that was acknowledged.
         kgc.kill()

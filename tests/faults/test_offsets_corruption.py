@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from faultkit import report
-from groupkit import create_topic, wait_until
+from groupkit import commit_offset, create_topic, fetch_offset, wait_until
 from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
-from protocol.messages import offset_commit, offset_fetch
 from storage.offsets_format import partition_for
 
 pytestmark = pytest.mark.integration
@@ -31,42 +30,6 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 8
 ROUNDS = 12
 TOPIC = "t"
-
-
-def commit(conn: Connection, group: str, offset: int) -> int:
-    _, resp = conn.request(
-        offset_commit.API_KEY,
-        offset_commit.Request(
-            group_id=group,
-            generation_id_or_member_epoch=-1,
-            member_id="",
-            topics=[
-                offset_commit.OffsetCommitRequestTopic(
-                    name=TOPIC,
-                    partitions=[
-                        offset_commit.OffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=offset
-                        )
-                    ],
-                )
-            ],
-        ),
-    )
-    return int(resp.topics[0].partitions[0].error_code)
-
-
-def fetch(conn: Connection, group: str) -> tuple[int, int]:
-    """(group error code, committed offset of t-0 or -1)."""
-    _, resp = conn.request(
-        offset_fetch.API_KEY,
-        offset_fetch.Request(
-            groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
-        ),
-        version=8,
-    )
-    g = resp.groups[0]
-    parts = [p.committed_offset for t in g.topics for p in t.partitions]
-    return int(g.error_code), (parts[0] if parts else -1)
 
 
 def one_group_per_partition() -> dict[int, str]:
@@ -119,7 +82,7 @@ def test_corrupt_offsets_segment_takes_only_its_partition_offline(
     with Connection.to(kgc.bootstrap) as conn:
         for r in range(ROUNDS):
             for g in groups.values():
-                assert commit(conn, g, 1000 * r + len(g)) == 0
+                assert commit_offset(conn, g, TOPIC, 1000 * r + len(g)) == 0
                 acked[g] = 1000 * r + len(g)
     if stop == "clean":
         assert kgc.stop() == 0
@@ -133,17 +96,18 @@ def test_corrupt_offsets_segment_takes_only_its_partition_offline(
 
         def settled() -> bool:
             return all(
-                fetch(conn, g)[0] != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS for g in groups.values()
+                fetch_offset(conn, g)[0] != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                for g in groups.values()
             )
 
         wait_until(settled, timeout=30)
         lost = 0
         offline = False
         for p, g in groups.items():
-            code, offset = fetch(conn, g)
+            code, offset = fetch_offset(conn, g)
             if p == damaged and code == ErrorCode.NOT_COORDINATOR:
                 offline = True
-                assert commit(conn, g, 5) == ErrorCode.NOT_COORDINATOR
+                assert commit_offset(conn, g, TOPIC, 5) == ErrorCode.NOT_COORDINATOR
             else:
                 # Served: then exactly what was acknowledged, never a prefix of it.
                 assert code == 0

@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 from faultkit import report
-from groupkit import Member, create_topic, wait_until
+from groupkit import Member, commit_offset, create_topic, fetch_offset, wait_until
 from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, decode_response, encode_request
-from protocol.messages import api_versions, fetch, heartbeat, offset_commit, offset_fetch, produce
+from protocol.messages import api_versions, fetch, heartbeat, offset_commit, produce
 from storage.record_batch import encode_batch
 
 pytestmark = pytest.mark.integration
@@ -85,47 +85,6 @@ def produce_frame(topic: str, value_bytes: int, correlation_id: int) -> bytes:
         ],
     )
     return encode_request(RequestHeader(produce.API_KEY, 9, correlation_id, "big"), req)
-
-
-def commit(conn: Connection, group: str, topic: str, offset: int) -> int:
-    _, resp = conn.request(
-        offset_commit.API_KEY,
-        offset_commit.Request(
-            group_id=group,
-            generation_id_or_member_epoch=-1,
-            topics=[
-                offset_commit.OffsetCommitRequestTopic(
-                    name=topic,
-                    partitions=[
-                        offset_commit.OffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=offset
-                        )
-                    ],
-                )
-            ],
-        ),
-    )
-    return int(resp.topics[0].partitions[0].error_code)
-
-
-def committed(conn: Connection, group: str, topic: str) -> int:
-    _, resp = conn.request(
-        offset_fetch.API_KEY,
-        offset_fetch.Request(
-            groups=[
-                offset_fetch.OffsetFetchRequestGroup(
-                    group_id=group,
-                    topics=[
-                        offset_fetch.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])
-                    ],
-                )
-            ],
-        ),
-        version=8,
-    )
-    part = resp.groups[0].topics[0].partitions[0]
-    assert part.error_code == 0, part
-    return int(part.committed_offset)
 
 
 def produce_one(conn: Connection, topic: str, value: bytes) -> int:
@@ -234,7 +193,7 @@ def test_queued_request_memory_is_bounded_across_connections(kgc: KgcProcess) ->
     create_topic(kgc.bootstrap, "big", 1)
     small = Connection.to(kgc.bootstrap, timeout=10)
     small.negotiate()
-    assert commit(small, "g", "big", 1) == 0  # a commit before, for a baseline
+    assert commit_offset(small, "g", "big", 1) == 0  # a commit before, for a baseline
     baseline_kib = status_kib(pid, "VmRSS")
 
     frame = produce_frame("big", 90 * MiB, correlation_id=1)
@@ -263,7 +222,7 @@ def test_queued_request_memory_is_bounded_across_connections(kgc: KgcProcess) ->
         # Small requests on another connection are answered while the large ones wait.
         started = time.monotonic()
         assert heartbeat_answered(small) == ErrorCode.UNKNOWN_MEMBER_ID
-        assert commit(small, "g", "big", 2) == 0
+        assert commit_offset(small, "g", "big", 2) == 0
         small_ms = (time.monotonic() - started) * 1000
     finally:
         release.set()
@@ -293,7 +252,7 @@ def test_queued_request_memory_is_bounded_across_connections(kgc: KgcProcess) ->
     )
     assert held < 10, "every large frame was buffered at once"
     assert grown_mib <= bound_mib, f"peak grew by {grown_mib:.0f} MiB"
-    assert committed(small, "g", "big") == 2
+    assert fetch_offset(small, "g")[1] == 2
     small.close()
 
 
@@ -312,7 +271,7 @@ def test_a_request_larger_than_the_pool_is_served_alone(tmp_path: Path) -> None:
         )
         with Connection.to(kgc.bootstrap) as c:
             c.negotiate()
-            assert commit(c, "g", "big", 5) == 0
+            assert commit_offset(c, "g", "big", 5) == 0
     finally:
         assert kgc.stop() == 0
     report(
@@ -359,7 +318,7 @@ def test_queued_max_requests_bounds_fsync_waits_not_rebalances(tmp_path: Path) -
                 got, resp = decode_response(offset_commit.API_KEY, version, c.recv_frame())
                 assert got == cid
                 assert resp.topics[0].partitions[0].error_code == 0
-            assert committed(c, f"pipelined-{i}", "orders") == 19
+            assert fetch_offset(c, f"pipelined-{i}")[1] == 19
             c.close()
         members = [Member(kgc, "crowd", "range") for _ in range(6)]
         wait_until(
@@ -426,8 +385,8 @@ def test_short_of_descriptors_refuses_connections_and_serves_open_ones(
     assert conns and refused >= 60, (len(conns), refused)
     # Work on the open connection goes on: the group's first commit, its read-back, a
     # produce and a fetch (the first commit used to import a codec, and fail with EMFILE).
-    assert commit(work, "g", "t", 7) == 0
-    assert committed(work, "g", "t") == 7
+    assert commit_offset(work, "g", "t", 7) == 0
+    assert fetch_offset(work, "g")[1] == 7
     produce_one(work, "t", b"still served")
     assert fetch_values(work, "t") > 0
     assert heartbeat_answered(work) == ErrorCode.UNKNOWN_MEMBER_ID
@@ -473,7 +432,7 @@ def test_accept_failing_with_emfile_refuses_and_recovers(kgc: KgcProcess) -> Non
     create_topic(kgc.bootstrap, "t", 1)
     work = Connection.to(kgc.bootstrap, timeout=10)
     work.negotiate()
-    assert commit(work, "g", "t", 1) == 0
+    assert commit_offset(work, "g", "t", 1) == 0
     produce_one(work, "t", b"before")
     limit_before = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     set_fd_limit(pid, lowest_free_fd(pid))  # the next descriptor the server opens fails
@@ -484,7 +443,7 @@ def test_accept_failing_with_emfile_refuses_and_recovers(kgc: KgcProcess) -> Non
             outcomes.append((try_connect(kgc) is None, time.monotonic() - started))
         assert all(refused for refused, _ in outcomes), outcomes
         assert all(took < 2 for _, took in outcomes), outcomes  # told at once, not hanging
-        assert committed(work, "g", "t") == 1
+        assert fetch_offset(work, "g")[1] == 1
         assert fetch_values(work, "t") > 0
         assert heartbeat_answered(work) == ErrorCode.UNKNOWN_MEMBER_ID
     finally:
@@ -492,8 +451,8 @@ def test_accept_failing_with_emfile_refuses_and_recovers(kgc: KgcProcess) -> Non
     c = try_connect(kgc)
     assert c is not None
     c.close()
-    assert commit(work, "g", "t", 3) == 0
-    assert committed(work, "g", "t") == 3
+    assert commit_offset(work, "g", "t", 3) == 0
+    assert fetch_offset(work, "g")[1] == 3
     work.close()
     assert metric(kgc, "kgc_connections_refused_total") == 5
     assert refusal_lines(kgc) == 1
@@ -580,6 +539,6 @@ def _workload(kgc: KgcProcess) -> None:
     with Connection.to(kgc.bootstrap) as c:
         c.negotiate()
         assert heartbeat_answered(c) == ErrorCode.UNKNOWN_MEMBER_ID
-        assert commit(c, "simple", "w", 1) == 0
-        assert committed(c, "simple", "w") == 1
+        assert commit_offset(c, "simple", "w", 1) == 0
+        assert fetch_offset(c, "simple")[1] == 1
     metric(kgc, "kgc_connections_opened_total")
