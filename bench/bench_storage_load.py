@@ -5,7 +5,7 @@ and values in Kafka's format) and times what a coordinator does at start-up:
 open the log, iterate the batches, decode the records and decode every key
 and value.  Target: replay < 3 s.
 
-    /work/venv/bin/python bench/bench_storage_load.py [--records N] [--dir PATH]
+    python bench/bench_storage_load.py [--records N] [--dir PATH]
 """
 
 from __future__ import annotations
