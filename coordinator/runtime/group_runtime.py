@@ -115,9 +115,7 @@ class GroupRuntime:
         for p, plog in enumerate(self.partitions):
             # The storage layer calls these after cutting a log back to its durable end
             # (a failed fsync): the shard must forget what the cut removed.
-            callbacks = getattr(plog, "on_cut_back", None)
-            if isinstance(callbacks, list):
-                callbacks.append(functools.partial(self._cut_back, p))
+            plog.on_cut_back.append(functools.partial(self._cut_back, p))
 
     # -- wiring
     def handlers(self) -> dict[int, Callable[[RequestHeader, Any, ClientInfo], Any]]:
