@@ -80,6 +80,7 @@ def test_full_disk_answers_commits_not_coordinator(tmpfs: Path) -> None:
             assert fetch_offset(conn, "g")[1] == 100
         assert kgc.stop() == 0
         kgc.start()
+        kgc.wait_loaded()
         with Connection.to(kgc.bootstrap) as conn:
             assert fetch_offset(conn, "g")[1] == 100
     finally:
