@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from storage.log import LogConfig
-from storage.manager import LogManager
+from storage.local.log import LogConfig
+from storage.local.manager import LogManager
 from storage.offsets_format import (
     encode_offset_commit_key,
     encode_offset_commit_value,

@@ -38,8 +38,8 @@ from protocol.messages.offset_commit import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-from storage.cleaner import LogCleaner
-from storage.manager import LogManager
+from storage.local.cleaner import LogCleaner
+from storage.local.manager import LogManager
 from storage.offsets_format import (
     encode_offset_commit_key,
     encode_offset_commit_value,

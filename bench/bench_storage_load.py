@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from storage.log import LogConfig, PartitionLog
+from storage.local.log import LogConfig, PartitionLog
 from storage.offsets_format import (
     OffsetCommitKey,
     decode_key,

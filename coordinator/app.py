@@ -39,10 +39,10 @@ from coordinator.runtime import GroupRuntime
 from coordinator.server.broker import Broker
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.listener import KafkaServer, listen
-from storage.cleaner import LogCleaner
-from storage.durability import Flusher
-from storage.log import LogConfig, PartitionLog
-from storage.manager import LogManager
+from storage.local.cleaner import LogCleaner
+from storage.local.durability import Flusher
+from storage.local.log import LogConfig, PartitionLog
+from storage.local.manager import LogManager
 from storage.offsets_format import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc")

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.topic_configs import InvalidConfigError, validate
-from storage.durability import fsync_dir
-from storage.manager import (
+from storage.local.files import fsync_dir
+from storage.local.manager import (
     DataDirError,
     LogManager,
     PartitionMetadataError,

@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from storage.log import LogConfig
+from storage.local.log import LogConfig
 
 
 class Settings(BaseSettings):

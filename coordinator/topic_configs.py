@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from storage.log import LogConfig
+from storage.local.log import LogConfig
 
 if TYPE_CHECKING:
     from coordinator.config import Settings

@@ -63,7 +63,8 @@ from coordinator.audit.columns import (
     key_ids,
     record_columns,
 )
-from storage.manager import parse_partition_dir
+from storage.local.manager import parse_partition_dir
+from storage.local.segment import parse_segment_name
 from storage.offsets_format import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
@@ -76,7 +77,6 @@ from storage.offsets_format import (
     partition_for,
 )
 from storage.record_batch import CorruptBatchError, iter_batches, verify_crc
-from storage.segment import parse_segment_name
 
 __all__ = [
     "CATALOG_NAME",

@@ -83,8 +83,8 @@ from protocol.messages.produce import (
     ProduceResponse,
     TopicProduceResponse,
 )
-from storage.durability import Flusher
-from storage.log import (
+from storage.local.durability import Flusher
+from storage.local.log import (
     CorruptLogError,
     InvalidBatchError,
     LogConfig,
@@ -92,7 +92,7 @@ from storage.log import (
     RecordTooLargeError,
     wall_clock_ms,
 )
-from storage.manager import LogManager
+from storage.local.manager import LogManager
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,

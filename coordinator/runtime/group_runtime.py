@@ -67,9 +67,9 @@ from protocol.messages import (
     sync_group,
     txn_offset_commit,
 )
-from storage.durability import Flusher
-from storage.log import LogConfig, PartitionLog, wall_clock_ms
-from storage.manager import LogManager
+from storage.local.durability import Flusher
+from storage.local.log import LogConfig, PartitionLog, wall_clock_ms
+from storage.local.manager import LogManager
 from storage.offsets_format import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.groups")

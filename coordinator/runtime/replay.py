@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from storage.log import PartitionLog
+from storage.local.log import PartitionLog
+from storage.local.segment import CorruptSegmentError
 from storage.record_batch import iter_record_tuples
-from storage.segment import CorruptSegmentError
 
 __all__ = ["CorruptOffsetsLog", "replay_partition", "verified_batches"]
 

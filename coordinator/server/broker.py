@@ -58,7 +58,7 @@ from storage.offsets_format import OFFSETS_TOPIC
 if TYPE_CHECKING:
     from coordinator.dataplane import DataPlane
     from coordinator.runtime import GroupRuntime
-    from storage.manager import LogManager
+    from storage.local.manager import LogManager
 
 log = logging.getLogger("kgc.broker")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.catalog import REBUILT_CONFIGS, CatalogUnreadableError, TopicCatalog
-from storage.manager import LogManager, TopicIdMismatchError, read_topic_id
+from storage.local.manager import LogManager, TopicIdMismatchError, read_topic_id
 
 
 def entry(name: str, partitions: object = 1, **configs: str) -> dict[str, object]:

@@ -18,8 +18,8 @@ from coordinator.server.handler import NO_RESPONSE, ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, init_producer_id, list_offsets, produce
-from storage.durability import Flusher
-from storage.manager import LogManager
+from storage.local.durability import Flusher
+from storage.local.manager import LogManager
 from storage.record_batch import ATTR_TRANSACTIONAL, decode_records, encode_batch, iter_batches
 
 CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from faultkit import report
 
-from storage.durability import Flusher, FlushError
-from storage.log import LogConfig, PartitionLog
-from storage.manager import LogManager
+from storage.local.durability import Flusher, FlushError
+from storage.local.log import LogConfig, PartitionLog
+from storage.local.manager import LogManager
 from storage.record_batch import iter_record_tuples
 
 JOURNALED = LogConfig(journaled=True, cleanup_policy="compact")
@@ -269,7 +269,7 @@ async def test_failed_journal_sync_cuts_every_covered_log_back(
 def test_short_write_during_compaction_abandons_the_pass(
     tmp_path: Path, faults: DiskFaults
 ) -> None:
-    from storage.cleaner import LogCleaner
+    from storage.local.cleaner import LogCleaner
 
     d = tmp_path / "c-0"
     cfg = LogConfig(cleanup_policy="compact", segment_bytes=400, retention_ms=-1)

@@ -26,7 +26,7 @@ from kgc_process import KgcProcess
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import create_topics, fetch
-from storage.log import CLEAN_SHUTDOWN_FILE
+from storage.local.log import CLEAN_SHUTDOWN_FILE
 from storage.record_batch import iter_batches, iter_record_tuples
 
 pytestmark = pytest.mark.integration

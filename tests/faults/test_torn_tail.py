@@ -19,7 +19,7 @@ from faultkit import report
 from groupkit import create_topic
 from kgc_process import KgcProcess
 
-from storage.log import CLEAN_SHUTDOWN_FILE, LogConfig, PartitionLog
+from storage.local.log import CLEAN_SHUTDOWN_FILE, LogConfig, PartitionLog
 from storage.record_batch import iter_record_tuples
 
 CFG = LogConfig(index_interval_bytes=256)
@@ -61,7 +61,7 @@ def test_torn_tail_is_truncated_and_appends_follow_the_last_good_batch(
             f.write(bytes(300))
         kept = vals
     assert (d / CLEAN_SHUTDOWN_FILE).exists() == marker
-    with caplog.at_level(logging.WARNING, logger="storage.log"):
+    with caplog.at_level(logging.WARNING, logger="storage.local.log"):
         log = PartitionLog(d, CFG)
     warned = [r.getMessage() for r in caplog.records if seg.name in r.getMessage()]
     assert warned and "truncated" in warned[0], caplog.text
@@ -70,7 +70,7 @@ def test_torn_tail_is_truncated_and_appends_follow_the_last_good_batch(
     assert base == len(kept)
     log.close()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="storage.log"):
+    with caplog.at_level(logging.WARNING, logger="storage.local.log"):
         log = PartitionLog(d, CFG)
     assert not caplog.records, caplog.text  # the second start is clean
     assert values(log) == [*kept, b"after"]
@@ -172,7 +172,7 @@ def test_torn_tails_of_a_topic_and_the_offsets_log_after_restart(
 def test_rot_in_the_checked_tail_is_kept_and_marks_the_log_damaged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from storage.log import CorruptLogError
+    from storage.local.log import CorruptLogError
     from storage.record_batch import iter_batches
 
     d = tmp_path / "t-0"
@@ -185,7 +185,7 @@ def test_rot_in_the_checked_tail_is_kept_and_marks_the_log_damaged(
     _h, start, end = list(iter_batches(bytes(buf)))[-3]  # good batches follow it
     buf[end - 2] ^= 0x01
     seg.write_bytes(bytes(buf))
-    with caplog.at_level(logging.WARNING, logger="storage.log"):
+    with caplog.at_level(logging.WARNING, logger="storage.local.log"):
         log = PartitionLog(d, LogConfig())
     # Not a torn write (the marker vouched for the fsync, good batches follow): nothing
     # acknowledged after it is cut; the partition is marked damaged with file and position.

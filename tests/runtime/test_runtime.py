@@ -20,9 +20,9 @@ from protocol.messages.offset_commit import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-from storage.durability import Flusher
-from storage.log import LogConfig
-from storage.manager import LogManager
+from storage.local.durability import Flusher
+from storage.local.log import LogConfig
+from storage.local.manager import LogManager
 from storage.record_batch import iter_record_tuples
 
 CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)

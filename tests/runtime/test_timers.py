@@ -21,9 +21,9 @@ from protocol.messages.offset_commit import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-from storage.durability import Flusher
-from storage.log import LogConfig
-from storage.manager import LogManager
+from storage.local.durability import Flusher
+from storage.local.log import LogConfig
+from storage.local.manager import LogManager
 from storage.offsets_format import (
     OFFSETS_TOPIC,
     MemberMetadata,

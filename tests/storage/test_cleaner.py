@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.cleaner import LogCleaner, SimulatedCrash
-from storage.log import LogConfig, PartitionLog
+from storage.local.cleaner import LogCleaner, SimulatedCrash
+from storage.local.log import LogConfig, PartitionLog
 from storage.record_batch import Record, decode_records, encode_batch, parse_header
 
 DAY = 86_400_000

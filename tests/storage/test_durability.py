@@ -9,8 +9,9 @@ from typing import Any as FakeClock
 
 import pytest
 
-from storage.durability import Flusher, FlushError, fsync_dir, read_checkpoint, write_checkpoint
-from storage.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
+from storage.local.durability import Flusher, FlushError
+from storage.local.files import fsync_dir, read_checkpoint, write_checkpoint
+from storage.local.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
 
 
 class FsyncCounter:

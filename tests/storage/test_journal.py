@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.durability import Flusher, FlushError
-from storage.log import LogConfig
-from storage.manager import LogManager
+from storage.local.durability import Flusher, FlushError
+from storage.local.log import LogConfig
+from storage.local.manager import LogManager
 from storage.record_batch import iter_record_tuples
 
 JOURNALED = LogConfig(journaled=True, cleanup_policy="compact")

@@ -5,7 +5,7 @@ from typing import Any as FakeClock
 
 import pytest
 
-from storage.log import (
+from storage.local.log import (
     CLEAN_SHUTDOWN_FILE,
     InvalidBatchError,
     LogConfig,

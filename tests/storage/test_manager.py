@@ -11,9 +11,9 @@ from typing import Any as FakeClock
 
 import pytest
 
-from storage.durability import Flusher
-from storage.log import CLEAN_SHUTDOWN_FILE, LogConfig
-from storage.manager import (
+from storage.local.durability import Flusher
+from storage.local.log import CLEAN_SHUTDOWN_FILE, LogConfig
+from storage.local.manager import (
     DataDirLockedError,
     LogManager,
     PartitionMetadataError,
@@ -88,7 +88,7 @@ def test_crash_recovery_through_manager(tmp_path: Path, clock: FakeClock) -> Non
 
 
 def _open_in_child(path: Path) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from storage.manager import LogManager; LogManager(sys.argv[1])"
+    code = "import sys; from storage.local.manager import LogManager; LogManager(sys.argv[1])"
     return subprocess.run(
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
     )

@@ -48,7 +48,7 @@ sys.modules["numpy"] = None  # any import of numpy now raises ImportError
 modules = [m.name for m in pkgutil.walk_packages(storage.__path__, "storage.")]
 for name in modules:
     importlib.import_module(name)
-assert "storage.record_batch" in modules and "storage.log" in modules, modules
+assert "storage.record_batch" in modules and "storage.local.log" in modules, modules
 
 from storage.offsets_format import (
     decode_offset_commit_value,

@@ -8,7 +8,7 @@ from typing import Any as FakeClock
 
 import pytest
 
-from storage.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
+from storage.local.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
 
 CFG = LogConfig(segment_bytes=1500, index_interval_bytes=128, retention_ms=-1)
 

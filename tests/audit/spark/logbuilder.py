@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from storage.log import LogConfig, PartitionLog
-from storage.manager import LogManager
+from storage.local.log import LogConfig, PartitionLog
+from storage.local.manager import LogManager
 from storage.offsets_format import (
     MemberMetadata,
     encode_group_metadata_key,

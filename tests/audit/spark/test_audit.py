@@ -18,7 +18,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from coordinator.audit.job import AuditOptions, run_audit
 from coordinator.tools import cli
-from storage.durability import write_checkpoint
+from storage.local.files import write_checkpoint
 from storage.offsets_format import (
     encode_offset_commit_key,
     encode_offset_commit_value,

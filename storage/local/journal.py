@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING
 
 import crc32c
 
-from storage.durability import fsync_dir, write_at
+from storage.local.files import fsync_dir, write_at
 from storage.record_batch import CorruptBatchError, parse_header
 
 if TYPE_CHECKING:
-    from storage.log import PartitionLog
+    from storage.local.log import PartitionLog
 
 logger = logging.getLogger(__name__)
 

@@ -44,9 +44,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
-from storage.durability import Flusher, fsync_dir
-from storage.journal import Journal
-from storage.log import Clock, LogConfig, PartitionLog, wall_clock_ms
+from storage.local.durability import Flusher
+from storage.local.files import fsync_dir
+from storage.local.journal import Journal
+from storage.local.log import Clock, LogConfig, PartitionLog, wall_clock_ms
 
 __all__ = [
     "DataDirError",

@@ -48,7 +48,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage.durability import fsync_dir, read_checkpoint, write_at, write_checkpoint
+from storage.local.files import fsync_dir, read_checkpoint, write_at, write_checkpoint
+from storage.local.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    parse_segment_name,
+    segment_file_name,
+)
 from storage.record_batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
@@ -60,17 +68,9 @@ from storage.record_batch import (
     iter_batches,
     iter_record_tuples,
 )
-from storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
-    LogSegment,
-    parse_segment_name,
-    segment_file_name,
-)
 
 if TYPE_CHECKING:
-    from storage.log import PartitionLog
+    from storage.local.log import PartitionLog
 
 __all__ = [
     "CLEANED_SUFFIX",

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from storage.durability import write_at
+from storage.local.files import write_at
 from storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,

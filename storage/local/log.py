@@ -48,7 +48,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage.durability import fsync_dir, read_checkpoint, wall_clock_ms, write_checkpoint
+from storage.local.files import fsync_dir, read_checkpoint, wall_clock_ms, write_checkpoint
+from storage.local.segment import CorruptSegmentError, Damage, LogSegment, parse_segment_name
 from storage.record_batch import (
     BatchHeader,
     CorruptBatchError,
@@ -58,10 +59,9 @@ from storage.record_batch import (
     set_base_offset,
     verify_crc,
 )
-from storage.segment import CorruptSegmentError, Damage, LogSegment, parse_segment_name
 
 if TYPE_CHECKING:
-    from storage.journal import Journal
+    from storage.local.journal import Journal
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -311,7 +311,7 @@ class PartitionLog:
             if p.name.endswith((".deleted", ".tmp")):
                 p.unlink()
         # Imported here: the cleaner module needs PartitionLog for its types.
-        from storage.cleaner import complete_pending_swaps
+        from storage.local.cleaner import complete_pending_swaps
 
         complete_pending_swaps(self.dir)
         bases = sorted(
@@ -706,7 +706,7 @@ class PartitionLog:
                 # Below durable_end the journal is the only copy known to be on disk.
                 self.journal.pin(f"fsync of {self.dir.name} failed")
             end = self.discard_unflushed()
-            from storage.durability import FlushError
+            from storage.local.durability import FlushError
 
             raise FlushError(
                 f"fsync of {self.dir} failed: {e!r}", log=self, truncated_to=end

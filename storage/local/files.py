@@ -1,0 +1,109 @@
+"""Small file primitives of the local engine: checked writes, directory fsync, checkpoints.
+
+How this works: every byte the local engine writes goes through ``write_at``, which loops on
+short writes and raises the OSError of a write that fails, so no caller can take a partial
+write for a whole one. It calls ``os.pwrite`` at call time, the one point fault tests
+replace. Checkpoint files (small integers) are written to a temp file and renamed, so a
+reader sees either the old or the new value; ``sync=True`` also fsyncs the file and its
+directory. These sit below the log, the journal, the cleaner and the flusher, which all
+import them, so none of those imports another for a helper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = [
+    "Clock",
+    "fsync_dir",
+    "read_checkpoint",
+    "wall_clock_ms",
+    "write_at",
+    "write_checkpoint",
+]
+
+logger = logging.getLogger(__name__)
+
+_tmp_counter = itertools.count()
+
+
+def write_at(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    """Write all of ``data`` at ``pos``: short writes are continued, failures raise OSError.
+
+    A disk filling up typically accepts part of a write and fails the rest with ENOSPC;
+    the caller must then cut the file back to ``pos`` (the bytes before the failure may
+    or may not be in the file). ``os.pwrite`` is looked up at call time so tests can
+    replace it to inject short writes and errors.
+    """
+    view = memoryview(data)
+    done = 0
+    total = len(view)
+    while done < total:
+        n = os.pwrite(fd, view[done:], pos + done)
+        if n <= 0:
+            raise OSError(errno.EIO, f"write made no progress at byte {pos + done} of fd {fd}")
+        done += n
+
+
+def fsync_dir(path: Path | str) -> None:
+    """fsync a directory so creations, renames and deletions in it are durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(path: Path, value: int, *, sync: bool) -> None:
+    """Atomically replace ``path`` with ``value`` (format: version line, value line)."""
+    # Unique temp names: the flusher thread and the loop may write concurrently.
+    tmp = path.with_name(
+        f"{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_tmp_counter)}.tmp"
+    )
+    try:
+        with open(tmp, "wb") as f:
+            f.write(f"0\n{value}\n".encode())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except FileNotFoundError:
+        # The partition directory was deleted under us; nothing to record.
+        return
+    except OSError:
+        # A full disk: leave no half-written temp file behind (the old value stands).
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    if sync:
+        fsync_dir(path.parent)
+
+
+def read_checkpoint(path: Path, default: int) -> int:
+    try:
+        lines = path.read_text().split()
+    except FileNotFoundError:
+        return default
+    if len(lines) == 2 and lines[0] == "0":
+        try:
+            return int(lines[1])
+        except ValueError:
+            pass
+    logger.warning("ignoring unreadable checkpoint %s", path)
+    return default
+
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Wall-clock time in integer milliseconds: the default clock everywhere."""
+    return time.time_ns() // 1_000_000
