@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from kgc_process import KgcProcess
+from pgserver import PgServer, available
 
 
 @pytest.fixture
@@ -20,3 +22,24 @@ def kgc(tmp_path: Path) -> Iterator[KgcProcess]:
     yield proc
     if proc.alive():
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One real PostgreSQL server for the session (``scripts/test`` installs it if missing).
+
+    Its directory is a fresh one under the system temp dir, not pytest's ``tmp_path``: as
+    root the server runs as the ``postgres`` user, who cannot enter root's 0700 pytest dirs.
+    """
+    if not available():
+        pytest.fail("PostgreSQL binaries not found: run ./scripts/test (it installs them)")
+    server = PgServer(Path(tempfile.mkdtemp(prefix="kgc-pg-"))).start()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """The URL of an empty database on the session's server (dropped and made anew)."""
+    pg_server.reset()
+    return pg_server.url

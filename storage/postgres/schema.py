@@ -1,0 +1,147 @@
+"""The PostgreSQL engine's schema: created and migrated by kgc itself, versioned.
+
+How this works: ``migrate(conn)`` runs at every start, under a transaction-scoped advisory
+lock so that nodes starting together apply each migration once. ``kgc_schema`` holds the
+version applied; each entry of ``MIGRATIONS`` moves it up by one, in one transaction. A
+database whose version is newer than this kgc knows is refused (an older binary must not
+write into a layout it does not understand).
+
+Tables (version 1); the README's "Cluster mode" section documents them for operators:
+
+* ``kgc_node``: one row per ``node.id``. ``broker_epoch`` is bumped at each registration
+  (Kafka's broker epoch, KIP-380/631); ``last_heartbeat`` is set from the database clock
+  (``clock_timestamp()``), never from a node's clock; ``shutting_down`` marks a clean stop.
+  Mutable columns are not indexed, so updates stay HOT (fillfactor 50).
+* ``kgc_topic``: the topic catalog shared by all nodes (name, Kafka topic id, partition
+  count, configs). ``__consumer_offsets`` is a row too.
+* ``kgc_partition``: one lease per topic partition. ``owner_node``/``owner_broker_epoch``
+  name the owner; ``epoch`` is the partition's leader epoch (int32: it is sent to clients as
+  Kafka's leader epoch and stamped into every stored batch), bumped at every takeover;
+  ``next_offset`` is the log end the owner last committed; ``log_start_offset`` moves with
+  retention. Every write is conditional on (owner, broker epoch, epoch, next_offset), in the
+  same statement as the write: a node that lost the lease can never write again.
+* ``kgc_record_log``: the log. One row per (partition, write round): the Kafka RecordBatch
+  v2 bytes of that round, concatenated, exactly as stored locally (base offsets and
+  partition leader epoch assigned by the owner), so replay, compaction rules and the audit
+  share one codec. Append-only; retention deletes whole rows below ``log_start_offset``.
+* ``kgc_cluster_change``: a version counter of the catalog; nodes poll ``max(version)``
+  on each heartbeat (no LISTEN/NOTIFY, which neither survives reconnects nor ports to
+  distributed SQL engines).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNewError", "migrate"]
+
+log = logging.getLogger("kgc.storage.postgres")
+
+# An arbitrary constant: the advisory lock that serialises migrations between nodes.
+_MIGRATION_LOCK = 0x6B6763_0001
+
+MIGRATIONS: list[str] = [
+    # version 1
+    """
+    CREATE TABLE kgc_node (
+        node_id            integer     PRIMARY KEY,
+        incarnation        uuid        NOT NULL,
+        broker_epoch       bigint      NOT NULL,
+        host               text        NOT NULL,
+        port               integer     NOT NULL,
+        listeners          text        NOT NULL,
+        rack               text,
+        registered_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+        last_heartbeat     timestamptz NOT NULL DEFAULT clock_timestamp(),
+        fenced             boolean     NOT NULL DEFAULT false,
+        shutting_down      boolean     NOT NULL DEFAULT false
+    ) WITH (fillfactor = 50);
+
+    CREATE TABLE kgc_topic (
+        name               text        PRIMARY KEY,
+        topic_id           uuid        NOT NULL UNIQUE,
+        partitions         integer     NOT NULL CHECK (partitions > 0),
+        configs            jsonb       NOT NULL DEFAULT '{}'::jsonb,
+        internal           boolean     NOT NULL DEFAULT false,
+        created_at         timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+
+    CREATE TABLE kgc_partition (
+        topic              text        NOT NULL,
+        partition          integer     NOT NULL,
+        topic_id           uuid        NOT NULL,
+        owner_node         integer,
+        owner_broker_epoch bigint,
+        epoch              integer     NOT NULL DEFAULT 0,
+        next_offset        bigint      NOT NULL DEFAULT 0,
+        log_start_offset   bigint      NOT NULL DEFAULT 0,
+        PRIMARY KEY (topic, partition)
+    ) WITH (fillfactor = 50);
+
+    CREATE TABLE kgc_record_log (
+        topic              text        NOT NULL,
+        partition          integer     NOT NULL,
+        base_offset        bigint      NOT NULL,
+        last_offset        bigint      NOT NULL,
+        epoch              integer     NOT NULL,
+        record_count       integer     NOT NULL,
+        max_timestamp      bigint      NOT NULL,
+        append_time        timestamptz NOT NULL DEFAULT clock_timestamp(),
+        batch              bytea       NOT NULL,
+        PRIMARY KEY (topic, partition, base_offset)
+    );
+    -- Client batches are often compressed already: do not try to compress them again.
+    ALTER TABLE kgc_record_log ALTER COLUMN batch SET STORAGE EXTERNAL;
+
+    CREATE TABLE kgc_cluster_change (
+        version            bigint      PRIMARY KEY,
+        kind               text        NOT NULL,
+        key                text        NOT NULL,
+        at                 timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+
+    ALTER TABLE kgc_node SET (autovacuum_vacuum_scale_factor = 0,
+                              autovacuum_vacuum_threshold = 1000);
+    ALTER TABLE kgc_partition SET (autovacuum_vacuum_scale_factor = 0,
+                                   autovacuum_vacuum_threshold = 1000);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SchemaTooNewError(RuntimeError):
+    """The database was migrated by a newer kgc; this one refuses to touch it."""
+
+
+async def migrate(conn: Any) -> int:
+    """Bring the schema to ``SCHEMA_VERSION``; returns the version found before.
+
+    ``conn`` is an asyncpg connection. Each migration runs in its own transaction together
+    with the version bump, so a crash leaves the schema at a whole version.
+    """
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS kgc_schema ("
+            " version integer NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+        found = await conn.fetchval("SELECT max(version) FROM kgc_schema")
+    before = int(found or 0)
+    if before > SCHEMA_VERSION:
+        raise SchemaTooNewError(
+            f"the database's kgc schema is version {before}; this kgc knows up to "
+            f"{SCHEMA_VERSION}: upgrade kgc"
+        )
+    for version in range(before + 1, SCHEMA_VERSION + 1):
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+            current = int(await conn.fetchval("SELECT coalesce(max(version), 0) FROM kgc_schema"))
+            if current >= version:
+                continue  # another node applied it meanwhile
+            await conn.execute(MIGRATIONS[version - 1])
+            await conn.execute("INSERT INTO kgc_schema (version) VALUES ($1)", version)
+            log.info("applied kgc schema migration %d", version)
+    return before
