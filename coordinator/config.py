@@ -34,7 +34,16 @@ class Settings(BaseSettings):
     advertised_port: int | None = Field(
         None, ge=1, le=65535, description="port given to clients (default: the bound port)"
     )
-    node_id: int = Field(0, ge=0, description="this broker's node id")
+    node_id: int = Field(0, ge=0, description="this broker's node id (distinct per cluster node)")
+    listeners: str | None = Field(
+        None,
+        description="listener to bind, Kafka syntax PLAINTEXT://host:port (overrides host/port)",
+    )
+    advertised_listeners: str | None = Field(
+        None,
+        description="listener given to clients, PLAINTEXT://host:port (default: listeners)",
+    )
+    broker_rack: str | None = Field(None, description="rack reported in Metadata")
     cluster_id: str = Field("kgc-cluster-0000000000", description="cluster id reported in Metadata")
     data_dir: Path = Field(Path("./kgc-data"), description="where logs and the topic catalog live")
     socket_request_max_bytes: int = Field(
@@ -109,6 +118,19 @@ class Settings(BaseSettings):
     )
     message_max_bytes: int = Field(1048588, ge=1, description="largest record batch accepted")
 
+    # -- cluster mode (several nodes on one PostgreSQL database; see README "Cluster mode")
+    storage_url: str | None = Field(
+        None,
+        description="postgresql://user:pass@host:port/db puts the log in PostgreSQL and makes "
+        "this node part of the cluster on that database (default: the local log only)",
+    )
+    broker_heartbeat_interval_ms: int = Field(
+        2000, ge=10, description="how often a node heartbeats to the cluster"
+    )
+    broker_session_timeout_ms: int = Field(
+        9000, ge=100, description="a node silent this long loses its partitions to others"
+    )
+
     # -- topics
     auto_create_topics_enable: bool = Field(
         True, description="create unknown topics on Metadata/Produce"
@@ -119,11 +141,34 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if self.queued_max_request_bytes == 0:
             raise ValueError("queued.max.request.bytes must be positive, or -1 for no limit")
+        if self.storage_url is not None and not self.storage_url.startswith(
+            ("postgresql://", "postgres://")
+        ):
+            raise ValueError("storage.url must be a postgresql:// URL")
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
+            raise ValueError(
+                "broker.heartbeat.interval.ms must be less than broker.session.timeout.ms"
+            )
+        for name in ("listeners", "advertised_listeners"):
+            value = getattr(self, name)
+            if value is not None:
+                parse_listener(value, kafka_name(name))
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
             )
         return self
+
+    @property
+    def bind_address(self) -> tuple[str, int]:
+        """Where to listen: ``listeners`` when set, else ``host`` and ``port``."""
+        if self.listeners is not None:
+            return parse_listener(self.listeners, "listeners")
+        return self.host, self.port
+
+    @property
+    def cluster_mode(self) -> bool:
+        return self.storage_url is not None
 
     @classmethod
     def settings_customise_sources(
@@ -135,6 +180,33 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, PropertiesSource(settings_cls))
+
+
+def parse_listener(value: str, name: str = "listeners") -> tuple[str, int]:
+    """``PLAINTEXT://host:port`` (Kafka's syntax; one listener) as (host, port).
+
+    An empty host means every interface, as in Kafka. Only PLAINTEXT exists today.
+    """
+    first = value.split(",")[0].strip()
+    if "," in value:
+        raise ValueError(f"{name}: only one listener is supported, got {value!r}")
+    proto, sep, rest = first.partition("://")
+    if not sep or proto.upper() != "PLAINTEXT":
+        raise ValueError(f"{name}: expected PLAINTEXT://host:port, got {value!r}")
+    host, colon, port_text = rest.rpartition(":")
+    if not colon or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{name}: expected PLAINTEXT://host:port, got {value!r}")
+    host = host.strip("[]")
+    return (host or "0.0.0.0"), int(port_text)
+
+
+def redact_url(url: str) -> str:
+    """A database URL with its password replaced, for log lines."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, hostpart = rest.rpartition("@")
+    if not at or ":" not in creds:
+        return url
+    return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{hostpart}"
 
 
 _PROPERTIES_PATH: Path | None = None

@@ -92,15 +92,22 @@ class GroupRuntime:
         log_config: LogConfig,
         clock: Clock = wall_clock_ms,
         metrics: Any = None,
+        hosted: bool = True,
     ) -> None:
+        """``hosted=False`` (cluster mode): no partition is this node's until ``acquire``."""
         self.shard = shard
         self.logs = logs
         self.flusher = flusher
         self.clock = clock
         self.metrics = metrics
-        self.partitions: list[PartitionLog] = [
-            logs.get_or_create(OFFSETS_TOPIC, p, log_config) for p in range(num_partitions)
-        ]
+        self.num_partitions = num_partitions
+        # The offsets partitions this node coordinates, with their logs: all of them on a
+        # single node; in cluster mode those whose lease it holds (``acquire``/``release``).
+        self.partitions: dict[int, PartitionLog] = (
+            {p: logs.get_or_create(OFFSETS_TOPIC, p, log_config) for p in range(num_partitions)}
+            if hosted
+            else {}
+        )
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         # Records and replies waiting for this loop turn's append (see ``apply``).
         self.unwritten: dict[int, list[tuple[bytes, bytes | None]]] = {}
@@ -112,7 +119,7 @@ class GroupRuntime:
         self.next_handle = 0
         self.background: set[asyncio.Task[None]] = set()
         self.loaded = asyncio.Event()
-        for p, plog in enumerate(self.partitions):
+        for p, plog in self.partitions.items():
             # The storage layer calls these after cutting a log back to its durable end
             # (a failed fsync): the shard must forget what the cut removed.
             plog.on_cut_back.append(functools.partial(self._cut_back, p))
@@ -209,7 +216,10 @@ class GroupRuntime:
         pending: dict[int, tuple[PartitionLog, int]] = {}
         failed: set[int] = set()
         for partition, records in batches.items():
-            plog = self.partitions[partition]
+            plog = self.partitions.get(partition)
+            if plog is None:
+                failed.add(partition)  # released meanwhile (cluster mode): not ours now
+                continue
             try:
                 _, last = plog.append_records(records, timestamp_ms=now)
             except Exception as exc:
@@ -354,11 +364,11 @@ class GroupRuntime:
     async def load(self) -> None:
         """Replay every offsets partition into the shard, yielding to requests in between."""
         try:
-            for p in range(len(self.partitions)):
+            for p in self.partitions:
                 self.shard.begin_load(p)
             total = 0
             started = time.perf_counter()
-            for p in range(len(self.partitions)):
+            for p in list(self.partitions):
                 t0 = time.perf_counter()
                 n = 0
                 try:
@@ -409,6 +419,46 @@ class GroupRuntime:
             loaded.events = []
         self.apply(loaded)
 
+    # -- cluster mode: partitions come and go with their leases
+    def begin_acquire(self, p: int) -> None:
+        """This node won ``p``'s lease: its groups answer LOAD_IN_PROGRESS until loaded."""
+        self.shard.begin_load(p)
+
+    async def acquire(self, p: int, plog: PartitionLog) -> int:
+        """Coordinate offsets partition ``p`` from ``plog`` (its materialised log).
+
+        Replays it into the shard, yielding to requests between chunks, then serves it
+        with its timers re-armed; returns the records replayed. A log that cannot be
+        replayed leaves the partition FAILED (NOT_COORDINATOR), as at start-up.
+        """
+        self.partitions[p] = plog
+        plog.on_cut_back.append(functools.partial(self._cut_back, p))
+        self.shard.begin_load(p)
+        n = 0
+        try:
+            for chunk in self._replay(p):
+                n += chunk
+                await asyncio.sleep(0)
+        except Exception as exc:
+            self._load_failed(p, exc)
+            return n
+        if self.partitions.get(p) is plog:  # not released while it loaded
+            self._finish_load(p)
+        return n
+
+    def release(self, p: int) -> PartitionLog | None:
+        """Stop coordinating ``p`` (its lease goes to another node): parked requests of its
+        groups are answered NOT_COORDINATOR and its groups are forgotten; returns its log.
+        Records of this loop turn not yet appended are appended first, so their replies
+        still follow their durability."""
+        if self.unwritten:
+            self._write_unwritten()
+        now = self.clock()
+        if p in self.shard.partitions:
+            self.apply(self.shard.unload(p, now))
+        self.shard.partitions.pop(p, None)
+        return self.partitions.pop(p, None)
+
     def _cut_back(self, p: int, *_args: object) -> None:
         """The storage layer cut partition ``p`` back to its durable end (a failed fsync)."""
         if self.shard.partitions.get(p) is PartitionStatus.LOADED:
@@ -426,8 +476,10 @@ class GroupRuntime:
             self._write_unwritten()
         now = self.clock()
         for p in partitions:
-            if self.shard.partitions.get(p) is not PartitionStatus.LOADED:
-                continue  # failed, or being rebuilt already
+            if self.shard.partitions.get(p) is not PartitionStatus.LOADED or (
+                p not in self.partitions
+            ):
+                continue  # failed, being rebuilt already, or released (cluster mode)
             self.apply(self.shard.unload(p, now))
             self.shard.begin_load(p)
             try:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicInfo, topic_name_error
-from coordinator.config import Settings
-from coordinator.server.handler import ClientInfo, Handler
+from coordinator.config import Settings, parse_listener
+from coordinator.server.handler import ClientInfo, Deferred, Handler
+from coordinator.server.placement import LocalPlacement, NodeAddress, Placement
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_body
 from protocol.messages import (
@@ -63,6 +64,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgc.broker")
 
 
+def advertised_address(settings: Settings, bound_port: int) -> tuple[str, int]:
+    """The host and port given to clients: ``advertised.listeners``, else the advertised
+    host/port settings, else the listener (a wildcard host is replaced by this host's name,
+    as Kafka does)."""
+    if settings.advertised_listeners is not None:
+        host, port = parse_listener(settings.advertised_listeners, "advertised.listeners")
+        return host, port or bound_port
+    bind_host, _ = settings.bind_address
+    wildcard = bind_host in ("", "0.0.0.0", "::")
+    host = settings.advertised_host or (socket.getfqdn() if wildcard else bind_host)
+    return host, settings.advertised_port or bound_port
+
+
+class TopicExistsError(Exception):
+    """CreateTopics of a name the cluster already has."""
+
+
+class SharedTopics(Protocol):
+    """Cluster mode: the topic catalog in the database, shared by every node.
+
+    ``create``/``delete`` return once the change is committed there and this node's catalog
+    shows it; other nodes see it at their next heartbeat."""
+
+    async def create(
+        self, name: str, num_partitions: int, configs: dict[str, str]
+    ) -> TopicInfo: ...
+
+    async def delete(self, info: TopicInfo) -> None: ...
+
+
 # Authorized-operations "not requested" marker (Integer.MIN_VALUE), as Kafka sends it.
 AUTH_OPS_OMITTED = -2147483648
 # Topic configs kgc accepts on CreateTopics, with Kafka's defaults (see topic_configs).
@@ -81,20 +112,27 @@ class Broker:
         data: DataPlane,
         *,
         advertised_port: int,
+        placement: Placement | None = None,
+        topics: SharedTopics | None = None,
     ) -> None:
-        """``advertised_port``: the port given to clients (the one bound unless configured)."""
+        """``advertised_port``: the port given to clients (the one bound unless configured).
+
+        ``placement``: who leads what (default: this node leads everything); ``topics``: in
+        cluster mode, where topics are created and deleted for the whole cluster.
+        """
         self.settings = settings
         self.catalog = catalog
         self.logs = logs
         self.groups = groups
         self.data = data
         self.node_id = settings.node_id
-        # A wildcard listener cannot be given to clients; Kafka advertises the host name then.
-        wildcard = settings.host in ("", "0.0.0.0", "::")
-        self.advertised_host = settings.advertised_host or (
-            socket.getfqdn() if wildcard else settings.host
+        self.advertised_host, self.advertised_port = advertised_address(settings, advertised_port)
+        self.placement: Placement = placement or LocalPlacement(
+            NodeAddress(
+                self.node_id, self.advertised_host, self.advertised_port, settings.broker_rack
+            )
         )
-        self.advertised_port = advertised_port
+        self.shared_topics = topics
         # Encoded Metadata bodies by (version, requested topics), valid for one catalog state.
         self._metadata_cache: dict[tuple[int, tuple[str, ...] | None], bytes] = {}
         self._metadata_cache_at: tuple[int, int] = (-1, 0)
@@ -112,10 +150,11 @@ class Broker:
     # -- Metadata
     def metadata(
         self, header: RequestHeader, req: MetadataRequest, client: ClientInfo
-    ) -> MetadataResponse | bytes:
-        # Clients ask for the same topics over and over; answers only change with the catalog
-        # (and when a partition's log is found damaged, which is reported as offline).
-        if self._metadata_cache_at != (state := (self.catalog.changes, self._damaged_logs())):
+    ) -> MetadataResponse | bytes | Deferred:
+        # Clients ask for the same topics over and over; answers only change with the catalog,
+        # the placement (cluster mode), and when a partition's log is found damaged.
+        state = (self.catalog.changes, self._damaged_logs() + (self.placement.version << 32))
+        if self._metadata_cache_at != state:
             self._metadata_cache.clear()
             self._metadata_cache_at = state
         by_name = req.topics is not None and all(t.name is not None for t in req.topics)
@@ -126,6 +165,8 @@ class Broker:
         if (by_name or req.topics is None) and cache_key in self._metadata_cache:
             return self._metadata_cache[cache_key]
         resp = self._metadata(header, req)
+        if isinstance(resp, Deferred):
+            return resp
         if (
             (by_name or req.topics is None)
             and self._metadata_cache_at == state
@@ -138,7 +179,7 @@ class Broker:
             )
         return resp
 
-    def _metadata(self, header: RequestHeader, req: MetadataRequest) -> MetadataResponse:
+    def _metadata(self, header: RequestHeader, req: MetadataRequest) -> MetadataResponse | Deferred:
         version = header.api_version
         names: list[str | None]
         if req.topics is None or (version == 0 and not req.topics):
@@ -173,6 +214,10 @@ class Broker:
                         MetadataResponseTopic(error_code=ErrorCode.INVALID_TOPIC, name=name)
                     )
                     continue
+                if auto_create and self.shared_topics is not None:
+                    # Cluster mode: created in the database for every node; answered once
+                    # committed (its partitions get leaders as nodes claim them).
+                    return Deferred.task(self._metadata_after_create(header, req, name))
                 if auto_create:
                     info = self.create_topic(name, self.settings.num_partitions, {})
                     log.info("auto-created topic %s with %d partitions", name, info.num_partitions)
@@ -184,21 +229,52 @@ class Broker:
                     )
                     continue
             topics.append(self._topic_metadata(info))
+        nodes = self.placement.nodes()
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[
-                MetadataResponseBroker(
-                    node_id=self.node_id,
-                    host=self.advertised_host,
-                    port=self.advertised_port,
-                    rack=None,
-                )
+                MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+                for n in nodes
             ],
             cluster_id=self.settings.cluster_id,
-            controller_id=self.node_id,
+            # The lowest live node id stands for the controller (kgc has none: PostgreSQL
+            # holds the cluster's state); clients only use it for admin requests.
+            controller_id=min((n.node_id for n in nodes), default=-1),
             topics=topics,
             cluster_authorized_operations=AUTH_OPS_OMITTED,
         )
+
+    async def _metadata_after_create(
+        self, header: RequestHeader, req: MetadataRequest, name: str
+    ) -> MetadataResponse:
+        assert self.shared_topics is not None
+        try:
+            await self.shared_topics.create(name, self.settings.num_partitions, {})
+            log.info("auto-created topic %s with %d partitions", name, self.settings.num_partitions)
+        except TopicExistsError:
+            pass  # another node created it meanwhile
+        except Exception as exc:
+            log.error("auto-creating topic %s failed: %r", name, exc)
+        resp = self._metadata(header, req)
+        if isinstance(resp, Deferred):  # still unknown here: answer it as unavailable
+            return MetadataResponse(
+                throttle_time_ms=0,
+                brokers=[],
+                cluster_id=self.settings.cluster_id,
+                controller_id=-1,
+                topics=[
+                    MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name)
+                ],
+                cluster_authorized_operations=AUTH_OPS_OMITTED,
+            )
+        return resp
+
+    def _leader(self, topic: str, partition: int) -> tuple[int, int]:
+        """(leader id, leader epoch) of a partition; (-1, -1) while it has none."""
+        owner = self.placement.owner(topic, partition)
+        if owner is None:
+            return -1, -1
+        return owner.node_id, self.placement.leader_epoch(topic, partition)
 
     def _damaged_logs(self) -> int:
         return sum(1 for plog in self.logs.logs() if plog.damaged is not None)
@@ -210,20 +286,25 @@ class Broker:
         a partition whose only replica's log directory failed: LEADER_NOT_AVAILABLE, no
         leader, this node among ``offline_replicas``.
         """
-        node = self.node_id
         groups = self.groups
         partitions = []
-        for p, plog in enumerate(groups.partitions):
-            offline = plog.damaged is not None or groups.partition_failed(p)
+        for p in range(groups.num_partitions):
+            leader, epoch = self._leader(OFFSETS_TOPIC, p)
+            plog = groups.partitions.get(p)
+            if leader == self.node_id and (
+                (plog is not None and plog.damaged is not None) or groups.partition_failed(p)
+            ):
+                leader = -1  # our replica is offline
+            replicas = [self.node_id] if leader == -1 else [leader]
             partitions.append(
                 MetadataResponsePartition(
-                    error_code=ErrorCode.LEADER_NOT_AVAILABLE if offline else 0,
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE if leader == -1 else 0,
                     partition_index=p,
-                    leader_id=-1 if offline else node,
-                    leader_epoch=0,
-                    replica_nodes=[node],
-                    isr_nodes=[node],
-                    offline_replicas=[node] if offline else [],
+                    leader_id=leader,
+                    leader_epoch=epoch if leader != -1 else -1,
+                    replica_nodes=replicas,
+                    isr_nodes=[] if leader == -1 else replicas,
+                    offline_replicas=replicas if leader == -1 else [],
                 )
             )
         return MetadataResponseTopic(
@@ -235,12 +316,25 @@ class Broker:
         )
 
     def _topic_metadata(self, info: TopicInfo) -> MetadataResponseTopic:
-        node = self.node_id
         if info.offline is not None:
             return self._offline_topic_metadata(info)
         partitions = []
         for p in range(info.num_partitions):
-            plog = self.logs.get(info.name, p)
+            leader, epoch = self._leader(info.name, p)
+            if leader == -1:
+                partitions.append(
+                    MetadataResponsePartition(
+                        error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                        partition_index=p,
+                        leader_id=-1,
+                        leader_epoch=-1,
+                        replica_nodes=[],
+                        isr_nodes=[],
+                        offline_replicas=[],
+                    )
+                )
+                continue
+            plog = self.logs.get(info.name, p) if leader == self.node_id else None
             # A damaged topic partition is still served as far as its data plane can (reads
             # of the damaged batch answer KAFKA_STORAGE_ERROR); its replica is reported in
             # offline_replicas so that ``kgc health`` and operators see it.
@@ -249,11 +343,11 @@ class Broker:
                 MetadataResponsePartition(
                     error_code=0,
                     partition_index=p,
-                    leader_id=node,
-                    leader_epoch=0,
-                    replica_nodes=[node],
-                    isr_nodes=[node],
-                    offline_replicas=[node] if damaged else [],
+                    leader_id=leader,
+                    leader_epoch=epoch,
+                    replica_nodes=[leader],
+                    isr_nodes=[leader],
+                    offline_replicas=[leader] if damaged else [],
                 )
             )
         return MetadataResponseTopic(
@@ -430,12 +524,22 @@ class Broker:
 
     def _coordinator(self, key: str, key_type: int) -> Coordinator:
         if key_type == COORDINATOR_KEY_GROUP:
+            owner = self.placement.owner(
+                OFFSETS_TOPIC, self.groups.shard.partitions.partition_of(key)
+            )
+            if owner is None:
+                # No live node holds the group's offsets partition yet (a failover in
+                # progress): Kafka's answer while the partition has no leader.
+                return Coordinator(
+                    key=key,
+                    node_id=-1,
+                    host="",
+                    port=-1,
+                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    error_message="The coordinator is not available.",
+                )
             return Coordinator(
-                key=key,
-                node_id=self.node_id,
-                host=self.advertised_host,
-                port=self.advertised_port,
-                error_code=0,
+                key=key, node_id=owner.node_id, host=owner.host, port=owner.port, error_code=0
             )
         if key_type == COORDINATOR_KEY_TRANSACTION:
             # No transaction coordinator runs here; this is Kafka's answer when none is available.

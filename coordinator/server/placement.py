@@ -1,0 +1,64 @@
+"""Which node leads each partition: the broker's view of the cluster.
+
+How this works: Metadata and FindCoordinator answer from a ``Placement``. On a single node
+(``LocalPlacement``) this node leads every partition at leader epoch 0. In cluster mode the
+placement is read from the lease table that ``coordinator/cluster`` refreshes on every
+heartbeat: the live nodes are the brokers, a partition's leader is its lease holder and its
+leader epoch the lease's fencing epoch; a partition without a live holder has no leader
+(clients get LEADER_NOT_AVAILABLE / COORDINATOR_NOT_AVAILABLE and retry, as with Kafka
+while a leader is being elected).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["BrokerNode", "LocalPlacement", "NodeAddress", "Placement"]
+
+
+class BrokerNode(Protocol):
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def rack(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class Placement(Protocol):
+    """What the broker needs to know about leadership; ``version`` moves when it changes."""
+
+    @property
+    def version(self) -> int: ...
+    def nodes(self) -> list[BrokerNode]: ...
+    def owner(self, topic: str, partition: int) -> BrokerNode | None: ...
+    def leader_epoch(self, topic: str, partition: int) -> int: ...
+
+
+class LocalPlacement:
+    """One node leads everything (the embedded default)."""
+
+    version = 0
+
+    def __init__(self, node: NodeAddress) -> None:
+        self.node = node
+
+    def nodes(self) -> list[BrokerNode]:
+        return [self.node]
+
+    def owner(self, topic: str, partition: int) -> BrokerNode | None:
+        return self.node
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return 0
