@@ -32,6 +32,13 @@ Nothing that was acknowledged is above the durable end, so nothing acknowledged 
 and nothing is acknowledged or served that was not made durable first. When the disk
 recovers, appends and flushes simply succeed again.
 
+Journaled logs (``log.journal``, a ``storage.interface.WriteAheadJournal``) are made
+durable by their journal instead: a round calls ``journal.sync(errors)`` once for all of
+them, then ``journal.checkpoint`` when it asks for one. The local journal fsyncs a file;
+the PostgreSQL journal (``remote``) runs one fenced statement, and a partition whose lease
+was lost fails its waiters with ``NotOwnerError``: the error a journal puts in ``errors``
+for a log is the one its waiters get when it cuts that log back.
+
 The file primitives (``write_at``, ``fsync_dir``, checkpoints) live in
 ``storage/local/files.py``, below this module, so the log, the journal and the cleaner
 import them without importing the flusher.
@@ -41,16 +48,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from storage.interface import FlushError, WriteAheadJournal
 from storage.local.files import Clock, wall_clock_ms
 
 if TYPE_CHECKING:
-    from storage.local.journal import Journal
     from storage.local.log import FlushTicket, PartitionLog
 
 __all__ = [
@@ -64,7 +69,7 @@ logger = logging.getLogger(__name__)
 FSYNC_THREADS = 4
 
 
-def _run_tickets(tickets: list[FlushTicket]) -> list[BaseException | None]:
+def run_tickets(tickets: list[FlushTicket]) -> list[BaseException | None]:
     """Run fsync tickets in one worker thread; an error fails only its own ticket."""
     out: list[BaseException | None] = []
     for t in tickets:
@@ -74,22 +79,6 @@ def _run_tickets(tickets: list[FlushTicket]) -> list[BaseException | None]:
         except Exception as exc:
             out.append(exc)
     return out
-
-
-class FlushError(OSError):
-    """An offset could not be made durable: its fsync failed and the log was cut back.
-
-    ``log`` is the log concerned (None when unknown) and ``truncated_to`` its log end after
-    the cut (everything from there on was discarded), or None when nothing was cut (e.g.
-    the log was unregistered).
-    """
-
-    def __init__(
-        self, message: str, *, log: PartitionLog | None = None, truncated_to: int | None = None
-    ) -> None:
-        super().__init__(errno.EIO, message)
-        self.log = log
-        self.truncated_to = truncated_to
 
 
 @dataclass(slots=True)
@@ -128,7 +117,11 @@ class Flusher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.stats = FlusherStats()
-        self.journal: Journal | None = None  # set by the LogManager when logs are journaled
+        # The local journal, set by the LogManager; the journals of the logs in a round
+        # (``log.journal``, e.g. the PostgreSQL one) are synced as well.
+        self.journal: WriteAheadJournal | None = None
+        # The errors of the round in flight per log: a cut-back fails waiters with it.
+        self._round_errors: dict[PartitionLog, BaseException] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -163,6 +156,7 @@ class Flusher:
 
     def _cut_back(self, log: PartitionLog, new_end: int) -> None:
         """``on_cut_back`` hook: fail every waiter of ``log`` whose offset was cut."""
+        cause = self._round_errors.get(log)
         err = f"fsync of {log.dir} failed; the log was cut back to offset {new_end}"
         for table in (self._waiters, self._inflight):
             waiters = table.get(log)
@@ -173,7 +167,13 @@ class Flusher:
                 if offset < new_end:
                     keep.append((offset, fut))
                 elif not fut.done():
-                    fut.set_exception(FlushError(err, log=log, truncated_to=new_end))
+                    # A journal's own error (NotOwnerError, a database error) when it
+                    # gave one, so a fenced partition answers NOT_COORDINATOR.
+                    fut.set_exception(
+                        cause.for_cut(log, new_end)
+                        if isinstance(cause, FlushError)
+                        else FlushError(err, log=log, truncated_to=new_end)
+                    )
             table[log] = keep
 
     def poke(self) -> None:
@@ -226,6 +226,9 @@ class Flusher:
         if offset >= log.log_end_offset:
             raise ValueError(f"offset {offset} not yet appended to {log.dir}")
         if self._stopping:
+            if log.journal is not None and log.journal.remote:
+                # Only the remote journal makes it durable, and its last round ran.
+                raise FlushError(f"offset {offset} of {log.dir}: the flusher is stopping", log=log)
             log.flush()
             return None
         policy = log.config.flush_policy
@@ -285,57 +288,26 @@ class Flusher:
                 due.append(log)
         return due
 
-    def _journal_failed(
-        self, journal: Journal, exc: OSError, errors: dict[PartitionLog, BaseException]
-    ) -> None:
-        logger.error("fsync of the journal failed: %r", exc)
-        self.stats.errors += 1
-        for log in journal.discard_unsynced():
-            errors[log] = exc
-            log.discard_unflushed()
-
     async def _sync_journal(
-        self, journal: Journal, errors: dict[PartitionLog, BaseException]
+        self,
+        journal: WriteAheadJournal,
+        errors: dict[PartitionLog, BaseException],
     ) -> None:
-        prepared = journal.prepare_sync()
-        if prepared is not None:
-            fd, covered = prepared
-            start = time.perf_counter()
-            try:
-                await asyncio.to_thread(journal.run_sync, fd)
-            except OSError as exc:
-                self._journal_failed(journal, exc, errors)
-                return
-            journal.complete_sync(covered)
-            st = self.stats
-            st.rounds += 1
-            st.fsync_count += 1
-            st.last_fsync_latency_ms = (time.perf_counter() - start) * 1000.0
-            st.max_fsync_latency_ms = max(st.max_fsync_latency_ms, st.last_fsync_latency_ms)
-            st.total_fsync_latency_ms += st.last_fsync_latency_ms
-        if journal.needs_rotation():
-            # Checkpoint: new appends go to a new file; once every journaled log's
-            # segments are fsynced, the older journal files hold nothing needed.
-            try:
-                old = journal.rotate()
-            except OSError as exc:
-                self._journal_failed(journal, exc, errors)
-                return
+        """One ``sync`` of ``journal`` (then its checkpoint if due), counted in the stats."""
+        st = journal.stats
+        rounds, failures = st.rounds, st.errors
+        await journal.sync(errors)
+        if st.errors == failures and journal.needs_checkpoint():
             logs = [log for log in self._logs if log.journal is journal and not log.closed]
-            tickets = [t for t in (log.prepare_flush() for log in logs) if t is not None]
-            results = await asyncio.to_thread(_run_tickets, tickets)
-            if any(r is not None for r in results):
-                for t, r in zip(tickets, results, strict=True):
-                    if r is not None:
-                        t.log.abort_flush(t)
-                # The journal holds these batches durably; after a failed fsync the
-                # segments' page cache may not match the disk, so the journal files stay
-                # until the next start replays them (a retried fsync may lie).
-                journal.pin("a segment fsync failed at a journal checkpoint")
-                return
-            for t in tickets:
-                t.log.complete_flush(t)
-            await asyncio.to_thread(journal.drop, old)
+            await journal.checkpoint(logs, errors)
+        self.stats.errors += st.errors - failures
+        if st.rounds > rounds:
+            mine = self.stats
+            mine.rounds += 1
+            mine.fsync_count += 1
+            mine.last_fsync_latency_ms = st.last_latency_ms
+            mine.max_fsync_latency_ms = max(mine.max_fsync_latency_ms, st.last_latency_ms)
+            mine.total_fsync_latency_ms += st.last_latency_ms
 
     async def _round(self, *, all_logs: bool) -> None:
         pending = self._waiters
@@ -343,6 +315,12 @@ class Flusher:
         self._inflight = pending
         try:
             await self._round_of(pending, all_logs=all_logs)
+        except asyncio.CancelledError:
+            # stop() cancelled the task mid-round: its final round takes these waiters
+            # (a journal finishes the sync in flight first), none is left parked.
+            for log, waiters in pending.items():
+                self._waiters.setdefault(log, []).extend(w for w in waiters if not w[1].done())
+            raise
         except Exception as exc:
             # A round that could not even start its fsyncs (e.g. no descriptor left to dup)
             # answers its waiters with an error instead of leaving them parked forever; what
@@ -356,6 +334,7 @@ class Flusher:
             raise
         finally:
             self._inflight = {}
+            self._round_errors = {}
 
     async def _round_of(
         self,
@@ -376,15 +355,25 @@ class Flusher:
             if ticket is not None:
                 tickets.append(ticket)
         errors: dict[PartitionLog, BaseException] = {}
-        if self.journal is not None and not all_logs:
-            await self._sync_journal(self.journal, errors)
+        self._round_errors = errors
+        journals: dict[WriteAheadJournal, None] = {}
+        if self.journal is not None:
+            journals[self.journal] = None
+        for log in targets:
+            if log.journal is not None:
+                journals[log.journal] = None
+        for journal in journals:
+            # At stop() every log's segments are fsynced below, which makes the local
+            # journal's records redundant; a remote journal is the only durable copy.
+            if not all_logs or journal.remote:
+                await self._sync_journal(journal, errors)
         if tickets:
             self.stats.rounds += 1
             # A few worker threads share the tickets: fsyncs of different files overlap,
             # without one thread hop per partition.
             chunks = [tickets[i::FSYNC_THREADS] for i in range(min(FSYNC_THREADS, len(tickets)))]
             chunk_results = await asyncio.gather(
-                *(asyncio.to_thread(_run_tickets, c) for c in chunks)
+                *(asyncio.to_thread(run_tickets, c) for c in chunks)
             )
             by_ticket = {
                 id(t): r

@@ -29,19 +29,26 @@ every log that had records in the discarded part, and each of them is cut back t
 durable end. When the segments of journaled logs fail to fsync at a checkpoint, the
 journal files are the only safe copy: ``pin`` keeps every journal file until the next
 start replays them.
+
+The ``Flusher`` drives it through ``storage.interface.WriteAheadJournal`` (``sync`` once a
+round, ``checkpoint`` when the file is full), the protocol the PostgreSQL journal
+implements too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import crc32c
 
+from storage.interface import JournalStats
 from storage.local.files import fsync_dir, write_at
 from storage.record_batch import CorruptBatchError, parse_header
 
@@ -57,6 +64,9 @@ DEFAULT_MAX_BYTES = 64 << 20
 
 
 class Journal:
+    # Fsynced segments are durable too: the journal only has to cover what they do not.
+    remote = False
+
     def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -73,6 +83,7 @@ class Journal:
         self._discards = 0
         self._cut_pending = False  # a failed write's cut-back failed too; retry first
         self.pinned: str | None = None  # why old files must be kept until the next start
+        self.stats = JournalStats()
 
     # ------------------------------------------------------------ files
 
@@ -164,6 +175,33 @@ class Journal:
         self._discards += 1
         return list(logs)
 
+    async def sync(self, errors: dict[PartitionLog, BaseException]) -> None:
+        """One fdatasync (in a worker thread) for everything recorded so far.
+
+        On failure every log with records not known durable is cut back to its durable
+        end, with the error in ``errors``.
+        """
+        prepared = self.prepare_sync()
+        if prepared is None:
+            return
+        fd, covered = prepared
+        start = time.perf_counter()
+        try:
+            await asyncio.to_thread(self.run_sync, fd)
+        except OSError as exc:
+            self._failed(exc, errors)
+            return
+        self.complete_sync(covered)
+        self.stats.rows += len(covered)
+        self.stats.note_round((time.perf_counter() - start) * 1000.0)
+
+    def _failed(self, exc: OSError, errors: dict[PartitionLog, BaseException]) -> None:
+        logger.error("fsync of the journal failed: %r", exc)
+        self.stats.errors += 1
+        for log in self.discard_unsynced():
+            errors[log] = exc
+            log.discard_unflushed()
+
     def pin(self, reason: str) -> None:
         """Keep every journal file (no checkpoint drops them) until the next start."""
         if self.pinned is None:
@@ -174,6 +212,36 @@ class Journal:
 
     def needs_rotation(self) -> bool:
         return self.size >= self.max_bytes
+
+    def needs_checkpoint(self) -> bool:
+        return self.needs_rotation()
+
+    async def checkpoint(
+        self, logs: list[PartitionLog], errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        """New appends go to a new file; once every journaled log's segments (``logs``)
+        are fsynced, the older journal files hold nothing needed and are deleted."""
+        from storage.local.durability import run_tickets  # the Flusher's fsync helper
+
+        try:
+            old = self.rotate()
+        except OSError as exc:
+            self._failed(exc, errors)
+            return
+        tickets = [t for t in (log.prepare_flush() for log in logs) if t is not None]
+        results = await asyncio.to_thread(run_tickets, tickets)
+        if any(r is not None for r in results):
+            for t, r in zip(tickets, results, strict=True):
+                if r is not None:
+                    t.log.abort_flush(t)
+            # The journal holds these batches durably; after a failed fsync the segments'
+            # page cache may not match the disk, so the journal files stay until the next
+            # start replays them (a retried fsync may lie).
+            self.pin("a segment fsync failed at a journal checkpoint")
+            return
+        for t in tickets:
+            t.log.complete_flush(t)
+        await asyncio.to_thread(self.drop, old)
 
     def rotate(self) -> list[Path]:
         """Start a new file; return the older ones, deletable once every log is fsynced.

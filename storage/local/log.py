@@ -61,7 +61,7 @@ from storage.record_batch import (
 )
 
 if TYPE_CHECKING:
-    from storage.local.journal import Journal
+    from storage.interface import WriteAheadJournal
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -227,7 +227,7 @@ class PartitionLog:
         self.config = config or LogConfig()
         self._clock = clock
         self.checkpointed_at = 0.0  # monotonic time of the last recovery-point checkpoint
-        self.journal: Journal | None = None  # set by the LogManager for journaled logs
+        self.journal: WriteAheadJournal | None = None  # set for journaled logs
         self.journal_durable_end = 0  # offsets below this are durable in the journal
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -270,6 +270,8 @@ class PartitionLog:
     @property
     def durable_end(self) -> int:
         """Exclusive end of the prefix that survives a crash (segments or journal)."""
+        if self.journal is not None and self.journal.remote:
+            return self.journal_durable_end  # the local files are only a cache
         return max(self._recovery_point, self.journal_durable_end)
 
     @property
@@ -495,6 +497,25 @@ class PartitionLog:
         self._unflushed_messages += h.records_count
         self._unflushed_bytes += h.size
         return base, h.last_offset
+
+    def start_at(self, offset: int) -> None:
+        """Make this EMPTY log start (and end) at ``offset``: a cache filled from elsewhere."""
+        if self.size_bytes or self.log_end_offset != self._log_start_offset:
+            raise ValueError(f"log {self.dir.name} is not empty")
+        if offset != self.log_end_offset:
+            self._truncate_fully(offset)
+
+    def restore_run(self, data: bytes, span: BatchHeader) -> None:
+        """Store consecutive batches already checked (CRCs, offsets) in one write.
+
+        ``span`` describes the run as one batch (base offset of the first, size of all,
+        last offset delta, max timestamp and record count over all): the segment indexes
+        the run's start, which a lookup of any offset in it scans from. Materializing a
+        log from the PostgreSQL journal uses it; ``append`` is for everything else.
+        """
+        if span.size != len(data) or span.base_offset < self.log_end_offset:
+            raise InvalidBatchError(f"run at {span.base_offset} does not fit {self!r}")
+        self._store(data, span)
 
     def append_records(
         self,
