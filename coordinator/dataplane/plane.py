@@ -83,6 +83,7 @@ from protocol.messages.produce import (
     ProduceResponse,
     TopicProduceResponse,
 )
+from storage.interface import NotOwnerError
 from storage.local.durability import Flusher
 from storage.local.log import (
     CorruptLogError,
@@ -182,7 +183,10 @@ class DataPlane:
         clock: Callable[[], int] = wall_clock_ms,
         retention_check_interval_ms: int = 30_000,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        hosted: bool = True,
     ) -> None:
+        """``hosted=False`` (cluster mode): a partition is served here only between
+        ``acquire`` and ``release`` (its lease); others answer NOT_LEADER_OR_FOLLOWER."""
         self.settings = settings
         self.catalog = catalog
         self.logs = logs
@@ -199,6 +203,9 @@ class DataPlane:
         self.producer_generations: dict[PartitionLog, int] = {}
         self.durability_watches: set[asyncio.Task[None]] = set()  # acks=0 appends
         self.stopping = False
+        self.hosted = hosted
+        # Leader epoch of each partition served (its lease's fencing epoch; 0 on one node).
+        self.leader_epochs: dict[PartitionLog, int] = {}
         self.open()
 
     # ------------------------------------------------------------ topics and logs
@@ -224,6 +231,8 @@ class DataPlane:
             self.append_time_topics.add(info.name)
         else:
             self.append_time_topics.discard(info.name)
+        if not self.hosted:
+            return  # cluster mode: logs open as their leases are acquired
         for p in range(info.num_partitions):
             plog = self.logs.get_or_create(info.name, p, cfg, info.topic_id)
             if plog not in self.producers:
@@ -243,6 +252,29 @@ class DataPlane:
         if not 0 <= partition < info.num_partitions:
             return None
         return self.logs.get(info.name, partition)
+
+    def _absent(self, info: TopicInfo | None, partition: int) -> ErrorCode:
+        """The error for a partition with no log here: another node leads it (cluster mode),
+        or it does not exist."""
+        if not self.hosted and info is not None and 0 <= partition < info.num_partitions:
+            return ErrorCode.NOT_LEADER_FOR_PARTITION  # Kafka 2.6+ calls it NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    # ------------------------------------------------------------ cluster mode
+
+    def acquire(self, info: TopicInfo, plog: PartitionLog, leader_epoch: int) -> None:
+        """Serve a partition whose lease this node now holds, from its materialised log."""
+        self.leader_epochs[plog] = leader_epoch
+        self.producers[plog] = self._rebuild_producers(plog)
+        if info.configs.get("message.timestamp.type") == "LogAppendTime":
+            self.append_time_topics.add(info.name)
+
+    def release(self, plog: PartitionLog) -> None:
+        """Stop serving a partition (its lease moves): parked fetches answer now."""
+        self.producers.pop(plog, None)
+        self.producer_generations.pop(plog, None)
+        self.leader_epochs.pop(plog, None)
+        self._wake(plog)
 
     def _rebuild_producers(self, plog: PartitionLog) -> PartitionProducers:
         table = PartitionProducers()
@@ -330,7 +362,7 @@ class DataPlane:
                     self._log(info, p.index) if info is not None and not info.is_internal else None
                 )
                 if plog is None:
-                    pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    pr.error_code = self._absent(info, p.index)
                     pr.error_message = "This server does not host this topic-partition."
                     continue
                 generation = plog.cut_backs
@@ -474,7 +506,11 @@ class DataPlane:
             if res is None:
                 self._wake(plog)  # durable now: visible to fetches
             if isinstance(res, BaseException):
-                if plog.closed:
+                if isinstance(res, NotOwnerError):
+                    # Another node took the partition over before this write committed:
+                    # the client finds the new leader and retries there.
+                    pr.error_code, pr.error_message = ErrorCode.NOT_LEADER_FOR_PARTITION, str(res)
+                elif plog.closed:
                     pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     log.error("fsync of %s failed: %r", plog.dir.name, res)
@@ -537,8 +573,8 @@ class DataPlane:
                         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     )
                 elif (plog := self._log(info, fp.partition)) is None:
-                    pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                elif fp.current_leader_epoch > LEADER_EPOCH:
+                    pd.error_code = self._absent(info, fp.partition)
+                elif fp.current_leader_epoch > self.leader_epochs.get(plog, LEADER_EPOCH):
                     pd.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                     plog = None
                 plan.targets.append(_FetchTarget(pd, plog, fp.fetch_offset, fp.partition_max_bytes))
@@ -653,8 +689,8 @@ class DataPlane:
                 tr.partitions.append(r)
                 plog = self._log(info, p.partition_index) if info is not None else None
                 if plog is None:
-                    r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                elif p.current_leader_epoch > LEADER_EPOCH:
+                    r.error_code = self._absent(info, p.partition_index)
+                elif p.current_leader_epoch > self.leader_epochs.get(plog, LEADER_EPOCH):
                     r.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                 else:
                     try:
@@ -663,7 +699,8 @@ class DataPlane:
                         log.error("offset lookup in %s failed: %r", plog.dir.name, e)
                         r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                         continue
-                    r.leader_epoch = LEADER_EPOCH if r.offset >= 0 else -1
+                    epoch = self.leader_epochs.get(plog, LEADER_EPOCH)
+                    r.leader_epoch = epoch if r.offset >= 0 else -1
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
     def offset_for(self, plog: PartitionLog, timestamp: int) -> tuple[int, int]:
