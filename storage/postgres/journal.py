@@ -1,0 +1,597 @@
+"""PgJournal: PostgreSQL as the remote write-ahead journal of the local partition logs.
+
+How this works
+--------------
+In cluster mode every partition this node owns is still a local ``PartitionLog`` (a cache
+under the data dir); ``attach(log, lease)`` makes this journal the log's ``journal``. Every
+batch the log stores is handed to ``record`` and buffered. The ``Flusher`` calls ``sync``
+once per group-commit round, and the round becomes durable in ONE statement on ONE
+dedicated connection (design notes §7.2): a data-modifying CTE that
+
+1. advances ``kgc_partition.next_offset`` from the expected value to the round's end for
+   every partition touched, only where this node still owns the lease
+   (``owner_node``, ``owner_broker_epoch``, ``epoch``) and ``next_offset`` is the expected
+   one: the fence is in the write itself, so a node that was paused, cut off or replaced
+   can never write under an old lease;
+2. inserts the round's batches (concatenated, as stored locally; rows capped at ~1 MiB)
+   into ``kgc_record_log``, joined to the partitions the UPDATE accepted.
+
+Accepted partitions advance ``log.journal_durable_end`` (the Flusher then releases their
+waiters). A refused partition lost its lease: its log is cut back to its durable end with
+``NotOwnerError`` (its waiters get it), every ``on_fenced`` callback learns
+``(topic, partition)``, and it stays refused (``record`` raises) until attached again.
+
+Failures (notes §3.9, pitfalls 6 and 7):
+
+* a database error the server reported (statement timeout, constraint...) rolled the
+  statement back: the round's logs are cut back with ``FlushError``; 40001/40P01 are
+  retried once first (the CAS on ``next_offset`` makes a retry safe);
+* a connection lost during the statement is an ambiguous commit: the old backend is
+  terminated (so it cannot commit later), a new connection reads the lease rows, and
+  ``next_offset`` = the round's end (same epoch) means it landed, = the expected value
+  means it did not (waiters get FlushError, an answer clients retry), anything else means
+  the lease moved (NotOwnerError);
+* no database: every waiter fails at once with FlushError and the logs are cut back; the
+  next round reconnects by itself (with a backoff), so kgc recovers without a restart.
+
+Nothing is acknowledged before the statement returned, and no waiter is left parked: every
+round ends each touched log either durable or cut back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from storage.interface import FlushError, JournalStats, Lease, NotOwnerError
+from storage.record_batch import iter_batches
+
+if TYPE_CHECKING:
+    from storage.local.log import PartitionLog
+
+__all__ = ["MAX_ROW_BYTES", "PgJournal"]
+
+logger = logging.getLogger(__name__)
+
+# A kgc_record_log row holds at most this many bytes of batches (one batch may exceed it).
+MAX_ROW_BYTES = 1 << 20
+_BACKOFF_MIN_S = 0.05
+_BACKOFF_MAX_S = 1.0
+_CONNECT_TIMEOUT_S = 2.0
+
+_ROUND_SQL = """
+WITH p AS (
+    SELECT * FROM unnest($3::text[], $4::int[], $5::int[], $6::bigint[], $7::bigint[])
+        WITH ORDINALITY AS p(topic, partition, epoch, expected, new_next, i)
+), accepted AS (
+    UPDATE kgc_partition AS k SET next_offset = p.new_next
+    FROM p
+    WHERE k.topic = p.topic AND k.partition = p.partition
+      AND k.owner_node = $1 AND k.owner_broker_epoch = $2
+      AND k.epoch = p.epoch AND k.next_offset = p.expected
+    RETURNING p.i, p.topic, p.partition, p.epoch
+), inserted AS (
+    INSERT INTO kgc_record_log
+        (topic, partition, base_offset, last_offset, epoch, record_count, max_timestamp, batch)
+    SELECT a.topic, a.partition, r.base_offset, r.last_offset, a.epoch,
+           r.record_count, r.max_timestamp, r.batch
+    FROM unnest($8::int[], $9::bigint[], $10::bigint[], $11::int[], $12::bigint[], $13::bytea[])
+        AS r(i, base_offset, last_offset, record_count, max_timestamp, batch)
+    JOIN accepted AS a ON a.i = r.i
+)
+SELECT i FROM accepted
+"""
+
+_LEASES_SQL = """
+SELECT k.topic, k.partition, k.owner_node, k.owner_broker_epoch, k.epoch, k.next_offset
+FROM kgc_partition AS k
+JOIN unnest($1::text[], $2::int[]) AS q(topic, partition)
+  ON k.topic = q.topic AND k.partition = q.partition
+"""
+
+# Retention: raise log_start_offset and delete the rows wholly below it, fenced on the
+# same lease predicate as the writes.
+_TRIM_SQL = """
+WITH l AS (
+    UPDATE kgc_partition
+    SET log_start_offset = greatest(log_start_offset, least($5::bigint, next_offset))
+    WHERE topic = $1 AND partition = $2 AND owner_node = $3 AND owner_broker_epoch = $4
+      AND epoch = $6
+    RETURNING log_start_offset
+)
+DELETE FROM kgc_record_log
+WHERE topic = $1 AND partition = $2 AND last_offset < (SELECT log_start_offset FROM l)
+"""
+
+# Errors after which the statement's outcome is unknown (the connection went away).
+_AMBIGUOUS = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+)
+_RETRY_ONCE = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
+
+
+@dataclass(slots=True)
+class _Part:
+    """An attached log: its lease and what it recorded since the last round began."""
+
+    topic: str
+    partition: int
+    epoch: int
+    expected: int  # the next_offset committed in the database
+    pending: list[bytes] = field(default_factory=list)
+    trim_before: int | None = None
+
+
+@dataclass(slots=True)
+class _Round:
+    """One partition's share of a round statement."""
+
+    log: PartitionLog
+    part: _Part
+    expected: int
+    new_next: int
+    generation: int  # log.cut_backs when the round was captured
+    rows: list[tuple[int, int, int, int, bytes]]  # base, last, count, max ts, bytes
+
+
+def _rows_of(batches: Sequence[bytes]) -> tuple[list[tuple[int, int, int, int, bytes]], int, int]:
+    """Group batches into rows of at most MAX_ROW_BYTES; returns (rows, first, next offset)."""
+    rows: list[tuple[int, int, int, int, bytes]] = []
+    cur: list[bytes] = []
+    size = count = 0
+    base = last = max_ts = -1
+    first = -1
+    for b in batches:
+        for h, _s, _e in iter_batches(b):
+            if first < 0:
+                first = h.base_offset
+            if cur and size + h.size > MAX_ROW_BYTES:
+                rows.append((base, last, count, max_ts, b"".join(cur)))
+                cur, size, count, max_ts = [], 0, 0, -1
+            if not cur:
+                base = h.base_offset
+            elif h.base_offset != last + 1:
+                raise ValueError(f"batch at {h.base_offset} does not follow offset {last}")
+            cur.append(b)
+            size += h.size
+            count += h.records_count
+            last = h.last_offset
+            max_ts = max(max_ts, h.max_timestamp)
+    if cur:
+        rows.append((base, last, count, max_ts, b"".join(cur)))
+    return rows, first, last + 1
+
+
+def _name_of(log: PartitionLog) -> tuple[str, int]:
+    topic, _sep, part = log.dir.name.rpartition("-")
+    return topic, int(part) if part.isdigit() else -1
+
+
+class PgJournal:
+    """The PostgreSQL journal of the partitions this node owns (one writer connection)."""
+
+    remote = True  # the local log is a cache: only a committed round is durable
+
+    def __init__(
+        self,
+        url: str,
+        node_id: int,
+        *,
+        application_name: str,
+        statement_timeout_ms: int = 5000,
+    ) -> None:
+        self.url = url
+        self.node_id = node_id
+        self.application_name = application_name
+        self.statement_timeout_ms = statement_timeout_ms
+        self.broker_epoch = -1  # set by the cluster layer at registration
+        self.on_fenced: list[Callable[[str, int], None]] = []
+        self.stats = JournalStats()
+        self._conn: Any = None  # asyncpg.Connection (dedicated to the rounds)
+        self._parts: dict[PartitionLog, _Part] = {}
+        self._lock = asyncio.Lock()  # rounds are serial (notes pitfall 5)
+        self._backoff_s = 0.0
+        self._next_connect = 0.0  # monotonic time before which no reconnect is tried
+        self._closed = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._closed = False
+        await self._connect()
+
+    async def close(self) -> None:
+        self._closed = True
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                try:
+                    await asyncio.wait_for(conn.close(), 2.0)
+                except Exception:
+                    conn.terminate()
+
+    async def _connect(self) -> Any:
+        conn = await asyncpg.connect(
+            self.url,
+            timeout=_CONNECT_TIMEOUT_S,
+            server_settings={
+                "application_name": self.application_name,
+                "statement_timeout": str(self.statement_timeout_ms),
+                "idle_in_transaction_session_timeout": "10000",
+            },
+        )
+        self._conn = conn
+        self._backoff_s = 0.0
+        return conn
+
+    async def _connection(self) -> Any:
+        """The writer connection, reconnecting (at most once per backoff period)."""
+        if self._conn is not None and not self._conn.is_closed():
+            return self._conn
+        self._conn = None
+        if self._closed:
+            raise FlushError("the PostgreSQL journal is closed")
+        now = time.monotonic()
+        if now < self._next_connect:
+            raise FlushError(
+                f"PostgreSQL unavailable (next reconnect in {self._next_connect - now:.2f} s)"
+            )
+        try:
+            return await self._connect()
+        except Exception as exc:
+            self._backoff_s = min(max(self._backoff_s * 2, _BACKOFF_MIN_S), _BACKOFF_MAX_S)
+            self._next_connect = time.monotonic() + self._backoff_s
+            raise FlushError(f"PostgreSQL unavailable: {exc!r}") from exc
+
+    def _drop_connection(self) -> int | None:
+        """Abandon the writer connection; returns its backend pid (None if unknown)."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return None
+        pid: int | None = None
+        with contextlib.suppress(Exception):
+            pid = int(conn.get_server_pid())
+        conn.terminate()
+        return pid
+
+    # ------------------------------------------------------------ partitions
+
+    def attach(self, log: PartitionLog, lease: Lease) -> None:
+        """Journal ``log`` under ``lease``; the log must end at the lease's next_offset."""
+        if log.log_end_offset != lease.next_offset:
+            raise ValueError(
+                f"{log!r} ends at {log.log_end_offset}, the lease of "
+                f"{lease.topic}-{lease.partition} at {lease.next_offset}"
+            )
+        self._parts[log] = _Part(lease.topic, lease.partition, lease.epoch, lease.next_offset)
+        log.journal = self
+        log.journal_durable_end = lease.next_offset
+
+    def detach(self, log: PartitionLog) -> None:
+        """Stop journaling ``log`` (hand-off, fencing); anything not yet durable is cut.
+
+        The log keeps this journal, so later appends are refused with NotOwnerError.
+        """
+        part = self._parts.pop(log, None)
+        if part is not None and log.log_end_offset > log.journal_durable_end:
+            log.discard_unflushed()
+
+    def lease_of(self, log: PartitionLog) -> tuple[str, int, int] | None:
+        """(topic, partition, epoch) ``log`` is journaled under, or None if not attached."""
+        part = self._parts.get(log)
+        return None if part is None else (part.topic, part.partition, part.epoch)
+
+    def trim(self, log: PartitionLog, before_offset: int) -> None:
+        """Retention: at the next round, delete the rows wholly below ``before_offset`` and
+        raise the lease's ``log_start_offset`` (a fenced statement of its own)."""
+        part = self._parts.get(log)
+        if part is not None:
+            part.trim_before = max(part.trim_before or 0, before_offset)
+
+    # ------------------------------------------------------------ WriteAheadJournal
+
+    def record(self, log: PartitionLog, batch: bytes) -> None:
+        part = self._parts.get(log)
+        if part is None:
+            topic, partition = _name_of(log)
+            raise NotOwnerError(
+                f"{topic}-{partition}: this node does not hold the partition's lease",
+                topic=topic,
+                partition=partition,
+                log=log,
+            )
+        part.pending.append(batch)
+
+    def discard_unsynced(self) -> list[PartitionLog]:
+        """A log was cut back: forget its buffered batches that the cut removed.
+
+        The partitions are independent, so no other log is affected.
+        """
+        for log, part in self._parts.items():
+            if part.pending:
+                end = log.log_end_offset
+                part.pending = [b for b in part.pending if _base_of(b) < end]
+        return []
+
+    def pin(self, reason: str) -> None:
+        # A local fsync failed; the database holds everything durable, nothing to keep.
+        logger.warning("PostgreSQL journal: local cache: %s", reason)
+
+    def needs_checkpoint(self) -> bool:
+        return False
+
+    async def checkpoint(
+        self, logs: list[PartitionLog], errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        return None
+
+    async def sync(self, errors: dict[PartitionLog, BaseException]) -> None:
+        """Make everything recorded so far durable in one statement (see the module doc)."""
+        # Shielded: a cancelled Flusher round must not abandon a statement half-way (the
+        # next round waits on the lock for it to finish).
+        await asyncio.shield(self._sync_serial(errors))
+
+    async def _sync_serial(self, errors: dict[PartitionLog, BaseException]) -> None:
+        async with self._lock:
+            batch = self._capture(errors)
+            if batch:
+                await self._run_round(batch, errors)
+            if any(p.trim_before is not None for p in self._parts.values()):
+                await self._run_trims()
+
+    # ------------------------------------------------------------ the round
+
+    def _capture(self, errors: dict[PartitionLog, BaseException]) -> list[_Round]:
+        out: list[_Round] = []
+        for log, part in list(self._parts.items()):
+            if not part.pending:
+                continue
+            batches, part.pending = part.pending, []
+            try:
+                rows, first, new_next = _rows_of(batches)
+                if first != part.expected:
+                    raise ValueError(f"first batch at {first}, expected {part.expected}")
+            except ValueError as exc:
+                self._fail(log, FlushError(f"{log.dir.name}: {exc}", log=log), errors)
+                continue
+            out.append(_Round(log, part, part.expected, new_next, log.cut_backs, rows))
+        return out
+
+    async def _run_round(
+        self, batch: list[_Round], errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        args = self._round_args(batch)
+        start = time.perf_counter()
+        try:
+            conn = await self._connection()
+        except FlushError as exc:
+            self.stats.errors += 1
+            for r in batch:
+                self._fail(r.log, exc, errors)
+            return
+        accepted: set[int] | None = None
+        for attempt in (1, 2):
+            try:
+                records = await conn.fetch(
+                    _ROUND_SQL, *args, timeout=self.statement_timeout_ms / 1000.0 + 2.0
+                )
+                accepted = {int(rec["i"]) for rec in records}
+                break
+            except _RETRY_ONCE as exc:
+                if attempt == 2:
+                    self._failed_round(batch, exc, errors)
+                    return
+                await asyncio.sleep(random.uniform(0.001, 0.01))
+            except _AMBIGUOUS as exc:
+                await self._resolve(batch, exc, errors)
+                return
+            except asyncpg.PostgresError as exc:
+                self._failed_round(batch, exc, errors)
+                return
+        assert accepted is not None
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        st = self.stats
+        st.note_round(latency_ms)
+        for idx, r in enumerate(batch, start=1):
+            if idx in accepted:
+                st.rows += len(r.rows)
+                st.bytes += sum(len(row[4]) for row in r.rows)
+                self._landed(r, errors)
+            else:
+                self._fence(r.log, "the lease was lost (owner, epoch or offset moved)", errors)
+
+    def _round_args(self, batch: list[_Round]) -> list[Any]:
+        topics, parts, epochs, expected, new_next = [], [], [], [], []
+        ri: list[int] = []
+        bases: list[int] = []
+        lasts: list[int] = []
+        counts: list[int] = []
+        max_ts: list[int] = []
+        blobs: list[bytes] = []
+        for idx, r in enumerate(batch, start=1):
+            topics.append(r.part.topic)
+            parts.append(r.part.partition)
+            epochs.append(r.part.epoch)
+            expected.append(r.expected)
+            new_next.append(r.new_next)
+            for base, last, count, ts, blob in r.rows:
+                ri.append(idx)
+                bases.append(base)
+                lasts.append(last)
+                counts.append(count)
+                max_ts.append(ts)
+                blobs.append(blob)
+        return [
+            self.node_id,
+            self.broker_epoch,
+            topics,
+            parts,
+            epochs,
+            expected,
+            new_next,
+            ri,
+            bases,
+            lasts,
+            counts,
+            max_ts,
+            blobs,
+        ]
+
+    def _landed(self, r: _Round, errors: dict[PartitionLog, BaseException]) -> None:
+        r.part.expected = r.new_next
+        if r.log.cut_backs != r.generation:
+            # The local log was cut (a local fsync failed) while the round was in flight:
+            # the database holds batches the cache no longer has. Only a reload fixes it.
+            self._fence(r.log, "the local log was cut back during a committed round", errors)
+            return
+        r.log.journal_durable_end = max(r.log.journal_durable_end, r.new_next)
+
+    def _failed_round(
+        self, batch: list[_Round], exc: BaseException, errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        logger.error("PostgreSQL journal: round failed: %r", exc)
+        self.stats.errors += 1
+        err = FlushError(f"PostgreSQL round failed: {exc!r}")
+        for r in batch:
+            self._fail(r.log, err, errors)
+
+    def _fail(
+        self, log: PartitionLog, exc: FlushError, errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        """Not durable: the waiters get ``exc`` and the log is cut back to its durable end."""
+        errors[log] = exc
+        log.discard_unflushed()  # also drops the pending batches above the cut
+
+    def _fence(
+        self, log: PartitionLog, why: str, errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        part = self._parts.pop(log, None)
+        if part is None:
+            return
+        self.stats.fenced += 1
+        logger.warning(
+            "PostgreSQL journal: %s-%d refused at epoch %d: %s",
+            part.topic,
+            part.partition,
+            part.epoch,
+            why,
+        )
+        errors[log] = NotOwnerError(
+            f"{part.topic}-{part.partition}: not the owner: {why}",
+            topic=part.topic,
+            partition=part.partition,
+            log=log,
+        )
+        log.discard_unflushed()
+        for cb in list(self.on_fenced):
+            try:
+                cb(part.topic, part.partition)
+            except Exception:
+                logger.exception("on_fenced callback failed")
+
+    async def _resolve(
+        self, batch: list[_Round], exc: BaseException, errors: dict[PartitionLog, BaseException]
+    ) -> None:
+        """The connection died during the round statement: did it commit?"""
+        logger.warning("PostgreSQL journal: connection lost during a round (%r); resolving", exc)
+        self.stats.errors += 1
+        old_pid = self._drop_connection()
+        try:
+            conn = await self._connection()
+            if old_pid is not None:
+                # The old backend may still be running the statement: end it first, so it
+                # cannot commit after we read the lease rows.
+                await conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE pid = $1 AND application_name = $2",
+                    old_pid,
+                    self.application_name,
+                )
+                for _ in range(100):
+                    alive = await conn.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", old_pid
+                    )
+                    if not alive:
+                        break
+                    await asyncio.sleep(0.02)
+            rows = await conn.fetch(
+                _LEASES_SQL,
+                [r.part.topic for r in batch],
+                [r.part.partition for r in batch],
+                timeout=self.statement_timeout_ms / 1000.0 + 2.0,
+            )
+        except Exception as exc2:
+            # Unknown outcome: fail the waiters (an error answer is fine, a lost ack is not).
+            # If the round did land, the next round's CAS on next_offset refuses it.
+            self._drop_connection()
+            err = FlushError(f"PostgreSQL round outcome unknown: {exc!r}; then {exc2!r}")
+            for r in batch:
+                self._fail(r.log, err, errors)
+            return
+        leases = {(row["topic"], row["partition"]): row for row in rows}
+        for r in batch:
+            row = leases.get((r.part.topic, r.part.partition))
+            mine = (
+                row is not None
+                and row["owner_node"] == self.node_id
+                and row["owner_broker_epoch"] == self.broker_epoch
+                and row["epoch"] == r.part.epoch
+            )
+            if mine and row is not None and row["next_offset"] == r.new_next:
+                self.stats.rows += len(r.rows)
+                self._landed(r, errors)
+            elif mine and row is not None and row["next_offset"] == r.expected:
+                self._fail(
+                    r.log,
+                    FlushError(f"PostgreSQL round did not commit: {exc!r}", log=r.log),
+                    errors,
+                )
+            else:
+                self._fence(r.log, "the lease moved while the round's outcome was unknown", errors)
+
+    async def _run_trims(self) -> None:
+        try:
+            conn = await self._connection()
+        except FlushError:
+            return  # retried at a later round
+        for part in list(self._parts.values()):
+            before, part.trim_before = part.trim_before, None
+            if before is None:
+                continue
+            try:
+                await conn.execute(
+                    _TRIM_SQL,
+                    part.topic,
+                    part.partition,
+                    self.node_id,
+                    self.broker_epoch,
+                    before,
+                    part.epoch,
+                    timeout=self.statement_timeout_ms / 1000.0 + 2.0,
+                )
+            except _AMBIGUOUS as exc:
+                logger.warning("PostgreSQL journal: trim interrupted: %r", exc)
+                self._drop_connection()
+                part.trim_before = before
+                return
+            except asyncpg.PostgresError as exc:
+                logger.warning("PostgreSQL journal: trim failed: %r", exc)
+                part.trim_before = before
+
+
+def _base_of(batch: bytes) -> int:
+    return int.from_bytes(batch[:8], "big", signed=True)
