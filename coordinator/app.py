@@ -28,15 +28,17 @@ import contextlib
 import functools
 import logging
 import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from coordinator import topic_configs
-from coordinator.catalog import TopicCatalog
-from coordinator.config import Settings, offsets_log_config
+from coordinator.catalog import SharedCatalog, TopicCatalog
+from coordinator.config import Settings, offsets_log_config, redact_url
 from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
-from coordinator.server.broker import Broker
+from coordinator.server.broker import Broker, advertised_address
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.listener import KafkaServer, listen
 from storage.local.cleaner import LogCleaner
@@ -140,9 +142,13 @@ class App:
         self.server = server
         self.metrics = metrics
         self.compaction = compaction
+        self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode
+        self.closers: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
     async def start(cls, settings: Settings) -> App:
+        if settings.cluster_mode:
+            return await cls.start_cluster_node(settings)
         s = settings
         flusher = Flusher()
         # First: the LogManager takes the data directory's lock before anything there is read.
@@ -173,7 +179,7 @@ class App:
         data = DataPlane(s, catalog, logs, flusher)
         data.start()
 
-        listening = await listen(s.host, s.port)
+        listening = await listen(*s.bind_address)
         broker = Broker(
             s, catalog, logs, groups, data, advertised_port=s.advertised_port or listening.port
         )
@@ -210,7 +216,138 @@ class App:
             compaction=compaction,
         )
 
+    @classmethod
+    async def start_cluster_node(cls, settings: Settings) -> App:
+        """Cluster mode: the same parts over the PostgreSQL engine (README "Cluster mode").
+
+        The data directory is this node's cache; the database holds the logs, the topic
+        catalog and the leases. The node listens before it owns anything: until its leases
+        are taken and loaded, its answers send clients to the owners (or ask them to retry).
+        """
+        import asyncpg
+
+        from coordinator.cluster import Cluster
+        from coordinator.runtime.partition_host import PartitionHost
+        from coordinator.server.placement import ClusterPlacement
+        from storage.postgres.journal import PgJournal
+        from storage.postgres.schema import migrate
+
+        s = settings
+        assert s.storage_url is not None
+        name = f"kgc-node-{s.node_id}"
+        flusher = Flusher()
+        logs = LogManager(s.data_dir, flusher=flusher)
+        logs.drop_cache()  # nothing local is trusted: partitions are filled from the database
+        pool = await asyncpg.create_pool(
+            s.storage_url,
+            min_size=1,
+            max_size=4,
+            server_settings={"application_name": f"{name}-reads"},
+        )
+        async with pool.acquire() as conn:
+            await migrate(conn)
+        journal = PgJournal(s.storage_url, s.node_id, application_name=f"{name}-writer")
+        await journal.start()
+        flusher.journal = journal
+        catalog = TopicCatalog(None)
+        shared = SharedCatalog(catalog, pool)
+        await shared.refresh()
+        flusher.start()
+
+        shard = GroupShard(
+            group_config(s), topic_partitions=functools.partial(topic_partitions, s, catalog)
+        )
+        compaction = Compaction(logs, s.log_cleaner_backoff_ms)
+        metrics = Metrics(
+            shard=shard, logs=logs, flusher=flusher, cleaners=compaction.cleaners.values
+        )
+        groups = GroupRuntime(
+            shard,
+            logs,
+            flusher,
+            num_partitions=s.offsets_topic_num_partitions,
+            log_config=offsets_log_config(s),
+            metrics=metrics,
+            hosted=False,
+        )
+        groups.loaded.set()  # nothing to load up front: partitions load as leases come
+        data = DataPlane(s, catalog, logs, flusher, hosted=False)
+        data.start()
+        host = PartitionHost(s, catalog, logs, flusher, journal, groups, data, pool, shared)
+        shared.on_deleted.append(groups.topic_deleted)
+
+        listening = await listen(*s.bind_address)
+        adv_host, adv_port = advertised_address(s, listening.port)
+        cluster = Cluster(
+            s.storage_url,
+            s.node_id,
+            adv_host,
+            adv_port,
+            listeners=f"PLAINTEXT://{adv_host}:{adv_port}",
+            rack=s.broker_rack,
+            heartbeat_interval_ms=s.broker_heartbeat_interval_ms,
+            session_timeout_ms=s.broker_session_timeout_ms,
+            offsets_partitions=s.offsets_topic_num_partitions,
+            on_acquire=host.acquire,
+            on_release=host.release,
+            on_catalog_change=shared.refresh,
+        )
+        host.broker_epoch = lambda: cluster.broker_epoch
+        host.on_fenced_partition.append(cluster.partition_lost)
+        broker = Broker(
+            s,
+            catalog,
+            logs,
+            groups,
+            data,
+            advertised_port=adv_port,
+            placement=ClusterPlacement(cluster),
+            topics=shared,
+        )
+        server = KafkaServer(
+            listening,
+            Dispatcher(broker.handlers(), groups.handlers(), data.handlers()),
+            max_request_size=s.socket_request_max_bytes,
+            queued_max_requests=s.queued_max_requests,
+            queued_max_request_bytes=s.queued_max_request_bytes,
+            on_refused=metrics.on_refused,
+            on_connection=metrics.on_connection,
+            on_request=metrics.on_request if s.metrics_port else None,
+        )
+        server.start()
+        await cluster.start()
+        compaction.start()
+        if s.metrics_port:
+            metrics_port = await metrics.serve(s.host, s.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", s.host, metrics_port)
+        log.info(
+            "kgc node %d listening on %s:%d (advertised %s:%d), cluster on %s, cache in %s",
+            s.node_id,
+            *s.bind_address[:1],
+            server.port,
+            adv_host,
+            adv_port,
+            redact_url(s.storage_url),
+            s.data_dir,
+        )
+        app = cls(
+            flusher=flusher,
+            logs=logs,
+            groups=groups,
+            data=data,
+            server=server,
+            metrics=metrics,
+            compaction=compaction,
+        )
+        app.cluster = cluster
+        app.closers = [journal.close, pool.close]
+        return app
+
     async def stop(self) -> None:
+        if self.cluster is not None:
+            # Hand every partition over first (the others take them at their next
+            # heartbeat), while this node still answers: clients re-route on NOT_COORDINATOR.
+            await self.cluster.stop()
         self.data.begin_shutdown()  # answer parked fetches so connections drain
         await self.server.stop()
         await self.metrics.stop()
@@ -218,6 +355,8 @@ class App:
         await self.compaction.stop()
         self.groups.close()
         await self.flusher.stop()
+        for close in self.closers:
+            await close()
         self.logs.close_all()
         log.info("kgc stopped")
 

@@ -122,18 +122,34 @@ def _entry_error(raw: dict[str, Any]) -> str | None:
 
 
 class TopicCatalog:
-    def __init__(self, path: Path) -> None:
+    """The topics this node knows, by name and by id.
+
+    With a ``path``: the embedded default, persisted as described above. Without one
+    (cluster mode): a mirror of the database's ``kgc_topic`` table, which ``install``
+    replaces whole whenever the cluster's catalog version moves; it never writes a file.
+    """
+
+    def __init__(self, path: Path | None) -> None:
         self.path = path
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[bytes, TopicInfo] = {}
         self.changes = 0  # bumped on every change, so readers can cache derived answers
         # Entries written back verbatim on every save: unreadable ones, offline topics'.
         self._kept: list[Any] = []
-        self.loaded = path.exists()  # False: no catalog yet (new, or lost: see reconcile)
+        # False: no catalog yet (new, or lost: see reconcile)
+        self.loaded = path is not None and path.exists()
         if self.loaded:
             self._load()
 
+    def install(self, topics: list[TopicInfo]) -> None:
+        """Cluster mode: take the database's topics as the whole catalog."""
+        self.topics = {t.name: t for t in topics}
+        self.by_id = {t.topic_id: t for t in topics}
+        self.changes += 1
+        self.loaded = True
+
     def _load(self) -> None:
+        assert self.path is not None
         try:
             entries = json.loads(self.path.read_bytes())
         except (ValueError, UnicodeDecodeError) as e:
@@ -360,6 +376,8 @@ class TopicCatalog:
 
     def _save(self) -> None:
         self.changes += 1
+        if self.path is None:
+            return  # cluster mode: the database holds the catalog
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         data = [self._entry(t) for t in self.topics.values() if t.offline is None]
@@ -370,3 +388,73 @@ class TopicCatalog:
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
         self.loaded = True
+
+
+class TopicExistsError(Exception):
+    """CreateTopics of a name the cluster already has (TOPIC_ALREADY_EXISTS)."""
+
+
+class SharedCatalog:
+    """Cluster mode: the topic catalog lives in the database, ``catalog`` mirrors it.
+
+    ``create``/``delete`` change the database (one transaction each, which also bumps the
+    cluster's catalog version) and then refresh the mirror, so the node that answered
+    CreateTopics knows the topic at once; every other node refreshes when its heartbeat sees
+    the version move (``refresh``). ``on_deleted`` is told each topic that disappeared (the
+    group runtime forgets its offsets; the cluster layer drops its partitions).
+    """
+
+    def __init__(self, catalog: TopicCatalog, pool: Any) -> None:
+        self.catalog = catalog
+        self.pool = pool  # asyncpg pool
+        self.on_deleted: list[Any] = []
+        self.on_created: list[Any] = []
+
+    async def refresh(self) -> None:
+        from storage.postgres import catalog as pg
+
+        async with self.pool.acquire() as conn:
+            rows = await pg.list_topics(conn)
+        infos = [
+            TopicInfo(
+                r.name, r.topic_id.bytes, r.partitions, {k: str(v) for k, v in r.configs.items()}
+            )
+            for r in rows
+            if r.name != OFFSETS_TOPIC_NAME
+        ]
+        before = {(t.name, t.topic_id) for t in self.catalog.topics.values()}
+        self.catalog.install(infos)
+        after = {(t.name, t.topic_id) for t in infos}
+        for name, _tid in before - after:
+            for callback in self.on_deleted:
+                callback(name)
+        for info in infos:
+            if (info.name, info.topic_id) not in before:
+                for callback in self.on_created:
+                    callback(info)
+
+    async def create(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
+        from storage.postgres import catalog as pg
+
+        topic_id = uuid.uuid4()
+        while kafka_uuid(topic_id.bytes).startswith("-"):
+            topic_id = uuid.uuid4()
+        try:
+            async with self.pool.acquire() as conn:
+                await pg.create_topic(conn, name, topic_id, num_partitions, dict(configs))
+        except pg.TopicExistsError:
+            raise TopicExistsError(name) from None
+        await self.refresh()
+        info = self.catalog.get(name)
+        assert info is not None
+        return info
+
+    async def delete(self, info: TopicInfo) -> None:
+        from storage.postgres import catalog as pg
+
+        async with self.pool.acquire() as conn:
+            await pg.delete_topic(conn, info.name)
+        await self.refresh()
+
+
+OFFSETS_TOPIC_NAME = "__consumer_offsets"

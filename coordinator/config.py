@@ -314,5 +314,6 @@ def offsets_log_config(settings: Settings) -> LogConfig:
             "retention.ms": "-1",
         },
     )
-    # Commits touch many of the 50 partitions at once: one journal fsync covers them all.
-    return replace(cfg, journaled=True)
+    # Commits touch many of the 50 partitions at once: one journal fsync covers them all
+    # (in cluster mode the PostgreSQL journal plays that part; see storage/postgres).
+    return replace(cfg, journaled=not settings.cluster_mode)

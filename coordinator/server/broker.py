@@ -17,7 +17,7 @@ import socket
 from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator import topic_configs
-from coordinator.catalog import TopicCatalog, TopicInfo, topic_name_error
+from coordinator.catalog import TopicCatalog, TopicExistsError, TopicInfo, topic_name_error
 from coordinator.config import Settings, parse_listener
 from coordinator.server.handler import ClientInfo, Deferred, Handler
 from coordinator.server.placement import LocalPlacement, NodeAddress, Placement
@@ -75,10 +75,6 @@ def advertised_address(settings: Settings, bound_port: int) -> tuple[str, int]:
     wildcard = bind_host in ("", "0.0.0.0", "::")
     host = settings.advertised_host or (socket.getfqdn() if wildcard else bind_host)
     return host, settings.advertised_port or bound_port
-
-
-class TopicExistsError(Exception):
-    """CreateTopics of a name the cluster already has."""
 
 
 class SharedTopics(Protocol):
@@ -396,8 +392,9 @@ class Broker:
 
     def create_topics(
         self, header: RequestHeader, req: CreateTopicsRequest, client: ClientInfo
-    ) -> CreateTopicsResponse:
+    ) -> CreateTopicsResponse | Deferred:
         results = []
+        shared: list[tuple[CreatableTopicResult, int, dict[str, str]]] = []
         for t in req.topics:
             res = CreatableTopicResult(name=t.name, num_partitions=-1, replication_factor=-1)
             results.append(res)
@@ -460,17 +457,52 @@ class Broker:
             ]
             if req.validate_only:
                 continue
+            if self.shared_topics is not None:
+                shared.append((res, num_partitions, configs))
+                continue
             info = self.create_topic(t.name, num_partitions, configs)
             res.topic_id = info.topic_id
             log.info(
                 "created topic %s with %d partitions %s", t.name, num_partitions, configs or ""
             )
-        return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+        resp = CreateTopicsResponse(throttle_time_ms=0, topics=results)
+        if shared:
+            return Deferred.task(self._create_shared(resp, shared))
+        return resp
+
+    async def _create_shared(
+        self,
+        resp: CreateTopicsResponse,
+        todo: list[tuple[CreatableTopicResult, int, dict[str, str]]],
+    ) -> CreateTopicsResponse:
+        """Cluster mode: each topic is created in the database, answered once committed."""
+        assert self.shared_topics is not None
+        for res, num_partitions, configs in todo:
+            try:
+                info = await self.shared_topics.create(res.name, num_partitions, configs)
+            except TopicExistsError:
+                res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+                res.error_message = f"Topic '{res.name}' already exists."
+                res.num_partitions = res.replication_factor = -1
+                res.configs = []
+                continue
+            except Exception as exc:
+                log.error("creating topic %s failed: %r", res.name, exc)
+                res.error_code, res.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
+                res.num_partitions = res.replication_factor = -1
+                res.configs = []
+                continue
+            res.topic_id = info.topic_id
+            log.info(
+                "created topic %s with %d partitions %s", res.name, num_partitions, configs or ""
+            )
+        return resp
 
     def delete_topics(
         self, header: RequestHeader, req: DeleteTopicsRequest, client: ClientInfo
-    ) -> DeleteTopicsResponse:
+    ) -> DeleteTopicsResponse | Deferred:
         results = []
+        shared: list[tuple[DeletableTopicResult, TopicInfo]] = []
         targets: list[tuple[str | None, bytes]] = []
         if header.api_version >= 6:
             targets = [(t.name, t.topic_id) for t in req.topics]
@@ -488,12 +520,32 @@ class Broker:
                 )
                 continue
             res.name, res.topic_id = info.name, info.topic_id
+            if self.shared_topics is not None:
+                shared.append((res, info))
+                continue
             try:
                 self.delete_topic(info)
             except OSError as e:
                 log.error("deleting topic %s failed: %r", info.name, e)
                 res.error_code, res.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
-        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+        resp = DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+        if shared:
+            return Deferred.task(self._delete_shared(resp, shared))
+        return resp
+
+    async def _delete_shared(
+        self, resp: DeleteTopicsResponse, todo: list[tuple[DeletableTopicResult, TopicInfo]]
+    ) -> DeleteTopicsResponse:
+        """Cluster mode: the topic, its leases and its log rows go in one transaction."""
+        assert self.shared_topics is not None
+        for res, info in todo:
+            try:
+                await self.shared_topics.delete(info)
+                log.info("deleted topic %s", info.name)
+            except Exception as exc:
+                log.error("deleting topic %s failed: %r", info.name, exc)
+                res.error_code, res.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
+        return resp
 
     def delete_topic(self, info: TopicInfo) -> None:
         # Data first: its directories are renamed "*.<topic id>-delete" (durably) before the

@@ -12,9 +12,9 @@ while a leader is being elected).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["BrokerNode", "LocalPlacement", "NodeAddress", "Placement"]
+__all__ = ["BrokerNode", "ClusterPlacement", "LocalPlacement", "NodeAddress", "Placement"]
 
 
 class BrokerNode(Protocol):
@@ -62,3 +62,24 @@ class LocalPlacement:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return 0
+
+
+class ClusterPlacement:
+    """Cluster mode: the placement the cluster layer read at its last heartbeat."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster  # coordinator.cluster.Cluster
+
+    @property
+    def version(self) -> int:
+        return int(self.cluster.version)
+
+    def nodes(self) -> list[BrokerNode]:
+        return list(self.cluster.nodes())
+
+    def owner(self, topic: str, partition: int) -> BrokerNode | None:
+        node: BrokerNode | None = self.cluster.owner(topic, partition)
+        return node
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return int(self.cluster.leader_epoch(topic, partition))

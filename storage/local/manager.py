@@ -325,6 +325,39 @@ class LogManager:
             fsync_dir(self.data_dir)
         return self._register(key, log)
 
+    def fresh(
+        self, topic: str, partition: int, config: LogConfig, topic_id: bytes | None = None
+    ) -> PartitionLog:
+        """An empty log for the partition, whatever was there before (cluster mode).
+
+        In cluster mode the local directory is only a cache of the partition's log in the
+        database, never trusted across a change of owner: a node that takes a partition
+        over starts it empty and fills it from the database (``storage.postgres``).
+        """
+        self.forget(topic, partition)
+        path = self._dir_for(topic, partition)
+        shutil.rmtree(path, ignore_errors=True)
+        return self.get_or_create(topic, partition, config, topic_id)
+
+    def drop_cache(self) -> int:
+        """Remove every partition directory (cluster mode start-up: the cache is stale)."""
+        n = 0
+        for path in list(self.data_dir.iterdir()):
+            if path.is_dir() and parse_partition_dir(path.name.split(".")[0]) is not None:
+                shutil.rmtree(path, ignore_errors=True)
+                n += 1
+        return n
+
+    def forget(self, topic: str, partition: int) -> PartitionLog | None:
+        """Close a partition's log and drop its cache directory (cluster mode, on release)."""
+        log = self._logs.pop((topic, partition), None)
+        if log is not None:
+            if self.flusher is not None:
+                self.flusher.unregister(log)
+            log.close_without_marker()
+            shutil.rmtree(log.dir, ignore_errors=True)
+        return log
+
     def topic_dirs(self) -> dict[str, dict[int, Path]]:
         """Every partition directory on disk, by topic and partition (open or not)."""
         out: dict[str, dict[int, Path]] = {}
