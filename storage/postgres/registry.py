@@ -104,8 +104,9 @@ class HeartbeatView:
     change_version: int  # max(kgc_cluster_change.version), 0 when there is none
 
 
-def _interval(ms: int) -> str:
-    return f"{int(ms)} milliseconds"
+def _interval(ms: int) -> int:
+    # Passed as integer ms and multiplied by interval '1 millisecond' in SQL.
+    return int(ms)
 
 
 _REGISTER = """
@@ -125,7 +126,7 @@ ON CONFLICT (node_id) DO UPDATE SET
 WHERE n.incarnation = EXCLUDED.incarnation
    OR n.fenced
    OR n.shutting_down
-   OR n.last_heartbeat < clock_timestamp() - $7::interval
+   OR n.last_heartbeat < clock_timestamp() - $7::bigint * interval '1 millisecond'
 RETURNING broker_epoch
 """
 
@@ -181,8 +182,8 @@ WITH hb AS (
            array_agg(host ORDER BY node_id) AS hosts,
            array_agg(port ORDER BY node_id) AS ports,
            array_agg(rack ORDER BY node_id) AS racks,
-           array_agg(broker_epoch ORDER BY node_id) AS epochs,
-           array_agg(last_heartbeat < clock_timestamp() - $3::interval ORDER BY node_id)
+           array_agg(broker_epoch ORDER BY node_id) AS broker_epochs,
+           array_agg(last_heartbeat < clock_timestamp() - $3::bigint * interval '1 millisecond' ORDER BY node_id)
                AS expired,
            array_agg(fenced ORDER BY node_id) AS fenced,
            array_agg(shutting_down ORDER BY node_id) AS shutting
@@ -192,7 +193,7 @@ WITH hb AS (
            array_agg(partition ORDER BY topic, partition) AS parts,
            array_agg(owner_node ORDER BY topic, partition) AS owners,
            array_agg(owner_broker_epoch ORDER BY topic, partition) AS owner_epochs,
-           array_agg(epoch ORDER BY topic, partition) AS epochs,
+           array_agg(epoch ORDER BY topic, partition) AS lease_epochs,
            array_agg(next_offset ORDER BY topic, partition) AS next_offsets,
            array_agg(log_start_offset ORDER BY topic, partition) AS log_starts
     FROM kgc_partition
@@ -234,7 +235,7 @@ async def heartbeat(
                 host=row["hosts"][i],
                 port=int(row["ports"][i]),
                 rack=row["racks"][i],
-                broker_epoch=int(row["epochs"][i]),
+                broker_epoch=int(row["broker_epochs"][i]),
                 live=me or not (expired or fenced or shutting),
                 expired=expired and not me,
                 fenced=fenced,
@@ -247,7 +248,7 @@ async def heartbeat(
             partition=int(row["parts"][i]),
             owner_node=row["owners"][i],
             owner_broker_epoch=row["owner_epochs"][i],
-            epoch=int(row["epochs"][i]),
+            epoch=int(row["lease_epochs"][i]),
             next_offset=int(row["next_offsets"][i]),
             log_start_offset=int(row["log_starts"][i]),
         )
@@ -278,7 +279,7 @@ WHERE p.topic = want.topic AND p.partition = want.partition
             SELECT 1 FROM kgc_node o
             WHERE o.node_id = p.owner_node AND o.broker_epoch = p.owner_broker_epoch
               AND NOT o.fenced AND NOT o.shutting_down
-              AND o.last_heartbeat >= clock_timestamp() - $5::interval))
+              AND o.last_heartbeat >= clock_timestamp() - $5::bigint * interval '1 millisecond'))
 RETURNING p.topic, p.partition, p.epoch, p.next_offset, p.log_start_offset
 """
 
@@ -390,7 +391,7 @@ async def fence_expired(conn: Any, session_timeout_ms: int) -> list[tuple[int, i
     rows = await conn.fetch(
         "UPDATE kgc_node SET fenced = true "
         "WHERE NOT fenced AND NOT shutting_down "
-        "AND last_heartbeat < clock_timestamp() - $1::interval "
+        "AND last_heartbeat < clock_timestamp() - $1::bigint * interval '1 millisecond' "
         "RETURNING node_id, broker_epoch",
         _interval(session_timeout_ms),
     )
