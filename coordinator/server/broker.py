@@ -166,8 +166,13 @@ class Broker:
         if (
             (by_name or req.topics is None)
             and self._metadata_cache_at == state
-            and all(t.error_code == 0 for t in resp.topics)
+            and all(
+                t.error_code == 0 and all(p.error_code == 0 for p in t.partitions)
+                for t in resp.topics
+            )
         ):
+            # Answers with errors (no leader yet, an offline replica) are not kept: they
+            # are what clients retry on, and must show the next change at once.
             if len(self._metadata_cache) > 1024:
                 self._metadata_cache.clear()
             self._metadata_cache[cache_key] = encode_body(
