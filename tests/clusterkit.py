@@ -224,6 +224,28 @@ class Cluster:
         wait_until(ready, timeout=timeout, interval=0.05, what=f"a live coordinator of {group}")
         return found[-1]
 
+    def wait_topic_led(self, topic: str, timeout: float = 30.0) -> dict[int, int]:
+        """Wait until every live node's Metadata gives every partition of ``topic`` the same
+        live leader (the catalog reaches nodes at their next heartbeat); return the leaders.
+        """
+        seen: list[dict[int, int]] = []
+
+        def agreed() -> bool:
+            views = []
+            for n in self.live():
+                try:
+                    views.append(self.leaders(topic, via=n))
+                except (ConnectionError, OSError, ValueError):
+                    return False
+            live = set(self.live())
+            if not views or not views[0] or any(v != views[0] for v in views):
+                return False
+            seen.append(views[0])
+            return all(n in live for n in views[0].values())
+
+        wait_until(agreed, timeout=timeout, interval=0.05, what=f"leaders for {topic}")
+        return seen[-1]
+
     def offsets_partition(self, group: str) -> int:
         return int(partition_for(group, self.offsets_partitions))
 

@@ -58,11 +58,7 @@ FROZEN_BROKER = {"socket.timeout.ms": 4000}
 def prepare_topic(cluster: Cluster, topic: str, messages: int) -> dict[int, int]:
     """Create and fill ``topic``; return its end offsets."""
     create_topic(cluster.nodes[min(cluster.live())].bootstrap, topic, PARTITIONS)
-    wait_until(
-        lambda: all(n in cluster.live() for n in cluster.leaders(topic).values()),
-        timeout=30,
-        what=f"leaders for {topic}",
-    )
+    cluster.wait_topic_led(topic)
     produce_confluent(cluster.bootstrap, topic, keyed_messages(messages))
     from confluent_kafka import Consumer, TopicPartition
 
@@ -270,6 +266,8 @@ def test_postgres_restart_under_load_loses_nothing_acknowledged(
 ) -> None:
     create_topic(cluster.nodes[1].bootstrap, "crash", PARTITIONS)
     create_topic(cluster.nodes[1].bootstrap, "produced", PARTITIONS)
+    cluster.wait_topic_led("crash")
+    cluster.wait_topic_led("produced")
     pids = {n: p.proc.pid for n, p in cluster.nodes.items() if p.proc is not None}
     groups = groups_on_distinct_nodes(cluster, 3, "pgr")
     committers = [Committer(cluster.bootstrap, g) for g in groups]
