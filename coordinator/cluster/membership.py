@@ -167,15 +167,19 @@ class Cluster:
         return [self._live[n] for n in sorted(self._live)]
 
     def owner(self, topic: str, partition: int) -> NodeInfo | None:
-        """The live node holding the partition's lease, or None (no leader right now)."""
+        """The live node holding the partition's lease, or None (no leader right now).
+
+        The holder may still be loading the partition (``owns`` says when this node
+        serves it): clients sent here get COORDINATOR_LOAD_IN_PROGRESS and retry, as Kafka.
+        """
         key = (topic, partition)
-        if key in self._serving:
+        if key in self._held:
             return self._live.get(self._node_id) or self._me()
         row = self._leases.get(key)
         if row is None or row.owner_node is None:
             return None
         if row.owner_node == self._node_id:
-            return None  # held by an older self, or being loaded/released: not served
+            return None  # held by an older registration of this node: not served
         if self._live_epochs.get(row.owner_node) != row.owner_broker_epoch:
             return None
         return self._live.get(row.owner_node)

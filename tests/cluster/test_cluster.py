@@ -344,3 +344,24 @@ async def _node_row(url: str, node_id: int) -> asyncpg.Record:
         await conn.close()
     assert row is not None
     return row
+
+
+async def test_a_fenced_node_stops_serving_registers_again_and_reclaims(
+    nodes: Nodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kgc.cluster")
+    (node,) = await nodes.start(1)
+    await wait_settled([node])
+    be = node.cluster.broker_epoch
+    epochs = {k: node.cluster.leader_epoch(*k) for k in KEYS}
+    conn = await asyncpg.connect(nodes.url)
+    try:
+        await conn.execute("UPDATE kgc_node SET fenced = true WHERE node_id = 1")
+    finally:
+        await conn.close()
+    await wait(lambda: node.cluster.broker_epoch == be + 1, "a new registration")
+    await wait_settled([node])
+    assert {k for _, k in node.released} == KEYS  # it stopped serving before re-claiming
+    for k in KEYS:
+        assert node.cluster.leader_epoch(*k) > epochs[k]
+    assert any("node 1 was fenced" in r.getMessage() for r in caplog.records)
