@@ -21,13 +21,14 @@ from typing import Any
 
 from coordinator import config
 from coordinator.tools.admin import AdminError, Unreachable
-from coordinator.tools.commands import groups, health, offsets, topics
+from coordinator.tools.commands import cluster, groups, health, offsets, topics
 from coordinator.tools.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_UNREACHABLE,
     common_options,
 )
+from storage.postgres import StartupRefused
 
 
 def setup_logging(level: str, fmt: str) -> None:
@@ -50,6 +51,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(settings.log_level, settings.log_format)
     try:
         run(settings)
+    except StartupRefused as exc:  # cluster mode: the database says this node cannot start
+        print(f"kgc: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except OSError as exc:  # the port is taken, the data directory is not writable, ...
         logging.getLogger("kgc").debug("start-up failed", exc_info=True)
         print(f"kgc: error: {exc}", file=sys.stderr)
@@ -58,9 +62,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def add_admin_commands(sub: Any) -> None:
-    """``groups``, ``offsets``, ``topics`` and ``health``: operate a running server."""
+    """``groups``, ``offsets``, ``topics``, ``cluster`` and ``health``: operate a running server."""
     common = common_options()
-    for family in (groups, offsets, topics, health):
+    for family in (groups, offsets, topics, cluster, health):
         family.add_commands(sub, common)
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import asyncpg
 
+from storage.postgres import StartupRefused
+
 __all__ = [
     "OFFSETS_TOPIC",
     "OffsetsTopicMismatchError",
@@ -48,7 +50,7 @@ class UnknownTopicError(RuntimeError):
     """No topic of that name (Kafka's UNKNOWN_TOPIC_OR_PARTITION)."""
 
 
-class OffsetsTopicMismatchError(RuntimeError):
+class OffsetsTopicMismatchError(StartupRefused):
     """The database's ``__consumer_offsets`` has another partition count than this node's."""
 
 

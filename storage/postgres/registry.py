@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage.interface import Lease
+from storage.postgres import StartupRefused
 
 __all__ = [
     "HeartbeatView",
@@ -57,7 +58,7 @@ __all__ = [
 CLAIM_LOCK_TIMEOUT_MS = 1000
 
 
-class NodeIdInUseError(RuntimeError):
+class NodeIdInUseError(StartupRefused):
     """Another live process is registered with this ``node.id`` (a configuration error)."""
 
     def __init__(self, node_id: int, host: str, port: int, incarnation: uuid.UUID) -> None:

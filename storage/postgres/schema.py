@@ -34,6 +34,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from storage.postgres import StartupRefused
+
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNewError", "migrate"]
 
 log = logging.getLogger("kgc.storage.postgres")
@@ -111,7 +113,7 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class SchemaTooNewError(RuntimeError):
+class SchemaTooNewError(StartupRefused):
     """The database was migrated by a newer kgc; this one refuses to touch it."""
 
 
