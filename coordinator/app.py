@@ -293,6 +293,7 @@ class App:
             on_catalog_change=shared.refresh,
         )
         host.broker_epoch = lambda: cluster.broker_epoch
+        metrics.cluster = cluster
         host.on_fenced_partition.append(cluster.partition_lost)
         broker = Broker(
             s,

@@ -165,6 +165,7 @@ class Metrics:
         self.logs = logs
         self.flusher = flusher
         self.cleaners = cleaners
+        self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode (set by the app)
         self.registry.register(_Collector(self))
         self._http: asyncio.Server | None = None
 
@@ -283,6 +284,49 @@ class _Collector(Collector):
         yield from self._connections()
         yield from self._groups()
         yield from self._storage()
+        yield from self._cluster()
+
+    def _cluster(self) -> Iterator[Metric]:
+        """Cluster mode: the live nodes, what this node leads, the PostgreSQL journal."""
+        m = self.m
+        if m.cluster is None:
+            return
+        yield GaugeMetricFamily(
+            "kgc_cluster_nodes",
+            "Live nodes in the cluster (this node's view)",
+            value=len(m.cluster.nodes()),
+        )
+        led = GaugeMetricFamily(
+            "kgc_cluster_partitions_led",
+            "Partitions this node leads (holds the lease of and serves)",
+            labels=["kind"],
+        )
+        owned = m.cluster.owned()
+        offsets = sum(1 for topic, _p in owned if topic == "__consumer_offsets")
+        led.add_metric(["offsets"], offsets)
+        led.add_metric(["topic"], len(owned) - offsets)
+        yield led
+        yield GaugeMetricFamily(
+            "kgc_cluster_broker_epoch", "This node's broker epoch", value=m.cluster.broker_epoch
+        )
+        if m.flusher is not None and m.flusher.journal is not None:
+            st = m.flusher.journal.stats  # the PostgreSQL journal's
+            yield CounterMetricFamily(
+                "kgc_journal_rounds", "Write rounds committed to the database", value=st.rounds
+            )
+            yield CounterMetricFamily(
+                "kgc_journal_rows", "kgc_record_log rows written", value=st.rows
+            )
+            yield GaugeMetricFamily(
+                "kgc_journal_round_max_seconds",
+                "Slowest round statement since start",
+                value=st.max_latency_ms / 1000.0,
+            )
+            yield CounterMetricFamily(
+                "kgc_journal_fenced_writes",
+                "Partition writes refused because another node holds the lease now",
+                value=st.fenced,
+            )
 
     def _requests(self) -> Iterator[Metric]:
         m = self.m

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
 from clikit import CLI
 from groupkit import create_topic, wait_until
 from kgc_process import KgcProcess
+
+
+def metric_samples(node: KgcProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://127.0.0.1:{node.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_single_node_leads_every_partition(kgc: KgcProcess, cli: CLI) -> None:
@@ -53,6 +67,16 @@ def test_two_nodes_split_the_partitions(tmp_path: Path, pg_url: str, cli: CLI) -
         assert sum(r["offsets_partitions"] for r in rows) == 8
         assert sum(r["topic_partitions"] for r in rows) == 4
         assert {r["port"] for r in rows} == {n.port for n in nodes}
+        # Each node's metrics agree with what the cluster view says it leads.
+        for n, row in zip(
+            sorted(nodes, key=lambda n: n.port), sorted(rows, key=lambda r: r["port"]), strict=True
+        ):
+            samples = metric_samples(n)
+            assert samples[("kgc_cluster_nodes", ())] == 2
+            assert (
+                samples[("kgc_cluster_partitions_led", (("kind", "offsets"),))]
+                == row["offsets_partitions"]
+            )
     finally:
         for n in nodes:
             if n.alive():
