@@ -29,8 +29,9 @@ Failures (notes §3.9, pitfalls 6 and 7):
 * a connection lost during the statement is an ambiguous commit: the old backend is
   terminated (so it cannot commit later), a new connection reads the lease rows, and
   ``next_offset`` = the round's end (same epoch) means it landed, = the expected value
-  means it did not (waiters get FlushError, an answer clients retry), anything else means
-  the lease moved (NotOwnerError);
+  means it did not (it is tried once more on the new connection, e.g. after a database
+  restart killed the idle connection; if that fails too the waiters get FlushError, an
+  answer clients retry), anything else means the lease moved (NotOwnerError);
 * no database: every waiter fails at once with FlushError and the logs are cut back; the
   next round reconnects by itself (with a backoff), so kgc recovers without a restart.
 
@@ -372,7 +373,11 @@ class PgJournal:
         return out
 
     async def _run_round(
-        self, batch: list[_Round], errors: dict[PartitionLog, BaseException]
+        self,
+        batch: list[_Round],
+        errors: dict[PartitionLog, BaseException],
+        *,
+        retry: bool = True,
     ) -> None:
         args = self._round_args(batch)
         start = time.perf_counter()
@@ -397,7 +402,16 @@ class PgJournal:
                     return
                 await asyncio.sleep(random.uniform(0.001, 0.01))
             except _AMBIGUOUS as exc:
-                await self._resolve(batch, exc, errors)
+                again = await self._resolve(batch, exc, errors)
+                if again and retry:
+                    # It did not commit (e.g. the connection had died while idle, at a
+                    # database restart): one more try on the new connection; the CAS on
+                    # next_offset makes it safe.
+                    await self._run_round(again, errors, retry=False)
+                else:
+                    for r in again:
+                        err = FlushError(f"PostgreSQL round did not commit: {exc!r}", log=r.log)
+                        self._fail(r.log, err, errors)
                 return
             except asyncpg.PostgresError as exc:
                 self._failed_round(batch, exc, errors)
@@ -412,7 +426,7 @@ class PgJournal:
                 st.bytes += sum(len(row[4]) for row in r.rows)
                 self._landed(r, errors)
             else:
-                self._fence(r.log, "the lease was lost (owner, epoch or offset moved)", errors)
+                self._fence(r, "the lease was lost (owner, epoch or offset moved)", errors)
 
     def _round_args(self, batch: list[_Round]) -> list[Any]:
         topics, parts, epochs, expected, new_next = [], [], [], [], []
@@ -456,7 +470,7 @@ class PgJournal:
         if r.log.cut_backs != r.generation:
             # The local log was cut (a local fsync failed) while the round was in flight:
             # the database holds batches the cache no longer has. Only a reload fixes it.
-            self._fence(r.log, "the local log was cut back during a committed round", errors)
+            self._fence(r, "the local log was cut back during a committed round", errors)
             return
         r.log.journal_durable_end = max(r.log.journal_durable_end, r.new_next)
 
@@ -476,12 +490,11 @@ class PgJournal:
         errors[log] = exc
         log.discard_unflushed()  # also drops the pending batches above the cut
 
-    def _fence(
-        self, log: PartitionLog, why: str, errors: dict[PartitionLog, BaseException]
-    ) -> None:
-        part = self._parts.pop(log, None)
-        if part is None:
-            return
+    def _fence(self, r: _Round, why: str, errors: dict[PartitionLog, BaseException]) -> None:
+        """The round of ``r`` was refused: cut back with NotOwnerError, stay refused."""
+        log, part = r.log, r.part
+        if self._parts.get(log) is part:
+            del self._parts[log]
         self.stats.fenced += 1
         logger.warning(
             "PostgreSQL journal: %s-%d refused at epoch %d: %s",
@@ -505,8 +518,12 @@ class PgJournal:
 
     async def _resolve(
         self, batch: list[_Round], exc: BaseException, errors: dict[PartitionLog, BaseException]
-    ) -> None:
-        """The connection died during the round statement: did it commit?"""
+    ) -> list[_Round]:
+        """The connection died during the round statement: did it commit?
+
+        Settles the rounds that landed or were fenced; returns those that did not commit
+        (the lease is still ours at the expected offset) and whose log was not cut since.
+        """
         logger.warning("PostgreSQL journal: connection lost during a round (%r); resolving", exc)
         self.stats.errors += 1
         old_pid = self._drop_connection()
@@ -541,7 +558,8 @@ class PgJournal:
             err = FlushError(f"PostgreSQL round outcome unknown: {exc!r}; then {exc2!r}")
             for r in batch:
                 self._fail(r.log, err, errors)
-            return
+            return []
+        again: list[_Round] = []
         leases = {(row["topic"], row["partition"]): row for row in rows}
         for r in batch:
             row = leases.get((r.part.topic, r.part.partition))
@@ -555,13 +573,14 @@ class PgJournal:
                 self.stats.rows += len(r.rows)
                 self._landed(r, errors)
             elif mine and row is not None and row["next_offset"] == r.expected:
-                self._fail(
-                    r.log,
-                    FlushError(f"PostgreSQL round did not commit: {exc!r}", log=r.log),
-                    errors,
-                )
+                if r.log.cut_backs == r.generation:
+                    again.append(r)
+                else:
+                    err = FlushError(f"PostgreSQL round did not commit: {exc!r}", log=r.log)
+                    self._fail(r.log, err, errors)
             else:
-                self._fence(r.log, "the lease moved while the round's outcome was unknown", errors)
+                self._fence(r, "the lease moved while the round's outcome was unknown", errors)
+        return again
 
     async def _run_trims(self) -> None:
         try:

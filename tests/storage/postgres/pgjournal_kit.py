@@ -94,14 +94,19 @@ async def db_bytes(conn: Any, topic: str, partition: int) -> bytes:
     return b"".join(r["batch"] for r in rows)
 
 
-async def wait_until_blocked(conn: Any, application_name: str = APP, timeout: float = 10) -> int:
-    """Wait until the writer's backend waits on a lock; returns its pid."""
+async def wait_until_blocked(
+    conn: Any, application_name: str = APP, timeout: float = 10, exclude: int = 0
+) -> int:
+    """Wait until the writer's backend (not ``exclude``) waits on a lock; returns its pid."""
     async with asyncio.timeout(timeout):
         while True:
+            # Inside a transaction pg_stat_activity is a snapshot taken at first use.
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
             pid = await conn.fetchval(
                 "SELECT pid FROM pg_stat_activity WHERE application_name = $1"
-                " AND wait_event_type = 'Lock'",
+                " AND wait_event_type = 'Lock' AND pid <> $2",
                 application_name,
+                exclude,
             )
             if pid is not None:
                 return int(pid)

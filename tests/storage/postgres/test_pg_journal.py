@@ -224,9 +224,8 @@ async def test_database_stopped_fails_waiters_then_recovers(
         await journal.close()
 
 
-async def test_writer_terminated_mid_round_resolves_to_not_committed(
-    pg_url: str, tmp_path: Path
-) -> None:
+async def terminated_rounds(pg_url: str, tmp_path: Path, kills: int) -> Any:
+    """Terminate the writer's backend ``kills`` times while its round waits on a lock."""
     await make_leases(pg_url, "t", 1)
     journal = await started_journal(pg_url)
     flusher = Flusher()
@@ -234,27 +233,51 @@ async def test_writer_terminated_mid_round_resolves_to_not_committed(
     _b, last = log.append_records([(b"a", b"1")], timestamp_ms=1)
     await asyncio.wait_for(flusher.wait_durable(log, last), 10)
     blocker = await asyncpg.connect(pg_url)
-    try:
-        tx = blocker.transaction()
-        await tx.start()
-        await blocker.execute("LOCK TABLE kgc_partition IN EXCLUSIVE MODE")
-        _b, last = log.append_records([(b"b", b"2")], timestamp_ms=2)
-        waiter = asyncio.ensure_future(flusher.wait_durable(log, last))
-        pid = await wait_until_blocked(blocker)
+    tx = blocker.transaction()
+    await tx.start()
+    await blocker.execute("LOCK TABLE kgc_partition IN EXCLUSIVE MODE")
+    _b, last = log.append_records([(b"b", b"2")], timestamp_ms=2)
+    waiter = asyncio.ensure_future(flusher.wait_durable(log, last))
+    pid = 0
+    for _ in range(kills):
+        pid = await wait_until_blocked(blocker, exclude=pid)
         assert await blocker.fetchval("SELECT pg_terminate_backend($1)", pid)
-        await tx.rollback()
-        with pytest.raises(FlushError) as exc:
-            await asyncio.wait_for(waiter, 20)
-        assert not isinstance(exc.value, NotOwnerError)  # the lease is still ours
+    await tx.rollback()
+    outcome = await asyncio.wait_for(asyncio.gather(waiter, return_exceptions=True), 20)
+    return journal, flusher, log, blocker, outcome[0]
+
+
+async def test_writer_terminated_mid_round_is_resolved_and_retried_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    journal, flusher, log, conn, outcome = await terminated_rounds(pg_url, tmp_path, kills=1)
+    try:
+        # The lease said "not committed", so the round ran once more, and landed once.
+        assert outcome is None
+        assert log.durable_end == log.log_end_offset == 2
+        assert await conn.fetchval("SELECT next_offset FROM kgc_partition") == 2
+        assert await db_bytes(conn, "t", 0) == local_bytes(log)
+        assert journal.stats.errors == 1
+    finally:
+        await conn.close()
+        await flusher.stop()
+        await journal.close()
+
+
+async def test_writer_terminated_twice_fails_the_waiters_not_the_lease(
+    pg_url: str, tmp_path: Path
+) -> None:
+    journal, flusher, log, conn, outcome = await terminated_rounds(pg_url, tmp_path, kills=2)
+    try:
+        assert isinstance(outcome, FlushError) and not isinstance(outcome, NotOwnerError)
         assert log.log_end_offset == 1 and log.durable_end == 1
-        assert await blocker.fetchval("SELECT next_offset FROM kgc_partition") == 1
+        assert await conn.fetchval("SELECT next_offset FROM kgc_partition") == 1
         # Still attached: the next round writes from offset 1.
         _b, last = log.append_records([(b"c", b"3")], timestamp_ms=3)
         await asyncio.wait_for(flusher.wait_durable(log, last), 10)
-        assert await db_bytes(blocker, "t", 0) == local_bytes(log)
-        assert journal.stats.errors == 1
+        assert await db_bytes(conn, "t", 0) == local_bytes(log)
     finally:
-        await blocker.close()
+        await conn.close()
         await flusher.stop()
         await journal.close()
 
