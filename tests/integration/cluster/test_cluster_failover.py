@@ -319,6 +319,8 @@ def test_postgres_restart_under_load_loses_nothing_acknowledged(
     assert all(p.alive() for p in cluster.nodes.values())
     for group, c in zip(groups, committers, strict=True):
         assert_nothing_lost(cluster, group, c.snapshot())
+    # Every partition must be served again (by its old owner or another node).
+    cluster.wait_topic_led("produced")
     values = {v for _p, _k, v in read_all_confluent(cluster.bootstrap, "produced", PARTITIONS)}
     lost = producer.acked - values
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:5]}"
