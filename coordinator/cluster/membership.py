@@ -47,7 +47,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -62,6 +62,7 @@ __all__ = ["Cluster", "NodeIdInUseError", "NodeInfo"]
 log = logging.getLogger("kgc.cluster")
 
 Key = tuple[str, int]
+T = TypeVar("T")
 OnAcquire = Callable[[Lease], Awaitable[None]]
 OnRelease = Callable[[str, int], Awaitable[None]]
 OnCatalogChange = Callable[[], Awaitable[None]]
@@ -276,10 +277,18 @@ class Cluster:
         self._stopping = True
         async with self._pass_lock:  # a pass in progress ends first (never cut mid-claim)
             await self._cancel_loops()
-            with contextlib.suppress(*_DB_ERRORS):
+            if self._broker_epoch == 0:  # never registered: nothing to hand off
+                await self._close_conn()
+                return
+            try:
                 async with self._conn_lock:
                     conn = await self._connection()
-                    await registry.mark_shutting_down(conn, self._node_id, self._broker_epoch)
+                    await self._bounded(
+                        registry.mark_shutting_down(conn, self._node_id, self._broker_epoch)
+                    )
+            except _DB_ERRORS as e:  # peers then wait for the session timeout
+                self._in_doubt(e)
+                log.warning("node %d: could not mark itself shutting down: %s", self._node_id, e)
             # Loads in progress finish first: on_release then always follows on_acquire.
             while self._transitions:
                 await asyncio.gather(*list(self._transitions), return_exceptions=True)
@@ -292,13 +301,16 @@ class Cluster:
             try:
                 async with self._conn_lock:
                     conn = await self._connection()
-                    released = await registry.release_many(
-                        conn,
-                        self._node_id,
-                        self._broker_epoch,
-                        [(x.topic, x.partition, x.epoch) for x in held],
+                    released = await self._bounded(
+                        registry.release_many(
+                            conn,
+                            self._node_id,
+                            self._broker_epoch,
+                            [(x.topic, x.partition, x.epoch) for x in held],
+                        )
                     )
             except _DB_ERRORS as e:
+                self._in_doubt(e)
                 log.warning(
                     "node %d: could not release its leases (%s); peers take over as it "
                     "is shutting down",
@@ -339,6 +351,14 @@ class Cluster:
                 await asyncio.wait_for(conn.close(), timeout=1.0)
             except _DB_ERRORS:
                 conn.terminate()
+
+    async def _bounded(self, statement: Awaitable[T]) -> T:
+        """A statement on the lease connection, given up after half a session.
+
+        A hung database must not hold the pass (and the connection lock) forever; the
+        error path then drops the connection, which is in doubt.
+        """
+        return await asyncio.wait_for(statement, self.session_timeout_ms / 2000)
 
     async def _connection(self) -> Any:
         if self._conn is None or self._conn.is_closed():
@@ -400,11 +420,14 @@ class Cluster:
         self._deadline_passed = False
         return view
 
-    def _database_failed(self, error: BaseException) -> None:
+    def _in_doubt(self, error: BaseException) -> None:
+        """After a timeout or a broken socket the connection is in doubt: start afresh."""
         if self._conn is not None and not isinstance(error, asyncpg.PostgresError):
-            # A timeout or a broken socket leaves the connection in doubt: start afresh.
             self._conn.terminate()
             self._conn = None
+
+    def _database_failed(self, error: BaseException) -> None:
+        self._in_doubt(error)
         if self._outage_since is None:
             self._outage_since = self._clock()
             self._emit(ev.DatabaseUnreachable(self._node_id, f"{type(error).__name__}: {error}"))
@@ -480,12 +503,16 @@ class Cluster:
 
         await self._fence_expired(view)
         if to_free:
-            with contextlib.suppress(*_DB_ERRORS):
+            try:
                 async with self._conn_lock:
                     conn = await self._connection()
                     # Only rows of this registration: a lease of an older self is taken
                     # over by its desired owner (the claim predicate allows it).
-                    await registry.release_many(conn, me, self._broker_epoch, to_free)
+                    await self._bounded(
+                        registry.release_many(conn, me, self._broker_epoch, to_free)
+                    )
+            except _DB_ERRORS as e:  # the next pass tries again
+                self._in_doubt(e)
         if to_claim:
             await self._claim(to_claim)
         self._maybe_catalog_changed(view.change_version)
@@ -516,8 +543,9 @@ class Cluster:
         try:
             async with self._conn_lock:
                 conn = await self._connection()
-                fenced = await registry.fence_expired(conn, self.session_timeout_ms)
+                fenced = await self._bounded(registry.fence_expired(conn, self.session_timeout_ms))
         except _DB_ERRORS as e:
+            self._in_doubt(e)
             log.debug("node %d: fencing expired nodes failed: %s", self._node_id, e)
             return
         for node_id, broker_epoch in fenced:
@@ -527,15 +555,18 @@ class Cluster:
         try:
             async with self._conn_lock:
                 conn = await self._connection()
-                leases = await registry.claim_many(
-                    conn, self._node_id, self._broker_epoch, keys, self.session_timeout_ms
+                leases = await self._bounded(
+                    registry.claim_many(
+                        conn, self._node_id, self._broker_epoch, keys, self.session_timeout_ms
+                    )
                 )
         except asyncpg.LockNotAvailableError:
             # A writer holds a row (its round is in flight): try again next heartbeat.
             log.debug("node %d: claim waited too long on a lease row", self._node_id)
             return
-        except _DB_ERRORS as e:
-            self._database_failed(e)
+        except _DB_ERRORS as e:  # the next pass tries again
+            self._in_doubt(e)
+            log.debug("node %d: claim failed: %s", self._node_id, e)
             return
         for lease in leases:
             key = (lease.topic, lease.partition)
@@ -631,15 +662,18 @@ class Cluster:
         try:
             async with self._conn_lock:
                 conn = await self._connection()
-                return await registry.release(
-                    conn,
-                    self._node_id,
-                    self._broker_epoch,
-                    lease.topic,
-                    lease.partition,
-                    lease.epoch,
+                return await self._bounded(
+                    registry.release(
+                        conn,
+                        self._node_id,
+                        self._broker_epoch,
+                        lease.topic,
+                        lease.partition,
+                        lease.epoch,
+                    )
                 )
         except _DB_ERRORS as e:
+            self._in_doubt(e)
             # The row still names this node; the next pass frees it (or a peer takes it
             # over if this node dies meanwhile).
             log.debug("node %d: release of %s failed: %s", self._node_id, lease, e)
