@@ -371,6 +371,15 @@ def write_records(bootstrap: str, records: int, per_request: int, groups: int) -
 
 
 def loaded_line(log: str) -> tuple[int, float] | None:
+    """(records, seconds) the server says it loaded: the local engine's one line, or the sums
+    of records and times of the cluster's per-partition "loaded …" lines."""
+    parts = re.findall(
+        r"loaded __consumer_offsets-\d+ at leader epoch \d+: \d+ batches, (\d+) records, "
+        r"in (\d+) ms",
+        log,
+    )
+    if parts:
+        return sum(int(n) for n, _ in parts), sum(int(ms) for _, ms in parts) / 1000
     found = re.findall(r"loaded (\d+) offsets-log records from \d+ partitions in ([0-9.]+) s", log)
     if not found:
         return None
@@ -406,9 +415,12 @@ def load_table(pg: PgServer, base: Path, args: Any) -> None:
             wrote = write_records(node.bootstrap, groups * per_request, per_request, groups)
             node.stop()
             if cluster is not None:
-                # An empty data dir: the node must read the offsets from PostgreSQL.
+                # An empty data dir: the node must read the offsets from PostgreSQL. DEBUG
+                # makes it log every partition's load, not only those over a second.
                 shutil.rmtree(node.data_dir)
                 node.data_dir.mkdir()
+                node.extra += ["--log-level", "DEBUG"]
+            node.log_path.write_text("")
             t0 = time.perf_counter()
             node.start(timeout=120)
             if cluster is not None:
