@@ -273,22 +273,13 @@ class Cluster:
         self._emit(ev.NodeRegistered(self._node_id, self._broker_epoch))
 
     async def stop(self) -> None:
-        """Graceful hand-off: shutting down first, then release everything and close."""
+        """Graceful hand-off: finish and release everything, then mark shutting down, close."""
         self._stopping = True
         async with self._pass_lock:  # a pass in progress ends first (never cut mid-claim)
             await self._cancel_loops()
             if self._broker_epoch == 0:  # never registered: nothing to hand off
                 await self._close_conn()
                 return
-            try:
-                async with self._conn_lock:
-                    conn = await self._connection()
-                    await self._bounded(
-                        registry.mark_shutting_down(conn, self._node_id, self._broker_epoch)
-                    )
-            except _DB_ERRORS as e:  # peers then wait for the session timeout
-                self._in_doubt(e)
-                log.warning("node %d: could not mark itself shutting down: %s", self._node_id, e)
             # Loads in progress finish first: on_release then always follows on_acquire.
             while self._transitions:
                 await asyncio.gather(*list(self._transitions), return_exceptions=True)
@@ -320,6 +311,19 @@ class Cluster:
             for x in held:
                 if (x.topic, x.partition) in released:
                     self._emit(ev.PartitionReleased(x.topic, x.partition, x.epoch, "node stopping"))
+            # Only now, with every write finished and every lease free, do peers learn that
+            # this node is leaving (they take its partitions at their next heartbeat): were
+            # it marked first, a peer could claim a partition under a write still in flight
+            # here, which the epoch check would then refuse (notes §7.3, step 5).
+            try:
+                async with self._conn_lock:
+                    conn = await self._connection()
+                    await self._bounded(
+                        registry.mark_shutting_down(conn, self._node_id, self._broker_epoch)
+                    )
+            except _DB_ERRORS as e:  # peers then wait for the session timeout
+                self._in_doubt(e)
+                log.warning("node %d: could not mark itself shutting down: %s", self._node_id, e)
             await self._close_conn()
             self._live.clear()
             self._leases.clear()

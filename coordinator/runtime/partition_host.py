@@ -24,7 +24,6 @@ off), the partition is dropped the same way at once and the cluster layer is tol
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -150,8 +149,8 @@ class PartitionHost:
         log.warning(
             "write to %s-%d refused: another node holds its lease now; stepping down", topic, p
         )
-        task = asyncio.get_running_loop().create_task(self.release(topic, p))
-        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+        # The cluster layer unloads it (``release``) through its one transition per
+        # partition, so a later take-over never overlaps the unload.
         for callback in self.on_fenced_partition:
             callback(topic, p)
 
