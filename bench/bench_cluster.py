@@ -282,6 +282,8 @@ def commits_table(pg: PgServer, base: Path, args: Any) -> None:
         ).start_all()
         try:
             nodes = list(cluster.nodes.values())
+            create_topic(nodes[0].bootstrap)
+            cluster.wait_topic_led(TOPIC)
             measure_commits(
                 f"postgres, {n} node{'s' if n > 1 else ''}",
                 [p.bootstrap for p in nodes],
@@ -348,6 +350,7 @@ def failover_table(pg: PgServer, base: Path, args: Any) -> None:
         ).start_all()
         try:
             create_topic(cluster.nodes[1].bootstrap)
+            cluster.wait_topic_led(TOPIC)  # every node knows it (catalog at heartbeats)
             old, new, s = failover_once(cluster, f"failover-{i}", sig)
             print(f"{sig.name:<10} {old:>5} {new:>5} {s * 1000:>26.0f}", flush=True)
         finally:
@@ -412,6 +415,8 @@ def load_table(pg: PgServer, base: Path, args: Any) -> None:
             node = cluster.nodes[1]
         try:
             create_topic(node.bootstrap)
+            if cluster is not None:
+                cluster.wait_topic_led(TOPIC)
             wrote = write_records(node.bootstrap, groups * per_request, per_request, groups)
             node.stop()
             if cluster is not None:
@@ -456,7 +461,8 @@ def main() -> None:
     try:
         print(
             f"PostgreSQL {pg.psql('postgres', 'SHOW server_version').strip()} "
-            f"(fsync on, synchronous_commit on), {os.cpu_count()} CPUs shared by everything"
+            f"(fsync on, synchronous_commit on), {os.cpu_count()} CPUs shared by everything; "
+            f"load average before the run {os.getloadavg()[0]:.1f}"
         )
         if not args.skip_commits:
             commits_table(pg, base, args)
