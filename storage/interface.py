@@ -12,7 +12,10 @@ Every partition kgc serves is a ``storage.local.log.PartitionLog`` on the node's
 * read: ``read(offset, max_bytes, max_offset)``, ``iter_batches(from_offset)``,
   ``log_start_offset`` / ``log_end_offset`` / ``durable_end``;
 * retention and truncation: ``apply_retention`` / ``delete_segments_before`` /
-  ``truncate_to``; compaction is ``storage.local.cleaner``;
+  ``truncate_to``; compaction is ``storage.local.cleaner``. Both reach the journal: a
+  moved log start calls ``journal.trim(log, start)``, a finished cleaner pass
+  ``journal.compacted(log, upto)``; the PostgreSQL journal then deletes (or rewrites) its
+  rows below, off the commit path, so the database does not grow without bound;
 * ``on_cut_back``: callbacks ``(log, new_end)`` run after every cut-back, so state derived
   from the log (the producer table, the offsets shard) is rebuilt.
 
@@ -121,6 +124,9 @@ class JournalStats:
     total_latency_ms: float = 0.0
     errors: int = 0  # failed syncs
     fenced: int = 0  # partitions refused because the lease was lost (postgres)
+    trims: int = 0  # retention trims applied to the journal's copy (postgres)
+    compactions: int = 0  # compacted rewrites of the journal's copy (postgres)
+    maintenance_errors: int = 0  # trims / compactions that failed or were fenced
 
     def note_round(self, latency_ms: float) -> None:
         self.rounds += 1
@@ -168,4 +174,16 @@ class WriteAheadJournal(Protocol):
 
     def pin(self, reason: str) -> None:
         """A local fsync of a journaled log failed: keep whatever the journal still holds."""
+        ...
+
+    def trim(self, log: PartitionLog, before_offset: int) -> None:
+        """``log``'s start moved to ``before_offset`` (retention, DeleteRecords): the
+        journal may drop its copy of what lies below. Never raises, never blocks: a remote
+        journal does it in the background (its own fenced statement)."""
+        ...
+
+    def compacted(self, log: PartitionLog, upto: int) -> None:
+        """The cleaner finished a pass over ``log`` below ``upto``: a remote journal
+        replaces its copy below ``upto`` by the log's cleaned batches (same offsets), in
+        the background and fenced on the lease. Never raises, never blocks."""
         ...

@@ -456,3 +456,6 @@ class LogCleaner:
         write_checkpoint(self.log.dir / CLEANER_HORIZON_FILE, p.min_horizon, sync=False)
         self.stats.passes += 1
         logger.debug("compaction pass of %s done up to %d", self.log.dir.name, p.end_offset)
+        if self.log.journal is not None:
+            # A remote journal (PostgreSQL) replaces its copy below end_offset by ours.
+            self.log.journal.compacted(self.log, p.end_offset)

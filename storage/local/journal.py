@@ -202,6 +202,12 @@ class Journal:
             errors[log] = exc
             log.discard_unflushed()
 
+    def trim(self, log: PartitionLog, before_offset: int) -> None:
+        """Nothing to do: the log's own checkpointed start covers retention."""
+
+    def compacted(self, log: PartitionLog, upto: int) -> None:
+        """Nothing to do: the cleaned segments are the durable copy."""
+
     def pin(self, reason: str) -> None:
         """Keep every journal file (no checkpoint drops them) until the next start."""
         if self.pinned is None:

@@ -813,6 +813,7 @@ class PartitionLog:
         The active segment is never deleted.  Returns the number removed.
         """
         offset = min(offset, self.log_end_offset)
+        old_start = self._log_start_offset
         if offset > self._log_start_offset:
             self._log_start_offset = offset
         victims: list[LogSegment] = []
@@ -826,6 +827,9 @@ class PartitionLog:
             seg.delete_files()
         if victims:
             fsync_dir(self.dir)
+        if self.journal is not None and self._log_start_offset > old_start:
+            # A remote journal's copy (PostgreSQL's rows) follows the new log start.
+            self.journal.trim(self, self._log_start_offset)
         return len(victims)
 
     def apply_retention(self, now_ms: int | None = None) -> int:

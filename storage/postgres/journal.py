@@ -37,6 +37,15 @@ Failures (notes §3.9, pitfalls 6 and 7):
 
 Nothing is acknowledged before the statement returned, and no waiter is left parked: every
 round ends each touched log either durable or cut back.
+
+Retention and compaction (``storage.postgres.compaction``): ``trim(log, start)`` (the log
+start moved) and ``compacted(log, upto)`` (the cleaner finished a pass) note the work on
+the partition and wake a background task that runs it on a maintenance connection of its
+own, off the commit path: trims delete the rows below the new start and raise the lease's
+``log_start_offset``; compactions replace the rows below the cleaned offset by the local
+log's cleaned batches. Both are fenced on the lease and leave every row a round may write
+untouched. A failure is retried with a backoff while the partition stays attached;
+``maintain()`` runs what is pending now (tests, shutdown).
 """
 
 from __future__ import annotations
@@ -53,12 +62,16 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from storage.interface import FlushError, JournalStats, Lease, NotOwnerError
-from storage.record_batch import iter_batches
+from storage.postgres import compaction
+from storage.record_batch import iter_batches, verify_crc
 
 if TYPE_CHECKING:
     from storage.local.log import PartitionLog
 
-__all__ = ["MAX_ROW_BYTES", "PgJournal"]
+__all__ = ["MAX_ROW_BYTES", "PgJournal", "RewriteResult", "TrimResult"]
+
+RewriteResult = compaction.RewriteResult
+TrimResult = compaction.TrimResult
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +80,10 @@ MAX_ROW_BYTES = 1 << 20
 _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _CONNECT_TIMEOUT_S = 2.0
+_MAINT_BACKOFF_MAX_S = 5.0
+# The maintenance connection never waits long for a lock (a round holds the lease row for
+# a millisecond; anything longer is a takeover in progress: try again later).
+_MAINT_LOCK_TIMEOUT_MS = 2000
 
 _ROUND_SQL = """
 WITH p AS (
@@ -98,20 +115,6 @@ JOIN unnest($1::text[], $2::int[]) AS q(topic, partition)
   ON k.topic = q.topic AND k.partition = q.partition
 """
 
-# Retention: raise log_start_offset and delete the rows wholly below it, fenced on the
-# same lease predicate as the writes.
-_TRIM_SQL = """
-WITH l AS (
-    UPDATE kgc_partition
-    SET log_start_offset = greatest(log_start_offset, least($5::bigint, next_offset))
-    WHERE topic = $1 AND partition = $2 AND owner_node = $3 AND owner_broker_epoch = $4
-      AND epoch = $6
-    RETURNING log_start_offset
-)
-DELETE FROM kgc_record_log
-WHERE topic = $1 AND partition = $2 AND last_offset < (SELECT log_start_offset FROM l)
-"""
-
 # Errors after which the statement's outcome is unknown (the connection went away).
 _AMBIGUOUS = (
     OSError,
@@ -134,7 +137,9 @@ class _Part:
     epoch: int
     expected: int  # the next_offset committed in the database
     pending: list[bytes] = field(default_factory=list)
+    # Maintenance to run (see the module doc): the new log start, the cleaned offset.
     trim_before: int | None = None
+    compact_upto: int | None = None
 
 
 @dataclass(slots=True)
@@ -208,6 +213,15 @@ class PgJournal:
         self._backoff_s = 0.0
         self._next_connect = 0.0  # monotonic time before which no reconnect is tried
         self._closed = False
+        # Retention and compaction: their own connection and task (never the writer's).
+        self.maintenance_application_name = application_name.removesuffix("-writer") + (
+            "-maintenance"
+        )
+        self._maint_conn: Any = None
+        self._maint_lock = asyncio.Lock()  # one trim or compaction at a time
+        self._maint_task: asyncio.Task[None] | None = None
+        self.last_rewrite: compaction.RewriteResult | None = None
+        self.last_trim: compaction.TrimResult | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -217,6 +231,14 @@ class PgJournal:
 
     async def close(self) -> None:
         self._closed = True
+        task, self._maint_task = self._maint_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        maint, self._maint_conn = self._maint_conn, None
+        if maint is not None:
+            maint.terminate()  # idle, or in a transaction the cancel interrupted: roll back
         async with self._lock:
             conn, self._conn = self._conn, None
             if conn is not None:
@@ -297,11 +319,20 @@ class PgJournal:
         return None if part is None else (part.topic, part.partition, part.epoch)
 
     def trim(self, log: PartitionLog, before_offset: int) -> None:
-        """Retention: at the next round, delete the rows wholly below ``before_offset`` and
-        raise the lease's ``log_start_offset`` (a fenced statement of its own)."""
+        """The log start moved: in the background, delete the rows wholly below
+        ``before_offset`` and raise the lease's ``log_start_offset`` (fenced)."""
         part = self._parts.get(log)
         if part is not None:
             part.trim_before = max(part.trim_before or 0, before_offset)
+            self._kick()
+
+    def compacted(self, log: PartitionLog, upto: int) -> None:
+        """The cleaner finished a pass below ``upto``: in the background, replace the rows
+        below it by the log's cleaned batches (fenced; see storage.postgres.compaction)."""
+        part = self._parts.get(log)
+        if part is not None:
+            part.compact_upto = max(part.compact_upto or 0, upto)
+            self._kick()
 
     # ------------------------------------------------------------ WriteAheadJournal
 
@@ -351,8 +382,6 @@ class PgJournal:
             batch = self._capture(errors)
             if batch:
                 await self._run_round(batch, errors)
-            if any(p.trim_before is not None for p in self._parts.values()):
-                await self._run_trims()
 
     # ------------------------------------------------------------ the round
 
@@ -582,34 +611,174 @@ class PgJournal:
                 self._fence(r, "the lease moved while the round's outcome was unknown", errors)
         return again
 
-    async def _run_trims(self) -> None:
+    # ------------------------------------------------------------ maintenance
+
+    def _kick(self) -> None:
+        """Start the maintenance task if it is not running (needs a running loop; without
+        one the work waits for ``maintain()``)."""
+        if self._closed or (self._maint_task is not None and not self._maint_task.done()):
+            return
         try:
-            conn = await self._connection()
-        except FlushError:
-            return  # retried at a later round
-        for part in list(self._parts.values()):
-            before, part.trim_before = part.trim_before, None
-            if before is None:
-                continue
-            try:
-                await conn.execute(
-                    _TRIM_SQL,
-                    part.topic,
-                    part.partition,
-                    self.node_id,
-                    self.broker_epoch,
-                    before,
-                    part.epoch,
-                    timeout=self.statement_timeout_ms / 1000.0 + 2.0,
-                )
-            except _AMBIGUOUS as exc:
-                logger.warning("PostgreSQL journal: trim interrupted: %r", exc)
-                self._drop_connection()
-                part.trim_before = before
-                return
-            except asyncpg.PostgresError as exc:
-                logger.warning("PostgreSQL journal: trim failed: %r", exc)
-                part.trim_before = before
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._maint_task = loop.create_task(self._maintenance_loop())
+
+    def _maintenance_pending(self) -> bool:
+        return any(
+            p.trim_before is not None or p.compact_upto is not None for p in self._parts.values()
+        )
+
+    async def _maintenance_loop(self) -> None:
+        delay = 0.0
+        while not self._closed and self._maintenance_pending():
+            if delay:
+                await asyncio.sleep(delay)
+            failed = await self.maintain()
+            delay = min(max(delay * 2, 0.1), _MAINT_BACKOFF_MAX_S) if failed else 0.0
+
+    async def maintain(self) -> bool:
+        """Run every pending trim and compaction once; True if one failed (kept pending).
+
+        A partition detached or fenced meanwhile drops its pending work.
+        """
+        failed = False
+        async with self._maint_lock:
+            for log, part in list(self._parts.items()):
+                if part.trim_before is not None and self._parts.get(log) is part:
+                    failed |= not await self._run_trim(log, part)
+                if part.compact_upto is not None and self._parts.get(log) is part:
+                    failed |= not await self._run_compaction(log, part)
+        return failed
+
+    async def _maint_connection(self) -> Any:
+        if self._maint_conn is not None and not self._maint_conn.is_closed():
+            return self._maint_conn
+        self._maint_conn = await asyncpg.connect(
+            self.url,
+            timeout=_CONNECT_TIMEOUT_S,
+            server_settings={
+                "application_name": self.maintenance_application_name,
+                "statement_timeout": str(self.statement_timeout_ms),
+                "lock_timeout": str(_MAINT_LOCK_TIMEOUT_MS),
+                "idle_in_transaction_session_timeout": "10000",
+            },
+        )
+        return self._maint_conn
+
+    def _maint_failed(self, what: str, part: _Part, exc: BaseException) -> None:
+        self.stats.maintenance_errors += 1
+        if isinstance(exc, _AMBIGUOUS) and self._maint_conn is not None:
+            self._maint_conn.terminate()  # a transaction's outcome is decided by the server
+            self._maint_conn = None
+        logger.warning(
+            "PostgreSQL journal: %s of %s-%d failed (retried later): %r",
+            what,
+            part.topic,
+            part.partition,
+            exc,
+        )
+
+    async def _run_trim(self, log: PartitionLog, part: _Part) -> bool:
+        before, part.trim_before = part.trim_before, None
+        assert before is not None
+        try:
+            conn = await self._maint_connection()
+            result = await compaction.trim(
+                conn,
+                topic=part.topic,
+                partition=part.partition,
+                node_id=self.node_id,
+                broker_epoch=self.broker_epoch,
+                epoch=part.epoch,
+                before=before,
+            )
+        except compaction.FencedError as exc:
+            # The next round finds out too and fences the partition; nothing to retry.
+            self.stats.maintenance_errors += 1
+            logger.warning("PostgreSQL journal: trim refused: %s", exc)
+            return True
+        except Exception as exc:
+            part.trim_before = max(part.trim_before or 0, before)
+            self._maint_failed("trim", part, exc)
+            return False
+        self.stats.trims += 1
+        self.last_trim = result
+        logger.debug(
+            "PostgreSQL journal: %s-%d log start %d (%d rows deleted)",
+            part.topic,
+            part.partition,
+            result.log_start_offset,
+            result.rows_deleted,
+        )
+        return True
+
+    async def _run_compaction(self, log: PartitionLog, part: _Part) -> bool:
+        upto, part.compact_upto = part.compact_upto, None
+        assert upto is not None
+        # Only what the database already holds: batches above the durable end may still be
+        # in a round (or be cut back).
+        upto = min(upto, log.journal_durable_end)
+        try:
+            conn = await self._maint_connection()
+            cut = await compaction.find_cut(conn, part.topic, part.partition, upto)
+            if cut is None or cut <= log.log_start_offset or self._parts.get(log) is not part:
+                return True  # at most one row below: nothing to gain; or detached
+            if log.closed or log.damaged is not None:
+                return True
+            # Read at once, with no await in between: the cleaner or retention may change
+            # the segments at the next await. Every batch's CRC is checked: the database
+            # holds the only durable copy, it must never receive a damaged one.
+            batches = []
+            for h, data in log.iter_batches(0):
+                if h.base_offset >= cut:
+                    break
+                if not verify_crc(data, 0, len(data)):
+                    log.mark_damaged(f"CRC mismatch in the batch at offset {h.base_offset}")
+                    raise ValueError(f"CRC mismatch in the local batch at {h.base_offset}")
+                batches.append((h, data))
+            rows = compaction.cleaned_rows(batches, MAX_ROW_BYTES)
+            result = await compaction.rewrite(
+                conn,
+                topic=part.topic,
+                partition=part.partition,
+                node_id=self.node_id,
+                broker_epoch=self.broker_epoch,
+                epoch=part.epoch,
+                cut=cut,
+                rows=rows,
+            )
+        except compaction.FencedError as exc:
+            self.stats.maintenance_errors += 1
+            logger.warning("PostgreSQL journal: compaction refused, nothing changed: %s", exc)
+            return True
+        except ValueError as exc:
+            self.stats.maintenance_errors += 1
+            logger.error(
+                "PostgreSQL journal: compaction of %s-%d skipped: %s",
+                part.topic,
+                part.partition,
+                exc,
+            )
+            return True
+        except Exception as exc:
+            part.compact_upto = max(part.compact_upto or 0, upto)
+            self._maint_failed("compaction", part, exc)
+            return False
+        self.stats.compactions += 1
+        self.last_rewrite = result
+        logger.info(
+            "PostgreSQL journal: compacted %s-%d below offset %d: %d rows / %d bytes -> "
+            "%d rows / %d bytes",
+            part.topic,
+            part.partition,
+            result.cut,
+            result.rows_before,
+            result.bytes_before,
+            result.rows_after,
+            result.bytes_after,
+        )
+        return True
 
 
 def _base_of(batch: bytes) -> int:
