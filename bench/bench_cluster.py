@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -374,15 +375,19 @@ def write_records(bootstrap: str, records: int, per_request: int, groups: int) -
 
 
 def loaded_line(log: str) -> tuple[int, float] | None:
-    """(records, seconds) the server says it loaded: the local engine's one line, or the sums
-    of records and times of the cluster's per-partition "loaded …" lines."""
+    """(records, seconds) the server says it loaded: the local engine's one line, or, for a
+    cluster node, the records of its per-partition "loaded …" lines and the span from the
+    first load's start to the last one's end (partitions load concurrently)."""
     parts = re.findall(
-        r"loaded __consumer_offsets-\d+ at leader epoch \d+: \d+ batches, (\d+) records, "
-        r"in (\d+) ms",
+        r"^(\S+) \w+ \S+ loaded __consumer_offsets-\d+ at leader epoch \d+: \d+ batches, "
+        r"(\d+) records, in (\d+) ms",
         log,
+        re.MULTILINE,
     )
     if parts:
-        return sum(int(n) for n, _ in parts), sum(int(ms) for _, ms in parts) / 1000
+        ends = [datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() for ts, _, _ in parts]
+        starts = [e - int(ms) / 1000 for e, (_, _, ms) in zip(ends, parts, strict=True)]
+        return sum(int(n) for _, n, _ in parts), max(ends) - min(starts)
     found = re.findall(r"loaded (\d+) offsets-log records from \d+ partitions in ([0-9.]+) s", log)
     if not found:
         return None
