@@ -4,7 +4,9 @@ How this works: ``main`` parses the arguments (the same ones ``kgc audit`` regis
 ``add_arguments``), checks that pyspark is importable (it is the optional ``kgc[audit]``
 extra), prepares the environment for a local Spark (loopback binding, this interpreter for the
 Python workers, UTC, no stray ``SPARK_HOME``) unless it runs under ``spark-submit``, builds or
-reuses the SparkSession, runs ``job.run_audit``, writes ``partitions``, ``groups`` and
+reuses the SparkSession (with PostgreSQL's JDBC driver in ``spark.jars`` for ``--storage-url``),
+runs ``job.run_audit`` on a data directory (``--log-dir``) or a cluster's database
+(``--storage-url``), writes ``partitions``, ``groups`` and
 ``findings`` as Parquet or JSON directories plus ``summary.json`` under ``--out``, prints a
 console summary and returns 0 (clean), 2 (findings at or above ``--fail-on``) or 1 (error).
 """
@@ -29,12 +31,22 @@ if TYPE_CHECKING:
 __all__ = ["INSTALL_HINT", "add_arguments", "main", "prepare_environment", "run", "spark_session"]
 
 INSTALL_HINT = "kgc audit needs PySpark (and Java 17+): pip install 'kgc[audit]'"
+# as source_pg.DEFAULT_JDBC_JAR (not imported: that module needs numpy, this one must not)
+DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
 _SEVERITIES = ["info", "warn", "error"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--log-dir", help="kgc data directory (local path or a Hadoop URI)")
+    source.add_argument(
+        "--storage-url",
+        help="a cluster's database, postgresql://user:pass@host:port/db (read over JDBC)",
+    )
     p.add_argument(
-        "--log-dir", required=True, help="kgc data directory (local path or a Hadoop URI)"
+        "--jdbc-jar",
+        default=DEFAULT_JDBC_JAR,
+        help="PostgreSQL's JDBC driver for --storage-url (Debian's libpostgresql-jdbc-java)",
     )
     p.add_argument("--out", required=True, help="directory for the reports (replaced if present)")
     p.add_argument("--format", choices=["parquet", "json"], default="parquet")
@@ -100,11 +112,15 @@ def prepare_environment(master: str | None) -> None:
             os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
 
 
-def spark_session(master: str | None = None, app_name: str = "kgc-audit") -> SparkSession:
+def spark_session(
+    master: str | None = None, app_name: str = "kgc-audit", jars: list[str] | None = None
+) -> SparkSession:
     from pyspark.sql import SparkSession
 
     prepare_environment(master)
     builder = SparkSession.builder.appName(app_name)
+    if jars:  # only where this call starts the JVM; else job.run_audit adds it (ADD JAR)
+        builder = builder.config("spark.jars", ",".join(jars))
     local = master is None or master.startswith("local")
     if master is not None or not _under_spark_submit():
         builder = builder.master(master or "local[2]")
@@ -192,9 +208,14 @@ def render_console(
     summary: dict[str, Any], top_rows: list[dict[str, Any]], groups: list[dict[str, Any]]
 ) -> str:
     """Plain-text report (rich is used for colour when it is installed and stdout is a tty)."""
+    pieces = (
+        f"{summary['offsets_rows']} rows"
+        if "offsets_rows" in summary
+        else f"{summary['offsets_segments']} segments"
+    )
     lines = [
-        f"kgc offsets audit of {summary['log_dir']}",
-        f"  {summary['records']:,} records in {summary['offsets_segments']} segments of "
+        f"kgc offsets audit of {summary['source']}",
+        f"  {summary['records']:,} records in {pieces} of "
         f"{summary['offsets_partitions']} offsets partitions; {summary['topic_partitions']} topic "
         f"partitions; {summary['groups']} groups, {summary['partitions']} committed partitions, "
         f"total lag {summary['total_lag']:,}",
@@ -271,7 +292,9 @@ def run(args: argparse.Namespace) -> int:
 
     now_ms = args.now_ms if args.now_ms is not None else time.time_ns() // 1_000_000
     opts = AuditOptions(
-        log_dir=args.log_dir,
+        log_dir=args.log_dir or "",
+        storage_url=args.storage_url,
+        jdbc_jar=args.jdbc_jar,
         window=args.window,
         now_ms=now_ms,
         retention_minutes=args.retention_minutes,
@@ -281,7 +304,8 @@ def run(args: argparse.Namespace) -> int:
     )
     t0 = time.perf_counter()
     try:
-        spark = spark_session(args.master)
+        jars = [args.jdbc_jar] if args.storage_url and os.path.exists(args.jdbc_jar) else None
+        spark = spark_session(args.master, jars=jars)
         result = run_audit(spark, opts)
         summary, top_rows, groups = build_summary(result, args.fail_on)
         code = 2 if summary["failing_findings"] else 0

@@ -14,7 +14,10 @@ the JVM, *combines* inside the task:
 * ``W`` the last ``window`` commits of each key in the segment (for Burrow's rules);
 * ``G`` one row per (segment, group) for GroupMetadata records (first/last generation, the
   last value's member count / protocol type / state timestamp, tombstones);
-* ``S`` one row per offsets segment (first/last offset, record and batch counts, size);
+* ``S`` one row per offsets segment (first/last offset, record and batch counts, size), or
+  per *piece* of one: the PostgreSQL source (``source_pg``) decodes many ``kgc_record_log``
+  rows of a partition as one buffer, each row a piece with its own name and S row, so a row
+  is audited like a small segment at the cost of one decode for all of them;
 * ``F`` findings visible inside one segment (CRC, truncation, unknown versions, offsets going
   backwards between batches, and per-key rewinds / timestamp or epoch regressions between
   consecutive records of the same segment);
@@ -49,7 +52,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -84,9 +87,11 @@ __all__ = [
     "OFFSETS_TOPIC",
     "SCHEMA",
     "SPARK_SCHEMA",
+    "Piece",
     "classify_path",
     "decode_batches",
     "decode_file",
+    "decode_offsets",
 ]
 
 CATALOG_NAME = "topics.json"
@@ -755,6 +760,35 @@ def _key_finding(
     )
 
 
+class Piece(NamedTuple):
+    """A part of a decoded buffer that reports as a segment of its own: from byte ``start``
+    (up to the next piece), named ``src``, with ``seg`` as its base offset."""
+
+    start: int
+    seg: int
+    src: str
+
+
+def decode_offsets(
+    src: str,
+    opart: int,
+    seg: int,
+    buf: bytes,
+    *,
+    window: int,
+    num_partitions: int,
+    future_limit_ms: int,
+    pieces: Sequence[Piece] | None = None,
+) -> list[Row]:
+    """Rows of one offsets segment (see ``_decode_offsets_segment``); ``pieces``, if given,
+    split ``buf`` into whole-batch parts (the first at byte 0) that each get an S row, and
+    batch offsets are compared within a piece only (between pieces it is the stitch's
+    overlapping_segments check, as between files)."""
+    return _decode_offsets_segment(
+        src, opart, seg, buf, window, num_partitions, future_limit_ms, pieces
+    )
+
+
 def _decode_offsets_segment(
     src: str,
     opart: int,
@@ -763,15 +797,18 @@ def _decode_offsets_segment(
     window: int,
     num_partitions: int,
     future_limit_ms: int,
+    pieces: Sequence[Piece] | None = None,
 ) -> list[Row]:
     """Rows of one offsets segment: its findings in file order, then the findings about its
-    end, its S row, the K / W rows of its offset-commit keys and the G rows of its groups.
+    end, its S row (one per piece), the K / W rows of its offset-commit keys and the G rows
+    of its groups.
 
     The steps: walk the batches (``_walk_batches``); read the records of the readable ones as
     columns and number their keys; offset commits by key (``_offset_commit_rows``); the rest
     one by one (``_other_records``).
     """
-    walk = _walk_batches(src, opart, seg, buf)
+    pieces = pieces or [Piece(0, seg, src)]
+    walk = _walk_batches(src, opart, seg, buf, pieces)
     found = walk.found
     cols, errors = record_columns(buf, walk.spans)
     for i, error in errors:
@@ -814,21 +851,36 @@ def _decode_offsets_segment(
     found.sort(key=lambda f: f[0])
     rows = [row for _, row in found]
     rows += walk.tail
-    rows.append(
-        {
-            "kind": "S",
-            "src": src,
-            "opart": opart,
-            "seg": seg,
-            "lo1": walk.first_offset,
-            "lo2": walk.last_offset,
-            "n": len(cols.offset),
-            "n2": walk.batches,
-            "size": len(buf),
-            "tsmax": walk.max_ts,
-        }
-    )
+    # records per piece: record -> its readable batch (span) -> batch -> piece
+    span_piece = np.array(walk.batch_piece, np.int64)[walk.span_batch]
+    records = np.bincount(span_piece[cols.batch], minlength=len(pieces)).tolist()
+    for i, (piece, stats) in enumerate(zip(pieces, walk.pieces, strict=True)):
+        end = pieces[i + 1].start if i + 1 < len(pieces) else len(buf)
+        rows.append(
+            {
+                "kind": "S",
+                "src": piece.src,
+                "opart": opart,
+                "seg": piece.seg,
+                "lo1": stats.first_offset,
+                "lo2": stats.last_offset,
+                "n": records[i],
+                "n2": stats.batches,
+                "size": end - piece.start,
+                "tsmax": stats.max_ts,
+            }
+        )
     return rows + key_rows + group_rows
+
+
+@dataclass(slots=True)
+class _PieceStats:
+    """A piece's batches: first and (highest) last offset, count, max timestamp."""
+
+    first_offset: int | None = None
+    last_offset: int | None = None
+    batches: int = 0
+    max_ts: int = -1
 
 
 @dataclass(slots=True)
@@ -840,25 +892,36 @@ class _BatchWalk:
     spans: list[tuple[int, int]] = field(default_factory=list)  # batches whose records are read
     span_batch: list[int] = field(default_factory=list)  # their index among all batches
     span_base: list[int] = field(default_factory=list)  # their base offset
-    first_offset: int | None = None
-    last_offset: int | None = None
+    pieces: list[_PieceStats] = field(default_factory=list)  # one per Piece
+    batch_piece: list[int] = field(default_factory=list)  # each batch's piece
     batches: int = 0
-    max_ts: int = -1
 
 
-def _walk_batches(src: str, opart: int, seg: int, buf: bytes) -> _BatchWalk:
-    """Walk the segment's batches: offsets that do not increase, CRC mismatches (their
-    records are skipped), control batches (skipped), and an end that is not a whole batch."""
-    w = _BatchWalk()
+def _walk_batches(
+    src: str, opart: int, seg: int, buf: bytes, pieces: Sequence[Piece]
+) -> _BatchWalk:
+    """Walk the segment's batches: offsets that do not increase (within a piece), CRC
+    mismatches (their records are skipped), control batches (skipped), and an end that is
+    not a whole batch.  Byte positions in details count from the piece's start."""
+    w = _BatchWalk(pieces=[_PieceStats() for _ in pieces])
     found = w.found
     prev_last: int | None = None
     end = 0
+    piece = 0
+    stats = w.pieces[0]
     try:
         for h, start, end in iter_batches(buf):
+            while piece + 1 < len(pieces) and start >= pieces[piece + 1].start:
+                piece += 1
+                stats = w.pieces[piece]
+                prev_last = None
+            at = start - pieces[piece].start
             b = w.batches
             w.batches += 1
-            if w.first_offset is None:
-                w.first_offset = h.base_offset
+            w.batch_piece.append(piece)
+            stats.batches += 1
+            if stats.first_offset is None:
+                stats.first_offset = h.base_offset
             if prev_last is not None and h.base_offset <= prev_last:
                 finding = _finding(
                     src,
@@ -866,15 +929,15 @@ def _walk_batches(src: str, opart: int, seg: int, buf: bytes) -> _BatchWalk:
                     seg,
                     "error",
                     "non_monotonic_offsets",
-                    f"batch at byte {start} starts at offset {h.base_offset}, "
+                    f"batch at byte {at} starts at offset {h.base_offset}, "
                     f"not after the previous batch's last offset {prev_last}",
                     h.base_offset,
                 )
                 found.append(((b, -1, 0), finding))
             prev_last = h.last_offset if prev_last is None else max(prev_last, h.last_offset)
-            w.last_offset = prev_last
-            if h.max_timestamp > w.max_ts:
-                w.max_ts = h.max_timestamp
+            stats.last_offset = prev_last
+            if h.max_timestamp > stats.max_ts:
+                stats.max_ts = h.max_timestamp
             if not verify_crc(buf, start, end):
                 finding = _finding(
                     src,
@@ -882,7 +945,7 @@ def _walk_batches(src: str, opart: int, seg: int, buf: bytes) -> _BatchWalk:
                     seg,
                     "error",
                     "crc_mismatch",
-                    f"CRC32C mismatch in batch at byte {start} "
+                    f"CRC32C mismatch in batch at byte {at} "
                     f"(offsets {h.base_offset}..{h.last_offset}); its records were skipped",
                     h.base_offset,
                 )
@@ -894,6 +957,8 @@ def _walk_batches(src: str, opart: int, seg: int, buf: bytes) -> _BatchWalk:
             w.span_batch.append(b)
             w.span_base.append(h.base_offset)
         if end < len(buf):
+            while piece + 1 < len(pieces) and end >= pieces[piece + 1].start:
+                piece, prev_last = piece + 1, None
             w.tail.append(
                 _finding(
                     src,
@@ -901,12 +966,14 @@ def _walk_batches(src: str, opart: int, seg: int, buf: bytes) -> _BatchWalk:
                     seg,
                     "error",
                     "truncated_batch",
-                    f"{len(buf) - end} bytes at the end of the segment (from byte {end}) "
-                    "are not a complete batch",
-                    prev_last + 1 if prev_last is not None else seg,
+                    f"{len(buf) - end} bytes at the end of the segment (from byte "
+                    f"{end - pieces[piece].start}) are not a complete batch",
+                    prev_last + 1 if prev_last is not None else pieces[piece].seg,
                 )
             )
     except CorruptBatchError as e:
+        while piece + 1 < len(pieces) and end >= pieces[piece + 1].start:
+            piece, prev_last = piece + 1, None
         w.tail.append(
             _finding(
                 src,
@@ -915,7 +982,7 @@ def _walk_batches(src: str, opart: int, seg: int, buf: bytes) -> _BatchWalk:
                 "error",
                 "corrupt_batch",
                 f"{e}; the rest of the segment ({len(buf) - end} bytes) was not read",
-                prev_last + 1 if prev_last is not None else seg,
+                prev_last + 1 if prev_last is not None else pieces[piece].seg,
             )
         )
     return w

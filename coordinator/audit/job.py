@@ -20,6 +20,12 @@ How this works
    group rows and each task's top findings.
 4. *Write*: the three tables are filters of the cached result (see ``cli.write_reports``).
 
+From PostgreSQL (``--storage-url``, cluster mode; ``source_pg``), steps 1-2 are one small JDBC
+query (catalog, leases, time lines from row columns) and step 3 reads the offsets partitions'
+rows with the JDBC source, partitioned by ``partition``, decoded by
+``source_pg.decode_pg_batches`` (the same decoder, a row as a small segment, plus the row
+checks); the shuffle, ``stitch.report_table`` and the writes are the same.
+
 Two jobs before the writes, because every Spark job costs a fixed ~0.1-0.3 s here: the
 report logic lives in ``stitch`` (plain Python, unit-testable) rather than in SQL stages.
 """
@@ -44,6 +50,15 @@ from coordinator.audit.decode import (
     SPARK_SCHEMA,
     classify_path,
     decode_batches,
+)
+from coordinator.audit.source_pg import (
+    CONTEXT_SQL,
+    DEFAULT_JDBC_JAR,
+    OFFSETS_SQL,
+    decode_pg_batches,
+    jdbc_target,
+    pg_context,
+    redact_url,
 )
 from coordinator.audit.stitch import (
     OUT_SPARK_SCHEMA,
@@ -111,13 +126,15 @@ class AuditError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class AuditOptions:
-    log_dir: str
+    log_dir: str = ""  # a data directory, or:
+    storage_url: str | None = None  # a cluster's postgresql:// URL (the JDBC source)
     window: int = 10
     now_ms: int = 0
     retention_minutes: int = 10080
     clock_skew_ms: int = 60_000
     offsets_partitions: int | None = None
     top: int = 20  # findings brought back for the console
+    jdbc_jar: str = DEFAULT_JDBC_JAR  # PostgreSQL's JDBC driver, if the session lacks it
 
 
 @dataclass(slots=True)
@@ -187,6 +204,10 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     t0 = time.perf_counter()
     if opts.window < 1:
         raise AuditError("--window must be at least 1")
+    if opts.storage_url:
+        return _run_pg_audit(spark, opts, t0)
+    if not opts.log_dir:
+        raise AuditError("give a data directory (--log-dir) or a database (--storage-url)")
     root = _root(opts.log_dir)
     files = _list_files(spark, root)
     t_list = time.perf_counter()
@@ -204,20 +225,11 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     t_offsets = time.perf_counter()
 
     driver_findings = _driver_findings(topic_rows, plan.has_catalog, root)
-    summary = _merge_summaries(
-        [json.loads(r["detail"]) for r in collected if r["kind"] == "Z"], driver_findings
-    )
-    top_findings = sorted(
-        [r.asDict() for r in collected if r["kind"] == "F"] + driver_findings,
-        key=finding_sort_key,
-    )[: opts.top]
-    group_rows = sorted(
-        ({c: r[c] for c in GROUP_COLUMNS} for r in collected if r["kind"] == "G"),
-        key=lambda g: str(g["group"]),
-    )
-    partitions, groups, findings = _report_tables(spark, final, driver_findings)
+    result = _finish(spark, final, collected, driver_findings, opts.top)
+    summary = result.summary
     t_end = time.perf_counter()
-    stats: dict[str, Any] = {
+    result.stats = {
+        "source": root,
         "log_dir": root,
         "offsets_partitions": plan.num_partitions,
         "offsets_segments": summary.pop("segments"),  # non-empty ones: Spark skips empty files
@@ -237,9 +249,142 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
             "plan": round(t_end - t_offsets, 3),
         },
     }
-    return AuditResult(
-        partitions, groups, findings, stats, summary, top_findings, group_rows, [final]
+    return result
+
+
+def _finish(
+    spark: SparkSession,
+    final: DataFrame,
+    collected: list[Any],
+    driver_findings: list[dict[str, Any]],
+    top: int,
+) -> AuditResult:
+    """The result from the cached report rows and what was collected of them (stats empty)."""
+    summary = _merge_summaries(
+        [json.loads(r["detail"]) for r in collected if r["kind"] == "Z"], driver_findings
     )
+    top_findings = sorted(
+        [r.asDict() for r in collected if r["kind"] == "F"] + driver_findings,
+        key=finding_sort_key,
+    )[:top]
+    group_rows = sorted(
+        ({c: r[c] for c in GROUP_COLUMNS} for r in collected if r["kind"] == "G"),
+        key=lambda g: str(g["group"]),
+    )
+    partitions, groups, findings = _report_tables(spark, final, driver_findings)
+    return AuditResult(partitions, groups, findings, {}, summary, top_findings, group_rows, [final])
+
+
+def _ensure_jdbc_driver(spark: SparkSession, jar: str) -> None:
+    """Make PostgreSQL's JDBC driver loadable: a session started by ``kgc audit`` has it in
+    ``spark.jars``; any other (tests, spark-submit without ``--jars``) gets it by ``ADD JAR``,
+    which reaches the driver's class loader and the executors.  Never ``--packages``."""
+    jvm: Any = spark.sparkContext._jvm
+    try:  # already there (spark.jars, spark-submit --jars, an earlier ADD JAR)?
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName("org.postgresql.Driver", False, loader)
+        return
+    except Exception:  # Py4JJavaError: ClassNotFoundException
+        pass
+    if "://" not in jar and not os.path.exists(jar):
+        raise AuditError(
+            f"PostgreSQL's JDBC driver is not at {jar}: install Debian's libpostgresql-jdbc-java "
+            "(scripts/ensure-postgres does) or give --jdbc-jar"
+        )
+    spark.sql(f"ADD JAR '{jar}'")
+
+
+def _jdbc_error(e: Exception) -> str:
+    """The Java exception's own line of a Py4J error (its first line says only 'o123.load')."""
+    lines = str(e).splitlines()
+    for line in lines:
+        if "Exception:" in line and ("PSQL" in line or "SQL" in line or "java." in line):
+            return line.strip()
+    return lines[0] if lines else type(e).__name__
+
+
+def _run_pg_audit(spark: SparkSession, opts: AuditOptions, t0: float) -> AuditResult:
+    """The audit of a cluster's database: one small query for the context (catalog, leases,
+    time lines), then the offsets rows through the JDBC source, decoded and reported like
+    segments (see ``source_pg``)."""
+    assert opts.storage_url is not None
+    shown = redact_url(opts.storage_url)
+    try:
+        target = jdbc_target(opts.storage_url)
+    except ValueError as e:
+        raise AuditError(str(e)) from None
+    _ensure_jdbc_driver(spark, opts.jdbc_jar)
+
+    def reader() -> Any:
+        r = (
+            spark.read.format("jdbc")
+            .option("url", target.url)
+            .option("driver", "org.postgresql.Driver")
+            .option("fetchsize", "1000")
+        )
+        if target.user is not None:
+            r = r.option("user", target.user)
+        if target.password is not None:
+            r = r.option("password", target.password)
+        return r
+
+    try:
+        context_rows = reader().option("query", CONTEXT_SQL).load().collect()
+    except Exception as e:
+        raise AuditError(f"cannot read {shown}: {_jdbc_error(e)}") from None
+    t_topics = time.perf_counter()
+    ctx, counts = pg_context(
+        context_rows,
+        now_ms=opts.now_ms,
+        window=opts.window,
+        retention_ms=opts.retention_minutes * 60_000,
+        offsets_partitions=opts.offsets_partitions,
+    )
+    if ctx.num_partitions < 1 or not counts["offsets_leases"]:
+        raise AuditError(f"no {OFFSETS_TOPIC} partitions in {shown}")
+    decoder = functools.partial(
+        decode_pg_batches,
+        window=opts.window,
+        num_partitions=ctx.num_partitions,
+        future_limit_ms=opts.now_ms + opts.clock_skew_ms,
+    )
+    # one range of offsets partitions per task, about two tasks per core
+    tasks = max(1, min(counts["offsets_leases"], 2 * spark.sparkContext.defaultParallelism))
+    decoded = (
+        reader()
+        .option("dbtable", OFFSETS_SQL)
+        .option("partitionColumn", "partition")
+        .option("lowerBound", "0")
+        .option("upperBound", str(max(counts["offsets_leases"], 1)))
+        .option("numPartitions", str(tasks))
+        .load()
+        .mapInArrow(decoder, SPARK_SCHEMA)
+    )
+    final, collected = _report(decoded, ctx, opts.top)
+    t_offsets = time.perf_counter()
+    result = _finish(spark, final, collected, [], opts.top)
+    summary = result.summary
+    t_end = time.perf_counter()
+    result.stats = {
+        "source": shown,
+        "storage_url": shown,
+        "offsets_partitions": ctx.num_partitions,
+        "offsets_rows": summary.pop("segments"),  # rows of kgc_record_log
+        "records": summary.pop("records"),
+        "batches": summary.pop("batches"),
+        "bytes": summary.pop("bytes"),
+        "topic_partitions": counts["topic_partitions"],
+        "catalog": True,
+        "now_ms": opts.now_ms,
+        "window": opts.window,
+        "retention_minutes": opts.retention_minutes,
+        "seconds": {
+            "topics": round(t_topics - t0, 3),
+            "offsets": round(t_offsets - t_topics, 3),
+            "plan": round(t_end - t_offsets, 3),
+        },
+    }
+    return result
 
 
 @dataclass(slots=True)
@@ -331,13 +476,19 @@ def _offsets_report(
     summary rows, the group rows and each task's top findings.
     """
 
+    # one task per segment: decoding is the heavy part
+    return _report(_decode(spark, decoder, plan.offsets_files, 1 << 40), ctx, top)
+
+
+def _report(decoded: DataFrame, ctx: Context, top: int) -> tuple[DataFrame, list[Any]]:
+    """Route each group's decoded rows to one task, stitch and report there (cached), and
+    collect what the driver needs: the summary rows, the group rows and the top findings."""
+
     def report(table: Any) -> Any:
         return report_table(table, ctx, top)
 
     final = (
-        # one task per segment: decoding is the heavy part
-        _decode(spark, decoder, plan.offsets_files, 1 << 40)
-        .drop("src", "tsmax", "ptype")  # not needed by the stitch: less to shuffle and convert
+        decoded.drop("src", "tsmax", "ptype")  # not needed by the stitch: less to shuffle
         .groupBy(F.coalesce(F.col("expected"), F.col("opart")).alias("route"))
         .applyInArrow(report, OUT_SPARK_SCHEMA)
         .persist()

@@ -48,6 +48,7 @@ __all__ = [
     "finding_sort_key",
     "report_rows",
     "report_table",
+    "row_name",
     "stitch_rows",
 ]
 
@@ -111,6 +112,13 @@ class Context:
     num_partitions: int
     topics: dict[tuple[str, int], TopicLog] = field(default_factory=dict)
     catalog: dict[str, int] | None = None
+    # what an S row is: a "segment" file, or a "row" of kgc_record_log (--storage-url)
+    pieces: str = "segment"
+
+
+def row_name(opart: int, base_offset: int) -> str:
+    """A kgc_record_log row's name in findings (what a segment's path is for files)."""
+    return f"pg:{OFFSETS_TOPIC}-{opart}@{base_offset}"
 
 
 def burrow_status(
@@ -178,7 +186,7 @@ def stitch_rows(opart: int, rows: list[Row], ctx: Context) -> list[Row]:
     across segments and its state; each key's commits across segments and, if it is live, its
     partition row and checks; groups whose records are not where Kafka would keep them.
     """
-    out = _overlapping_segments(opart, rows)
+    out = _overlapping_segments(opart, rows, ctx.pieces)
     subjects = _by_subject(rows)
     group_state: dict[str, GroupState] = {}
     for grp, gl in subjects.groups.items():
@@ -208,20 +216,21 @@ def stitch_rows(opart: int, rows: list[Row], ctx: Context) -> list[Row]:
     return out
 
 
-def _overlapping_segments(opart: int, rows: list[Row]) -> list[Row]:
-    """A segment starting at or below an offset an earlier segment (by base offset) reaches."""
+def _overlapping_segments(opart: int, rows: list[Row], pieces: str = "segment") -> list[Row]:
+    """A segment (or row) starting at or below an offset an earlier one (by base offset)
+    reaches."""
     out: list[Row] = []
     segs = sorted((r for r in rows if r["kind"] == "S"), key=lambda r: r["seg"])
     reach: int | None = None
     for s in segs:
         if s["lo1"] is not None and reach is not None and s["lo1"] <= reach:
+            name = row_name(opart, s["seg"]) if pieces == "row" else f"segment {s['seg']:020d}"
             out.append(
                 _f(
                     "error",
                     "overlapping_segments",
                     opart,
-                    f"segment {s['seg']:020d} starts at offset {s['lo1']} but an earlier "
-                    f"segment reaches {reach}",
+                    f"{name} starts at offset {s['lo1']} but an earlier {pieces} reaches {reach}",
                     s["lo1"],
                     None,
                     OFFSETS_TOPIC,
