@@ -81,9 +81,6 @@ _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _CONNECT_TIMEOUT_S = 2.0
 _MAINT_BACKOFF_MAX_S = 5.0
-# The maintenance connection never waits long for a lock (a round holds the lease row for
-# a millisecond; anything longer is a takeover in progress: try again later).
-_MAINT_LOCK_TIMEOUT_MS = 2000
 
 _ROUND_SQL = """
 WITH p AS (
@@ -199,6 +196,7 @@ class PgJournal:
         *,
         application_name: str,
         statement_timeout_ms: int = 5000,
+        maintenance_lock_timeout_ms: int = 2000,
     ) -> None:
         self.url = url
         self.node_id = node_id
@@ -217,6 +215,9 @@ class PgJournal:
         self.maintenance_application_name = application_name.removesuffix("-writer") + (
             "-maintenance"
         )
+        # The maintenance connection never waits long for a lock (a round holds the lease
+        # row for a millisecond; longer is a takeover in progress: try again later).
+        self.maintenance_lock_timeout_ms = maintenance_lock_timeout_ms
         self._maint_conn: Any = None
         self._maint_lock = asyncio.Lock()  # one trim or compaction at a time
         self._maint_task: asyncio.Task[None] | None = None
@@ -660,7 +661,7 @@ class PgJournal:
             server_settings={
                 "application_name": self.maintenance_application_name,
                 "statement_timeout": str(self.statement_timeout_ms),
-                "lock_timeout": str(_MAINT_LOCK_TIMEOUT_MS),
+                "lock_timeout": str(self.maintenance_lock_timeout_ms),
                 "idle_in_transaction_session_timeout": "10000",
             },
         )
