@@ -66,7 +66,8 @@ TIMELINE_STEP = 4
 # One query per task: the lease's figures repeated on each of its rows (none: one row of
 # nulls), so the checks against next_offset see the same snapshot as the rows.
 OFFSETS_SQL = f"""(SELECT p.partition, p.log_start_offset, p.next_offset,
-       r.base_offset, r.last_offset, r.epoch, r.record_count, r.batch
+       r.base_offset, r.last_offset, r.epoch, r.record_count, r.batch,
+       (extract(epoch FROM r.append_time) * 1000000)::bigint AS append_us
 FROM kgc_partition p
 LEFT JOIN kgc_record_log r ON r.topic = p.topic AND r.partition = p.partition
 WHERE p.topic = '{OFFSETS_TOPIC}') kgc_offsets_rows"""
@@ -173,6 +174,7 @@ class _LogRow(NamedTuple):
     last: int
     epoch: int
     batch: bytes
+    appended: int = 0  # append_time, in µs since the epoch
 
 
 def _finding(opart: int, at: int, check: str, detail: str, log_offset: int) -> Row:
@@ -192,15 +194,23 @@ def _finding(opart: int, at: int, check: str, detail: str, log_offset: int) -> R
 def row_checks(opart: int, lease: _Lease | tuple[int, int], rows: list[_LogRow]) -> list[Row]:
     """What only the database shows about one offsets partition's rows (sorted by offset).
 
-    * ``offset_gap``: offsets with no row -- before the first row (above log_start_offset),
-      between rows (``base_offset`` beyond the previous ``last_offset + 1``) or after the last
-      (below ``next_offset``); the engine deletes rows only below log_start_offset (retention),
-      so a gap is lost data.  Rows that overlap are the stitch's overlapping_segments, as for
-      files.
+    Rows are appended in offset order, so ``append_time`` grows with the offset; a row
+    appended after a row that follows it was *rewritten*: compaction
+    (``storage.postgres.compaction.rewrite``) replaces the rows below one row it keeps by the
+    cleaned batches, which may leave offsets out anywhere below that row.
+
+    * ``offset_gap``: offsets with no row between two rows (``base_offset`` beyond the
+      previous ``last_offset + 1``) where the row before is not rewritten, after the last row
+      (below ``next_offset``: compaction keeps the last row, retention removes rows only
+      below log_start_offset), or no row at all though ``next_offset`` is above
+      log_start_offset.  Offsets missing before the first row are not flagged: compaction
+      may remove every record below the row it keeps.  Rows that overlap are the stitch's
+      overlapping_segments, as for files.
     * ``row_beyond_next_offset``: a row reaching ``next_offset`` or past it, which the fenced
       write (rows and ``next_offset`` in one statement) cannot leave.
     * ``partition_epoch_regression``: a row written under a lower lease epoch than an earlier
-      offset's row: a stale owner wrote after its successor, which fencing must prevent.
+      offset's row (rewritten rows carry their batches' epoch and are left out): a stale
+      owner wrote after its successor, which fencing must prevent.
 
     (That each batch's partitionLeaderEpoch equals its row's epoch is not checked: kgc's
     writer stores batches as produced and leaves that field as the producer set it.)
@@ -220,17 +230,22 @@ def row_checks(opart: int, lease: _Lease | tuple[int, int], rows: list[_LogRow])
                 )
             )
         return out
-    reach = log_start - 1  # the highest offset seen so far
+    # rewritten[i]: row i was appended after some row that follows it (compaction's)
+    rewritten = [False] * len(rows)
+    later = None
+    for i in range(len(rows) - 1, -1, -1):
+        rewritten[i] = later is not None and rows[i].appended > later
+        later = rows[i].appended if later is None else min(later, rows[i].appended)
+    reach: int | None = None  # the highest offset seen so far
     top_epoch: int | None = None
-    for r in rows:
-        if r.base > reach + 1:
-            where = "after log_start_offset" if reach < log_start else "after the previous row"
+    for i, r in enumerate(rows):
+        if reach is not None and r.base > reach + 1 and not rewritten[i - 1]:
             out.append(
                 _finding(
                     opart,
                     r.base,
                     "offset_gap",
-                    f"offsets {reach + 1}..{r.base - 1} have no row ({where})",
+                    f"offsets {reach + 1}..{r.base - 1} have no row (after the previous row)",
                     reach + 1,
                 )
             )
@@ -245,7 +260,7 @@ def row_checks(opart: int, lease: _Lease | tuple[int, int], rows: list[_LogRow])
                     r.base,
                 )
             )
-        if top_epoch is not None and r.epoch < top_epoch:
+        if not rewritten[i] and top_epoch is not None and r.epoch < top_epoch:
             out.append(
                 _finding(
                     opart,
@@ -255,8 +270,10 @@ def row_checks(opart: int, lease: _Lease | tuple[int, int], rows: list[_LogRow])
                     r.base,
                 )
             )
-        top_epoch = r.epoch if top_epoch is None else max(top_epoch, r.epoch)
-        reach = max(reach, r.last)
+        if not rewritten[i]:
+            top_epoch = r.epoch if top_epoch is None else max(top_epoch, r.epoch)
+        reach = r.last if reach is None else max(reach, r.last)
+    assert reach is not None
     if reach + 1 < next_offset:
         out.append(
             _finding(
@@ -353,8 +370,8 @@ def decode_pg_batches(
             table.column(n).to_pylist()
             for n in ("partition", "log_start_offset", "next_offset", "base_offset")
         ]
-        last_col, epoch_col, batch_col = (
-            table.column(n) for n in ("last_offset", "epoch", "batch")
+        last_col, epoch_col, batch_col, appended_col = (
+            table.column(n) for n in ("last_offset", "epoch", "batch", "append_us")
         )
         i, n = 0, table.num_rows
         while i < n:
@@ -370,6 +387,7 @@ def decode_pg_batches(
                             int(last_col[i].as_py()),
                             int(epoch_col[i].as_py()),
                             batch_col[i].as_py() or b"",
+                            int(appended_col[i].as_py()),
                         )
                     )
                 i += 1

@@ -282,8 +282,10 @@ def test_reports_equal_the_file_audit(spark: Any, tmp_path: Path, pg_url: str) -
 def test_row_checks_gap_beyond_next_offset_and_epoch_regression(
     spark: Any, tmp_path: Path, pg_url: str
 ) -> None:
-    """g1's partition holds rows [0-1] [2-3] [4-5] [6-7] [8-9] [10]: [4-5] is deleted (a gap),
-    [8-9] is written at a lower epoch than [6-7], next_offset says 10 while [10] exists; an
+    """g1's partition holds rows [0-1] [2-3] [4-5] [6-7] [8-9] [10].  [0-1] is made to look
+    rewritten by compaction (appended after the rows that follow it) and [2-3] deleted: a
+    gap compaction may leave, not flagged.  [6-7] is deleted (a gap after an appended row),
+    [8-9] written at a lower epoch than [4-5], next_offset says 10 while [10] exists, and an
     empty partition's lease claims offsets 0..2.  Each is one error; nothing else is flagged."""
     pg_build(tmp_path, pg_url)
     empty = (OP + 1) % N_OPARTS
@@ -291,9 +293,11 @@ def test_row_checks_gap_beyond_next_offset_and_epoch_regression(
     asyncio.run(
         _sql(
             pg_url,
-            f"DELETE FROM kgc_record_log WHERE {where} AND base_offset = 4",
+            f"UPDATE kgc_record_log SET append_time = append_time + interval '1 hour' "
+            f"WHERE {where} AND base_offset = 0",
+            f"DELETE FROM kgc_record_log WHERE {where} AND base_offset IN (2, 6)",
             f"UPDATE kgc_record_log SET epoch = CASE base_offset WHEN 8 THEN 1 ELSE 2 END "
-            f"WHERE {where} AND base_offset >= 6",
+            f"WHERE {where} AND base_offset >= 4",
             f"UPDATE kgc_partition SET next_offset = 10 WHERE {where}",
             f"UPDATE kgc_partition SET next_offset = 3 WHERE topic = '{OFFSETS}' "
             f"AND partition = {empty}",
@@ -302,7 +306,7 @@ def test_row_checks_gap_beyond_next_offset_and_epoch_regression(
     result = pg_audit(spark, pg_url)
     try:
         expected = [
-            ("error", "offset_gap", None, OFFSETS, OP, 4),
+            ("error", "offset_gap", None, OFFSETS, OP, 6),
             ("error", "partition_epoch_regression", None, OFFSETS, OP, 8),
             ("error", "row_beyond_next_offset", None, OFFSETS, OP, 10),
             ("error", "offset_gap", None, OFFSETS, empty, 0),
@@ -310,7 +314,7 @@ def test_row_checks_gap_beyond_next_offset_and_epoch_regression(
         assertDataFrameEqual(_findings(result), spark.createDataFrame(expected, FINDING_SCHEMA))
         details = {r["check"] + str(r["partition"]): r["detail"] for r in result.findings.collect()}
         assert details[f"offset_gap{OP}"] == (
-            f"pg:{OFFSETS}-{OP}@6: offsets 4..5 have no row (after the previous row)"
+            f"pg:{OFFSETS}-{OP}@8: offsets 6..7 have no row (after the previous row)"
         )
         assert details[f"partition_epoch_regression{OP}"].startswith(f"pg:{OFFSETS}-{OP}@8: ")
     finally:
@@ -331,13 +335,18 @@ def test_row_checks_unit() -> None:
     assert checks((0, 6), [ok[0], ok[2]]) == [("offset_gap", 2)]
     assert checks((0, 9), ok) == [("offset_gap", 6)]  # rows end before next_offset
     assert checks((0, 5), ok) == [("row_beyond_next_offset", 5)]
-    assert checks((0, 4), [_LogRow(1, 3, 0, b"")]) == [("offset_gap", 0)]
     assert checks((0, 6), [ok[0], ok[1]._replace(epoch=0), ok[2]]) == [
         ("partition_epoch_regression", 2)
     ]
     assert checks((2, 7), []) == [("offset_gap", 2)]
-    # after retention the first row may start below log_start_offset
+    # before the first row: retention (a row straddling log_start_offset) or compaction
     assert checks((3, 6), ok[1:]) == []
+    assert checks((0, 6), ok[2:]) == []
+    # compaction: rows appended after the row they precede may leave gaps, and carry their
+    # batches' epoch (-1: not stamped) -- but the rows from the kept one on may not
+    compacted = [_LogRow(0, 0, -1, b"", 9), _LogRow(2, 2, -1, b"", 9)]
+    kept = [_LogRow(4, 4, 3, b"", 5), _LogRow(5, 5, 3, b"", 6), _LogRow(7, 7, 3, b"", 7)]
+    assert checks((0, 8), [*compacted, *kept]) == [("offset_gap", 6)]
 
 
 def test_jdbc_target_and_redaction() -> None:
