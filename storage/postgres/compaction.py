@@ -13,8 +13,9 @@ the writer connection: a round never waits behind them).
   node that lost the lease changes nothing (the transaction is rolled back).
 * ``rewrite``: the cleaner finished a pass below ``upto``. The rows below ``cut`` are
   replaced by the cleaned batches of the local log (same offsets, rows of at most
-  ``MAX_ROW_BYTES``, one leader epoch per row so that the audit's "row epoch = batch
-  epoch" check holds). ``cut`` is the base offset of the last row starting below
+  ``MAX_ROW_BYTES``, offsets may skip inside a row; ``epoch`` is the lease epoch the
+  rewrite was written under, ``append_time`` its time, which is how the audit tells
+  rewritten rows apart). ``cut`` is the base offset of the last row starting below
   ``upto``: that row is left as it is, so a row straddling ``upto`` is never split and
   the table's last offset (the log end materialize checks against the lease) never
   moves. Rows from ``cut`` on are never touched, so rounds committed meanwhile (always
@@ -138,24 +139,24 @@ class TrimResult:
 
 
 def cleaned_rows(
-    batches: Iterable[tuple[BatchHeader, bytes]], max_row_bytes: int
+    batches: Iterable[tuple[BatchHeader, bytes]], max_row_bytes: int, epoch: int
 ) -> list[CleanedRow]:
     """Group batches (in offset order) into rows of at most ``max_row_bytes`` (a larger
-    batch gets a row of its own) holding batches of one leader epoch each."""
+    batch gets a row of its own), written under lease ``epoch``."""
     rows: list[CleanedRow] = []
     cur: list[bytes] = []
     size = count = 0
-    base = last = epoch = max_ts = -1
+    base = last = max_ts = -1
 
     def close() -> None:
         rows.append(CleanedRow(base, last, epoch, count, max_ts, b"".join(cur)))
 
     for h, data in batches:
-        if cur and (size + len(data) > max_row_bytes or h.partition_leader_epoch != epoch):
+        if cur and size + len(data) > max_row_bytes:
             close()
             cur, size, count, max_ts = [], 0, 0, -1
         if not cur:
-            base, epoch = h.base_offset, h.partition_leader_epoch
+            base = h.base_offset
         elif h.base_offset <= last:
             raise ValueError(f"batch at {h.base_offset} does not follow offset {last}")
         cur.append(data)

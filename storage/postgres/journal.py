@@ -738,7 +738,7 @@ class PgJournal:
                     log.mark_damaged(f"CRC mismatch in the batch at offset {h.base_offset}")
                     raise ValueError(f"CRC mismatch in the local batch at {h.base_offset}")
                 batches.append((h, data))
-            rows = compaction.cleaned_rows(batches, MAX_ROW_BYTES)
+            rows = compaction.cleaned_rows(batches, MAX_ROW_BYTES, part.epoch)
             result = await compaction.rewrite(
                 conn,
                 topic=part.topic,

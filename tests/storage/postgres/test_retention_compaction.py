@@ -21,15 +21,16 @@ import asyncpg
 import pytest
 from pgjournal_kit import lease_row, make_leases, started_journal, wait_until_blocked
 
+from coordinator.audit.source_pg import _LogRow, row_checks
 from coordinator.runtime.replay import replay_partition
 from storage.interface import Lease
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.offsets_format import encode_offset_commit_key, encode_offset_commit_value
-from storage.postgres.journal import PgJournal
+from storage.postgres.journal import MAX_ROW_BYTES, PgJournal
 from storage.postgres.materialize import materialize
-from storage.record_batch import iter_record_tuples
+from storage.record_batch import iter_batches, iter_record_tuples
 
 pytestmark = pytest.mark.postgres
 
@@ -111,6 +112,29 @@ async def all_rows(conn: Any, topic: str, partition: int) -> list[tuple[Any, ...
         partition,
     )
     return [tuple(r) for r in rows]
+
+
+async def assert_rows_as_the_audit_expects(conn: Any, topic: str, partition: int) -> None:
+    """Rewritten rows: at most MAX_ROW_BYTES (or one batch), the lease epoch, appended after
+    the row they precede (how the audit tells them apart); its row checks find nothing."""
+    lease = await lease_row(conn, topic, partition)
+    rows = await conn.fetch(
+        "SELECT base_offset, last_offset, epoch, batch,"
+        " (extract(epoch FROM append_time) * 1000000)::bigint AS us"
+        " FROM kgc_record_log WHERE topic = $1 AND partition = $2 ORDER BY base_offset",
+        topic,
+        partition,
+    )
+    rewritten = rows[:-1]
+    assert rewritten, "nothing was rewritten"
+    for r in rewritten:
+        assert r["epoch"] == lease.epoch
+        assert r["us"] > rows[-1]["us"]
+        assert len(r["batch"]) <= MAX_ROW_BYTES or len(list(iter_batches(r["batch"]))) == 1
+    log_rows = [
+        _LogRow(r["base_offset"], r["last_offset"], r["epoch"], r["batch"], r["us"]) for r in rows
+    ]
+    assert row_checks(partition, (lease.log_start_offset, lease.next_offset), log_rows) == []
 
 
 async def fresh_load(conn: Any, base: Path, topic: str, partition: int) -> PartitionLog:
@@ -267,6 +291,7 @@ async def test_compaction_shrinks_the_table_and_a_fresh_load_replays_the_same_st
         # The last row (at the cut) is left as it was: the log end never moves.
         assert (await all_rows(conn, OFFSETS, 0))[-1] == last_row
         assert result.cut == last_row[0]
+        await assert_rows_as_the_audit_expects(conn, OFFSETS, 0)
 
         fresh = await fresh_load(conn, tmp_path / "b", OFFSETS, 0)
         assert fresh.log_end_offset == log.log_end_offset
