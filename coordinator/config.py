@@ -314,6 +314,19 @@ def offsets_log_config(settings: Settings) -> LogConfig:
             "retention.ms": "-1",
         },
     )
-    # Commits touch many of the 50 partitions at once: one journal fsync covers them all
-    # (in cluster mode the PostgreSQL journal plays that part; see storage/postgres).
-    return replace(cfg, journaled=not settings.cluster_mode)
+    if settings.cluster_mode:
+        # The PostgreSQL journal makes commits durable. The local copy is a cache whose
+        # cleaned segments also replace the database's rows (storage/postgres/compaction.py),
+        # and the cleaner only takes rolled segments: small, time-bounded segments keep the
+        # database's share of an offsets partition, and so a failover's load, small.
+        return replace(
+            cfg,
+            segment_bytes=min(cfg.segment_bytes, CLUSTER_OFFSETS_SEGMENT_BYTES),
+            segment_ms=min(cfg.segment_ms, CLUSTER_OFFSETS_SEGMENT_MS),
+        )
+    # Commits touch many of the 50 partitions at once: one journal fsync covers them all.
+    return replace(cfg, journaled=True)
+
+
+CLUSTER_OFFSETS_SEGMENT_BYTES = 8 << 20
+CLUSTER_OFFSETS_SEGMENT_MS = 600_000

@@ -323,6 +323,19 @@ class _Collector(Collector):
                 value=st.max_latency_ms / 1000.0,
             )
             yield CounterMetricFamily(
+                "kgc_journal_trims", "Retention trims applied to the database", value=st.trims
+            )
+            yield CounterMetricFamily(
+                "kgc_journal_compactions",
+                "Compacted prefixes rewritten in the database",
+                value=st.compactions,
+            )
+            yield CounterMetricFamily(
+                "kgc_journal_maintenance_errors",
+                "Failed trims or compaction rewrites (retried)",
+                value=st.maintenance_errors,
+            )
+            yield CounterMetricFamily(
                 "kgc_journal_fenced_writes",
                 "Partition writes refused because another node holds the lease now",
                 value=st.fenced,
