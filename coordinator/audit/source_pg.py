@@ -25,6 +25,13 @@ leases (``kgc_partition``: ``next_offset``, ``log_start_offset``, ``epoch``) and
 
 The rows out are ``decode.SCHEMA`` rows, so ``stitch`` and the reports are shared with the
 file audit.  Nothing here imports pyspark.
+
+Why JDBC rather than PySpark's Python Data Source: the JDBC source already plans the
+partitioned read (one range query per task), and hands ``mapInArrow`` Arrow batches with the
+bytea as a binary column -- the same shape as ``binaryFile`` gives the file audit, so the
+decoder, the routing shuffle and ``stitch`` are reused as they are; a Python Data Source would
+need its own partition planning and paging code and a Python database driver on every
+executor, for a measured 440-480k records/s against ~580k for ``mapInArrow``.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import pyarrow as pa
 
-from coordinator.audit.decode import _NAMES, OFFSETS_TOPIC, SCHEMA, Piece, Row, decode_offsets
+from coordinator.audit.decode import OFFSETS_TOPIC, SCHEMA, Piece, Row, decode_offsets
 from coordinator.audit.stitch import Context, TopicLog, row_name
 from storage.record_batch import HEADER_SIZE, LOG_OVERHEAD
 
@@ -359,7 +366,10 @@ def decode_pg_batches(
     A task's input is whole offsets partitions (the JDBC source partitions by ``partition``)
     in no particular order; it is gathered and sorted first, then each partition is decoded.
     """
-    table = pa.Table.from_batches(list(batches))
+    gathered = list(batches)
+    if not gathered:  # a range of partitions without leases
+        return
+    table = pa.Table.from_batches(gathered)
     if not table.num_rows:
         return
     table = table.sort_by([("partition", "ascending"), ("base_offset", "ascending")])
@@ -394,7 +404,7 @@ def decode_pg_batches(
             out = _partition_rows(opart, lease, rows, window, num_partitions, future_limit_ms)
             if out:
                 yield pa.RecordBatch.from_pydict(
-                    {c: [r.get(c) for r in out] for c in _NAMES}, schema=SCHEMA
+                    {c: [r.get(c) for r in out] for c in SCHEMA.names}, schema=SCHEMA
                 )
     finally:
         if gc_was_enabled:
