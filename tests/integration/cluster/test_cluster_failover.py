@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import sys
 import time
-import zlib
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -72,6 +70,19 @@ def prepare_topic(cluster: Cluster, topic: str, messages: int) -> dict[int, int]
         }
     finally:
         c.close()
+
+
+class PlacedProducer(BackgroundProducer):
+    """A BackgroundProducer that also remembers where each acknowledged record was placed."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(bootstrap, topic)
+        self.placed: dict[bytes, tuple[int, int]] = {}
+
+    def on_delivery(self, err: object, msg: object) -> None:
+        super().on_delivery(err, msg)
+        if err is None:
+            self.placed[msg.value()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
 
 
 def committed_at_coordinator(cluster: Cluster, group: str) -> dict[int, int]:
@@ -289,7 +300,7 @@ def test_postgres_restart_under_load_loses_nothing_acknowledged(
     pids = {n: p.proc.pid for n, p in cluster.nodes.items() if p.proc is not None}
     groups = groups_on_distinct_nodes(cluster, 3, "pgr")
     committers = [Committer(cluster.bootstrap, g) for g in groups]
-    producer = BackgroundProducer(cluster.bootstrap, "produced")
+    producer = PlacedProducer(cluster.bootstrap, "produced")
     for c in committers:
         c.start()
     producer.thread.start()
@@ -333,9 +344,16 @@ def test_postgres_restart_under_load_loses_nothing_acknowledged(
     values = {v for _p, _k, v in read_all_confluent(cluster.bootstrap, "produced", PARTITIONS)}
     lost = producer.acked - values
     if lost:
-        # For the report: which partitions (librdkafka's default partitioner is CRC32 of the
-        # key, BackgroundProducer's key is key-<n % 60>) and what the leases say.
-        by_partition = Counter(zlib.crc32(b"key-%d" % (int(v[2:]) % 60)) % PARTITIONS for v in lost)
+        # For the report: where the acknowledgements placed the lost records, and what the
+        # leases say each partition's durable end is.
+        where: dict[int, list[int]] = {}
+        for v in lost:
+            part, offset = producer.placed[v]
+            where.setdefault(part, []).append(offset)
+        by_partition = {
+            p: f"{len(offs)} acked at offsets {min(offs)}..{max(offs)}"
+            for p, offs in sorted(where.items())
+        }
         leases = pg_server.psql(
             "kgc",
             "SELECT partition, owner_node, epoch, next_offset FROM kgc_partition "
@@ -343,7 +361,7 @@ def test_postgres_restart_under_load_loses_nothing_acknowledged(
         )
         pytest.fail(
             f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:5]}; lost per "
-            f"partition {dict(by_partition)}; leases (partition|owner|epoch|next_offset):\n"
+            f"partition {by_partition}; leases (partition|owner|epoch|next_offset):\n"
             f"{leases}"
         )
 
