@@ -305,19 +305,21 @@ def commits_table(pg: PgServer, base: Path, args: Any) -> None:
     )
     kgc = KgcProcess(base / "local" / "data", "--log-level", "WARNING")
     kgc.data_dir.mkdir(parents=True)
-    kgc.start()
     try:
+        kgc.start()
         kgc.wait_loaded()
         create_topic(kgc.bootstrap)
         measure_commits("local (fsync batch)", [kgc.bootstrap], [kgc], None, args)
     finally:
-        kgc.stop()
+        if kgc.alive():
+            kgc.stop()
     for n in (1, 3):
         pg.reset()
         cluster = Cluster(
             base / f"pg{n}", pg.url, nodes=n, session_timeout_ms=args.session_timeout_ms
-        ).start_all()
+        )
         try:
+            cluster.start_all()
             nodes = list(cluster.nodes.values())
             create_topic(nodes[0].bootstrap)
             cluster.wait_topic_led(TOPIC)
@@ -384,8 +386,9 @@ def failover_table(pg: PgServer, base: Path, args: Any) -> None:
             nodes=3,
             session_timeout_ms=st,
             heartbeat_interval_ms=args.heartbeat_interval_ms,
-        ).start_all()
+        )
         try:
+            cluster.start_all()
             create_topic(cluster.nodes[1].bootstrap)
             cluster.wait_topic_led(TOPIC)  # every node knows it (catalog at heartbeats)
             old, new, s = failover_once(cluster, f"failover-{i}", sig)
@@ -445,16 +448,19 @@ def load_table(pg: PgServer, base: Path, args: Any) -> None:
         if engine == "local":
             node = KgcProcess(base / "load-local" / "data", "--log-level", "INFO")
             node.data_dir.mkdir(parents=True)
-            node.start()
-            node.wait_loaded()
             cluster = None
         else:
             pg.reset()
             cluster = Cluster(
                 base / "load-pg", pg.url, nodes=1, session_timeout_ms=args.session_timeout_ms
-            ).start_all()
+            )
             node = cluster.nodes[1]
         try:
+            if cluster is not None:
+                cluster.start_all()
+            else:
+                node.start()
+                node.wait_loaded()
             create_topic(node.bootstrap)
             if cluster is not None:
                 cluster.wait_topic_led(TOPIC)
