@@ -251,7 +251,13 @@ class DataPlane:
     def _log(self, info: TopicInfo, partition: int) -> PartitionLog | None:
         if not 0 <= partition < info.num_partitions:
             return None
-        return self.logs.get(info.name, partition)
+        plog = self.logs.get(info.name, partition)
+        if not self.hosted and plog not in self.leader_epochs:
+            # Cluster mode: a log exists here while its lease is being taken over (filled
+            # from the database, not yet journaled there); only ``acquire`` makes it ours to
+            # serve. An append before that would be acknowledged without the database.
+            return None
+        return plog
 
     def _absent(self, info: TopicInfo | None, partition: int) -> ErrorCode:
         """The error for a partition with no log here: another node leads it (cluster mode),

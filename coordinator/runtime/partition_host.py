@@ -96,17 +96,20 @@ class PartitionHost:
                 return
             cfg = topic_configs.log_config(self.settings, info.configs)
             topic_id = info.topic_id
+        # Nothing serves this log until it is attached to the journal below: the group
+        # runtime and the data plane only use logs handed to them by ``acquire``.
         plog = self.logs.fresh(topic, p, cfg, topic_id)
         try:
             async with self.pool.acquire() as conn:
                 batches = await materialize(conn, plog, lease)
+            self.journal.broker_epoch = self.broker_epoch()
+            self.journal.attach(plog, lease)
         except BaseException:
+            self.journal.detach(plog)
             self.logs.forget(topic, p)
             if offsets:
                 self.groups.release(p)
             raise
-        self.journal.broker_epoch = self.broker_epoch()
-        self.journal.attach(plog, lease)
         self.hosted[(topic, p)] = plog
         if offsets:
             records = await self.groups.acquire(p, plog)
