@@ -235,7 +235,7 @@ class App:
         s = settings
         assert s.storage_url is not None
         name = f"kgc-node-{s.node_id}"
-        flusher = Flusher()
+        flusher = Flusher(remote_only=True)
         logs = LogManager(s.data_dir, flusher=flusher)
         logs.drop_cache()  # nothing local is trusted: partitions are filled from the database
         pool = await asyncpg.create_pool(

@@ -107,8 +107,11 @@ class Flusher:
     own hook to ``PartitionLog.on_cut_back`` or compare ``PartitionLog.cut_backs``.
     """
 
-    def __init__(self, clock: Clock = wall_clock_ms) -> None:
+    def __init__(self, clock: Clock = wall_clock_ms, *, remote_only: bool = False) -> None:
+        """``remote_only`` (cluster mode): only a remote journal makes anything durable; a
+        wait on a log without one fails instead of trusting a local fsync."""
         self._clock = clock
+        self.remote_only = remote_only
         self._waiters: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
         # The waiters taken by the round in flight (so a cut-back can fail them too).
         self._inflight: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
@@ -214,6 +217,8 @@ class Flusher:
     def _register_wait(
         self, log: PartitionLog, offset: int, generation: int | None = None
     ) -> asyncio.Future[None] | None:
+        if self.remote_only and (log.journal is None or not log.journal.remote):
+            raise FlushError(f"{log.dir.name} is not journaled in the database", log=log)
         self.register(log)
         if (generation is not None and not log.survived(offset, generation)) or (
             offset >= log.log_end_offset and log.cut_backs

@@ -197,3 +197,16 @@ async def test_a_rebuilt_log_holds_exactly_the_acknowledged_batches(engine: Engi
     again = await engine.rebuilt(log, 0)
     assert batches(again) == acked
     assert (again.log_start_offset, again.log_end_offset) == (0, 2)
+
+
+async def test_cluster_mode_never_takes_a_local_fsync_for_durability(tmp_path: Path) -> None:
+    """A log not journaled in the database cannot be waited durable in cluster mode."""
+    from storage.local.durability import Flusher
+    from storage.local.log import PartitionLog
+
+    flusher = Flusher(remote_only=True)
+    plog = PartitionLog(tmp_path / "t-0")
+    _, last = plog.append_records([(b"k", b"v")], timestamp_ms=0)
+    with pytest.raises(FlushError):
+        await flusher.wait_durable(plog, last)
+    plog.close()
