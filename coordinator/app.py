@@ -227,8 +227,10 @@ class App:
         import asyncpg
 
         from coordinator.cluster import Cluster
+        from coordinator.dataplane.producers import ClusterProducerIds
         from coordinator.runtime.partition_host import PartitionHost
         from coordinator.server.placement import ClusterPlacement
+        from storage.postgres import catalog as pg_catalog
         from storage.postgres.journal import PgJournal
         from storage.postgres.schema import migrate
 
@@ -271,7 +273,19 @@ class App:
             hosted=False,
         )
         groups.loaded.set()  # nothing to load up front: partitions load as leases come
-        data = DataPlane(s, catalog, logs, flusher, hosted=False)
+
+        async def take_producer_ids(block: int, floor: int) -> int:
+            async with pool.acquire() as conn:
+                return await pg_catalog.take_producer_ids(conn, block, floor)
+
+        data = DataPlane(
+            s,
+            catalog,
+            logs,
+            flusher,
+            hosted=False,
+            producer_ids=ClusterProducerIds(take_producer_ids),
+        )
         data.start()
         host = PartitionHost(s, catalog, logs, flusher, journal, groups, data, pool, shared)
         shared.on_deleted.append(groups.topic_deleted)

@@ -51,7 +51,11 @@ import crc32c as _crc32c
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
-from coordinator.dataplane.producers import PartitionProducers, ProducerIdAllocator
+from coordinator.dataplane.producers import (
+    ClusterProducerIds,
+    PartitionProducers,
+    ProducerIdAllocator,
+)
 from coordinator.dataplane.reads import ReadBudget, validate_produced
 from coordinator.server.handler import (
     CLOSE_CONNECTION,
@@ -184,6 +188,7 @@ class DataPlane:
         retention_check_interval_ms: int = 30_000,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         hosted: bool = True,
+        producer_ids: ClusterProducerIds | None = None,
     ) -> None:
         """``hosted=False`` (cluster mode): a partition is served here only between
         ``acquire`` and ``release`` (its lease); others answer NOT_LEADER_OR_FOLLOWER."""
@@ -197,7 +202,11 @@ class DataPlane:
         self.producers: dict[PartitionLog, PartitionProducers] = {}
         self.waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
         self.append_time_topics: set[str] = set()
-        self.producer_ids = ProducerIdAllocator(settings.data_dir / PRODUCER_ID_FILE)
+        # Producer ids: a file-backed counter on one node; blocks from the database's
+        # counter in cluster mode (unique across nodes).
+        self.producer_ids: ProducerIdAllocator | ClusterProducerIds = (
+            producer_ids or ProducerIdAllocator(settings.data_dir / PRODUCER_ID_FILE)
+        )
         self.tasks: list[asyncio.Task[None]] = []
         # PartitionLog.cut_backs each producer table was built at (rebuilt after a cut-back).
         self.producer_generations: dict[PartitionLog, int] = {}
@@ -761,7 +770,7 @@ class DataPlane:
 
     def init_producer_id(
         self, header: RequestHeader, req: InitProducerIdRequest, client: ClientInfo
-    ) -> InitProducerIdResponse:
+    ) -> InitProducerIdResponse | Deferred:
         resp = InitProducerIdResponse(throttle_time_ms=0, producer_id=-1, producer_epoch=-1)
         if req.transactional_id is not None:
             # Kafka's coordinator rejects an empty id; any other id needs a transaction
@@ -775,10 +784,25 @@ class DataPlane:
         if (req.producer_id == -1) != (req.producer_epoch == -1):
             resp.error_code = ErrorCode.INVALID_REQUEST
             return resp
+        ids = self.producer_ids
+        if isinstance(ids, ClusterProducerIds):
+            return Deferred.task(self._init_producer_id_cluster(ids, resp))
         try:
-            resp.producer_id = self.producer_ids.allocate()
+            resp.producer_id = ids.allocate()
         except OSError as e:
             log.error("persisting the producer id block failed: %r", e)
+            resp.error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return resp
+        resp.producer_epoch = 0
+        return resp
+
+    async def _init_producer_id_cluster(
+        self, ids: ClusterProducerIds, resp: InitProducerIdResponse
+    ) -> InitProducerIdResponse:
+        try:
+            resp.producer_id = await ids.allocate()
+        except Exception as e:  # the database is unreachable: a retriable answer
+            log.error("taking a block of producer ids from the database failed: %r", e)
             resp.error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
             return resp
         resp.producer_epoch = 0

@@ -22,7 +22,9 @@ whose end is persisted before use, so an id is never reused across restarts.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,3 +207,32 @@ class ProducerIdAllocator:
         pid = self.next_id
         self.next_id += 1
         return pid
+
+
+class ClusterProducerIds:
+    """Cluster mode: producer ids taken in blocks from the database's one counter, so two
+    nodes never hand out the same id (a producer keeps its id when a partition moves)."""
+
+    def __init__(
+        self, take_block: Callable[[int, int], Awaitable[int]], block: int = PRODUCER_ID_BLOCK
+    ) -> None:
+        self.take_block = take_block  # (block size, floor) -> first id of the block
+        self.block = block
+        self.floor = -1
+        self.next_id = 0
+        self.block_end = 0
+        self.lock = asyncio.Lock()
+
+    def ensure_above(self, producer_id: int) -> None:
+        self.floor = max(self.floor, producer_id)
+        if self.next_id <= producer_id:
+            self.block_end = self.next_id  # this block is behind: take a new one
+
+    async def allocate(self) -> int:
+        async with self.lock:
+            if self.next_id >= self.block_end:
+                self.next_id = await self.take_block(self.block, self.floor)
+                self.block_end = self.next_id + self.block
+            pid = self.next_id
+            self.next_id += 1
+            return pid

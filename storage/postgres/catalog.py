@@ -213,3 +213,16 @@ async def list_topics(conn: Any) -> list[TopicRow]:
 async def change_version(conn: Any) -> int:
     """The catalog's version: ``max(kgc_cluster_change.version)``, 0 before any change."""
     return int(await conn.fetchval("SELECT coalesce(max(version), 0) FROM kgc_cluster_change"))
+
+
+async def take_producer_ids(conn: Any, block: int, floor: int) -> int:
+    """Reserve ``block`` producer ids for this node; returns the first. ``floor``: ids at or
+    below it were seen in the logs and are never handed out again."""
+    return int(
+        await conn.fetchval(
+            "UPDATE kgc_producer_ids SET next_id = greatest(next_id, $2::bigint + 1) + $1 "
+            "RETURNING next_id - $1",
+            block,
+            floor,
+        )
+    )

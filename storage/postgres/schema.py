@@ -24,6 +24,8 @@ Tables (version 1); the README's "Cluster mode" section documents them for opera
   v2 bytes of that round, concatenated, exactly as stored locally (base offsets and
   partition leader epoch assigned by the owner), so replay, compaction rules and the audit
   share one codec. Append-only; retention deletes whole rows below ``log_start_offset``.
+* ``kgc_producer_ids``: one counter from which nodes take blocks of producer ids
+  (InitProducerId), so no two nodes hand out the same id.
 * ``kgc_cluster_change``: a version counter of the catalog; nodes poll ``max(version)``
   on each heartbeat (no LISTEN/NOTIFY, which neither survives reconnects nor ports to
   distributed SQL engines).
@@ -95,6 +97,13 @@ MIGRATIONS: list[str] = [
     );
     -- Client batches are often compressed already: do not try to compress them again.
     ALTER TABLE kgc_record_log ALTER COLUMN batch SET STORAGE EXTERNAL;
+
+    -- Producer ids are unique across the cluster: nodes take blocks from one counter.
+    CREATE TABLE kgc_producer_ids (
+        singleton          boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+        next_id            bigint      NOT NULL
+    );
+    INSERT INTO kgc_producer_ids (next_id) VALUES (0);
 
     CREATE TABLE kgc_cluster_change (
         version            bigint      PRIMARY KEY,
