@@ -240,12 +240,17 @@ class App:
         flusher = Flusher(remote_only=True)
         logs = LogManager(s.data_dir, flusher=flusher)
         logs.drop_cache()  # nothing local is trusted: partitions are filled from the database
-        pool = await asyncpg.create_pool(
-            s.storage_url,
-            min_size=1,
-            max_size=4,
-            server_settings={"application_name": f"{name}-reads"},
-        )
+        try:
+            pool = await asyncpg.create_pool(
+                s.storage_url,
+                min_size=1,
+                max_size=4,
+                server_settings={"application_name": f"{name}-reads"},
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise OSError(
+                f"cannot reach the cluster's database {redact_url(s.storage_url)}: {exc}"
+            ) from exc
         async with pool.acquire() as conn:
             await migrate(conn)
         journal = PgJournal(s.storage_url, s.node_id, application_name=f"{name}-writer")

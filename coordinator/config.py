@@ -275,10 +275,16 @@ def load(args: argparse.Namespace | None = None) -> Settings:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            lines.append(
-                f"invalid setting {kafka_name(loc)}: {err['msg']} (got {err.get('input')!r})"
-            )
+            loc = ".".join(str(p) for p in err["loc"])
+            if not loc:
+                # A rule across settings (``_check``): its message names them; the input
+                # is every setting, which may hold a password (storage.url).
+                lines.append(f"invalid configuration: {err['msg'].removeprefix('Value error, ')}")
+                continue
+            got = err.get("input")
+            if loc == "storage_url" and isinstance(got, str):
+                got = redact_url(got)
+            lines.append(f"invalid setting {kafka_name(loc)}: {err['msg']} (got {got!r})")
         raise SystemExit("\n".join(lines)) from None
     except ValueError as exc:
         raise SystemExit(f"invalid configuration: {exc}") from None

@@ -90,6 +90,21 @@ def test_invalid_properties_file_names_the_setting(tmp_path: Path) -> None:
     )
 
 
+def test_cluster_settings_are_refused_without_showing_the_password(tmp_path: Path) -> None:
+    assert_refused(serve(tmp_path, "--listeners", "SSL://127.0.0.1:1"), "listeners")
+    assert_refused(
+        serve(tmp_path, "--broker-heartbeat-interval-ms", "9000"), "broker.heartbeat.interval.ms"
+    )
+    bad_scheme = serve(tmp_path, "--storage-url", "mysql://kgc:s3cret@127.0.0.1/kgc")
+    assert_refused(bad_scheme, "storage.url")
+    assert "s3cret" not in bad_scheme.stderr
+    # A database that does not answer: one line naming it, its password hidden.
+    down = serve(tmp_path, "--storage-url", f"postgresql://kgc:s3cret@127.0.0.1:{free_port()}/kgc")
+    assert_refused(down, "cannot reach the cluster's database")
+    assert "s3cret" not in down.stderr
+    assert len([ln for ln in down.stderr.splitlines() if ln.strip()]) == 1, down.stderr
+
+
 def test_port_in_use_is_one_line(kgc: KgcProcess, tmp_path: Path) -> None:
     # Its own data directory: the running server's is locked, and the port is what we test.
     proc = serve(tmp_path / "second", "--port", str(kgc.port))
