@@ -121,6 +121,52 @@ class Compaction:
                     log.exception("compaction of %s failed; will retry", plog.dir)
 
 
+def group_core(
+    s: Settings, catalog: TopicCatalog, logs: LogManager, flusher: Flusher, *, hosted: bool
+) -> tuple[Compaction, Metrics, GroupRuntime]:
+    """The group core, its runtime, the metrics that read them, and the cleaner's task.
+
+    ``hosted``: this node coordinates every offsets partition (the embedded default); in
+    cluster mode none until their leases are taken (``GroupRuntime.acquire``).
+    """
+    shard = GroupShard(
+        group_config(s), topic_partitions=functools.partial(topic_partitions, s, catalog)
+    )
+    compaction = Compaction(logs, s.log_cleaner_backoff_ms)
+    metrics = Metrics(shard=shard, logs=logs, flusher=flusher, cleaners=compaction.cleaners.values)
+    groups = GroupRuntime(
+        shard,
+        logs,
+        flusher,
+        num_partitions=s.offsets_topic_num_partitions,
+        log_config=offsets_log_config(s),
+        metrics=metrics,  # load times, rebalance durations
+        hosted=hosted,
+    )
+    return compaction, metrics, groups
+
+
+def kafka_server(
+    s: Settings,
+    listening: Any,
+    broker: Broker,
+    groups: GroupRuntime,
+    data: DataPlane,
+    metrics: Metrics,
+) -> KafkaServer:
+    return KafkaServer(
+        listening,
+        Dispatcher(broker.handlers(), groups.handlers(), data.handlers()),
+        max_request_size=s.socket_request_max_bytes,
+        queued_max_requests=s.queued_max_requests,
+        queued_max_request_bytes=s.queued_max_request_bytes,
+        on_refused=metrics.on_refused,
+        on_connection=metrics.on_connection,
+        # Without an endpoint nobody reads the counters: skip the per-request hook then.
+        on_request=metrics.on_request if s.metrics_port else None,
+    )
+
+
 class App:
     """A running kgc node: its parts, as ``start`` built them."""
 
@@ -160,21 +206,7 @@ class App:
         logs.open_all(functools.partial(log_config_for, s, catalog))
         flusher.start()
 
-        shard = GroupShard(
-            group_config(s), topic_partitions=functools.partial(topic_partitions, s, catalog)
-        )
-        compaction = Compaction(logs, s.log_cleaner_backoff_ms)
-        metrics = Metrics(
-            shard=shard, logs=logs, flusher=flusher, cleaners=compaction.cleaners.values
-        )
-        groups = GroupRuntime(
-            shard,
-            logs,
-            flusher,
-            num_partitions=s.offsets_topic_num_partitions,
-            log_config=offsets_log_config(s),
-            metrics=metrics,  # load times, rebalance durations
-        )
+        compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=True)
         groups.start()
         data = DataPlane(s, catalog, logs, flusher)
         data.start()
@@ -183,17 +215,7 @@ class App:
         broker = Broker(
             s, catalog, logs, groups, data, advertised_port=s.advertised_port or listening.port
         )
-        server = KafkaServer(
-            listening,
-            Dispatcher(broker.handlers(), groups.handlers(), data.handlers()),
-            max_request_size=s.socket_request_max_bytes,
-            queued_max_requests=s.queued_max_requests,
-            queued_max_request_bytes=s.queued_max_request_bytes,
-            on_refused=metrics.on_refused,
-            on_connection=metrics.on_connection,
-            # Without an endpoint nobody reads the counters: skip the per-request hook then.
-            on_request=metrics.on_request if s.metrics_port else None,
-        )
+        server = kafka_server(s, listening, broker, groups, data, metrics)
         server.start()
         compaction.start()
         if s.metrics_port:
@@ -261,22 +283,7 @@ class App:
         await shared.refresh()
         flusher.start()
 
-        shard = GroupShard(
-            group_config(s), topic_partitions=functools.partial(topic_partitions, s, catalog)
-        )
-        compaction = Compaction(logs, s.log_cleaner_backoff_ms)
-        metrics = Metrics(
-            shard=shard, logs=logs, flusher=flusher, cleaners=compaction.cleaners.values
-        )
-        groups = GroupRuntime(
-            shard,
-            logs,
-            flusher,
-            num_partitions=s.offsets_topic_num_partitions,
-            log_config=offsets_log_config(s),
-            metrics=metrics,
-            hosted=False,
-        )
+        compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=False)
         groups.loaded.set()  # nothing to load up front: partitions load as leases come
 
         async def take_producer_ids(block: int, floor: int) -> int:
@@ -324,16 +331,7 @@ class App:
             placement=ClusterPlacement(cluster),
             topics=shared,
         )
-        server = KafkaServer(
-            listening,
-            Dispatcher(broker.handlers(), groups.handlers(), data.handlers()),
-            max_request_size=s.socket_request_max_bytes,
-            queued_max_requests=s.queued_max_requests,
-            queued_max_request_bytes=s.queued_max_request_bytes,
-            on_refused=metrics.on_refused,
-            on_connection=metrics.on_connection,
-            on_request=metrics.on_request if s.metrics_port else None,
-        )
+        server = kafka_server(s, listening, broker, groups, data, metrics)
         server.start()
         await cluster.start()
         compaction.start()

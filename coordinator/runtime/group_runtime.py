@@ -370,15 +370,9 @@ class GroupRuntime:
             started = time.perf_counter()
             for p in list(self.partitions):
                 t0 = time.perf_counter()
-                n = 0
-                try:
-                    for chunk in self._replay(p):
-                        n += chunk
-                        await asyncio.sleep(0)
-                except Exception as exc:
-                    self._load_failed(p, exc)
+                n = await self._load_partition(p)
+                if n is None:
                     continue
-                self._finish_load(p)
                 total += n
                 if self.metrics is not None:
                     self.metrics.partition_loaded(p, time.perf_counter() - t0)
@@ -434,6 +428,12 @@ class GroupRuntime:
         self.partitions[p] = plog
         plog.on_cut_back.append(functools.partial(self._cut_back, p))
         self.shard.begin_load(p)
+        return await self._load_partition(p) or 0
+
+    async def _load_partition(self, p: int) -> int | None:
+        """Replay ``p`` (yielding between chunks) and serve it; the records replayed, or
+        None when its log could not be replayed (the partition is FAILED then)."""
+        plog = self.partitions[p]
         n = 0
         try:
             for chunk in self._replay(p):
@@ -441,8 +441,8 @@ class GroupRuntime:
                 await asyncio.sleep(0)
         except Exception as exc:
             self._load_failed(p, exc)
-            return n
-        if self.partitions.get(p) is plog:  # not released while it loaded
+            return None
+        if self.partitions.get(p) is plog:  # not released while it loaded (cluster mode)
             self._finish_load(p)
         return n
 
