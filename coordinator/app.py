@@ -280,6 +280,7 @@ class App:
         flusher.journal = journal
         catalog = TopicCatalog(None)
         shared = SharedCatalog(catalog, pool)
+        await shared.listen(s.storage_url, f"{name}-catalog")
         await shared.refresh()
         flusher.start()
 
@@ -358,7 +359,7 @@ class App:
             compaction=compaction,
         )
         app.cluster = cluster
-        app.closers = [journal.close, pool.close]
+        app.closers = [journal.close, shared.close, pool.close]
         return app
 
     async def stop(self) -> None:

@@ -24,6 +24,8 @@ the catalog only says which topics exist, and it can never delete data on its ow
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -409,6 +411,48 @@ class SharedCatalog:
         self.pool = pool  # asyncpg pool
         self.on_deleted: list[Any] = []
         self.on_created: list[Any] = []
+        self._listener: Any = None  # a dedicated connection LISTENing for changes
+        self._refreshing: asyncio.Task[None] | None = None
+        self._again = False
+
+    async def listen(self, url: str, application_name: str) -> None:
+        """Refresh as soon as another node changes the catalog (a hint: PostgreSQL's
+        NOTIFY reaches only connected listeners, so the heartbeat's poll of the catalog
+        version stays the truth; this only spares clients the wait for it: a topic created
+        on one node is known to the others within milliseconds, not a heartbeat later)."""
+        import asyncpg
+
+        self._listener = await asyncpg.connect(
+            url, server_settings={"application_name": application_name}
+        )
+        await self._listener.add_listener(CATALOG_CHANNEL, self._notified)
+
+    def _notified(self, *_args: Any) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            self._again = True  # one more refresh after the running one
+            return
+        self._refreshing = asyncio.get_running_loop().create_task(self._refresh_hinted())
+
+    async def _refresh_hinted(self) -> None:
+        while True:
+            self._again = False
+            try:
+                await self.refresh()
+            except Exception as exc:  # the heartbeat's poll catches up
+                log.warning("catalog refresh after a change notice failed: %r", exc)
+            if not self._again:
+                return
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close(timeout=2)
+            self._listener = None
+
+    async def _announce(self, name: str) -> None:
+        with contextlib.suppress(Exception):  # only a hint: the version bump is the truth
+            async with self.pool.acquire() as conn:
+                await conn.execute("SELECT pg_notify($1, $2)", CATALOG_CHANNEL, name)
 
     async def refresh(self) -> None:
         from storage.postgres import catalog as pg
@@ -444,6 +488,7 @@ class SharedCatalog:
                 await pg.create_topic(conn, name, topic_id, num_partitions, dict(configs))
         except pg.TopicExistsError:
             raise TopicExistsError(name) from None
+        await self._announce(name)
         await self.refresh()
         info = self.catalog.get(name)
         assert info is not None
@@ -454,7 +499,9 @@ class SharedCatalog:
 
         async with self.pool.acquire() as conn:
             await pg.delete_topic(conn, info.name)
+        await self._announce(info.name)
         await self.refresh()
 
 
 OFFSETS_TOPIC_NAME = "__consumer_offsets"
+CATALOG_CHANNEL = "kgc_catalog"
