@@ -121,6 +121,9 @@ _AMBIGUOUS = (
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.CannotConnectNowError,
+    # Seen once after the server ended the connection at a restart: the next statement on
+    # it was refused client-side, its state unknown to us; treat it like a lost connection.
+    asyncpg.InternalClientError,
 )
 _RETRY_ONCE = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
 
@@ -382,7 +385,17 @@ class PgJournal:
         async with self._lock:
             batch = self._capture(errors)
             if batch:
-                await self._run_round(batch, errors)
+                try:
+                    await self._run_round(batch, errors)
+                except BaseException as exc:
+                    # Whatever escaped, the batches taken for this round are not durable:
+                    # cut their logs back now (with their waiters), or the journal and the
+                    # logs would disagree on where the next round starts.
+                    err = FlushError(f"PostgreSQL round failed: {exc!r}")
+                    for r in batch:
+                        if r.log not in errors:
+                            self._fail(r.log, err, errors)
+                    raise
 
     # ------------------------------------------------------------ the round
 

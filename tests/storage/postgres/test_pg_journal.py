@@ -338,3 +338,55 @@ async def test_trim_deletes_rows_below_and_raises_log_start(pg_url: str, tmp_pat
         await conn.close()
         await flusher.stop()
         await journal.close()
+
+
+class BrokenOnce:
+    """The writer connection, whose next ``fetch`` raises what asyncpg raised there."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.broken = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    async def fetch(self, *args: Any, **kwargs: Any) -> Any:
+        if self.broken:
+            self.broken = False
+            raise asyncpg.InternalClientError("cannot switch to state 12; another operation")
+        return await self.conn.fetch(*args, **kwargs)
+
+
+async def test_an_unexpected_client_error_fails_the_round_and_keeps_the_log_in_step(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A PostgreSQL restart once left asyncpg's writer connection answering the next statement
+    with InternalClientError ("another operation is in progress"). It escaped the journal's
+    handlers: the waiters failed, but the log kept the batches the journal had already taken,
+    so the next round of that partition was refused ("first batch at N+1, expected N")."""
+    await make_leases(pg_url, "t", 1)
+    journal = await started_journal(pg_url)
+    flusher = Flusher()
+    log = attached_log(journal, tmp_path, "t", 0)
+    try:
+        _b, last = log.append_records([(b"k", b"v0")], timestamp_ms=1)
+        await asyncio.wait_for(flusher.wait_durable(log, last), 10)
+        journal._conn = BrokenOnce(journal._conn)
+        _b, last = log.append_records([(b"k", b"v1")], timestamp_ms=2)
+        # Handled as a lost connection: a new one reads the lease (the round did not land)
+        # and runs the round again, safely (the CAS on next_offset).
+        await asyncio.wait_for(flusher.wait_durable(log, last), 10)
+        assert log.log_end_offset == log.durable_end == 2
+        assert journal._conn is not None and not isinstance(journal._conn, BrokenOnce)
+        # The partition goes on: the next append is made durable too.
+        _b, last = log.append_records([(b"k", b"v2")], timestamp_ms=3)
+        await asyncio.wait_for(flusher.wait_durable(log, last), 10)
+        assert log.durable_end == 3
+        check = await asyncpg.connect(pg_url)
+        try:
+            assert await db_bytes(check, "t", 0) == local_bytes(log)
+        finally:
+            await check.close()
+    finally:
+        await flusher.stop()
+        await journal.close()
