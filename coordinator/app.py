@@ -33,7 +33,7 @@ from typing import Any
 
 from coordinator import topic_configs
 from coordinator.catalog import SharedCatalog, TopicCatalog
-from coordinator.config import Settings, offsets_log_config, redact_url
+from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
@@ -46,6 +46,7 @@ from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
 from storage.offsets_format import OFFSETS_TOPIC
+from storage.postgres import redact_url
 
 log = logging.getLogger("kgc")
 
@@ -167,6 +168,12 @@ def kafka_server(
     )
 
 
+async def serve_metrics(s: Settings, metrics: Metrics) -> None:
+    if s.metrics_port:
+        port = await metrics.serve(s.host, s.metrics_port)
+        log.info("metrics on http://%s:%d/metrics", s.host, port)
+
+
 class App:
     """A running kgc node: its parts, as ``start`` built them."""
 
@@ -218,9 +225,7 @@ class App:
         server = kafka_server(s, listening, broker, groups, data, metrics)
         server.start()
         compaction.start()
-        if s.metrics_port:
-            metrics_port = await metrics.serve(s.host, s.metrics_port)
-            log.info("metrics on http://%s:%d/metrics", s.host, metrics_port)
+        await serve_metrics(s, metrics)
         log.info(
             "kgc listening on %s:%d (node %d, data in %s)",
             s.host,
@@ -336,9 +341,7 @@ class App:
         server.start()
         await cluster.start()
         compaction.start()
-        if s.metrics_port:
-            metrics_port = await metrics.serve(s.host, s.metrics_port)
-            log.info("metrics on http://%s:%d/metrics", s.host, metrics_port)
+        await serve_metrics(s, metrics)
         log.info(
             "kgc node %d listening on %s:%d (advertised %s:%d), cluster on %s, cache in %s",
             s.node_id,

@@ -46,6 +46,7 @@ from storage.local.manager import (
     read_topic_id,
     write_topic_id,
 )
+from storage.offsets_format import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.catalog")
 
@@ -403,14 +404,13 @@ class SharedCatalog:
     cluster's catalog version) and then refresh the mirror, so the node that answered
     CreateTopics knows the topic at once; every other node refreshes when its heartbeat sees
     the version move (``refresh``). ``on_deleted`` is told each topic that disappeared (the
-    group runtime forgets its offsets; the cluster layer drops its partitions).
+    group runtime forgets its offsets).
     """
 
     def __init__(self, catalog: TopicCatalog, pool: Any) -> None:
         self.catalog = catalog
         self.pool = pool  # asyncpg pool
         self.on_deleted: list[Any] = []
-        self.on_created: list[Any] = []
         self._listener: Any = None  # a dedicated connection LISTENing for changes
         self._refreshing: asyncio.Task[None] | None = None
         self._again = False
@@ -464,7 +464,7 @@ class SharedCatalog:
                 r.name, r.topic_id.bytes, r.partitions, {k: str(v) for k, v in r.configs.items()}
             )
             for r in rows
-            if r.name != OFFSETS_TOPIC_NAME
+            if r.name != OFFSETS_TOPIC
         ]
         before = {(t.name, t.topic_id) for t in self.catalog.topics.values()}
         self.catalog.install(infos)
@@ -472,10 +472,6 @@ class SharedCatalog:
         for name, _tid in before - after:
             for callback in self.on_deleted:
                 callback(name)
-        for info in infos:
-            if (info.name, info.topic_id) not in before:
-                for callback in self.on_created:
-                    callback(info)
 
     async def create(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
         from storage.postgres import catalog as pg
@@ -503,5 +499,4 @@ class SharedCatalog:
         await self.refresh()
 
 
-OFFSETS_TOPIC_NAME = "__consumer_offsets"
 CATALOG_CHANNEL = "kgc_catalog"

@@ -20,6 +20,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from storage.local.log import LogConfig
+from storage.postgres import redact_url
 
 
 class Settings(BaseSettings):
@@ -198,15 +199,6 @@ def parse_listener(value: str, name: str = "listeners") -> tuple[str, int]:
         raise ValueError(f"{name}: expected PLAINTEXT://host:port, got {value!r}")
     host = host.strip("[]")
     return (host or "0.0.0.0"), int(port_text)
-
-
-def redact_url(url: str) -> str:
-    """A database URL with its password replaced, for log lines."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, hostpart = rest.rpartition("@")
-    if not at or ":" not in creds:
-        return url
-    return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{hostpart}"
 
 
 _PROPERTIES_PATH: Path | None = None

@@ -65,6 +65,7 @@ from coordinator.group.events import (
 )
 from protocol.errors import ErrorCode
 from protocol.messages import BY_KEY
+from storage.offsets_format import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.metrics")
 
@@ -302,7 +303,7 @@ class _Collector(Collector):
             labels=["kind"],
         )
         owned = m.cluster.owned()
-        offsets = sum(1 for topic, _p in owned if topic == "__consumer_offsets")
+        offsets = sum(1 for topic, _p in owned if topic == OFFSETS_TOPIC)
         led.add_metric(["offsets"], offsets)
         led.add_metric(["topic"], len(owned) - offsets)
         yield led

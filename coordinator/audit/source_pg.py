@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from coordinator.audit.decode import OFFSETS_TOPIC, SCHEMA, Piece, Row, decode_offsets
 from coordinator.audit.stitch import Context, TopicLog, row_name
+from storage.postgres import redact_url
 from storage.record_batch import HEADER_SIZE, LOG_OVERHEAD
 
 __all__ = [
@@ -142,16 +143,6 @@ def jdbc_target(storage_url: str) -> JdbcTarget:
     if kept:
         url += "?" + urlencode(kept)
     return JdbcTarget(url, user, password)
-
-
-def redact_url(storage_url: str) -> str:
-    """The URL without its password (for reports and messages)."""
-    parts = urlsplit(storage_url)
-    if parts.password is None:
-        return storage_url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return parts._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
 
 
 _LENGTH = struct.Struct(">i")

@@ -156,7 +156,3 @@ class PartitionHost:
         # partition, so a later take-over never overlaps the unload.
         for callback in self.on_fenced_partition:
             callback(topic, p)
-
-    async def release_all(self) -> None:
-        for topic, p in list(self.hosted):
-            await self.release(topic, p)

@@ -22,6 +22,7 @@ from typing import Any
 
 import asyncpg
 
+from storage.offsets_format import OFFSETS_TOPIC
 from storage.postgres import StartupRefused
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "list_topics",
 ]
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _VERSION_RETRIES = 10
 
 
