@@ -7,9 +7,10 @@ fields of the matching schema in Apache Kafka's
 ``group-coordinator/src/main/resources/common/message/*.json``:
 
 * key version 0 and 1: OffsetCommitKey (group, topic, partition) -- same
-  layout, Kafka writes 1; key version 2: GroupMetadataKey (group).  Newer key
-  versions (consumer-group / share-group records of KIP-848 and later) are
-  returned as ``UnknownKey`` so a replay can skip them.
+  layout, Kafka writes 1; key version 2: GroupMetadataKey (group).  Key
+  versions (record types) 3-8 and 16 are KIP-848 consumer-group records, decoded
+  by ``storage.consumer_group_format``; the others (share and streams groups)
+  are returned as ``UnknownKey`` so a replay can skip them.
 * OffsetCommitValue v0..v4: v1 alone carries expire_timestamp, v3 adds
   leader_epoch, v4 is a "flexible" version (compact strings, tagged fields).
 * GroupMetadataValue v0..v4: v1 adds rebalance_timeout per member, v2 the
@@ -224,7 +225,9 @@ def encode_group_metadata_key(group: str) -> bytes:
     return _I16.pack(2) + _str(group)
 
 
-def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
+def decode_key(
+    data: bytes,
+) -> OffsetCommitKey | GroupMetadataKey | _cgf.ConsumerGroupKey | UnknownKey:
     if len(data) < 2:
         raise OffsetsFormatError("key shorter than its version field")
     if data[0] == 0 and data[1] <= 1:
@@ -253,6 +256,8 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
         if r.pos != len(data):
             raise OffsetsFormatError("group metadata key has trailing bytes")
         return GroupMetadataKey(group, version)
+    if version in _cgf.CONSUMER_GROUP_RECORD_TYPES:
+        return _cgf.decode_consumer_group_key(data)
     return UnknownKey(version, bytes(data))
 
 
@@ -421,3 +426,8 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(groupId.hashCode) % n``; Utils.abs maps INT_MIN to 0."""
     h = java_string_hash(group_id)
     return (0 if h == -0x80000000 else abs(h)) % num_partitions
+
+
+# At the bottom: consumer_group_format imports OffsetsFormatError from here, so whichever
+# module is imported first, the other finds what it needs (decode_key looks _cgf up late).
+import storage.consumer_group_format as _cgf  # noqa: E402

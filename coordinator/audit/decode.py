@@ -66,6 +66,7 @@ from coordinator.audit.columns import (
     key_ids,
     record_columns,
 )
+from storage.consumer_group_format import ConsumerGroupKey
 from storage.local.manager import parse_partition_dir
 from storage.local.segment import parse_segment_name
 from storage.offsets_format import (
@@ -642,7 +643,12 @@ def _key_rows(
 
 def _classify_keys(
     cols: RecordColumns, ids: Ints, firsts: Ints, num_partitions: int
-) -> tuple[list[CommitKey], Ints, dict[int, str | UnknownKey | OffsetsFormatError], dict[str, int]]:
+) -> tuple[
+    list[CommitKey],
+    Ints,
+    dict[int, str | ConsumerGroupKey | UnknownKey | OffsetsFormatError],
+    dict[str, int],
+]:
     """Decode each distinct key once (``ids`` / ``firsts`` from ``key_ids``).
 
     Returns the offset-commit keys in order of first appearance, the index in that list of
@@ -652,7 +658,7 @@ def _classify_keys(
     """
     keys: list[CommitKey] = []
     index: dict[CommitKey, int] = {}
-    other: dict[int, str | UnknownKey | OffsetsFormatError] = {}
+    other: dict[int, str | ConsumerGroupKey | UnknownKey | OffsetsFormatError] = {}
     expected: dict[str, int] = {}
     commit_key_of_id = np.full(len(firsts), -1, np.int64)
     for j, r in enumerate(firsts.tolist()):
@@ -685,7 +691,7 @@ def _other_records(
     cols: RecordColumns,
     recs: Ints,
     ids: Ints,
-    other_keys: dict[int, str | UnknownKey | OffsetsFormatError],
+    other_keys: dict[int, str | ConsumerGroupKey | UnknownKey | OffsetsFormatError],
     rec_batch: Ints,
     num_partitions: int,
     expected: dict[str, int],
@@ -741,7 +747,11 @@ def _other_records(
 
 
 def _key_finding(
-    src: str, opart: int, seg: int, key: UnknownKey | OffsetsFormatError | None, lo: int
+    src: str,
+    opart: int,
+    seg: int,
+    key: ConsumerGroupKey | UnknownKey | OffsetsFormatError | None,
+    lo: int,
 ) -> Row:
     """The finding of a record whose key is missing, broken or of a type we do not know."""
     if key is None:
