@@ -1,0 +1,509 @@
+"""The ``uniform`` server-side assignor (Kafka's ``UniformAssignor``): balance, then stickiness.
+
+How this works: like Kafka, two builders, picked by the spec's subscription type.
+
+* **Homogeneous** (every member subscribes to the same topics; Kafka 4.1's
+  ``UniformHomogeneousAssignmentBuilder``). With P partitions and M members every member's
+  target size is P // M, and P % M members get one more. Members are walked in order; each
+  keeps its previous target up to its quota (whole topics while they fit, then the lowest
+  partition ids of the topic that overflows) and the rest is revoked. A member that could
+  take an extra partition but did not fill it from its previous target gives the extra back
+  while enough members remain after it to take all the extras left (4.1's rule: extras stay
+  with members that already hold them, which is what makes joins and leaves move only what
+  balance requires). Partitions nobody held come first, in topic order then ascending, then
+  the revoked ones in the order they were revoked; they are dealt in that order to the
+  members still below quota, in member order.
+* **Heterogeneous** (Kafka's ``UniformHeterogeneousAssignmentBuilder``). Each member keeps
+  its previous target of the topics it still subscribes to; per topic (ordered by
+  partitions-per-subscriber descending, subscriber count ascending, topic id ascending) the
+  unowned partitions go one by one to the least-loaded subscriber (water-filling: members
+  sorted by size, the lowest level filled one partition each in order before it rises); then
+  up to 16 balancing passes over the topics with two or more subscribers move a topic's
+  highest-numbered partition from its most-loaded owner to its least-loaded subscriber
+  until they differ by at most one.
+
+Orders (where Kafka iterates Java hash maps, whose order we do not emulate):
+* members: the spec's ``members`` insertion order stands in for Kafka's ``memberIds()``;
+* topics: Kafka ``Uuid`` order (signed msb, then signed lsb) wherever Kafka iterates a
+  topic-id set; partitions of one topic: ascending (what Java's ``HashSet<Integer>``
+  iterates for partition ids below its capacity).
+So exact outputs match Kafka's for groups whose Java iteration order is the same (one or two
+members, hand-built cases); otherwise the same invariants hold with a different tie order.
+
+Differences from Kafka, on purpose:
+* A topic whose ``num_partitions`` is -1 (it no longer exists) is skipped instead of
+  raising; every member of the spec appears in the result, possibly with ``{}``.
+* The previous targets are the truth for who holds what (``GroupSpec.inverted_target`` is
+  their inverse and is not needed); a partition claimed by two members' previous targets is
+  kept by the first, and partition ids beyond the topic's count are dropped. Both cannot
+  happen with consistent inputs, where the result is Kafka's.
+* A spec labelled HOMOGENEOUS whose members' subscriptions differ is assigned with the
+  heterogeneous builder (Kafka trusts the label).
+* **Rack awareness.** Only when every member has a ``rack_id`` and some partition being
+  dealt reports replica racks: the partitions dealt to members (homogeneous: the unassigned
+  list; heterogeneous: each topic's unowned partitions, whose recipients water-filling has
+  already fixed) are matched to members so that as many as possible land on a member in a
+  rack holding a replica (a maximum matching, ``_common.match_to_racks``). How many each
+  member receives and what each member keeps are unchanged, so balance and stickiness are
+  exactly Kafka's; the balancing passes ignore racks. Without racks the result is exactly
+  the algorithm above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ._common import deal_by_rack, uuid_key
+from .spec import (
+    Assignment,
+    GroupSpec,
+    MemberSpec,
+    PartitionAssignorError,
+    SubscribedTopics,
+    SubscriptionType,
+)
+
+__all__ = ["UniformAssignor"]
+
+# Kafka's MAX_ITERATION_COUNT: balancing passes over the topics (heterogeneous builder).
+MAX_ITERATION_COUNT = 16
+
+
+class UniformAssignor:
+    """Kafka's ``uniform`` assignor (the default of ``group.consumer.assignors``)."""
+
+    name = "uniform"
+
+    def assign(self, spec: GroupSpec, topics: SubscribedTopics) -> dict[str, Assignment]:
+        members = spec.members
+        if not members:
+            return {}
+        if spec.subscription_type is SubscriptionType.HOMOGENEOUS:
+            it = iter(members.values())
+            first = next(it).subscribed_topic_ids
+            # ``is`` first: members sharing one frozenset compare in O(1).
+            if all(m.subscribed_topic_ids is first or m.subscribed_topic_ids == first for m in it):
+                return _assign_homogeneous(members, first, topics)
+        return _HeterogeneousBuilder(members, topics).build()
+
+
+# --------------------------------------------------------------------------------------
+# Homogeneous
+# --------------------------------------------------------------------------------------
+
+
+def _assign_homogeneous(
+    members: Mapping[str, MemberSpec], subscribed: frozenset[bytes], topics: SubscribedTopics
+) -> dict[str, Assignment]:
+    counts: dict[bytes, int] = {}
+    for t in sorted(subscribed, key=uuid_key):
+        n = topics.num_partitions(t)
+        if n >= 0:
+            counts[t] = n
+    if not counts:
+        return {m: {} for m in members}
+    topic_rank = {t: i for i, t in enumerate(counts)}
+    total = sum(counts.values())
+    num_members = len(members)
+    min_quota, extra = divmod(total, num_members)
+
+    result: dict[str, Assignment] = {}
+    # (member id, remaining quota), in member order.
+    unfilled: list[tuple[str, int]] = []
+    # Revoked partitions, as (topic, ascending partitions) segments in revocation order.
+    revoked: list[tuple[bytes, list[int]]] = []
+    # Partitions kept (or revoked) from some previous target, per topic.
+    held: dict[bytes, set[int]] = {}
+
+    for i, (member_id, member) in enumerate(members.items()):
+        quota = min_quota
+        flagged = extra > 0
+        if flagged:
+            quota += 1
+        prev = member.assigned_partitions
+        new: Assignment = {}
+        if prev:
+            order = [t for t in prev if t in topic_rank]
+            if len(order) > 1:
+                order.sort(key=topic_rank.__getitem__)
+            for t in order:
+                parts = prev[t]
+                if not parts:
+                    continue
+                seen = held.get(t)
+                if seen is None:
+                    seen = held[t] = set()
+                if not seen.isdisjoint(parts) or max(parts) >= counts[t]:
+                    # Inconsistent input (see the module doc): drop what another member
+                    # already holds and ids beyond the topic.
+                    n = counts[t]
+                    parts = frozenset(p for p in parts if p < n and p not in seen)
+                    if not parts:
+                        continue
+                seen.update(parts)
+                size = len(parts)
+                if size <= quota:
+                    new[t] = parts if isinstance(parts, frozenset) else frozenset(parts)
+                    quota -= size
+                else:
+                    ordered = sorted(parts)
+                    if quota > 0:
+                        new[t] = frozenset(ordered[:quota])
+                    revoked.append((t, ordered[quota:]))
+                    quota = 0
+        # 4.1's give-back: an unfilled extra goes back while the members left (this one
+        # included) outnumber the extras left, so it lands on a member that holds it.
+        if quota > 0 and flagged and num_members - i > extra:
+            quota -= 1
+            flagged = False
+        if quota > 0:
+            unfilled.append((member_id, quota))
+        if flagged:
+            extra -= 1
+        result[member_id] = new
+
+    # Partitions no previous target holds, topic by topic, ascending.
+    unassigned: list[tuple[bytes, list[int]]] = []
+    for t, n in counts.items():
+        seen = held.get(t)
+        if not seen:
+            if n:
+                unassigned.append((t, list(range(n))))
+        elif len(seen) < n:
+            unassigned.append((t, [p for p in range(n) if p not in seen]))
+    unassigned.extend(revoked)
+    if not unassigned:
+        return result
+
+    if _rack_aware(members, unfilled):
+        _deal_rack_aware(members, unfilled, unassigned, topics, result)
+    else:
+        _deal(unfilled, unassigned, result)
+    return result
+
+
+def _deal(
+    unfilled: list[tuple[str, int]],
+    unassigned: list[tuple[bytes, list[int]]],
+    result: dict[str, Assignment],
+) -> None:
+    """Kafka's assignRemainingPartitions: the list in order to the unfilled in order."""
+    seg = 0
+    off = 0
+    nseg = len(unassigned)
+    for member_id, quota in unfilled:
+        new = result[member_id]
+        while quota > 0 and seg < nseg:
+            t, parts = unassigned[seg]
+            take = parts[off : off + quota]
+            off += len(take)
+            quota -= len(take)
+            old = new.get(t)
+            new[t] = frozenset(take) if old is None else old.union(take)
+            if off >= len(parts):
+                seg += 1
+                off = 0
+        if seg >= nseg:
+            break
+    if seg < nseg:
+        raise PartitionAssignorError("Partitions were left unassigned")
+
+
+def _rack_aware(members: Mapping[str, MemberSpec], unfilled: list[tuple[str, int]]) -> bool:
+    return len(unfilled) > 1 and all(m.rack_id for m in members.values())
+
+
+def _deal_rack_aware(
+    members: Mapping[str, MemberSpec],
+    unfilled: list[tuple[str, int]],
+    unassigned: list[tuple[bytes, list[int]]],
+    topics: SubscribedTopics,
+    result: dict[str, Assignment],
+) -> None:
+    flat = [(t, p) for t, parts in unassigned for p in parts]
+    local = [topics.racks_for_partition(t, p) for t, p in flat]
+    if not any(local):
+        _deal(unfilled, unassigned, result)
+        return
+    if sum(q for _, q in unfilled) < len(flat):
+        raise PartitionAssignorError("Partitions were left unassigned")
+    racks = [members[m].rack_id or "" for m, _ in unfilled]
+    slots = [(k, q) for k, (_, q) in enumerate(unfilled)]
+    for (member_id, _), items in zip(unfilled, deal_by_rack(local, slots, racks), strict=True):
+        _add_items(result[member_id], flat, items)
+
+
+def _add_items(new: Assignment, flat: Sequence[tuple[bytes, int]], items: list[int]) -> None:
+    per_topic: dict[bytes, list[int]] = {}
+    for i in items:
+        t, p = flat[i]
+        per_topic.setdefault(t, []).append(p)
+    for t, ps in per_topic.items():
+        old = new.get(t)
+        new[t] = frozenset(ps) if old is None else old.union(ps)
+
+
+# --------------------------------------------------------------------------------------
+# Heterogeneous
+# --------------------------------------------------------------------------------------
+
+
+class _Balancer:
+    """Kafka's MemberAssignmentBalancer: a least-loaded range growing rightwards and a
+    most-loaded range growing leftwards over a topic's subscribers sorted by size."""
+
+    __slots__ = (
+        "least_count",
+        "least_end",
+        "most_count",
+        "most_end",
+        "most_start",
+        "next_least",
+        "next_most",
+        "sizes",
+        "sorted",
+    )
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.sorted: list[int] = []
+        self.least_end = 0
+        self.least_count = -1
+        self.next_least = 0
+        self.most_start = 0
+        self.most_end = 0
+        self.most_count = 1
+        self.next_most = -1
+
+    def initialize(self, members: list[int]) -> int:
+        sizes = self.sizes
+        s = sorted(members, key=lambda m: (sizes[m], m))
+        self.sorted = s
+        self.least_end = 0
+        self.least_count = sizes[s[0]] - 1
+        self.next_least = 0
+        self.most_start = len(s)
+        self.most_end = len(s)
+        self.most_count = sizes[s[-1]] + 1
+        self.next_most = len(s) - 1
+        return sizes[s[-1]] - sizes[s[0]]
+
+    def next_least_loaded(self) -> int:
+        if self.next_least >= self.least_end:
+            # The range is full: raise its level, absorb members now at that level, restart.
+            self.least_count += 1
+            s, sizes = self.sorted, self.sizes
+            while self.least_end < len(s) and sizes[s[self.least_end]] == self.least_count:
+                self.least_end += 1
+            self.next_least = 0
+        m = self.sorted[self.next_least]
+        self.next_least += 1
+        return m
+
+    def next_most_loaded(self) -> int:
+        s, sizes = self.sorted, self.sizes
+        if self.next_most < self.most_start:
+            if self.most_end <= self.most_start and self.most_start > 0:
+                # Emptied by exclusions: reset the level so the range does expand.
+                self.most_count = sizes[s[self.most_start - 1]]
+            else:
+                self.most_count -= 1
+            while self.most_start > 0 and sizes[s[self.most_start - 1]] == self.most_count:
+                self.most_start -= 1
+            self.next_most = self.most_end - 1
+        if self.next_most < 0:
+            return -1
+        m = s[self.next_most]
+        self.next_most -= 1
+        return m
+
+    def exclude_most_loaded(self) -> None:
+        s = self.sorted
+        k = self.next_most + 1
+        s[k], s[self.most_end - 1] = s[self.most_end - 1], s[k]
+        self.most_end -= 1
+
+    def is_balanced(self) -> bool:
+        return self.most_count - self.least_count <= 1
+
+
+class _HeterogeneousBuilder:
+    def __init__(self, members: Mapping[str, MemberSpec], topics: SubscribedTopics) -> None:
+        self.members = members
+        self.topics = topics
+        self.member_ids = list(members)
+        self.specs = list(members.values())
+        self.counts: dict[bytes, int] = {}
+        self.subscribers: dict[bytes, list[int]] = {}
+        for idx, member in enumerate(self.specs):
+            for t in member.subscribed_topic_ids:
+                n = self.counts.get(t)
+                if n is None:
+                    n = topics.num_partitions(t)
+                    if n < 0:
+                        continue
+                    self.counts[t] = n
+                    self.subscribers[t] = []
+                self.subscribers[t].append(idx)
+        self.sizes = [0] * len(self.specs)
+        self.owners: dict[bytes, list[int]] = {t: [-1] * n for t, n in self.counts.items()}
+        # Per member: the previous-target topics it keeps as they were.
+        self.kept: list[dict[bytes, frozenset[int]]] = []
+        # (member, topic) pairs whose partitions changed; rebuilt from ``owners`` at the end.
+        self.dirty: dict[bytes, set[int]] = {}
+        self.rack_aware = bool(self.specs) and all(m.rack_id for m in self.specs)
+
+    def _topic_key(self, t: bytes) -> tuple[float, int, tuple[int, int]]:
+        s = len(self.subscribers[t])
+        return (-(self.counts[t] / s), s, uuid_key(t))
+
+    def build(self) -> dict[str, Assignment]:
+        self._revoke()
+        self._assign_remaining()
+        balanceable = [t for t, subs in self.subscribers.items() if len(subs) >= 2]
+        if balanceable:
+            self._balance(sorted(balanceable, key=self._topic_key))
+        return self._result()
+
+    def _mark(self, t: bytes, member: int) -> None:
+        d = self.dirty.get(t)
+        if d is None:
+            self.dirty[t] = {member}
+        else:
+            d.add(member)
+
+    def _revoke(self) -> None:
+        counts, owners, sizes = self.counts, self.owners, self.sizes
+        for idx, member in enumerate(self.specs):
+            kept: dict[bytes, frozenset[int]] = {}
+            subscribed = member.subscribed_topic_ids
+            for t, parts in member.assigned_partitions.items():
+                if not parts or t not in subscribed or t not in counts:
+                    continue
+                own = owners[t]
+                n = counts[t]
+                clean = True
+                for p in parts:
+                    if p < n and own[p] == -1:
+                        own[p] = idx
+                        sizes[idx] += 1
+                    else:
+                        clean = False
+                if clean:
+                    kept[t] = parts if isinstance(parts, frozenset) else frozenset(parts)
+                else:
+                    self._mark(t, idx)
+            self.kept.append(kept)
+
+    def _assign(self, t: bytes, p: int, member: int) -> None:
+        own = self.owners[t]
+        old = own[p]
+        if old != -1:
+            self.sizes[old] -= 1
+            self._mark(t, old)
+        own[p] = member
+        self.sizes[member] += 1
+        self._mark(t, member)
+
+    def _assign_remaining(self) -> None:
+        unassigned: dict[bytes, list[int]] = {}
+        for t, own in self.owners.items():
+            free = [p for p, o in enumerate(own) if o == -1]
+            if free:
+                unassigned[t] = free
+        balancer = _Balancer(self.sizes)
+        for t in sorted(unassigned, key=self._topic_key):
+            parts = unassigned[t]
+            balancer.initialize(self.subscribers[t])
+            # Who receives the k-th partition depends only on sizes, never on which
+            # partition it is: the rack-aware deal may permute within these recipients.
+            recipients = [balancer.next_least_loaded() for _ in parts]
+            if self.rack_aware and len(set(recipients)) > 1:
+                recipients = self._rack_permute(t, parts, recipients)
+            for p, m in zip(parts, recipients, strict=True):
+                self._assign(t, p, m)
+
+    def _rack_permute(self, t: bytes, parts: list[int], recipients: list[int]) -> list[int]:
+        local = [self.topics.racks_for_partition(t, p) for p in parts]
+        if not any(local):
+            return recipients
+        slot_count: dict[int, int] = {}
+        for m in recipients:
+            slot_count[m] = slot_count.get(m, 0) + 1
+        slots = list(slot_count.items())
+        racks = [m.rack_id or "" for m in self.specs]
+        out = [-1] * len(parts)
+        for (m, _), items in zip(slots, deal_by_rack(local, slots, racks), strict=True):
+            for i in items:
+                out[i] = m
+        return out
+
+    def _balance(self, sorted_topics: list[bytes]) -> None:
+        last = -1
+        balancer = _Balancer(self.sizes)
+        for _ in range(MAX_ITERATION_COUNT):
+            for ti, t in enumerate(sorted_topics):
+                if ti == last:
+                    # A whole pass since the last move: nothing more to do.
+                    return
+                moved = self._balance_topic(t, balancer)
+                if moved > 0 or last == -1:
+                    last = ti
+
+    def _balance_topic(self, t: bytes, balancer: _Balancer) -> int:
+        moved = 0
+        if balancer.initialize(self.subscribers[t]) <= 1:
+            return moved
+        own = self.owners[t]
+        parts = sorted(range(len(own)), key=lambda p: (own[p], p))
+        start: dict[int, int] = {}
+        end: dict[int, int] = {}
+        for i, p in enumerate(parts):
+            o = own[p]
+            if o not in start:
+                start[o] = i
+            end[o] = i + 1
+        while not balancer.is_balanced():
+            most = -1
+            while True:
+                most = balancer.next_most_loaded()
+                if most == -1:
+                    break
+                if most not in end or end[most] - start[most] <= 0:
+                    balancer.exclude_most_loaded()
+                    continue
+                break
+            if most == -1:
+                break
+            p = parts[end[most] - 1]
+            end[most] -= 1
+            least = balancer.next_least_loaded()
+            if balancer.is_balanced():
+                break
+            self._assign(t, p, least)
+            moved += 1
+        return moved
+
+    def _result(self) -> dict[str, Assignment]:
+        rebuilt: dict[int, dict[bytes, frozenset[int]]] = {}
+        for t, dirty_members in self.dirty.items():
+            per: dict[int, list[int]] = {m: [] for m in dirty_members}
+            for p, o in enumerate(self.owners[t]):
+                lst = per.get(o)
+                if lst is not None:
+                    lst.append(p)
+            for m, ps in per.items():
+                got = rebuilt.setdefault(m, {})
+                if ps:
+                    got[t] = frozenset(ps)
+        result: dict[str, Assignment] = {}
+        for idx, member_id in enumerate(self.member_ids):
+            new = dict(self.kept[idx])
+            changes = rebuilt.get(idx)
+            if changes is not None:
+                for t in self.dirty:
+                    if idx in self.dirty[t]:
+                        new.pop(t, None)
+                new.update(changes)
+            result[member_id] = new
+        return result
