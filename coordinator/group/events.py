@@ -19,6 +19,8 @@ from typing import Literal
 
 __all__ = [
     "REBALANCE_CAUSES",
+    "ConsumerGroupEpochBumped",
+    "ConsumerMembersFenced",
     "GenerationCompleted",
     "GroupDeleted",
     "GroupEmptied",
@@ -155,6 +157,25 @@ class PartitionLoaded:
     groups: int
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupEpochBumped:
+    """A consumer group's epoch moved: a new target assignment is due."""
+
+    group_id: str
+    epoch: int
+    cause: str  # which member changed what, for a human
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMembersFenced:
+    """Members left or were removed from a consumer group (one epoch bump for all)."""
+
+    group_id: str
+    epoch: int
+    member_ids: tuple[str, ...]
+    reason: str  # "left the group", "session timeout expired", ...
+
+
 GroupEvent = (
     RebalanceStarted
     | GenerationCompleted
@@ -168,6 +189,8 @@ GroupEvent = (
     | OffsetsExpired
     | TopicOffsetsDeleted
     | PartitionLoaded
+    | ConsumerGroupEpochBumped
+    | ConsumerMembersFenced
 )
 
 
@@ -209,5 +232,9 @@ def render(event: GroupEvent) -> str:
             )
         case TopicOffsetsDeleted(topic, count):
             return f"topic {topic} deleted: {count} committed offsets removed"
+        case ConsumerGroupEpochBumped(gid, epoch, cause):
+            return f"consumer group {gid} epoch {epoch}: {cause}"
+        case ConsumerMembersFenced(gid, epoch, member_ids, reason):
+            return f"consumer group {gid} epoch {epoch}: {', '.join(member_ids)} {reason}"
         case PartitionLoaded(partition, groups):
             return f"offsets partition {partition} loaded: {groups} groups"

@@ -9,6 +9,9 @@ The shard is a thin façade over Kafka's split of the coordinator:
   ``classic/sync.py``, Heartbeat and LeaveGroup ``classic/heartbeat.py``,
   DescribeGroups ``classic/describe.py``; the rebalance engine is
   ``classic/rebalance.py``.
+* ``ConsumerGroupManager`` (``consumer/manager.py``) owns the consumer groups of KIP-848:
+  ConsumerGroupHeartbeat and ConsumerGroupDescribe. A group id names one group of one type:
+  the shard routes the classic APIs aimed at a consumer group (and back) as Kafka does.
 * ``OffsetMetadataManager`` (``offsets.py``) owns committed offsets: OffsetCommit,
   TxnOffsetCommit, OffsetFetch, OffsetDelete, retention.
 * The shard itself owns what they share -- the load status of each offsets-log partition
@@ -34,20 +37,24 @@ from coordinator.group.classic import rebalance
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
+from coordinator.group.consumer.manager import ConsumerGroupManager
 from coordinator.group.events import GroupDeleted, OffsetsExpired, PartitionLoaded
 from coordinator.group.offsets import OffsetEntry, OffsetMetadataManager, TopicPartition
 from coordinator.group.partitions import Partitions, PartitionStatus
 from coordinator.group.timers import EXPIRE_OFFSETS_KEY, Timer, TimerAction, TimerKind, Timers
+from coordinator.group.topics import TopicsImage
 from coordinator.group.types import GroupConfig, RequestContext, Result
 from protocol.errors import ErrorCode
+from protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
 from protocol.messages.delete_groups import (
     DeletableGroupResult,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
 )
-from protocol.messages.describe_groups import DescribeGroupsRequest
+from protocol.messages.describe_groups import DescribedGroup, DescribeGroupsRequest
 from protocol.messages.heartbeat import HeartbeatRequest
-from protocol.messages.join_group import JoinGroupRequest
+from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from protocol.messages.leave_group import LeaveGroupRequest
 from protocol.messages.list_groups import ListedGroup, ListGroupsRequest, ListGroupsResponse
 from protocol.messages.offset_commit import OffsetCommitRequest
@@ -55,11 +62,22 @@ from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
-from storage.offsets_format import GroupMetadataKey, OffsetCommitKey, decode_key
+from storage.consumer_group_format import ConsumerGroupMetadataKey, decode_consumer_group_value
+from storage.offsets_format import GroupMetadataKey, OffsetCommitKey, UnknownKey, decode_key
 
 __all__ = ["GroupConfig", "GroupShard", "RequestContext", "Result"]
 
-GROUP_TYPE = "classic"  # what ListGroups v5 reports; KIP-848 adds "consumer"
+CLASSIC = "classic"  # the group types ListGroups v5 reports
+CONSUMER = "consumer"
+_CONSUMER_TIMERS = frozenset(
+    {
+        TimerKind.CONSUMER_SESSION,
+        TimerKind.CONSUMER_REBALANCE,
+        TimerKind.CONSUMER_REGEX,
+        TimerKind.CONSUMER_CLASSIC_JOIN,
+        TimerKind.CONSUMER_CLASSIC_SYNC,
+    }
+)
 
 _E = ClassicGroupState.EMPTY
 _D = ClassicGroupState.DEAD
@@ -76,6 +94,8 @@ class GroupShard:
     txn_offset_commit: Callable[[RequestContext, TxnOffsetCommitRequest, int], Result]
     offset_fetch: Callable[[RequestContext, OffsetFetchRequest, int], Result]
     offset_delete: Callable[[RequestContext, OffsetDeleteRequest, int], Result]
+    consumer_group_heartbeat: Callable[[RequestContext, ConsumerGroupHeartbeatRequest, int], Result]
+    consumer_group_describe: Callable[[RequestContext, ConsumerGroupDescribeRequest, int], Result]
 
     def __init__(
         self,
@@ -83,6 +103,8 @@ class GroupShard:
         *,
         member_id_suffix: Callable[[], str] | None = None,
         topic_partitions: Callable[[str], int | None] | None = None,
+        topics: TopicsImage | None = None,
+        consumer_member_id: Callable[[], str] | None = None,
     ) -> None:
         # topic_partitions: partition count of a topic, None if it does not exist (the topic
         # catalog's answer; offsets of unknown partitions are refused). None: all exist.
@@ -91,6 +113,15 @@ class GroupShard:
         self.timers = Timers()
         self.classic = ClassicGroupManager(
             self.config, self.partitions, self.timers, member_id_suffix=member_id_suffix
+        )
+        extra = {} if consumer_member_id is None else {"member_id": consumer_member_id}
+        self.consumer = ConsumerGroupManager(
+            self.config,
+            self.partitions,
+            self.timers,
+            topics=topics,
+            other_group_type=self._classic_type,
+            **extra,
         )
         self.offset_manager = OffsetMetadataManager(
             self.config, self.partitions, self.classic, topic_partitions=topic_partitions
@@ -104,15 +135,69 @@ class GroupShard:
         self.groups_snapshot = self.classic.groups_snapshot
 
         classic, offsets = self.classic, self.offset_manager
-        self.join_group = classic.join_group  # classic/join.py
+        self.join_group = self._join_group  # classic/join.py, unless a consumer group
         self.sync_group = classic.sync_group  # classic/sync.py
         self.heartbeat = classic.heartbeat  # classic/heartbeat.py
         self.leave_group = classic.leave_group  # classic/heartbeat.py
-        self.describe_groups = classic.describe_groups  # classic/describe.py
+        self.describe_groups = self._describe_groups  # classic/describe.py
+        self.consumer_group_heartbeat = self.consumer.consumer_group_heartbeat
+        self.consumer_group_describe = self.consumer.consumer_group_describe
         self.offset_commit = offsets.offset_commit
         self.txn_offset_commit = offsets.txn_offset_commit
         self.offset_fetch = offsets.offset_fetch
         self.offset_delete = offsets.offset_delete
+
+    # ------------------------------------------------------------ routing between group types
+
+    def _classic_type(self, group_id: str) -> str | None:
+        group = self.groups.get(group_id)
+        return CLASSIC if group is not None and not group.is_in(_D) else None
+
+    def _join_group(self, ctx: RequestContext, req: JoinGroupRequest, now_ms: int) -> Result:
+        """JoinGroup: into a consumer group when one has the id, else the classic path."""
+        cgroup = self.consumer.groups.get(req.group_id)
+        if cgroup is None or self.partitions.precheck(req.group_id) is not None:
+            return self.classic.join_group(ctx, req, now_ms)
+        if self.consumer.interop is not None:
+            return self.consumer.interop.join_group(ctx, req, cgroup, now_ms)  # type: ignore[no-any-return]
+        out = Result()
+        if cgroup.is_empty():
+            # Kafka: an empty consumer group gives way to a classic one, whatever the policy.
+            self.consumer.delete_group(out, cgroup)
+            out.extend(self.classic.join_group(ctx, req, now_ms))
+            return out
+        out.replies.append(
+            (
+                ctx.reply_to,
+                JoinGroupResponse(error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=""),
+            )
+        )
+        return out
+
+    def _describe_groups(
+        self, ctx: RequestContext, req: DescribeGroupsRequest, now_ms: int
+    ) -> Result:
+        """DescribeGroups: a consumer group is not a classic group (Dead; v6 also an error)."""
+        out = self.classic.describe_groups(ctx, req, now_ms)
+        consumer = self.consumer.groups
+        if not consumer:
+            return out
+        for _, resp in out.replies:
+            described = getattr(resp, "groups", [])
+            for i, d in enumerate(described):
+                if d.group_id in consumer and d.error_code == ErrorCode.NO_ERROR:
+                    described[i] = DescribedGroup(
+                        group_id=d.group_id,
+                        group_state=ClassicGroupState.DEAD.value,
+                        error_code=ErrorCode.GROUP_ID_NOT_FOUND
+                        if ctx.api_version >= 6
+                        else ErrorCode.NO_ERROR,
+                        error_message=f"Group {d.group_id} is not a classic group."
+                        if ctx.api_version >= 6
+                        else None,
+                        authorized_operations=d.authorized_operations,
+                    )
+        return out
 
     # ------------------------------------------------------------ APIs over all groups
 
@@ -130,7 +215,22 @@ class GroupShard:
         if self.partitions.any_loading():
             error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         listed: list[ListedGroup] = []
-        if not types or GROUP_TYPE in types:
+        if not types or CONSUMER in types:
+            for cg in self.consumer.groups.values():
+                if self.partitions.availability_error(cg.group_id) is not None:
+                    continue
+                state = cg.state.value
+                if states and state.lower() not in states:
+                    continue
+                listed.append(
+                    ListedGroup(
+                        group_id=cg.group_id,
+                        protocol_type=CONSUMER,
+                        group_state=state,
+                        group_type=CONSUMER,
+                    )
+                )
+        if not types or CLASSIC in types:
             for g in self.groups.values():
                 if self.partitions.availability_error(g.group_id) is not None:
                     continue
@@ -141,7 +241,7 @@ class GroupShard:
                         group_id=g.group_id,
                         protocol_type=g.protocol_type or "",
                         group_state=g.state.value,
-                        group_type=GROUP_TYPE,
+                        group_type=CLASSIC,
                     )
                 )
         out.replies.append((ctx.reply_to, ListGroupsResponse(error_code=error, groups=listed)))
@@ -155,6 +255,20 @@ class GroupShard:
         for gid in req.groups_names:
             err = self.partitions.availability_error(gid)
             group = self.groups.get(gid)
+            cgroup = self.consumer.groups.get(gid)
+            if err is None and cgroup is not None:
+                if not cgroup.is_empty():
+                    err = ErrorCode.NON_EMPTY_GROUP
+                else:
+                    self.offset_manager.delete_all_offsets(out, gid)
+                    self.consumer.delete_group(out, cgroup)
+                    out.events.append(GroupDeleted(gid))
+                results.append(
+                    DeletableGroupResult(
+                        group_id=gid, error_code=ErrorCode.NO_ERROR if err is None else err
+                    )
+                )
+                continue
             if err is None:
                 if group is None or group.is_in(_D):
                     err = ErrorCode.GROUP_ID_NOT_FOUND
@@ -193,6 +307,8 @@ class GroupShard:
         action = timer.action
         if action.kind is TimerKind.EXPIRE_OFFSETS:
             self._expire_offsets(out, now_ms)
+        elif action.kind in _CONSUMER_TIMERS:
+            self.consumer.on_timer(out, action, now_ms)
         else:
             rebalance.on_timer(self.classic, out, action, now_ms)
         return out
@@ -241,16 +357,38 @@ class GroupShard:
             self.offset_manager.replay(k, value)
         elif isinstance(k, GroupMetadataKey):
             self.classic.replay(k.group, value)
-            if value is None and k.group in self.offsets:
+            if value is None and k.group in self.offsets and k.group not in self.consumer.groups:
                 # Offsets outlived their group's metadata: keep them reachable.
                 self.classic.get_or_create_group(k.group)
-        # Other key versions belong to newer group types; nothing to do.
+        elif not isinstance(k, UnknownKey):
+            gid = k.group
+            if isinstance(k, ConsumerGroupMetadataKey) and value is not None:
+                # A consumer group replaces the offsets-only classic group of its id.
+                self.groups.pop(gid, None)
+            self.consumer.replay(
+                k,
+                None if value is None else decode_consumer_group_value(k, value),
+            )
+            if (
+                isinstance(k, ConsumerGroupMetadataKey)
+                and value is None
+                and gid in self.offsets
+                and gid not in self.groups
+            ):
+                self.classic.get_or_create_group(gid)
+        # Other key types belong to share and streams groups; nothing to do.
+
+    def topics_changed(self, names: list[str], created: bool, now_ms: int) -> Result:
+        """Topics were created, grew or were deleted (Kafka's onNewMetadataImage)."""
+        self.consumer.topics_changed(names, created, now_ms)
+        return Result()
 
     def load_complete(self, partition: int, now_ms: int) -> Result:
         """The partition is replayed: serve it, re-arming the timers (they are not persisted)."""
         out = Result()
         self.partitions[partition] = PartitionStatus.LOADED
         loaded = self.classic.on_loaded(out, partition, now_ms)
+        loaded += self.consumer.on_loaded(out, partition, now_ms)
         if EXPIRE_OFFSETS_KEY not in self.timers:
             self._arm_expiration(out, now_ms)
         out.events.append(PartitionLoaded(partition, loaded))
@@ -277,6 +415,7 @@ class GroupShard:
 
     def _forget_partition(self, partition: int) -> None:
         self.partitions.pop(partition, None)
+        self.consumer.forget_partition(partition)
         partition_of = self.partitions.partition_of
         for gid in [g for g in self.groups if partition_of(g) == partition]:
             del self.groups[gid]

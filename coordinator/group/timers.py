@@ -56,6 +56,14 @@ class TimerKind(Enum):
     HEARTBEAT = "heartbeat"  # session (or new-member join) timeout of a member
     PENDING = "pending"  # a KIP-394 pending member never came back
     EXPIRE_OFFSETS = "expire-offsets"
+    # Consumer groups (KIP-848): a member's session, a revocation that must happen in time
+    # (``generation`` holds the member epoch it was armed for), a regex resolution.
+    CONSUMER_SESSION = "consumer-session"
+    CONSUMER_REBALANCE = "consumer-rebalance"
+    CONSUMER_REGEX = "consumer-regex"
+    # A classic-protocol member of a consumer group must join / sync in time.
+    CONSUMER_CLASSIC_JOIN = "consumer-classic-join"
+    CONSUMER_CLASSIC_SYNC = "consumer-classic-sync"
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,18 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600000
     # Kafka's group.classic.new.member.join.timeout (not a public broker config).
     group_new_member_join_timeout_ms: int = 300000
+    # Consumer groups (KIP-848), Kafka's group.consumer.* broker settings and defaults.
+    consumer_group_session_timeout_ms: int = 45000
+    consumer_group_min_session_timeout_ms: int = 45000
+    consumer_group_max_session_timeout_ms: int = 60000
+    consumer_group_heartbeat_interval_ms: int = 5000
+    consumer_group_min_heartbeat_interval_ms: int = 5000
+    consumer_group_max_heartbeat_interval_ms: int = 15000
+    consumer_group_max_size: int = 2147483647
+    consumer_group_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_group_migration_policy: str = "bidirectional"
+    # Kafka's internal group.consumer.regex.refresh.interval.ms.
+    consumer_group_regex_refresh_interval_ms: int = 600000
 
     @property
     def offsets_retention_ms(self) -> int:

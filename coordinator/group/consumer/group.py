@@ -1,0 +1,315 @@
+"""A consumer group (KIP-848): its epochs, members, target assignment and the indexes over them.
+
+How this works: the group holds
+
+* ``group_epoch``: bumped whenever the group's membership or subscriptions change what the
+  assignment should be; ``assignment_epoch``: the group epoch the stored target was computed
+  for. The target is recomputed lazily, by the next heartbeat that finds
+  ``group_epoch > assignment_epoch``;
+* ``members`` and ``static_members`` (instance id -> member id);
+* ``target`` (member -> partitions) and its inverse ``target_owner``;
+* ``partition_epochs``: topic -> partition -> epoch of the member that owns it now (assigned
+  or pending revocation). A partition is *free* only when absent: that is how a partition
+  reaches its new owner only after the old one released it;
+* counters the heartbeat reads on every change: subscribers per topic name, per regular
+  expression, per server assignor, and the resolved regular expressions.
+
+Everything here changes only through the ``replay_*`` methods, one per record type, called
+both when a record is written and when the log is replayed at start: the state a restarted
+coordinator rebuilds is the state it had. Soft state (timers, the metadata refresh
+deadline) is not persisted.
+
+The group's state, derived as Kafka's ``ConsumerGroup.maybeUpdateGroupState`` does:
+
+* Empty: no members.
+* Assigning: ``group_epoch > assignment_epoch`` -- a new target is due.
+* Reconciling: some member is not STABLE at the assignment epoch.
+* Stable: every member owns exactly its target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from coordinator.group.consumer.assignors.spec import SubscriptionType
+from coordinator.group.consumer.member import EMPTY, Assignment, ConsumerGroupMember, MemberState
+
+__all__ = ["ConsumerGroup", "ConsumerGroupState", "ResolvedRegex"]
+
+MAX_INT = 2**31 - 1
+
+
+class ConsumerGroupState(Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"  # never set on a live group (Kafka's enum has it)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    topics: frozenset[str]
+    version: int  # the topics-image version it was resolved against
+    timestamp_ms: int
+
+
+class ConsumerGroup:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.metadata_hash = 0
+        self.members: dict[str, ConsumerGroupMember] = {}
+        self.static_members: dict[str, str] = {}
+        self.target: dict[str, Assignment] = {}
+        self.target_owner: dict[bytes, dict[int, str]] = {}
+        self.partition_epochs: dict[bytes, dict[int, int]] = {}
+        self.names_count: dict[str, int] = {}  # topic name -> members naming it
+        self.regex_count: dict[str, int] = {}  # regex -> members subscribed to it
+        self.resolved_regexes: dict[str, ResolvedRegex] = {}
+        self.assignor_count: dict[str, int] = {}
+        self.classic_members = 0
+        # A legacy ConsumerGroupPartitionMetadata record (Kafka 4.0) was replayed: the next
+        # heartbeat that refreshes the metadata tombstones it.
+        self.has_legacy_partition_metadata = False
+        # Soft state: when the subscribed topics' metadata must be looked at again.
+        # 0 after a load: the first heartbeat recomputes the hash.
+        self.metadata_refresh_deadline_ms = 0
+        self.metadata_refresh_epoch = -1
+
+    # ------------------------------------------------------------ derived
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        epoch = self.assignment_epoch
+        for m in self.members.values():
+            if m.state is not MemberState.STABLE or m.member_epoch != epoch:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def subscribed_topic_names(self) -> set[str]:
+        """Every topic a member subscribes to, by name or through a resolved regex."""
+        names = set(self.names_count)
+        for regex in self.regex_count:
+            resolved = self.resolved_regexes.get(regex)
+            if resolved is not None:
+                names |= resolved.topics
+        return names
+
+    def member_topics(self, m: ConsumerGroupMember) -> frozenset[str]:
+        if not m.subscribed_topic_regex:
+            return m.subscribed_topic_names
+        resolved = self.resolved_regexes.get(m.subscribed_topic_regex)
+        if resolved is None:
+            return m.subscribed_topic_names
+        return m.subscribed_topic_names | resolved.topics
+
+    def subscription_type(
+        self, names_count: dict[str, int], regex_count: dict[str, int], members: int
+    ) -> SubscriptionType:
+        """Kafka's ``ConsumerGroup.subscriptionType`` over (would-be) counters."""
+        if not regex_count:
+            if all(c == members for c in names_count.values()):
+                return SubscriptionType.HOMOGENEOUS
+            return SubscriptionType.HETEROGENEOUS
+        first_regex, subscribers = next(iter(regex_count.items()))
+        if subscribers != members or names_count:
+            return SubscriptionType.HETEROGENEOUS
+        seen: dict[str, int] = {}
+        for regex in regex_count:
+            resolved = self.resolved_regexes.get(regex)
+            if resolved is None:
+                continue
+            for t in resolved.topics:
+                seen[t] = seen.get(t, 0) + 1
+        if len(regex_count) == 1 and all(c == 1 for c in seen.values()):
+            return SubscriptionType.HOMOGENEOUS
+        del first_regex
+        return SubscriptionType.HETEROGENEOUS
+
+    def preferred_assignor(self, default: str) -> str:
+        """The server assignor most members name (ties: the name first counted), else ``default``."""
+        best, best_count = None, 0
+        for name, count in self.assignor_count.items():
+            if count > best_count:
+                best, best_count = name, count
+        return best if best is not None else default
+
+    def current_partition_epoch(self, topic_id: bytes, partition: int) -> int:
+        owners = self.partition_epochs.get(topic_id)
+        if owners is None:
+            return -1
+        return owners.get(partition, -1)
+
+    def has_metadata_expired(self, now_ms: int) -> bool:
+        return (
+            now_ms >= self.metadata_refresh_deadline_ms
+            or self.group_epoch < self.metadata_refresh_epoch
+        )
+
+    def request_metadata_refresh(self) -> None:
+        self.metadata_refresh_deadline_ms = 0
+
+    def set_metadata_refresh_deadline(self, now_ms: int, epoch: int) -> None:
+        self.metadata_refresh_deadline_ms = now_ms + MAX_INT
+        self.metadata_refresh_epoch = epoch
+
+    def member_by_instance(self, instance_id: str) -> ConsumerGroupMember | None:
+        mid = self.static_members.get(instance_id)
+        return self.members.get(mid) if mid is not None else None
+
+    # ------------------------------------------------------------ replay (record appliers)
+
+    def replay_metadata(self, epoch: int, metadata_hash: int) -> None:
+        self.group_epoch = epoch
+        self.metadata_hash = metadata_hash
+
+    def replay_target_metadata(self, assignment_epoch: int | None) -> None:
+        self.assignment_epoch = -1 if assignment_epoch is None else assignment_epoch
+
+    def replay_member_subscription(self, m: ConsumerGroupMember) -> None:
+        """Install ``m``'s subscription fields (type 5), keeping its assignment fields."""
+        old = self.members.get(m.member_id)
+        if old is not None:
+            self._uncount(old)
+            m.member_epoch = old.member_epoch
+            m.previous_member_epoch = old.previous_member_epoch
+            m.state = old.state
+            m.assigned = old.assigned
+            m.pending_revocation = old.pending_revocation
+            iid = old.instance_id
+            if (
+                iid is not None
+                and iid != m.instance_id
+                and self.static_members.get(iid) == m.member_id
+            ):
+                del self.static_members[iid]
+        self.members[m.member_id] = m
+        if m.instance_id is not None:
+            self.static_members[m.instance_id] = m.member_id
+        self._count(m)
+
+    def replay_member_removed(self, member_id: str) -> None:
+        """A member-metadata tombstone (type 5)."""
+        old = self.members.pop(member_id, None)
+        if old is None:
+            return
+        self._uncount(old)
+        self._remove_partition_epochs(old)
+        if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+            del self.static_members[old.instance_id]
+
+    def replay_current_assignment(
+        self,
+        member_id: str,
+        member_epoch: int,
+        previous_member_epoch: int,
+        state: MemberState,
+        assigned: Assignment,
+        pending_revocation: Assignment,
+    ) -> None:
+        """A current-assignment record (type 8); a tombstone passes -1, -1 and nothing owned."""
+        old = self.members.get(member_id)
+        if old is None:
+            m = self.members[member_id] = ConsumerGroupMember(member_id)
+            self._count(m)
+        else:
+            # Members are replaced, not changed: a caller may hold the old one.
+            self._remove_partition_epochs(old)
+            m = self.members[member_id] = old.copy()
+        m.member_epoch = member_epoch
+        m.previous_member_epoch = previous_member_epoch
+        m.state = state
+        m.assigned = assigned
+        m.pending_revocation = pending_revocation
+        self._add_partition_epochs(m)
+
+    def replay_target_member(self, member_id: str, assignment: Assignment | None) -> None:
+        """A target-assignment member record (type 7); None: its tombstone."""
+        old = self.target.pop(member_id, None)
+        if old is not None:
+            for topic_id, parts in old.items():
+                owners = self.target_owner.get(topic_id)
+                if owners is None:
+                    continue
+                for p in parts:
+                    if owners.get(p) == member_id:
+                        del owners[p]
+                if not owners:
+                    del self.target_owner[topic_id]
+        if assignment is None:
+            return
+        self.target[member_id] = assignment
+        for topic_id, parts in assignment.items():
+            owners = self.target_owner.setdefault(topic_id, {})
+            for p in parts:
+                owners[p] = member_id
+
+    def replay_regex(self, regex: str, resolved: ResolvedRegex | None) -> None:
+        if resolved is None:
+            self.resolved_regexes.pop(regex, None)
+        else:
+            self.resolved_regexes[regex] = resolved
+
+    # ------------------------------------------------------------ indexes
+
+    def _count(self, m: ConsumerGroupMember) -> None:
+        for t in m.subscribed_topic_names:
+            self.names_count[t] = self.names_count.get(t, 0) + 1
+        if m.subscribed_topic_regex:
+            r = m.subscribed_topic_regex
+            self.regex_count[r] = self.regex_count.get(r, 0) + 1
+        if m.server_assignor is not None:
+            a = m.server_assignor
+            self.assignor_count[a] = self.assignor_count.get(a, 0) + 1
+        if m.classic_member_metadata is not None:
+            self.classic_members += 1
+
+    def _uncount(self, m: ConsumerGroupMember) -> None:
+        for t in m.subscribed_topic_names:
+            _decrement(self.names_count, t)
+        if m.subscribed_topic_regex:
+            _decrement(self.regex_count, m.subscribed_topic_regex)
+        if m.server_assignor is not None:
+            _decrement(self.assignor_count, m.server_assignor)
+        if m.classic_member_metadata is not None:
+            self.classic_members -= 1
+
+    def _add_partition_epochs(self, m: ConsumerGroupMember) -> None:
+        epoch = m.member_epoch
+        for parts in (m.assigned, m.pending_revocation):
+            for topic_id, ps in parts.items():
+                owners = self.partition_epochs.setdefault(topic_id, {})
+                for p in ps:
+                    owners[p] = epoch
+
+    def _remove_partition_epochs(self, m: ConsumerGroupMember) -> None:
+        for parts in (m.assigned, m.pending_revocation):
+            for topic_id, ps in parts.items():
+                owners = self.partition_epochs.get(topic_id)
+                if owners is None:
+                    continue
+                for p in ps:
+                    owners.pop(p, None)
+                if not owners:
+                    del self.partition_epochs[topic_id]
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    n = counts.get(key, 0) - 1
+    if n > 0:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
+
+
+__all__ += ["EMPTY"]
