@@ -122,7 +122,7 @@ class Member:
         self.c = cluster
         self.group_id = group_id
         self.member_id = member_id
-        self.topics = topics if topics is not None else ([] if regex is not None else [])
+        self.topics = topics if topics is not None else []
         self.regex = regex
         self.instance_id = instance_id
         self.assignor = assignor
