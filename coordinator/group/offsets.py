@@ -5,19 +5,32 @@ How this works
 ``OffsetMetadataManager`` (Kafka's OffsetMetadataManager) owns the committed
 offsets, ``offsets[group][(topic, partition)]``; every change is also emitted as
 an OffsetCommit record (or a tombstone) for the offsets log.  Groups are not
-its own: it asks the ``ClassicGroupManager`` for them (and creates "simple"
-groups through it), and each group validates a commit itself
-(``ClassicGroup.validate_offset_commit``).
+its own: it finds them through one lookup over every group type
+(``find_group``, by default the classic manager's groups) and asks each group
+what only the group knows through the ``OffsetGroup`` protocol below: may this
+member commit or fetch, may offsets be deleted, which topics it subscribes to,
+when its offsets expire.  ``ClassicGroup`` implements it; so does a consumer
+group (KIP-848).  Unknown groups committing with generation -1 become "simple"
+classic groups, created through the ``ClassicGroupManager``.
 
-OffsetCommit validation follows Kafka's ClassicGroup.validateOffsetCommit:
+Topics.  Offsets are stored by topic *name*, as Kafka's OffsetCommitKey is.
+OffsetCommit and OffsetFetch v10 name topics by id: the request's ids are
+resolved through the ``TopicsImage`` first (Kafka's KafkaApis does this before
+its coordinator sees the request); an unknown id answers UNKNOWN_TOPIC_ID on
+each of its partitions, a known topic with a partition it lacks
+UNKNOWN_TOPIC_OR_PARTITION.  A v10 answer echoes the ids (names are not on the
+wire); a v10 "all topics" fetch answers by id and leaves out topics the image
+does not know (they cannot be named on v10).
+
+OffsetCommit validation follows Kafka's OffsetMetadataManager.validateOffsetCommit:
 an unknown group is created as a "simple" group when the generation is -1
 (admin tools, assign()-mode consumers) and rejected otherwise
-(ILLEGAL_GENERATION, v9+ GROUP_ID_NOT_FOUND); an Empty group accepts
-generation -1 without member id; otherwise the member must be known (static
-fencing applies) and of the current generation; CompletingRebalance answers
-REBALANCE_IN_PROGRESS.  A commit from a member of a Stable or
-PreparingRebalance group also re-arms its session timer, as Kafka does for
-the classic protocol.  Request-level errors apply to every partition;
+(ILLEGAL_GENERATION, v9+ GROUP_ID_NOT_FOUND); otherwise the group validates the
+member (``OffsetGroup.validate_offset_commit``: for a classic group, static
+fencing, generation, REBALANCE_IN_PROGRESS while CompletingRebalance; for a
+consumer group, member epochs).  A commit from a member of a Stable or
+PreparingRebalance classic group also re-arms its session timer, as Kafka does
+for the classic protocol.  Request-level errors apply to every partition;
 OFFSET_METADATA_TOO_LARGE is per partition.  Values are written as v3, or v1
 when a v2-v4 request sets retention_time_ms (v1 alone carries an expire
 timestamp).
@@ -26,12 +39,15 @@ Transactional commits have no transaction coordinator here: they are held
 in memory per producer id until ``end_transaction`` commits (records are
 then written) or aborts them.  While held they make ``require_stable``
 fetches answer UNSTABLE_OFFSET_COMMIT and keep the partition from expiring.
+A stale member epoch on TxnOffsetCommit answers ILLEGAL_GENERATION, as Kafka.
 
 Retention (KIP-211), on the shard's ``expire-offsets`` timer:
 ``cleanup_expired_offsets`` removes a group's expired offsets, counted from
-when the group says (``ClassicGroup.offset_expiration_base``: since it became
-Empty, or since the commit); offsets with an explicit expire timestamp use it.
-The shard then deletes groups left Empty without offsets.
+when the group says (``OffsetGroup.offset_expiration_base``: for a classic
+group since it became Empty, or since the commit; for a consumer group since
+the commit, whatever its state), never those of subscribed topics; offsets
+with an explicit expire timestamp use it.  The shard then deletes groups left
+empty (``OffsetGroup.is_empty``) without offsets.
 """
 
 from __future__ import annotations
@@ -40,12 +56,14 @@ import codecs
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.events import TopicOffsetsDeleted
 from coordinator.group.partitions import Partitions
+from coordinator.group.topics import TopicsImage
 from coordinator.group.types import GroupConfig, Record, RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import (
@@ -62,6 +80,7 @@ from protocol.messages.offset_delete import (
 )
 from protocol.messages.offset_fetch import (
     OffsetFetchRequest,
+    OffsetFetchRequestTopics,
     OffsetFetchResponse,
     OffsetFetchResponseGroup,
     OffsetFetchResponsePartition,
@@ -82,17 +101,116 @@ from storage.offsets_format import (
     encode_offset_commit_value,
 )
 
-__all__ = ["OffsetEntry", "OffsetMetadataManager"]
+__all__ = ["OffsetEntry", "OffsetGroup", "OffsetMetadataManager"]
 
-_P = ClassicGroupState.PREPARING_REBALANCE
-_C = ClassicGroupState.COMPLETING_REBALANCE
 _S = ClassicGroupState.STABLE
-_E = ClassicGroupState.EMPTY
-_D = ClassicGroupState.DEAD
+_P = ClassicGroupState.PREPARING_REBALANCE
+
+ZERO_ID = bytes(16)  # Kafka's Uuid.ZERO_UUID: "no topic id"
+
+# Codes answered before the coordinator sees a commit (Kafka's KafkaApis): a request-level
+# error of the coordinator does not overwrite them.
+_BEFORE_COORDINATOR = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
 
 # A fetched partition: (partition, offset, leader epoch, metadata, error).
 _Fetched = tuple[int, int, int, str, int]
+# A fetched topic: (name, topic id -- ZERO_ID when the request named it, partitions).
+_FetchedTopic = tuple[str, bytes, list[_Fetched]]
 TopicPartition = tuple[str, int]
+
+
+class OffsetGroup(Protocol):
+    """What the offsets manager needs from a group, whatever its type: the contract.
+
+    Kafka's ``Group`` interface, offset part.  ``ClassicGroup`` implements it; a consumer
+    group (KIP-848) does too.  Every method is a pure question: none changes the group,
+    writes records or reads a clock.  Errors are returned (``None``: accepted), never
+    raised; the manager applies a returned code to every partition of the request.
+
+    What a consumer group answers (Kafka's ConsumerGroup, notes §7.7 and §5.6) is given
+    with each method, so that the two implementations can be checked against one text.
+    """
+
+    def validate_offset_commit(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation_or_epoch: int,
+        /,
+        *,
+        transactional: bool,
+        api_version: int,
+    ) -> ErrorCode | None:
+        """May this OffsetCommit (or, ``transactional``, TxnOffsetCommit) be written?
+
+        ``generation_or_epoch``: the request's generation id (classic members) or member
+        epoch (consumer members); ``api_version``: the request's version.
+
+        Classic group: Dead -> COORDINATOR_NOT_AVAILABLE; generation < 0 while Empty ->
+        accepted; else the member must be known (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) and
+        of the current generation (ILLEGAL_GENERATION); non-transactional commits while
+        CompletingRebalance -> REBALANCE_IN_PROGRESS.
+
+        Consumer group, in this order: epoch < 0 and no members -> accepted (admin, manual
+        commits); transactional with member id "", epoch -1 and no instance id -> accepted;
+        an unknown member -> UNKNOWN_MEMBER_ID (epoch -1 with members present included); a
+        non-transactional commit by a consumer-protocol member with ``api_version`` < 9 ->
+        UNSUPPORTED_VERSION; the epoch must equal the member's epoch exactly, else
+        STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic-protocol member in the group).
+        The manager turns STALE_MEMBER_EPOCH into ILLEGAL_GENERATION on TxnOffsetCommit,
+        as Kafka's OffsetMetadataManager does, so a group need not know which API asks.
+        """
+        ...
+
+    def validate_offset_fetch(
+        self, member_id: str | None, member_epoch: int, api_version: int, /
+    ) -> ErrorCode | None:
+        """May offsets be fetched?  ``member_id``/``member_epoch``: OffsetFetch v9+'s fields
+        (None and -1 on older versions and from admin clients).
+
+        GROUP_ID_NOT_FOUND means "treat the group as absent": a fetch of named partitions
+        answers each with offset -1 and no error, an all-topics fetch answers no topics.
+        Any other code is the group's error code in the answer.
+
+        Classic group: Dead -> GROUP_ID_NOT_FOUND, otherwise accepted (members are not
+        checked).  Consumer group: member id None and epoch < 0 -> accepted; otherwise
+        an unknown member -> UNKNOWN_MEMBER_ID, a different epoch -> STALE_MEMBER_EPOCH
+        (ILLEGAL_GENERATION for a classic-protocol member).
+        """
+        ...
+
+    def validate_offset_delete(self) -> ErrorCode | None:
+        """May OffsetDelete remove offsets of this group at all?
+
+        Classic group: Dead -> GROUP_ID_NOT_FOUND; members present and not the consumer
+        protocol -> NON_EMPTY_GROUP.  Consumer group: always accepted (subscribed topics
+        are refused per partition through ``is_subscribed_to``).
+        """
+        ...
+
+    def is_subscribed_to(self, topic: str, /) -> bool:
+        """Is ``topic`` (a name) in use by the group?  Its offsets then neither expire nor
+        can be deleted (OffsetDelete: GROUP_SUBSCRIBED_TO_TOPIC per partition).
+
+        Classic group: in the members' subscriptions; when those are unknown, True for a
+        "consumer" protocol group.  Consumer group: subscribed by name, or matched by a
+        resolved regular expression.
+        """
+        ...
+
+    def offset_expiration_base(self) -> Callable[[int], int] | None:
+        """When retention of an offset committed at a given time (ms) starts, or None if
+        no offset of this group expires now (Kafka's offsetExpirationCondition).
+
+        Classic group: see ``ClassicGroup.offset_expiration_base``.  Consumer group: the
+        commit time itself, whatever the state (``lambda commit_ms: commit_ms``); topics
+        it subscribes to are kept through ``is_subscribed_to``.
+        """
+        ...
+
+    def is_empty(self) -> bool:
+        """No members: a group left without offsets is then deleted by offset expiry."""
+        ...
 
 
 @dataclass(slots=True)
@@ -105,10 +223,10 @@ class OffsetEntry:
 
 
 def _code(
-    codes: dict[tuple[str, int], ErrorCode], tp: tuple[str, int], rest: ErrorCode | None
+    codes: dict[tuple[int, int], ErrorCode], key: tuple[int, int], rest: ErrorCode | None
 ) -> ErrorCode:
-    code = codes.get(tp)
-    if rest is None or code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+    code = codes.get(key)
+    if rest is None or code in _BEFORE_COORDINATOR:
         assert code is not None
         return code
     return rest
@@ -132,6 +250,8 @@ class OffsetMetadataManager:
         classic: ClassicGroupManager,
         *,
         topic_partitions: Callable[[str], int | None] | None = None,
+        topics: TopicsImage | None = None,
+        find_group: Callable[[str], OffsetGroup | None] | None = None,
     ) -> None:
         self.config = config
         self.partitions = partitions
@@ -143,42 +263,78 @@ class OffsetMetadataManager:
         # None here: every topic exists, as in most unit tests). Kafka refuses offsets of
         # unknown partitions before its coordinator sees them.
         self._topic_partitions = topic_partitions
+        # The topics by name and id: resolves v10's topic ids, and when given, answers
+        # partition counts (``topic_partitions`` then only covers names it does not know).
+        # Without it a v10 request's ids are all unknown. Public: set by whoever builds it.
+        self.topics = topics
+        # A group of any type by id, None if there is none: the one lookup every API here
+        # goes through (the classic groups when not given).
+        self.find_group: Callable[[str], OffsetGroup | None] = (
+            find_group if find_group is not None else classic.groups.get
+        )
 
     def _unknown_partition(self, topic: str, partition: int) -> bool:
+        if self.topics is not None:
+            image = self.topics.topic(topic)
+            if image is not None:
+                return not 0 <= partition < image.num_partitions
+            if self._topic_partitions is None:
+                return True
         lookup = self._topic_partitions
         if lookup is None:
             return False
         n = lookup(topic)
         return n is None or not 0 <= partition < n
 
+    def _topic_name(self, topic_id: bytes) -> str | None:
+        """The name of the topic with ``topic_id``; None if unknown (or the zero id)."""
+        if topic_id == ZERO_ID or self.topics is None:
+            return None
+        image = self.topics.topic_by_id(topic_id)
+        return None if image is None else image.name
+
+    def _topic_id(self, name: str) -> bytes:
+        """The id of topic ``name``; ZERO_ID if unknown."""
+        image = None if self.topics is None else self.topics.topic(name)
+        return ZERO_ID if image is None else image.topic_id
+
     # ------------------------------------------------------------ commit
 
     def offset_commit(self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int) -> Result:
         out = Result()
         v = ctx.api_version
-        # Partitions of unknown topics are answered first, as Kafka's KafkaApis does before
-        # the coordinator sees the request; the coordinator's codes fill in the rest.
-        codes: dict[tuple[str, int], ErrorCode] = {}
+        # Topics are resolved and unknown partitions answered first, as Kafka's KafkaApis
+        # does before the coordinator sees the request; the coordinator's codes fill in the
+        # rest. Codes are keyed by (topic's index in the request, partition): on v10 two
+        # unknown ids share the empty name.
+        names: list[str | None] = [
+            t.name if v < 10 else self._topic_name(t.topic_id) for t in req.topics
+        ]
+        codes: dict[tuple[int, int], ErrorCode] = {}
         wanted = 0
-        for t in req.topics:
+        for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
             for p in t.partitions:
                 wanted += 1
-                if self._unknown_partition(t.name, p.partition_index):
-                    codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if name is None:
+                    codes[(i, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_ID
+                elif self._unknown_partition(name, p.partition_index):
+                    codes[(i, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
         def respond(rest: ErrorCode | None = None) -> Result:
             """Answer with ``codes``; ``rest``: the coordinator's error for every other one."""
             topics = []
-            for t in req.topics:
+            for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
                 parts = [
                     OffsetCommitResponsePartition(
                         partition_index=p.partition_index,
-                        error_code=_code(codes, (t.name, p.partition_index), rest),
+                        error_code=_code(codes, (i, p.partition_index), rest),
                     )
                     for p in t.partitions
                 ]
                 topics.append(
-                    OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=parts)
+                    OffsetCommitResponseTopic(
+                        name=name or "", topic_id=t.topic_id, partitions=parts
+                    )
                 )
             out.replies.append((ctx.reply_to, OffsetCommitResponse(topics=topics)))
             return out
@@ -190,16 +346,20 @@ class OffsetMetadataManager:
             return respond(err)
         gid = req.group_id
         generation = req.generation_id_or_member_epoch
-        group = self.classic.groups.get(gid)
-        new_group = group is None
+        group = self.find_group(gid)
+        simple: ClassicGroup | None = None  # a new "simple" group, kept if a commit is written
         if group is None:
             if generation >= 0:
                 return respond(
                     ErrorCode.GROUP_ID_NOT_FOUND if v >= 9 else ErrorCode.ILLEGAL_GENERATION
                 )
-            group = ClassicGroup(gid)  # kept only if the commit is written (below)
+            group = simple = ClassicGroup(gid)
         err = group.validate_offset_commit(
-            req.member_id, req.group_instance_id, generation, transactional=False
+            req.member_id,
+            req.group_instance_id,
+            generation,
+            transactional=False,
+            api_version=v,
         )
         if err is not None:
             return respond(err)
@@ -210,14 +370,15 @@ class OffsetMetadataManager:
             expire = now_ms + req.retention_time_ms
         stored: list[tuple[str, int, OffsetEntry]] = []
         records: list[Record] = []
-        for t in req.topics:
+        for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
             for p in t.partitions:
-                tp = (t.name, p.partition_index)
-                if tp in codes:
+                key = (i, p.partition_index)
+                if key in codes:
                     continue
+                assert name is not None  # unknown ids have their code already
                 metadata = p.committed_metadata or ""
                 if _java_length(metadata) > self.config.offset_metadata_max_bytes:
-                    codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    codes[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                     continue
                 entry = OffsetEntry(
                     offset=p.committed_offset,
@@ -227,18 +388,19 @@ class OffsetMetadataManager:
                     expire_timestamp_ms=expire,
                 )
                 try:
-                    records.append(self._offset_record(gid, t.name, p.partition_index, entry))
+                    records.append(self._offset_record(gid, name, p.partition_index, entry))
                 except (struct.error, ValueError):
                     # Kafka fails the whole write when a record cannot be serialized.
                     return respond(ErrorCode.UNKNOWN)
-                stored.append((t.name, p.partition_index, entry))
-                codes[tp] = ErrorCode.NO_ERROR
-        if new_group and stored:
-            self.classic.groups[gid] = group
-        member = group.members.get(req.member_id)
-        if member is not None and group.is_in(_S, _P):
+                stored.append((name, p.partition_index, entry))
+                codes[key] = ErrorCode.NO_ERROR
+        if simple is not None and stored:
+            self.classic.groups[gid] = simple
+        if isinstance(group, ClassicGroup) and group.is_in(_S, _P):
             # With the classic protocol a commit also proves the member is alive.
-            self.classic.reschedule_heartbeat(out, group, member, now_ms)
+            member = group.members.get(req.member_id)
+            if member is not None:
+                self.classic.reschedule_heartbeat(out, group, member, now_ms)
         by_group = self.offsets.setdefault(gid, {}) if stored else None
         for topic, partition, entry in stored:
             assert by_group is not None
@@ -289,19 +451,25 @@ class OffsetMetadataManager:
             return True
         return any(tp in parts for parts in by_producer.values())
 
+    def _ensure_group(self, group_id: str) -> None:
+        """Offsets are being written for ``group_id``: a group without one gets a "simple"
+        classic group, as Kafka's replay does."""
+        if self.find_group(group_id) is None:
+            self.classic.get_or_create_group(group_id)
+
     # ------------------------------------------------------------ transactional commit
 
     def txn_offset_commit(
         self, ctx: RequestContext, req: TxnOffsetCommitRequest, now_ms: int
     ) -> Result:
         out = Result()
-        codes: dict[tuple[str, int], ErrorCode] = {}
+        codes: dict[tuple[int, int], ErrorCode] = {}
         wanted = 0
-        for t in req.topics:
+        for i, t in enumerate(req.topics):
             for p in t.partitions:
                 wanted += 1
                 if self._unknown_partition(t.name, p.partition_index):
-                    codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    codes[(i, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
         def respond(rest: ErrorCode | None = None) -> Result:
             topics = [
@@ -310,12 +478,12 @@ class OffsetMetadataManager:
                     partitions=[
                         TxnOffsetCommitResponsePartition(
                             partition_index=p.partition_index,
-                            error_code=_code(codes, (t.name, p.partition_index), rest),
+                            error_code=_code(codes, (i, p.partition_index), rest),
                         )
                         for p in t.partitions
                     ],
                 )
-                for t in req.topics
+                for i, t in enumerate(req.topics)
             ]
             out.replies.append((ctx.reply_to, TxnOffsetCommitResponse(topics=topics)))
             return out
@@ -326,26 +494,32 @@ class OffsetMetadataManager:
         if err is not None:
             return respond(err)
         gid = req.group_id
-        group = self.classic.groups.get(gid)
-        new_group = group is None
+        group = self.find_group(gid)
+        simple: ClassicGroup | None = None
         if group is None:
             if req.generation_id >= 0:
                 return respond(ErrorCode.ILLEGAL_GENERATION)
-            group = ClassicGroup(gid)
+            group = simple = ClassicGroup(gid)
         err = group.validate_offset_commit(
-            req.member_id, req.group_instance_id, req.generation_id, transactional=True
+            req.member_id,
+            req.group_instance_id,
+            req.generation_id,
+            transactional=True,
+            api_version=ctx.api_version,
         )
+        if err is ErrorCode.STALE_MEMBER_EPOCH:
+            err = ErrorCode.ILLEGAL_GENERATION  # Kafka maps it for TxnOffsetCommit
         if err is not None:
             return respond(err)
         held: dict[tuple[str, int], OffsetEntry] = {}
-        for t in req.topics:
+        for i, t in enumerate(req.topics):
             for p in t.partitions:
-                tp = (t.name, p.partition_index)
-                if tp in codes:
+                key = (i, p.partition_index)
+                if key in codes:
                     continue
                 metadata = p.committed_metadata or ""
                 if _java_length(metadata) > self.config.offset_metadata_max_bytes:
-                    codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    codes[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                     continue
                 entry = OffsetEntry(p.committed_offset, p.committed_leader_epoch, metadata, now_ms)
                 try:
@@ -353,11 +527,11 @@ class OffsetMetadataManager:
                     self._offset_record(gid, t.name, p.partition_index, entry)
                 except (struct.error, ValueError):
                     return respond(ErrorCode.UNKNOWN)
-                held[tp] = entry
-                codes[tp] = ErrorCode.NO_ERROR
+                held[(t.name, p.partition_index)] = entry
+                codes[key] = ErrorCode.NO_ERROR
         if held:
-            if new_group:
-                self.classic.groups[gid] = group
+            if simple is not None:
+                self.classic.groups[gid] = simple
             self.pending_txn_offsets.setdefault(gid, {}).setdefault(req.producer_id, {}).update(
                 held
             )
@@ -376,7 +550,7 @@ class OffsetMetadataManager:
                 del self.pending_txn_offsets[gid]
             if parts is None or not committed:
                 continue
-            self.classic.get_or_create_group(gid)
+            self._ensure_group(gid)
             for (topic, partition), entry in parts.items():
                 self._store_offset(out, gid, topic, partition, entry)
         return out
@@ -389,12 +563,9 @@ class OffsetMetadataManager:
         if v >= 8:
             groups = []
             for g in req.groups:
-                wanted = (
-                    None
-                    if g.topics is None
-                    else [(t.name, list(t.partition_indexes)) for t in g.topics]
+                err, fetched = self._fetch_group_topics(
+                    v, g.group_id, g.member_id, g.member_epoch, g.topics, req.require_stable
                 )
-                err, fetched = self._fetch_group(g.group_id, wanted, req.require_stable)
                 groups.append(
                     OffsetFetchResponseGroup(
                         group_id=g.group_id,
@@ -402,6 +573,7 @@ class OffsetMetadataManager:
                         topics=[
                             OffsetFetchResponseTopics(
                                 name=name,
+                                topic_id=topic_id,
                                 partitions=[
                                     OffsetFetchResponsePartitions(
                                         partition_index=p,
@@ -413,7 +585,7 @@ class OffsetMetadataManager:
                                     for p, o, e, m, c in parts
                                 ],
                             )
-                            for name, parts in fetched
+                            for name, topic_id, parts in fetched
                         ],
                     )
                 )
@@ -424,14 +596,16 @@ class OffsetMetadataManager:
         wanted_single = (
             None
             if req.topics is None and v >= 2
-            else [(t.name, list(t.partition_indexes)) for t in (req.topics or [])]
+            else [(t.name, ZERO_ID, list(t.partition_indexes)) for t in (req.topics or [])]
         )
-        err, fetched = self._fetch_group(req.group_id, wanted_single, req.require_stable)
+        err, fetched = self._fetch_group(
+            req.group_id, None, -1, v, wanted_single, req.require_stable
+        )
         if err != ErrorCode.NO_ERROR and v < 2:
             # No top-level error code before v2: the error goes on every partition.
             fetched = [
-                (name, [(p, -1, -1, "", err) for p in parts])
-                for name, parts in (wanted_single or [])
+                (name, topic_id, [(p, -1, -1, "", err) for p in parts])
+                for name, topic_id, parts in (wanted_single or [])
             ]
         elif err != ErrorCode.NO_ERROR:
             fetched = []
@@ -451,24 +625,81 @@ class OffsetMetadataManager:
                         for p, o, e, m, c in parts
                     ],
                 )
-                for name, parts in fetched
+                for name, _, parts in fetched
             ],
         )
         out.replies.append((ctx.reply_to, resp))
         return out
 
+    def _fetch_group_topics(
+        self,
+        v: int,
+        group_id: str,
+        member_id: str | None,
+        member_epoch: int,
+        topics: list[OffsetFetchRequestTopics] | None,
+        require_stable: bool,
+    ) -> tuple[ErrorCode, list[_FetchedTopic]]:
+        """One group of a v8+ fetch, with v10's topic ids (Kafka's KafkaApis part)."""
+        if v < 10:
+            wanted = (
+                None
+                if topics is None
+                else [(t.name, ZERO_ID, list(t.partition_indexes)) for t in topics]
+            )
+            return self._fetch_group(group_id, member_id, member_epoch, v, wanted, require_stable)
+        if topics is None:
+            err, fetched = self._fetch_group(
+                group_id, member_id, member_epoch, v, None, require_stable
+            )
+            # Answered by id: a topic without one (deleted since) cannot be named on v10.
+            by_id = [(name, self._topic_id(name), parts) for name, _, parts in fetched]
+            return err, [t for t in by_id if t[1] != ZERO_ID]
+        known: list[tuple[str, bytes, list[int]]] = []
+        unknown: list[_FetchedTopic] = []
+        for t in topics:
+            name = self._topic_name(t.topic_id)
+            if name is None:
+                # Kafka answers these after the coordinator's topics (offset -1, no epoch).
+                unknown.append(
+                    (
+                        "",
+                        t.topic_id,
+                        [(p, -1, -1, "", ErrorCode.UNKNOWN_TOPIC_ID) for p in t.partition_indexes],
+                    )
+                )
+            else:
+                known.append((name, t.topic_id, list(t.partition_indexes)))
+        err, fetched = self._fetch_group(
+            group_id, member_id, member_epoch, v, known, require_stable
+        )
+        if err != ErrorCode.NO_ERROR:
+            return err, fetched
+        return err, fetched + unknown
+
     def _fetch_group(
         self,
         group_id: str,
-        wanted: list[tuple[str, list[int]]] | None,
+        member_id: str | None,
+        member_epoch: int,
+        api_version: int,
+        wanted: list[tuple[str, bytes, list[int]]] | None,
         require_stable: bool,
-    ) -> tuple[ErrorCode, list[tuple[str, list[_Fetched]]]]:
+    ) -> tuple[ErrorCode, list[_FetchedTopic]]:
+        """Kafka's fetchOffsets (``wanted``: (name, id to echo, partitions)) or, when
+        ``wanted`` is None, fetchAllOffsets (topics answered with ZERO_ID)."""
         # An empty group id is served (Kafka keeps that for backward compatibility).
         err = self.partitions.availability_error(group_id)
         if err is not None:
             return err, []
-        group = self.classic.groups.get(group_id)
-        offsets = {} if group is None or group.is_in(_D) else self.offsets.get(group_id, {})
+        group = self.find_group(group_id)
+        if group is not None:
+            err = group.validate_offset_fetch(member_id, member_epoch, api_version)
+            if err is ErrorCode.GROUP_ID_NOT_FOUND:
+                group = None  # answered as a group that does not exist
+            elif err is not None:
+                return err, []
+        offsets = {} if group is None else self.offsets.get(group_id, {})
 
         def one(topic: str, partition: int) -> _Fetched | None:
             if require_stable and self._has_pending_txn(group_id, (topic, partition)):
@@ -478,21 +709,21 @@ class OffsetMetadataManager:
                 return None
             return (partition, entry.offset, entry.leader_epoch, entry.metadata, 0)
 
-        result: list[tuple[str, list[_Fetched]]] = []
+        result: list[_FetchedTopic] = []
         if wanted is None:
             by_topic: dict[str, list[_Fetched]] = {}
             for topic, partition in sorted(offsets):
                 got = one(topic, partition)
                 if got is not None:
                     by_topic.setdefault(topic, []).append(got)
-            result = list(by_topic.items())
+            result = [(name, ZERO_ID, parts) for name, parts in by_topic.items()]
         else:
-            for topic, partitions in wanted:
+            for topic, topic_id, partitions in wanted:
                 parts: list[_Fetched] = []
                 for partition in partitions:
                     got = one(topic, partition)
                     parts.append(got if got is not None else (partition, -1, -1, "", 0))
-                result.append((topic, parts))
+                result.append((topic, topic_id, parts))
         return ErrorCode.NO_ERROR, result
 
     # ------------------------------------------------------------ delete
@@ -538,11 +769,12 @@ class OffsetMetadataManager:
         if err is not None:
             return whole(err)
         gid = req.group_id
-        group = self.classic.groups.get(gid)
-        if group is None or group.is_in(_D):
+        group = self.find_group(gid)
+        if group is None:
             return whole(ErrorCode.GROUP_ID_NOT_FOUND)
-        if group.is_in(_S, _P, _C) and not group.uses_consumer_protocol():
-            return whole(ErrorCode.NON_EMPTY_GROUP)
+        err = group.validate_offset_delete()
+        if err is not None:
+            return whole(err)
 
         topics = []
         for t in req.topics:
@@ -607,7 +839,9 @@ class OffsetMetadataManager:
         offsets = self.offsets.get(group_id)
         if offsets is None:
             return not self._has_pending_txn(group_id)
-        group = self.classic.groups[group_id]
+        group = self.find_group(group_id)
+        if group is None:
+            return False  # offsets are replayed with their group: nothing to judge them by
         base = group.offset_expiration_base()
         if base is None:
             return False
@@ -646,7 +880,7 @@ class OffsetMetadataManager:
                     del self.offsets[k.group]
             return
         v = decode_offset_commit_value(value)
-        self.classic.get_or_create_group(k.group)
+        self._ensure_group(k.group)
         self.offsets.setdefault(k.group, {})[tp] = OffsetEntry(
             offset=v.offset,
             leader_epoch=v.leader_epoch,

@@ -15,6 +15,8 @@ from typing import Any
 
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     describe_groups,
     heartbeat,
@@ -53,8 +55,10 @@ def storage_error_reply(reply: Any, failed: set[int], partition_of: Callable[[st
             parts: list[Any] = [
                 dataclasses.replace(
                     p,
+                    # Answered before the coordinator (unknown topic, v10 unknown topic id).
                     error_code=p.error_code
-                    if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if p.error_code
+                    in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
                     else code,
                 )
                 for p in t.partitions
@@ -71,6 +75,8 @@ def storage_error_reply(reply: Any, failed: set[int], partition_of: Callable[[st
         return leave_group.Response(error_code=code)
     if isinstance(reply, offset_delete.Response):
         return offset_delete.Response(error_code=code)
+    if isinstance(reply, consumer_group_heartbeat.Response):
+        return consumer_group_heartbeat.Response(error_code=code)
     return reply  # answers that never depend on records (fetch, describe, list)
 
 
@@ -152,6 +158,15 @@ def error_response(api_key: int, version: int, req: Any, code: ErrorCode) -> Any
             results=[
                 delete_groups.DeletableGroupResult(group_id=g, error_code=code)
                 for g in req.groups_names
+            ]
+        )
+    if api_key == consumer_group_heartbeat.API_KEY:
+        return consumer_group_heartbeat.Response(error_code=code)
+    if api_key == consumer_group_describe.API_KEY:
+        return consumer_group_describe.Response(
+            groups=[
+                consumer_group_describe.DescribedGroup(error_code=code, group_id=g)
+                for g in req.group_ids
             ]
         )
     raise ValueError(f"no error response for api key {api_key}")

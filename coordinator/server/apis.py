@@ -2,16 +2,19 @@
 
 How this works: this table is what ApiVersions advertises and what the server accepts; a
 request outside it closes the connection, as Kafka does. The ranges are Kafka 4.x's, cut
-where kgc deliberately stops (topic-id-based versions are served because Metadata reports
-topic ids). ConsumerGroupHeartbeat/ConsumerGroupDescribe (KIP-848 groups) have a codec but
-are not advertised: kgc runs classic groups only, and advertising them makes librdkafka's
-admin client describe groups through an API that would find none.
+where kgc deliberately stops (topic-id-based versions, OffsetCommit/OffsetFetch v10 among
+them, are served because Metadata reports topic ids). ConsumerGroupHeartbeat and
+ConsumerGroupDescribe (KIP-848 groups) have a codec but are not advertised: kgc runs
+classic groups only, and advertising them makes librdkafka's admin client describe groups
+through an API that would find none.
 """
 
 from __future__ import annotations
 
 from protocol.messages import (
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_topics,
     delete_groups,
     delete_topics,
@@ -43,22 +46,24 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     fetch.API_KEY: (4, 17),
     list_offsets.API_KEY: (1, 10),
     metadata.API_KEY: (0, 12),
-    offset_commit.API_KEY: (2, 9),
-    offset_fetch.API_KEY: (1, 9),
+    offset_commit.API_KEY: (2, 10),
+    offset_fetch.API_KEY: (1, 10),
     find_coordinator.API_KEY: (0, 6),
     join_group.API_KEY: (0, 9),
     heartbeat.API_KEY: (0, 4),
     leave_group.API_KEY: (0, 5),
     sync_group.API_KEY: (0, 5),
-    describe_groups.API_KEY: (0, 5),
+    describe_groups.API_KEY: (0, 6),
     list_groups.API_KEY: (0, 5),
     sasl_handshake.API_KEY: (0, 1),
     api_versions.API_KEY: (0, 4),
     create_topics.API_KEY: (2, 7),
     delete_topics.API_KEY: (1, 6),
     init_producer_id.API_KEY: (0, 5),
-    txn_offset_commit.API_KEY: (0, 4),
+    txn_offset_commit.API_KEY: (0, 5),
     delete_groups.API_KEY: (0, 2),
     sasl_authenticate.API_KEY: (0, 2),
     offset_delete.API_KEY: (0, 0),
+    consumer_group_heartbeat.API_KEY: (0, 1),
+    consumer_group_describe.API_KEY: (0, 1),
 }

@@ -417,6 +417,8 @@ class Admin:
             describe_groups.API_KEY, describe_groups.Request(groups=[group]), addr=addr
         )
         g = resp.groups[0]
+        if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            g.error_code = 0  # v6+ (KIP-1043): an unknown group; earlier versions say Dead
         check(g.error_code, f"DescribeGroups for {group!r}", g.error_message)
         desc = GroupDescription(
             g.group_id, g.group_state, g.protocol_type, g.protocol_data, (node, host, port)

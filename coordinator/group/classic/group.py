@@ -153,10 +153,22 @@ class ClassicGroup:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return None
 
+    # ------------------------------------------------------------ offsets (offsets.OffsetGroup)
+
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation: int, transactional: bool
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        *,
+        transactional: bool,
+        api_version: int,
     ) -> ErrorCode | None:
-        """Kafka's ClassicGroup.validateOffsetCommit (and, transactional, its TxnOffsetCommit)."""
+        """Kafka's ClassicGroup.validateOffsetCommit (and, transactional, its TxnOffsetCommit).
+
+        ``api_version`` is not consulted: every OffsetCommit version may commit to a classic
+        group (only consumer-protocol members are held to v9+).
+        """
         if self.state is _DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and self.state is _EMPTY:
@@ -172,6 +184,25 @@ class ClassicGroup:
         if not transactional and self.state is ClassicGroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return None
+
+    def validate_offset_fetch(
+        self, member_id: str | None, member_epoch: int, api_version: int
+    ) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateOffsetFetch: members are not checked; a Dead group is
+        not found (its offsets are not served)."""
+        return ErrorCode.GROUP_ID_NOT_FOUND if self.state is _DEAD else None
+
+    def validate_offset_delete(self) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateOffsetDelete: a group with members refuses, unless it
+        uses the consumer protocol (subscribed topics are then refused per partition)."""
+        if self.state is _DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if self.state is not _EMPTY and not self.uses_consumer_protocol():
+            return ErrorCode.NON_EMPTY_GROUP
+        return None
+
+    def is_empty(self) -> bool:
+        return self.state is _EMPTY
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id is not None and self.leader_id == member_id
