@@ -45,8 +45,10 @@ Differences from Kafka, on purpose:
   already fixed) are matched to members so that as many as possible land on a member in a
   rack holding a replica (a maximum matching, ``_common.match_to_racks``). How many each
   member receives and what each member keeps are unchanged, so balance and stickiness are
-  exactly Kafka's; the balancing passes ignore racks. Without racks the result is exactly
-  the algorithm above.
+  exactly Kafka's. In the heterogeneous balancing passes, the partition the most-loaded
+  member gives up is, among its partitions of the topic, one in the receiver's rack if any,
+  else one not in its own rack (Kafka: its highest id); who gives and who receives is
+  unchanged. Without racks the result is exactly the algorithm above.
 """
 
 from __future__ import annotations
@@ -352,6 +354,7 @@ class _HeterogeneousBuilder:
         # (member, topic) pairs whose partitions changed; rebuilt from ``owners`` at the end.
         self.dirty: dict[bytes, set[int]] = {}
         self.rack_aware = bool(self.specs) and all(m.rack_id for m in self.specs)
+        self.racks: dict[bytes, list[frozenset[str]]] = {}
 
     def _topic_key(self, t: bytes) -> tuple[float, int, tuple[int, int]]:
         s = len(self.subscribers[t])
@@ -424,16 +427,17 @@ class _HeterogeneousBuilder:
                 self._assign(t, p, m)
 
     def _rack_permute(self, t: bytes, parts: list[int], recipients: list[int]) -> list[int]:
-        local = [self.topics.racks_for_partition(t, p) for p in parts]
+        racks = self._partition_racks(t)
+        local = [racks[p] for p in parts]
         if not any(local):
             return recipients
         slot_count: dict[int, int] = {}
         for m in recipients:
             slot_count[m] = slot_count.get(m, 0) + 1
         slots = list(slot_count.items())
-        racks = [m.rack_id or "" for m in self.specs]
+        member_racks = [m.rack_id or "" for m in self.specs]
         out = [-1] * len(parts)
-        for (m, _), items in zip(slots, deal_by_rack(local, slots, racks), strict=True):
+        for (m, _), items in zip(slots, deal_by_rack(local, slots, member_racks), strict=True):
             for i in items:
                 out[i] = m
         return out
@@ -475,14 +479,44 @@ class _HeterogeneousBuilder:
                 break
             if most == -1:
                 break
-            p = parts[end[most] - 1]
-            end[most] -= 1
             least = balancer.next_least_loaded()
             if balancer.is_balanced():
                 break
+            last = end[most] - 1
+            if self.rack_aware:
+                # Which of its partitions the most-loaded member gives up never changes who
+                # gives or receives: prefer one local to the receiver, then one not local
+                # to the giver; Kafka's choice (its highest id) on ties.
+                pick = self._rack_pick(t, parts, start[most], last, most, least)
+                parts[pick], parts[last] = parts[last], parts[pick]
+            p = parts[last]
+            end[most] = last
             self._assign(t, p, least)
             moved += 1
         return moved
+
+    def _partition_racks(self, t: bytes) -> list[frozenset[str]]:
+        got = self.racks.get(t)
+        if got is None:
+            rf = self.topics.racks_for_partition
+            got = self.racks[t] = [rf(t, p) for p in range(self.counts[t])]
+        return got
+
+    def _rack_pick(
+        self, t: bytes, parts: list[int], first: int, last: int, giver: int, taker: int
+    ) -> int:
+        racks = self._partition_racks(t)
+        give_rack = self.specs[giver].rack_id
+        take_rack = self.specs[taker].rack_id
+        best, best_score = last, -1
+        for i in range(last, first - 1, -1):
+            rs = racks[parts[i]]
+            score = (2 if take_rack in rs else 0) + (0 if give_rack in rs else 1)
+            if score > best_score:
+                best, best_score = i, score
+                if score == 3:
+                    break
+        return best
 
     def _result(self) -> dict[str, Assignment]:
         rebuilt: dict[int, dict[bytes, frozenset[int]]] = {}
