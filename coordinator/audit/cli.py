@@ -6,9 +6,9 @@ extra), prepares the environment for a local Spark (loopback binding, this inter
 Python workers, UTC, no stray ``SPARK_HOME``) unless it runs under ``spark-submit``, builds or
 reuses the SparkSession (with PostgreSQL's JDBC driver in ``spark.jars`` for ``--storage-url``),
 runs ``job.run_audit`` on a data directory (``--log-dir``) or a cluster's database
-(``--storage-url``), writes ``partitions``, ``groups`` and
-``findings`` as Parquet or JSON directories plus ``summary.json`` under ``--out``, prints a
-console summary and returns 0 (clean), 2 (findings at or above ``--fail-on``) or 1 (error).
+(``--storage-url``), writes ``partitions``, ``groups``, ``findings`` and ``members`` (the
+KIP-848 consumer groups' members) as Parquet or JSON directories plus ``summary.json`` (with
+a ``consumer_groups`` section) under ``--out``, prints a console summary and returns 0 (clean), 2 (findings at or above ``--fail-on``) or 1 (error).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,12 +157,14 @@ def _is_local(path: str) -> bool:
 
 
 def write_reports(result: AuditResult, out: str, fmt: str, summary: dict[str, Any]) -> None:
-    """The three tables (written concurrently: small, latency-bound jobs) and summary.json."""
+    """The tables (written concurrently: small, latency-bound jobs) and summary.json."""
     base = out.rstrip("/")
-    with ThreadPoolExecutor(3) as pool:
+    names = ["partitions", "groups", "findings"] + (
+        ["members"] if result.members is not None else []
+    )
+    with ThreadPoolExecutor(len(names)) as pool:
         for f in [
-            pool.submit(_write, getattr(result, name), f"{base}/{name}", fmt)
-            for name in ("partitions", "groups", "findings")
+            pool.submit(_write, getattr(result, name), f"{base}/{name}", fmt) for name in names
         ]:
             f.result()
     text = json.dumps(summary, indent=2, sort_keys=True, default=str)
@@ -200,8 +203,30 @@ def build_summary(
         "fail_on": fail_on,
         "failing_findings": failing,
         "top_findings": result.top_findings,
+        "consumer_groups": consumer_group_section(result),
     }
     return summary, result.top_findings, result.group_rows
+
+
+def consumer_group_section(result: AuditResult) -> list[dict[str, Any]]:
+    """Per live KIP-848 consumer group: epochs, members (epochs, assigned, pending and target
+    partitions, subscription) and the anomalies of its assignments."""
+    section: dict[str, dict[str, Any]] = {
+        g: {"group": g, **info, "members": [], "anomalies": []}
+        for g, info in sorted(result.consumer_groups.items())
+        if info["state"] != "Dead"
+    }
+    for m in result.member_rows:
+        if m["group"] in section:
+            section[m["group"]]["members"].append(
+                {k: v for k, v in m.items() if k not in ("group", "offsets_partition")}
+            )
+    for f in result.consumer_findings:
+        if f["group"] in section:
+            section[f["group"]]["anomalies"].append(
+                {k: f[k] for k in ("severity", "check", "topic", "partition", "detail")}
+            )
+    return list(section.values())
 
 
 def render_console(
@@ -279,7 +304,62 @@ def render_console(
     )
     if len(groups) > 50:
         lines.append(f"... and {len(groups) - 50} more groups (see the groups table)")
+    lines += _consumer_group_lines(summary.get("consumer_groups", []), table, s)
     return "\n".join(lines)
+
+
+def _consumer_group_lines(
+    cgs: list[dict[str, Any]],
+    table: Callable[[list[str], list[list[str]]], list[str]],
+    s: Callable[[Any], str],
+    limit: int = 50,
+) -> list[str]:
+    """The console's consumer-group section: a line per member, then the anomalies."""
+    if not cgs:
+        return []
+    rows: list[list[str]] = []
+    anomalies: list[list[str]] = []
+    for cg in cgs:
+        head = [s(cg["group"]), s(cg["state"]), s(cg["group_epoch"]), s(cg["assignment_epoch"])]
+        for m in cg["members"] or [{}]:
+            rows.append(
+                [
+                    *head,
+                    s(m.get("member_id")),
+                    s(m.get("member_epoch")),
+                    s(m.get("member_state")),
+                    s(m.get("assigned"))[:40],
+                    s(m.get("pending"))[:30],
+                    s(m.get("target"))[:40],
+                ]
+            )
+        anomalies += [
+            [s(a["severity"]), s(a["check"]), s(cg["group"]), s(a["detail"])[:100]]
+            for a in cg["anomalies"]
+        ]
+    lines = ["", "Consumer groups (KIP-848):"]
+    lines += table(
+        [
+            "group",
+            "state",
+            "epoch",
+            "target_epoch",
+            "member",
+            "member_epoch",
+            "member_state",
+            "assigned",
+            "pending",
+            "target",
+        ],
+        rows[:limit],
+    )
+    if len(rows) > limit:
+        lines.append(f"... and {len(rows) - limit} more members (see the members table)")
+    if anomalies:
+        lines.append("")
+        lines.append(f"Consumer group anomalies ({len(anomalies)}):")
+        lines += table(["severity", "check", "group", "detail"], anomalies[:limit])
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,6 +14,9 @@ the JVM, *combines* inside the task:
 * ``W`` the last ``window`` commits of each key in the segment (for Burrow's rules);
 * ``G`` one row per (segment, group) for GroupMetadata records (first/last generation, the
   last value's member count / protocol type / state timestamp, tombstones);
+* ``Q`` one row per (segment, key) of KIP-848 consumer-group records (types 3-8 and 16): the
+  key's last record in the segment, its value as JSON in ``detail`` or a tombstone
+  (``consumer_groups``);
 * ``S`` one row per offsets segment (first/last offset, record and batch counts, size), or
   per *piece* of one: the PostgreSQL source (``source_pg``) decodes many ``kgc_record_log``
   rows of a partition as one buffer, each row a piece with its own name and S row, so a row
@@ -23,7 +26,8 @@ the JVM, *combines* inside the task:
   consecutive records of the same segment);
 * ``T`` / ``P`` for topic-partition segments: first and next offset, and a down-sampled
   (max timestamp, next offset) time line so lag *at commit time* can be estimated;
-* ``C`` the topic catalog (``topics.json``) and ``L`` ``log-start-offset`` checkpoints.
+* ``C`` the topic catalog (``topics.json``: name, partitions, id in ``detail``) and ``L``
+  ``log-start-offset`` checkpoints.
 
 ``stitch`` later joins segments together (checks across segment boundaries use the first/last
 columns), so a million commits become a few thousand rows.  All rows share one wide schema
@@ -66,7 +70,18 @@ from coordinator.audit.columns import (
     key_ids,
     record_columns,
 )
-from storage.consumer_group_format import ConsumerGroupKey
+from coordinator.audit.consumer_groups import SegmentFold, key_second, value_doc
+from storage.consumer_group_format import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    decode_consumer_group_value,
+)
 from storage.local.manager import parse_partition_dir
 from storage.local.segment import parse_segment_name
 from storage.offsets_format import (
@@ -135,6 +150,15 @@ SPARK_SCHEMA = ", ".join(f"{n} {s}" for n, _, s in _COLUMNS)
 _NAMES = [n for n, _, _ in _COLUMNS]
 
 Row = dict[str, Any]
+_CONSUMER_GROUP_KEYS = (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupRegularExpressionKey,
+)
 
 
 def classify_path(path: str) -> tuple[str, str | None, int | None, int | None]:
@@ -696,12 +720,15 @@ def _other_records(
     num_partitions: int,
     expected: dict[str, int],
 ) -> tuple[list[Row], list[Finding]]:
-    """G rows and findings of the records that are not offset commits, one at a time.
+    """G and Q rows and findings of the records that are not offset commits, one at a time.
 
-    They are rare: group metadata (one per rebalance), unknown or broken keys.
+    They are rare: group metadata (one per rebalance), consumer-group records (a few per
+    heartbeat that changes something; the last one of each key per segment makes a Q row,
+    ``consumer_groups.SegmentFold``), unknown or broken keys.
     """
     found: list[Finding] = []
     groups: dict[str, _GroupState] = {}
+    cgroups = SegmentFold()
     for r, kid, lo, vs, vl in zip(
         recs.tolist(),
         ids[recs].tolist(),
@@ -712,6 +739,19 @@ def _other_records(
     ):
         order = (int(rec_batch[r]), r, 0)
         k = other_keys.get(kid) if kid >= 0 else None
+        if isinstance(k, _CONSUMER_GROUP_KEYS):
+            if k.group not in expected:
+                expected[k.group] = partition_for(k.group, num_partitions)
+            doc = None
+            if vl >= 0:
+                try:
+                    doc = value_doc(decode_consumer_group_value(k, cols.data[vs : vs + vl]))
+                except OffsetsFormatError as e:
+                    what = f"consumer group record type {k.version}"
+                    found.append((order, _value_finding(src, opart, seg, what, e, lo, k.group)))
+                    continue  # its effect is unknown: the key keeps its previous record
+            cgroups.add(k.group, k.version, key_second(k), lo, doc)
+            continue
         if not isinstance(k, str):
             found.append((order, _key_finding(src, opart, seg, k, lo)))
             continue
@@ -743,15 +783,12 @@ def _other_records(
             )
             found.append((order, finding))
     rows = [gs.row(src, opart, seg, g, expected[g]) for g, gs in groups.items()]
+    rows += cgroups.rows(src, opart, seg, expected)
     return rows, found
 
 
 def _key_finding(
-    src: str,
-    opart: int,
-    seg: int,
-    key: ConsumerGroupKey | UnknownKey | OffsetsFormatError | None,
-    lo: int,
+    src: str, opart: int, seg: int, key: UnknownKey | OffsetsFormatError | None, lo: int
 ) -> Row:
     """The finding of a record whose key is missing, broken or of a type we do not know."""
     if key is None:
@@ -764,8 +801,8 @@ def _key_finding(
         seg,
         "warn",
         "unknown_record_version",
-        f"key version {key.version} is not an offset commit or classic "
-        "group record (newer Kafka record type?)",
+        f"key version {key.version} is not an offset commit, classic group or consumer "
+        "group record (a share or streams group's, or a newer Kafka record type?)",
         lo,
     )
 
@@ -1084,7 +1121,13 @@ def decode_file(
         try:
             catalog = json.loads(content.decode())
             return [
-                {"kind": "C", "src": path, "topic": str(t["name"]), "n": int(t["partitions"])}
+                {
+                    "kind": "C",
+                    "src": path,
+                    "topic": str(t["name"]),
+                    "n": int(t["partitions"]),
+                    "detail": str(t["id"]) if t.get("id") else None,  # hex, as stored
+                }
                 for t in catalog
             ]
         except (ValueError, KeyError, TypeError) as e:

@@ -13,12 +13,15 @@ How this works
    ``mapInArrow(decode.decode_batches)``; the few rows that come back (log start/end and a
    time line per partition, the catalog) become the ``stitch.Context`` that lag needs.
 3. *Offsets log* (job 2): every offsets segment is decoded the same way, one task per file,
-   into per-(segment, key) summaries.  They are shuffled by the offsets partition Kafka would
+   into per-(segment, key) summaries (consumer-group records included: the last record of
+   each key per segment).  They are shuffled by the offsets partition Kafka would
    store the group in (so all of a group's rows meet, even ones stored in the wrong partition)
    and ``stitch.report_table`` turns each share into final rows of the three reports plus one
    summary row.  The result is cached; the action brings back only the summary rows, the
-   group rows and each task's top findings.
-4. *Write*: the three tables are filters of the cached result (see ``cli.write_reports``).
+   group rows, the consumer groups' member rows and their assignment findings, and each
+   task's top findings.
+4. *Write*: the four tables (partitions, groups, findings, members) are filters of the
+   cached result (see ``cli.write_reports``).
 
 From PostgreSQL (``--storage-url``, cluster mode; ``source_pg``), steps 1-2 are one small JDBC
 query (catalog, leases, time lines from row columns) and step 3 reads the offsets partitions'
@@ -43,6 +46,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from coordinator.audit.consumer_groups import CONSUMER_GROUP_CHECKS
 from coordinator.audit.decode import (
     CATALOG_NAME,
     CHECKPOINT_NAME,
@@ -108,6 +112,24 @@ PARTITION_COLUMNS = [
     "log_start_offset",
     "offsets_partition",
 ]
+# the consumer groups' (KIP-848) members: one row per member of a live group
+MEMBER_COLUMNS = [
+    "group",
+    "member_id",
+    "instance_id",
+    "client_id",
+    "client_host",
+    "member_epoch",
+    "previous_member_epoch",
+    "member_state",
+    "generation",
+    "assignment_epoch",
+    "assigned",
+    "pending",
+    "target",
+    "subscribed",
+    "offsets_partition",
+]
 GROUP_COLUMNS = [
     "group",
     "state",
@@ -148,6 +170,13 @@ class AuditResult:
     top_findings: list[dict[str, Any]]
     group_rows: list[dict[str, Any]]
     cached: list[DataFrame] = field(default_factory=list)
+    # consumer groups (KIP-848): the members table, and what the driver collected of it
+    members: DataFrame | None = None
+    member_rows: list[dict[str, Any]] = field(default_factory=list)
+    # group name -> (group epoch, target assignment epoch) of every live consumer group
+    consumer_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the consumer-group checks' findings (all of them, for the consumer-group report)
+    consumer_findings: list[dict[str, Any]] = field(default_factory=list)
 
     def release(self) -> None:
         """Drop the cached intermediate data (a later audit must decode afresh)."""
@@ -271,8 +300,45 @@ def _finish(
         ({c: r[c] for c in GROUP_COLUMNS} for r in collected if r["kind"] == "G"),
         key=lambda g: str(g["group"]),
     )
+    consumer_groups = {
+        r["group"]: {"state": r["state"], "group_epoch": r["generation"]}
+        | {"assignment_epoch": r["assignment_epoch"], "members": r["members"]}
+        for r in collected
+        if r["kind"] == "G" and r["group_type"] == "consumer"
+    }
+    member_rows = sorted(
+        ({c: r[c] for c in MEMBER_COLUMNS} for r in collected if r["kind"] == "M"),
+        key=lambda m: (str(m["group"]), str(m["member_id"])),
+    )
+    consumer_findings = sorted(
+        (
+            {c: r[c] for c in FINDINGS_COLUMNS}
+            for r in collected
+            if r["kind"] == "F" and r["check"] in CONSUMER_GROUP_CHECKS
+        ),
+        key=finding_sort_key,
+    )
     partitions, groups, findings = _report_tables(spark, final, driver_findings)
-    return AuditResult(partitions, groups, findings, {}, summary, top_findings, group_rows, [final])
+    members = (
+        final.filter(F.col("kind") == "M")
+        .select(*MEMBER_COLUMNS)
+        .coalesce(1)
+        .sortWithinPartitions("group", "member_id")
+    )
+    return AuditResult(
+        partitions,
+        groups,
+        findings,
+        {},
+        summary,
+        top_findings,
+        group_rows,
+        [final],
+        members=members,
+        member_rows=member_rows,
+        consumer_groups=consumer_groups,
+        consumer_findings=consumer_findings,
+    )
 
 
 def _ensure_jdbc_driver(spark: SparkSession, jar: str) -> None:
@@ -494,7 +560,10 @@ def _report(decoded: DataFrame, ctx: Context, top: int) -> tuple[DataFrame, list
         .persist()
     )
     kcol = F.col("kind")
-    collected = final.filter((kcol == "Z") | (kcol == "G") | F.col("top")).collect()
+    consumer_checks = (kcol == "F") & F.col("check").isin(*CONSUMER_GROUP_CHECKS)
+    collected = final.filter(
+        (kcol == "Z") | (kcol == "G") | (kcol == "M") | F.col("top") | consumer_checks
+    ).collect()
     return final, collected
 
 
@@ -584,6 +653,7 @@ def _context(
     points: dict[tuple[str, int], list[tuple[int, int]]] = {}
     ckpt: dict[tuple[str, int], int] = {}
     catalog: dict[str, int] = {}
+    topic_ids: dict[str, str] = {}
     for r in topic_rows:
         key = (r["topic"], r["part"])
         if r["kind"] == "T":
@@ -594,6 +664,8 @@ def _context(
             ckpt[key] = max(ckpt.get(key, 0), int(r["off1"]))
         elif r["kind"] == "C":
             catalog[r["topic"]] = int(r["n"])
+            if r["detail"]:
+                topic_ids[r["topic"]] = str(r["detail"]).lower()
     topics: dict[tuple[str, int], TopicLog] = {}
     for topic, part, first_seg, _n in first_seg_rows:
         key = (topic, part)
@@ -611,4 +683,5 @@ def _context(
         num_partitions=num_partitions,
         topics=topics,
         catalog=catalog if has_catalog else None,
+        topic_ids=topic_ids,
     )

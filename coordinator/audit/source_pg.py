@@ -80,16 +80,17 @@ FROM kgc_partition p
 LEFT JOIN kgc_record_log r ON r.topic = p.topic AND r.partition = p.partition
 WHERE p.topic = '{OFFSETS_TOPIC}') kgc_offsets_rows"""
 
-# kind C: (topic, partitions) of the catalog; L: (topic, partition, log_start_offset,
-# next_offset) of every lease; P: (topic, partition, max timestamp so far, next offset
-# after the row, base offset of the oldest row of the time line).
+# kind C: (topic, partitions, topic id in hex) of the catalog; L: (topic, partition,
+# log_start_offset, next_offset) of every lease; P: (topic, partition, max timestamp so far,
+# next offset after the row, base offset of the oldest row of the time line).
 CONTEXT_SQL = f"""SELECT 'C' AS kind, name AS topic, 0 AS partition,
-       partitions::bigint AS a, 0::bigint AS b, 0::bigint AS c
+       partitions::bigint AS a, 0::bigint AS b, 0::bigint AS c,
+       replace(topic_id::text, '-', '') AS tid
 FROM kgc_topic
 UNION ALL
-SELECT 'L', topic, partition, log_start_offset, next_offset, 0 FROM kgc_partition
+SELECT 'L', topic, partition, log_start_offset, next_offset, 0, NULL FROM kgc_partition
 UNION ALL
-SELECT 'P', p.topic, p.partition, x.ts, x.next_offset, x.since
+SELECT 'P', p.topic, p.partition, x.ts, x.next_offset, x.since, NULL
 FROM kgc_partition p
 CROSS JOIN LATERAL (
     SELECT max(t.max_timestamp) OVER (ORDER BY t.base_offset) AS ts,
@@ -419,6 +420,7 @@ def pg_context(
     (0: nothing to audit).
     """
     catalog: dict[str, int] = {}
+    topic_ids: dict[str, str] = {}
     leases: dict[tuple[str, int], tuple[int, int]] = {}
     since: dict[tuple[str, int], int] = {}
     points: dict[tuple[str, int], list[tuple[int, int]]] = {}
@@ -426,6 +428,8 @@ def pg_context(
         kind, key = r["kind"], (str(r["topic"]), int(r["partition"]))
         if kind == "C":
             catalog[key[0]] = int(r["a"])
+            if r["tid"]:
+                topic_ids[key[0]] = str(r["tid"])
         elif kind == "L":
             leases[key] = (int(r["a"]), int(r["b"]))
         elif kind == "P":
@@ -452,5 +456,6 @@ def pg_context(
         topics=topics,
         catalog=catalog,
         pieces="row",
+        topic_ids=topic_ids,
     )
     return ctx, {"topic_partitions": len(topics), "offsets_leases": offsets_leases}

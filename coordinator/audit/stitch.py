@@ -16,6 +16,10 @@ the group in) and ``report_table`` runs there:
   live partition, with the topic logs' figures (``Context``), lag, log-start / log-end
   checks, unknown partitions, retention and Burrow's status over the last ``window`` commits,
   the lag at each commit estimated from the topic's time line;
+* consumer groups (KIP-848, the ``Q`` rows): each group's records replayed, last value per
+  key (``consumer_groups.report_group``): its G row (state Empty / Assigning / Reconciling /
+  Stable / Dead, members, group epoch), one ``M`` row per member and the checks of its
+  assignments; a group converted between protocols shows as the kind of its newest record;
 * ``finalize`` resolves groups stored in two offsets partitions, builds the per-group rows
   and the lifecycle findings (offsets without a live group and the reverse), sorts the
   findings, marks the task's first ``top`` and adds one ``Z`` row: a JSON summary (finding
@@ -34,6 +38,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coordinator.audit.consumer_groups import report_group
 from storage.offsets_format import OFFSETS_TOPIC
 
 __all__ = [
@@ -82,6 +87,20 @@ _OUT: list[tuple[str, pa.DataType, str]] = [
     ("worst_status", pa.string(), "string"),
     ("commits_per_min", pa.float64(), "double"),
     ("top", pa.bool_(), "boolean"),
+    # consumer groups (KIP-848): G rows' type and target epoch, and their members' M rows
+    ("group_type", pa.string(), "string"),
+    ("assignment_epoch", pa.int32(), "int"),
+    ("member_id", pa.string(), "string"),
+    ("instance_id", pa.string(), "string"),
+    ("client_id", pa.string(), "string"),
+    ("client_host", pa.string(), "string"),
+    ("member_epoch", pa.int32(), "int"),
+    ("previous_member_epoch", pa.int32(), "int"),
+    ("member_state", pa.string(), "string"),
+    ("assigned", pa.string(), "string"),
+    ("pending", pa.string(), "string"),
+    ("target", pa.string(), "string"),
+    ("subscribed", pa.string(), "string"),
 ]
 OUT_SCHEMA = pa.schema([(n, t) for n, t, _ in _OUT])
 OUT_SPARK_SCHEMA = ", ".join(f"`{n}` {s}" for n, _, s in _OUT)
@@ -114,6 +133,8 @@ class Context:
     catalog: dict[str, int] | None = None
     # what an S row is: a "segment" file, or a "row" of kgc_record_log (--storage-url)
     pieces: str = "segment"
+    # topic name -> Kafka topic id (hex), from the catalog: consumer groups name topics by id
+    topic_ids: dict[str, str] = field(default_factory=dict)
 
 
 def row_name(opart: int, base_offset: int) -> str:
@@ -176,6 +197,7 @@ class _Subjects:
     keys: dict[Key, list[Row]] = field(default_factory=dict)  # K rows of each key
     windows: dict[Key, list[tuple[int, int, int]]] = field(default_factory=dict)  # W rows
     groups: dict[str, list[Row]] = field(default_factory=dict)  # G rows of each group
+    cgroups: dict[str, list[Row]] = field(default_factory=dict)  # Q rows of each group
     expected: dict[str, int] = field(default_factory=dict)  # the partition Kafka would use
 
 
@@ -189,11 +211,25 @@ def stitch_rows(opart: int, rows: list[Row], ctx: Context) -> list[Row]:
     out = _overlapping_segments(opart, rows, ctx.pieces)
     subjects = _by_subject(rows)
     group_state: dict[str, GroupState] = {}
+    # a group's G row and the log offset of its newest record: classic or consumer group
+    metas: dict[str, tuple[Row, GroupState, int]] = {}
     for grp, gl in subjects.groups.items():
         gl.sort(key=lambda r: r["seg"])
         out += _group_history(opart, grp, gl)
-        row, group_state[grp] = _group_row(opart, grp, gl, subjects.expected[grp])
+        row, gstate = _group_row(opart, grp, gl, subjects.expected[grp])
+        metas[grp] = (row, gstate, max(r["lo2"] for r in gl))
+    for grp, ql in subjects.cgroups.items():
+        row, newest, members, found = report_group(
+            opart, grp, ql, subjects.expected[grp], ctx.catalog, ctx.topic_ids
+        )
+        out += members
+        out += found
+        # A group converted between the protocols keeps the kind it was converted to last.
+        if grp not in metas or newest > metas[grp][2]:
+            metas[grp] = (row, (row["state"], None), newest)
+    for grp, (row, gstate, _newest) in metas.items():
         out.append(row)
+        group_state[grp] = gstate
     for key, kl in subjects.keys.items():
         kl.sort(key=lambda r: r["seg"])
         found, count, first_ts = _key_history(opart, key, kl)
@@ -256,6 +292,9 @@ def _by_subject(rows: list[Row]) -> _Subjects:
             )
         elif kind == "G":
             s.groups.setdefault(r["grp"], []).append(r)
+            s.expected[r["grp"]] = r["expected"]
+        elif kind == "Q":
+            s.cgroups.setdefault(r["grp"], []).append(r)
             s.expected[r["grp"]] = r["expected"]
     return s
 
@@ -552,6 +591,7 @@ def _wrong_partition(opart: int, subjects: _Subjects, num_partitions: int) -> li
             first = min(
                 [r["lo1"] for (g, _, _), kl in subjects.keys.items() if g == grp for r in kl]
                 + [r["lo1"] for r in subjects.groups.get(grp, [])]
+                + [r["lo1"] for r in subjects.cgroups.get(grp, [])]
             )
             out.append(
                 _f(
@@ -615,7 +655,7 @@ def finalize(out: list[Row], top: int, segments: dict[str, int]) -> list[Row]:
     The steps: resolve (``_resolve``), one row per group with the lifecycle findings
     (``_group_rows``), then the findings sorted, the first ``top`` marked, and the Z row.
     """
-    parts, metas, findings = _resolve(out)
+    parts, metas, members, findings = _resolve(out)
     rows: list[Row] = list(parts.values())
     status: dict[str, list[int]] = {}
     for p in parts.values():
@@ -624,6 +664,7 @@ def finalize(out: list[Row], top: int, segments: dict[str, int]) -> list[Row]:
         st[1] += p["lag"] or 0
     group_rows, lifecycle = _group_rows(parts, metas)
     rows += group_rows
+    rows += members
     findings += lifecycle
     findings.sort(key=finding_sort_key)
     counts: dict[str, dict[str, int]] = {}
@@ -637,14 +678,16 @@ def finalize(out: list[Row], top: int, segments: dict[str, int]) -> list[Row]:
     return rows
 
 
-def _resolve(out: list[Row]) -> tuple[dict[Key, Row], dict[str, Row], list[Row]]:
-    """One P row per key and one G row per group, the rest (findings) as they come.
+def _resolve(out: list[Row]) -> tuple[dict[Key, Row], dict[str, Row], list[Row], list[Row]]:
+    """One P row per key, one G row per group, the consumer groups' M rows of the partition
+    the G row comes from, and the rest (findings) as they come.
 
     A P row from the partition Kafka would use wins, then the newest last commit; a G row
     from the partition Kafka would use wins, then the lowest partition.
     """
     parts: dict[Key, Row] = {}
     metas: dict[str, Row] = {}
+    members: list[Row] = []
     findings: list[Row] = []
     for r in out:
         kind = r["kind"]
@@ -665,9 +708,16 @@ def _resolve(out: list[Row]) -> tuple[dict[Key, Row], dict[str, Row], list[Row]]
                 old["offsets_partition"],
             ):
                 metas[r["group"]] = r
+        elif kind == "M":
+            members.append(r)
         else:
             findings.append(r)
-    return parts, metas, findings
+    members = [
+        m
+        for m in members
+        if m["group"] in metas and metas[m["group"]]["offsets_partition"] == m["offsets_partition"]
+    ]
+    return parts, metas, members, findings
 
 
 def _group_rows(parts: dict[Key, Row], metas: dict[str, Row]) -> tuple[list[Row], list[Row]]:
@@ -688,6 +738,8 @@ def _group_rows(parts: dict[Key, Row], metas: dict[str, Row]) -> tuple[list[Row]
             "state": state or "NoMetadata",
             "members": (meta["members"] if meta is not None else None) or 0,
             "generation": meta["generation"] if meta is not None else None,
+            "group_type": meta.get("group_type", "classic") if meta is not None else None,
+            "assignment_epoch": meta.get("assignment_epoch") if meta is not None else None,
             "partitions": len(pl) if pl else 0,
             "total_lag": sum(p["lag"] or 0 for p in pl) if pl else 0,
         }
