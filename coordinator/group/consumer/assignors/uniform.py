@@ -40,15 +40,14 @@ Differences from Kafka, on purpose:
 * A spec labelled HOMOGENEOUS whose members' subscriptions differ is assigned with the
   heterogeneous builder (Kafka trusts the label).
 * **Rack awareness.** Only when every member has a ``rack_id`` and some partition being
-  dealt reports replica racks: the partitions dealt to members (homogeneous: the unassigned
-  list; heterogeneous: each topic's unowned partitions, whose recipients water-filling has
-  already fixed) are matched to members so that as many as possible land on a member in a
-  rack holding a replica (a maximum matching, ``_common.match_to_racks``). How many each
-  member receives and what each member keeps are unchanged, so balance and stickiness are
-  exactly Kafka's. In the heterogeneous balancing passes, the partition the most-loaded
-  member gives up is, among its partitions of the topic, one in the receiver's rack if any,
-  else one not in its own rack (Kafka: its highest id); who gives and who receives is
-  unchanged. Without racks the result is exactly the algorithm above.
+  dealt reports replica racks: the partitions a member receives that it did not hold
+  (homogeneous: the unassigned list dealt to the unfilled members; heterogeneous: per
+  topic, after Kafka's algorithm has run, the partitions that moved in) are re-matched among
+  the same receivers, each keeping its count, so that as many as possible land on a member
+  in a rack holding a replica (a maximum matching, ``_common.match_to_racks``). What each
+  member keeps and how many it receives are unchanged, so balance and movement are exactly
+  Kafka's, and no assignment is less rack-local than the rack-blind one. Without racks the
+  result is exactly the algorithm above.
 """
 
 from __future__ import annotations
@@ -366,6 +365,8 @@ class _HeterogeneousBuilder:
         balanceable = [t for t, subs in self.subscribers.items() if len(subs) >= 2]
         if balanceable:
             self._balance(sorted(balanceable, key=self._topic_key))
+        if self.rack_aware:
+            self._rack_pass()
         return self._result()
 
     def _mark(self, t: bytes, member: int) -> None:
@@ -418,29 +419,34 @@ class _HeterogeneousBuilder:
         for t in sorted(unassigned, key=self._topic_key):
             parts = unassigned[t]
             balancer.initialize(self.subscribers[t])
-            # Who receives the k-th partition depends only on sizes, never on which
-            # partition it is: the rack-aware deal may permute within these recipients.
-            recipients = [balancer.next_least_loaded() for _ in parts]
-            if self.rack_aware and len(set(recipients)) > 1:
-                recipients = self._rack_permute(t, parts, recipients)
-            for p, m in zip(parts, recipients, strict=True):
-                self._assign(t, p, m)
+            for p in parts:
+                self._assign(t, p, balancer.next_least_loaded())
 
-    def _rack_permute(self, t: bytes, parts: list[int], recipients: list[int]) -> list[int]:
-        racks = self._partition_racks(t)
-        local = [racks[p] for p in parts]
-        if not any(local):
-            return recipients
-        slot_count: dict[int, int] = {}
-        for m in recipients:
-            slot_count[m] = slot_count.get(m, 0) + 1
-        slots = list(slot_count.items())
+    def _rack_pass(self) -> None:
+        """Per topic, re-deal the partitions that end with a member not holding them in its
+        previous target (the "moved in" ones) among those same members, each keeping its
+        count, so that as many as possible sit in the member's rack. Kept partitions, counts
+        and hence balance and movement are exactly what Kafka's algorithm produced."""
         member_racks = [m.rack_id or "" for m in self.specs]
-        out = [-1] * len(parts)
-        for (m, _), items in zip(slots, deal_by_rack(local, slots, member_racks), strict=True):
-            for i in items:
-                out[i] = m
-        return out
+        for t, own in self.owners.items():
+            fresh: list[int] = []
+            slot_count: dict[int, int] = {}
+            for p, o in enumerate(own):
+                if o != -1 and p not in self.specs[o].assigned_partitions.get(t, ()):
+                    fresh.append(p)
+                    slot_count[o] = slot_count.get(o, 0) + 1
+            if len(slot_count) < 2:
+                continue
+            racks = self._partition_racks(t)
+            local = [racks[p] for p in fresh]
+            if not any(local):
+                continue
+            slots = list(slot_count.items())
+            for (m, _), items in zip(slots, deal_by_rack(local, slots, member_racks), strict=True):
+                for i in items:
+                    p = fresh[i]
+                    if own[p] != m:
+                        self._assign(t, p, m)
 
     def _balance(self, sorted_topics: list[bytes]) -> None:
         last = -1
@@ -483,12 +489,6 @@ class _HeterogeneousBuilder:
             if balancer.is_balanced():
                 break
             last = end[most] - 1
-            if self.rack_aware:
-                # Which of its partitions the most-loaded member gives up never changes who
-                # gives or receives: prefer one local to the receiver, then one not local
-                # to the giver; Kafka's choice (its highest id) on ties.
-                pick = self._rack_pick(t, parts, start[most], last, most, least)
-                parts[pick], parts[last] = parts[last], parts[pick]
             p = parts[last]
             end[most] = last
             self._assign(t, p, least)
@@ -501,22 +501,6 @@ class _HeterogeneousBuilder:
             rf = self.topics.racks_for_partition
             got = self.racks[t] = [rf(t, p) for p in range(self.counts[t])]
         return got
-
-    def _rack_pick(
-        self, t: bytes, parts: list[int], first: int, last: int, giver: int, taker: int
-    ) -> int:
-        racks = self._partition_racks(t)
-        give_rack = self.specs[giver].rack_id
-        take_rack = self.specs[taker].rack_id
-        best, best_score = last, -1
-        for i in range(last, first - 1, -1):
-            rs = racks[parts[i]]
-            score = (2 if take_rack in rs else 0) + (0 if give_rack in rs else 1)
-            if score > best_score:
-                best, best_score = i, score
-                if score == 3:
-                    break
-        return best
 
     def _result(self) -> dict[str, Assignment]:
         rebuilt: dict[int, dict[bytes, frozenset[int]]] = {}
