@@ -2,7 +2,8 @@
 
 How this works: ``DataDir`` wraps a ``LogManager``; ``commit`` / ``group`` / ``tombstone``
 append ``__consumer_offsets`` records encoded by ``storage.offsets_format`` to the partition
-Kafka would use (``partition_for``) unless told otherwise; ``topic`` writes a topic's records
+Kafka would use (``partition_for``) unless told otherwise, ``records`` any encoded records
+(consumer-group ones); ``topic`` writes a topic's records
 and the ``topics.json`` catalog entry. ``close`` closes the logs cleanly.
 """
 
@@ -85,10 +86,28 @@ class DataDir:
         )
         return base
 
-    def topic(self, name: str, partitions: int, records: dict[int, int], ts: int = 0) -> None:
+    def records(
+        self,
+        group: str,
+        records: list[tuple[bytes, bytes | None]],
+        ts: int,
+        opart: int | None = None,
+    ) -> int:
+        """Append already encoded records (e.g. consumer-group ones) in one batch; its base."""
+        base, _ = self.olog(group, opart).append_records(records, timestamp_ms=ts)
+        return base
+
+    def topic(
+        self,
+        name: str,
+        partitions: int,
+        records: dict[int, int],
+        ts: int = 0,
+        topic_id: bytes = bytes(16),
+    ) -> None:
         """Create ``name`` with ``records[p]`` records in partition p (one batch per 100)."""
         self.catalog.append(
-            {"name": name, "id": "00" * 16, "partitions": partitions, "configs": {}}
+            {"name": name, "id": topic_id.hex(), "partitions": partitions, "configs": {}}
         )
         for p in range(partitions):
             log = self.logs.get_or_create(name, p, LogConfig())

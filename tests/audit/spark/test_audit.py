@@ -317,3 +317,127 @@ def test_injected_anomaly_is_found_and_nothing_else(
             assert [r["partition"] for r in result.partitions.collect()] == [0]
     finally:
         result.release()
+
+
+# ---------------------------------------------------------------- consumer groups (KIP-848)
+
+
+def test_consumer_group_members_and_assignment_anomalies(
+    spark: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """g1 (classic) as in the baseline; cg (consumer protocol) on topic pay (3 partitions):
+    member a gets pay-0/1, b pay-2 then a new target moves pay-1 to b, a is still revoking it
+    but b's current assignment already has it (owned twice), and nobody targets pay-2 any more
+    (unassigned).  A third member c joins and leaves (tombstones) in a later segment."""
+    from storage.consumer_group_format import (
+        ConsumerGroupCurrentMemberAssignmentKey as CurKey,
+    )
+    from storage.consumer_group_format import (
+        ConsumerGroupCurrentMemberAssignmentValue as Cur,
+    )
+    from storage.consumer_group_format import ConsumerGroupMemberMetadataKey as MemberKey
+    from storage.consumer_group_format import ConsumerGroupMemberMetadataValue as Member
+    from storage.consumer_group_format import ConsumerGroupMetadataKey as EpochKey
+    from storage.consumer_group_format import ConsumerGroupMetadataValue as Epoch
+    from storage.consumer_group_format import ConsumerGroupTargetAssignmentMemberKey as TargetKey
+    from storage.consumer_group_format import (
+        ConsumerGroupTargetAssignmentMemberValue as Target,
+    )
+    from storage.consumer_group_format import (
+        ConsumerGroupTargetAssignmentMetadataKey as TargetEpochKey,
+    )
+    from storage.consumer_group_format import (
+        ConsumerGroupTargetAssignmentMetadataValue as TargetEpoch,
+    )
+    from storage.consumer_group_format import TopicPartitions as TP
+    from storage.consumer_group_format import encode_consumer_group_key as ek
+    from storage.consumer_group_format import encode_consumer_group_value as ev
+
+    pay = bytes(range(1, 17))
+
+    def member(m: str) -> tuple[bytes, bytes]:
+        value = Member(None, None, f"client-{m}", "/10.0.0.1", ["pay"], "", 45000, "uniform")
+        return ek(MemberKey("cg", m)), ev(value)
+
+    def cur(
+        m: str, e: int, state: int, owned: list[int], pending: list[int]
+    ) -> tuple[bytes, bytes]:
+        value = Cur(e, e - 1, state, [TP(pay, owned)], [TP(pay, pending)] if pending else [])
+        return ek(CurKey("cg", m)), ev(value)
+
+    def tgt(m: str, parts: list[int]) -> tuple[bytes, bytes]:
+        return ek(TargetKey("cg", m)), ev(Target([TP(pay, parts)]))
+
+    def epochs(e: int) -> list[tuple[bytes, bytes]]:
+        return [(ek(EpochKey("cg")), ev(Epoch(e))), (ek(TargetEpochKey("cg")), ev(TargetEpoch(e)))]
+
+    def inject(dd: DataDir) -> tuple[Expected, None]:
+        dd.topic("pay", 3, {0: 10, 1: 10, 2: 10}, ts=NOW - 9000, topic_id=pay)
+        ts = NOW - 5000
+        dd.records("cg", [member("a"), member("b"), tgt("a", [0, 1]), tgt("b", [2])], ts)
+        dd.records("cg", [*epochs(1), cur("a", 1, 0, [0, 1], []), cur("b", 1, 0, [2], [])], ts)
+        dd.roll("cg")
+        dd.records("cg", [member("c"), cur("c", 1, 0, [], [])], ts + 100)
+        dd.records(
+            "cg", [(ek(CurKey("cg", "c")), None), (ek(MemberKey("cg", "c")), None)], ts + 200
+        )
+        dd.records("cg", [tgt("a", [0]), tgt("b", [1]), *epochs(2)], ts + 300)
+        dd.records("cg", [cur("a", 2, 1, [0], [1]), cur("b", 2, 0, [1], [])], ts + 400)
+        return [], None
+
+    root, _ = build(tmp_path, inject)
+    out = tmp_path / "out"
+    args = ["audit", "--log-dir", str(root), "--out", str(out), "--now-ms", str(NOW)]
+    assert cli.main([*args, "--format", "json"]) == 2  # the double assignment is an error
+    console = capsys.readouterr().out
+    assert "Consumer groups (KIP-848):" in console and "partition_assigned_twice" in console
+
+    summary = json.loads((out / "summary.json").read_text())
+    (cg,) = summary["consumer_groups"]
+    assert (cg["group"], cg["state"], cg["group_epoch"], cg["assignment_epoch"]) == (
+        "cg",
+        "Reconciling",
+        2,
+        2,
+    )
+    got = {
+        m["member_id"]: (
+            m["member_epoch"],
+            m["member_state"],
+            m["assigned"],
+            m["pending"],
+            m["target"],
+            m["subscribed"],
+        )
+        for m in cg["members"]
+    }
+    assert got == {
+        "a": (2, "UNREVOKED_PARTITIONS", "pay:0", "pay:1", "pay:0", "pay"),
+        "b": (2, "STABLE", "pay:1", "", "pay:1", "pay"),
+    }
+    assert [(a["severity"], a["check"], a["topic"], a["partition"]) for a in cg["anomalies"]] == [
+        ("error", "partition_assigned_twice", "pay", 1),
+        ("warn", "partition_unassigned", "pay", 2),
+    ]
+    # the members table, and the groups table: cg is a consumer group, g1 untouched
+    members = spark.read.json(str(out / "members")).collect()
+    assert sorted((r["group"], r["member_id"], r["member_epoch"]) for r in members) == [
+        ("cg", "a", 2),
+        ("cg", "b", 2),
+    ]
+    groups = {r["group"]: r for r in spark.read.json(str(out / "groups")).collect()}
+    assert (groups["cg"]["state"], groups["cg"]["members"], groups["cg"]["generation"]) == (
+        "Reconciling",
+        2,
+        2,
+    )
+    assert (groups["g1"]["state"], groups["g1"]["members"]) == ("Stable", 2)
+    checks = sorted(
+        (r["check"], r["group"]) for r in spark.read.json(str(out / "findings")).collect()
+    )
+    # no unknown_record_version for the consumer-group records
+    assert checks == [
+        ("group_without_offsets", "cg"),
+        ("partition_assigned_twice", "cg"),
+        ("partition_unassigned", "cg"),
+    ]
