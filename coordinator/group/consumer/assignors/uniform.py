@@ -53,6 +53,8 @@ Differences from Kafka, on purpose:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import chain
+from operator import itemgetter
 
 from ._common import deal_by_rack, uuid_key
 from .spec import (
@@ -276,9 +278,20 @@ class _Balancer:
         self.most_count = 1
         self.next_most = -1
 
+    def imbalance(self, members: list[int]) -> int:
+        """max - min size over ``members`` without sorting them (what ``initialize``
+        returns; the balancing pass skips a topic within one without the sort)."""
+        sizes = self.sizes
+        if len(members) == 1:
+            return 0
+        got = itemgetter(*members)(sizes)
+        return int(max(got)) - int(min(got))
+
     def initialize(self, members: list[int]) -> int:
         sizes = self.sizes
-        s = sorted(members, key=lambda m: (sizes[m], m))
+        # ``members`` is ascending, and the sort is stable: ties stay in index order, as
+        # Kafka's comparator (size, then index) has them.
+        s = sorted(members, key=sizes.__getitem__)
         self.sorted = s
         self.least_end = 0
         self.least_count = sizes[s[0]] - 1
@@ -335,17 +348,33 @@ class _HeterogeneousBuilder:
         self.member_ids = list(members)
         self.specs = list(members.values())
         self.counts: dict[bytes, int] = {}
-        self.subscribers: dict[bytes, list[int]] = {}
+        # Subscribers per topic, ascending. Members sharing a subscription are grouped
+        # first: a large group has few distinct subscriptions, and this avoids one step per
+        # (member, topic) pair. The lists are shared and never mutated.
+        by_subscription: dict[frozenset[bytes], list[int]] = {}
         for idx, member in enumerate(self.specs):
-            for t in member.subscribed_topic_ids:
-                n = self.counts.get(t)
-                if n is None:
+            by_subscription.setdefault(member.subscribed_topic_ids, []).append(idx)
+        per_topic: dict[bytes, list[list[int]]] = {}
+        for subscription, indices in by_subscription.items():
+            for t in subscription:
+                if t not in self.counts:
                     n = topics.num_partitions(t)
                     if n < 0:
                         continue
                     self.counts[t] = n
-                    self.subscribers[t] = []
-                self.subscribers[t].append(idx)
+                per_topic.setdefault(t, []).append(indices)
+        # Topics with the same subscribing groups share one merged list.
+        merged: dict[tuple[int, ...], list[int]] = {}
+        self.subscribers: dict[bytes, list[int]] = {}
+        for t, lists in per_topic.items():
+            if len(lists) == 1:
+                self.subscribers[t] = lists[0]
+                continue
+            key = tuple(id(x) for x in lists)
+            got = merged.get(key)
+            if got is None:
+                got = merged[key] = sorted(chain.from_iterable(lists))
+            self.subscribers[t] = got
         self.sizes = [0] * len(self.specs)
         self.owners: dict[bytes, list[int]] = {t: [-1] * n for t, n in self.counts.items()}
         # Per member: the previous-target topics it keeps as they were.
@@ -381,19 +410,23 @@ class _HeterogeneousBuilder:
         for idx, member in enumerate(self.specs):
             kept: dict[bytes, frozenset[int]] = {}
             subscribed = member.subscribed_topic_ids
-            for t, parts in member.assigned_partitions.items():
-                if not parts or t not in subscribed or t not in counts:
+            prev = member.assigned_partitions
+            # Usually every previous topic is still subscribed and known: test once.
+            check = not (subscribed.issuperset(prev) and counts.keys() >= prev.keys())
+            for t, parts in prev.items():
+                if check and (t not in subscribed or t not in counts):
+                    continue
+                if not parts:
                     continue
                 own = owners[t]
                 n = counts[t]
-                clean = True
+                got = 0
                 for p in parts:
                     if p < n and own[p] == -1:
                         own[p] = idx
-                        sizes[idx] += 1
-                    else:
-                        clean = False
-                if clean:
+                        got += 1
+                sizes[idx] += got
+                if got == len(parts):
                     kept[t] = parts if isinstance(parts, frozenset) else frozenset(parts)
                 else:
                     self._mark(t, idx)
@@ -462,8 +495,10 @@ class _HeterogeneousBuilder:
 
     def _balance_topic(self, t: bytes, balancer: _Balancer) -> int:
         moved = 0
-        if balancer.initialize(self.subscribers[t]) <= 1:
+        subscribers = self.subscribers[t]
+        if balancer.imbalance(subscribers) <= 1:
             return moved
+        balancer.initialize(subscribers)
         own = self.owners[t]
         parts = sorted(range(len(own)), key=lambda p: (own[p], p))
         start: dict[int, int] = {}
