@@ -45,7 +45,8 @@ An offsets segment is decoded column by column rather than record by record:
    and aggregated per key after one stable sort by key (``_offset_commit_rows``): each key's
    records form a run in file order, so "the previous record of this key" is the previous
    element and every per-record check is a shifted comparison over the whole segment;
-4. the rare rest (group metadata, unknown or broken keys) goes through a per-record loop.
+4. the rare rest (group metadata, consumer-group records, unknown or broken keys) goes
+   through a per-record loop.
 
 Findings carry their place in the file (batch, record, rank) and are sorted at the end, so
 the rows come out exactly as a single pass over the records would produce them.
