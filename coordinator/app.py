@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinator import topic_configs
-from coordinator.catalog import SharedCatalog, TopicCatalog
+from coordinator.catalog import CatalogTopics, SharedCatalog, TopicCatalog
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupConfig, GroupShard
@@ -83,6 +83,15 @@ def group_config(s: Settings) -> GroupConfig:
         offset_metadata_max_bytes=s.offset_metadata_max_bytes,
         offsets_retention_minutes=s.offsets_retention_minutes,
         offsets_retention_check_interval_ms=s.offsets_retention_check_interval_ms,
+        consumer_group_session_timeout_ms=s.group_consumer_session_timeout_ms,
+        consumer_group_min_session_timeout_ms=s.group_consumer_min_session_timeout_ms,
+        consumer_group_max_session_timeout_ms=s.group_consumer_max_session_timeout_ms,
+        consumer_group_heartbeat_interval_ms=s.group_consumer_heartbeat_interval_ms,
+        consumer_group_min_heartbeat_interval_ms=s.group_consumer_min_heartbeat_interval_ms,
+        consumer_group_max_heartbeat_interval_ms=s.group_consumer_max_heartbeat_interval_ms,
+        consumer_group_max_size=s.group_consumer_max_size,
+        consumer_group_assignors=s.consumer_group_assignors,
+        consumer_group_migration_policy=s.group_consumer_migration_policy,
     )
 
 
@@ -131,7 +140,9 @@ def group_core(
     cluster mode none until their leases are taken (``GroupRuntime.acquire``).
     """
     shard = GroupShard(
-        group_config(s), topic_partitions=functools.partial(topic_partitions, s, catalog)
+        group_config(s),
+        topic_partitions=functools.partial(topic_partitions, s, catalog),
+        topics=CatalogTopics(catalog),
     )
     compaction = Compaction(logs, s.log_cleaner_backoff_ms)
     metrics = Metrics(shard=shard, logs=logs, flusher=flusher, cleaners=compaction.cleaners.values)
@@ -144,6 +155,7 @@ def group_core(
         metrics=metrics,  # load times, rebalance durations
         hosted=hosted,
     )
+    catalog.on_change.append(groups.topics_changed)
     return compaction, metrics, groups
 
 

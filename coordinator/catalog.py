@@ -31,10 +31,12 @@ import logging
 import os
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.group.topics import TopicImage
 from coordinator.topic_configs import InvalidConfigError, validate
 from storage.local.files import fsync_dir
 from storage.local.manager import (
@@ -137,6 +139,9 @@ class TopicCatalog:
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[bytes, TopicInfo] = {}
         self.changes = 0  # bumped on every change, so readers can cache derived answers
+        # Told (names, created) after topics are created, grow or go: consumer groups
+        # subscribed to them compute a new assignment (Kafka's onNewMetadataImage).
+        self.on_change: list[Callable[[list[str], bool], None]] = []
         # Entries written back verbatim on every save: unreadable ones, offline topics'.
         self._kept: list[Any] = []
         # False: no catalog yet (new, or lost: see reconcile)
@@ -146,10 +151,26 @@ class TopicCatalog:
 
     def install(self, topics: list[TopicInfo]) -> None:
         """Cluster mode: take the database's topics as the whole catalog."""
+        before = self.topics
         self.topics = {t.name: t for t in topics}
         self.by_id = {t.topic_id: t for t in topics}
         self.changes += 1
         self.loaded = True
+        created = [t.name for t in topics if t.name not in before]
+        changed = [
+            n
+            for n, old in before.items()
+            if (new := self.topics.get(n)) is None
+            or new.topic_id != old.topic_id
+            or new.num_partitions != old.num_partitions
+        ]
+        self._changed(created, True)
+        self._changed(changed, False)
+
+    def _changed(self, names: list[str], created: bool) -> None:
+        if names:
+            for callback in self.on_change:
+                callback(names, created)
 
     def _load(self) -> None:
         assert self.path is not None
@@ -229,6 +250,7 @@ class TopicCatalog:
         self.topics[name] = info
         self.by_id[topic_id] = info
         self._save()
+        self._changed([name], True)
         return info
 
     def delete(self, name: str) -> TopicInfo | None:
@@ -241,6 +263,7 @@ class TopicCatalog:
                     e for e in self._kept if not (isinstance(e, dict) and e.get("name") == name)
                 ]
             self._save()
+            self._changed([name], False)
         return info
 
     # ------------------------------------------------------------ start-up
@@ -500,3 +523,25 @@ class SharedCatalog:
 
 
 CATALOG_CHANNEL = "kgc_catalog"
+
+
+class CatalogTopics:
+    """The group core's read-only view of the catalog (``coordinator.group.topics``)."""
+
+    __slots__ = ("catalog",)
+
+    def __init__(self, catalog: TopicCatalog) -> None:
+        self.catalog = catalog
+
+    def topic(self, name: str) -> TopicImage | None:
+        info = self.catalog.topics.get(name)
+        return None if info is None else TopicImage(name, info.topic_id, info.num_partitions)
+
+    def topic_by_id(self, topic_id: bytes) -> TopicImage | None:
+        info = self.catalog.by_id.get(topic_id)
+        if info is None:
+            return None
+        return TopicImage(info.name, topic_id, info.num_partitions)
+
+    def topic_names(self) -> list[str]:
+        return list(self.catalog.topics)

@@ -83,6 +83,37 @@ class Settings(BaseSettings):
         3000, ge=0, description="wait for more members before the first rebalance of an empty group"
     )
     group_max_size: int = Field(2147483647, ge=1, description="most members a group may hold")
+    # -- consumer groups (KIP-848), Kafka's group.consumer.* names and defaults
+    group_consumer_session_timeout_ms: int = Field(
+        45000, ge=1, description="session timeout of consumer-protocol members"
+    )
+    group_consumer_min_session_timeout_ms: int = Field(
+        45000, ge=1, description="smallest group.consumer.session.timeout.ms allowed"
+    )
+    group_consumer_max_session_timeout_ms: int = Field(
+        60000, ge=1, description="largest group.consumer.session.timeout.ms allowed"
+    )
+    group_consumer_heartbeat_interval_ms: int = Field(
+        5000, ge=1, description="how often consumer-protocol members heartbeat"
+    )
+    group_consumer_min_heartbeat_interval_ms: int = Field(
+        5000, ge=1, description="smallest group.consumer.heartbeat.interval.ms allowed"
+    )
+    group_consumer_max_heartbeat_interval_ms: int = Field(
+        15000, ge=1, description="largest group.consumer.heartbeat.interval.ms allowed"
+    )
+    group_consumer_max_size: int = Field(
+        2147483647, ge=1, description="most members a consumer group may hold"
+    )
+    group_consumer_assignors: str = Field(
+        "uniform,range", description="server-side assignors; the first is the default"
+    )
+    group_consumer_migration_policy: Literal[
+        "bidirectional", "upgrade", "downgrade", "disabled"
+    ] = Field(
+        "bidirectional",
+        description="which classic<->consumer conversions of non-empty groups are allowed",
+    )
     offsets_topic_num_partitions: int = Field(50, ge=1, description="partitions of the offsets log")
     offsets_topic_segment_bytes: int = Field(
         104857600, ge=1024, description="segment size of the offsets log"
@@ -158,7 +189,48 @@ class Settings(BaseSettings):
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
             )
+        self._check_consumer_groups()
         return self
+
+    def _check_consumer_groups(self) -> None:
+        """Kafka's GroupCoordinatorConfig requirements on the group.consumer.* settings."""
+        for what in ("session_timeout_ms", "heartbeat_interval_ms"):
+            lo = getattr(self, f"group_consumer_min_{what}")
+            hi = getattr(self, f"group_consumer_max_{what}")
+            value = getattr(self, f"group_consumer_{what}")
+            name = "group.consumer." + what.replace("_", ".")
+            if hi < lo:
+                raise ValueError(
+                    f"group.consumer.max.{what.replace('_', '.')} must be greater than or "
+                    f"equal to group.consumer.min.{what.replace('_', '.')}"
+                )
+            if not lo <= value <= hi:
+                raise ValueError(
+                    f"{name} must be between group.consumer.min.{what.replace('_', '.')} "
+                    f"and group.consumer.max.{what.replace('_', '.')}"
+                )
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be less than "
+                "group.consumer.session.timeout.ms"
+            )
+        names = self.consumer_group_assignors
+        if not names:
+            raise ValueError("group.consumer.assignors must name at least one assignor")
+        if len(set(names)) != len(names):
+            raise ValueError("group.consumer.assignors must not contain duplicate assignors")
+        from coordinator.group.consumer.assignors import BUILTIN_ASSIGNORS
+
+        unknown = [n for n in names if n not in BUILTIN_ASSIGNORS]
+        if unknown:
+            raise ValueError(
+                f"group.consumer.assignors: unknown assignor {unknown[0]!r} "
+                f"(kgc has {', '.join(BUILTIN_ASSIGNORS)})"
+            )
+
+    @property
+    def consumer_group_assignors(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.group_consumer_assignors.split(",") if n.strip())
 
     @property
     def bind_address(self) -> tuple[str, int]:

@@ -55,6 +55,8 @@ from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import (
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     describe_groups,
     heartbeat,
@@ -139,6 +141,8 @@ class GroupRuntime:
             describe_groups.API_KEY: s.describe_groups,
             list_groups.API_KEY: s.list_groups,
             delete_groups.API_KEY: s.delete_groups,
+            consumer_group_heartbeat.API_KEY: s.consumer_group_heartbeat,
+            consumer_group_describe.API_KEY: s.consumer_group_describe,
         }
 
         return {key: functools.partial(self.call, method) for key, method in table.items()}
@@ -503,6 +507,10 @@ class GroupRuntime:
 
     def topic_deleted(self, topic: str) -> None:
         self.apply(self.shard.topic_deleted(topic, self.clock()))
+
+    def topics_changed(self, names: list[str], created: bool) -> None:
+        """Topics were created, grew or went (the catalog tells): consumer groups look again."""
+        self.apply(self.shard.topics_changed(names, created, self.clock()))
 
     def close(self) -> None:
         if self._wakeup is not None:
