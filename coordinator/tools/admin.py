@@ -6,6 +6,13 @@ offset look-ups (ListOffsets) to each partition's leader (Metadata), so the same
 against kgc and a multi-broker Kafka cluster. Everything speaks the plain Kafka protocol
 through ``coordinator.tools.client``; no kgc internals are used.
 
+Groups come in two types (KIP-848): ``classic`` (JoinGroup/SyncGroup, described by
+DescribeGroups) and ``consumer`` (ConsumerGroupHeartbeat, described by
+ConsumerGroupDescribe, with epochs and server-side targets). ``describe_group`` asks
+ConsumerGroupDescribe first when the coordinator serves it and falls back to DescribeGroups
+when the group is not a consumer group, as Kafka's admin client does; both land in one
+``GroupDescription`` (``group_type`` says which, the epoch fields are set for consumer groups).
+
 Failures come out as two exception types the CLI maps to exit codes: ``Unreachable`` (no
 TCP connection or the connection dropped: exit 3) and ``AdminError`` (the server answered
 with an error, or the thing asked for does not exist: exit 1).
@@ -21,6 +28,7 @@ from typing import Any
 from coordinator.tools.client import Connection, KafkaError
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    consumer_group_describe,
     create_topics,
     delete_groups,
     delete_topics,
@@ -137,6 +145,13 @@ class Member:
     client_id: str
     host: str
     assignment: dict[str, list[int]]
+    # Consumer groups (ConsumerGroupDescribe) only; None/empty for classic groups.
+    member_epoch: int | None = None
+    member_type: str | None = None  # "consumer", "classic" (a classic member of a consumer group)
+    rack_id: str | None = None
+    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_regex: str | None = None
+    target_assignment: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -144,9 +159,12 @@ class GroupDescription:
     group_id: str
     state: str
     protocol_type: str
-    protocol: str
+    protocol: str  # the assignment strategy; a consumer group's server-side assignor
     coordinator: tuple[int, str, int]  # node id, host, port
     members: list[Member] = field(default_factory=list)
+    group_type: str = "classic"
+    group_epoch: int | None = None  # consumer groups only
+    assignment_epoch: int | None = None  # consumer groups only (the target's epoch)
 
 
 @dataclass(slots=True)
@@ -155,6 +173,18 @@ class TopicDescription:
     topic_id: bytes
     internal: bool
     partitions: list[tuple[int, int, list[int], list[int]]]  # index, leader, replicas, isr
+
+
+# ConsumerGroupDescribe v1's MemberType (-1: a v0 answer, which does not say).
+MEMBER_TYPES = {0: "classic", 1: "consumer"}
+
+
+def _by_name(topics: Iterable[Any]) -> dict[str, list[int]]:
+    """ConsumerGroupDescribe's [topic id, topic name, partitions] as topic name -> partitions."""
+    out: dict[str, list[int]] = {}
+    for t in topics:
+        out.setdefault(t.topic_name, []).extend(t.partitions)
+    return {name: sorted(ps) for name, ps in sorted(out.items())}
 
 
 def _split(bootstrap: str) -> tuple[str, int]:
@@ -394,25 +424,47 @@ class Admin:
             return self.bootstrap
         return host, port
 
-    def list_groups(self, states: list[str] | None = None) -> list[tuple[str, str, str]]:
-        """(group id, state, protocol type) of every group on every broker."""
+    def list_groups(
+        self, states: list[str] | None = None, types: list[str] | None = None
+    ) -> list[tuple[str, str, str, str]]:
+        """(group id, state, protocol type, group type) of every group on every broker.
+
+        ``states`` and ``types`` filter as ListGroups v4/v5 do (case-insensitive); brokers
+        too old for a filter are filtered here. A broker before v5 knows classic groups only.
+        """
         self.metadata([])
         addrs = [self._reachable(h, p) for h, p in self.brokers.values()] or [self.bootstrap]
-        seen: dict[str, tuple[str, str, str]] = {}
+        want_states = {s.lower() for s in states or ()}
+        want_types = {t.lower() for t in types or ()}
+        seen: dict[str, tuple[str, str, str, str]] = {}
         for addr in addrs:
             version, resp = self.call(
-                list_groups.API_KEY, list_groups.Request(states_filter=states or []), addr=addr
+                list_groups.API_KEY,
+                list_groups.Request(states_filter=states or [], types_filter=types or []),
+                addr=addr,
             )
             check(resp.error_code, "ListGroups")
             for g in resp.groups:
-                if version < 4 and states and g.group_state and g.group_state not in states:
+                state = g.group_state or ""
+                group_type = (g.group_type or "classic").lower() if version >= 5 else "classic"
+                if want_states and state and state.lower() not in want_states:
                     continue
-                seen[g.group_id] = (g.group_id, g.group_state or "", g.protocol_type)
+                if want_types and group_type not in want_types:
+                    continue
+                seen[g.group_id] = (g.group_id, state, g.protocol_type, group_type)
         return sorted(seen.values())
 
     def describe_group(self, group: str) -> GroupDescription:
+        """A consumer group through ConsumerGroupDescribe, any other through DescribeGroups.
+
+        An unknown group comes back with state ``Dead`` (as DescribeGroups reports it).
+        """
         node, host, port = self.coordinator(group)
         addr = self._reachable(host, port)
+        if consumer_group_describe.API_KEY in self._versions(addr):
+            found = self._describe_consumer_group(group, (node, host, port), addr)
+            if found is not None:
+                return found
         _, resp = self.call(
             describe_groups.API_KEY, describe_groups.Request(groups=[group]), addr=addr
         )
@@ -432,6 +484,63 @@ class Admin:
                     parts = {}
             desc.members.append(
                 Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, parts)
+            )
+        return desc
+
+    def _versions(self, addr: tuple[str, int]) -> dict[int, tuple[int, int]]:
+        conn = self.connect(addr)
+        if not conn.versions:
+            try:
+                conn.negotiate()
+            except TimeoutError:
+                raise Unreachable(
+                    f"{addr[0]}:{addr[1]} did not answer within {self.timeout:g} s"
+                ) from None
+            except KafkaError as exc:
+                raise AdminError(str(exc)) from None
+            except OSError as exc:
+                self.conns.pop(addr, None)
+                raise Unreachable(f"lost connection to {addr[0]}:{addr[1]}: {exc}") from None
+        return conn.versions
+
+    def _describe_consumer_group(
+        self, group: str, coordinator: tuple[int, str, int], addr: tuple[str, int]
+    ) -> GroupDescription | None:
+        """ConsumerGroupDescribe; None when the group is not a consumer group (or unknown)."""
+        _, resp = self.call(
+            consumer_group_describe.API_KEY,
+            consumer_group_describe.Request(group_ids=[group]),
+            addr=addr,
+        )
+        g = resp.groups[0]
+        if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None  # a classic group, or none at all: DescribeGroups says which
+        check(g.error_code, f"ConsumerGroupDescribe for {group!r}", g.error_message)
+        desc = GroupDescription(
+            g.group_id,
+            g.group_state,
+            "consumer",
+            g.assignor_name,
+            coordinator,
+            group_type="consumer",
+            group_epoch=g.group_epoch,
+            assignment_epoch=g.assignment_epoch,
+        )
+        for m in g.members:
+            desc.members.append(
+                Member(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    _by_name(m.assignment.topic_partitions),
+                    member_epoch=m.member_epoch,
+                    member_type=MEMBER_TYPES.get(m.member_type),
+                    rack_id=m.rack_id,
+                    subscribed_topic_names=list(m.subscribed_topic_names),
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    target_assignment=_by_name(m.target_assignment.topic_partitions),
+                )
             )
         return desc
 

@@ -1,8 +1,15 @@
 """``kgc groups list|describe|delete``: consumer groups, their members, offsets and lag.
 
-How this works: groups are listed on every broker (ListGroups), described at their
-coordinator (FindCoordinator, DescribeGroups, OffsetFetch), with log-end offsets from each
-partition's leader (ListOffsets) for the lag, as Kafka's kafka-consumer-groups.sh shows it.
+How this works: groups are listed on every broker (ListGroups, with its state and type
+filters), described at their coordinator (FindCoordinator, then ConsumerGroupDescribe for a
+KIP-848 consumer group or DescribeGroups for a classic one, OffsetFetch), with log-end
+offsets from each partition's leader (ListOffsets) for the lag, as Kafka's
+kafka-consumer-groups.sh shows it.
+
+A classic group's describe shows its offsets unless ``--members``/``--state`` ask for
+other sections. A consumer group's shows all three by default, since its state (group
+epoch, target assignment epoch, assignor) and members (epochs, subscriptions, current and
+target assignment) are what an operator needs to see a rebalance in progress.
 """
 
 from __future__ import annotations
@@ -15,7 +22,17 @@ from coordinator.tools.admin import LATEST, Admin, AdminError, GroupDescription,
 from coordinator.tools.commands.common import EXIT_OK, admin_for, leaf
 from coordinator.tools.output import Output, records
 
-GROUP_STATES = ("Stable", "Empty", "PreparingRebalance", "CompletingRebalance", "Dead")
+# Classic states, then the consumer-group (KIP-848) ones; ListGroups filters on any.
+GROUP_STATES = (
+    "Stable",
+    "Empty",
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Assigning",
+    "Reconciling",
+    "Dead",
+)
+GROUP_TYPES = ("classic", "consumer")
 
 
 def _state_name(text: str) -> str:
@@ -27,19 +44,49 @@ def _state_name(text: str) -> str:
     )
 
 
+def _type_names(text: str) -> list[str]:
+    """``--type consumer`` or ``--type classic,consumer`` (case-insensitive)."""
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [t for t in names if t not in GROUP_TYPES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown group type {text!r} (one of {', '.join(GROUP_TYPES)})"
+        )
+    return names
+
+
 def cmd_groups_list(args: argparse.Namespace) -> int:
     out = Output(args)
+    types = sorted({t for ts in args.type or () for t in ts}) or None
     with admin_for(args) as admin:
-        groups = admin.list_groups([args.state] if args.state else None)
-    if args.state:
-        groups = [g for g in groups if g[1].lower() == args.state.lower()]
+        groups = admin.list_groups([args.state] if args.state else None, types)
     if out.json:
-        out.dump([{"group": g, "state": s, "protocol_type": t} for g, s, t in groups])
+        out.dump(
+            [{"group": g, "type": gt, "state": s, "protocol_type": t} for g, s, t, gt in groups]
+        )
     else:
         out.table(
-            ["GROUP", "STATE", "PROTOCOL-TYPE"], [(g, s or None, t or None) for g, s, t in groups]
+            ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"],
+            [(g, gt, s or None, t or None) for g, s, t, gt in groups],
         )
     return EXIT_OK
+
+
+def _partitions(assignment: dict[str, list[int]]) -> str | None:
+    """``topic:0,1,2`` per topic, topics joined by ``,`` (None when empty)."""
+    return (
+        ",".join(
+            f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(assignment.items()) if ps
+        )
+        or None
+    )
+
+
+def _subscription(m: Member) -> str | None:
+    parts = list(sorted(m.subscribed_topic_names))
+    if m.subscribed_topic_regex:
+        parts.append(f"/{m.subscribed_topic_regex}/")
+    return ",".join(parts) or None
 
 
 def _describe(admin: Admin, group: str) -> GroupDescription:
@@ -86,76 +133,172 @@ def _offset_rows(admin: Admin, desc: GroupDescription) -> list[list[Any]]:
     return rows
 
 
+OFFSET_COLUMNS = [
+    "GROUP",
+    "TOPIC",
+    "PARTITION",
+    "CURRENT-OFFSET",
+    "LOG-END-OFFSET",
+    "LAG",
+    "CONSUMER-ID",
+    "HOST",
+    "CLIENT-ID",
+]
+CONSUMER_STATE_COLUMNS = [
+    "GROUP",
+    "COORDINATOR (ID)",
+    "ASSIGNMENT-STRATEGY",
+    "STATE",
+    "GROUP-EPOCH",
+    "ASSIGNMENT-EPOCH",
+    "#MEMBERS",
+]
+CONSUMER_MEMBER_COLUMNS = [
+    "GROUP",
+    "CONSUMER-ID",
+    "GROUP-INSTANCE-ID",
+    "HOST",
+    "CLIENT-ID",
+    "MEMBER-EPOCH",
+    "MEMBER-TYPE",
+    "SUBSCRIPTION",
+    "#PARTITIONS",
+    "ASSIGNMENT",
+    "TARGET-ASSIGNMENT",
+]
+
+
+def _classic_sections(
+    admin: Admin, desc: GroupDescription, args: argparse.Namespace
+) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    sections: dict[str, tuple[list[str], list[list[Any]]]] = {}
+    want_offsets = args.offsets or not (args.members or args.state)
+    if args.state:
+        node, host, port = desc.coordinator
+        sections["state"] = (
+            ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+            [
+                [
+                    desc.group_id,
+                    f"{host}:{port} ({node})",
+                    desc.protocol or None,
+                    desc.state,
+                    len(desc.members),
+                ]
+            ],
+        )
+    if args.members:
+        sections["members"] = (
+            [
+                "GROUP",
+                "CONSUMER-ID",
+                "GROUP-INSTANCE-ID",
+                "HOST",
+                "CLIENT-ID",
+                "#PARTITIONS",
+                "ASSIGNMENT",
+            ],
+            [
+                [
+                    desc.group_id,
+                    m.member_id,
+                    m.instance_id,
+                    m.host,
+                    m.client_id,
+                    sum(len(ps) for ps in m.assignment.values()),
+                    ",".join(
+                        f"{t}:{','.join(map(str, sorted(ps)))}"
+                        for t, ps in sorted(m.assignment.items())
+                    )
+                    or None,
+                ]
+                for m in sorted(desc.members, key=lambda m: m.member_id)
+            ],
+        )
+    if want_offsets:
+        sections["offsets"] = (OFFSET_COLUMNS, _offset_rows(admin, desc))
+    return sections
+
+
+def _consumer_sections(
+    admin: Admin, desc: GroupDescription, args: argparse.Namespace
+) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    """A KIP-848 group: every section unless some are asked for."""
+    everything = not (args.offsets or args.members or args.state)
+    sections: dict[str, tuple[list[str], list[list[Any]]]] = {}
+    if args.state or everything:
+        node, host, port = desc.coordinator
+        sections["state"] = (
+            CONSUMER_STATE_COLUMNS,
+            [
+                [
+                    desc.group_id,
+                    f"{host}:{port} ({node})",
+                    desc.protocol or None,
+                    desc.state,
+                    desc.group_epoch,
+                    desc.assignment_epoch,
+                    len(desc.members),
+                ]
+            ],
+        )
+    if args.members or everything:
+        sections["members"] = (
+            CONSUMER_MEMBER_COLUMNS,
+            [
+                [
+                    desc.group_id,
+                    m.member_id,
+                    m.instance_id,
+                    m.host,
+                    m.client_id,
+                    m.member_epoch,
+                    m.member_type,
+                    _subscription(m),
+                    sum(len(ps) for ps in m.assignment.values()),
+                    _partitions(m.assignment),
+                    _partitions(m.target_assignment),
+                ]
+                for m in sorted(desc.members, key=lambda m: m.member_id)
+            ],
+        )
+    if args.offsets or everything:
+        sections["offsets"] = (OFFSET_COLUMNS, _offset_rows(admin, desc))
+    return sections
+
+
+def _member_json(desc: GroupDescription, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A consumer group's member rows, with the subscription and assignments structured too."""
+    by_id = {m.member_id: m for m in desc.members}
+    for row in rows:
+        m = by_id[row["consumer_id"]]
+        row["rack_id"] = m.rack_id
+        row["subscribed_topic_names"] = sorted(m.subscribed_topic_names)
+        row["subscribed_topic_regex"] = m.subscribed_topic_regex
+        row["assigned_partitions"] = {t: ps for t, ps in m.assignment.items() if ps}
+        row["target_partitions"] = {t: ps for t, ps in m.target_assignment.items() if ps}
+    return rows
+
+
 def cmd_groups_describe(args: argparse.Namespace) -> int:
     out = Output(args)
     with admin_for(args) as admin:
         desc = _describe(admin, args.group)
-        sections: dict[str, tuple[list[str], list[list[Any]]]] = {}
-        want_offsets = args.offsets or not (args.members or args.state)
-        if args.state:
-            node, host, port = desc.coordinator
-            sections["state"] = (
-                ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-                [
-                    [
-                        desc.group_id,
-                        f"{host}:{port} ({node})",
-                        desc.protocol or None,
-                        desc.state,
-                        len(desc.members),
-                    ]
-                ],
-            )
-        if args.members:
-            sections["members"] = (
-                [
-                    "GROUP",
-                    "CONSUMER-ID",
-                    "GROUP-INSTANCE-ID",
-                    "HOST",
-                    "CLIENT-ID",
-                    "#PARTITIONS",
-                    "ASSIGNMENT",
-                ],
-                [
-                    [
-                        desc.group_id,
-                        m.member_id,
-                        m.instance_id,
-                        m.host,
-                        m.client_id,
-                        sum(len(ps) for ps in m.assignment.values()),
-                        ",".join(
-                            f"{t}:{','.join(map(str, sorted(ps)))}"
-                            for t, ps in sorted(m.assignment.items())
-                        )
-                        or None,
-                    ]
-                    for m in sorted(desc.members, key=lambda m: m.member_id)
-                ],
-            )
-        if want_offsets:
-            sections["offsets"] = (
-                [
-                    "GROUP",
-                    "TOPIC",
-                    "PARTITION",
-                    "CURRENT-OFFSET",
-                    "LOG-END-OFFSET",
-                    "LAG",
-                    "CONSUMER-ID",
-                    "HOST",
-                    "CLIENT-ID",
-                ],
-                _offset_rows(admin, desc),
-            )
+        consumer = desc.group_type == "consumer"
+        sections = (
+            _consumer_sections(admin, desc, args)
+            if consumer
+            else _classic_sections(admin, desc, args)
+        )
     if out.json:
         obj: dict[str, Any] = {name: records(cols, rows) for name, (cols, rows) in sections.items()}
         if "state" in obj:
             obj["state"] = obj["state"][0]
-        out.dump({"group": desc.group_id, "state_name": desc.state, **obj})
+        if consumer and "members" in obj:
+            obj["members"] = _member_json(desc, obj["members"])
+        out.dump({"group": desc.group_id, "type": desc.group_type, "state_name": desc.state, **obj})
         return EXIT_OK
-    if not desc.members and (want_offsets or args.members):
+    if not desc.members and ("offsets" in sections or "members" in sections):
         out.note(f"Consumer group '{desc.group_id}' has no active members.")
     for i, (cols, rows) in enumerate(sections.values()):
         if i:
@@ -183,12 +326,20 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--state", type=_state_name, help=f"only groups in this state ({', '.join(GROUP_STATES)})"
     )
+    p.add_argument(
+        "--type",
+        type=_type_names,
+        action="append",
+        metavar="TYPE[,TYPE]",
+        help=f"only groups of these types ({', '.join(GROUP_TYPES)}; repeatable)",
+    )
     p = leaf(
         common,
         groups,
         "describe",
         cmd_groups_describe,
-        "describe a group: offsets and lag (default), members, state",
+        "describe a group: offsets and lag, members, state (a classic group shows its "
+        "offsets by default, a consumer group all three)",
     )
     p.add_argument("group")
     p.add_argument(
@@ -200,7 +351,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--state",
         action="store_true",
-        help="coordinator, assignment strategy, state and member count",
+        help="coordinator, assignment strategy, state and member count (and a consumer "
+        "group's group and assignment epochs)",
     )
     p = leaf(common, groups, "delete", cmd_groups_delete, "delete an empty group and its offsets")
     p.add_argument("group")
