@@ -25,6 +25,19 @@ class InvalidRegex(ValueError):
     pass
 
 
+# RE2's error texts (re2/regexp.cc CodeText) -> RE2/J's (Parser.ERR_*).
+_RE2J_DESCRIPTIONS = {
+    "missing ]": "missing closing ]",
+    "missing )": "missing closing )",
+    "trailing \\": "trailing backslash at end of expression",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid repetition size": "invalid repeat count",
+    "bad repetition operator": "invalid nested repetition operator",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "invalid named capture group": "invalid named capture",
+}
+
+
 @functools.lru_cache(maxsize=1024)
 def compile_regex(pattern: str) -> re2._Regexp:
     """The compiled pattern; ``InvalidRegex`` carries RE2's description of what is wrong."""
@@ -34,7 +47,10 @@ def compile_regex(pattern: str) -> re2._Regexp:
         detail = exc.args[0] if exc.args else "invalid pattern"
         if isinstance(detail, bytes):
             detail = detail.decode("utf-8", "replace")
-        raise InvalidRegex(str(detail)) from None
+        # Kafka's message carries RE2/J's description (PatternSyntaxException.getDescription):
+        # the error's name only, worded as RE2/J (Go's regexp/syntax) words it.
+        code = str(detail).split(": ", 1)[0]
+        raise InvalidRegex(_RE2J_DESCRIPTIONS.get(code, code)) from None
 
 
 def resolve(pattern: str, topic_names: Iterable[str]) -> frozenset[str]:

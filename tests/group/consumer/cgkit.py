@@ -139,7 +139,9 @@ class Member:
             if ps
         ]
 
-    def send(self, req: ConsumerGroupHeartbeatRequest, version: int = 1) -> ConsumerGroupHeartbeatResponse:
+    def send(
+        self, req: ConsumerGroupHeartbeatRequest, version: int = 1
+    ) -> ConsumerGroupHeartbeatResponse:
         resp = self.c.heartbeat(req, version)
         self.last = resp
         if resp.error_code == ErrorCode.NO_ERROR:
@@ -209,3 +211,105 @@ def settle(members: list[Member], rounds: int = 10) -> None:
         if [m.partitions() for m in members] == before and [m.epoch for m in members] == epochs:
             return
     raise AssertionError("the group did not settle")
+
+
+# ------------------------------------------------------------ additions for the rule tests
+
+
+def decode(records: list[tuple[int, bytes, bytes | None]]) -> list[tuple[Any, Any]]:
+    """The consumer-group records among ``records``, decoded: (key, value or None)."""
+    from storage.consumer_group_format import (
+        CONSUMER_GROUP_RECORD_TYPES,
+        decode_consumer_group_key,
+        decode_consumer_group_value,
+    )
+
+    out: list[tuple[Any, Any]] = []
+    for _, k, v in records:
+        if int.from_bytes(k[:2], "big") not in CONSUMER_GROUP_RECORD_TYPES:
+            continue
+        key = decode_consumer_group_key(k)
+        out.append((key, None if v is None else decode_consumer_group_value(key, v)))
+    return out
+
+
+def kinds(records: list[tuple[Any, Any]]) -> list[str]:
+    """Record types as Kafka's tests name them: "5", "8✝" (tombstone), ..."""
+    return [f"{k.version}{'✝' if v is None else ''}" for k, v in records]
+
+
+def group_state(shard: GroupShard, group_id: str) -> dict[str, Any]:
+    """Everything persistent about one consumer group, in comparable form."""
+    g = shard.consumer.groups[group_id]
+    return {
+        "group_epoch": g.group_epoch,
+        "assignment_epoch": g.assignment_epoch,
+        "metadata_hash": g.metadata_hash,
+        "state": g.state,
+        "members": {
+            mid: (
+                m.member_epoch,
+                m.previous_member_epoch,
+                m.state,
+                dict(m.assigned),
+                dict(m.pending_revocation),
+                m.instance_id,
+                m.rack_id,
+                m.client_id,
+                m.client_host,
+                m.subscribed_topic_names,
+                m.subscribed_topic_regex,
+                m.rebalance_timeout_ms,
+                m.server_assignor,
+            )
+            for mid, m in g.members.items()
+        },
+        "static_members": dict(g.static_members),
+        "target": {k: dict(v) for k, v in g.target.items()},
+        "target_owner": {k: dict(v) for k, v in g.target_owner.items()},
+        "partition_epochs": {k: dict(v) for k, v in g.partition_epochs.items() if v},
+        "names_count": dict(g.names_count),
+        "regex_count": dict(g.regex_count),
+        "resolved_regexes": dict(g.resolved_regexes),
+        "assignor_count": dict(g.assignor_count),
+    }
+
+
+class Mark:
+    """A position in a cluster's record list: ``new()`` decodes what was written after it."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.c = cluster
+        self.at = len(cluster.records)
+
+    def new(self) -> list[tuple[Any, Any]]:
+        return decode(self.c.records[self.at :])
+
+
+def list_groups(
+    cluster: Cluster,
+    version: int = 5,
+    states: list[str] | None = None,
+    types: list[str] | None = None,
+) -> list[Any]:
+    from protocol.messages.list_groups import ListGroupsRequest
+
+    req = ListGroupsRequest(states_filter=states or [], types_filter=types or [])
+    out = cluster.take(cluster.shard.list_groups(cluster.ctx(version), req, cluster.now))
+    return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
+
+
+def delete_groups(cluster: Cluster, *group_ids: str) -> dict[str, int]:
+    from protocol.messages.delete_groups import DeleteGroupsRequest
+
+    req = DeleteGroupsRequest(groups_names=list(group_ids))
+    out = cluster.take(cluster.shard.delete_groups(cluster.ctx(2), req, cluster.now))
+    return {r.group_id: r.error_code for r in out.replies[0][1].results}  # type: ignore[attr-defined]
+
+
+def describe_groups(cluster: Cluster, *group_ids: str, version: int = 6) -> list[Any]:
+    from protocol.messages.describe_groups import DescribeGroupsRequest
+
+    req = DescribeGroupsRequest(groups=list(group_ids))
+    out = cluster.shard.describe_groups(cluster.ctx(version), req, cluster.now)
+    return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
