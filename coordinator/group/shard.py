@@ -32,11 +32,13 @@ second shard to check they rebuild the same state.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from coordinator.group.classic import rebalance
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
+from coordinator.group.consumer.interop import ClassicInterop
 from coordinator.group.consumer.manager import ConsumerGroupManager
 from coordinator.group.events import GroupDeleted, OffsetsExpired, PartitionLoaded
 from coordinator.group.offsets import OffsetEntry, OffsetMetadataManager, TopicPartition
@@ -54,7 +56,7 @@ from protocol.messages.delete_groups import (
 )
 from protocol.messages.describe_groups import DescribedGroup, DescribeGroupsRequest
 from protocol.messages.heartbeat import HeartbeatRequest
-from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from protocol.messages.join_group import JoinGroupRequest
 from protocol.messages.leave_group import LeaveGroupRequest
 from protocol.messages.list_groups import ListedGroup, ListGroupsRequest, ListGroupsResponse
 from protocol.messages.offset_commit import OffsetCommitRequest
@@ -123,8 +125,13 @@ class GroupShard:
             other_group_type=self._classic_type,
             **extra,
         )
+        self.consumer.interop = ClassicInterop(self.consumer, self.classic)
         self.offset_manager = OffsetMetadataManager(
-            self.config, self.partitions, self.classic, topic_partitions=topic_partitions
+            self.config,
+            self.partitions,
+            self.classic,
+            topic_partitions=topic_partitions,
+            topics=topics,  # OffsetCommit/OffsetFetch v10 name topics by id
         )
         # What the shard holds, for the runtime, metrics and tests (the managers' own maps).
         self.groups: dict[str, ClassicGroup] = self.classic.groups
@@ -136,9 +143,10 @@ class GroupShard:
 
         classic, offsets = self.classic, self.offset_manager
         self.join_group = self._join_group  # classic/join.py, unless a consumer group
-        self.sync_group = classic.sync_group  # classic/sync.py
-        self.heartbeat = classic.heartbeat  # classic/heartbeat.py
-        self.leave_group = classic.leave_group  # classic/heartbeat.py
+        # A classic member of a consumer group is served by consumer/interop.py.
+        self.sync_group = self._routed(classic.sync_group, "sync_group")  # classic/sync.py
+        self.heartbeat = self._routed(classic.heartbeat, "heartbeat")  # classic/heartbeat.py
+        self.leave_group = self._routed(classic.leave_group, "leave_group")
         self.describe_groups = self._describe_groups  # classic/describe.py
         self.consumer_group_heartbeat = self.consumer.consumer_group_heartbeat
         self.consumer_group_describe = self.consumer.consumer_group_describe
@@ -158,21 +166,19 @@ class GroupShard:
         cgroup = self.consumer.groups.get(req.group_id)
         if cgroup is None or self.partitions.precheck(req.group_id) is not None:
             return self.classic.join_group(ctx, req, now_ms)
-        if self.consumer.interop is not None:
-            return self.consumer.interop.join_group(ctx, req, cgroup, now_ms)  # type: ignore[no-any-return]
-        out = Result()
-        if cgroup.is_empty():
-            # Kafka: an empty consumer group gives way to a classic one, whatever the policy.
-            self.consumer.delete_group(out, cgroup)
-            out.extend(self.classic.join_group(ctx, req, now_ms))
-            return out
-        out.replies.append(
-            (
-                ctx.reply_to,
-                JoinGroupResponse(error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=""),
-            )
-        )
-        return out
+        return self.consumer.interop.join_group(ctx, req, cgroup, now_ms)  # type: ignore[no-any-return]
+
+    def _routed(self, classic_api: Callable[..., Result], name: str) -> Callable[..., Result]:
+        """A classic API that a consumer group's classic members reach through interop."""
+        consumer_groups = self.consumer.groups
+
+        def api(ctx: RequestContext, req: Any, now_ms: int) -> Result:
+            cgroup = consumer_groups.get(req.group_id)
+            if cgroup is None or self.partitions.precheck(req.group_id) is not None:
+                return classic_api(ctx, req, now_ms)
+            return getattr(self.consumer.interop, name)(ctx, req, cgroup, now_ms)  # type: ignore[no-any-return]
+
+        return api
 
     def _describe_groups(
         self, ctx: RequestContext, req: DescribeGroupsRequest, now_ms: int

@@ -146,6 +146,8 @@ class ConsumerGroupManager:
             else:
                 resp = self._heartbeat(out, ctx, req, now_ms)
         except HeartbeatError as e:
+            if self.interop is not None:
+                self.interop.discard_pending()
             resp = cgh.ConsumerGroupHeartbeatResponse(error_code=e.code, error_message=e.message)
         out.replies.append((ctx.reply_to, resp))
         return out
@@ -466,6 +468,8 @@ class ConsumerGroupManager:
         if gid not in self.groups:
             self.groups[gid] = group
         rec.apply_all(out, self.partitions.partition_of(gid), group, writes)
+        if self.interop is not None:
+            self.interop.after_apply(out, now_ms)
         if refreshed:
             group.set_metadata_refresh_deadline(now_ms, group_epoch)
         if group.group_epoch > group.assignment_epoch or causes:

@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 TypedRecord = tuple[Any, Any]
+"""(key, value): a key of storage.consumer_group_format and its value (None: a tombstone),
+or already-encoded (key bytes, value bytes) of another group type's record."""
 
 
 def _tps(parts: Assignment) -> list[TopicPartitions]:
@@ -161,6 +163,11 @@ def apply_all(out: Result, partition: int, group: ConsumerGroup, writes: list[Ty
     """Encode ``writes`` into ``out`` and apply them to ``group``."""
     records = out.records
     for key, value in writes:
+        if isinstance(key, bytes):
+            # Already encoded (a classic group's record, written in the same operation
+            # by a conversion between group types): not this group's to apply.
+            records.append((partition, key, value))
+            continue
         records.append(
             (
                 partition,

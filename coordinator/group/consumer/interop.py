@@ -1,0 +1,637 @@
+"""Classic and consumer groups meeting: classic members inside consumer groups, conversions.
+
+How this works (Kafka's GroupMetadataManager ``classicGroup*ToConsumerGroup``,
+``convertToConsumerGroup``, ``convertToClassicGroup``):
+
+* **A classic member in a consumer group.** JoinGroup makes it a member of the consumer
+  group: its subscription (topics, owned partitions, rack) comes from the first protocol's
+  ConsumerProtocolSubscription, and the heartbeat's steps run for it (epoch bump, target,
+  reconciliation against the partitions it says it owns). Its JoinGroup answer carries its
+  member epoch as the generation and no member list (it is not a leader: the coordinator
+  assigns). SyncGroup hands it its assigned partitions as a ConsumerProtocolAssignment.
+  Heartbeat answers REBALANCE_IN_PROGRESS when it must rejoin to move on (the group epoch
+  moved, it has partitions to revoke, or partitions it waited for are free); it must then
+  rejoin within its rebalance timeout (join timer), and sync within it (sync timer), or it
+  is fenced.
+* **Upgrade** (a ConsumerGroupHeartbeat at epoch 0 for a classic group): an empty classic
+  group is simply replaced; a live one is converted when ``group.consumer.migration.policy``
+  allows it: every classic member becomes a consumer-group member at the group's
+  generation, owning its last assignment.
+* **Downgrade**: when the last consumer-protocol member leaves and only classic members
+  remain, the group becomes a classic group again (policy permitting) at generation = group
+  epoch, each member keeping its target, and a rebalance starts.
+
+Every conversion writes the tombstones of the old form and the records of the new one in
+the same operation, so the log never holds the group twice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coordinator.group.classic import rebalance
+from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember
+from coordinator.group.classic.manager import ClassicGroupManager
+from coordinator.group.classic.state import ClassicGroupState
+from coordinator.group.classic.subscription import (
+    encode_assignment,
+    parse_assignment,
+    parse_subscription,
+)
+from coordinator.group.consumer import records as rec
+from coordinator.group.consumer.group import ConsumerGroup
+from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
+from coordinator.group.consumer.metadata_hash import group_hash
+from coordinator.group.timers import TimerAction, TimerKind
+from coordinator.group.types import RequestContext, Result
+from protocol.errors import ErrorCode
+from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from protocol.messages.leave_group import (
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberResponse,
+)
+from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from storage.consumer_group_format import ClassicMemberMetadata
+from storage.offsets_format import encode_group_metadata_key
+
+if TYPE_CHECKING:
+    from coordinator.group.consumer.manager import ConsumerGroupManager
+
+__all__ = ["ClassicInterop"]
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+_E = ClassicGroupState.EMPTY
+_UNREVOKED = MemberState.UNREVOKED_PARTITIONS
+_UNRELEASED = MemberState.UNRELEASED_PARTITIONS
+
+
+def join_key(gid: str, mid: str) -> str:
+    return f"consumer-group-join-{gid}-{mid}"
+
+
+def sync_key(gid: str, mid: str) -> str:
+    return f"consumer-group-sync-{gid}-{mid}"
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ClassicInterop:
+    def __init__(self, consumer: ConsumerGroupManager, classic: ClassicGroupManager) -> None:
+        self.consumer = consumer
+        self.classic = classic
+        self.config = consumer.config
+        self.timers = consumer.timers
+
+    @property
+    def policy(self) -> str:
+        return self.config.consumer_group_migration_policy.lower()
+
+    # ------------------------------------------------------------ names <-> ids
+
+    def _to_ids(self, parts: list[tuple[str, list[int]]]) -> dict[bytes, frozenset[int]]:
+        out: dict[bytes, frozenset[int]] = {}
+        for topic, ps in parts:
+            t = self.consumer.topics.topic(topic)
+            if t is not None and ps:
+                out[t.topic_id] = out.get(t.topic_id, frozenset()) | frozenset(ps)
+        return out
+
+    def _to_names(self, parts: Assignment) -> list[tuple[str, list[int]]]:
+        out = []
+        for topic_id, ps in parts.items():
+            t = self.consumer.topics.topic_by_id(topic_id)
+            if t is not None:
+                out.append((t.name, sorted(ps)))
+        return sorted(out)
+
+    @staticmethod
+    def _subscription_version(m: ConsumerGroupMember) -> int:
+        meta = m.classic_member_metadata
+        if meta is None or not meta.supported_protocols:
+            return 0
+        data = meta.supported_protocols[0][1]
+        return int.from_bytes(data[:2], "big", signed=True) if len(data) >= 2 else 0
+
+    def assignment_bytes(self, m: ConsumerGroupMember, parts: Assignment) -> bytes:
+        return encode_assignment(self._subscription_version(m), self._to_names(parts))
+
+    # ------------------------------------------------------------ upgrade
+
+    def convert_classic_group(
+        self, out: Result, writes: list[rec.TypedRecord], gid: str, now_ms: int
+    ) -> ConsumerGroup:
+        """A consumer member joins where a classic group lives: replace or upgrade it.
+
+        The classic group's tombstone and the new group's records go to ``writes``; the
+        classic group is dropped once they are applied (``after_apply``).
+        """
+        from coordinator.group.consumer.manager import HeartbeatError
+
+        classic = self.classic.groups[gid]
+        key = encode_group_metadata_key(gid)
+        group = ConsumerGroup(gid)
+        if classic.is_in(_E):
+            writes.append((key, None))
+            self._pending_removal = gid
+            return group
+        reason = self._upgrade_refusal(classic)
+        if reason is not None:
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, reason)
+        writes.append((key, None))
+        converted: list[rec.TypedRecord] = []
+        members: list[ConsumerGroupMember] = []
+        targets: dict[str, dict[bytes, frozenset[int]]] = {}
+        for cm in classic.members.values():
+            sub = parse_subscription(cm.metadata(classic.protocol_name))
+            assert sub is not None  # checked by _upgrade_refusal
+            parsed = parse_assignment(cm.assignment)
+            assert parsed is not None
+            m = ConsumerGroupMember(cm.member_id)
+            m.instance_id = cm.group_instance_id
+            m.rack_id = sub.rack_id
+            m.client_id = cm.client_id
+            m.client_host = cm.client_host
+            m.subscribed_topic_names = frozenset(sub.topics)
+            m.rebalance_timeout_ms = cm.rebalance_timeout_ms
+            m.classic_member_metadata = ClassicMemberMetadata(
+                cm.session_timeout_ms, [(name, meta) for name, meta in cm.protocols]
+            )
+            m.member_epoch = m.previous_member_epoch = classic.generation
+            m.state = MemberState.STABLE
+            m.assigned = self._to_ids(parsed[0])
+            targets[m.member_id] = dict(m.assigned)
+            members.append(m)
+        names = set().union(*(m.subscribed_topic_names for m in members)) if members else set()
+        h = group_hash(names, self.consumer.topics, self.consumer.topic_hash_cache)
+        for m in members:
+            converted.append(rec.member_subscription(gid, m))
+        converted.append(rec.group_metadata(gid, classic.generation, h))
+        for m in members:
+            converted.append(rec.target_member(gid, m.member_id, targets[m.member_id]))
+        converted.append(rec.target_metadata(gid, classic.generation))
+        for m in members:
+            converted.append(rec.current_assignment(gid, m))
+        for key_, value in converted:
+            rec.apply(group, key_, value)
+        writes.extend(converted)
+        self._pending_removal = gid
+        self._upgraded = classic
+        return group
+
+    def _upgrade_refusal(self, classic: ClassicGroup) -> str | None:
+        gid = classic.group_id
+        if self.policy not in ("upgrade", "bidirectional"):
+            return f"Cannot upgrade classic group {gid} to consumer group because the online upgrade is disabled."
+        if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return f"Cannot upgrade classic group {gid} to consumer group because it is not a consumer group."
+        if len(classic.members) > self.config.consumer_group_max_size:
+            return (
+                f"Cannot upgrade classic group {gid} to consumer group because its group size "
+                "exceeds the consumer group maximum size."
+            )
+        for cm in classic.members.values():
+            if parse_subscription(cm.metadata(classic.protocol_name)) is None:
+                return f"Cannot upgrade classic group {gid} to consumer group because its member subscription cannot be parsed."
+            parsed = parse_assignment(cm.assignment)
+            if parsed is None:
+                return f"Cannot upgrade classic group {gid} to consumer group because its member assignment cannot be parsed."
+            if parsed[1]:
+                return (
+                    f"Cannot upgrade classic group {gid} to consumer group because an "
+                    "unsupported custom assignor is in use."
+                )
+        return None
+
+    _pending_removal: str | None = None
+    _upgraded: ClassicGroup | None = None
+
+    def after_apply(self, out: Result, now_ms: int) -> None:
+        """The records of a conversion are applied: finish the classic side."""
+        gid, self._pending_removal = self._pending_removal, None
+        upgraded, self._upgraded = self._upgraded, None
+        if gid is None:
+            return
+        classic = self.classic.groups.pop(gid, None)
+        if classic is None:
+            return
+        for cm in classic.members.values():
+            # Pending joins and syncs learn that the group moved on.
+            self.classic.reply_join(
+                out,
+                cm,
+                classic,
+                JoinGroupResponse(
+                    error_code=ErrorCode.REBALANCE_IN_PROGRESS, member_id=cm.member_id
+                ),
+            )
+            self.classic.reply_sync(
+                out, cm, SyncGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
+            )
+        self.timers.cancel_group(gid)
+        classic.transition_to(ClassicGroupState.DEAD, now_ms)
+        if upgraded is not None:
+            group = self.consumer.groups.get(gid)
+            if group is not None:
+                for m in group.members.values():
+                    meta = m.classic_member_metadata
+                    if meta is not None:
+                        self.consumer.schedule_session(
+                            out, gid, m.member_id, now_ms, meta.session_timeout_ms
+                        )
+
+    def discard_pending(self) -> None:
+        """The heartbeat that started a conversion failed: nothing of it happened."""
+        self._pending_removal = None
+        self._upgraded = None
+
+    # ------------------------------------------------------------ JoinGroup
+
+    def join_group(
+        self, ctx: RequestContext, req: JoinGroupRequest, group: ConsumerGroup, now_ms: int
+    ) -> Result:
+        out = Result()
+
+        def answer(resp: JoinGroupResponse) -> Result:
+            out.replies.append((ctx.reply_to, resp))
+            return out
+
+        cfg = self.config
+        if not (
+            cfg.group_min_session_timeout_ms
+            <= req.session_timeout_ms
+            <= cfg.group_max_session_timeout_ms
+        ):
+            return answer(
+                JoinGroupResponse(
+                    error_code=ErrorCode.INVALID_SESSION_TIMEOUT, member_id=req.member_id
+                )
+            )
+        if group.is_empty():
+            # An empty consumer group gives way to a classic one, whatever the policy.
+            self.consumer.delete_group(out, group)
+            out.extend(self.classic.join_group(ctx, req, now_ms))
+            return out
+        try:
+            return self._join(out, ctx, req, group, now_ms)
+        except _Refused as e:
+            return answer(JoinGroupResponse(error_code=e.code, member_id=req.member_id))
+
+    def _join(
+        self,
+        out: Result,
+        ctx: RequestContext,
+        req: JoinGroupRequest,
+        group: ConsumerGroup,
+        now_ms: int,
+    ) -> Result:
+        gid = group.group_id
+        unknown = req.member_id == ""
+        member_id = self.consumer.new_member_id() if unknown else req.member_id
+        if len(group.members) >= self.config.consumer_group_max_size and (
+            member_id not in group.members
+        ):
+            raise _Refused(ErrorCode.GROUP_MAX_SIZE_REACHED)
+        names = [p.name for p in req.protocols]
+        if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not names:
+            raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        classic_members = [
+            m for m in group.members.values() if m.classic_member_metadata is not None
+        ]
+        if classic_members:
+            common = set(names)
+            for m in classic_members:
+                meta = m.classic_member_metadata
+                assert meta is not None
+                common &= {n for n, _ in meta.supported_protocols}
+            if not common:
+                raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if unknown and req.group_instance_id is None and ctx.api_version >= 4:
+            out.replies.append(
+                (
+                    ctx.reply_to,
+                    JoinGroupResponse(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id),
+                )
+            )
+            return out
+        sub = parse_subscription(req.protocols[0].metadata)
+        if sub is None:
+            raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+
+        replaced: ConsumerGroupMember | None = None
+        iid = req.group_instance_id
+        if iid is None:
+            old = group.members.get(member_id)
+            is_new = old is None
+            if old is None:
+                old = ConsumerGroupMember(member_id)
+        else:
+            holder = group.member_by_instance(iid)
+            if not unknown:
+                if holder is None:
+                    raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID)
+                if holder.member_id != member_id:
+                    raise _Refused(ErrorCode.FENCED_INSTANCE_ID)
+                old, is_new = holder, False
+            elif holder is None:
+                old, is_new = ConsumerGroupMember(member_id), True
+            else:
+                old = holder.copy(member_id)
+                old.member_epoch = 0
+                old.previous_member_epoch = 0
+                old.pending_revocation = {}
+                replaced, is_new = holder, False
+        writes: list[rec.TypedRecord] = []
+        if replaced is not None:
+            writes.extend(rec.member_removed(gid, replaced.member_id))
+            writes.append(rec.member_subscription(gid, old))
+            writes.append(
+                rec.target_member(gid, member_id, group.target.get(replaced.member_id, {}))
+            )
+            writes.append(rec.current_assignment(gid, old))
+        updated = old.copy()
+        if iid is not None:
+            updated.instance_id = iid
+        if sub.rack_id is not None:
+            updated.rack_id = sub.rack_id
+        if req.rebalance_timeout_ms != -1:
+            updated.rebalance_timeout_ms = req.rebalance_timeout_ms
+        updated.subscribed_topic_names = frozenset(sub.topics)
+        updated.subscribed_topic_regex = ""  # Kafka 4.2: a classic member has no regex
+        updated.client_id = ctx.client_id
+        updated.client_host = ctx.client_host
+        updated.classic_member_metadata = ClassicMemberMetadata(
+            req.session_timeout_ms, [(p.name, p.metadata) for p in req.protocols]
+        )
+        owned = self._to_ids(sub.owned_partitions)
+        member = self.consumer.reconcile_member(
+            out, writes, group, old, updated, replaced, is_new, owned, now_ms, "join"
+        )
+        self.timers.cancel(join_key(gid, member.member_id))
+        self.consumer.schedule_session(out, gid, member.member_id, now_ms, req.session_timeout_ms)
+        self.timers.schedule(
+            out,
+            sync_key(gid, member.member_id),
+            now_ms + req.rebalance_timeout_ms,
+            TimerAction(TimerKind.CONSUMER_CLASSIC_SYNC, gid, member.member_id),
+        )
+        out.replies.append(
+            (
+                ctx.reply_to,
+                JoinGroupResponse(
+                    member_id=member.member_id,
+                    generation_id=member.member_epoch,
+                    protocol_type=CONSUMER_PROTOCOL_TYPE,
+                    protocol_name=req.protocols[0].name,
+                    leader="",
+                ),
+            )
+        )
+        return out
+
+    # ------------------------------------------------------------ SyncGroup / Heartbeat / LeaveGroup
+
+    def _member(
+        self, group: ConsumerGroup, member_id: str, instance_id: str | None
+    ) -> ConsumerGroupMember:
+        if instance_id is None:
+            m = group.members.get(member_id)
+            if m is None:
+                raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID)
+        else:
+            m = group.member_by_instance(instance_id)
+            if m is None:
+                raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID)
+            if m.member_id != member_id:
+                raise _Refused(ErrorCode.FENCED_INSTANCE_ID)
+        if m.classic_member_metadata is None:
+            raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID)
+        return m
+
+    def sync_group(
+        self, ctx: RequestContext, req: SyncGroupRequest, group: ConsumerGroup, now_ms: int
+    ) -> Result:
+        out = Result()
+        try:
+            m = self._member(group, req.member_id, req.group_instance_id)
+            if req.generation_id != m.member_epoch:
+                raise _Refused(ErrorCode.ILLEGAL_GENERATION)
+            meta = m.classic_member_metadata
+            assert meta is not None
+            if (req.protocol_type is not None and req.protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+                req.protocol_name is not None
+                and req.protocol_name != meta.supported_protocols[0][0]
+            ):
+                raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            if group.group_epoch > m.member_epoch and m.state is not _UNREVOKED:
+                self._arm_join_timer(out, group, m, now_ms)
+                raise _Refused(ErrorCode.REBALANCE_IN_PROGRESS)
+        except _Refused as e:
+            out.replies.append((ctx.reply_to, SyncGroupResponse(error_code=e.code)))
+            return out
+        gid = group.group_id
+        self.timers.cancel(sync_key(gid, m.member_id))
+        self.consumer.schedule_session(out, gid, m.member_id, now_ms, meta.session_timeout_ms)
+        out.replies.append(
+            (
+                ctx.reply_to,
+                SyncGroupResponse(
+                    protocol_type=req.protocol_type,
+                    protocol_name=req.protocol_name,
+                    assignment=self.assignment_bytes(m, m.assigned),
+                ),
+            )
+        )
+        return out
+
+    def heartbeat(
+        self, ctx: RequestContext, req: HeartbeatRequest, group: ConsumerGroup, now_ms: int
+    ) -> Result:
+        out = Result()
+        try:
+            m = self._member(group, req.member_id, req.group_instance_id)
+            if req.generation_id != m.member_epoch:
+                raise _Refused(ErrorCode.ILLEGAL_GENERATION)
+        except _Refused as e:
+            out.replies.append((ctx.reply_to, HeartbeatResponse(error_code=e.code)))
+            return out
+        meta = m.classic_member_metadata
+        assert meta is not None
+        gid = group.group_id
+        self.consumer.schedule_session(out, gid, m.member_id, now_ms, meta.session_timeout_ms)
+        error = ErrorCode.NO_ERROR
+        if (
+            m.member_epoch < group.group_epoch
+            or m.state is _UNREVOKED
+            or (m.state is _UNRELEASED and not self._waiting_on_unreleased(group, m))
+        ):
+            error = ErrorCode.REBALANCE_IN_PROGRESS
+            self._arm_join_timer(out, group, m, now_ms)
+        out.replies.append((ctx.reply_to, HeartbeatResponse(error_code=error)))
+        return out
+
+    @staticmethod
+    def _waiting_on_unreleased(group: ConsumerGroup, m: ConsumerGroupMember) -> bool:
+        """Whether a target partition of ``m`` is still owned by another member."""
+        target = group.target.get(m.member_id, {})
+        for topic_id, ps in target.items():
+            have = m.assigned.get(topic_id, frozenset())
+            for p in ps:
+                if p not in have and group.current_partition_epoch(topic_id, p) != -1:
+                    return True
+        return False
+
+    def _arm_join_timer(
+        self, out: Result, group: ConsumerGroup, m: ConsumerGroupMember, now_ms: int
+    ) -> None:
+        key = join_key(group.group_id, m.member_id)
+        if key not in self.timers:
+            self.timers.schedule(
+                out,
+                key,
+                now_ms + m.rebalance_timeout_ms,
+                TimerAction(TimerKind.CONSUMER_CLASSIC_JOIN, group.group_id, m.member_id),
+            )
+
+    def leave_group(
+        self, ctx: RequestContext, req: LeaveGroupRequest, group: ConsumerGroup, now_ms: int
+    ) -> Result:
+        out = Result()
+        identities: list[tuple[str, str | None]]
+        if ctx.api_version <= 2:
+            identities = [(req.member_id, None)]
+        else:
+            identities = [(m.member_id, m.group_instance_id) for m in req.members]
+        responses: list[MemberResponse] = []
+        leaving: dict[str, ConsumerGroupMember] = {}
+        for member_id, instance_id in identities:
+            code: int = ErrorCode.NO_ERROR
+            found: ConsumerGroupMember | None
+            if instance_id is None:
+                found = group.members.get(member_id)
+                if found is None:
+                    code = ErrorCode.UNKNOWN_MEMBER_ID
+            else:
+                found = group.member_by_instance(instance_id)
+                if found is None:
+                    code = ErrorCode.UNKNOWN_MEMBER_ID
+                elif member_id and found.member_id != member_id:
+                    code = ErrorCode.FENCED_INSTANCE_ID
+                    found = None
+            if found is not None:
+                leaving[found.member_id] = found
+            responses.append(
+                MemberResponse(
+                    member_id=found.member_id if found is not None else member_id,
+                    group_instance_id=instance_id,
+                    error_code=code,
+                )
+            )
+        if leaving:
+            self.consumer.fence_members(
+                out, group, list(leaving.values()), now_ms, "left the group (LeaveGroup)"
+            )
+        if ctx.api_version <= 2:
+            code = responses[0].error_code
+            out.replies.append((ctx.reply_to, LeaveGroupResponse(error_code=code)))
+        else:
+            out.replies.append((ctx.reply_to, LeaveGroupResponse(members=responses)))
+        return out
+
+    # ------------------------------------------------------------ timers and loading
+
+    def on_timer(
+        self,
+        out: Result,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        action: TimerAction,
+        now_ms: int,
+    ) -> None:
+        if action.kind is TimerKind.CONSUMER_CLASSIC_JOIN:
+            why = "did not rejoin within its rebalance timeout"
+        else:
+            why = "did not sync within its rebalance timeout"
+        self.consumer.fence_members(out, group, [member], now_ms, why)
+
+    def on_loaded_member(
+        self, out: Result, group: ConsumerGroup, m: ConsumerGroupMember, now_ms: int
+    ) -> None:
+        meta = m.classic_member_metadata
+        assert meta is not None
+        self.consumer.schedule_session(
+            out, group.group_id, m.member_id, now_ms, meta.session_timeout_ms
+        )
+
+    def cancel_classic_timers(self, gid: str, member_id: str) -> None:
+        self.timers.cancel(join_key(gid, member_id))
+        self.timers.cancel(sync_key(gid, member_id))
+
+    # ------------------------------------------------------------ downgrade
+
+    def maybe_downgrade(
+        self,
+        out: Result,
+        group: ConsumerGroup,
+        gone: list[ConsumerGroupMember],
+        now_ms: int,
+        why: str,
+    ) -> bool:
+        """Members are being fenced: if only classic members remain, become a classic group."""
+        removed = {m.member_id for m in gone}
+        remaining = [m for mid, m in group.members.items() if mid not in removed]
+        if not remaining or any(m.classic_member_metadata is None for m in remaining):
+            return False
+        if self.policy not in ("downgrade", "bidirectional"):
+            return False
+        if len(remaining) > self.config.group_max_size:
+            return False
+        gid = group.group_id
+        writes = rec.group_tombstones(group)
+        classic = ClassicGroup(gid, state_timestamp_ms=now_ms)
+        classic.generation = group.group_epoch
+        classic.protocol_type = CONSUMER_PROTOCOL_TYPE
+        for m in remaining:
+            meta = m.classic_member_metadata
+            assert meta is not None
+            classic.add(
+                ClassicGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    session_timeout_ms=meta.session_timeout_ms,
+                    protocol_type=CONSUMER_PROTOCOL_TYPE,
+                    protocols=list(meta.supported_protocols),
+                    assignment=self.assignment_bytes(m, group.target.get(m.member_id, {})),
+                )
+            )
+        classic.protocol_name = classic.select_protocol()
+        # Kafka builds the classic group Stable at once (ClassicGroup.fromConsumerGroup).
+        classic.state = ClassicGroupState.STABLE
+        p = self.consumer.partitions.partition_of(gid)
+        record = self.classic.group_metadata_record(classic)
+        writes.append((record[1], record[2]))
+        rec.apply_all(out, p, group, writes)
+        self.timers.cancel_group(gid)
+        self.consumer.groups.pop(gid, None)
+        self.classic.groups[gid] = classic
+        classic.subscribed_topics = classic.compute_subscribed_topics()
+        for cm in classic.members.values():
+            self.classic.reschedule_heartbeat(out, classic, cm, now_ms)
+        rebalance.prepare_rebalance(
+            self.classic,
+            out,
+            classic,
+            f"consumer group {gid} downgraded to a classic group: {', '.join(sorted(removed))} {why}",
+            "leave",
+            now_ms,
+        )
+        return True
