@@ -41,7 +41,12 @@ from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.consumer.interop import ClassicInterop
 from coordinator.group.consumer.manager import ConsumerGroupManager
 from coordinator.group.events import GroupDeleted, OffsetsExpired, PartitionLoaded
-from coordinator.group.offsets import OffsetEntry, OffsetMetadataManager, TopicPartition
+from coordinator.group.offsets import (
+    OffsetEntry,
+    OffsetGroup,
+    OffsetMetadataManager,
+    TopicPartition,
+)
 from coordinator.group.partitions import Partitions, PartitionStatus
 from coordinator.group.timers import EXPIRE_OFFSETS_KEY, Timer, TimerAction, TimerKind, Timers
 from coordinator.group.topics import TopicsImage
@@ -132,6 +137,7 @@ class GroupShard:
             self.classic,
             topic_partitions=topic_partitions,
             topics=topics,  # OffsetCommit/OffsetFetch v10 name topics by id
+            find_group=self.find_group,
         )
         # What the shard holds, for the runtime, metrics and tests (the managers' own maps).
         self.groups: dict[str, ClassicGroup] = self.classic.groups
@@ -156,6 +162,13 @@ class GroupShard:
         self.offset_delete = offsets.offset_delete
 
     # ------------------------------------------------------------ routing between group types
+
+    def find_group(self, group_id: str) -> OffsetGroup | None:
+        """The group of either type with this id (offsets are shared by both)."""
+        group = self.consumer.groups.get(group_id)
+        if group is not None:
+            return group
+        return self.groups.get(group_id)
 
     def _classic_type(self, group_id: str) -> str | None:
         group = self.groups.get(group_id)
@@ -344,6 +357,16 @@ class GroupShard:
             group = self.groups[gid]
             if all_gone and group.is_in(_E):
                 self._delete_group(out, group, now_ms)
+                deleted.append(gid)
+        for gid in list(self.consumer.groups):
+            if self.partitions.availability_error(gid) is not None:
+                continue
+            before = len(out.records)
+            all_gone = self.offset_manager.cleanup_expired_offsets(out, gid, now_ms)
+            expired_total += len(out.records) - before
+            cgroup = self.consumer.groups[gid]
+            if all_gone and cgroup.is_empty():
+                self.consumer.delete_group(out, cgroup)
                 deleted.append(gid)
         if expired_total or deleted:
             out.events.append(OffsetsExpired(expired_total, tuple(deleted)))

@@ -29,15 +29,21 @@ The group's state, derived as Kafka's ``ConsumerGroup.maybeUpdateGroupState`` do
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
 from coordinator.group.consumer.assignors.spec import SubscriptionType
 from coordinator.group.consumer.member import EMPTY, Assignment, ConsumerGroupMember, MemberState
+from protocol.errors import ErrorCode
 
 __all__ = ["ConsumerGroup", "ConsumerGroupState", "ResolvedRegex"]
 
 MAX_INT = 2**31 - 1
+
+
+def _since_commit(commit_timestamp_ms: int) -> int:
+    return commit_timestamp_ms
 
 
 class ConsumerGroupState(Enum):
@@ -166,6 +172,63 @@ class ConsumerGroup:
     def member_by_instance(self, instance_id: str) -> ConsumerGroupMember | None:
         mid = self.static_members.get(instance_id)
         return self.members.get(mid) if mid is not None else None
+
+    # ------------------------------------------------------------ offsets (OffsetGroup)
+    # Kafka's ConsumerGroup.validateOffsetCommit / validateOffsetFetch /
+    # validateOffsetDelete / offsetExpirationCondition (see coordinator/group/offsets.py).
+
+    def validate_offset_commit(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation_or_epoch: int,
+        /,
+        *,
+        transactional: bool,
+        api_version: int,
+    ) -> ErrorCode | None:
+        if generation_or_epoch < 0 and not self.members:
+            return None  # an admin client or a consumer committing without the group
+        if transactional and member_id == "" and generation_or_epoch == -1 and instance_id is None:
+            return None
+        m = self.members.get(member_id)
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        classic = m.classic_member_metadata is not None
+        if not transactional and not classic and api_version < 9:
+            return ErrorCode.UNSUPPORTED_VERSION
+        if generation_or_epoch != m.member_epoch:
+            return ErrorCode.ILLEGAL_GENERATION if classic else ErrorCode.STALE_MEMBER_EPOCH
+        return None
+
+    def validate_offset_fetch(
+        self, member_id: str | None, member_epoch: int, api_version: int, /
+    ) -> ErrorCode | None:
+        if member_id is None and member_epoch < 0:
+            return None
+        m = self.members.get(member_id or "")
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != m.member_epoch:
+            if m.classic_member_metadata is not None:
+                return ErrorCode.ILLEGAL_GENERATION
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return None
+
+    def validate_offset_delete(self) -> ErrorCode | None:
+        return None  # subscribed topics are refused per partition (is_subscribed_to)
+
+    def is_subscribed_to(self, topic: str, /) -> bool:
+        if topic in self.names_count:
+            return True
+        for regex in self.regex_count:
+            resolved = self.resolved_regexes.get(regex)
+            if resolved is not None and topic in resolved.topics:
+                return True
+        return False
+
+    def offset_expiration_base(self) -> Callable[[int], int] | None:
+        return _since_commit  # whatever the state; subscribed topics are kept
 
     # ------------------------------------------------------------ replay (record appliers)
 
