@@ -538,7 +538,7 @@ class Admin:
                     member_type=MEMBER_TYPES.get(m.member_type),
                     rack_id=m.rack_id,
                     subscribed_topic_names=list(m.subscribed_topic_names),
-                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    subscribed_topic_regex=m.subscribed_topic_regex or None,  # "" is none too
                     target_assignment=_by_name(m.target_assignment.topic_partitions),
                 )
             )

@@ -87,7 +87,12 @@ async def test_describe_reset_delete_a_live_group(kgc: KgcProcess) -> None:
             await m.commit({tp: OffsetAndMetadata(3, "") for tp in m.assignment()})
 
         listed = (await acli(kgc, "groups", "list", "--output", "json")).json()
-        assert {"group": "billing", "state": "Stable", "protocol_type": "consumer"} in listed
+        assert {
+            "group": "billing",
+            "type": "classic",
+            "state": "Stable",
+            "protocol_type": "consumer",
+        } in listed
         assert "billing" in [
             g["group"]
             for g in (
