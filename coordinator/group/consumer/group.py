@@ -35,6 +35,7 @@ from enum import Enum
 
 from coordinator.group.consumer.assignors.spec import SubscriptionType
 from coordinator.group.consumer.member import EMPTY, Assignment, ConsumerGroupMember, MemberState
+from coordinator.group.timers import Timer
 from protocol.errors import ErrorCode
 
 __all__ = ["ConsumerGroup", "ConsumerGroupState", "ResolvedRegex"]
@@ -84,6 +85,9 @@ class ConsumerGroup:
         # 0 after a load: the first heartbeat recomputes the hash.
         self.metadata_refresh_deadline_ms = 0
         self.metadata_refresh_epoch = -1
+        # Soft state: each consumer-protocol member's session timer, moved in place by the
+        # heartbeats that change nothing (see ConsumerGroupManager._steady_heartbeat).
+        self.session_timers: dict[str, Timer] = {}
 
     # ------------------------------------------------------------ derived
 

@@ -136,6 +136,10 @@ class ConsumerGroupManager:
         self, ctx: RequestContext, req: cgh.ConsumerGroupHeartbeatRequest, now_ms: int
     ) -> Result:
         out = Result()
+        resp = self._steady_heartbeat(ctx, req, now_ms)
+        if resp is not None:
+            out.replies.append((ctx.reply_to, resp))
+            return out
         try:
             self._validate(ctx.api_version, req)
             err = self.partitions.precheck(req.group_id)
@@ -151,6 +155,52 @@ class ConsumerGroupManager:
             resp = cgh.ConsumerGroupHeartbeatResponse(error_code=e.code, error_message=e.message)
         out.replies.append((ctx.reply_to, resp))
         return out
+
+    def _steady_heartbeat(
+        self, ctx: RequestContext, req: cgh.ConsumerGroupHeartbeatRequest, now_ms: int
+    ) -> cgh.ConsumerGroupHeartbeatResponse | None:
+        """The answer to a heartbeat that changes nothing, or None to take the full path.
+
+        Most heartbeats come from a member that owns exactly its target, in a group whose
+        target is current: they only prove the member alive. Every condition below is one
+        under which the full path would validate the request, write nothing, change no state
+        and answer just (member id, epoch, interval); anything else goes the full way.
+        """
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return None
+        member = group.members.get(req.member_id)
+        if (
+            member is None
+            or req.member_epoch != member.member_epoch
+            or member.state is not _ST
+            or member.member_epoch != group.assignment_epoch
+            or group.group_epoch != group.assignment_epoch
+            or req.rebalance_timeout_ms != -1
+            or req.subscribed_topic_names is not None
+            or req.subscribed_topic_regex is not None
+            or req.server_assignor is not None
+            or req.rack_id is not None
+            or req.instance_id != member.instance_id
+            or member.classic_member_metadata is not None
+            or ctx.client_id != member.client_id
+            or ctx.client_host != member.client_host
+            or group.regex_count
+            or now_ms >= group.metadata_refresh_deadline_ms
+            or group.group_epoch < group.metadata_refresh_epoch
+            or self.partitions.precheck(req.group_id) is not None
+        ):
+            return None
+        timer = group.session_timers.get(member.member_id)
+        deadline = now_ms + self.config.consumer_group_session_timeout_ms
+        if timer is None or deadline < timer.armed_ms:
+            return None
+        timer.deadline_ms = deadline  # moved later in place (see timers.py)
+        return cgh.ConsumerGroupHeartbeatResponse(
+            member_id=member.member_id,
+            member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms,
+        )
 
     def _validate(self, version: int, req: cgh.ConsumerGroupHeartbeatRequest) -> None:
         bad = ErrorCode.INVALID_REQUEST
@@ -502,15 +552,21 @@ class ConsumerGroupManager:
         self, out: Result, gid: str, member_id: str, now_ms: int, timeout_ms: int | None = None
     ) -> None:
         t = self.config.consumer_group_session_timeout_ms if timeout_ms is None else timeout_ms
-        self.timers.schedule(
+        timer = self.timers.schedule(
             out,
             session_key(gid, member_id),
             now_ms + t,
             TimerAction(TimerKind.CONSUMER_SESSION, gid, member_id),
         )
+        group = self.groups.get(gid)
+        if group is not None and timeout_ms is None:
+            group.session_timers[member_id] = timer
 
     def _cancel_member_timers(self, gid: str, member_id: str) -> None:
         self.timers.cancel(session_key(gid, member_id))
+        group = self.groups.get(gid)
+        if group is not None:
+            group.session_timers.pop(member_id, None)
         self.timers.cancel(rebalance_key(gid, member_id))
         if self.interop is not None:
             self.interop.cancel_classic_timers(gid, member_id)
