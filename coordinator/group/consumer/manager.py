@@ -29,6 +29,7 @@ topics (type 16) and bumps the epoch if they changed what the group subscribes t
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -129,6 +130,10 @@ class ConsumerGroupManager:
         self.topics_version = 0
         # Set by the shard for conversions to and from classic groups (``interop.py``).
         self.interop: Any = None
+        # For the metrics: current-assignment (type 8) records written by heartbeats, and a
+        # hook told how long each target assignment took (seconds; None: not timed).
+        self.reconciliations = 0
+        self.on_target_computed: Callable[[float], None] | None = None
 
     # ------------------------------------------------------------ ConsumerGroupHeartbeat
 
@@ -474,6 +479,7 @@ class ConsumerGroupManager:
             name = _preferred_assignor(
                 group, old if counted else replaced, updated, self.default_assignor
             )
+            started = time.perf_counter()
             try:
                 targets, changed = build_target(
                     group,
@@ -487,6 +493,8 @@ class ConsumerGroupManager:
                 )
             except PartitionAssignorError:
                 raise HeartbeatError(ErrorCode.UNKNOWN) from None
+            if self.on_target_computed is not None:
+                self.on_target_computed(time.perf_counter() - started)
             for mid, parts in changed:
                 writes.append(rec.target_member(gid, mid, parts))
             writes.append(rec.target_metadata(gid, group_epoch))
@@ -513,6 +521,7 @@ class ConsumerGroupManager:
             )
         if is_new or replaced is not None or not member.same_assignment(old):
             writes.append(rec.current_assignment(gid, member))
+            self.reconciliations += 1
 
         # Apply: from here on nothing can fail.
         if gid not in self.groups:
