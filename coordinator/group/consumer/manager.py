@@ -407,12 +407,10 @@ class ConsumerGroupManager:
         group_epoch = group.group_epoch
         bump = group_epoch == 0
         causes: list[str] = []
-        subscription_changed = False
         if is_new or not updated.same_subscription(old):
             writes.append(rec.member_subscription(gid, updated))
             if updated.subscribed_topic_names != old.subscribed_topic_names:
                 bump = True
-                subscription_changed = True
                 causes.append(
                     f"member {updated.member_id} {'joined' if is_new else 'changed'} "
                     f"subscribing to {sorted(updated.subscribed_topic_names)}"
@@ -422,7 +420,6 @@ class ConsumerGroupManager:
         old_regex, new_regex = old.subscribed_topic_regex, updated.subscribed_topic_regex
         counted = not is_new and replaced is None
         if old_regex != new_regex:
-            subscription_changed = True
             if old_regex and counted and group.regex_count.get(old_regex, 0) == 1:
                 writes.append(rec.regex(gid, old_regex, None))
                 if old_regex in group.resolved_regexes:
@@ -507,18 +504,16 @@ class ConsumerGroupManager:
             target = {} if stored is None else stored
 
         # Reconciliation (Kafka's maybeReconcile).
+        # A classic member reconciles too, against the partitions its JoinGroup says it
+        # owns; only its timers differ (join/sync timers instead of the rebalance timer).
         member = updated
-        if not updated.is_reconciled_to(target_epoch) and not updated.uses_classic_protocol:
+        if not updated.is_reconciled_to(target_epoch):
             try:
                 member = next_member(
                     updated, target_epoch, target, owned, group.current_partition_epoch
                 )
             except FencedMemberEpoch as e:
                 raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(e)) from None
-        elif updated.uses_classic_protocol and not updated.is_reconciled_to(target_epoch):
-            member = next_member(
-                updated, target_epoch, target, owned, group.current_partition_epoch
-            )
         if is_new or replaced is not None or not member.same_assignment(old):
             writes.append(rec.current_assignment(gid, member))
             self.reconciliations += 1
@@ -531,8 +526,6 @@ class ConsumerGroupManager:
             self.interop.after_apply(out, now_ms)
         if refreshed:
             group.set_metadata_refresh_deadline(now_ms, group_epoch)
-        if group.group_epoch > group.assignment_epoch or causes:
-            pass
         if bump and causes:
             out.events.append(ConsumerGroupEpochBumped(gid, group.group_epoch, "; ".join(causes)))
         elif bump and group.group_epoch == 1:
@@ -554,7 +547,6 @@ class ConsumerGroupManager:
             self.schedule_session(out, gid, member.member_id, now_ms)
         if refresh_regex or new_regex or group.regex_count:
             self._maybe_refresh_regexes(out, group, now_ms, refresh_regex)
-        del subscription_changed
         return member
 
     def schedule_session(
