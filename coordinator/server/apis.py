@@ -4,9 +4,7 @@ How this works: this table is what ApiVersions advertises and what the server ac
 request outside it closes the connection, as Kafka does. The ranges are Kafka 4.x's, cut
 where kgc deliberately stops (topic-id-based versions, OffsetCommit/OffsetFetch v10 among
 them, are served because Metadata reports topic ids). ConsumerGroupHeartbeat and
-ConsumerGroupDescribe (KIP-848 groups) have a codec but are not advertised: kgc runs
-classic groups only, and advertising them makes librdkafka's admin client describe groups
-through an API that would find none.
+ConsumerGroupDescribe serve KIP-848 consumer groups beside the classic APIs.
 """
 
 from __future__ import annotations
