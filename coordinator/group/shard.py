@@ -204,7 +204,12 @@ class GroupShard:
         for _, resp in out.replies:
             described = getattr(resp, "groups", [])
             for i, d in enumerate(described):
-                if d.group_id in consumer and d.error_code == ErrorCode.NO_ERROR:
+                # v6 answers an id the classic side does not know with GROUP_ID_NOT_FOUND
+                # already; a consumer group's answer names the reason instead.
+                if d.group_id in consumer and d.error_code in (
+                    ErrorCode.NO_ERROR,
+                    ErrorCode.GROUP_ID_NOT_FOUND,
+                ):
                     described[i] = DescribedGroup(
                         group_id=d.group_id,
                         group_state=ClassicGroupState.DEAD.value,
