@@ -11,7 +11,9 @@ How this works: everything lives in one ``Metrics`` object with its own
   scrape time. A request counts under its response's top-level ``error_code`` when the
   response has one (``NONE`` otherwise).
 * State that already exists elsewhere is read at scrape time, never mirrored: groups by
-  state and members per group (``groups_snapshot()`` of the group core), rebalances by cause
+  state and members per group (``groups_snapshot()`` of the group core; ``kgc_groups`` keeps
+  classic groups, ``kgc_groups_by_type`` has both types, consumer groups from
+  ``shard.consumer.groups``), rebalances by cause
   (its ``rebalances`` counters), stored offsets (its ``offsets`` map), log bytes/segments/offsets per partition
   (the ``LogManager``; ``kgc_partition_damaged`` says which logs hold a corrupt batch, and
   ``kgc_offsets_partitions_offline`` how many offsets partitions failed to load), fsync counts and latency (the ``Flusher``'s stats) and compaction
@@ -23,6 +25,12 @@ How this works: everything lives in one ``Metrics`` object with its own
   group's clock, ``GroupStable``, ``GroupEmptied`` or ``GroupDeleted`` stops it;
   ``OffsetsExpired`` carries its count) and offset commits (counted from OffsetCommit
   responses in ``on_request``).
+* Consumer groups (KIP-848): heartbeats by error code are the ConsumerGroupHeartbeat slots
+  of the request accounting (no extra work per heartbeat); fenced members by reason and
+  group-epoch bumps by cause come from the ``ConsumerMembersFenced`` and
+  ``ConsumerGroupEpochBumped`` events; reconciliations (current-assignment records written by
+  heartbeats) are the consumer manager's ``reconciliations`` counter, read at scrape time;
+  target-assignment time is observed through the manager's ``on_target_computed`` hook.
 
 The HTTP endpoint runs on the server's own event loop (``serve``), so collectors read the
 group core and the logs from the thread that mutates them: no locks, no torn reads.
@@ -56,6 +64,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.group.events import (
+    ConsumerGroupEpochBumped,
+    ConsumerMembersFenced,
     GroupDeleted,
     GroupEmptied,
     GroupEvent,
@@ -91,6 +101,29 @@ LATENCY_BUCKETS = (
 )
 REBALANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
+CONSUMER_GROUP_HEARTBEAT_KEY = 68
+# Target assignments take microseconds for small groups, up to seconds for 1,000s of members.
+ASSIGNMENT_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+FENCE_REASONS = ("left", "session_timeout", "rebalance_timeout", "other")
+EPOCH_BUMP_CAUSES = ("created", "subscription", "metadata", "regex", "members_fenced", "other")
 OFFSET_COMMIT_KEYS = frozenset({8, 28})  # OffsetCommit, TxnOffsetCommit
 _perf_counter = time.perf_counter
 _bisect_left = bisect.bisect_left
@@ -101,6 +134,31 @@ def api_name(key: int) -> str:
     if mod is None:
         return f"Api{key}"
     return "".join(part.capitalize() for part in mod.__name__.rsplit(".", 1)[-1].split("_"))
+
+
+def fence_reason(why: str) -> str:
+    """``ConsumerMembersFenced.reason`` (a sentence for the log) as a metric label."""
+    if why.startswith("left"):
+        return "left"
+    if "session timeout" in why:
+        return "session_timeout"
+    if "rebalance timeout" in why:
+        return "rebalance_timeout"
+    return "other"
+
+
+def epoch_bump_cause(cause: str) -> str:
+    """``ConsumerGroupEpochBumped.cause`` (its first clause) as a metric label."""
+    first = cause.split("; ", 1)[0]
+    if first == "group created":
+        return "created"
+    if first.startswith("regular expressions"):
+        return "regex"
+    if "metadata" in first:
+        return "metadata"
+    if first.startswith("member "):
+        return "subscription"
+    return "other"
 
 
 def error_label(code: int) -> str:
@@ -161,6 +219,18 @@ class Metrics:
             buckets=REBALANCE_BUCKETS,
             registry=self.registry,
         )
+        # Consumer groups (KIP-848).
+        self.members_fenced = dict.fromkeys(FENCE_REASONS, 0)
+        self.epoch_bumps = dict.fromkeys(EPOCH_BUMP_CAUSES, 0)
+        self.assignment_duration = Histogram(
+            "kgc_consumer_group_assignment_duration_seconds",
+            "Time to compute a consumer group's target assignment (the server-side assignor)",
+            buckets=ASSIGNMENT_BUCKETS,
+            registry=self.registry,
+        )
+        consumer = getattr(shard, "consumer", None)
+        if consumer is not None and hasattr(consumer, "on_target_computed"):
+            consumer.on_target_computed = self.assignment_duration.observe
         # Scrape-time sources (None: not reported).
         self.shard = shard
         self.logs = logs
@@ -224,6 +294,11 @@ class Metrics:
                     self.rebalance_duration.observe(max(now_ms - start, 0) / 1000.0)
             elif isinstance(event, OffsetsExpired):
                 self.offsets_expired += event.count
+            elif isinstance(event, ConsumerMembersFenced):
+                self.members_fenced[fence_reason(event.reason)] += len(event.member_ids)
+                self.epoch_bumps["members_fenced"] += 1  # one bump for the whole fencing
+            elif isinstance(event, ConsumerGroupEpochBumped):
+                self.epoch_bumps[epoch_bump_cause(event.cause)] += 1
 
     # -- exposition
     def render(self) -> bytes:
@@ -284,6 +359,7 @@ class _Collector(Collector):
         yield from self._requests()
         yield from self._connections()
         yield from self._groups()
+        yield from self._consumer_groups()
         yield from self._storage()
         yield from self._cluster()
 
@@ -404,14 +480,34 @@ class _Collector(Collector):
         if shard is None:
             return
         by_state = dict.fromkeys(GROUP_STATES, 0)
+        by_consumer_state = dict.fromkeys(CONSUMER_GROUP_STATES, 0)
         members = GaugeMetricFamily("kgc_group_members", "Members of each group", labels=["group"])
-        for group_id, state, n_members, *_ in shard.groups_snapshot():
+        # Classic groups from the classic manager (the shard's snapshot, if it has no such
+        # manager); consumer groups from the consumer manager's map, read directly.
+        classic = getattr(shard, "classic", None)
+        snapshot = classic.groups_snapshot() if classic is not None else shard.groups_snapshot()
+        for group_id, state, n_members, *_ in snapshot:
             by_state[state] = by_state.get(state, 0) + 1
             members.add_metric([group_id], n_members)
-        states = GaugeMetricFamily("kgc_groups", "Groups by state", labels=["state"])
+        consumer = getattr(shard, "consumer", None)
+        for group in getattr(consumer, "groups", {}).values():
+            state = group.state.value
+            by_consumer_state[state] = by_consumer_state.get(state, 0) + 1
+            members.add_metric([group.group_id], len(group.members))
+        states = GaugeMetricFamily("kgc_groups", "Classic groups by state", labels=["state"])
         for state, n in by_state.items():
             states.add_metric([state], n)
         yield states
+        by_type = GaugeMetricFamily(
+            "kgc_groups_by_type",
+            "Groups by type (classic, consumer) and state",
+            labels=["type", "state"],
+        )
+        for state, n in by_state.items():
+            by_type.add_metric(["classic", state], n)
+        for state, n in by_consumer_state.items():
+            by_type.add_metric(["consumer", state], n)
+        yield by_type
         yield members
         rebalances = CounterMetricFamily(
             "kgc_rebalances", "Rebalances started, by cause", labels=["cause"]
@@ -434,6 +530,48 @@ class _Collector(Collector):
                 "Committed offsets held (group, topic, partition)",
                 value=sum(len(v) for v in offsets.values()),
             )
+
+    def _consumer_groups(self) -> Iterator[Metric]:
+        """KIP-848 consumer groups: heartbeats, reconciliations, fencing, epochs."""
+        m = self.m
+        heartbeats = CounterMetricFamily(
+            "kgc_consumer_group_heartbeats",
+            "ConsumerGroupHeartbeat requests answered, by error code",
+            labels=["error"],
+        )
+        by_error: dict[str, int] = {"NONE": 0}
+        for key, slot in m._slots.items():
+            if key >> 8 != CONSUMER_GROUP_HEARTBEAT_KEY:
+                continue
+            by_error["NONE"] += slot.count - sum(slot.errors.values())
+            for code, n in slot.errors.items():
+                label = error_label(code)
+                by_error[label] = by_error.get(label, 0) + n
+        for label, n in sorted(by_error.items()):
+            heartbeats.add_metric([label], n)
+        yield heartbeats
+        consumer = getattr(m.shard, "consumer", None)
+        yield CounterMetricFamily(
+            "kgc_consumer_group_reconciliations",
+            "Member assignment changes written (current-assignment records from heartbeats)",
+            value=getattr(consumer, "reconciliations", 0),
+        )
+        fenced = CounterMetricFamily(
+            "kgc_consumer_group_members_fenced",
+            "Members removed from consumer groups, by reason",
+            labels=["reason"],
+        )
+        for reason, n in m.members_fenced.items():
+            fenced.add_metric([reason], n)
+        yield fenced
+        bumps = CounterMetricFamily(
+            "kgc_consumer_group_epoch_bumps",
+            "Consumer-group epoch bumps (a new target assignment is due), by cause",
+            labels=["cause"],
+        )
+        for cause, n in m.epoch_bumps.items():
+            bumps.add_metric([cause], n)
+        yield bumps
 
     def _storage(self) -> Iterator[Metric]:
         m = self.m

@@ -275,8 +275,8 @@ def test_list_and_describe_a_consumer_protocol_group(kgc848: KgcProcess) -> None
         member_rows = {ln.split()[1]: ln.split() for ln in blocks[1][1:]}
         for mem in members:
             cells = member_rows[mem.member_id]
-            parts = f"{TOPIC}:{','.join(str(p) for _t, p in sorted(mem.assigned))}"
-            assert cells[-7:] == [mem.client_id, epoch, "consumer", TOPIC, "2", parts, parts]
+            cell = f"{TOPIC}:{','.join(str(p) for _t, p in sorted(mem.assigned))}"
+            assert cells[-7:] == [mem.client_id, epoch, "consumer", TOPIC, "2", cell, cell]
         assert blocks[2][0].split() == [
             "GROUP",
             "TOPIC",
