@@ -9,9 +9,7 @@ classic group (aiokafka) lives next to it, so the type column and filter have bo
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,24 +18,13 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from clikit import Run, run_cli
 from kgc_process import KgcProcess
+from kip848kit import CONSUMER_FLAGS, Member, wait_until
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "payments"
 PARTITIONS = 4
 GROUP = "ledger-v2"
-CONSUMER_FLAGS = (
-    "--group-consumer-min-heartbeat-interval-ms",
-    "100",
-    "--group-consumer-heartbeat-interval-ms",
-    "250",
-    # A closed static member only leaves temporarily (epoch -2) and is removed when its
-    # session expires: a short session keeps that within the test.
-    "--group-consumer-min-session-timeout-ms",
-    "1000",
-    "--group-consumer-session-timeout-ms",
-    "3000",
-)
 
 
 @pytest.fixture
@@ -52,70 +39,6 @@ def kgc848(tmp_path: Path) -> Iterator[KgcProcess]:
 
 def cli(kgc: KgcProcess, *args: str) -> Run:
     return run_cli(*args, "--bootstrap-server", kgc.bootstrap)
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 40.0) -> Any:
-    """Poll ``check`` (a CLI call or member state) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-class Member:
-    """A librdkafka consumer-protocol member polled in its own thread."""
-
-    def __init__(self, kgc: KgcProcess, client_id: str, instance_id: str | None = None) -> None:
-        from confluent_kafka import Consumer
-
-        conf: dict[str, Any] = {
-            "bootstrap.servers": kgc.bootstrap,
-            "group.id": GROUP,
-            "group.protocol": "consumer",
-            "client.id": client_id,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-        if instance_id is not None:
-            conf["group.instance.id"] = instance_id
-        self.consumer = Consumer(conf)
-        self.client_id = client_id
-        self.assigned: set[tuple[str, int]] = set()
-        self.member_id = ""
-        self.to_commit: dict[int, int] | None = None
-        self.committed = threading.Event()
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.consumer.subscribe([TOPIC])
-        self.thread.start()
-
-    def _run(self) -> None:
-        from confluent_kafka import TopicPartition as CTP
-
-        try:
-            while not self.stop.is_set():
-                self.consumer.poll(0.05)
-                self.assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
-                self.member_id = self.consumer.memberid() or ""
-                todo = self.to_commit
-                if todo is not None:
-                    self.consumer.commit(
-                        offsets=[CTP(TOPIC, p, off) for p, off in todo.items()], asynchronous=False
-                    )
-                    self.to_commit = None
-                    self.committed.set()
-        except BaseException as exc:  # surfaced by the test
-            self.error = exc
-        finally:
-            self.consumer.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(20)
 
 
 def fill_topic(kgc: KgcProcess) -> None:
@@ -151,7 +74,10 @@ def test_list_and_describe_a_consumer_protocol_group(kgc848: KgcProcess) -> None
     kgc = kgc848
     fill_topic(kgc)
     classic_group(kgc)
-    members = [Member(kgc, "rdk-a"), Member(kgc, "rdk-b", instance_id="pinned-b")]
+    members = [
+        Member(kgc, "rdk-a", group=GROUP, topic=TOPIC),
+        Member(kgc, "rdk-b", instance_id="pinned-b", group=GROUP, topic=TOPIC),
+    ]
     try:
         wait_until(
             lambda: (
