@@ -12,6 +12,7 @@ from cgkit import (
     Cluster,
     Mark,
     Member,
+    decode,
     delete_groups,
     describe_groups,
     group_state,
@@ -20,6 +21,7 @@ from cgkit import (
     settle,
 )
 
+from coordinator.group.consumer.group import ResolvedRegex
 from coordinator.group.types import RequestContext
 from protocol.errors import ErrorCode
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
@@ -51,8 +53,7 @@ def test_delete_groups_tombstones_an_empty_consumer_group_in_kafkas_order() -> N
     b.join()
     settle([a, b])
     b.leave()
-    # a's regex outlives... no: a leaves last, its regex goes with it
-    a.leave()
+    a.leave()  # the last subscriber of its regex: the regex record goes with it
     assert c.shard.consumer.groups["g"].resolved_regexes == {}
     mark = Mark(c)
     assert delete_groups(c, "g") == {"g": ErrorCode.NO_ERROR}
@@ -69,8 +70,6 @@ def test_delete_tombstones_a_resolved_regex_left_behind() -> None:
     a.join()
     a.leave()
     g = c.shard.consumer.groups["g"]
-    from coordinator.group.consumer.group import ResolvedRegex
-
     g.replay_regex("f.*", ResolvedRegex(frozenset({"foo"}), 0, 0))
     mark = Mark(c)
     delete_groups(c, "g")
@@ -129,8 +128,6 @@ def test_consumer_group_describe_fields() -> None:
     x.join()
     c.advance(0)
     settle([a, b, x])
-    a_id = b"".join(sorted([c.tid("foo")]))
-    del a_id
     (d,) = c.describe("g")
     g = c.shard.consumer.groups["g"]
     assert d.error_code == 0 and d.group_id == "g"
@@ -219,7 +216,7 @@ def test_replay_of_every_record_and_tombstone_rebuilds_the_same_state() -> None:
     assert c.shard.consumer.groups["g"].is_empty()
     delete_groups(c, "g")
     same("deleted")
-    kinds_written = {k for k in kinds(__import__("cgkit").decode(c.records))}
+    kinds_written = set(kinds(decode(c.records)))
     assert kinds_written >= {
         "3",
         "5",
@@ -258,8 +255,6 @@ def test_a_legacy_partition_metadata_record_is_tombstoned_on_the_next_heartbeat(
         group_id="g", member_id="a", member_epoch=a.epoch, topic_partitions=None
     )
     out = other.consumer_group_heartbeat(ctx, req, c.now)
-    from cgkit import decode
-
     assert kinds(decode(out.records)) == ["4✝"]
     assert not g.has_legacy_partition_metadata
     assert g.group_epoch == epoch  # the hash is the same: no bump (it was written by 4.1 already)

@@ -268,7 +268,7 @@ def test_reconciliation_walk_through_of_three_members() -> None:
     # 7. M3 gets everything: the group is Stable.
     m3.beat()
     assert m3.partitions() == t3 and st(m3) == (ST, new)
-    assert g.state is ConsumerGroupState.STABLE
+    assert c.shard.consumer.groups["g"].state is ConsumerGroupState.STABLE
 
 
 # ------------------------------------------------------------ item 31: partition epochs

@@ -38,7 +38,8 @@ def test_new_regex_resolves_through_the_timer_then_bumps() -> None:
 
 
 def test_regex_is_a_full_match() -> None:
-    c = Cluster(topic=1, **{"topic-1": 1})
+    c = Cluster(topic=1)
+    c.topics.add("topic-1", 1)
     m = Member(c, "g", "m", regex="topic")
     m.join()
     c.advance(0)
