@@ -76,6 +76,8 @@ CGH_VERSION = 1
 # The Java consumer's default max.poll.interval.ms, sent as RebalanceTimeoutMs.
 REBALANCE_TIMEOUT_MS = 300_000
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+# Closing the logs of 2,000 partitions on SIGTERM takes kgc over 15 s here.
+STOP_TIMEOUT_S = 300.0
 
 
 def server_cpu_seconds(pid: int) -> float:
@@ -101,7 +103,8 @@ def start_server(tmp: Path, name: str) -> KgcProcess:
 
 
 def create_topic(kgc: KgcProcess, name: str, partitions: int) -> None:
-    with Connection.to(kgc.bootstrap) as c:
+    # Creating 2,000 partitions' logs takes the server a while: wait for it.
+    with Connection.to(kgc.bootstrap, timeout=300) as c:
         _, resp = c.request(
             create_topics.API_KEY,
             create_topics.Request(
@@ -189,6 +192,7 @@ class ConsumerMember:
     interval_ms: int = 5000
     heartbeats: int = 0
     errors: list[int] = field(default_factory=list)
+    joined_at: float | None = None  # perf_counter() when the first join was answered
 
     def _owned_field(self) -> list[cgh.TopicPartitions] | None:
         if self.sent_owned == self.owned:
@@ -226,6 +230,8 @@ class ConsumerMember:
             return False
         if not joining:
             self.sent_owned = sent
+        elif self.joined_at is None:
+            self.joined_at = time.perf_counter()
         self.interval_ms = resp.heartbeat_interval_ms
         before = self.owned
         if resp.assignment is not None:
@@ -404,7 +410,7 @@ def part_heartbeats(tmp: Path, args: argparse.Namespace) -> dict[str, list[Heart
             runs["classic"].append(measure_heartbeats(kgc, classic_frames, "Heartbeat", args))
         return runs
     finally:
-        kgc.stop()
+        kgc.stop(STOP_TIMEOUT_S)
 
 
 # ---------------------------------------------------------------- part 2: 1,000 members join
@@ -414,13 +420,14 @@ def part_heartbeats(tmp: Path, args: argparse.Namespace) -> dict[str, list[Heart
 class JoinRound:
     wall_s: float
     cpu_s: float
+    # From the window's start until the last epoch-0 join was answered (consumer only).
+    joins_s: float = 0.0
     heartbeats: int = 0
     epoch: int = 0
 
 
-async def consumer_join(port: int, pid: int, args: argparse.Namespace) -> JoinRound:
-    n, total = args.join_members, args.join_partitions
-    # A small group first, gone before the window: the server's code paths are warm.
+async def warm_up(port: int, total: int) -> None:
+    """A small group joins and leaves before any window: the server's code paths are warm."""
     warm = [
         ConsumerMember(await AsyncConn.open(HOST, port, f"warm{i}"), "warm", "join")
         for i in range(10)
@@ -435,8 +442,11 @@ async def consumer_join(port: int, pid: int, args: argparse.Namespace) -> JoinRo
         await m.leave()
         await m.conn.close()
 
+
+async def consumer_join(port: int, pid: int, group: str, args: argparse.Namespace) -> JoinRound:
+    n, total = args.join_members, args.join_partitions
     conns = await asyncio.gather(*(AsyncConn.open(HOST, port, f"consumer-{i}") for i in range(n)))
-    members = [ConsumerMember(c, "join-1000", "join") for c in conns]
+    members = [ConsumerMember(c, group, "join") for c in conns]
     progress = Progress(n, total)
     stop = asyncio.Event()
     cpu0 = server_cpu_seconds(pid)
@@ -452,24 +462,37 @@ async def consumer_join(port: int, pid: int, args: argparse.Namespace) -> JoinRo
     bad = [e for m in members for e in m.errors]
     if bad:
         raise RuntimeError(f"errors while joining: {sorted({ErrorCode(e).name for e in bad})}")
-    g = await describe(port, "join-1000")
+    g = await describe(port, group)
     off = server_settled(g, n, total)
     if off is not None:
         raise RuntimeError(f"the members saw a settled group, the server did not: {off}")
+    # Everyone leaves before the next round's window, so no session expires inside it.
+    await asyncio.gather(*(m.leave() for m in members))
     for m in members:
         await m.conn.close()
-    return JoinRound(t1 - t0, cpu1 - cpu0, sum(m.heartbeats for m in members), g.group_epoch)
+    joins_s = max(m.joined_at or t1 for m in members) - t0
+    return JoinRound(
+        t1 - t0, cpu1 - cpu0, joins_s, sum(m.heartbeats for m in members), g.group_epoch
+    )
 
 
 def part_join(tmp: Path, args: argparse.Namespace) -> dict[str, list[JoinRound]]:
     runs: dict[str, list[JoinRound]] = {"consumer": [], "classic": []}
+    # One server for the consumer rounds (creating a topic of 2,000 partitions takes it
+    # tens of seconds here), a group per round; every member leaves after its round.
+    kgc = start_server(tmp, "join-consumer")
+    try:
+        create_topic(kgc, "join", args.join_partitions)
+        asyncio.run(warm_up(kgc.port, args.join_partitions))
+        for r in range(args.rounds):
+            runs["consumer"].append(
+                asyncio.run(consumer_join(kgc.port, pid_of(kgc), f"join-{r}", args))
+            )
+    finally:
+        kgc.stop(STOP_TIMEOUT_S)
     for r in range(args.rounds):
-        kgc = start_server(tmp, f"join-consumer-{r}")
-        try:
-            create_topic(kgc, "join", args.join_partitions)
-            runs["consumer"].append(asyncio.run(consumer_join(kgc.port, pid_of(kgc), args)))
-        finally:
-            kgc.stop()
+        # A fresh server per classic round: closed classic members stay until their
+        # sessions expire (30 s), which would land in the next round's window.
         kgc = start_server(tmp, f"join-classic-{r}")
         try:
             asyncio.run(rebalance_latency(kgc.port, 10))  # warm-up, as above
@@ -478,7 +501,7 @@ def part_join(tmp: Path, args: argparse.Namespace) -> dict[str, list[JoinRound]]
             cpu1 = server_cpu_seconds(pid_of(kgc))
             runs["classic"].append(JoinRound(ms / 1000, cpu1 - cpu0, epoch=generation))
         finally:
-            kgc.stop()
+            kgc.stop(STOP_TIMEOUT_S)
     return runs
 
 
@@ -557,6 +580,7 @@ def table(
             cpu = statistics.median(r.cpu_s for r in jruns)
             wall = statistics.median(r.wall_s for r in jruns)
             extra = (
+                f"; all joins answered after {fmt_runs((r.joins_s for r in jruns), '.2f')} s"
                 f"; heartbeats {fmt_runs((r.heartbeats for r in jruns), 'd')}; group epoch {fmt_runs((r.epoch for r in jruns), 'd')}"
                 if kind == "consumer"
                 else f"; generation {fmt_runs((r.epoch for r in jruns), 'd')}"
