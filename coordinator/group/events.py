@@ -22,6 +22,7 @@ __all__ = [
     "ConsumerGroupEpochBumped",
     "ConsumerMembersFenced",
     "GenerationCompleted",
+    "GroupConversionRefused",
     "GroupDeleted",
     "GroupEmptied",
     "GroupEvent",
@@ -176,6 +177,14 @@ class ConsumerMembersFenced:
     reason: str  # "left the group", "session timeout expired", ...
 
 
+@dataclass(frozen=True, slots=True)
+class GroupConversionRefused:
+    """A group could not change type (classic <-> consumer); the request got an error."""
+
+    group_id: str
+    reason: str
+
+
 GroupEvent = (
     RebalanceStarted
     | GenerationCompleted
@@ -191,6 +200,7 @@ GroupEvent = (
     | PartitionLoaded
     | ConsumerGroupEpochBumped
     | ConsumerMembersFenced
+    | GroupConversionRefused
 )
 
 
@@ -236,5 +246,7 @@ def render(event: GroupEvent) -> str:
             return f"consumer group {gid} epoch {epoch}: {cause}"
         case ConsumerMembersFenced(gid, epoch, member_ids, reason):
             return f"consumer group {gid} epoch {epoch}: {', '.join(member_ids)} {reason}"
+        case GroupConversionRefused(gid, reason):
+            return f"group {gid}: {reason}"
         case PartitionLoaded(partition, groups):
             return f"offsets partition {partition} loaded: {groups} groups"

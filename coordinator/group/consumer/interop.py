@@ -42,6 +42,7 @@ from coordinator.group.consumer import records as rec
 from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
 from coordinator.group.consumer.metadata_hash import group_hash
+from coordinator.group.events import GroupConversionRefused
 from coordinator.group.timers import TimerAction, TimerKind
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
@@ -143,6 +144,7 @@ class ClassicInterop:
             return group
         reason = self._upgrade_refusal(classic)
         if reason is not None:
+            out.events.append(GroupConversionRefused(gid, reason))
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, reason)
         writes.append((key, None))
         converted: list[rec.TypedRecord] = []
