@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import base64
 import functools
 import os
@@ -49,7 +50,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,13 +94,21 @@ def pid_of(kgc: KgcProcess) -> int:
     return int(kgc.proc.pid)
 
 
-def start_server(tmp: Path, name: str) -> KgcProcess:
+@contextlib.contextmanager
+def serving(tmp: Path, name: str) -> Iterator[KgcProcess]:
+    """A started, loaded ``kgc serve``; its log's tail goes to stderr if the bench fails."""
     kgc = KgcProcess(
         tmp / name, "--group-initial-rebalance-delay-ms", "0", "--log-level", "WARNING"
     )
     kgc.start()
-    kgc.wait_loaded()
-    return kgc
+    try:
+        kgc.wait_loaded()
+        yield kgc
+    except BaseException:
+        print(f"--- kgc log ({name}) ---\n{kgc.log()}", file=sys.stderr)
+        raise
+    finally:
+        kgc.stop(STOP_TIMEOUT_S)
 
 
 def create_topic(kgc: KgcProcess, name: str, partitions: int) -> None:
@@ -192,6 +201,7 @@ class ConsumerMember:
     interval_ms: int = 5000
     heartbeats: int = 0
     errors: list[int] = field(default_factory=list)
+    error_notes: list[str] = field(default_factory=list)
     joined_at: float | None = None  # perf_counter() when the first join was answered
 
     def _owned_field(self) -> list[cgh.TopicPartitions] | None:
@@ -222,6 +232,10 @@ class ConsumerMember:
         self.heartbeats += 1
         if resp.error_code:
             self.errors.append(resp.error_code)
+            self.error_notes.append(
+                f"{self.member_id} heartbeat {self.heartbeats} at epoch {req.member_epoch}: "
+                f"{ErrorCode(resp.error_code).name} {resp.error_message or ''}"
+            )
             if resp.error_code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
                 # Kafka's client gives up what it owns and rejoins at epoch 0.
                 before, self.owned, self.epoch = set(self.owned), set(), 0
@@ -389,8 +403,7 @@ def measure_heartbeats(
 
 
 def part_heartbeats(tmp: Path, args: argparse.Namespace) -> dict[str, list[HeartbeatRound]]:
-    kgc = start_server(tmp, "heartbeats")
-    try:
+    with serving(tmp, "heartbeats") as kgc:
         create_topic(kgc, "hb", args.per_group)
         groups = [f"cg-{g}" for g in range(args.groups)]
         # Consumer members first: their 45 s sessions outlast the classic setup.
@@ -409,8 +422,6 @@ def part_heartbeats(tmp: Path, args: argparse.Namespace) -> dict[str, list[Heart
             )
             runs["classic"].append(measure_heartbeats(kgc, classic_frames, "Heartbeat", args))
         return runs
-    finally:
-        kgc.stop(STOP_TIMEOUT_S)
 
 
 # ---------------------------------------------------------------- part 2: 1,000 members join
@@ -461,7 +472,8 @@ async def consumer_join(port: int, pid: int, group: str, args: argparse.Namespac
         await asyncio.gather(*tasks, return_exceptions=True)
     bad = [e for m in members for e in m.errors]
     if bad:
-        raise RuntimeError(f"errors while joining: {sorted({ErrorCode(e).name for e in bad})}")
+        notes = [x for m in members for x in m.error_notes]
+        raise RuntimeError(f"{len(bad)} errors while joining, e.g. {notes[:5]}")
     g = await describe(port, group)
     off = server_settled(g, n, total)
     if off is not None:
@@ -480,28 +492,22 @@ def part_join(tmp: Path, args: argparse.Namespace) -> dict[str, list[JoinRound]]
     runs: dict[str, list[JoinRound]] = {"consumer": [], "classic": []}
     # One server for the consumer rounds (creating a topic of 2,000 partitions takes it
     # tens of seconds here), a group per round; every member leaves after its round.
-    kgc = start_server(tmp, "join-consumer")
-    try:
+    with serving(tmp, "join-consumer") as kgc:
         create_topic(kgc, "join", args.join_partitions)
         asyncio.run(warm_up(kgc.port, args.join_partitions))
         for r in range(args.rounds):
             runs["consumer"].append(
                 asyncio.run(consumer_join(kgc.port, pid_of(kgc), f"join-{r}", args))
             )
-    finally:
-        kgc.stop(STOP_TIMEOUT_S)
     for r in range(args.rounds):
         # A fresh server per classic round: closed classic members stay until their
         # sessions expire (30 s), which would land in the next round's window.
-        kgc = start_server(tmp, f"join-classic-{r}")
-        try:
+        with serving(tmp, f"join-classic-{r}") as kgc:
             asyncio.run(rebalance_latency(kgc.port, 10))  # warm-up, as above
             cpu0 = server_cpu_seconds(pid_of(kgc))
             ms, generation = asyncio.run(rebalance_latency(kgc.port, args.join_members))
             cpu1 = server_cpu_seconds(pid_of(kgc))
             runs["classic"].append(JoinRound(ms / 1000, cpu1 - cpu0, epoch=generation))
-        finally:
-            kgc.stop(STOP_TIMEOUT_S)
     return runs
 
 
