@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import base64
+import contextlib
 import functools
 import os
 import statistics
