@@ -43,7 +43,7 @@ import bisect
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -64,8 +64,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.group.events import (
+    BumpKind,
     ConsumerGroupEpochBumped,
     ConsumerMembersFenced,
+    FenceKind,
     GroupDeleted,
     GroupEmptied,
     GroupEvent,
@@ -122,8 +124,9 @@ ASSIGNMENT_BUCKETS = (
     2.5,
     5.0,
 )
-FENCE_REASONS = ("left", "session_timeout", "rebalance_timeout", "other")
-EPOCH_BUMP_CAUSES = ("created", "subscription", "metadata", "regex", "members_fenced", "other")
+# The labels: the events' kinds (coordinator/group/events.py), plus one bump per fencing.
+FENCE_REASONS: tuple[str, ...] = get_args(FenceKind)
+EPOCH_BUMP_CAUSES: tuple[str, ...] = (*get_args(BumpKind), "members_fenced")
 OFFSET_COMMIT_KEYS = frozenset({8, 28})  # OffsetCommit, TxnOffsetCommit
 _perf_counter = time.perf_counter
 _bisect_left = bisect.bisect_left
@@ -134,31 +137,6 @@ def api_name(key: int) -> str:
     if mod is None:
         return f"Api{key}"
     return "".join(part.capitalize() for part in mod.__name__.rsplit(".", 1)[-1].split("_"))
-
-
-def fence_reason(why: str) -> str:
-    """``ConsumerMembersFenced.reason`` (a sentence for the log) as a metric label."""
-    if why.startswith("left"):
-        return "left"
-    if "session timeout" in why:
-        return "session_timeout"
-    if "rebalance timeout" in why:
-        return "rebalance_timeout"
-    return "other"
-
-
-def epoch_bump_cause(cause: str) -> str:
-    """``ConsumerGroupEpochBumped.cause`` (its first clause) as a metric label."""
-    first = cause.split("; ", 1)[0]
-    if first == "group created":
-        return "created"
-    if first.startswith("regular expressions"):
-        return "regex"
-    if "metadata" in first:
-        return "metadata"
-    if first.startswith("member "):
-        return "subscription"
-    return "other"
 
 
 def error_label(code: int) -> str:
@@ -295,10 +273,10 @@ class Metrics:
             elif isinstance(event, OffsetsExpired):
                 self.offsets_expired += event.count
             elif isinstance(event, ConsumerMembersFenced):
-                self.members_fenced[fence_reason(event.reason)] += len(event.member_ids)
+                self.members_fenced[event.kind] += len(event.member_ids)
                 self.epoch_bumps["members_fenced"] += 1  # one bump for the whole fencing
             elif isinstance(event, ConsumerGroupEpochBumped):
-                self.epoch_bumps[epoch_bump_cause(event.cause)] += 1
+                self.epoch_bumps[event.kind] += 1
 
     # -- exposition
     def render(self) -> bytes:

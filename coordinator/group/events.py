@@ -39,6 +39,10 @@ __all__ = [
     "render",
 ]
 
+# Why a consumer group's epoch moved, and why members were fenced (metric labels).
+BumpKind = Literal["created", "subscription", "metadata", "regex"]
+FenceKind = Literal["left", "session_timeout", "rebalance_timeout", "join_timeout", "sync_timeout"]
+
 RebalanceCause = Literal[
     "join", "leave", "session_timeout", "metadata_change", "static_replacement", "sync_timeout"
 ]
@@ -165,6 +169,7 @@ class ConsumerGroupEpochBumped:
     group_id: str
     epoch: int
     cause: str  # which member changed what, for a human
+    kind: BumpKind = "subscription"  # for metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +179,8 @@ class ConsumerMembersFenced:
     group_id: str
     epoch: int
     member_ids: tuple[str, ...]
-    reason: str  # "left the group", "session timeout expired", ...
+    reason: str  # "left the group", "session timeout expired", ... for a human
+    kind: FenceKind = "left"  # for metrics
 
 
 @dataclass(frozen=True, slots=True)

@@ -537,7 +537,7 @@ class ClassicInterop:
             )
         if leaving:
             self.consumer.fence_members(
-                out, group, list(leaving.values()), now_ms, "left the group (LeaveGroup)"
+                out, group, list(leaving.values()), now_ms, "left the group (LeaveGroup)", "left"
             )
         if ctx.api_version <= 2:
             code = responses[0].error_code
@@ -557,10 +557,23 @@ class ClassicInterop:
         now_ms: int,
     ) -> None:
         if action.kind is TimerKind.CONSUMER_CLASSIC_JOIN:
-            why = "did not rejoin within its rebalance timeout"
+            self.consumer.fence_members(
+                out,
+                group,
+                [member],
+                now_ms,
+                "did not rejoin within its rebalance timeout",
+                "join_timeout",
+            )
         else:
-            why = "did not sync within its rebalance timeout"
-        self.consumer.fence_members(out, group, [member], now_ms, why)
+            self.consumer.fence_members(
+                out,
+                group,
+                [member],
+                now_ms,
+                "did not sync within its rebalance timeout",
+                "sync_timeout",
+            )
 
     def on_loaded_member(
         self, out: Result, group: ConsumerGroup, m: ConsumerGroupMember, now_ms: int

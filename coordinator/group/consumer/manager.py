@@ -47,7 +47,12 @@ from coordinator.group.consumer.metadata_hash import group_hash
 from coordinator.group.consumer.reconcile import FencedMemberEpoch, next_member
 from coordinator.group.consumer.regex import InvalidRegex, compile_regex, resolve
 from coordinator.group.consumer.target import build_target
-from coordinator.group.events import ConsumerGroupEpochBumped, ConsumerMembersFenced
+from coordinator.group.events import (
+    BumpKind,
+    ConsumerGroupEpochBumped,
+    ConsumerMembersFenced,
+    FenceKind,
+)
 from coordinator.group.partitions import Partitions
 from coordinator.group.timers import Timer, TimerAction, TimerKind, Timers
 from coordinator.group.topics import StaticTopics, TopicsImage
@@ -407,10 +412,12 @@ class ConsumerGroupManager:
         group_epoch = group.group_epoch
         bump = group_epoch == 0
         causes: list[str] = []
+        kinds: list[BumpKind] = []
         if is_new or not updated.same_subscription(old):
             writes.append(rec.member_subscription(gid, updated))
             if updated.subscribed_topic_names != old.subscribed_topic_names:
                 bump = True
+                kinds.append("subscription")
                 causes.append(
                     f"member {updated.member_id} {'joined' if is_new else 'changed'} "
                     f"subscribing to {sorted(updated.subscribed_topic_names)}"
@@ -424,6 +431,7 @@ class ConsumerGroupManager:
                 writes.append(rec.regex(gid, old_regex, None))
                 if old_regex in group.resolved_regexes:
                     bump = True
+                    kinds.append("regex")
                     causes.append(f"member {updated.member_id} dropped regex {old_regex!r}")
             if new_regex:
                 if group.regex_count.get(new_regex, 0) == 0:
@@ -438,6 +446,7 @@ class ConsumerGroupManager:
                     refresh_regex = True
                 elif new_regex in group.resolved_regexes:
                     bump = True
+                    kinds.append("regex")
                     causes.append(f"member {updated.member_id} subscribed to regex {new_regex!r}")
 
         # Would-be counters, with this member's change.
@@ -462,6 +471,7 @@ class ConsumerGroupManager:
             metadata_hash = group_hash(names, self.topics, self.topic_hash_cache)
             if metadata_hash != group.metadata_hash:
                 if not bump:
+                    kinds.append("metadata")
                     causes.append("the subscribed topics' metadata changed")
                 bump = True
             if bump:
@@ -527,9 +537,11 @@ class ConsumerGroupManager:
         if refreshed:
             group.set_metadata_refresh_deadline(now_ms, group_epoch)
         if bump and causes:
-            out.events.append(ConsumerGroupEpochBumped(gid, group.group_epoch, "; ".join(causes)))
+            out.events.append(
+                ConsumerGroupEpochBumped(gid, group.group_epoch, "; ".join(causes), kinds[0])
+            )
         elif bump and group.group_epoch == 1:
-            out.events.append(ConsumerGroupEpochBumped(gid, 1, "group created"))
+            out.events.append(ConsumerGroupEpochBumped(gid, 1, "group created", "created"))
         if replaced is not None:
             self._cancel_member_timers(gid, replaced.member_id)
         if not member.uses_classic_protocol:
@@ -593,7 +605,7 @@ class ConsumerGroupManager:
                     ErrorCode.UNKNOWN_MEMBER_ID,
                     f"Member {req.member_id} is not a member of group {gid}.",
                 )
-            self.fence_members(out, group, [member], now_ms, "left the group")
+            self.fence_members(out, group, [member], now_ms, "left the group", "left")
             return cgh.ConsumerGroupHeartbeatResponse(member_id=req.member_id, member_epoch=-1)
         holder = group.member_by_instance(iid)
         if holder is None:
@@ -615,7 +627,7 @@ class ConsumerGroupManager:
             return cgh.ConsumerGroupHeartbeatResponse(
                 member_id=holder.member_id, member_epoch=TEMPORARY_LEAVE_EPOCH
             )
-        self.fence_members(out, group, [holder], now_ms, "left the group")
+        self.fence_members(out, group, [holder], now_ms, "left the group", "left")
         return cgh.ConsumerGroupHeartbeatResponse(member_id=req.member_id, member_epoch=-1)
 
     def fence_members(
@@ -625,6 +637,7 @@ class ConsumerGroupManager:
         members: Iterable[ConsumerGroupMember],
         now_ms: int,
         why: str,
+        kind: FenceKind,
         writes: list[rec.TypedRecord] | None = None,
     ) -> None:
         """Remove members with one group-epoch bump (Kafka's consumerGroupFenceMembers)."""
@@ -657,7 +670,7 @@ class ConsumerGroupManager:
         for mid in removed_ids:
             self._cancel_member_timers(gid, mid)
         out.events.append(
-            ConsumerMembersFenced(gid, group.group_epoch, tuple(sorted(removed_ids)), why)
+            ConsumerMembersFenced(gid, group.group_epoch, tuple(sorted(removed_ids)), why, kind)
         )
 
     # ------------------------------------------------------------ timers
@@ -674,7 +687,9 @@ class ConsumerGroupManager:
         if member is None:
             return
         if kind is TimerKind.CONSUMER_SESSION:
-            self.fence_members(out, group, [member], now_ms, "session timeout expired")
+            self.fence_members(
+                out, group, [member], now_ms, "session timeout expired", "session_timeout"
+            )
         elif kind is TimerKind.CONSUMER_REBALANCE:
             if member.member_epoch == action.generation:
                 self.fence_members(
@@ -684,6 +699,7 @@ class ConsumerGroupManager:
                     now_ms,
                     f"did not revoke its partitions within the rebalance timeout "
                     f"({member.rebalance_timeout_ms} ms)",
+                    "rebalance_timeout",
                 )
         elif self.interop is not None:
             self.interop.on_timer(out, group, member, action, now_ms)
@@ -747,6 +763,7 @@ class ConsumerGroupManager:
                     group.group_epoch,
                     "regular expressions resolved: "
                     + ", ".join(f"{r!r} -> {sorted(t)}" for r, t in resolved.items()),
+                    "regex",
                 )
             )
 
