@@ -308,6 +308,14 @@ def test_group_survives_a_kgc_sigkill_restart(kgc: KgcProcess, group: Group) -> 
     for m in members:
         new = [r for r in m.records() if r in second]
         assert {(t, p) for t, p, _, _ in new} <= owned_before[m.name]
+        # A commit carries the member id and epoch: kgc accepting it means it still knows
+        # this member at the epoch it had before the crash (else STALE_MEMBER_EPOCH).
+        assert {(tp.topic, tp.partition, tp.offset, tp.error) for tp in m.commit()} == {
+            (t, p, 7, None) for t, p in owned_before[m.name]
+        }
+    assert {
+        m.member_id: m.member_epoch for m in describe(kgc.bootstrap, group.group_id).members
+    } == {m.member_id: m.member_epoch for m in before.members}
     group.assert_clean()
 
 
