@@ -339,7 +339,9 @@ class OffsetMetadataManager:
             out.replies.append((ctx.reply_to, OffsetCommitResponse(topics=topics)))
             return out
 
-        if wanted and len(codes) == wanted:
+        if len(codes) == wanted:
+            # Nothing left for the coordinator (an empty request included): Kafka answers
+            # without it, so no group is validated, created or kept alive.
             return respond()
         err = self.partitions.precheck(req.group_id)
         if err is not None:
@@ -488,9 +490,12 @@ class OffsetMetadataManager:
             out.replies.append((ctx.reply_to, TxnOffsetCommitResponse(topics=topics)))
             return out
 
-        if wanted and len(codes) == wanted:
-            return respond()
+        if len(codes) == wanted:
+            return respond()  # nothing left for the coordinator, as in offset_commit
         err = self.partitions.precheck(req.group_id)
+        if err is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and ctx.api_version < 2:
+            # Kafka's KafkaApis: producers before 2.0 (v0-1) could crash on this code.
+            err = ErrorCode.COORDINATOR_NOT_AVAILABLE
         if err is not None:
             return respond(err)
         gid = req.group_id

@@ -687,3 +687,39 @@ def test_list_groups_type_filter_is_case_insensitive_and_unknown_types_match_not
     assert list_groups(h, ["Classic"], ["STABLE"]) == ["a"]
     assert list_groups(h, ["bogus"]) == []
     assert list_groups(h, ["bogus", "classic"]) == ["a", "b"]
+
+
+# ------------------------------------------------------------------ before the coordinator
+
+
+def test_empty_commit_never_reaches_the_group() -> None:
+    h = Harness()
+    (a,), gen = h.stable_group("g", 1)
+    deadlines = h.shard.pending_timers()
+    h.advance(1000)
+    # No topics: Kafka's KafkaApis answers alone; no validation, no session refresh.
+    assert commit_by_name(h, "g", {}, member_id=a, epoch=gen) == {}
+    assert commit_by_name(h, "nobody", {}, member_id="m", epoch=1) == {}
+    assert h.shard.pending_timers() == deadlines and "nobody" not in h.shard.groups
+
+
+def test_txn_commit_v0_v1_while_loading_is_coordinator_not_available() -> None:
+    h = Harness()
+    partition = h.shard.partition_of("g")
+    h.shard.begin_load(partition)
+
+    def code(version: int) -> int:
+        ctx = h.ctx(version)
+        req = TxnOffsetCommitRequest(
+            transactional_id="tx",
+            group_id="g",
+            producer_id=1,
+            topics=[TxnOffsetCommitRequestTopic("t", [TxnOffsetCommitRequestPartition(0, 1)])],
+        )
+        h.apply(h.shard.txn_offset_commit(ctx, req, h.now))
+        r = h.reply(ctx.reply_to)
+        assert isinstance(r, TxnOffsetCommitResponse)
+        return r.topics[0].partitions[0].error_code
+
+    assert code(1) == ErrorCode.COORDINATOR_NOT_AVAILABLE  # old producers crash on the other
+    assert code(2) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
