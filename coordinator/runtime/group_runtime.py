@@ -83,6 +83,34 @@ _Waiting = tuple[frozenset[int], list[tuple[int, Any]]]
 _TIMERS_PER_TURN = 64
 
 
+_BATCH_OVERHEAD = 61  # a RecordBatch v2 header
+
+
+def _batches(
+    records: list[tuple[bytes, bytes | None]], ends: list[tuple[int, int]], config: LogConfig
+) -> Iterator[list[tuple[bytes, bytes | None]]]:
+    """``records`` in batches under max.message.bytes, cut only where a Result ends.
+
+    Kafka's coordinator runtime does the same: it starts a new batch when an operation's
+    records do not fit the current one. One Result larger than the limit is still one
+    batch (the log refuses it, and the partition's requests fail as for any failed write).
+    """
+    limit = config.max_message_bytes - _BATCH_OVERHEAD
+    if sum(size for _, size in ends) <= limit:
+        yield records
+        return
+    start = cut = 0
+    size = 0
+    for end, result_size in ends:
+        if size and size + result_size > limit:
+            yield records[start:cut]
+            start, size = cut, 0
+        size += result_size
+        cut = end
+    if start < len(records):
+        yield records[start:]
+
+
 class GroupRuntime:
     def __init__(
         self,
@@ -113,6 +141,10 @@ class GroupRuntime:
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         # Records and replies waiting for this loop turn's append (see ``apply``).
         self.unwritten: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        # Where each Result's records end in ``unwritten`` (per partition), and their size:
+        # a turn's records are split into batches under max.message.bytes only between
+        # Results, so no Result is ever half in the log.
+        self.unwritten_ends: dict[int, list[tuple[int, int]]] = {}
         self.unreleased: list[_Waiting] = []
         self.write_scheduled = False
         # The one wake-up on the loop, for the earliest deadline of ``shard.timers``.
@@ -201,10 +233,19 @@ class GroupRuntime:
             self._apply_now(result, -1)
             return
         self._side_effects(result)
-        parts = set()
+        parts: dict[int, int] = {}
+        unwritten = self.unwritten
         for partition, key, value in result.records:
-            self.unwritten.setdefault(partition, []).append((key, value))
-            parts.add(partition)
+            records = unwritten.get(partition)
+            if records is None:
+                records = unwritten[partition] = []
+            records.append((key, value))
+            # Kafka's per-record overhead (varints, attributes) is under 24 bytes.
+            parts[partition] = (
+                parts.get(partition, 0) + len(key) + (0 if value is None else len(value)) + 24
+            )
+        for partition, size in parts.items():
+            self.unwritten_ends.setdefault(partition, []).append((len(unwritten[partition]), size))
         self.unreleased.append((frozenset(parts), result.replies))
         if not self.write_scheduled:
             self.write_scheduled = True
@@ -215,6 +256,7 @@ class GroupRuntime:
         if not self.unwritten and not self.unreleased:
             return  # written early by a rebuild
         batches, self.unwritten = self.unwritten, {}
+        ends, self.unwritten_ends = self.unwritten_ends, {}
         waiting, self.unreleased = self.unreleased, []
         now = self.clock()
         pending: dict[int, tuple[PartitionLog, int]] = {}
@@ -225,7 +267,8 @@ class GroupRuntime:
                 failed.add(partition)  # released meanwhile (cluster mode): not ours now
                 continue
             try:
-                _, last = plog.append_records(records, timestamp_ms=now)
+                for chunk in _batches(records, ends.get(partition, []), plog.config):
+                    _, last = plog.append_records(chunk, timestamp_ms=now)
             except Exception as exc:
                 # The storage layer cut the log back to where it was: none of these
                 # records is in it.

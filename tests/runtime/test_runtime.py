@@ -251,3 +251,28 @@ async def test_a_corrupt_offsets_partition_fails_alone(tmp_path: Path) -> None:
     assert resp.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
     await flusher2.stop()
     logs2.close_all()
+
+
+async def test_a_turn_over_max_message_bytes_is_split_between_results(tmp_path: Path) -> None:
+    """Many commits landing in one loop turn are written as several batches, each under
+    max.message.bytes and each holding whole requests; every commit succeeds (before the
+    split, the turn's one oversized batch was refused and every request failed)."""
+    rt, flusher, logs = await runtime(tmp_path)
+    gid = "big"
+    plog = rt.partitions[rt.shard.partition_of(gid)]
+    limit = plog.config.max_message_bytes
+    metadata = "m" * 4000  # ~4 KB per record: 400 commits make ~1.6 MB in one turn
+    requests = []
+    for i in range(400):
+        req = commit(gid, i)
+        req.topics[0].name = f"t{i}"
+        req.topics[0].partitions[0].committed_metadata = metadata
+        requests.append(call(rt, offset_commit.API_KEY, 8, req))
+    before = plog.log_end_offset
+    responses = await asyncio.gather(*requests)
+    assert all(r.topics[0].partitions[0].error_code == 0 for r in responses)
+    assert plog.log_end_offset - before == 400
+    sizes = [len(batch) for _, batch in plog.iter_batches(before)]
+    assert len(sizes) >= 2 and max(sizes) <= limit
+    await flusher.stop()
+    logs.close_all()
