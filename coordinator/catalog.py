@@ -526,22 +526,36 @@ CATALOG_CHANNEL = "kgc_catalog"
 
 
 class CatalogTopics:
-    """The group core's read-only view of the catalog (``coordinator.group.topics``)."""
+    """The group core's read-only view of the catalog (``coordinator.group.topics``).
 
-    __slots__ = ("catalog",)
+    Its answers are cached until the catalog changes: consumer groups look topics up for
+    every member on every target computation.
+    """
+
+    __slots__ = ("_by_id", "_by_name", "_changes", "catalog")
 
     def __init__(self, catalog: TopicCatalog) -> None:
         self.catalog = catalog
+        self._changes = -1
+        self._by_name: dict[str, TopicImage] = {}
+        self._by_id: dict[bytes, TopicImage] = {}
+
+    def _fresh(self) -> None:
+        if self._changes != self.catalog.changes:
+            self._changes = self.catalog.changes
+            self._by_name = {
+                name: TopicImage(name, info.topic_id, info.num_partitions)
+                for name, info in self.catalog.topics.items()
+            }
+            self._by_id = {t.topic_id: t for t in self._by_name.values()}
 
     def topic(self, name: str) -> TopicImage | None:
-        info = self.catalog.topics.get(name)
-        return None if info is None else TopicImage(name, info.topic_id, info.num_partitions)
+        self._fresh()
+        return self._by_name.get(name)
 
     def topic_by_id(self, topic_id: bytes) -> TopicImage | None:
-        info = self.catalog.by_id.get(topic_id)
-        if info is None:
-            return None
-        return TopicImage(info.name, topic_id, info.num_partitions)
+        self._fresh()
+        return self._by_id.get(topic_id)
 
     def topic_names(self) -> list[str]:
         return list(self.catalog.topics)

@@ -35,6 +35,7 @@ from enum import Enum
 
 from coordinator.group.consumer.assignors.spec import SubscriptionType
 from coordinator.group.consumer.member import EMPTY, Assignment, ConsumerGroupMember, MemberState
+from coordinator.group.consumer.target import SpecCache
 from coordinator.group.timers import Timer
 from protocol.errors import ErrorCode
 
@@ -88,6 +89,8 @@ class ConsumerGroup:
         # Soft state: each consumer-protocol member's session timer, moved in place by the
         # heartbeats that change nothing (see ConsumerGroupManager._steady_heartbeat).
         self.session_timers: dict[str, Timer] = {}
+        # Soft state: member specs of the last target computation (consumer/target.py).
+        self.spec_cache = SpecCache()
 
     # ------------------------------------------------------------ derived
 

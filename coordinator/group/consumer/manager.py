@@ -133,6 +133,7 @@ class ConsumerGroupManager:
         # Grows when topics are created: regex subscriptions resolved against an older
         # version are resolved again (Kafka compares its metadata image offset).
         self.topics_version = 0
+        self.topics_changes = 0  # any change: cached topic lookups are stale
         # Set by the shard for conversions to and from classic groups (``interop.py``).
         self.interop: Any = None
         # For the metrics: current-assignment (type 8) records written by heartbeats, and a
@@ -497,6 +498,8 @@ class ConsumerGroupManager:
                     self.assignors[name],
                     subscription_type,
                     {r: v.topics for r, v in resolved_after.items()},
+                    group.spec_cache,
+                    self.topics_changes,
                 )
             except PartitionAssignorError:
                 raise HeartbeatError(ErrorCode.UNKNOWN) from None
@@ -772,6 +775,7 @@ class ConsumerGroupManager:
     def topics_changed(self, names: Iterable[str], created: bool, now_ms: int) -> None:
         """Topics were created, deleted or grew: groups subscribed to them look again."""
         changed = set(names)
+        self.topics_changes += 1
         for n in changed:
             self.topic_hash_cache.pop(n, None)
         if created:

@@ -13,6 +13,7 @@ target-metadata record carrying the new assignment epoch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from coordinator.group.consumer.assignors.spec import (
     GroupSpec,
@@ -20,11 +21,13 @@ from coordinator.group.consumer.assignors.spec import (
     PartitionAssignor,
     SubscriptionType,
 )
-from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, freeze
 from coordinator.group.topics import TopicsImage
 
-__all__ = ["ImageTopics", "build_target"]
+if TYPE_CHECKING:
+    from coordinator.group.consumer.group import ConsumerGroup
+
+__all__ = ["ImageTopics", "SpecCache", "build_target"]
 
 
 class ImageTopics:
@@ -46,6 +49,24 @@ class ImageTopics:
         return frozenset(t.partition_racks[partition])
 
 
+class SpecCache:
+    """What the last target computations of a group described, kept to be reused.
+
+    A group of N members computes a target once per epoch bump, and N members joining bump
+    it N times: describing every member afresh each time makes joins cost N^2. Members whose
+    subscription, previous target, rack and instance id are unchanged reuse their spec, and
+    members subscribing to the same topics share one frozenset of ids (which the uniform
+    assignor compares by identity). Soft state: dropped when topics change.
+    """
+
+    __slots__ = ("ids", "specs", "topics_version")
+
+    def __init__(self) -> None:
+        self.topics_version = -1
+        self.ids: dict[tuple[frozenset[str], frozenset[str] | None], frozenset[bytes]] = {}
+        self.specs: dict[str, MemberSpec] = {}
+
+
 def build_target(
     group: ConsumerGroup,
     updated: ConsumerGroupMember | None,
@@ -55,53 +76,90 @@ def build_target(
     assignor: PartitionAssignor,
     subscription_type: SubscriptionType,
     regex_topics: Mapping[str, frozenset[str]],
+    cache: SpecCache | None = None,
+    topics_version: int = 0,
 ) -> tuple[dict[str, Assignment], list[tuple[str, Assignment]]]:
     """(every member's new target, the (member, target) pairs to write, in member order).
 
-    ``regex_topics``: what each regular expression resolves to, as the caller sees it.
+    ``regex_topics``: what each regular expression resolves to, as the caller sees it;
+    ``cache``/``topics_version``: reuse of earlier member specs (``SpecCache``).
     """
+    if cache is None:
+        cache = SpecCache()
+    if cache.topics_version != topics_version:
+        cache.topics_version = topics_version
+        cache.ids.clear()
+        cache.specs.clear()
     members: dict[str, ConsumerGroupMember] = {}
     previous: dict[str, Assignment] = {}
+    target = group.target
     for mid, m in group.members.items():
         if mid in removed or mid == replaced_member_id:
             continue
         members[mid] = m
-        previous[mid] = group.target.get(mid, {})
+        previous[mid] = target.get(mid, _EMPTY)
     if updated is not None:
         members[updated.member_id] = updated
-        if replaced_member_id is not None and updated.member_id not in group.target:
-            previous[updated.member_id] = group.target.get(replaced_member_id, {})
+        if replaced_member_id is not None and updated.member_id not in target:
+            previous[updated.member_id] = target.get(replaced_member_id, _EMPTY)
         else:
-            previous.setdefault(updated.member_id, group.target.get(updated.member_id, {}))
+            previous.setdefault(updated.member_id, target.get(updated.member_id, _EMPTY))
+    ids_cache = cache.ids
+    old_specs = cache.specs
     specs: dict[str, MemberSpec] = {}
     for mid, m in members.items():
-        names = m.subscribed_topic_names
-        if m.subscribed_topic_regex:
-            names = names | regex_topics.get(m.subscribed_topic_regex, frozenset())
-        ids = []
-        for name in names:
-            t = topics.topic(name)
-            if t is not None:
-                ids.append(t.topic_id)
-        specs[mid] = MemberSpec(
-            subscribed_topic_ids=frozenset(ids),
-            assigned_partitions=previous[mid],
-            rack_id=m.rack_id,
-            instance_id=m.instance_id,
-        )
-    inverted: dict[bytes, dict[int, str]] = {}
-    for mid, parts in previous.items():
-        for topic_id, ps in parts.items():
-            owners = inverted.setdefault(topic_id, {})
-            for p in ps:
-                owners[p] = mid
-    spec = GroupSpec(members=specs, subscription_type=subscription_type, inverted_target=inverted)
-    result = assignor.assign(spec, ImageTopics(topics))
+        resolved = regex_topics.get(m.subscribed_topic_regex) if m.subscribed_topic_regex else None
+        key = (m.subscribed_topic_names, resolved)
+        ids = ids_cache.get(key)
+        if ids is None:
+            names = (
+                m.subscribed_topic_names
+                if resolved is None
+                else m.subscribed_topic_names | resolved
+            )
+            found = []
+            for name in names:
+                t = topics.topic(name)
+                if t is not None:
+                    found.append(t.topic_id)
+            ids = ids_cache[key] = frozenset(found)
+        prev = previous[mid]
+        spec = old_specs.get(mid)
+        if (
+            spec is None
+            or spec.subscribed_topic_ids is not ids
+            or spec.assigned_partitions is not prev
+            or spec.rack_id != m.rack_id
+            or spec.instance_id != m.instance_id
+        ):
+            spec = MemberSpec(
+                subscribed_topic_ids=ids,
+                assigned_partitions=prev,
+                rack_id=m.rack_id,
+                instance_id=m.instance_id,
+            )
+        specs[mid] = spec
+    cache.specs = specs
+    # The assignors read who held what from the previous targets; the group's inverted
+    # target is what GroupSpec exposes (a replaced static member's partitions count as
+    # assigned either way).
+    group_spec = GroupSpec(
+        members=specs, subscription_type=subscription_type, inverted_target=group.target_owner
+    )
+    result = assignor.assign(group_spec, ImageTopics(topics))
     new_targets: dict[str, Assignment] = {}
     changed: list[tuple[str, Assignment]] = []
     for mid in members:
-        new = freeze(result.get(mid, {}))
-        new_targets[mid] = new
-        if mid not in group.target or group.target[mid] != new:
+        new = result.get(mid, _EMPTY)
+        if any(not ps or type(ps) is not frozenset for ps in new.values()):
+            new = freeze(new)
+        old = target.get(mid)
+        if old is not None and old == new:
+            new = old  # keep the stored object: unchanged specs stay reusable
+        else:
             changed.append((mid, new))
+        new_targets[mid] = new
     return new_targets, changed
+
+
+_EMPTY: Assignment = {}
