@@ -709,6 +709,10 @@ def generate() -> dict[Path, str]:
     return files
 
 
+# Codes newer than the pinned kafka-python knows (Kafka's Errors.java numbers).
+EXTRA_ERRORS = {128: "INVALID_REGULAR_EXPRESSION"}
+
+
 def render_errors(kp: str) -> str:
     import kafka.errors as ke  # type: ignore[import-untyped]
 
@@ -717,6 +721,8 @@ def render_errors(kp: str) -> str:
         errno = getattr(obj, "errno", None)
         if isinstance(obj, type) and issubclass(obj, ke.BrokerResponseError) and errno is not None:
             codes.setdefault(int(errno), str(getattr(obj, "message")))  # noqa: B009
+    for num, name in EXTRA_ERRORS.items():
+        codes.setdefault(num, name)
     lines = [
         BANNER.format(kp=kp).rstrip("\n"),
         '"""Kafka error codes, with Kafka\'s numbers and names."""',
