@@ -117,6 +117,10 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
             return _II.pack(len(body) + 5, correlation_id) + b"\x00" + body
         return _II.pack(len(body) + 4, correlation_id) + body
     by_version = _CONSTANTS.get(id(body))
+    if by_version is None:
+        reused = _REUSED.get(id(body))
+        if reused is not None and reused[0] is body:
+            by_version = reused[1]
     if by_version is not None:
         # Cached with the response header's tagged-field byte, when the version has one.
         framed = by_version.get(api_version)
@@ -143,6 +147,25 @@ def constant(body: Any) -> Any:
     if id(body) not in _CONSTANTS:
         _CONSTANTS[id(body)] = {}
         _KEEP_ALIVE.append(body)
+    return body
+
+
+# Responses a handler hands out many times for a while (a consumer-group member's steady
+# heartbeat answer), then forgets: id -> (the object, its framed body by version). The entry
+# holds the object, so its id cannot be reused while cached; the oldest go first.
+_REUSED: dict[int, tuple[Any, dict[int, bytes]]] = {}
+_REUSED_MAX = 1 << 16
+
+
+def reusable(body: Any) -> Any:
+    """Declare a response object immutable, so repeated sends of it are encoded once.
+
+    Unlike ``constant`` the object is not kept forever: at most ``_REUSED_MAX`` are."""
+    key = id(body)
+    if key not in _REUSED:
+        if len(_REUSED) >= _REUSED_MAX:
+            del _REUSED[next(iter(_REUSED))]
+        _REUSED[key] = (body, {})
     return body
 
 

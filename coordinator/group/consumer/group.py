@@ -38,6 +38,7 @@ from coordinator.group.consumer.member import EMPTY, Assignment, ConsumerGroupMe
 from coordinator.group.consumer.target import SpecCache
 from coordinator.group.timers import Timer
 from protocol.errors import ErrorCode
+from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 
 __all__ = ["ConsumerGroup", "ConsumerGroupState", "ResolvedRegex"]
 
@@ -89,6 +90,9 @@ class ConsumerGroup:
         # Soft state: each consumer-protocol member's session timer, moved in place by the
         # heartbeats that change nothing (see ConsumerGroupManager._steady_heartbeat).
         self.session_timers: dict[str, Timer] = {}
+        # Soft state: the answer a steady heartbeat of each member gets (reused while its
+        # epoch stays, so the server encodes it once).
+        self.steady_responses: dict[str, ConsumerGroupHeartbeatResponse] = {}
         # Soft state: member specs of the last target computation (consumer/target.py).
         self.spec_cache = SpecCache()
 

@@ -58,6 +58,7 @@ from coordinator.group.timers import Timer, TimerAction, TimerKind, Timers
 from coordinator.group.topics import StaticTopics, TopicsImage
 from coordinator.group.types import GroupConfig, RequestContext, Result
 from protocol.errors import ErrorCode
+from protocol.framing import reusable
 from protocol.messages import consumer_group_describe as cgd
 from protocol.messages import consumer_group_heartbeat as cgh
 
@@ -207,11 +208,17 @@ class ConsumerGroupManager:
         if timer is None or deadline < timer.armed_ms:
             return None
         timer.deadline_ms = deadline  # moved later in place (see timers.py)
-        return cgh.ConsumerGroupHeartbeatResponse(
-            member_id=member.member_id,
-            member_epoch=member.member_epoch,
-            heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms,
-        )
+        # The same answer object while the epoch stays: the server encodes it once.
+        resp = group.steady_responses.get(member.member_id)
+        if resp is None or resp.member_epoch != member.member_epoch:
+            resp = group.steady_responses[member.member_id] = reusable(
+                cgh.ConsumerGroupHeartbeatResponse(
+                    member_id=member.member_id,
+                    member_epoch=member.member_epoch,
+                    heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms,
+                )
+            )
+        return resp
 
     def _validate(self, version: int, req: cgh.ConsumerGroupHeartbeatRequest) -> None:
         bad = ErrorCode.INVALID_REQUEST
@@ -583,6 +590,7 @@ class ConsumerGroupManager:
         group = self.groups.get(gid)
         if group is not None:
             group.session_timers.pop(member_id, None)
+            group.steady_responses.pop(member_id, None)
         self.timers.cancel(rebalance_key(gid, member_id))
         if self.interop is not None:
             self.interop.cancel_classic_timers(gid, member_id)
