@@ -21,7 +21,7 @@ from coordinator.group.consumer.assignors.spec import (
     PartitionAssignor,
     SubscriptionType,
 )
-from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, freeze
+from coordinator.group.consumer.member import Assignment, ConsumerGroupMember
 from coordinator.group.topics import TopicsImage
 
 if TYPE_CHECKING:
@@ -150,9 +150,8 @@ def build_target(
     new_targets: dict[str, Assignment] = {}
     changed: list[tuple[str, Assignment]] = []
     for mid in members:
+        # The assignors' contract (assignors/spec.py): frozensets, no empty topic.
         new = result.get(mid, _EMPTY)
-        if any(not ps or type(ps) is not frozenset for ps in new.values()):
-            new = freeze(new)
         old = target.get(mid)
         if old is not None and old == new:
             new = old  # keep the stored object: unchanged specs stay reusable
