@@ -106,24 +106,7 @@ GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", 
 CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
 CONSUMER_GROUP_HEARTBEAT_KEY = 68
 # Target assignments take microseconds for small groups, up to seconds for 1,000s of members.
-ASSIGNMENT_BUCKETS = (
-    0.00005,
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-)
+ASSIGNMENT_BUCKETS = (0.00005, *(b for b in LATENCY_BUCKETS if b <= 5.0))
 # The labels: the events' kinds (coordinator/group/events.py), plus one bump per fencing.
 FENCE_REASONS: tuple[str, ...] = get_args(FenceKind)
 EPOCH_BUMP_CAUSES: tuple[str, ...] = (*get_args(BumpKind), "members_fenced")

@@ -46,6 +46,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple, TypeAlias, overload
 
+from protocol.primitives import uvarint
 from storage.offsets_format import OffsetsFormatError
 
 __all__ = [
@@ -258,17 +259,6 @@ ConsumerGroupValue: TypeAlias = (
 # ------------------------------------------------------------ writing
 
 
-def _uvarint(n: int) -> bytes:
-    if n < 0:
-        raise ValueError(f"unsigned varint of a negative number: {n}")
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _kstr(s: str) -> bytes:
     """Classic (key) string: int16 length + UTF-8."""
     b = s.encode()
@@ -278,7 +268,7 @@ def _kstr(s: str) -> bytes:
 
 
 def _cbytes(b: bytes) -> bytes:
-    return _uvarint(len(b) + 1) + b
+    return uvarint(len(b) + 1) + b
 
 
 def _cstr(s: str) -> bytes:
@@ -296,15 +286,15 @@ def _uuid(topic_id: bytes) -> bytes:
 
 
 def _cstrings(items: list[str]) -> bytes:
-    return _uvarint(len(items) + 1) + b"".join(_cstr(s) for s in items)
+    return uvarint(len(items) + 1) + b"".join(_cstr(s) for s in items)
 
 
 def _cint32s(items: list[int]) -> bytes:
-    return _uvarint(len(items) + 1) + struct.pack(f">{len(items)}i", *items)
+    return uvarint(len(items) + 1) + struct.pack(f">{len(items)}i", *items)
 
 
 def _topic_partitions(items: list[TopicPartitions]) -> bytes:
-    out = bytearray(_uvarint(len(items) + 1))
+    out = bytearray(uvarint(len(items) + 1))
     for tp in items:
         out += _uuid(tp.topic_id)
         out += _cint32s(tp.partitions)
@@ -317,9 +307,9 @@ _NO_TAGS = b"\x00"
 
 def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
     """A tagged-field section: count, then (tag, size, bytes) in ascending tag order."""
-    out = bytearray(_uvarint(len(fields)))
+    out = bytearray(uvarint(len(fields)))
     for tag, data in fields:
-        out += _uvarint(tag) + _uvarint(len(data)) + data
+        out += uvarint(tag) + uvarint(len(data)) + data
     return bytes(out)
 
 
@@ -341,7 +331,7 @@ def encode_consumer_group_key(key: ConsumerGroupKey) -> bytes:
 
 def _classic_member_metadata(m: ClassicMemberMetadata) -> bytes:
     out = bytearray(_I32.pack(m.session_timeout_ms))
-    out += _uvarint(len(m.supported_protocols) + 1)
+    out += uvarint(len(m.supported_protocols) + 1)
     for name, metadata in m.supported_protocols:
         out += _cstr(name) + _cbytes(metadata) + _NO_TAGS
     out += _NO_TAGS
@@ -357,10 +347,10 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
         tags = [(0, _I64.pack(value.metadata_hash))] if value.metadata_hash != 0 else []
         out += _tagged(tags)
     elif isinstance(value, ConsumerGroupPartitionMetadataValue):
-        out += _uvarint(len(value.topics) + 1)
+        out += uvarint(len(value.topics) + 1)
         for t in value.topics:
             out += _uuid(t.topic_id) + _cstr(t.topic_name) + _I32.pack(t.num_partitions)
-            out += _uvarint(len(t.partition_metadata) + 1)
+            out += uvarint(len(t.partition_metadata) + 1)
             for pm in t.partition_metadata:
                 out += _I32.pack(pm.partition) + _cstrings(pm.racks) + _NO_TAGS
             out += _NO_TAGS
