@@ -400,8 +400,9 @@ class ClassicInterop:
     # ------------------------------------------------------------ SyncGroup / Heartbeat / LeaveGroup
 
     def _member(
-        self, group: ConsumerGroup, member_id: str, instance_id: str | None
+        self, group: ConsumerGroup, member_id: str, instance_id: str | None, generation: int
     ) -> ConsumerGroupMember:
+        """The classic member a SyncGroup/Heartbeat names, at the generation it names."""
         if instance_id is None:
             m = group.members.get(member_id)
             if m is None:
@@ -414,6 +415,8 @@ class ClassicInterop:
                 raise _Refused(ErrorCode.FENCED_INSTANCE_ID)
         if m.classic_member_metadata is None:
             raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID)
+        if generation != m.member_epoch:
+            raise _Refused(ErrorCode.ILLEGAL_GENERATION)
         return m
 
     def sync_group(
@@ -421,9 +424,7 @@ class ClassicInterop:
     ) -> Result:
         out = Result()
         try:
-            m = self._member(group, req.member_id, req.group_instance_id)
-            if req.generation_id != m.member_epoch:
-                raise _Refused(ErrorCode.ILLEGAL_GENERATION)
+            m = self._member(group, req.member_id, req.group_instance_id, req.generation_id)
             meta = m.classic_member_metadata
             assert meta is not None
             if (req.protocol_type is not None and req.protocol_type != CONSUMER_PROTOCOL_TYPE) or (
@@ -457,9 +458,7 @@ class ClassicInterop:
     ) -> Result:
         out = Result()
         try:
-            m = self._member(group, req.member_id, req.group_instance_id)
-            if req.generation_id != m.member_epoch:
-                raise _Refused(ErrorCode.ILLEGAL_GENERATION)
+            m = self._member(group, req.member_id, req.group_instance_id, req.generation_id)
         except _Refused as e:
             out.replies.append((ctx.reply_to, HeartbeatResponse(error_code=e.code)))
             return out
