@@ -468,6 +468,23 @@ class _HeterogeneousBuilder:
                 if o != -1 and p not in self.specs[o].assigned_partitions.get(t, ()):
                     fresh.append(p)
                     slot_count[o] = slot_count.get(o, 0) + 1
+            # A receiver must not get back a partition it held before: it would keep it,
+            # and what members keep must stay Kafka's. Such partitions stay where they are.
+            held_by = {
+                p: i
+                for i, spec in enumerate(self.specs)
+                for p in spec.assigned_partitions.get(t, ())
+            }
+            while True:
+                back = [p for p in fresh if held_by.get(p, -1) in slot_count]
+                if not back:
+                    break
+                for p in back:
+                    fresh.remove(p)
+                    o = own[p]
+                    slot_count[o] -= 1
+                    if not slot_count[o]:
+                        del slot_count[o]
             if len(slot_count) < 2:
                 continue
             racks = self._partition_racks(t)
