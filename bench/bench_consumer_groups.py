@@ -492,9 +492,6 @@ def part_join(tmp: Path, args: argparse.Namespace) -> dict[str, list[JoinRound]]
     runs: dict[str, list[JoinRound]] = {"consumer": [], "classic": []}
     # One server for the consumer rounds (creating a topic of 2,000 partitions takes it
     # tens of seconds here), a group per round; every member leaves after its round.
-    # Work-around: kgc appends all the records of one loop round for an offsets partition
-    # as one batch, and 1,000 concurrent joins can make it larger than max.message.bytes
-    # (1 MiB): the append fails and every join of the round gets NOT_COORDINATOR.
     extra = (
         []
         if not args.join_message_max_bytes
@@ -644,9 +641,8 @@ def main() -> int:
     ap.add_argument(
         "--join-message-max-bytes",
         type=int,
-        default=16 << 20,
-        help="message.max.bytes of the consumer join server (0: kgc's default, 1 MiB, "
-        "with which a round of concurrent joins can exceed one batch)",
+        default=0,
+        help="message.max.bytes of the consumer join server (0: kgc's default, 1 MiB)",
     )
     ap.add_argument("--assignor-members", type=int, default=None)
     ap.add_argument("--assignor-topics", type=int, default=100)
