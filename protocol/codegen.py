@@ -62,6 +62,12 @@ APIS = [
     "OffsetDelete",
     "ConsumerGroupHeartbeat",
     "ConsumerGroupDescribe",
+    # Security (issue 16): ACLs and SCRAM credentials, managed online.
+    "CreateAcls",
+    "DescribeAcls",
+    "DeleteAcls",
+    "DescribeUserScramCredentials",
+    "AlterUserScramCredentials",
 ]
 
 FIXED: dict[str, tuple[str, int]] = {

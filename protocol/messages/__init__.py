@@ -30,6 +30,11 @@ from protocol.messages import sasl_authenticate
 from protocol.messages import offset_delete
 from protocol.messages import consumer_group_heartbeat
 from protocol.messages import consumer_group_describe
+from protocol.messages import create_acls
+from protocol.messages import describe_acls
+from protocol.messages import delete_acls
+from protocol.messages import describe_user_scram_credentials
+from protocol.messages import alter_user_scram_credentials
 
 # API key -> module with Request/Response classes, version bounds and codecs.
 BY_KEY: dict[int, ModuleType] = {
@@ -57,4 +62,9 @@ BY_KEY: dict[int, ModuleType] = {
     47: offset_delete,
     68: consumer_group_heartbeat,
     69: consumer_group_describe,
+    30: create_acls,
+    29: describe_acls,
+    31: delete_acls,
+    50: describe_user_scram_credentials,
+    51: alter_user_scram_credentials,
 }
