@@ -34,6 +34,7 @@ from collections.abc import Callable, Coroutine, Generator
 from dataclasses import Field, dataclass
 from typing import Any, ClassVar, Final, Protocol, TypeAlias, final
 
+from coordinator.security import ANONYMOUS, KafkaPrincipal
 from protocol.framing import RequestHeader
 
 
@@ -92,6 +93,10 @@ class ClientInfo:
     port: int
     conn_id: int
     java_host: str = ""  # the host as Kafka reports it (InetAddress.toString(): "/127.0.0.1")
+    # Who the connection authenticated as (TLS client certificate or SASL), and the
+    # listener it came in on (Metadata/FindCoordinator answer with that listener's address).
+    principal: KafkaPrincipal = ANONYMOUS
+    listener: str = "PLAINTEXT"
 
     def __post_init__(self) -> None:
         self.java_host = "/" + self.host
