@@ -29,6 +29,13 @@ Tables (version 1); the README's "Cluster mode" section documents them for opera
 * ``kgc_cluster_change``: a version counter of the catalog; nodes poll ``max(version)``
   on each heartbeat (no LISTEN/NOTIFY, which neither survives reconnects nor ports to
   distributed SQL engines).
+
+Version 2 (security):
+
+* ``kgc_scram_credential``: SCRAM credentials per (user, mechanism): salt, stored key,
+  server key, iterations (RFC 5802), never the password.
+* ``kgc_acl``: ACL bindings, one row each, with Kafka's numeric codes for resource type,
+  pattern type, operation and permission type.
 """
 
 from __future__ import annotations
@@ -116,6 +123,32 @@ MIGRATIONS: list[str] = [
                               autovacuum_vacuum_threshold = 1000);
     ALTER TABLE kgc_partition SET (autovacuum_vacuum_scale_factor = 0,
                                    autovacuum_vacuum_threshold = 1000);
+    """,
+    # version 2: security (issue 16). SCRAM credentials (salted and hashed, never the
+    # password) and ACL bindings, shared by every node; a change bumps kgc_cluster_change
+    # (kind 'scram' / 'acl') like the catalog, so nodes refresh their copies.
+    """
+    CREATE TABLE kgc_scram_credential (
+        user_name          text        NOT NULL,
+        mechanism          text        NOT NULL,
+        salt               bytea       NOT NULL,
+        stored_key         bytea       NOT NULL,
+        server_key         bytea       NOT NULL,
+        iterations         integer     NOT NULL,
+        PRIMARY KEY (user_name, mechanism)
+    );
+
+    CREATE TABLE kgc_acl (
+        resource_type      smallint    NOT NULL,
+        resource_name      text        NOT NULL,
+        pattern_type       smallint    NOT NULL,
+        principal          text        NOT NULL,
+        host               text        NOT NULL,
+        operation          smallint    NOT NULL,
+        permission_type    smallint    NOT NULL,
+        PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host,
+                     operation, permission_type)
+    );
     """,
 ]
 
