@@ -169,6 +169,35 @@ class Settings(BaseSettings):
     )
     num_partitions: int = Field(1, ge=1, description="partitions of auto-created topics")
 
+    # -- SASL/OAUTHBEARER token validation (KIP-768 names and defaults)
+    sasl_oauthbearer_jwks_endpoint_url: str | None = Field(
+        None, description="JWKS with the token signing keys: https://, http:// or file: URL"
+    )
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: int = Field(
+        3600000, ge=1, description="how often an http(s) JWKS is fetched again"
+    )
+    sasl_oauthbearer_jwks_endpoint_retry_backoff_ms: int = Field(
+        100, ge=0, description="first wait between failed JWKS fetch attempts"
+    )
+    sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms: int = Field(
+        10000, ge=0, description="longest total retrying of one JWKS refresh"
+    )
+    sasl_oauthbearer_expected_audience: str | None = Field(
+        None, description="comma-separated audiences a token's aud must contain one of"
+    )
+    sasl_oauthbearer_expected_issuer: str | None = Field(
+        None, description="the iss a token must carry"
+    )
+    sasl_oauthbearer_clock_skew_seconds: int = Field(
+        30, ge=0, description="tolerance on exp/nbf for clock differences with the issuer"
+    )
+    sasl_oauthbearer_sub_claim_name: str = Field(
+        "sub", min_length=1, description="claim that names the principal (User:<value>)"
+    )
+    sasl_oauthbearer_scope_claim_name: str = Field(
+        "scope", min_length=1, description="claim holding the token's scopes"
+    )
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         if self.queued_max_request_bytes == 0:
@@ -190,6 +219,12 @@ class Settings(BaseSettings):
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
             )
         self._check_consumer_groups()
+        url = self.sasl_oauthbearer_jwks_endpoint_url
+        if url is not None and not url.lower().startswith(("http://", "https://", "file:")):
+            raise ValueError(
+                'sasl.oauthbearer.jwks.endpoint.url: only "http", "https" and "file" URLs '
+                "are supported"
+            )
         return self
 
     def _check_consumer_groups(self) -> None:
