@@ -10,6 +10,7 @@ ConsumerGroupDescribe serve KIP-848 consumer groups beside the classic APIs.
 from __future__ import annotations
 
 from protocol.messages import (
+    alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -17,6 +18,7 @@ from protocol.messages import (
     delete_groups,
     delete_topics,
     describe_groups,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -64,4 +66,6 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     offset_delete.API_KEY: (0, 0),
     consumer_group_heartbeat.API_KEY: (0, 1),
     consumer_group_describe.API_KEY: (0, 1),
+    describe_user_scram_credentials.API_KEY: (0, 0),
+    alter_user_scram_credentials.API_KEY: (0, 0),
 }
