@@ -11,16 +11,22 @@ the defaults below. Invalid values fail at start-up with the setting's name.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+import json
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from storage.local.log import LogConfig
 from storage.postgres import redact_url
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Kafka's default listener.security.protocol.map: each protocol is a listener name too.
+DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 
 
 class Settings(BaseSettings):
@@ -38,11 +44,62 @@ class Settings(BaseSettings):
     node_id: int = Field(0, ge=0, description="this broker's node id (distinct per cluster node)")
     listeners: str | None = Field(
         None,
-        description="listener to bind, Kafka syntax PLAINTEXT://host:port (overrides host/port)",
+        description="listeners to bind, Kafka syntax NAME://host:port,... (overrides host/port)",
     )
     advertised_listeners: str | None = Field(
         None,
-        description="listener given to clients, PLAINTEXT://host:port (default: listeners)",
+        description="listeners given to clients, NAME://host:port,... (default: listeners)",
+    )
+    listener_security_protocol_map: str = Field(
+        DEFAULT_PROTOCOL_MAP,
+        description="listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
+    )
+    inter_broker_listener_name: str | None = Field(
+        None, description="accepted for Kafka compatibility; kgc nodes do not talk to each other"
+    )
+    # Kafka's per-listener settings, listener.name.<listener>.<setting> (the listener name
+    # in lower case): they override the unprefixed setting on that listener only. A
+    # properties file gives them one per line; the environment and the command line as a
+    # JSON object of Kafka names.
+    listener_name_configs: dict[str, str] = Field(
+        default_factory=dict,
+        description="listener.name.<listener>.<setting>=value overrides, as a JSON object",
+    )
+
+    # -- TLS (Kafka's ssl.* names and defaults; listener.name.<listener>.ssl.* per listener)
+    ssl_keystore_type: str = Field("JKS", description="keystore format: PEM or PKCS12")
+    ssl_keystore_location: str | None = Field(
+        None, description="keystore file (PEM: the private key and the certificate chain)"
+    )
+    ssl_keystore_password: str | None = Field(None, description="password of a PKCS12 keystore")
+    ssl_keystore_certificate_chain: str | None = Field(
+        None, description="inline PEM certificate chain (with ssl.keystore.type=PEM)"
+    )
+    ssl_keystore_key: str | None = Field(
+        None, description="inline PEM private key (with ssl.keystore.type=PEM)"
+    )
+    ssl_key_password: str | None = Field(None, description="password of an encrypted private key")
+    ssl_truststore_type: str = Field("JKS", description="truststore format: PEM or PKCS12")
+    ssl_truststore_location: str | None = Field(
+        None, description="certificates trusted to sign client certificates"
+    )
+    ssl_truststore_password: str | None = Field(None, description="password of a PKCS12 truststore")
+    ssl_truststore_certificates: str | None = Field(
+        None, description="inline PEM trusted certificates (with ssl.truststore.type=PEM)"
+    )
+    ssl_client_auth: Literal["none", "requested", "required"] = Field(
+        "none", description="ask TLS clients for a certificate: none, requested or required"
+    )
+    ssl_enabled_protocols: str = Field("TLSv1.2,TLSv1.3", description="TLS versions allowed")
+    ssl_protocol: str = Field("TLSv1.3", description="accepted for Kafka compatibility")
+    ssl_cipher_suites: str | None = Field(
+        None, description="cipher suites allowed (IANA or OpenSSL names; default: OpenSSL's)"
+    )
+    ssl_principal_mapping_rules: str = Field(
+        "DEFAULT", description="rules mapping a client certificate's subject to a principal"
+    )
+    ssl_endpoint_identification_algorithm: str = Field(
+        "https", description="accepted for Kafka compatibility (a client-side setting)"
     )
     broker_rack: str | None = Field(None, description="rack reported in Metadata")
     cluster_id: str = Field("kgc-cluster-0000000000", description="cluster id reported in Metadata")
@@ -198,6 +255,17 @@ class Settings(BaseSettings):
         "scope", min_length=1, description="claim holding the token's scopes"
     )
 
+    @field_validator("listener_name_configs", mode="before")
+    @classmethod
+    def _listener_name_configs(cls, value: Any) -> Any:
+        # From the command line: a JSON object of Kafka names.
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"expected a JSON object: {exc}") from None
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         if self.queued_max_request_bytes == 0:
@@ -210,10 +278,7 @@ class Settings(BaseSettings):
             raise ValueError(
                 "broker.heartbeat.interval.ms must be less than broker.session.timeout.ms"
             )
-        for name in ("listeners", "advertised_listeners"):
-            value = getattr(self, name)
-            if value is not None:
-                parse_listener(value, kafka_name(name))
+        self._check_listeners()
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
@@ -263,16 +328,101 @@ class Settings(BaseSettings):
                 f"(kgc has {', '.join(BUILTIN_ASSIGNORS)})"
             )
 
+    def _check_listeners(self) -> None:
+        """Kafka's rules: every listener has a protocol, names and ports are distinct, the
+        advertised listeners are listeners; principal mapping rules parse."""
+        from coordinator.security.principal_mapping import SslPrincipalMapper
+
+        specs = self.listener_specs
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise ValueError("listeners: each listener must have a different name")
+        ports = [spec.port for spec in specs if spec.port != 0]
+        if len(set(ports)) != len(ports):
+            raise ValueError("listeners: each listener must have a different port")
+        if self.advertised_listeners is not None:
+            advertised = parse_listeners(self.advertised_listeners, "advertised.listeners")
+            unknown = [a[0] for a in advertised if a[0] not in names]
+            if unknown:
+                raise ValueError(
+                    f"advertised.listeners: listener {unknown[0]} is not in listeners "
+                    f"({', '.join(names)})"
+                )
+        for key in self.listener_name_configs:
+            if not key.startswith("listener.name.") or "." not in key[len("listener.name.") :]:
+                raise ValueError(f"{key}: expected listener.name.<listener>.<setting>")
+        for spec in specs:
+            rules = self.listener_config(spec.name, "ssl.principal.mapping.rules")
+            try:
+                SslPrincipalMapper(str(rules))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{self.listener_setting_name(spec.name, 'ssl.principal.mapping.rules')}: {exc}"
+                ) from None
+
+    @property
+    def security_protocol_map(self) -> dict[str, str]:
+        """``listener.security.protocol.map`` as {listener name: security protocol}."""
+        out: dict[str, str] = {}
+        for item in self.listener_security_protocol_map.split(","):
+            if not item.strip():
+                continue
+            name, sep, proto = item.strip().partition(":")
+            proto = proto.strip().upper()
+            if not sep or not name.strip() or proto not in SECURITY_PROTOCOLS:
+                raise ValueError(
+                    f"listener.security.protocol.map: expected NAME:PROTOCOL with PROTOCOL one "
+                    f"of {', '.join(SECURITY_PROTOCOLS)}, got {item.strip()!r}"
+                )
+            out[name.strip().upper()] = proto
+        return out
+
+    @property
+    def listener_specs(self) -> list[ListenerSpec]:
+        """The listeners to bind: ``listeners``, else PLAINTEXT on ``host``:``port``."""
+        if self.listeners is None:
+            return [ListenerSpec("PLAINTEXT", self.host, self.port, "PLAINTEXT")]
+        protocols = self.security_protocol_map
+        specs = []
+        for name, host, port in parse_listeners(self.listeners, "listeners"):
+            proto = protocols.get(name)
+            if proto is None:
+                raise ValueError(
+                    f"listeners: no security protocol defined for listener {name} "
+                    "(listener.security.protocol.map)"
+                )
+            specs.append(ListenerSpec(name, host or "0.0.0.0", port, proto))
+        return specs
+
+    def listener_setting_name(self, listener: str, name: str) -> str:
+        """The Kafka name of a setting scoped to a listener (``listener.name.ssl.ssl.x``)."""
+        return f"listener.name.{listener.lower()}.{name}"
+
+    def listener_config(self, listener: str, name: str) -> Any:
+        """A setting as a listener sees it: ``listener.name.<listener>.<name>`` when set,
+        else the unprefixed setting (Kafka's valuesWithPrefixOverride); None if neither."""
+        scoped = self.listener_name_configs.get(self.listener_setting_name(listener, name))
+        if scoped is not None:
+            return scoped
+        field = name.replace(".", "_").replace("-", "_")
+        return getattr(self, field, None) if field in type(self).model_fields else None
+
+    def ssl_configs(self, listener: str) -> dict[str, Any]:
+        """Every ``ssl.*`` setting as ``listener`` sees it, by Kafka name."""
+        names = [kafka_name(f) for f in type(self).model_fields if f.startswith("ssl_")]
+        prefix = self.listener_setting_name(listener, "ssl.")
+        names += [k[len(prefix) - 4 :] for k in self.listener_name_configs if k.startswith(prefix)]
+        return {name: self.listener_config(listener, name) for name in dict.fromkeys(names)}
+
     @property
     def consumer_group_assignors(self) -> tuple[str, ...]:
         return tuple(n.strip() for n in self.group_consumer_assignors.split(",") if n.strip())
 
     @property
     def bind_address(self) -> tuple[str, int]:
-        """Where to listen: ``listeners`` when set, else ``host`` and ``port``."""
-        if self.listeners is not None:
-            return parse_listener(self.listeners, "listeners")
-        return self.host, self.port
+        """Where the first listener listens: ``listeners`` when set, else ``host``:``port``."""
+        first = self.listener_specs[0]
+        return first.host, first.port
 
     @property
     def cluster_mode(self) -> bool:
@@ -290,22 +440,40 @@ class Settings(BaseSettings):
         return (init_settings, env_settings, PropertiesSource(settings_cls))
 
 
-def parse_listener(value: str, name: str = "listeners") -> tuple[str, int]:
-    """``PLAINTEXT://host:port`` (Kafka's syntax; one listener) as (host, port).
+_LISTENER = re.compile(r"^(.*)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)$")
 
-    An empty host means every interface, as in Kafka. Only PLAINTEXT exists today.
-    """
-    first = value.split(",")[0].strip()
-    if "," in value:
-        raise ValueError(f"{name}: only one listener is supported, got {value!r}")
-    proto, sep, rest = first.partition("://")
-    if not sep or proto.upper() != "PLAINTEXT":
-        raise ValueError(f"{name}: expected PLAINTEXT://host:port, got {value!r}")
-    host, colon, port_text = rest.rpartition(":")
-    if not colon or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"{name}: expected PLAINTEXT://host:port, got {value!r}")
-    host = host.strip("[]")
-    return (host or "0.0.0.0"), int(port_text)
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    """One listener to bind: its name (upper case), address and security protocol."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str
+
+
+def parse_listeners(value: str, name: str = "listeners") -> list[tuple[str, str, int]]:
+    """``NAME://host:port,...`` (Kafka's syntax) as [(NAME, host, port)]; an empty host
+    means every interface, as in Kafka; names are upper-cased, as Kafka normalises them."""
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        m = _LISTENER.match(item)
+        if m is None or not m.group(1) or not 0 <= int(m.group(3)) <= 65535:
+            raise ValueError(f"{name}: expected NAME://host:port, got {item!r}")
+        out.append((m.group(1).upper(), m.group(2), int(m.group(3))))
+    if not out:
+        raise ValueError(f"{name}: no listener in {value!r}")
+    return out
+
+
+def parse_listener(value: str, name: str = "listeners") -> tuple[str, int]:
+    """The (host, port) of the first listener of ``value`` (an empty host: every interface)."""
+    _, host, port = parse_listeners(value, name)[0]
+    return (host or "0.0.0.0"), port
 
 
 _PROPERTIES_PATH: Path | None = None
@@ -333,6 +501,9 @@ def read_properties(path: Path) -> dict[str, Any]:
         if sep < 0:
             raise ValueError(f"{path}:{lineno}: expected key=value")
         key, value = line[:sep].strip(), line[sep + 1 :].strip()
+        if key.startswith("listener.name."):  # per-listener: Settings.listener_config
+            out.setdefault("listener_name_configs", {})[key] = value
+            continue
         name = key.replace(".", "_").replace("-", "_")
         if name not in Settings.model_fields:
             raise ValueError(f"{path}:{lineno}: unknown setting {key!r}")
