@@ -28,7 +28,7 @@ import contextlib
 import functools
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from coordinator import topic_configs
@@ -38,8 +38,11 @@ from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
+from coordinator.security.credentials import LocalCredentialStore, PgCredentialStore
+from coordinator.security.scram_admin import ScramAdmin
 from coordinator.server.broker import Broker, advertised_address
 from coordinator.server.dispatch import Dispatcher
+from coordinator.server.handler import Handler
 from coordinator.server.listener import KafkaServer, listen
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
@@ -166,10 +169,11 @@ def kafka_server(
     groups: GroupRuntime,
     data: DataPlane,
     metrics: Metrics,
+    more_handlers: Sequence[Mapping[int, Handler]] = (),
 ) -> KafkaServer:
     return KafkaServer(
         listening,
-        Dispatcher(broker.handlers(), groups.handlers(), data.handlers()),
+        Dispatcher(broker.handlers(), groups.handlers(), data.handlers(), *more_handlers),
         max_request_size=s.socket_request_max_bytes,
         queued_max_requests=s.queued_max_requests,
         queued_max_request_bytes=s.queued_max_request_bytes,
@@ -199,6 +203,7 @@ class App:
         server: KafkaServer,
         metrics: Metrics,
         compaction: Compaction,
+        credentials: LocalCredentialStore | PgCredentialStore | None = None,
     ) -> None:
         self.flusher = flusher
         self.logs = logs
@@ -207,6 +212,7 @@ class App:
         self.server = server
         self.metrics = metrics
         self.compaction = compaction
+        self.credentials = credentials  # SCRAM credentials (SASL/SCRAM looks users up here)
         self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode
         self.closers: list[Callable[[], Awaitable[None]]] = []
 
@@ -222,6 +228,7 @@ class App:
         # Before any log is opened, recovered or removed, the catalog and the partition
         # directories must agree.
         catalog.reconcile(logs)
+        credentials = LocalCredentialStore.in_data_dir(s.data_dir)
         logs.open_all(functools.partial(log_config_for, s, catalog))
         flusher.start()
 
@@ -234,7 +241,9 @@ class App:
         broker = Broker(
             s, catalog, logs, groups, data, advertised_port=s.advertised_port or listening.port
         )
-        server = kafka_server(s, listening, broker, groups, data, metrics)
+        server = kafka_server(
+            s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
+        )
         server.start()
         compaction.start()
         await serve_metrics(s, metrics)
@@ -253,6 +262,7 @@ class App:
             server=server,
             metrics=metrics,
             compaction=compaction,
+            credentials=credentials,
         )
 
     @classmethod
@@ -299,6 +309,8 @@ class App:
         shared = SharedCatalog(catalog, pool)
         await shared.listen(s.storage_url, f"{name}-catalog")
         await shared.refresh()
+        credentials = PgCredentialStore(pool)
+        await credentials.refresh()
         flusher.start()
 
         compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=False)
@@ -320,6 +332,13 @@ class App:
         host = PartitionHost(s, catalog, logs, flusher, journal, groups, data, pool, shared)
         shared.on_deleted.append(groups.topic_deleted)
 
+        async def catalog_changed() -> None:
+            # The cluster's change version moved: topics, or SCRAM credentials ('scram').
+            try:
+                await shared.refresh()
+            finally:
+                await credentials.refresh()
+
         listening = await listen(*s.bind_address)
         adv_host, adv_port = advertised_address(s, listening.port)
         cluster = Cluster(
@@ -334,7 +353,7 @@ class App:
             offsets_partitions=s.offsets_topic_num_partitions,
             on_acquire=host.acquire,
             on_release=host.release,
-            on_catalog_change=shared.refresh,
+            on_catalog_change=catalog_changed,
         )
         host.broker_epoch = lambda: cluster.broker_epoch
         metrics.cluster = cluster
@@ -349,7 +368,9 @@ class App:
             placement=ClusterPlacement(cluster),
             topics=shared,
         )
-        server = kafka_server(s, listening, broker, groups, data, metrics)
+        server = kafka_server(
+            s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
+        )
         server.start()
         await cluster.start()
         compaction.start()
@@ -372,6 +393,7 @@ class App:
             server=server,
             metrics=metrics,
             compaction=compaction,
+            credentials=credentials,
         )
         app.cluster = cluster
         app.closers = [journal.close, shared.close, pool.close]
