@@ -300,7 +300,9 @@ class HttpJwks:
         self._wake = threading.Event()  # an expedited refresh, or close
         self._closed = threading.Event()
         self._loaded = threading.Event()  # the first fetch succeeded
+        self._fetched = threading.Condition(self._lock)
         self.fetches = 0  # successful fetches (tests, metrics)
+        self.failures = 0  # refreshes that gave up and kept the old keys
         self._thread = threading.Thread(target=self._run, name="kgc-jwks-refresh", daemon=True)
         self._thread.start()
 
@@ -310,6 +312,14 @@ class HttpJwks:
     def wait_loaded(self, timeout_s: float) -> bool:
         """Block (a start-up thread, never the event loop) until the first fetch succeeded."""
         return self._loaded.wait(timeout_s)
+
+    def wait_refreshes(self, *, fetches: int = 0, failures: int = 0, timeout_s: float) -> bool:
+        """Block (not on the event loop) until at least ``fetches`` refreshes succeeded
+        and ``failures`` gave up."""
+        with self._fetched:
+            return self._fetched.wait_for(
+                lambda: self.fetches >= fetches and self.failures >= failures, timeout_s
+            )
 
     def key_missing(self, kid: str | None) -> None:
         if kid is None:
@@ -354,6 +364,9 @@ class HttpJwks:
             except Exception as e:  # any failure of one attempt is retried (Kafka's Retry)
                 wait_ms = min(self._retry_backoff_ms * 2 ** (attempt - 1), end - self._clock())
                 if wait_ms <= 0:
+                    with self._fetched:
+                        self.failures += 1
+                        self._fetched.notify_all()
                     log.warning(
                         "JWKS refresh of %s failed, keeping the %d keys held: %s",
                         self.url,
@@ -365,12 +378,13 @@ class HttpJwks:
                 if self._closed.wait(wait_ms / 1000):
                     return
                 continue
-            with self._lock:
+            with self._fetched:
                 self._keys = keys
                 for key in keys:
                     if key.kid is not None:
                         self._missing.pop(key.kid, None)
-            self.fetches += 1
+                self.fetches += 1
+                self._fetched.notify_all()
             self._loaded.set()
             log.info("JWKS refresh of %s: %d keys", self.url, len(keys))
             return
@@ -450,11 +464,14 @@ class JwtValidator:
         """The token's principal and lifetime, or ``TokenValidationError`` saying why not."""
         token = token.strip()
         sections = token.split(".")
-        if len(sections) != 3 or not all(s.strip() for s in sections):
+        if len(sections) != 3:
             raise TokenValidationError(
                 "Malformed JWT provided; expected three sections (header, payload, and "
                 f"signature), but {len(sections)} sections provided"
             )
+        if not all(s.strip() for s in sections):
+            # An unsigned (alg: none) token has an empty signature section.
+            raise TokenValidationError("Malformed JWT provided; a section is empty")
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as e:
