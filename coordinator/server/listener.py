@@ -8,6 +8,13 @@ moment to accept and close the waiting connection (the classic trick), so client
 once instead of hanging in the backlog. Refusals are logged once per episode and counted;
 connections are accepted again as soon as descriptors free up. Each accepted socket becomes
 a ``KafkaConnection`` (``transport``).
+
+A server may have several listeners (Kafka's ``listeners``), each a ``Listening``: its
+sockets, its name and security protocol, and for SSL/SASL_SSL the TLS context and the
+principal mapping rules. A TLS connection is handed to its ``KafkaConnection`` only once the
+handshake is done; a handshake that fails (a plaintext client on the TLS port, an untrusted
+or expired client certificate) or does not finish within ``TLS_HANDSHAKE_TIMEOUT_S`` closes
+that connection with one log line, and nothing else notices.
 """
 
 from __future__ import annotations
@@ -19,10 +26,12 @@ import logging
 import os
 import resource
 import socket
-from collections.abc import Callable
+import ssl
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.security.principal_mapping import SslPrincipalMapper
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import RequestHook
 from coordinator.server.memory import RequestQueue
@@ -37,6 +46,8 @@ ACCEPT_RETRY_S = 0.1  # without a spare descriptor, how long accepting pauses af
 _ACCEPT_SHORTAGE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 # Errors about the one connection being accepted (it went away first): skip it.
 _ACCEPT_SKIP = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.EINTR})
+# A client that connects to a TLS listener and stalls mid-handshake is dropped after this.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def descriptor_reserve(limit: int) -> int:
@@ -51,9 +62,10 @@ def descriptor_reserve(limit: int) -> int:
 class _Listener:
     """One listening socket, accepted from by hand so descriptor shortage is ours to handle."""
 
-    def __init__(self, server: KafkaServer, sock: socket.socket) -> None:
+    def __init__(self, server: KafkaServer, sock: socket.socket, listening: Listening) -> None:
         self.server = server
         self.sock = sock
+        self.listening = listening
         self.loop = asyncio.get_running_loop()
         self.paused: asyncio.TimerHandle | None = None
         self.loop.add_reader(sock.fileno(), self.accept)
@@ -78,7 +90,7 @@ class _Listener:
             if conn.fileno() >= server.descriptor_ceiling():
                 server.refuse(conn, "too few file descriptors left for the logs")
                 continue
-            server.adopt(conn)
+            server.adopt(conn, self.listening)
 
     def pause(self) -> None:
         if self.paused is None:
@@ -104,13 +116,29 @@ class _Listener:
 @dataclass(frozen=True, slots=True)
 class Listening:
     """Sockets listening on one port; connections wait in their backlog until a
-    ``KafkaServer`` accepts them. ``port`` is the one bound (a free one for port 0)."""
+    ``KafkaServer`` accepts them. ``port`` is the one bound (a free one for port 0).
+
+    ``name`` and ``security_protocol`` are the listener's (Kafka's ``listeners`` and
+    ``listener.security.protocol.map``); ``ssl`` is set for SSL and SASL_SSL, with the
+    ``ssl.principal.mapping.rules`` that name a client by its certificate."""
 
     sockets: list[socket.socket]
     port: int
+    name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
+    ssl: ssl.SSLContext | None = None
+    principal_mapper: SslPrincipalMapper | None = None
 
 
-async def listen(host: str, port: int) -> Listening:
+async def listen(
+    host: str,
+    port: int,
+    *,
+    name: str = "PLAINTEXT",
+    security_protocol: str = "PLAINTEXT",
+    ssl_context: ssl.SSLContext | None = None,
+    principal_mapper: SslPrincipalMapper | None = None,
+) -> Listening:
     """Bind and listen on every address of ``host`` (IPv4 and IPv6 alike), on one port."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -138,7 +166,14 @@ async def listen(host: str, port: int) -> Listening:
         for sock in socks:
             sock.close()
         raise
-    return Listening(socks, int(socks[0].getsockname()[1]) if socks else port)
+    return Listening(
+        socks,
+        int(socks[0].getsockname()[1]) if socks else port,
+        name,
+        security_protocol,
+        ssl_context,
+        principal_mapper,
+    )
 
 
 class KafkaServer:
@@ -146,7 +181,7 @@ class KafkaServer:
 
     def __init__(
         self,
-        listening: Listening,
+        listening: Listening | Sequence[Listening],
         dispatch: Dispatcher,
         *,
         max_request_size: int,
@@ -156,7 +191,9 @@ class KafkaServer:
         on_refused: Callable[[], None] = lambda: None,
         on_request: RequestHook | None = None,
     ) -> None:
-        self.listening = listening
+        # Every listener; ``listening`` (and ``port``) is the first, the default PLAINTEXT one.
+        self.listenings = [listening] if isinstance(listening, Listening) else list(listening)
+        self.listening = self.listenings[0]
         self.dispatch = dispatch
         self.max_request_size = max_request_size
         self.queue = RequestQueue(queued_max_requests, queued_max_request_bytes)
@@ -184,7 +221,11 @@ class KafkaServer:
         """Start accepting (on the running loop)."""
         with contextlib.suppress(OSError):
             self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        self.listeners = [_Listener(self, sock) for sock in self.listening.sockets]
+        self.listeners = [
+            _Listener(self, sock, listening)
+            for listening in self.listenings
+            for sock in listening.sockets
+        ]
 
     # -- accepting
     def descriptor_ceiling(self) -> int:
@@ -198,7 +239,7 @@ class KafkaServer:
             return 1 << 62
         return limit - descriptor_reserve(limit)
 
-    def adopt(self, conn: socket.socket) -> None:
+    def adopt(self, conn: socket.socket, listening: Listening | None = None) -> None:
         if self._short:
             log.info(
                 "accepting connections again (%d refused while short of file descriptors)",
@@ -208,16 +249,43 @@ class KafkaServer:
             self._refused_in_episode = 0
         conn.setblocking(False)
         loop = asyncio.get_running_loop()
-        task = loop.create_task(self._connect(conn))
+        task = loop.create_task(self._connect(conn, listening or self.listening))
         self._accepting.add(task)
         task.add_done_callback(self._accepting.discard)
 
-    async def _connect(self, conn: socket.socket) -> None:
+    async def _connect(self, conn: socket.socket, listening: Listening) -> None:
         loop = asyncio.get_running_loop()
+        if listening.ssl is None:
+            try:
+                await loop.connect_accepted_socket(lambda: KafkaConnection(self, listening), conn)
+            except OSError as exc:
+                log.warning("could not set up an accepted connection: %s", exc)
+                conn.close()
+            return
         try:
-            await loop.connect_accepted_socket(lambda: KafkaConnection(self), conn)
-        except OSError as exc:
-            log.warning("could not set up an accepted connection: %s", exc)
+            peer = conn.getpeername()
+        except OSError:
+            peer = ("?", 0)
+        try:
+            # Returns once the handshake is done; the connection is made only then.
+            await loop.connect_accepted_socket(
+                lambda: KafkaConnection(self, listening),
+                conn,
+                ssl=listening.ssl,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+            )
+        except (OSError, TimeoutError, EOFError, ssl.SSLError) as exc:
+            if isinstance(exc, TimeoutError):
+                reason = f"no TLS handshake within {TLS_HANDSHAKE_TIMEOUT_S:g} s"
+            else:
+                reason = str(exc) or type(exc).__name__
+            log.warning(
+                "closing connection from %s:%s on listener %s: TLS handshake failed: %s",
+                peer[0],
+                peer[1],
+                listening.name,
+                reason,
+            )
             conn.close()
 
     def refusing(self, reason: str) -> None:

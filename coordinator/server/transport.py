@@ -31,6 +31,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from coordinator.security import ANONYMOUS
+from coordinator.security.principal_mapping import SslPrincipalMapper, principal_from_certificate
 from coordinator.server.handler import CLOSE_CONNECTION, Answer, ClientInfo, Deferred, Outcome
 from coordinator.server.memory import LARGE_REQUEST_BYTES
 from protocol.framing import (
@@ -44,7 +46,7 @@ from protocol.messages import fetch, join_group, sync_group
 from protocol.primitives import DecodeError
 
 if TYPE_CHECKING:
-    from coordinator.server.listener import KafkaServer
+    from coordinator.server.listener import KafkaServer, Listening
 
 log = logging.getLogger("kgc.server")
 
@@ -69,8 +71,18 @@ class _Slot:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: KafkaServer, listening: Listening | None = None) -> None:
         self.server = server
+        # The listener the connection came on and its security protocol (PLAINTEXT, SSL,
+        # SASL_PLAINTEXT, SASL_SSL: the SASL ones must authenticate before anything else);
+        # ``principal`` is who it is: a TLS client certificate's mapped subject, a SASL
+        # identity once authenticated, else ANONYMOUS.
+        self.listening = listening
+        self.listener = listening.name if listening is not None else "PLAINTEXT"
+        self.security_protocol = (
+            listening.security_protocol if listening is not None else "PLAINTEXT"
+        )
+        self.principal = ANONYMOUS
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.slots: deque[_Slot] = deque()
@@ -102,6 +114,32 @@ class KafkaConnection(asyncio.Protocol):
             self.host, self.port = str(peer[0]), int(peer[1])
         self.server.connections.add(self)
         self.server.on_connection(+1)
+        if self.listening is not None and self.listening.ssl is not None:
+            self._tls_principal(transport)
+
+    def _tls_principal(self, transport: asyncio.BaseTransport) -> None:
+        """The principal of a TLS client: its certificate's subject through the listener's
+        ``ssl.principal.mapping.rules`` (ANONYMOUS without a certificate). A subject no
+        rule maps fails the authentication: the connection closes (Kafka's behaviour)."""
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if not der:
+            return
+        listening = self.listening
+        assert listening is not None
+        mapper = listening.principal_mapper or SslPrincipalMapper()
+        try:
+            self.principal = principal_from_certificate(der, mapper)
+        except Exception as exc:
+            log.warning(
+                "closing connection from %s:%d on listener %s: no principal from the client "
+                "certificate: %s",
+                self.host,
+                self.port,
+                self.listener,
+                exc,
+            )
+            self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -238,7 +276,12 @@ class KafkaConnection(asyncio.Protocol):
         info = self.info
         if info is None or info.client_id != (header.client_id or ""):
             info = self.info = ClientInfo(
-                header.client_id or "", self.host, self.port, self.conn_id
+                header.client_id or "",
+                self.host,
+                self.port,
+                self.conn_id,
+                principal=self.principal,
+                listener=self.listener,
             )
         on_request = server.on_request
         started = time.perf_counter() if on_request is not None else 0.0
