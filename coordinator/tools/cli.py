@@ -21,7 +21,7 @@ from typing import Any
 
 from coordinator import config
 from coordinator.tools.admin import AdminError, Unreachable
-from coordinator.tools.commands import cluster, groups, health, offsets, topics
+from coordinator.tools.commands import cluster, groups, health, offsets, topics, users
 from coordinator.tools.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_arguments(serve)
     serve.set_defaults(func=cmd_serve)
     add_admin_commands(sub)
+    users.add_commands(sub)  # offline, against a data directory
     audit = sub.add_parser(
         "audit",
         help="audit an offsets log with Spark (needs kgc[audit])",
