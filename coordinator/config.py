@@ -220,6 +220,35 @@ class Settings(BaseSettings):
         9000, ge=100, description="a node silent this long loses its partitions to others"
     )
 
+    # -- authorization (Kafka's ACLs; coordinator/security/acl.py)
+    authorizer_class_name: str = Field(
+        "",
+        description="ACL authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+        "(or kafka.security.authorizer.AclAuthorizer, the same here); empty = allow everything",
+    )
+    super_users: str = Field(
+        "", description="principals allowed everything, e.g. User:admin;User:ops"
+    )
+    allow_everyone_if_no_acl_found: bool = Field(
+        False, description="allow a resource that no ACL matches to everyone"
+    )
+
+    @field_validator("authorizer_class_name")
+    @classmethod
+    def _known_authorizer(cls, value: str) -> str:
+        value = value.strip()
+        if value and value not in AUTHORIZER_CLASSES:
+            raise ValueError(f"kgc's authorizer is {AUTHORIZER_CLASSES[0]} (or empty for none)")
+        return value
+
+    @field_validator("super_users")
+    @classmethod
+    def _principals(cls, value: str) -> str:
+        from coordinator.security.acl import parse_super_users
+
+        parse_super_users(value)
+        return value
+
     # -- topics
     auto_create_topics_enable: bool = Field(
         True, description="create unknown topics on Metadata/Produce"
@@ -606,3 +635,9 @@ def offsets_log_config(settings: Settings) -> LogConfig:
 
 CLUSTER_OFFSETS_SEGMENT_BYTES = 8 << 20
 CLUSTER_OFFSETS_SEGMENT_MS = 600_000
+# authorizer.class.name values kgc accepts: Kafka's KRaft authorizer and the ZooKeeper-era
+# one (a stock server.properties names either); both mean Kafka's ACL semantics.
+AUTHORIZER_CLASSES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
