@@ -228,9 +228,9 @@ class JwksSource(Protocol):
 
     def keys(self) -> tuple[_Jwk, ...]: ...
 
-    def key_missing(self, kid: str | None) -> None:
+    def key_missing(self, kid: str | None) -> bool:
         """A token named a key the set does not hold: fetch the set again soon, if the
-        source can."""
+        source can (True when a refresh was asked for)."""
         ...
 
     def close(self) -> None: ...
@@ -245,8 +245,8 @@ class StaticJwks:
     def keys(self) -> tuple[_Jwk, ...]:
         return self._keys
 
-    def key_missing(self, kid: str | None) -> None:
-        pass
+    def key_missing(self, kid: str | None) -> bool:
+        return False
 
     def close(self) -> None:
         pass
@@ -321,24 +321,25 @@ class HttpJwks:
                 lambda: self.fetches >= fetches and self.failures >= failures, timeout_s
             )
 
-    def key_missing(self, kid: str | None) -> None:
+    def key_missing(self, kid: str | None) -> bool:
         if kid is None:
             kid = ""
         if len(kid) > MISSING_KEY_ID_MAX_KEY_LENGTH:
             # Kafka: such a kid is taken for a malformed token, not chased (and not cached).
             log.warning("JWKS: key id of %d characters is too long to look up", len(kid))
-            return
+            return False
         now = self._clock()
         with self._lock:
             next_check = self._missing.get(kid)
             if next_check is not None and next_check > now:
-                return
+                return False
             self._missing[kid] = now + MISSING_KEY_ID_CACHE_IN_FLIGHT_MS
             self._missing.move_to_end(kid)
             while len(self._missing) > MISSING_KEY_ID_CACHE_MAX_ENTRIES:
                 self._missing.popitem(last=False)
         log.debug("JWKS: no key %r in %s, refreshing now", kid, self.url)
         self._wake.set()
+        return True
 
     def close(self) -> None:
         self._closed.set()
@@ -347,12 +348,17 @@ class HttpJwks:
 
     def _run(self) -> None:
         while not self._closed.is_set():
+            # Cleared before the fetch: a kid reported missing while it runs asks again
+            # (the key may have been published just after this fetch read the set).
+            self._wake.clear()
             self._refresh()
             # Until the first success, keep trying at the backoff ceiling, not hourly:
             # a node that started while its identity provider was down must recover.
-            wait_ms = self._refresh_ms if self._loaded.is_set() else self._retry_backoff_max_ms
-            self._wake.wait(max(wait_ms, 1) / 1000)
-            self._wake.clear()
+            if self._loaded.is_set():
+                wait_ms = self._refresh_ms
+            else:  # (at least 100 ms: a zero backoff must not hammer the provider)
+                wait_ms = max(self._retry_backoff_max_ms, 100)
+            self._wake.wait(wait_ms / 1000)
 
     def _refresh(self) -> None:
         end = self._clock() + self._retry_backoff_max_ms
