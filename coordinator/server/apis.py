@@ -14,9 +14,12 @@ from protocol.messages import (
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
+    create_acls,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_topics,
+    describe_acls,
     describe_groups,
     describe_user_scram_credentials,
     fetch,
@@ -68,4 +71,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     consumer_group_describe.API_KEY: (0, 1),
     describe_user_scram_credentials.API_KEY: (0, 0),
     alter_user_scram_credentials.API_KEY: (0, 0),
+    # Kafka 4 serves the ACL APIs from v1 (v0 knew only LITERAL patterns).
+    describe_acls.API_KEY: (1, 3),
+    create_acls.API_KEY: (1, 3),
+    delete_acls.API_KEY: (1, 3),
 }
