@@ -1,0 +1,192 @@
+"""Each API's authorization in front of its handler (coordinator/server/authz.py).
+
+The handlers here are stand-ins that answer what they were asked (so a test sees which part
+of a request reached them); the authorizer is the real one with real bindings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import pytest
+
+from coordinator.security import KafkaPrincipal
+from coordinator.security.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    Authorizer,
+    PatternType,
+    ResourceType,
+)
+from coordinator.server.authz import ApiAuthorizer
+from coordinator.server.handler import ClientInfo, Deferred
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import (
+    describe_groups,
+    join_group,
+    list_groups,
+    metadata,
+    offset_commit,
+)
+
+ALICE = ClientInfo("c", "10.0.0.1", 1, 1, principal=KafkaPrincipal("User", "alice"))
+
+
+def allow(
+    rtype: ResourceType, name: str, op: AclOperation, pattern: PatternType = PatternType.LITERAL
+) -> AclBinding:
+    return AclBinding(rtype, name, pattern, "User:alice", "*", op, AclPermissionType.ALLOW)
+
+
+def wrapped(handlers: dict[int, Any], *bindings: AclBinding) -> dict[int, Any]:
+    return ApiAuthorizer(Authorizer(bindings)).wrap(handlers)
+
+
+def call(handlers: dict[int, Any], key: int, version: int, body: Any) -> Any:
+    return handlers[key](RequestHeader(key, version, 1, "c"), body, ALICE)
+
+
+def test_join_group_needs_read_on_the_group() -> None:
+    reached: list[str] = []
+
+    def join(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+        reached.append(req.group_id)
+        return join_group.Response(member_id="m")
+
+    hs = wrapped({join_group.API_KEY: join}, allow(ResourceType.GROUP, "ok", AclOperation.READ))
+    assert call(hs, join_group.API_KEY, 9, join_group.Request(group_id="ok")).error_code == 0
+    denied = call(hs, join_group.API_KEY, 9, join_group.Request(group_id="other"))
+    assert denied.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert reached == ["ok"]
+
+
+def commit_request(*topics: str) -> Any:
+    return offset_commit.Request(
+        group_id="g",
+        topics=[
+            offset_commit.OffsetCommitRequestTopic(
+                name=t,
+                partitions=[offset_commit.OffsetCommitRequestPartition(partition_index=0)],
+            )
+            for t in topics
+        ],
+    )
+
+
+def echo_commit(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+    return offset_commit.Response(
+        topics=[
+            offset_commit.OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=[offset_commit.OffsetCommitResponsePartition(partition_index=0)],
+            )
+            for t in req.topics
+        ]
+    )
+
+
+def test_offset_commit_refuses_only_the_topics_it_may_not_read() -> None:
+    hs = wrapped(
+        {offset_commit.API_KEY: echo_commit},
+        allow(ResourceType.GROUP, "g", AclOperation.READ),
+        allow(ResourceType.TOPIC, "pub-", AclOperation.READ, PatternType.PREFIXED),
+    )
+    resp = call(hs, offset_commit.API_KEY, 9, commit_request("pub-a", "secret"))
+    codes = {t.name: t.partitions[0].error_code for t in resp.topics}
+    assert codes == {"pub-a": 0, "secret": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    no_group = wrapped({offset_commit.API_KEY: echo_commit})
+    resp = call(no_group, offset_commit.API_KEY, 9, commit_request("pub-a"))
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+def test_a_deferred_answer_is_merged_when_it_arrives() -> None:
+    async def run() -> Any:
+        def later(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+            fut = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(fut.set_result, echo_commit(h, req, c))
+            return Deferred(fut)
+
+        hs = wrapped(
+            {offset_commit.API_KEY: later},
+            allow(ResourceType.GROUP, "g", AclOperation.READ),
+            allow(ResourceType.TOPIC, "a", AclOperation.READ),
+        )
+        result = call(hs, offset_commit.API_KEY, 9, commit_request("a", "b"))
+        assert type(result) is Deferred
+        return await result
+
+    resp = asyncio.run(run())
+    assert [(t.name, t.partitions[0].error_code) for t in resp.topics] == [
+        ("a", 0),
+        ("b", ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+    ]
+
+
+def test_list_groups_shows_only_describable_groups_unless_cluster_describe() -> None:
+    def lister(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+        return list_groups.Response(
+            groups=[list_groups.ListedGroup(group_id=g) for g in ("mine", "theirs")]
+        )
+
+    hs = wrapped(
+        {list_groups.API_KEY: lister}, allow(ResourceType.GROUP, "mine", AclOperation.READ)
+    )
+    assert [g.group_id for g in call(hs, list_groups.API_KEY, 4, list_groups.Request()).groups] == [
+        "mine"
+    ]
+    admin = wrapped(
+        {list_groups.API_KEY: lister},
+        allow(ResourceType.CLUSTER, "kafka-cluster", AclOperation.DESCRIBE),
+    )
+    assert len(call(admin, list_groups.API_KEY, 4, list_groups.Request()).groups) == 2
+
+
+def test_describe_groups_per_group_and_authorized_operations() -> None:
+    def describer(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+        return describe_groups.Response(
+            groups=[
+                describe_groups.DescribedGroup(group_id=g, group_state="Stable") for g in req.groups
+            ]
+        )
+
+    hs = wrapped(
+        {describe_groups.API_KEY: describer}, allow(ResourceType.GROUP, "mine", AclOperation.READ)
+    )
+    resp = call(
+        hs,
+        describe_groups.API_KEY,
+        5,
+        describe_groups.Request(groups=["theirs", "mine"], include_authorized_operations=True),
+    )
+    assert [(g.group_id, g.error_code) for g in resp.groups] == [
+        ("theirs", ErrorCode.GROUP_AUTHORIZATION_FAILED),
+        ("mine", 0),
+    ]
+    ops = resp.groups[1].authorized_operations
+    assert ops & (1 << AclOperation.READ) and ops & (1 << AclOperation.DESCRIBE)
+    assert not ops & (1 << AclOperation.DELETE)
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_metadata_hides_topics_and_refuses_named_ones(named: bool) -> None:
+    def meta(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+        names = ["a", "b"] if req.topics is None else [t.name for t in req.topics]
+        return metadata.Response(topics=[metadata.MetadataResponseTopic(name=n) for n in names])
+
+    hs = wrapped({metadata.API_KEY: meta}, allow(ResourceType.TOPIC, "a", AclOperation.DESCRIBE))
+    topics = (
+        [metadata.MetadataRequestTopic(name="a"), metadata.MetadataRequestTopic(name="b")]
+        if named
+        else None
+    )
+    resp = call(hs, metadata.API_KEY, 12, metadata.Request(topics=topics))
+    got = {t.name: t.error_code for t in resp.topics}
+    if named:
+        assert got == {"a": 0, "b": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    else:
+        assert got == {"a": 0}
+    assert dataclasses.is_dataclass(resp)
