@@ -62,6 +62,7 @@ __all__ = [
     "StaticJwks",
     "TokenValidationError",
     "jwks_source",
+    "mechanism_from_config",
     "mechanism_from_settings",
     "parse_client_initial_response",
 ]
@@ -648,31 +649,78 @@ class OAuthBearerMechanism:
 
 
 def mechanism_from_settings(settings: Settings) -> OAuthBearerMechanism:
-    """The mechanism configured by the ``sasl.oauthbearer.*`` settings. ValueError (naming
-    the setting) when no JWKS is configured or its file does not load: kgc only accepts
-    signed tokens, never Kafka's unsecured development mode."""
-    url = settings.sasl_oauthbearer_jwks_endpoint_url
+    """The mechanism configured by the (unscoped) ``sasl.oauthbearer.*`` settings."""
+
+    def get(name: str) -> str | None:
+        value = getattr(settings, name.replace(".", "_"), None)
+        return None if value is None else str(value)
+
+    return mechanism_from_config(get)
+
+
+# Kafka's defaults, for a lookup that has no value (the Settings fields carry the same).
+_DEFAULTS = {
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": "3600000",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms": "100",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "10000",
+    "sasl.oauthbearer.clock.skew.seconds": "30",
+    "sasl.oauthbearer.sub.claim.name": "sub",
+    "sasl.oauthbearer.scope.claim.name": "scope",
+}
+
+
+def mechanism_from_config(get: Callable[[str], str | None]) -> OAuthBearerMechanism:
+    """The mechanism from a lookup of Kafka's ``sasl.oauthbearer.*`` names (so a listener
+    can scope them as ``listener.name.<listener>.oauthbearer.<name>``). ValueError naming
+    the setting when no JWKS is configured, its file does not load or a value is invalid:
+    kgc only accepts signed tokens, never Kafka's unsecured development mode."""
+
+    def text(name: str) -> str | None:
+        value = get(name)
+        return _DEFAULTS.get(name) if value is None else value
+
+    def number(name: str, minimum: int) -> int:
+        value = text(name)
+        try:
+            result = int(value or "")
+        except ValueError:
+            raise ValueError(f"{name}: expected an integer, got {value!r}") from None
+        if result < minimum:
+            raise ValueError(f"{name}: must be at least {minimum}, got {result}")
+        return result
+
+    url = text("sasl.oauthbearer.jwks.endpoint.url")
     if not url:
         raise ValueError(
             "sasl.oauthbearer.jwks.endpoint.url must be set to enable OAUTHBEARER "
             "(kgc validates signed JWTs only)"
         )
+    refresh_ms = number("sasl.oauthbearer.jwks.endpoint.refresh.ms", 1)
+    backoff_ms = number("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", 0)
+    backoff_max_ms = number("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", 0)
+    skew_s = number("sasl.oauthbearer.clock.skew.seconds", 0)
+    claim_names = {}
+    for name in ("sasl.oauthbearer.sub.claim.name", "sasl.oauthbearer.scope.claim.name"):
+        value = (text(name) or "").strip()
+        if not value:
+            raise ValueError(f"{name} must not be empty")
+        claim_names[name] = value
+    audience = text("sasl.oauthbearer.expected.audience")
     try:
         source = jwks_source(
             url,
-            refresh_ms=settings.sasl_oauthbearer_jwks_endpoint_refresh_ms,
-            retry_backoff_ms=settings.sasl_oauthbearer_jwks_endpoint_retry_backoff_ms,
-            retry_backoff_max_ms=settings.sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms,
+            refresh_ms=refresh_ms,
+            retry_backoff_ms=backoff_ms,
+            retry_backoff_max_ms=backoff_max_ms,
         )
     except ValueError as e:
         raise ValueError(f"sasl.oauthbearer.jwks.endpoint.url: {e}") from e
-    audience = settings.sasl_oauthbearer_expected_audience
     validator = JwtValidator(
         source,
         expected_audience=[a.strip() for a in audience.split(",") if a.strip()] if audience else (),
-        expected_issuer=settings.sasl_oauthbearer_expected_issuer,
-        clock_skew_seconds=settings.sasl_oauthbearer_clock_skew_seconds,
-        sub_claim_name=settings.sasl_oauthbearer_sub_claim_name,
-        scope_claim_name=settings.sasl_oauthbearer_scope_claim_name,
+        expected_issuer=text("sasl.oauthbearer.expected.issuer") or None,
+        clock_skew_seconds=skew_s,
+        sub_claim_name=claim_names["sasl.oauthbearer.sub.claim.name"],
+        scope_claim_name=claim_names["sasl.oauthbearer.scope.claim.name"],
     )
     return OAuthBearerMechanism(validator)

@@ -32,6 +32,7 @@ from coordinator.security.oauthbearer import (
     OAuthBearerMechanism,
     OAuthBearerSaslServer,
     StaticJwks,
+    mechanism_from_config,
     mechanism_from_settings,
     parse_client_initial_response,
 )
@@ -355,3 +356,32 @@ def test_jwks_skips_keys_it_cannot_use() -> None:
     validator = JwtValidator(StaticJwks({"keys": [jwk(RSA_KEY, "enc-only", use="enc")]}))
     m = OAuthBearerMechanism(validator)
     assert_refused(m.server(), first_message(sign(claims(aud=None), kid="enc-only")))
+
+
+def test_config_lookup_scoped_like_a_listener(tmp_path: Path) -> None:
+    """``mechanism_from_config`` reads Kafka's names through any lookup (a listener's
+    ``listener.name.<l>.oauthbearer.*`` scoping), with Kafka's defaults for the rest."""
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps(JWKS))
+    props = {
+        "sasl.oauthbearer.jwks.endpoint.url": path.as_uri(),
+        "sasl.oauthbearer.expected.audience": AUDIENCE,
+        "sasl.oauthbearer.clock.skew.seconds": "5",
+        "sasl.oauthbearer.sub.claim.name": "azp",
+    }
+    m = mechanism_from_config(props.get)
+    assert m.validator.clock_skew_ms == 5_000
+    assert m.validator.expected_issuer is None
+    assert m.validator.scope_claim_name == "scope"
+    now = int(time.time())
+    server = m.server()
+    assert server.evaluate(first_message(sign(claims(iat=now, exp=now + 60, azp="app")))) == b""
+    assert server.principal == KafkaPrincipal("User", "app")
+    for name, bad in [
+        ("sasl.oauthbearer.clock.skew.seconds", "-1"),
+        ("sasl.oauthbearer.jwks.endpoint.refresh.ms", "soon"),
+        ("sasl.oauthbearer.sub.claim.name", " "),
+        ("sasl.oauthbearer.jwks.endpoint.url", "ftp://idp/jwks"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(name)):
+            mechanism_from_config({**props, name: bad}.get)
