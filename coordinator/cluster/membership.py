@@ -53,6 +53,7 @@ import asyncpg
 
 from coordinator.cluster import events as ev
 from coordinator.cluster.ownership import assign
+from coordinator.server.placement import parse_endpoints
 from storage.interface import Lease
 from storage.postgres import catalog, registry, schema
 from storage.postgres.registry import HeartbeatView, LeaseRow, NodeIdInUseError
@@ -88,6 +89,9 @@ class NodeInfo:
     host: str
     port: int
     rack: str | None
+    # (listener name, host, port) of each advertised listener: Metadata and FindCoordinator
+    # answer with the endpoint of the listener the request came on.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
 
 
 class Cluster:
@@ -225,7 +229,9 @@ class Cluster:
         return self._held.get((topic, partition))
 
     def _me(self) -> NodeInfo:
-        return NodeInfo(self._node_id, self.host, self.port, self.rack)
+        return NodeInfo(
+            self._node_id, self.host, self.port, self.rack, parse_endpoints(self.listeners)
+        )
 
     # ---- lifecycle ----
 
@@ -523,7 +529,9 @@ class Cluster:
 
     def _apply_view(self, view: HeartbeatView) -> None:
         self._live = {
-            n.node_id: NodeInfo(n.node_id, n.host, n.port, n.rack) for n in view.nodes if n.live
+            n.node_id: NodeInfo(n.node_id, n.host, n.port, n.rack, parse_endpoints(n.listeners))
+            for n in view.nodes
+            if n.live
         }
         self._live_epochs = {n.node_id: n.broker_epoch for n in view.nodes if n.live}
         self._leases = {(r.topic, r.partition): r for r in view.leases}

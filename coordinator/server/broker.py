@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicExistsError, TopicInfo, topic_name_error
-from coordinator.config import Settings, parse_listener
+from coordinator.config import Settings, parse_listeners
 from coordinator.server.handler import ClientInfo, Deferred, Handler
-from coordinator.server.placement import LocalPlacement, NodeAddress, Placement
+from coordinator.server.placement import LocalPlacement, NodeAddress, Placement, endpoint
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_body
 from protocol.messages import (
@@ -64,17 +64,37 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgc.broker")
 
 
-def advertised_address(settings: Settings, bound_port: int) -> tuple[str, int]:
-    """The host and port given to clients: ``advertised.listeners``, else the advertised
-    host/port settings, else the listener (a wildcard host is replaced by this host's name,
-    as Kafka does)."""
+def advertised_endpoints(
+    settings: Settings, bound_ports: dict[str, int]
+) -> dict[str, tuple[str, int]]:
+    """The host and port given to clients of each listener, by listener name:
+    ``advertised.listeners`` (only the listeners it names are advertised, as in Kafka),
+    else every listener's own address, with ``advertised.host``/``advertised.port`` over
+    the first one's. A wildcard or empty host is replaced by this host's name, as Kafka
+    does; port 0 by the port bound (``bound_ports``)."""
+    out: dict[str, tuple[str, int]] = {}
     if settings.advertised_listeners is not None:
-        host, port = parse_listener(settings.advertised_listeners, "advertised.listeners")
-        return host, port or bound_port
-    bind_host, _ = settings.bind_address
-    wildcard = bind_host in ("", "0.0.0.0", "::")
-    host = settings.advertised_host or (socket.getfqdn() if wildcard else bind_host)
-    return host, settings.advertised_port or bound_port
+        for name, host, port in parse_listeners(
+            settings.advertised_listeners, "advertised.listeners"
+        ):
+            wildcard = host in ("", "0.0.0.0", "::")
+            out[name] = (socket.getfqdn() if wildcard else host, port or bound_ports.get(name, 0))
+        return out
+    for i, spec in enumerate(settings.listener_specs):
+        wildcard = spec.host in ("", "0.0.0.0", "::")
+        host = settings.advertised_host or (socket.getfqdn() if wildcard else spec.host)
+        port = bound_ports.get(spec.name, spec.port)
+        if i == 0 and settings.advertised_port:
+            port = settings.advertised_port
+        out[spec.name] = (host, port)
+    return out
+
+
+def advertised_address(settings: Settings, bound_port: int) -> tuple[str, int]:
+    """The host and port given to clients of the first listener (see advertised_endpoints)."""
+    first = settings.listener_specs[0].name
+    endpoints = advertised_endpoints(settings, {first: bound_port})
+    return endpoints.get(first) or next(iter(endpoints.values()))
 
 
 class SharedTopics(Protocol):
@@ -110,8 +130,10 @@ class Broker:
         advertised_port: int,
         placement: Placement | None = None,
         topics: SharedTopics | None = None,
+        endpoints: dict[str, tuple[str, int]] | None = None,
     ) -> None:
-        """``advertised_port``: the port given to clients (the one bound unless configured).
+        """``advertised_port``: the port given to clients (the one bound unless configured);
+        ``endpoints``: with several listeners, each one's advertised (host, port) by name.
 
         ``placement``: who leads what (default: this node leads everything); ``topics``: in
         cluster mode, where topics are created and deleted for the whole cluster.
@@ -123,14 +145,23 @@ class Broker:
         self.data = data
         self.node_id = settings.node_id
         self.advertised_host, self.advertised_port = advertised_address(settings, advertised_port)
+        # Metadata and FindCoordinator answer with the endpoint of the listener the
+        # request came on (ClientInfo.listener).
+        self.endpoints = endpoints or {
+            settings.listener_specs[0].name: (self.advertised_host, self.advertised_port)
+        }
         self.placement: Placement = placement or LocalPlacement(
             NodeAddress(
-                self.node_id, self.advertised_host, self.advertised_port, settings.broker_rack
+                self.node_id,
+                self.advertised_host,
+                self.advertised_port,
+                settings.broker_rack,
+                tuple((name, host, port) for name, (host, port) in self.endpoints.items()),
             )
         )
         self.shared_topics = topics
         # Encoded Metadata bodies by (version, requested topics), valid for one catalog state.
-        self._metadata_cache: dict[tuple[int, tuple[str, ...] | None], bytes] = {}
+        self._metadata_cache: dict[tuple[int, tuple[str, ...] | None, str], bytes] = {}
         self._metadata_cache_at: tuple[int, int] = (-1, 0)
 
     def handlers(self) -> dict[int, Handler]:
@@ -157,10 +188,10 @@ class Broker:
         names = (
             tuple(t.name or "" for t in req.topics) if by_name and req.topics is not None else None
         )
-        cache_key = (header.api_version, names)
+        cache_key = (header.api_version, names, client.listener)
         if (by_name or req.topics is None) and cache_key in self._metadata_cache:
             return self._metadata_cache[cache_key]
-        resp = self._metadata(header, req)
+        resp = self._metadata(header, req, client.listener)
         if isinstance(resp, Deferred):
             return resp
         if (
@@ -180,7 +211,9 @@ class Broker:
             )
         return resp
 
-    def _metadata(self, header: RequestHeader, req: MetadataRequest) -> MetadataResponse | Deferred:
+    def _metadata(
+        self, header: RequestHeader, req: MetadataRequest, listener: str
+    ) -> MetadataResponse | Deferred:
         version = header.api_version
         names: list[str | None]
         if req.topics is None or (version == 0 and not req.topics):
@@ -218,7 +251,7 @@ class Broker:
                 if auto_create and self.shared_topics is not None:
                     # Cluster mode: created in the database for every node; answered once
                     # committed (its partitions get leaders as nodes claim them).
-                    return Deferred.task(self._metadata_after_create(header, req, name))
+                    return Deferred.task(self._metadata_after_create(header, req, name, listener))
                 if auto_create:
                     info = self.create_topic(name, self.settings.num_partitions, {})
                     log.info("auto-created topic %s with %d partitions", name, info.num_partitions)
@@ -231,12 +264,20 @@ class Broker:
                     continue
             topics.append(self._topic_metadata(info))
         nodes = self.placement.nodes()
+        # Each node as the request's listener reaches it; nodes without it are left out
+        # (Kafka's getAliveBrokerNodes(listenerName)).
+        brokers = []
+        for n in nodes:
+            address = endpoint(n, listener)
+            if address is not None:
+                brokers.append(
+                    MetadataResponseBroker(
+                        node_id=n.node_id, host=address[0], port=address[1], rack=n.rack
+                    )
+                )
         return MetadataResponse(
             throttle_time_ms=0,
-            brokers=[
-                MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
-                for n in nodes
-            ],
+            brokers=brokers,
             cluster_id=self.settings.cluster_id,
             # The lowest live node id stands for the controller (kgc has none: PostgreSQL
             # holds the cluster's state); clients only use it for admin requests.
@@ -246,7 +287,7 @@ class Broker:
         )
 
     async def _metadata_after_create(
-        self, header: RequestHeader, req: MetadataRequest, name: str
+        self, header: RequestHeader, req: MetadataRequest, name: str, listener: str
     ) -> MetadataResponse:
         assert self.shared_topics is not None
         try:
@@ -256,7 +297,7 @@ class Broker:
             pass  # another node created it meanwhile
         except Exception as exc:
             log.error("auto-creating topic %s failed: %r", name, exc)
-        resp = self._metadata(header, req)
+        resp = self._metadata(header, req, listener)
         if isinstance(resp, Deferred):  # still unknown here: answer it as unavailable
             return MetadataResponse(
                 throttle_time_ms=0,
@@ -567,9 +608,11 @@ class Broker:
     ) -> FindCoordinatorResponse:
         version = header.api_version
         if version >= 4:
-            coordinators = [self._coordinator(k, req.key_type) for k in req.coordinator_keys]
+            coordinators = [
+                self._coordinator(k, req.key_type, client.listener) for k in req.coordinator_keys
+            ]
             return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-        c = self._coordinator(req.key, req.key_type)
+        c = self._coordinator(req.key, req.key_type, client.listener)
         return FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=c.error_code,
@@ -579,12 +622,15 @@ class Broker:
             port=c.port,
         )
 
-    def _coordinator(self, key: str, key_type: int) -> Coordinator:
+    def _coordinator(self, key: str, key_type: int, listener: str) -> Coordinator:
         if key_type == COORDINATOR_KEY_GROUP:
             owner = self.placement.owner(
                 OFFSETS_TOPIC, self.groups.shard.partitions.partition_of(key)
             )
-            if owner is None:
+            # The owner as the request's listener reaches it; a node without that
+            # listener cannot be the client's coordinator (Kafka: not available).
+            address = endpoint(owner, listener) if owner is not None else None
+            if owner is None or address is None:
                 # No live node holds the group's offsets partition yet (a failover in
                 # progress): Kafka's answer while the partition has no leader.
                 return Coordinator(
@@ -596,7 +642,7 @@ class Broker:
                     error_message="The coordinator is not available.",
                 )
             return Coordinator(
-                key=key, node_id=owner.node_id, host=owner.host, port=owner.port, error_code=0
+                key=key, node_id=owner.node_id, host=address[0], port=address[1], error_code=0
             )
         if key_type == COORDINATOR_KEY_TRANSACTION:
             # No transaction coordinator runs here; this is Kafka's answer when none is available.

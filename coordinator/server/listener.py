@@ -31,7 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.config import Settings
 from coordinator.security.principal_mapping import SslPrincipalMapper
+from coordinator.security.sasl import SaslListener
+from coordinator.security.tls import SslConfig, TlsConfigError, server_context
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import RequestHook
 from coordinator.server.memory import RequestQueue
@@ -176,6 +179,69 @@ async def listen(
     )
 
 
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+TlsContexts = dict[str, tuple[ssl.SSLContext, SslPrincipalMapper]]
+
+
+def tls_contexts(s: Settings) -> TlsContexts:
+    """The TLS context and principal mapper of each SSL/SASL_SSL listener, by name.
+
+    Built before anything else is opened: a setting that does not load stops start-up with
+    one line naming it (``SystemExit``).
+    """
+    out: TlsContexts = {}
+    for spec in s.listener_specs:
+        if spec.security_protocol not in TLS_PROTOCOLS:
+            continue
+        prefix = s.listener_setting_name(spec.name, "")
+        scoped = any(k.startswith(prefix + "ssl.") for k in s.listener_name_configs)
+        cfg = SslConfig.from_settings(s.ssl_configs(spec.name), prefix if scoped else "")
+        try:
+            out[spec.name] = (server_context(cfg), SslPrincipalMapper(cfg.principal_mapping_rules))
+        except TlsConfigError as exc:
+            raise SystemExit(f"kgc: error: invalid setting {exc} (listener {spec.name})") from None
+    return out
+
+
+async def listen_all(s: Settings, tls: TlsContexts) -> list[Listening]:
+    """Bind every listener of ``s`` (all or nothing: a port in use closes the others)."""
+    listenings: list[Listening] = []
+    try:
+        for spec in s.listener_specs:
+            ctx, mapper = tls.get(spec.name, (None, None))
+            listenings.append(
+                await listen(
+                    spec.host,
+                    spec.port,
+                    name=spec.name,
+                    security_protocol=spec.security_protocol,
+                    ssl_context=ctx,
+                    principal_mapper=mapper,
+                )
+            )
+    except BaseException:
+        for listening in listenings:
+            for sock in listening.sockets:
+                sock.close()
+        raise
+    return listenings
+
+
+def describe_listeners(
+    listenings: Sequence[Listening], advertised: dict[str, tuple[str, int]]
+) -> str:
+    """``PLAINTEXT://127.0.0.1:9092 (advertised host:port), SSL://...`` for the start line."""
+    parts = []
+    for li in listenings:
+        bound = li.sockets[0].getsockname()[0] if li.sockets else "?"
+        text = f"{li.name}://{bound}:{li.port}"
+        if li.name in advertised:
+            host, port = advertised[li.name]
+            text += f" (advertised {host}:{port})"
+        parts.append(text)
+    return ", ".join(parts)
+
+
 class KafkaServer:
     """Accepts connections on the listening sockets and owns the set of live connections."""
 
@@ -200,6 +266,9 @@ class KafkaServer:
         self.on_connection = on_connection
         self.on_refused = on_refused
         self.on_request = on_request
+        # The SASL side of each SASL_PLAINTEXT/SASL_SSL listener, by listener name
+        # (coordinator.security.sasl.SaslListener): its connections authenticate first.
+        self.sasl: dict[str, SaslListener] = {}
         self.connections: set[KafkaConnection] = set()
         self.listeners: list[_Listener] = []
         self.refused = 0

@@ -14,7 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["BrokerNode", "ClusterPlacement", "LocalPlacement", "NodeAddress", "Placement"]
+__all__ = [
+    "BrokerNode",
+    "ClusterPlacement",
+    "LocalPlacement",
+    "NodeAddress",
+    "Placement",
+    "endpoint",
+    "parse_endpoints",
+]
 
 
 class BrokerNode(Protocol):
@@ -26,6 +34,8 @@ class BrokerNode(Protocol):
     def port(self) -> int: ...
     @property
     def rack(self) -> str | None: ...
+    @property
+    def endpoints(self) -> tuple[tuple[str, str, int], ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +44,30 @@ class NodeAddress:
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int], ...] = ()  # (listener, host, port) advertised
+
+
+def parse_endpoints(listeners: str) -> tuple[tuple[str, str, int], ...]:
+    """A node's registered advertised listeners, ``NAME://host:port,...``, as (NAME, host,
+    port); entries that do not parse are left out (a node's row is data, not config)."""
+    out = []
+    for item in listeners.split(","):
+        name, sep, rest = item.strip().partition("://")
+        host, colon, port = rest.rpartition(":")
+        if sep and colon and port.isdigit():
+            out.append((name.upper(), host.strip("[]"), int(port)))
+    return tuple(out)
+
+
+def endpoint(node: BrokerNode, listener: str) -> tuple[str, int] | None:
+    """Where clients of ``listener`` reach ``node``; None when it has no such listener.
+    A node without registered endpoints is reached at its one address."""
+    if not node.endpoints:
+        return node.host, node.port
+    for name, host, port in node.endpoints:
+        if name == listener:
+            return host, port
+    return None
 
 
 class Placement(Protocol):

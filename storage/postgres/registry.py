@@ -82,6 +82,7 @@ class NodeRow:
     expired: bool  # heartbeat older than the session timeout
     fenced: bool
     shutting_down: bool
+    listeners: str = ""  # its advertised listeners, NAME://host:port,... (per-listener Metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,8 @@ WITH hb AS (
            array_agg(last_heartbeat < clock_timestamp() - $3::bigint * interval '1 millisecond' ORDER BY node_id)
                AS expired,
            array_agg(fenced ORDER BY node_id) AS fenced,
-           array_agg(shutting_down ORDER BY node_id) AS shutting
+           array_agg(shutting_down ORDER BY node_id) AS shutting,
+           array_agg(listeners ORDER BY node_id) AS node_listeners
     FROM kgc_node
 ), leases AS (
     SELECT array_agg(topic ORDER BY topic, partition) AS topics,
@@ -241,6 +243,7 @@ async def heartbeat(
                 expired=expired and not me,
                 fenced=fenced,
                 shutting_down=shutting,
+                listeners=row["node_listeners"][i],
             )
         )
     leases = [
