@@ -484,7 +484,7 @@ class JwtValidator:
         except jwt.PyJWTError as e:
             raise TokenValidationError(f"Could not parse the JWT header: {e}") from e
         alg = header.get("alg")
-        if alg not in _ALGORITHM_KEYS:
+        if not isinstance(alg, str) or alg not in _ALGORITHM_KEYS:
             # "none" (an unsigned token) and the HS* family land here.
             raise TokenValidationError(f"JWS algorithm {alg!r} is not allowed")
         kid = header.get("kid")
