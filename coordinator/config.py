@@ -255,6 +255,28 @@ class Settings(BaseSettings):
     )
     num_partitions: int = Field(1, ge=1, description="partitions of auto-created topics")
 
+    # -- SASL (Kafka's names and defaults; scoped per listener as
+    # listener.name.<listener>.<mechanism>.<name>, see coordinator/security/sasl)
+    sasl_enabled_mechanisms: str = Field(
+        "GSSAPI",
+        description="SASL mechanisms a SASL listener offers (PLAIN, SCRAM-SHA-*, OAUTHBEARER)",
+    )
+    sasl_jaas_config: str | None = Field(
+        None, description='JAAS line of the mechanism (PLAIN\'s users: user_<name>="<password>")'
+    )
+    sasl_server_max_receive_size: int = Field(
+        524288, ge=1, description="largest frame read before a connection has authenticated"
+    )
+    connections_max_reauth_ms: int = Field(
+        0, ge=0, description="longest SASL session before re-authentication (KIP-368; 0 = none)"
+    )
+    connection_failed_authentication_delay_ms: int = Field(
+        100, ge=0, description="delay before a connection that failed authentication is closed"
+    )
+    connections_max_idle_ms: int = Field(
+        600000, ge=1, description="a connection still authenticating idle this long is closed"
+    )
+
     # -- SASL/OAUTHBEARER token validation (KIP-768 names and defaults)
     sasl_oauthbearer_jwks_endpoint_url: str | None = Field(
         None, description="JWKS with the token signing keys: https://, http:// or file: URL"

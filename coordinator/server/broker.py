@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicExistsError, TopicInfo, topic_name_error
 from coordinator.config import Settings, parse_listeners
+from coordinator.security.sasl import handlers as sasl_handlers
 from coordinator.server.handler import ClientInfo, Deferred, Handler
 from coordinator.server.placement import LocalPlacement, NodeAddress, Placement, endpoint
 from protocol.errors import ErrorCode
@@ -663,13 +664,11 @@ class Broker:
             error_message=f"Unsupported key type {key_type}",
         )
 
-    # -- SASL: kgc has only a PLAINTEXT listener; Kafka answers SASL there with ILLEGAL_SASL_STATE.
+    # -- SASL: a connection authenticating never gets here (its SaslSession answers, see
+    # coordinator/security/sasl); these are the answers after authentication or on a
+    # listener without SASL, Kafka's KafkaApis ones.
     def sasl_handshake(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
-        return sasl_handshake.Response(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+        return sasl_handlers.sasl_handshake_after_authentication(header, req, client)
 
     def sasl_authenticate(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
-        return sasl_authenticate.Response(
-            error_code=ErrorCode.ILLEGAL_SASL_STATE,
-            error_message="SASL is not enabled on this listener",
-            auth_bytes=b"",
-        )
+        return sasl_handlers.sasl_authenticate_after_authentication(header, req, client)

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 
 from coordinator.security import ANONYMOUS
 from coordinator.security.principal_mapping import SslPrincipalMapper, principal_from_certificate
+from coordinator.security.sasl import SaslListener
+from coordinator.security.sasl.session import Next, SaslSession
 from coordinator.server.handler import CLOSE_CONNECTION, Answer, ClientInfo, Deferred, Outcome
 from coordinator.server.memory import LARGE_REQUEST_BYTES
 from protocol.framing import (
@@ -42,7 +44,7 @@ from protocol.framing import (
     decode_request,
     encode_response,
 )
-from protocol.messages import fetch, join_group, sync_group
+from protocol.messages import fetch, join_group, sasl_handshake, sync_group
 from protocol.primitives import DecodeError
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgc.server")
 
 _SIZE = struct.Struct(">i")
+_KEY = struct.Struct(">h")
 MAX_IN_FLIGHT = 1000  # per connection; beyond this we stop reading until responses drain
 # Requests that wait on other clients or on time, not on our own work (Kafka's purgatories).
 PURGATORY_APIS = frozenset({join_group.API_KEY, sync_group.API_KEY, fetch.API_KEY})
@@ -101,6 +104,20 @@ class KafkaConnection(asyncio.Protocol):
         self.held = 0  # reserved for the frame being handled, until a request keeps it
         self.frame_size = 0
         self.waiting = False  # for room in the queue; not read meanwhile
+        # SASL listeners: every frame goes to the connection's SaslSession until it has
+        # authenticated (coordinator/security/sasl/session.py). A SASL listener without
+        # its SASL settings offers no mechanism: nobody gets in unauthenticated.
+        self.sasl: SaslSession | None = None
+        self.authenticating = False  # (re-)authenticating: frames go to the session
+        self.auth_failed = False  # closing after connection.failed.authentication.delay.ms
+        self.auth_max_size = 0  # sasl.server.max.receive.size
+        self.last_read = 0.0  # monotonic time of the last bytes read while authenticating
+        self.timer: asyncio.TimerHandle | None = None  # idle check, or the delayed close
+        if self.security_protocol.startswith("SASL_"):
+            sasl = server.sasl.get(self.listener) or SaslListener(self.listener, {})
+            self.sasl = SaslSession(sasl, server.dispatch)
+            self.authenticating = True
+            self.auth_max_size = sasl.max_receive_size
 
     # -- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -116,6 +133,8 @@ class KafkaConnection(asyncio.Protocol):
         self.server.on_connection(+1)
         if self.listening is not None and self.listening.ssl is not None:
             self._tls_principal(transport)
+        if self.authenticating:
+            self._arm_idle()
 
     def _tls_principal(self, transport: asyncio.BaseTransport) -> None:
         """The principal of a TLS client: its certificate's subject through the listener's
@@ -143,6 +162,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._cancel_timer()
         self.server.connections.discard(self)
         self.server.on_connection(-1)
         # Everything this connection held in the queue goes back: its partial frame and
@@ -166,7 +186,11 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self.auth_failed:
+            return  # closing after the failed-authentication delay: nothing more is read
         self.buf += data
+        if self.authenticating:
+            self.last_read = time.monotonic()
         if not self.waiting:  # else at most one read arrived before the pause took effect
             self._read_frames()
 
@@ -180,7 +204,7 @@ class KafkaConnection(asyncio.Protocol):
         buf = self.buf
         pos = 0
         n = len(buf)
-        max_size = self.server.max_request_size
+        max_size = self.auth_max_size if self.authenticating else self.server.max_request_size
         queue = self.queue
         # Responses ready at once are gathered and written with one call per read.
         out: list[bytes] = []
@@ -188,6 +212,9 @@ class KafkaConnection(asyncio.Protocol):
         while n - pos >= 4:
             size = _SIZE.unpack_from(buf, pos)[0]
             if size < 0 or size > max_size:
+                if self.authenticating:  # Kafka fails the authentication ("invalid receive size")
+                    self._sasl_failed(None, f"invalid receive size {size} (at most {max_size})")
+                    break
                 log.warning(
                     "closing connection from %s:%d: request size %d outside [0, %d]",
                     self.host,
@@ -229,6 +256,8 @@ class KafkaConnection(asyncio.Protocol):
                 self.held = 0
             if self.closed:
                 return
+            if self.auth_failed:
+                break
         self.out = None
         if out and self.transport is not None:
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
@@ -238,6 +267,32 @@ class KafkaConnection(asyncio.Protocol):
     # -- requests
     def handle_frame(self, frame: bytes) -> None:
         server = self.server
+        sasl = self.sasl
+        if sasl is not None:
+            if self.authenticating:
+                self._sasl_frame(frame)
+                return
+            if (
+                len(frame) >= 2
+                and _KEY.unpack_from(frame)[0] == sasl_handshake.API_KEY
+                and sasl.begin_reauth()
+            ):
+                # KIP-368: the client re-authenticates on this connection.
+                self.authenticating = True
+                self._arm_idle()
+                self._sasl_frame(frame)
+                return
+            if sasl.expired():
+                log.info(
+                    "closing connection from %s:%d on listener %s: the SASL session of %s "
+                    "expired (it did not re-authenticate)",
+                    self.host,
+                    self.port,
+                    self.listener,
+                    self.principal,
+                )
+                self.abort()
+                return
         try:
             header, body = decode_request(frame)
         except UnknownApi as exc:
@@ -407,13 +462,128 @@ class KafkaConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:
             return
-        should_pause = self.write_paused or self.waiting or len(self.slots) >= MAX_IN_FLIGHT
+        should_pause = (
+            self.write_paused
+            or self.waiting
+            or self.auth_failed
+            or len(self.slots) >= MAX_IN_FLIGHT
+        )
         if should_pause and not self.read_paused:
             self.read_paused = True
             self.transport.pause_reading()
         elif not should_pause and self.read_paused:
             self.read_paused = False
             self.transport.resume_reading()
+
+    # -- SASL
+    def _sasl_frame(self, frame: bytes) -> None:
+        """A frame of a connection still (re-)authenticating: its session answers."""
+        sasl = self.sasl
+        assert sasl is not None
+        info = self.info or ClientInfo(
+            "", self.host, self.port, self.conn_id, principal=self.principal, listener=self.listener
+        )
+        step = sasl.receive(frame, info)
+        if step.next is Next.CLOSE:
+            log.info(
+                "closing connection from %s:%d on listener %s during SASL authentication: %s",
+                self.host,
+                self.port,
+                self.listener,
+                step.reason,
+            )
+            self.abort()
+            return
+        if step.next is Next.FAIL:
+            self._sasl_failed(step.reply, step.reason)
+            return
+        if step.reply is not None:
+            if not self.slots:
+                self._write(step.reply)
+            else:  # re-authenticating behind answers still pending: keep the order
+                slot = _Slot()
+                slot.data, slot.done = step.reply, True
+                self.slots.append(slot)
+        if sasl.authenticated:
+            self.authenticating = False
+            self._cancel_timer()
+            if sasl.principal is not None:
+                self.principal = sasl.principal
+            self.info = None  # rebuilt with the principal at the next request
+            log.debug(
+                "connection from %s:%d on listener %s authenticated as %s with %s",
+                self.host,
+                self.port,
+                self.listener,
+                self.principal,
+                sasl.mechanism,
+            )
+
+    def _sasl_failed(self, reply: bytes | None, reason: str) -> None:
+        """Authentication failed: read nothing more, and after
+        ``connection.failed.authentication.delay.ms`` send the failure answer and close
+        (Kafka's delayed close: a client retrying a wrong password is slowed down)."""
+        sasl = self.sasl
+        assert sasl is not None
+        log.info(
+            "failed authentication from %s:%d on listener %s (mechanism %s): %s",
+            self.host,
+            self.port,
+            self.listener,
+            sasl.mechanism or "-",
+            reason,
+        )
+        self.auth_failed = True
+        self._cancel_timer()
+        self._update_reading()
+        delay_ms = sasl.listener.failed_authentication_delay_ms
+        if delay_ms <= 0:
+            self._close_after_failure(reply)
+        else:
+            loop = asyncio.get_running_loop()
+            self.timer = loop.call_later(delay_ms / 1000, self._close_after_failure, reply)
+
+    def _close_after_failure(self, reply: bytes | None) -> None:
+        self.timer = None
+        if self.closed or self.transport is None:
+            return
+        if reply is not None and not self.slots:
+            self._write(reply)
+        self._close_gracefully()
+
+    def _arm_idle(self) -> None:
+        """Close a connection that sends nothing for connections.max.idle.ms while it
+        authenticates (a client that stops mid-handshake holds nothing for longer)."""
+        assert self.sasl is not None
+        self._cancel_timer()
+        self.last_read = time.monotonic()
+        idle_s = self.sasl.listener.idle_ms / 1000
+        self.timer = asyncio.get_running_loop().call_later(idle_s, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self.timer = None
+        sasl = self.sasl
+        if self.closed or not self.authenticating or self.auth_failed or sasl is None:
+            return
+        idle_s = sasl.listener.idle_ms / 1000
+        left = self.last_read + idle_s - time.monotonic()
+        if left > 0:
+            self.timer = asyncio.get_running_loop().call_later(left, self._idle_check)
+            return
+        log.info(
+            "closing connection from %s:%d on listener %s: nothing received for %d ms "
+            "during SASL authentication (connections.max.idle.ms)",
+            self.host,
+            self.port,
+            self.listener,
+            sasl.listener.idle_ms,
+        )
+        self.abort()
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def _unsupported_api_versions(self, frame: bytes) -> None:
         correlation_id = struct.unpack_from(">i", frame, 4)[0] if len(frame) >= 8 else 0
