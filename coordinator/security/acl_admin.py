@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from coordinator.security import KafkaPrincipal
 from coordinator.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -39,10 +41,12 @@ from coordinator.security.acl import (
     AclOperation,
     AclPermissionType,
     Authorizer,
+    DenialCallback,
     PatternType,
     ResourceType,
     binding_error,
     filter_error,
+    parse_super_users,
 )
 from coordinator.security.acl_store import AclStore
 from coordinator.server.handler import CLOSE_CONNECTION, ClientInfo, Deferred, Handler, Outcome
@@ -67,7 +71,10 @@ from protocol.messages.describe_acls import (
     DescribeAclsResponse,
 )
 
-__all__ = ["AclAdmin"]
+if TYPE_CHECKING:
+    from coordinator.config import Settings
+
+__all__ = ["AclAdmin", "acl_security", "log_denial"]
 
 log = logging.getLogger("kgc.acl")
 
@@ -338,3 +345,63 @@ def _resources(bindings: Sequence[AclBinding]) -> list[DescribeAclsResource]:
         DescribeAclsResource(resource_type=rt, resource_name=name, pattern_type=pt, acls=acls)
         for (rt, name, pt), acls in grouped.items()
     ]
+
+
+audit_log = logging.getLogger("kgc.authorizer")
+
+_RESOURCE_NAMES = {
+    ResourceType.TOPIC: "Topic",
+    ResourceType.GROUP: "Group",
+    ResourceType.CLUSTER: "Cluster",
+    ResourceType.TRANSACTIONAL_ID: "TransactionalId",
+    ResourceType.DELEGATION_TOKEN: "DelegationToken",
+    ResourceType.USER: "User",
+}
+
+
+def log_denial(
+    principal: KafkaPrincipal,
+    host: str,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    resource_name: str,
+) -> None:
+    """A denial on ``kgc.authorizer``, worded as Kafka's authorizer log words it."""
+    audit_log.info(
+        "Principal = %s is Denied operation = %s from host = %s on resource = %s:LITERAL:%s",
+        principal,
+        operation.name,
+        host,
+        _RESOURCE_NAMES.get(resource_type, resource_type.name),
+        resource_name,
+    )
+
+
+def acl_security(
+    settings: Settings,
+    store: AclStore | None,
+    on_denied: DenialCallback | None = log_denial,
+) -> AclAdmin:
+    """The authorizer ``settings`` ask for over ``store`` (None without
+    ``authorizer.class.name``), kept up to date with the store, and the ACL APIs over both.
+
+    ``on_denied`` is told every audited denial (default: a line on ``kgc.authorizer``;
+    the caller may wrap it to count denials too).
+    """
+    if not settings.authorizer_class_name or store is None:
+        return AclAdmin(None, None)
+    authorizer = Authorizer(
+        store.bindings,
+        super_users=parse_super_users(settings.super_users),
+        allow_everyone_if_no_acl_found=settings.allow_everyone_if_no_acl_found,
+        on_denied=on_denied,
+    )
+    store.on_change.append(authorizer.update)
+    log.info(
+        "authorizer %s: %d ACL(s), %d super user(s), allow.everyone.if.no.acl.found=%s",
+        settings.authorizer_class_name,
+        len(store.bindings),
+        len(authorizer.super_users),
+        str(settings.allow_everyone_if_no_acl_found).lower(),
+    )
+    return AclAdmin(store, authorizer)
