@@ -1,0 +1,475 @@
+"""Assembling a running kgc: settings → storage → components → TCP server, in one place.
+
+How this works: ``App.start`` builds every part once, in dependency order, and gives each
+what it uses when it is constructed (nothing is plugged in afterwards):
+
+1. the flusher and the ``LogManager``, which takes the data directory's lock before
+   anything there is read; the topic catalog, reconciled with the partition directories;
+   every log opened (recovered if the last stop was not clean);
+2. the group core (``GroupShard``), the metrics (which read the shard, the logs, the
+   flusher and the cleaners at scrape time), the group runtime (which replays the offsets
+   log in the background, answering COORDINATOR_LOAD_IN_PROGRESS meanwhile) and the data
+   plane;
+3. the listening sockets, one set per listener (Kafka's ``listeners``; the TLS contexts
+   of SSL/SASL_SSL listeners are built before anything else is opened, so a certificate
+   that does not load stops start-up at once): a port is known once bound, and the broker
+   advertises each listener's (unless ``advertised.listeners`` says otherwise); then the
+   dispatch table from the handler tables of
+   the broker, the group runtime and the data plane, and the server that accepts on the
+   sockets.
+
+A background task (``Compaction``) runs the log cleaner on compacted logs in bounded steps.
+``App.stop`` is the clean shutdown used on SIGTERM/SIGINT: stop accepting, let in-flight
+responses go out, flush and close the logs (which writes the clean-shutdown markers that
+let the next start skip recovery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from coordinator import topic_configs
+from coordinator.catalog import CatalogTopics, SharedCatalog, TopicCatalog
+from coordinator.config import Settings, offsets_log_config
+from coordinator.dataplane import DataPlane
+from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.metrics import Metrics
+from coordinator.runtime import GroupRuntime
+from coordinator.security.credentials import LocalCredentialStore, PgCredentialStore
+from coordinator.security.scram_admin import ScramAdmin
+from coordinator.server.broker import Broker, advertised_endpoints
+from coordinator.server.dispatch import Dispatcher
+from coordinator.server.handler import Handler
+from coordinator.server.listener import (
+    KafkaServer,
+    Listening,
+    describe_listeners,
+    listen_all,
+    tls_contexts,
+)
+from storage.local.cleaner import LogCleaner
+from storage.local.durability import Flusher
+from storage.local.log import LogConfig, PartitionLog
+from storage.local.manager import LogManager
+from storage.offsets_format import OFFSETS_TOPIC
+from storage.postgres import redact_url
+
+log = logging.getLogger("kgc")
+
+CLEANER_STEP_BYTES = 1 << 20  # work per step, so a step never holds the loop for long
+
+
+def log_config_for(
+    settings: Settings, catalog: TopicCatalog, topic: str, partition: int
+) -> LogConfig | None:
+    """A partition's log settings at start-up; None leaves an offline topic unopened."""
+    if topic == OFFSETS_TOPIC:
+        return offsets_log_config(settings)
+    info = catalog.get(topic)
+    if info is not None and info.offline is not None:
+        return None
+    return topic_configs.log_config(settings, info.configs if info else None)
+
+
+def topic_partitions(settings: Settings, catalog: TopicCatalog, topic: str) -> int | None:
+    """Partitions of ``topic``, None if it does not exist (offsets of it are refused)."""
+    if topic == OFFSETS_TOPIC:
+        return settings.offsets_topic_num_partitions
+    info = catalog.get(topic)
+    return info.num_partitions if info is not None else None
+
+
+def group_config(s: Settings) -> GroupConfig:
+    return GroupConfig(
+        group_min_session_timeout_ms=s.group_min_session_timeout_ms,
+        group_max_session_timeout_ms=s.group_max_session_timeout_ms,
+        group_initial_rebalance_delay_ms=s.group_initial_rebalance_delay_ms,
+        group_max_size=s.group_max_size,
+        offsets_topic_num_partitions=s.offsets_topic_num_partitions,
+        offset_metadata_max_bytes=s.offset_metadata_max_bytes,
+        offsets_retention_minutes=s.offsets_retention_minutes,
+        offsets_retention_check_interval_ms=s.offsets_retention_check_interval_ms,
+        consumer_group_session_timeout_ms=s.group_consumer_session_timeout_ms,
+        consumer_group_min_session_timeout_ms=s.group_consumer_min_session_timeout_ms,
+        consumer_group_max_session_timeout_ms=s.group_consumer_max_session_timeout_ms,
+        consumer_group_heartbeat_interval_ms=s.group_consumer_heartbeat_interval_ms,
+        consumer_group_min_heartbeat_interval_ms=s.group_consumer_min_heartbeat_interval_ms,
+        consumer_group_max_heartbeat_interval_ms=s.group_consumer_max_heartbeat_interval_ms,
+        consumer_group_max_size=s.group_consumer_max_size,
+        consumer_group_assignors=s.consumer_group_assignors,
+        consumer_group_migration_policy=s.group_consumer_migration_policy,
+    )
+
+
+class Compaction:
+    """Runs the log cleaner over every compacted log, a bounded step at a time."""
+
+    def __init__(self, logs: LogManager, backoff_ms: int) -> None:
+        self.logs = logs
+        self.backoff_s = backoff_ms / 1000
+        self.cleaners: dict[PartitionLog, LogCleaner] = {}  # one per compacted log
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.backoff_s)
+            for gone in [plog for plog in self.cleaners if plog.closed]:
+                del self.cleaners[gone]  # a deleted topic's log
+            for plog in self.logs.logs():
+                if not plog.config.compact or plog.closed:
+                    continue
+                cleaner = self.cleaners.get(plog)
+                if cleaner is None:
+                    cleaner = self.cleaners[plog] = LogCleaner(plog)
+                try:
+                    while cleaner.clean_step(CLEANER_STEP_BYTES):
+                        await asyncio.sleep(0)  # let requests through between steps
+                except Exception:
+                    log.exception("compaction of %s failed; will retry", plog.dir)
+
+
+def group_core(
+    s: Settings, catalog: TopicCatalog, logs: LogManager, flusher: Flusher, *, hosted: bool
+) -> tuple[Compaction, Metrics, GroupRuntime]:
+    """The group core, its runtime, the metrics that read them, and the cleaner's task.
+
+    ``hosted``: this node coordinates every offsets partition (the embedded default); in
+    cluster mode none until their leases are taken (``GroupRuntime.acquire``).
+    """
+    shard = GroupShard(
+        group_config(s),
+        topic_partitions=functools.partial(topic_partitions, s, catalog),
+        topics=CatalogTopics(catalog),
+    )
+    compaction = Compaction(logs, s.log_cleaner_backoff_ms)
+    metrics = Metrics(shard=shard, logs=logs, flusher=flusher, cleaners=compaction.cleaners.values)
+    groups = GroupRuntime(
+        shard,
+        logs,
+        flusher,
+        num_partitions=s.offsets_topic_num_partitions,
+        log_config=offsets_log_config(s),
+        metrics=metrics,  # load times, rebalance durations
+        hosted=hosted,
+    )
+    catalog.on_change.append(groups.topics_changed)
+    return compaction, metrics, groups
+
+
+def kafka_server(
+    s: Settings,
+    listening: Listening | list[Listening],
+    broker: Broker,
+    groups: GroupRuntime,
+    data: DataPlane,
+    metrics: Metrics,
+    more_handlers: Sequence[Mapping[int, Handler]] = (),
+) -> KafkaServer:
+    return KafkaServer(
+        listening,
+        Dispatcher(broker.handlers(), groups.handlers(), data.handlers(), *more_handlers),
+        max_request_size=s.socket_request_max_bytes,
+        queued_max_requests=s.queued_max_requests,
+        queued_max_request_bytes=s.queued_max_request_bytes,
+        on_refused=metrics.on_refused,
+        on_connection=metrics.on_connection,
+        # Without an endpoint nobody reads the counters: skip the per-request hook then.
+        on_request=metrics.on_request if s.metrics_port else None,
+    )
+
+
+async def serve_metrics(s: Settings, metrics: Metrics) -> None:
+    if s.metrics_port:
+        port = await metrics.serve(s.host, s.metrics_port)
+        log.info("metrics on http://%s:%d/metrics", s.host, port)
+
+
+class App:
+    """A running kgc node: its parts, as ``start`` built them."""
+
+    def __init__(
+        self,
+        *,
+        flusher: Flusher,
+        logs: LogManager,
+        groups: GroupRuntime,
+        data: DataPlane,
+        server: KafkaServer,
+        metrics: Metrics,
+        compaction: Compaction,
+        credentials: LocalCredentialStore | PgCredentialStore | None = None,
+    ) -> None:
+        self.flusher = flusher
+        self.logs = logs
+        self.groups = groups
+        self.data = data
+        self.server = server
+        self.metrics = metrics
+        self.compaction = compaction
+        self.credentials = credentials  # SCRAM credentials (SASL/SCRAM looks users up here)
+        self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode
+        self.closers: list[Callable[[], Awaitable[None]]] = []
+
+    @classmethod
+    async def start(cls, settings: Settings) -> App:
+        if settings.cluster_mode:
+            return await cls.start_cluster_node(settings)
+        s = settings
+        tls = tls_contexts(s)  # before anything is opened: a bad certificate stops here
+        flusher = Flusher()
+        # First: the LogManager takes the data directory's lock before anything there is read.
+        logs = LogManager(s.data_dir, flusher=flusher)
+        catalog = TopicCatalog(s.data_dir / "topics.json")
+        # Before any log is opened, recovered or removed, the catalog and the partition
+        # directories must agree.
+        catalog.reconcile(logs)
+        credentials = LocalCredentialStore.in_data_dir(s.data_dir)
+        logs.open_all(functools.partial(log_config_for, s, catalog))
+        flusher.start()
+
+        compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=True)
+        groups.start()
+        data = DataPlane(s, catalog, logs, flusher)
+        data.start()
+
+        listening = await listen_all(s, tls)
+        endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
+        broker = Broker(
+            s,
+            catalog,
+            logs,
+            groups,
+            data,
+            advertised_port=s.advertised_port or listening[0].port,
+            endpoints=endpoints,
+        )
+        server = kafka_server(
+            s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
+        )
+        server.start()
+        compaction.start()
+        await serve_metrics(s, metrics)
+        log.info(
+            "kgc listening on %s (node %d, data in %s)",
+            describe_listeners(listening, endpoints),
+            s.node_id,
+            s.data_dir,
+        )
+        return cls(
+            flusher=flusher,
+            logs=logs,
+            groups=groups,
+            data=data,
+            server=server,
+            metrics=metrics,
+            compaction=compaction,
+            credentials=credentials,
+        )
+
+    @classmethod
+    async def start_cluster_node(cls, settings: Settings) -> App:
+        """Cluster mode: the same parts over the PostgreSQL engine (README "Cluster mode").
+
+        The data directory is this node's cache; the database holds the logs, the topic
+        catalog and the leases. The node listens before it owns anything: until its leases
+        are taken and loaded, its answers send clients to the owners (or ask them to retry).
+        """
+        import asyncpg
+
+        from coordinator.cluster import Cluster
+        from coordinator.dataplane.producers import ClusterProducerIds
+        from coordinator.runtime.partition_host import PartitionHost
+        from coordinator.server.placement import ClusterPlacement
+        from storage.postgres import catalog as pg_catalog
+        from storage.postgres.journal import PgJournal
+        from storage.postgres.schema import migrate
+
+        s = settings
+        assert s.storage_url is not None
+        tls = tls_contexts(s)  # before anything is opened: a bad certificate stops here
+        name = f"kgc-node-{s.node_id}"
+        flusher = Flusher(remote_only=True)
+        logs = LogManager(s.data_dir, flusher=flusher)
+        logs.drop_cache()  # nothing local is trusted: partitions are filled from the database
+        try:
+            pool = await asyncpg.create_pool(
+                s.storage_url,
+                min_size=1,
+                max_size=4,
+                server_settings={"application_name": f"{name}-reads"},
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise OSError(
+                f"cannot reach the cluster's database {redact_url(s.storage_url)}: {exc}"
+            ) from exc
+        async with pool.acquire() as conn:
+            await migrate(conn)
+        journal = PgJournal(s.storage_url, s.node_id, application_name=f"{name}-writer")
+        await journal.start()
+        flusher.journal = journal
+        catalog = TopicCatalog(None)
+        shared = SharedCatalog(catalog, pool)
+        await shared.listen(s.storage_url, f"{name}-catalog")
+        await shared.refresh()
+        credentials = PgCredentialStore(pool)
+        await credentials.refresh()
+        flusher.start()
+
+        compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=False)
+        groups.loaded.set()  # nothing to load up front: partitions load as leases come
+
+        async def take_producer_ids(block: int, floor: int) -> int:
+            async with pool.acquire() as conn:
+                return await pg_catalog.take_producer_ids(conn, block, floor)
+
+        data = DataPlane(
+            s,
+            catalog,
+            logs,
+            flusher,
+            hosted=False,
+            producer_ids=ClusterProducerIds(take_producer_ids),
+        )
+        data.start()
+        host = PartitionHost(s, catalog, logs, flusher, journal, groups, data, pool, shared)
+        shared.on_deleted.append(groups.topic_deleted)
+
+        async def catalog_changed() -> None:
+            # The cluster's change version moved: topics, or SCRAM credentials ('scram').
+            try:
+                await shared.refresh()
+            finally:
+                await credentials.refresh()
+
+        listening = await listen_all(s, tls)
+        endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
+        # The node's row keeps its first advertised address and every advertised listener,
+        # which the other nodes give to clients of that listener.
+        adv_host, adv_port = next(iter(endpoints.values()))
+        cluster = Cluster(
+            s.storage_url,
+            s.node_id,
+            adv_host,
+            adv_port,
+            listeners=",".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()),
+            rack=s.broker_rack,
+            heartbeat_interval_ms=s.broker_heartbeat_interval_ms,
+            session_timeout_ms=s.broker_session_timeout_ms,
+            offsets_partitions=s.offsets_topic_num_partitions,
+            on_acquire=host.acquire,
+            on_release=host.release,
+            on_catalog_change=catalog_changed,
+        )
+        host.broker_epoch = lambda: cluster.broker_epoch
+        metrics.cluster = cluster
+        host.on_fenced_partition.append(cluster.partition_lost)
+        broker = Broker(
+            s,
+            catalog,
+            logs,
+            groups,
+            data,
+            advertised_port=adv_port,
+            placement=ClusterPlacement(cluster),
+            topics=shared,
+            endpoints=endpoints,
+        )
+        server = kafka_server(
+            s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
+        )
+        server.start()
+        await cluster.start()
+        compaction.start()
+        await serve_metrics(s, metrics)
+        log.info(
+            "kgc node %d listening on %s, cluster on %s, cache in %s",
+            s.node_id,
+            describe_listeners(listening, endpoints),
+            redact_url(s.storage_url),
+            s.data_dir,
+        )
+        app = cls(
+            flusher=flusher,
+            logs=logs,
+            groups=groups,
+            data=data,
+            server=server,
+            metrics=metrics,
+            compaction=compaction,
+            credentials=credentials,
+        )
+        app.cluster = cluster
+        app.closers = [journal.close, shared.close, pool.close]
+        return app
+
+    async def stop(self) -> None:
+        if self.cluster is not None:
+            # Hand every partition over first (the others take them at their next
+            # heartbeat), while this node still answers: clients re-route on NOT_COORDINATOR.
+            await self.cluster.stop()
+        self.data.begin_shutdown()  # answer parked fetches so connections drain
+        await self.server.stop()
+        await self.metrics.stop()
+        await self.data.stop()
+        await self.compaction.stop()
+        self.groups.close()
+        await self.flusher.stop()
+        for close in self.closers:
+            await close()
+        self.logs.close_all()
+        log.info("kgc stopped")
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT, then stop cleanly.
+
+    The handlers go in before anything is opened: once the port accepts connections a
+    supervisor may send SIGTERM at any moment, and that must be a clean stop (exit 0), not
+    the signal's default action. A signal during start-up lets the start finish, then
+    stops. A signal during the stop is logged and otherwise ignored (the flush cannot go
+    faster); after the stop the signals stay ignored, because closing the loop would
+    restore their default action and a late SIGTERM would then kill the process after
+    "kgc stopped".
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    app = await App.start(settings)
+    await stop.wait()
+    log.info("shutting down")
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, log.info, "already shutting down")
+    try:
+        await app.stop()
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def run(settings: Settings) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(settings))
+    else:
+        uvloop.run(serve(settings))
