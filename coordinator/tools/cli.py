@@ -21,7 +21,7 @@ from typing import Any
 
 from coordinator import config
 from coordinator.tools.admin import AdminError, Unreachable
-from coordinator.tools.commands import cluster, groups, health, offsets, topics, users
+from coordinator.tools.commands import acls, cluster, groups, health, offsets, topics, users
 from coordinator.tools.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -64,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_admin_commands(sub: Any) -> None:
     """``groups``, ``offsets``, ``topics``, ``cluster`` and ``health``: operate a running server."""
     common = common_options()
-    for family in (groups, offsets, topics, cluster, health):
+    for family in (groups, offsets, topics, cluster, health, acls):
         family.add_commands(sub, common)
 
 
