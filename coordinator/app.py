@@ -10,11 +10,8 @@ what it uses when it is constructed (nothing is plugged in afterwards):
    flusher and the cleaners at scrape time), the group runtime (which replays the offsets
    log in the background, answering COORDINATOR_LOAD_IN_PROGRESS meanwhile) and the data
    plane;
-3. the listening sockets, one set per listener (Kafka's ``listeners``; the TLS contexts
-   of SSL/SASL_SSL listeners are built before anything else is opened, so a certificate
-   that does not load stops start-up at once): a port is known once bound, and the broker
-   advertises each listener's (unless ``advertised.listeners`` says otherwise); then the
-   dispatch table from the handler tables of
+3. the listening sockets: the port is known once bound, and the broker advertises it
+   (unless ``advertised.port`` is set); then the dispatch table from the handler tables of
    the broker, the group runtime and the data plane, and the server that accepts on the
    sockets.
 
@@ -43,16 +40,10 @@ from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
 from coordinator.security.credentials import LocalCredentialStore, PgCredentialStore
 from coordinator.security.scram_admin import ScramAdmin
-from coordinator.server.broker import Broker, advertised_endpoints
+from coordinator.server.broker import Broker, advertised_address
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import Handler
-from coordinator.server.listener import (
-    KafkaServer,
-    Listening,
-    describe_listeners,
-    listen_all,
-    tls_contexts,
-)
+from coordinator.server.listener import KafkaServer, listen
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
@@ -173,7 +164,7 @@ def group_core(
 
 def kafka_server(
     s: Settings,
-    listening: Listening | list[Listening],
+    listening: Any,
     broker: Broker,
     groups: GroupRuntime,
     data: DataPlane,
@@ -230,7 +221,6 @@ class App:
         if settings.cluster_mode:
             return await cls.start_cluster_node(settings)
         s = settings
-        tls = tls_contexts(s)  # before anything is opened: a bad certificate stops here
         flusher = Flusher()
         # First: the LogManager takes the data directory's lock before anything there is read.
         logs = LogManager(s.data_dir, flusher=flusher)
@@ -247,16 +237,9 @@ class App:
         data = DataPlane(s, catalog, logs, flusher)
         data.start()
 
-        listening = await listen_all(s, tls)
-        endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
+        listening = await listen(*s.bind_address)
         broker = Broker(
-            s,
-            catalog,
-            logs,
-            groups,
-            data,
-            advertised_port=s.advertised_port or listening[0].port,
-            endpoints=endpoints,
+            s, catalog, logs, groups, data, advertised_port=s.advertised_port or listening.port
         )
         server = kafka_server(
             s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
@@ -265,8 +248,9 @@ class App:
         compaction.start()
         await serve_metrics(s, metrics)
         log.info(
-            "kgc listening on %s (node %d, data in %s)",
-            describe_listeners(listening, endpoints),
+            "kgc listening on %s:%d (node %d, data in %s)",
+            s.host,
+            server.port,
             s.node_id,
             s.data_dir,
         )
@@ -301,7 +285,6 @@ class App:
 
         s = settings
         assert s.storage_url is not None
-        tls = tls_contexts(s)  # before anything is opened: a bad certificate stops here
         name = f"kgc-node-{s.node_id}"
         flusher = Flusher(remote_only=True)
         logs = LogManager(s.data_dir, flusher=flusher)
@@ -356,17 +339,14 @@ class App:
             finally:
                 await credentials.refresh()
 
-        listening = await listen_all(s, tls)
-        endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
-        # The node's row keeps its first advertised address and every advertised listener,
-        # which the other nodes give to clients of that listener.
-        adv_host, adv_port = next(iter(endpoints.values()))
+        listening = await listen(*s.bind_address)
+        adv_host, adv_port = advertised_address(s, listening.port)
         cluster = Cluster(
             s.storage_url,
             s.node_id,
             adv_host,
             adv_port,
-            listeners=",".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()),
+            listeners=f"PLAINTEXT://{adv_host}:{adv_port}",
             rack=s.broker_rack,
             heartbeat_interval_ms=s.broker_heartbeat_interval_ms,
             session_timeout_ms=s.broker_session_timeout_ms,
@@ -387,7 +367,6 @@ class App:
             advertised_port=adv_port,
             placement=ClusterPlacement(cluster),
             topics=shared,
-            endpoints=endpoints,
         )
         server = kafka_server(
             s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
@@ -397,9 +376,12 @@ class App:
         compaction.start()
         await serve_metrics(s, metrics)
         log.info(
-            "kgc node %d listening on %s, cluster on %s, cache in %s",
+            "kgc node %d listening on %s:%d (advertised %s:%d), cluster on %s, cache in %s",
             s.node_id,
-            describe_listeners(listening, endpoints),
+            *s.bind_address[:1],
+            server.port,
+            adv_host,
+            adv_port,
             redact_url(s.storage_url),
             s.data_dir,
         )
