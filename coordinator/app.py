@@ -10,8 +10,11 @@ what it uses when it is constructed (nothing is plugged in afterwards):
    flusher and the cleaners at scrape time), the group runtime (which replays the offsets
    log in the background, answering COORDINATOR_LOAD_IN_PROGRESS meanwhile) and the data
    plane;
-3. the listening sockets: the port is known once bound, and the broker advertises it
-   (unless ``advertised.port`` is set); then the dispatch table from the handler tables of
+3. the listening sockets, one set per listener (Kafka's ``listeners``; the TLS contexts
+   of SSL/SASL_SSL listeners are built before anything else is opened, so a certificate
+   that does not load stops start-up at once): a port is known once bound, and the broker
+   advertises each listener's (unless ``advertised.listeners`` says otherwise); then the
+   dispatch table from the handler tables of
    the broker, the group runtime and the data plane, and the server that accepts on the
    sockets.
 
@@ -40,10 +43,16 @@ from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
 from coordinator.security.credentials import LocalCredentialStore, PgCredentialStore
 from coordinator.security.scram_admin import ScramAdmin
-from coordinator.server.broker import Broker, advertised_address
+from coordinator.server.broker import Broker, advertised_endpoints
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import Handler
-from coordinator.server.listener import KafkaServer, listen
+from coordinator.server.listener import (
+    KafkaServer,
+    Listening,
+    describe_listeners,
+    listen_all,
+    tls_contexts,
+)
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
@@ -164,7 +173,7 @@ def group_core(
 
 def kafka_server(
     s: Settings,
-    listening: Any,
+    listening: Listening | list[Listening],
     broker: Broker,
     groups: GroupRuntime,
     data: DataPlane,
@@ -221,6 +230,7 @@ class App:
         if settings.cluster_mode:
             return await cls.start_cluster_node(settings)
         s = settings
+        tls = tls_contexts(s)  # before anything is opened: a bad certificate stops here
         flusher = Flusher()
         # First: the LogManager takes the data directory's lock before anything there is read.
         logs = LogManager(s.data_dir, flusher=flusher)
@@ -237,9 +247,16 @@ class App:
         data = DataPlane(s, catalog, logs, flusher)
         data.start()
 
-        listening = await listen(*s.bind_address)
+        listening = await listen_all(s, tls)
+        endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
         broker = Broker(
-            s, catalog, logs, groups, data, advertised_port=s.advertised_port or listening.port
+            s,
+            catalog,
+            logs,
+            groups,
+            data,
+            advertised_port=s.advertised_port or listening[0].port,
+            endpoints=endpoints,
         )
         server = kafka_server(
             s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
@@ -248,9 +265,8 @@ class App:
         compaction.start()
         await serve_metrics(s, metrics)
         log.info(
-            "kgc listening on %s:%d (node %d, data in %s)",
-            s.host,
-            server.port,
+            "kgc listening on %s (node %d, data in %s)",
+            describe_listeners(listening, endpoints),
             s.node_id,
             s.data_dir,
         )
@@ -285,6 +301,7 @@ class App:
 
         s = settings
         assert s.storage_url is not None
+        tls = tls_contexts(s)  # before anything is opened: a bad certificate stops here
         name = f"kgc-node-{s.node_id}"
         flusher = Flusher(remote_only=True)
         logs = LogManager(s.data_dir, flusher=flusher)
@@ -339,14 +356,17 @@ class App:
             finally:
                 await credentials.refresh()
 
-        listening = await listen(*s.bind_address)
-        adv_host, adv_port = advertised_address(s, listening.port)
+        listening = await listen_all(s, tls)
+        endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
+        # The node's row keeps its first advertised address and every advertised listener,
+        # which the other nodes give to clients of that listener.
+        adv_host, adv_port = next(iter(endpoints.values()))
         cluster = Cluster(
             s.storage_url,
             s.node_id,
             adv_host,
             adv_port,
-            listeners=f"PLAINTEXT://{adv_host}:{adv_port}",
+            listeners=",".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()),
             rack=s.broker_rack,
             heartbeat_interval_ms=s.broker_heartbeat_interval_ms,
             session_timeout_ms=s.broker_session_timeout_ms,
@@ -367,6 +387,7 @@ class App:
             advertised_port=adv_port,
             placement=ClusterPlacement(cluster),
             topics=shared,
+            endpoints=endpoints,
         )
         server = kafka_server(
             s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
@@ -376,12 +397,9 @@ class App:
         compaction.start()
         await serve_metrics(s, metrics)
         log.info(
-            "kgc node %d listening on %s:%d (advertised %s:%d), cluster on %s, cache in %s",
+            "kgc node %d listening on %s, cluster on %s, cache in %s",
             s.node_id,
-            *s.bind_address[:1],
-            server.port,
-            adv_host,
-            adv_port,
+            describe_listeners(listening, endpoints),
             redact_url(s.storage_url),
             s.data_dir,
         )
