@@ -89,11 +89,10 @@ def _scram(ctx: MechanismContext) -> SaslMechanism:
 
 
 def _oauthbearer(ctx: MechanismContext) -> SaslMechanism:
-    from coordinator.security.oauthbearer import mechanism_from_settings
+    from coordinator.security.oauthbearer import mechanism_from_config
 
-    if ctx.settings is None:
-        raise ValueError("OAUTHBEARER needs the sasl.oauthbearer.* settings")
-    mechanism: SaslMechanism = mechanism_from_settings(ctx.settings)
+    # Its sasl.oauthbearer.* settings, scoped to the listener and mechanism like the rest.
+    mechanism: SaslMechanism = mechanism_from_config(ctx.get)
     return mechanism
 
 

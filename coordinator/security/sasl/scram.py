@@ -32,6 +32,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 MECHANISMS: dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+# The formatter also knows SHA-1, for RFC 5802's test vector; it is never offered.
+_HASHES = {"SCRAM-SHA-1": "sha1", **MECHANISMS}
 MIN_ITERATIONS = 4096  # Kafka's ScramMechanism minIterations (both mechanisms)
 DEFAULT_ITERATIONS = 4096
 
@@ -78,7 +81,7 @@ class ScramFormatter:
 
     def __init__(self, mechanism: str) -> None:
         try:
-            self.hash_name = MECHANISMS[mechanism]
+            self.hash_name = _HASHES[mechanism]
         except KeyError:
             raise ValueError(f"not a SCRAM mechanism: {mechanism}") from None
         self.mechanism = mechanism
@@ -171,9 +174,15 @@ class _First:
 
 
 class ScramSaslServer:
-    def __init__(self, formatter: ScramFormatter, store: CredentialStore) -> None:
+    def __init__(
+        self,
+        formatter: ScramFormatter,
+        store: CredentialStore,
+        server_nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24),
+    ) -> None:
         self.formatter = formatter
         self.store = store
+        self.server_nonce = server_nonce  # printable, no ','; fixed only by tests
         self.state: Literal["first", "final", "complete", "failed"] = "first"
         self._first: _First | None = None
         self._server_first = ""
@@ -215,7 +224,7 @@ class ScramSaslServer:
         else:
             self._credential, self._real = self._made_up(first.user), False
         cred = self._credential
-        self._nonce = first.nonce + secrets.token_urlsafe(24)
+        self._nonce = first.nonce + self.server_nonce()
         self._server_first = (
             f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},i={cred.iterations}"
         )
