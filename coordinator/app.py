@@ -41,6 +41,9 @@ from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
+from coordinator.security.acl import Authorizer
+from coordinator.security.acl_admin import acl_security
+from coordinator.security.acl_store import LocalAclStore, PgAclStore
 from coordinator.security.credentials import LocalCredentialStore, PgCredentialStore
 from coordinator.security.scram_admin import ScramAdmin
 from coordinator.server.broker import Broker, advertised_endpoints
@@ -224,6 +227,9 @@ class App:
         self.credentials = credentials  # SCRAM credentials (SASL/SCRAM looks users up here)
         self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode
         self.closers: list[Callable[[], Awaitable[None]]] = []
+        # Kafka's ACLs (None without authorizer.class.name: everything is allowed);
+        # request handlers enforce them with authorize()/authorized_operations().
+        self.authorizer: Authorizer | None = None
 
     @classmethod
     async def start(cls, settings: Settings) -> App:
@@ -239,6 +245,7 @@ class App:
         # directories must agree.
         catalog.reconcile(logs)
         credentials = LocalCredentialStore.in_data_dir(s.data_dir)
+        acls = acl_security(s, LocalAclStore(s.data_dir) if s.authorizer_class_name else None)
         logs.open_all(functools.partial(log_config_for, s, catalog))
         flusher.start()
 
@@ -259,7 +266,13 @@ class App:
             endpoints=endpoints,
         )
         server = kafka_server(
-            s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
+            s,
+            listening,
+            broker,
+            groups,
+            data,
+            metrics,
+            [ScramAdmin(credentials).handlers(), acls.handlers()],
         )
         server.start()
         compaction.start()
@@ -270,7 +283,7 @@ class App:
             s.node_id,
             s.data_dir,
         )
-        return cls(
+        app = cls(
             flusher=flusher,
             logs=logs,
             groups=groups,
@@ -280,6 +293,8 @@ class App:
             compaction=compaction,
             credentials=credentials,
         )
+        app.authorizer = acls.authorizer
+        return app
 
     @classmethod
     async def start_cluster_node(cls, settings: Settings) -> App:
@@ -328,6 +343,10 @@ class App:
         await shared.refresh()
         credentials = PgCredentialStore(pool)
         await credentials.refresh()
+        acl_store = PgAclStore(pool) if s.authorizer_class_name else None
+        if acl_store is not None:  # loads kgc_acl, then follows it (poll + NOTIFY)
+            await acl_store.start(s.storage_url, f"{name}-acl")
+        acls = acl_security(s, acl_store)
         flusher.start()
 
         compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=False)
@@ -390,7 +409,13 @@ class App:
             endpoints=endpoints,
         )
         server = kafka_server(
-            s, listening, broker, groups, data, metrics, [ScramAdmin(credentials).handlers()]
+            s,
+            listening,
+            broker,
+            groups,
+            data,
+            metrics,
+            [ScramAdmin(credentials).handlers(), acls.handlers()],
         )
         server.start()
         await cluster.start()
@@ -415,6 +440,9 @@ class App:
         )
         app.cluster = cluster
         app.closers = [journal.close, shared.close, pool.close]
+        app.authorizer = acls.authorizer
+        if acl_store is not None:
+            app.closers.insert(0, acl_store.close)
         return app
 
     async def stop(self) -> None:
