@@ -384,6 +384,7 @@ class Settings(BaseSettings):
         advertised listeners are listeners; principal mapping rules parse."""
         from coordinator.security.principal_mapping import SslPrincipalMapper
 
+        _ = self.security_protocol_map  # parses, even when only host/port are used
         specs = self.listener_specs
         names = [spec.name for spec in specs]
         if len(set(names)) != len(names):
