@@ -45,6 +45,7 @@ from coordinator.security.acl import Authorizer
 from coordinator.security.acl_admin import acl_security
 from coordinator.security.acl_store import LocalAclStore, PgAclStore
 from coordinator.security.credentials import LocalCredentialStore, PgCredentialStore
+from coordinator.security.sasl import attach_sasl
 from coordinator.security.scram_admin import ScramAdmin
 from coordinator.server.broker import Broker, advertised_endpoints
 from coordinator.server.dispatch import Dispatcher
@@ -274,6 +275,7 @@ class App:
             metrics,
             [ScramAdmin(credentials).handlers(), acls.handlers()],
         )
+        attach_sasl(server, s, credentials)
         server.start()
         compaction.start()
         await serve_metrics(s, metrics)
@@ -417,6 +419,7 @@ class App:
             metrics,
             [ScramAdmin(credentials).handlers(), acls.handlers()],
         )
+        attach_sasl(server, s, credentials)
         server.start()
         await cluster.start()
         compaction.start()

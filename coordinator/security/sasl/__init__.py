@@ -178,3 +178,20 @@ def _int(ctx: MechanismContext, name: str) -> int:
     if result < 0:
         raise ValueError(f"{name}: must be at least 0, got {value!r}")
     return result
+
+
+def attach_sasl(server: Any, settings: Settings, credentials: CredentialStore | None) -> None:
+    """Give every SASL_PLAINTEXT/SASL_SSL listener of ``server`` (a KafkaServer) its
+    ``SaslListener``; a mechanism that cannot be built stops start-up with one line."""
+    for listening in server.listenings:
+        if not str(listening.security_protocol).startswith("SASL_"):
+            continue
+        try:
+            server.sasl[listening.name] = sasl_listener(
+                settings,
+                listening.name,
+                credentials=credentials,
+                props=settings.listener_name_configs,
+            )
+        except ValueError as exc:
+            raise SystemExit(f"invalid configuration: {exc}") from None
