@@ -47,6 +47,7 @@ from coordinator.security.acl_store import LocalAclStore, PgAclStore
 from coordinator.security.credentials import LocalCredentialStore, PgCredentialStore
 from coordinator.security.sasl import attach_sasl
 from coordinator.security.scram_admin import ScramAdmin
+from coordinator.server.authz import ApiAuthorizer, cluster_authorize
 from coordinator.server.broker import Broker, advertised_endpoints
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import Handler
@@ -183,10 +184,21 @@ def kafka_server(
     data: DataPlane,
     metrics: Metrics,
     more_handlers: Sequence[Mapping[int, Handler]] = (),
+    authorizer: Authorizer | None = None,
 ) -> KafkaServer:
+    dispatcher = Dispatcher(broker.handlers(), groups.handlers(), data.handlers(), *more_handlers)
+    if authorizer is not None:
+        # Every API checks what Kafka's KafkaApis checks before its handler runs.
+        catalog = broker.catalog
+
+        def topic_name(topic_id: bytes) -> str | None:
+            info = catalog.by_id.get(topic_id)
+            return None if info is None else info.name
+
+        dispatcher.handlers = ApiAuthorizer(authorizer, topic_name).wrap(dispatcher.handlers)
     return KafkaServer(
         listening,
-        Dispatcher(broker.handlers(), groups.handlers(), data.handlers(), *more_handlers),
+        dispatcher,
         max_request_size=s.socket_request_max_bytes,
         queued_max_requests=s.queued_max_requests,
         queued_max_request_bytes=s.queued_max_request_bytes,
@@ -273,7 +285,11 @@ class App:
             groups,
             data,
             metrics,
-            [ScramAdmin(credentials).handlers(), acls.handlers()],
+            [
+                ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
+                acls.handlers(),
+            ],
+            authorizer=acls.authorizer,
         )
         attach_sasl(server, s, credentials)
         server.start()
@@ -417,7 +433,11 @@ class App:
             groups,
             data,
             metrics,
-            [ScramAdmin(credentials).handlers(), acls.handlers()],
+            [
+                ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
+                acls.handlers(),
+            ],
+            authorizer=acls.authorizer,
         )
         attach_sasl(server, s, credentials)
         server.start()

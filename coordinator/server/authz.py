@@ -50,7 +50,7 @@ from protocol.messages import (
     txn_offset_commit,
 )
 
-__all__ = ["ApiAuthorizer"]
+__all__ = ["ApiAuthorizer", "cluster_authorize"]
 
 _O = AclOperation
 _R = ResourceType
@@ -647,3 +647,16 @@ class ApiAuthorizer:
         ):
             return init_producer_id.Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         return handler(header, req, client)
+
+
+def cluster_authorize(authorizer: Authorizer | None) -> Callable[[ClientInfo, str], bool] | None:
+    """The CLUSTER check of the SCRAM admin APIs ("DESCRIBE"/"ALTER"), None without ACLs."""
+    if authorizer is None:
+        return None
+
+    def check(client: ClientInfo, operation: str) -> bool:
+        return authorizer.authorize(
+            client.principal, client.host, AclOperation[operation], _R.CLUSTER, CLUSTER
+        )
+
+    return check
