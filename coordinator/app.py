@@ -475,6 +475,8 @@ class App:
             await self.cluster.stop()
         self.data.begin_shutdown()  # answer parked fetches so connections drain
         await self.server.stop()
+        for sasl in self.server.sasl.values():
+            sasl.close()  # e.g. OAUTHBEARER's JWKS refresh thread
         await self.metrics.stop()
         await self.data.stop()
         await self.compaction.stop()
