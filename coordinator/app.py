@@ -195,7 +195,9 @@ def kafka_server(
             info = catalog.by_id.get(topic_id)
             return None if info is None else info.name
 
-        dispatcher.handlers = ApiAuthorizer(authorizer, topic_name).wrap(dispatcher.handlers)
+        api_authorizer = ApiAuthorizer(authorizer, topic_name)
+        dispatcher.handlers = api_authorizer.wrap(dispatcher.handlers)
+        metrics.count_denials(authorizer, lambda: api_authorizer.api_key)
     return KafkaServer(
         listening,
         dispatcher,
@@ -292,6 +294,7 @@ class App:
             authorizer=acls.authorizer,
         )
         attach_sasl(server, s, credentials)
+        metrics.watch(server)  # connections per listener, SASL authentications
         server.start()
         compaction.start()
         await serve_metrics(s, metrics)
@@ -440,6 +443,7 @@ class App:
             authorizer=acls.authorizer,
         )
         attach_sasl(server, s, credentials)
+        metrics.watch(server)  # connections per listener, SASL authentications
         server.start()
         await cluster.start()
         compaction.start()

@@ -18,6 +18,15 @@ How this works: everything lives in one ``Metrics`` object with its own
   (the ``LogManager``; ``kgc_partition_damaged`` says which logs hold a corrupt batch, and
   ``kgc_offsets_partitions_offline`` how many offsets partitions failed to load), fsync counts and latency (the ``Flusher``'s stats) and compaction
   runs (the cleaners' stats).
+* Security (issue 16): ``kgc_connections{listener}`` counts the server's live connections
+  by the listener they came on, at scrape time (``watch(server)`` tells the metrics which
+  server); ``kgc_authentications_total{listener,mechanism,result}`` counts finished SASL
+  exchanges (result ``success`` or ``failure``, re-authentications included), reported by
+  each SASL listener's ``on_authentication`` hook, which ``watch`` sets;
+  ``kgc_authorization_denied_total{api,resource_type}`` counts the denials the authorizer
+  audits (those it also logs on ``kgc.authorizer``): ``count_denials`` wraps its
+  ``on_denied`` and asks ``ApiAuthorizer.api_key`` which API's checks are running (checks
+  made outside them, none today, would count under ``api="unknown"``).
 * A few things are events: connections opened/closed (``on_connection``) or refused for want
   of file descriptors (``on_refused``), offsets-log load
   time per partition (``partition_loaded``), rebalance durations and expired offsets
@@ -43,7 +52,7 @@ import bisect
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -78,6 +87,10 @@ from coordinator.group.events import (
 from protocol.errors import ErrorCode
 from protocol.messages import BY_KEY
 from storage.offsets_format import OFFSETS_TOPIC
+
+if TYPE_CHECKING:
+    from coordinator.security import KafkaPrincipal
+    from coordinator.security.acl import AclOperation, Authorizer, ResourceType
 
 log = logging.getLogger("kgc.metrics")
 
@@ -198,6 +211,11 @@ class Metrics:
         self.flusher = flusher
         self.cleaners = cleaners
         self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode (set by the app)
+        # Security: the KafkaServer whose connections are counted per listener (``watch``),
+        # SASL exchanges by (listener, mechanism, result), denials by (API, resource type).
+        self.server: Any = None
+        self.authentications: dict[tuple[str, str, str], int] = {}
+        self.denials: dict[tuple[str, str], int] = {}
         self.registry.register(_Collector(self))
         self._http: asyncio.Server | None = None
 
@@ -238,6 +256,42 @@ class Metrics:
     def on_refused(self) -> None:
         """A connection was refused for want of file descriptors."""
         self.connections_refused += 1
+
+    # -- security
+    def watch(self, server: Any) -> None:
+        """Count ``server``'s (a KafkaServer's) connections per listener and the SASL
+        exchanges of its listeners; call it once the SASL listeners are attached."""
+        self.server = server
+        for sasl in server.sasl.values():
+            sasl.on_authentication = self.on_authentication
+
+    def on_authentication(self, listener: str, mechanism: str, ok: bool) -> None:
+        """A SASL exchange finished on ``listener`` (once per authentication or
+        re-authentication; a failure before a mechanism was chosen has mechanism "")."""
+        key = (listener, mechanism, "success" if ok else "failure")
+        self.authentications[key] = self.authentications.get(key, 0) + 1
+
+    def count_denials(self, authorizer: Authorizer, api_key: Callable[[], int]) -> None:
+        """Count ``authorizer``'s audited denials by API and resource type, after whatever
+        its ``on_denied`` already does (the ``kgc.authorizer`` log line). ``api_key`` tells
+        the API whose checks are running (-1: none)."""
+        logged = authorizer.on_denied
+
+        def denied(
+            principal: KafkaPrincipal,
+            host: str,
+            operation: AclOperation,
+            resource_type: ResourceType,
+            resource_name: str,
+        ) -> None:
+            if logged is not None:
+                logged(principal, host, operation, resource_type, resource_name)
+            key = api_key()
+            api = api_name(key) if key >= 0 else "unknown"
+            label = (api, resource_type.name)
+            self.denials[label] = self.denials.get(label, 0) + 1
+
+        authorizer.on_denied = denied
 
     # -- events
     def partition_loaded(self, partition: int, seconds: float) -> None:
@@ -319,6 +373,7 @@ class _Collector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
         yield from self._connections()
+        yield from self._security()
         yield from self._groups()
         yield from self._consumer_groups()
         yield from self._storage()
@@ -411,9 +466,22 @@ class _Collector(Collector):
         )
 
     def _connections(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
-            "kgc_connections", "Open client connections", value=self.m.connections
-        )
+        server = self.m.server
+        if server is None:
+            yield GaugeMetricFamily(
+                "kgc_connections", "Open client connections", value=self.m.connections
+            )
+        else:
+            # Read from the server's live connections: every listener, 0 when idle.
+            by_listener = dict.fromkeys((li.name for li in server.listenings), 0)
+            for conn in server.connections:
+                by_listener[conn.listener] = by_listener.get(conn.listener, 0) + 1
+            connections = GaugeMetricFamily(
+                "kgc_connections", "Open client connections, by listener", labels=["listener"]
+            )
+            for listener, n in by_listener.items():
+                connections.add_metric([listener], n)
+            yield connections
         yield CounterMetricFamily(
             "kgc_connections_opened", "Client connections accepted", value=self.m.connections_opened
         )
@@ -422,6 +490,27 @@ class _Collector(Collector):
             "Client connections refused (closed at once) for want of file descriptors",
             value=self.m.connections_refused,
         )
+
+    def _security(self) -> Iterator[Metric]:
+        m = self.m
+        auth = CounterMetricFamily(
+            "kgc_authentications",
+            "SASL authentications (and re-authentications) finished, by listener, mechanism "
+            "and result (success, failure)",
+            labels=["listener", "mechanism", "result"],
+        )
+        for (listener, mechanism, result), n in sorted(m.authentications.items()):
+            auth.add_metric([listener, mechanism, result], n)
+        yield auth
+        denied = CounterMetricFamily(
+            "kgc_authorization_denied",
+            "Requests' authorization checks denied (each logged on kgc.authorizer), by API "
+            "and resource type",
+            labels=["api", "resource_type"],
+        )
+        for (api, resource_type), n in sorted(m.denials.items()):
+            denied.add_metric([api, resource_type], n)
+        yield denied
 
     def _groups(self) -> Iterator[Metric]:
         m = self.m

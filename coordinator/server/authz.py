@@ -57,6 +57,8 @@ _R = ResourceType
 _GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 _TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 CLUSTER = "kafka-cluster"
+# The ACL and SCRAM admin APIs (Describe/Create/DeleteAcls, Describe/AlterUserScramCredentials).
+_CHECKED_BY_HANDLER = (29, 30, 31, 50, 51)
 
 
 def _answer(x: Any) -> HandlerResult:
@@ -102,6 +104,9 @@ class ApiAuthorizer:
     ) -> None:
         self.authorizer = authorizer
         self.topic_name = topic_name  # topic id -> name (v10 OffsetCommit, Fetch v13+)
+        # The API whose checks are running (-1 between requests): the metrics count the
+        # authorizer's denials by API with it (kgc_authorization_denied_total).
+        self.api_key = -1
 
     # -- decisions
 
@@ -137,6 +142,9 @@ class ApiAuthorizer:
             create_topics.API_KEY: self._create_topics,
             delete_topics.API_KEY: self._delete_topics,
             init_producer_id.API_KEY: self._init_producer_id,
+            # Their handlers check CLUSTER DESCRIBE/ALTER themselves; wrapped only so that
+            # their denials are counted under their API.
+            **dict.fromkeys(_CHECKED_BY_HANDLER, self._checked_by_handler),
         }
         wrapped = dict(handlers)
         for key, check in checks.items():
@@ -145,12 +153,21 @@ class ApiAuthorizer:
                 wrapped[key] = self._bind(check, handler)
         return wrapped
 
-    @staticmethod
-    def _bind(check: Callable[..., HandlerResult], handler: Handler) -> Handler:
+    def _bind(self, check: Callable[..., HandlerResult], handler: Handler) -> Handler:
         def authorized(header: RequestHeader, body: Any, client: ClientInfo) -> HandlerResult:
-            return check(handler, header, body, client)
+            self.api_key = header.api_key
+            try:
+                return check(handler, header, body, client)
+            finally:
+                self.api_key = -1
 
         return authorized
+
+    @staticmethod
+    def _checked_by_handler(
+        handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+    ) -> HandlerResult:
+        return handler(header, req, client)
 
     # -- groups
 
