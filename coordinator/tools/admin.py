@@ -13,19 +13,25 @@ ConsumerGroupDescribe first when the coordinator serves it and falls back to Des
 when the group is not a consumer group, as Kafka's admin client does; both land in one
 ``GroupDescription`` (``group_type`` says which, the epoch fields are set for consumer groups).
 
+Secured listeners: ``security`` (a ``ClientSecurity``, from ``--command-config``) is used for
+every connection, the bootstrap's and each coordinator's or leader's, as a Kafka client uses
+one configuration for every broker.
+
 Failures come out as two exception types the CLI maps to exit codes: ``Unreachable`` (no
 TCP connection or the connection dropped: exit 3) and ``AdminError`` (the server answered
-with an error, or the thing asked for does not exist: exit 1).
+with an error, refused the credentials or the TLS handshake failed, or the thing asked for
+does not exist: exit 1).
 """
 
 from __future__ import annotations
 
+import ssl
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.tools.client import Connection, KafkaError
+from coordinator.tools.client import AuthenticationFailed, ClientSecurity, Connection, KafkaError
 from protocol.errors import ErrorCode
 from protocol.messages import (
     consumer_group_describe,
@@ -196,11 +202,17 @@ def _split(bootstrap: str) -> tuple[str, int]:
 
 class Admin:
     def __init__(
-        self, bootstrap: str, *, timeout: float = 10.0, client_id: str = "kgc-admin"
+        self,
+        bootstrap: str,
+        *,
+        timeout: float = 10.0,
+        client_id: str = "kgc-admin",
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = _split(bootstrap.split(",")[0].strip())
         self.timeout = timeout
         self.client_id = client_id
+        self.security = security or ClientSecurity()
         self.conns: dict[tuple[str, int], Connection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
 
@@ -220,14 +232,46 @@ class Admin:
         addr = addr or self.bootstrap
         conn = self.conns.get(addr)
         if conn is None:
+            where = f"{addr[0]}:{addr[1]}"
             try:
-                conn = Connection(addr[0], addr[1], client_id=self.client_id, timeout=self.timeout)
+                conn = Connection(
+                    addr[0],
+                    addr[1],
+                    client_id=self.client_id,
+                    timeout=self.timeout,
+                    security=self.security,
+                )
+            except AuthenticationFailed as exc:
+                raise AdminError(f"{where}: {exc}") from None
+            except ssl.SSLCertVerificationError as exc:
+                raise AdminError(
+                    f"TLS: cannot verify {where}'s certificate: {exc.verify_message or exc.reason}"
+                    " (check ssl.truststore.location / ssl.ca.location and the host name)"
+                ) from None
+            except ssl.SSLError as exc:
+                raise AdminError(
+                    f"TLS handshake with {where} failed: {exc.reason or exc}"
+                    " (is it an SSL or SASL_SSL listener?)"
+                ) from None
+            except TimeoutError:
+                raise Unreachable(f"{where} did not answer within {self.timeout:g} s") from None
+            except KafkaError as exc:
+                raise AdminError(f"{where}: {exc}") from None
             except OSError as exc:
                 raise Unreachable(
-                    f"cannot reach {addr[0]}:{addr[1]}: {exc.strerror or exc}"
+                    f"cannot reach {where}: {exc.strerror or exc}{self._hint(exc)}"
                 ) from None
             self.conns[addr] = conn
         return conn
+
+    def _hint(self, exc: OSError) -> str:
+        """Why a plaintext client is cut off: a TLS or SASL listener closes it."""
+        if self.security.security_protocol == "PLAINTEXT" and isinstance(exc, ConnectionError):
+            return (
+                " (a TLS or SASL listener closes unauthenticated plaintext connections:"
+                " give its settings with --command-config)"
+            )
+        return ""
 
     def call(
         self,
@@ -253,7 +297,7 @@ class Admin:
         except OSError as exc:  # includes ConnectionError: the server went away mid-request
             self.conns.pop(where, None)
             raise Unreachable(
-                f"lost connection to {where[0]}:{where[1]}: {exc.strerror or exc}"
+                f"lost connection to {where[0]}:{where[1]}: {exc.strerror or exc}{self._hint(exc)}"
             ) from None
 
     # -- cluster
@@ -269,7 +313,7 @@ class Admin:
             raise AdminError(str(exc)) from None
         except OSError as exc:
             raise Unreachable(
-                f"lost connection to {self.bootstrap[0]}:{self.bootstrap[1]}: {exc}"
+                f"lost connection to {self.bootstrap[0]}:{self.bootstrap[1]}: {exc}{self._hint(exc)}"
             ) from None
         return dict(conn.versions)
 

@@ -9,7 +9,8 @@ family in ``tools.commands``) speak the plain Kafka protocol through ``tools.adm
 they work against kgc and any Kafka-compatible broker (``--bootstrap-server``). They print
 rich tables for people and, with ``--output json``, JSON for scripts. Exit codes: 0 ok, 1
 the server answered with an error or the group/topic does not exist, 2 bad usage, 3 the
-server could not be reached. ``kgc audit`` runs the offsets audit (``coordinator.audit``).
+server could not be reached. Every one of them takes Kafka's ``--command-config
+client.properties`` for TLS and SASL listeners (``tools.commands.common``). ``kgc audit`` runs the offsets audit (``coordinator.audit``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from typing import Any
 
 from coordinator import config
 from coordinator.tools.admin import AdminError, Unreachable
+from coordinator.tools.client import ClientConfigError
 from coordinator.tools.commands import acls, cluster, groups, health, offsets, topics, users
 from coordinator.tools.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_UNREACHABLE,
+    EXIT_USAGE,
     common_options,
 )
 from storage.postgres import StartupRefused
@@ -104,6 +107,9 @@ def run_admin(args: argparse.Namespace) -> int:
     """Run an operator command, turning every failure into one line and an exit code."""
     try:
         return int(args.func(args))
+    except ClientConfigError as exc:  # --command-config: a setting that cannot be used
+        print(f"kgc: error: --command-config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except AdminError as exc:
         print(f"kgc: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

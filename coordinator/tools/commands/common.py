@@ -1,19 +1,27 @@
 """What every operator command shares: options, exit codes, the admin connection.
 
 How this works: ``common_options`` is the parent parser of every operator subcommand
-(``--bootstrap-server``, ``--output``, ``--timeout``); ``leaf`` registers one subcommand
-with them and marks it as an operator command, which ``tools.cli`` runs through
-``run_admin`` so every failure ends in one line and one of the exit codes below.
+(``--bootstrap-server``, ``--command-config``, ``--output``, ``--timeout``); ``leaf``
+registers one subcommand with them and marks it as an operator command, which ``tools.cli``
+runs through ``run_admin`` so every failure ends in one line and one of the exit codes below.
+
+``--command-config FILE`` is Kafka's tools' option: a ``client.properties`` with the
+security settings of the listener talked to (``security.protocol``, ``sasl.mechanism``,
+``sasl.jaas.config``, ``ssl.*``; see ``tools.client``). It is read when the command runs,
+so a file that cannot be used ends in one line and exit 2 like any other bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from coordinator.tools.admin import Admin
+from coordinator.tools.client import ClientSecurity
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -28,6 +36,15 @@ def common_options() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         default=os.environ.get("KGC_BOOTSTRAP_SERVER", DEFAULT_BOOTSTRAP),
         help=f"server to talk to (env KGC_BOOTSTRAP_SERVER; default {DEFAULT_BOOTSTRAP})",
+    )
+    common.add_argument(
+        "--command-config",
+        metavar="FILE",
+        type=Path,
+        default=os.environ.get("KGC_COMMAND_CONFIG") or None,
+        help="client.properties with the listener's security settings: security.protocol, "
+        "sasl.mechanism, sasl.jaas.config (or sasl.username/sasl.password), ssl.* "
+        "(env KGC_COMMAND_CONFIG; default: PLAINTEXT)",
     )
     common.add_argument(
         "--output",
@@ -56,5 +73,27 @@ def leaf(
     return p
 
 
-def admin_for(args: argparse.Namespace) -> Admin:
-    return Admin(args.bootstrap_server, timeout=args.timeout or 10.0)
+def client_security(args: argparse.Namespace) -> ClientSecurity:
+    """The ``--command-config`` file's settings (PLAINTEXT without one).
+
+    Raises ``ClientConfigError`` (exit 2). Security settings the client does not use are
+    named on stderr, as Kafka's clients warn about unused configurations.
+    """
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return ClientSecurity()
+    security = ClientSecurity.load(path)
+    if security.unused:
+        print(
+            f"kgc: warning: {path}: not used by kgc's client: {', '.join(security.unused)}",
+            file=sys.stderr,
+        )
+    return security
+
+
+def admin_for(args: argparse.Namespace, default_timeout: float = 10.0) -> Admin:
+    return Admin(
+        args.bootstrap_server,
+        timeout=args.timeout or default_timeout,
+        security=client_security(args),
+    )

@@ -7,8 +7,8 @@ import sys
 import time
 from typing import Any
 
-from coordinator.tools.admin import Admin, AdminError, Unreachable, error_name
-from coordinator.tools.commands.common import EXIT_ERROR, EXIT_OK, leaf
+from coordinator.tools.admin import AdminError, Unreachable, error_name
+from coordinator.tools.commands.common import EXIT_ERROR, EXIT_OK, admin_for, leaf
 from coordinator.tools.output import Output
 
 
@@ -23,7 +23,7 @@ def cmd_health(args: argparse.Namespace) -> int:
     out = Output(args)
     t0 = time.perf_counter()
     try:
-        with Admin(args.bootstrap_server, timeout=args.timeout or 5.0) as admin:
+        with admin_for(args, default_timeout=5.0) as admin:
             apis = admin.api_versions()
             offline: list[str] = []
             for resp in (admin.metadata(None), admin.metadata(["__consumer_offsets"])):
