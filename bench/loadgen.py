@@ -8,7 +8,8 @@ send to its response.
 
 ``connect`` (optional) opens each connection instead of a plain TCP one: a TLS-wrapped,
 SASL-authenticated stream for secured listeners (``aioclient.open_stream``); the handshake
-is done before the connection's first request, outside the measured time.
+is done before the connection's first request, outside the measured time. ``on_start``
+(optional) is called as the measured window opens.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ async def run_load(
     seconds: float,
     warmup: float = 0.5,
     connect: Connect | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> LoadResult:
     async def streams() -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None]:
         # With ``connect``, every connection is open (and authenticated) before the clock runs.
@@ -115,6 +117,8 @@ async def run_load(
     opened = await streams()
     lat: list[float] = []
     counter = [0]
+    if on_start is not None:  # e.g. read the server's CPU time: the measured window begins
+        on_start()
     start = time.perf_counter()
     await asyncio.gather(
         *(
