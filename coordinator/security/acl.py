@@ -380,7 +380,7 @@ class Authorizer:
         # type -> prefix -> by principal; type -> the distinct prefix lengths, ascending.
         self._prefixed: dict[ResourceType, dict[str, _ByPrincipal]] = {}
         self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {}
-        self._cache: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        self._cache: dict[tuple[KafkaPrincipal, str, AclOperation, ResourceType, str], bool] = {}
         self.update(bindings)
 
     # -- the bindings
@@ -436,11 +436,12 @@ class Authorizer:
         ``audit``: the check is for something the request asked for (a denial is reported
         to ``on_denied``); False for checks that only filter or describe.
         """
-        name = str(principal)
-        key = (name, host, operation, resource_type, resource_name)
+        # The principal itself is the key (a tuple): its "User:name" string is only built
+        # when the decision is not cached (most checks repeat: every heartbeat).
+        key = (principal, host, operation, resource_type, resource_name)
         allowed = self._cache.get(key)
         if allowed is None:
-            allowed = self._decide(name, host, operation, resource_type, resource_name)
+            allowed = self._decide(str(principal), host, operation, resource_type, resource_name)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache = {}
             self._cache[key] = allowed
