@@ -20,7 +20,11 @@ ENV KGC_HOST=0.0.0.0 \
     KGC_DATA_DIR=/var/lib/kgc/data \
     PYTHONUNBUFFERED=1
 VOLUME ["/var/lib/kgc/data"]
-EXPOSE 9092 9404
+# 9092: PLAINTEXT (the default). 9093: the secured listener of the README's "Securing kgc"
+# example (SASL_SSL), e.g. with a server.properties mounted at /etc/kgc:
+#   docker run -p 9093:9093 -v $PWD/secure:/etc/kgc kgc serve --config /etc/kgc/server.properties
+# 9404: Prometheus metrics.
+EXPOSE 9092 9093 9404
 # The CLI asks the server for ApiVersions; non-zero if it does not answer.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
     CMD ["kgc", "health", "--bootstrap-server", "127.0.0.1:9092"]
