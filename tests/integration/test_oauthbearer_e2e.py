@@ -31,7 +31,7 @@ from groupkit import wait_until
 from jwt.algorithms import RSAAlgorithm
 from kgc_process import KgcProcess, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ISSUER = "https://idp.kgc.test"
 AUDIENCE = "kgc"
 KID = "test-key-1"

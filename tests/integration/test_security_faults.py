@@ -47,7 +47,7 @@ from protocol.messages import (
     sasl_handshake,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 IDLE_MS = 1000  # connections.max.idle.ms
 MAX_RECEIVE = 524288  # sasl.server.max.receive.size (Kafka's default)
 MEMORY_BOUND_KIB = 24 * 1024  # RSS growth allowed over 500 stalled connections (see below)

@@ -33,7 +33,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import alter_user_scram_credentials as alter_api
 from protocol.messages import create_acls, create_topics, describe_acls, find_coordinator, metadata
 
-pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+pytestmark = [pytest.mark.postgres, pytest.mark.integration, pytest.mark.slow]
 OFFSETS_PARTITIONS = 4
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret";'
 ADMIN = {"sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"}

@@ -28,7 +28,7 @@ from coordinator.tools.client import Connection
 from protocol.messages import alter_user_scram_credentials as alter_api
 from protocol.messages import describe_user_scram_credentials as describe_api
 
-pytestmark = [pytest.mark.postgres, pytest.mark.integration]
+pytestmark = [pytest.mark.postgres, pytest.mark.integration, pytest.mark.slow]
 
 
 def sessions_expired(url: str) -> bool:
