@@ -34,13 +34,20 @@ from dataclasses import dataclass
 from enum import Enum
 
 from coordinator.group.consumer.assignors.spec import SubscriptionType
-from coordinator.group.consumer.member import EMPTY, Assignment, ConsumerGroupMember, MemberState
+from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
 from coordinator.group.consumer.target import SpecCache
 from coordinator.group.timers import Timer
 from protocol.errors import ErrorCode
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 
-__all__ = ["ConsumerGroup", "ConsumerGroupState", "ResolvedRegex"]
+__all__ = [
+    "ConsumerGroup",
+    "ConsumerGroupState",
+    "ResolvedRegex",
+    "count_subscription",
+    "preferred_assignor",
+    "uncount_subscription",
+]
 
 MAX_INT = 2**31 - 1
 
@@ -154,12 +161,7 @@ class ConsumerGroup:
         return SubscriptionType.HETEROGENEOUS
 
     def preferred_assignor(self, default: str) -> str:
-        """The server assignor most members name (ties: the name first counted), else ``default``."""
-        best, best_count = None, 0
-        for name, count in self.assignor_count.items():
-            if count > best_count:
-                best, best_count = name, count
-        return best if best is not None else default
+        return preferred_assignor(self.assignor_count, default)
 
     def current_partition_epoch(self, topic_id: bytes, partition: int) -> int:
         owners = self.partition_epochs.get(topic_id)
@@ -337,11 +339,7 @@ class ConsumerGroup:
     # ------------------------------------------------------------ indexes
 
     def _count(self, m: ConsumerGroupMember) -> None:
-        for t in m.subscribed_topic_names:
-            self.names_count[t] = self.names_count.get(t, 0) + 1
-        if m.subscribed_topic_regex:
-            r = m.subscribed_topic_regex
-            self.regex_count[r] = self.regex_count.get(r, 0) + 1
+        count_subscription(self.names_count, self.regex_count, m)
         if m.server_assignor is not None:
             a = m.server_assignor
             self.assignor_count[a] = self.assignor_count.get(a, 0) + 1
@@ -349,10 +347,7 @@ class ConsumerGroup:
             self.classic_members += 1
 
     def _uncount(self, m: ConsumerGroupMember) -> None:
-        for t in m.subscribed_topic_names:
-            _decrement(self.names_count, t)
-        if m.subscribed_topic_regex:
-            _decrement(self.regex_count, m.subscribed_topic_regex)
+        uncount_subscription(self.names_count, self.regex_count, m)
         if m.server_assignor is not None:
             _decrement(self.assignor_count, m.server_assignor)
         if m.classic_member_metadata is not None:
@@ -386,4 +381,31 @@ def _decrement(counts: dict[str, int], key: str) -> None:
         counts.pop(key, None)
 
 
-__all__ += ["EMPTY"]
+def count_subscription(
+    names: dict[str, int], regexes: dict[str, int], m: ConsumerGroupMember
+) -> None:
+    """Add ``m``'s subscription to subscriber counts by topic name and by regex (the
+    group's own counters, or would-be copies a heartbeat computes before it changes them)."""
+    for t in m.subscribed_topic_names:
+        names[t] = names.get(t, 0) + 1
+    if m.subscribed_topic_regex:
+        regexes[m.subscribed_topic_regex] = regexes.get(m.subscribed_topic_regex, 0) + 1
+
+
+def uncount_subscription(
+    names: dict[str, int], regexes: dict[str, int], m: ConsumerGroupMember
+) -> None:
+    for t in m.subscribed_topic_names:
+        _decrement(names, t)
+    if m.subscribed_topic_regex:
+        _decrement(regexes, m.subscribed_topic_regex)
+
+
+def preferred_assignor(counts: dict[str, int], default: str) -> str:
+    """The server assignor most members name (ties: the name first counted), else ``default``
+    (Kafka's computePreferredServerAssignor; Kafka breaks ties in HashMap order)."""
+    best, best_count = default, 0
+    for name, count in counts.items():
+        if count > best_count:
+            best, best_count = name, count
+    return best

@@ -36,8 +36,14 @@ from typing import Any
 
 from coordinator.group.consumer import records as rec
 from coordinator.group.consumer.assignors import BUILTIN_ASSIGNORS
-from coordinator.group.consumer.assignors.spec import PartitionAssignorError, SubscriptionType
-from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState, ResolvedRegex
+from coordinator.group.consumer.assignors.spec import PartitionAssignorError
+from coordinator.group.consumer.group import (
+    ConsumerGroup,
+    ResolvedRegex,
+    count_subscription,
+    preferred_assignor,
+    uncount_subscription,
+)
 from coordinator.group.consumer.member import (
     Assignment,
     ConsumerGroupMember,
@@ -54,7 +60,7 @@ from coordinator.group.events import (
     FenceKind,
 )
 from coordinator.group.partitions import Partitions
-from coordinator.group.timers import Timer, TimerAction, TimerKind, Timers
+from coordinator.group.timers import TimerAction, TimerKind, Timers
 from coordinator.group.topics import StaticTopics, TopicsImage
 from coordinator.group.types import GroupConfig, RequestContext, Result
 from protocol.errors import ErrorCode
@@ -461,10 +467,10 @@ class ConsumerGroupManager:
         names_count = dict(group.names_count)
         regex_count = dict(group.regex_count)
         if counted:
-            _uncount(names_count, regex_count, old)
+            uncount_subscription(names_count, regex_count, old)
         elif replaced is not None:
-            _uncount(names_count, regex_count, replaced)
-        _count(names_count, regex_count, updated)
+            uncount_subscription(names_count, regex_count, replaced)
+        count_subscription(names_count, regex_count, updated)
         resolved_after = {r: v for r, v in group.resolved_regexes.items() if r in regex_count}
         members_after = len(group.members) + (1 if is_new else 0)
         subscription_type = group.subscription_type(names_count, regex_count, members_after)
@@ -665,7 +671,7 @@ class ConsumerGroupManager:
         names_count = dict(group.names_count)
         regex_count = dict(group.regex_count)
         for m in gone:
-            _uncount(names_count, regex_count, m)
+            uncount_subscription(names_count, regex_count, m)
         for regex in group.regex_count:
             if regex not in regex_count and regex in group.resolved_regexes:
                 writes.append(rec.regex(gid, regex, None))
@@ -913,17 +919,6 @@ class ConsumerGroupManager:
             out.append(cls(topic_id=topic_id, topic_name=t.name, partitions=sorted(ps)))
         return out
 
-    # ------------------------------------------------------------ for the shard
-
-    def listed_state(self, group: ConsumerGroup) -> str:
-        return group.state.value
-
-    def groups_snapshot(self) -> list[tuple[str, str, int, str, str]]:
-        return [
-            (g.group_id, g.state.value, len(g.members), "consumer", "consumer")
-            for g in self.groups.values()
-        ]
-
 
 def _check_epoch(
     member: ConsumerGroupMember, received: int, owned: Mapping[bytes, frozenset[int]] | None
@@ -951,36 +946,13 @@ def _check_epoch(
     )
 
 
-def _count(names: dict[str, int], regexes: dict[str, int], m: ConsumerGroupMember) -> None:
-    for t in m.subscribed_topic_names:
-        names[t] = names.get(t, 0) + 1
-    if m.subscribed_topic_regex:
-        regexes[m.subscribed_topic_regex] = regexes.get(m.subscribed_topic_regex, 0) + 1
-
-
-def _uncount(names: dict[str, int], regexes: dict[str, int], m: ConsumerGroupMember) -> None:
-    for t in m.subscribed_topic_names:
-        n = names.get(t, 0) - 1
-        if n > 0:
-            names[t] = n
-        else:
-            names.pop(t, None)
-    r = m.subscribed_topic_regex
-    if r:
-        n = regexes.get(r, 0) - 1
-        if n > 0:
-            regexes[r] = n
-        else:
-            regexes.pop(r, None)
-
-
 def _preferred_assignor(
     group: ConsumerGroup,
     old: ConsumerGroupMember | None,
     updated: ConsumerGroupMember,
     default: str,
 ) -> str:
-    """Kafka's computePreferredServerAssignor: the most named assignor, this change included."""
+    """The preferred assignor with this heartbeat's change counted."""
     counts = dict(group.assignor_count)
     if old is not None and old.server_assignor is not None:
         n = counts.get(old.server_assignor, 0) - 1
@@ -990,11 +962,4 @@ def _preferred_assignor(
             counts.pop(old.server_assignor, None)
     if updated.server_assignor is not None:
         counts[updated.server_assignor] = counts.get(updated.server_assignor, 0) + 1
-    best, best_count = default, 0
-    for name, count in counts.items():
-        if count > best_count:
-            best, best_count = name, count
-    return best
-
-
-__all__ += ["ConsumerGroupState", "SubscriptionType", "Timer"]
+    return preferred_assignor(counts, default)
