@@ -70,6 +70,18 @@ def _error(header: RequestHeader, req: Any, code: ErrorCode) -> HandlerResult:
     return _answer(error_response(header.api_key, header.api_version, req, code))
 
 
+def _append_topics(response: Callable[..., Any]) -> Callable[[Any, list[Any]], Any]:
+    """Merge refused topics after the handler's (a response with ``topics``), or make the
+    whole answer of them when nothing reached the handler."""
+
+    def merge(resp: Any, refused: list[Any]) -> Any:
+        if resp is None:
+            return response(topics=refused)
+        return dataclasses.replace(resp, topics=[*resp.topics, *refused])
+
+    return merge
+
+
 def _then(result: HandlerResult, fn: Callable[[Any], Any]) -> HandlerResult:
     """Apply ``fn`` to the handler's answer, now or when a Deferred one arrives."""
     if type(result) is not Deferred:
@@ -313,10 +325,7 @@ class ApiAuthorizer:
                 ],
             )
 
-        def merge(resp: Any, refused: list[Any]) -> Any:
-            if resp is None:
-                return offset_commit.Response(topics=refused)
-            return dataclasses.replace(resp, topics=[*resp.topics, *refused])
+        merge = _append_topics(offset_commit.Response)
 
         return self._split_topics(handler, header, req, client, _O.READ, refuse, merge)
 
@@ -339,10 +348,7 @@ class ApiAuthorizer:
                 ],
             )
 
-        def merge(resp: Any, refused: list[Any]) -> Any:
-            if resp is None:
-                return txn_offset_commit.Response(topics=refused)
-            return dataclasses.replace(resp, topics=[*resp.topics, *refused])
+        merge = _append_topics(txn_offset_commit.Response)
 
         return self._split_topics(handler, header, req, client, _O.READ, refuse, merge)
 
@@ -478,10 +484,7 @@ class ApiAuthorizer:
                 ],
             )
 
-        def merge(resp: Any, refused: list[Any]) -> Any:
-            if resp is None:
-                return offset_delete.Response(topics=refused)
-            return dataclasses.replace(resp, topics=[*resp.topics, *refused])
+        merge = _append_topics(offset_delete.Response)
 
         return self._split_topics(handler, header, req, client, _O.READ, refuse, merge)
 
@@ -611,10 +614,7 @@ class ApiAuthorizer:
                 ],
             )
 
-        def merge(resp: Any, refused: list[Any]) -> Any:
-            if resp is None:
-                return list_offsets.Response(topics=refused)
-            return dataclasses.replace(resp, topics=[*resp.topics, *refused])
+        merge = _append_topics(list_offsets.Response)
 
         return self._split_topics(handler, header, req, client, _O.DESCRIBE, refuse, merge)
 
@@ -629,10 +629,7 @@ class ApiAuthorizer:
                 name=t.name, error_code=_TOPIC_DENIED, error_message=None
             )
 
-        def merge(resp: Any, refused: list[Any]) -> Any:
-            if resp is None:
-                return create_topics.Response(topics=refused)
-            return dataclasses.replace(resp, topics=[*resp.topics, *refused])
+        merge = _append_topics(create_topics.Response)
 
         return self._split_topics(handler, header, req, client, _O.CREATE, refuse, merge)
 
