@@ -68,6 +68,14 @@ APIS = [
     "DeleteAcls",
     "DescribeUserScramCredentials",
     "AlterUserScramCredentials",
+    # Admin APIs that Kafka's tools call (issue 17).
+    "DescribeConfigs",
+    "AlterConfigs",
+    "IncrementalAlterConfigs",
+    "CreatePartitions",
+    "DeleteRecords",
+    "DescribeCluster",
+    "DescribeLogDirs",
 ]
 
 FIXED: dict[str, tuple[str, int]] = {

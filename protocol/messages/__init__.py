@@ -35,6 +35,13 @@ from protocol.messages import describe_acls
 from protocol.messages import delete_acls
 from protocol.messages import describe_user_scram_credentials
 from protocol.messages import alter_user_scram_credentials
+from protocol.messages import describe_configs
+from protocol.messages import alter_configs
+from protocol.messages import incremental_alter_configs
+from protocol.messages import create_partitions
+from protocol.messages import delete_records
+from protocol.messages import describe_cluster
+from protocol.messages import describe_log_dirs
 
 # API key -> module with Request/Response classes, version bounds and codecs.
 BY_KEY: dict[int, ModuleType] = {
@@ -67,4 +74,11 @@ BY_KEY: dict[int, ModuleType] = {
     31: delete_acls,
     50: describe_user_scram_credentials,
     51: alter_user_scram_credentials,
+    32: describe_configs,
+    33: alter_configs,
+    44: incremental_alter_configs,
+    37: create_partitions,
+    21: delete_records,
+    60: describe_cluster,
+    35: describe_log_dirs,
 }
