@@ -59,6 +59,8 @@ _TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 CLUSTER = "kafka-cluster"
 # The ACL and SCRAM admin APIs (Describe/Create/DeleteAcls, Describe/AlterUserScramCredentials).
 _CHECKED_BY_HANDLER = (29, 30, 31, 50, 51)
+# ApiVersions, SaslHandshake and SaslAuthenticate: answered before anyone is known, as in Kafka.
+_NEEDS_NO_AUTHORIZATION = frozenset((18, 17, 36))
 
 
 def _answer(x: Any) -> HandlerResult:
@@ -158,6 +160,10 @@ class ApiAuthorizer:
             # their denials are counted under their API.
             **dict.fromkeys(_CHECKED_BY_HANDLER, self._checked_by_handler),
         }
+        # Fail closed: an API served without a check would be open to everyone.
+        unchecked = set(handlers) - set(checks) - _NEEDS_NO_AUTHORIZATION
+        if unchecked:
+            raise ValueError(f"api keys served without an authorization check: {sorted(unchecked)}")
         wrapped = dict(handlers)
         for key, check in checks.items():
             handler = handlers.get(key)

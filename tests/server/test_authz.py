@@ -190,3 +190,10 @@ def test_metadata_hides_topics_and_refuses_named_ones(named: bool) -> None:
     else:
         assert got == {"a": 0}
     assert dataclasses.is_dataclass(resp)
+
+
+def test_an_api_without_an_authorization_check_is_refused_at_start() -> None:
+    # Fail closed: a handler added without its check must not be served to everyone.
+    with pytest.raises(ValueError, match=r"\[32\]"):
+        wrapped({32: lambda h, b, c: None})  # DescribeConfigs, no check
+    assert 18 in wrapped({18: lambda h, b, c: None})  # ApiVersions needs none
