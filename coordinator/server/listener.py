@@ -13,8 +13,11 @@ A server may have several listeners (Kafka's ``listeners``), each a ``Listening`
 sockets, its name and security protocol, and for SSL/SASL_SSL the TLS context and the
 principal mapping rules. A TLS connection is handed to its ``KafkaConnection`` only once the
 handshake is done; a handshake that fails (a plaintext client on the TLS port, an untrusted
-or expired client certificate) or does not finish within ``TLS_HANDSHAKE_TIMEOUT_S`` closes
-that connection with one log line, and nothing else notices.
+or expired client certificate) or does not finish within the listener's
+``connections.max.idle.ms`` closes that connection with one log line, and nothing else
+notices. Past the handshake, ``KafkaServer`` sweeps its connections every so often and closes
+those that have been quiet (no bytes read, no request in flight) for ``connections.max.idle.ms``,
+as Kafka's Selector expires idle connections.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import os
 import resource
 import socket
 import ssl
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,8 +53,6 @@ ACCEPT_RETRY_S = 0.1  # without a spare descriptor, how long accepting pauses af
 _ACCEPT_SHORTAGE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 # Errors about the one connection being accepted (it went away first): skip it.
 _ACCEPT_SKIP = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.EINTR})
-# A client that connects to a TLS listener and stalls mid-handshake is dropped after this.
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def descriptor_reserve(limit: int) -> int:
@@ -131,6 +133,10 @@ class Listening:
     security_protocol: str = "PLAINTEXT"
     ssl: ssl.SSLContext | None = None
     principal_mapper: SslPrincipalMapper | None = None
+    # connections.max.idle.ms as this listener sees it: a connection that reads and writes
+    # nothing for this long is closed (a stalled TLS handshake included), as Kafka's Selector
+    # closes idle connections.
+    idle_ms: int = 600000
 
 
 async def listen(
@@ -141,6 +147,7 @@ async def listen(
     security_protocol: str = "PLAINTEXT",
     ssl_context: ssl.SSLContext | None = None,
     principal_mapper: SslPrincipalMapper | None = None,
+    idle_ms: int = 600000,
 ) -> Listening:
     """Bind and listen on every address of ``host`` (IPv4 and IPv6 alike), on one port."""
     loop = asyncio.get_running_loop()
@@ -176,6 +183,7 @@ async def listen(
         security_protocol,
         ssl_context,
         principal_mapper,
+        idle_ms,
     )
 
 
@@ -217,6 +225,7 @@ async def listen_all(s: Settings, tls: TlsContexts) -> list[Listening]:
                     security_protocol=spec.security_protocol,
                     ssl_context=ctx,
                     principal_mapper=mapper,
+                    idle_ms=int(s.listener_config(spec.name, "connections.max.idle.ms")),
                 )
             )
     except BaseException:
@@ -277,6 +286,7 @@ class KafkaServer:
         self._spare: int | None = None  # given up for a moment to refuse on EMFILE
         self._accepting: set[asyncio.Task[Any]] = set()
         self._conn_seq = 0
+        self._sweeper: asyncio.TimerHandle | None = None  # the idle-connection sweep
 
     @property
     def port(self) -> int:
@@ -295,6 +305,17 @@ class KafkaServer:
             for listening in self.listenings
             for sock in listening.sockets
         ]
+        # A quarter of the shortest connections.max.idle.ms: a quiet connection is closed
+        # between 1 and 1.25 times its idle limit after its last activity.
+        shortest_s = min(li.idle_ms for li in self.listenings) / 1000
+        self._sweep_s = min(max(shortest_s / 4, 0.01), 30.0)
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep)
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        for conn in list(self.connections):
+            conn.expire_if_idle(now)
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep)
 
     # -- accepting
     def descriptor_ceiling(self) -> int:
@@ -341,11 +362,13 @@ class KafkaServer:
                 lambda: KafkaConnection(self, listening),
                 conn,
                 ssl=listening.ssl,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+                ssl_handshake_timeout=listening.idle_ms / 1000,
             )
         except (OSError, TimeoutError, EOFError, ssl.SSLError) as exc:
-            if isinstance(exc, TimeoutError):
-                reason = f"no TLS handshake within {TLS_HANDSHAKE_TIMEOUT_S:g} s"
+            # asyncio raises TimeoutError; uvloop aborts with ConnectionAbortedError("SSL
+            # handshake is taking longer than ...").
+            if isinstance(exc, TimeoutError) or "taking longer" in str(exc):
+                reason = f"no TLS handshake within {listening.idle_ms} ms (connections.max.idle.ms)"
             else:
                 reason = str(exc) or type(exc).__name__
             log.warning(
@@ -405,6 +428,9 @@ class KafkaServer:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let in-flight responses go out, then close every connection."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for listener in self.listeners:
             listener.close()
         self.listeners = []

@@ -111,8 +111,13 @@ class KafkaConnection(asyncio.Protocol):
         self.authenticating = False  # (re-)authenticating: frames go to the session
         self.auth_failed = False  # closing after connection.failed.authentication.delay.ms
         self.auth_max_size = 0  # sasl.server.max.receive.size
-        self.last_read = 0.0  # monotonic time of the last bytes read while authenticating
-        self.timer: asyncio.TimerHandle | None = None  # idle check, or the delayed close
+        self.timer: asyncio.TimerHandle | None = None  # the delayed close after a failure
+        # connections.max.idle.ms: ``KafkaServer``'s sweep closes a connection quiet for this
+        # long. Reads and written answers only raise ``active``; the sweep turns that into
+        # ``quiet_since``, so the request path pays one attribute store.
+        self.idle_s = (listening.idle_ms if listening is not None else 600000) / 1000
+        self.active = False
+        self.quiet_since = time.monotonic()
         if self.security_protocol.startswith("SASL_"):
             sasl = server.sasl.get(self.listener) or SaslListener(self.listener, {})
             self.sasl = SaslSession(sasl, server.dispatch)
@@ -133,8 +138,6 @@ class KafkaConnection(asyncio.Protocol):
         self.server.on_connection(+1)
         if self.listening is not None and self.listening.ssl is not None:
             self._tls_principal(transport)
-        if self.authenticating:
-            self._arm_idle()
 
     def _tls_principal(self, transport: asyncio.BaseTransport) -> None:
         """The principal of a TLS client: its certificate's subject through the listener's
@@ -189,8 +192,7 @@ class KafkaConnection(asyncio.Protocol):
         if self.auth_failed:
             return  # closing after the failed-authentication delay: nothing more is read
         self.buf += data
-        if self.authenticating:
-            self.last_read = time.monotonic()
+        self.active = True
         if not self.waiting:  # else at most one read arrived before the pause took effect
             self._read_frames()
 
@@ -279,7 +281,6 @@ class KafkaConnection(asyncio.Protocol):
             ):
                 # KIP-368: the client re-authenticates on this connection.
                 self.authenticating = True
-                self._arm_idle()
                 self._sasl_frame(frame)
                 return
             if sasl.expired():
@@ -430,6 +431,7 @@ class KafkaConnection(asyncio.Protocol):
         if on_request is not None:
             on_request(header.api_key, header.api_version, result, started)
         slot.done = True
+        self.active = True
         self._flush()
 
     def _write(self, data: bytes) -> None:
@@ -551,33 +553,33 @@ class KafkaConnection(asyncio.Protocol):
             self._write(reply)
         self._close_gracefully()
 
-    def _arm_idle(self) -> None:
-        """Close a connection that sends nothing for connections.max.idle.ms while it
-        authenticates (a client that stops mid-handshake holds nothing for longer)."""
-        assert self.sasl is not None
-        self._cancel_timer()
-        self.last_read = time.monotonic()
-        idle_s = self.sasl.listener.idle_ms / 1000
-        self.timer = asyncio.get_running_loop().call_later(idle_s, self._idle_check)
-
-    def _idle_check(self) -> None:
-        self.timer = None
-        sasl = self.sasl
-        if self.closed or not self.authenticating or self.auth_failed or sasl is None:
+    def expire_if_idle(self, now: float) -> None:
+        """The server's sweep: close the connection if it has been quiet (nothing read, no
+        answer written, none awaited) for connections.max.idle.ms, as Kafka's Selector does."""
+        if self.active:
+            self.active = False
+            self.quiet_since = now
             return
-        idle_s = sasl.listener.idle_ms / 1000
-        left = self.last_read + idle_s - time.monotonic()
-        if left > 0:
-            self.timer = asyncio.get_running_loop().call_later(left, self._idle_check)
+        if self.closed or self.auth_failed or self.slots or now - self.quiet_since < self.idle_s:
             return
-        log.info(
-            "closing connection from %s:%d on listener %s: nothing received for %d ms "
-            "during SASL authentication (connections.max.idle.ms)",
-            self.host,
-            self.port,
-            self.listener,
-            sasl.listener.idle_ms,
-        )
+        idle_ms = round(self.idle_s * 1000)
+        if self.authenticating:  # a client stopping mid-handshake holds nothing longer
+            log.info(
+                "closing connection from %s:%d on listener %s: nothing received for %d ms "
+                "during SASL authentication (connections.max.idle.ms)",
+                self.host,
+                self.port,
+                self.listener,
+                idle_ms,
+            )
+        else:  # routine (clients reconnect), as Kafka logs it
+            log.debug(
+                "closing idle connection from %s:%d on listener %s (connections.max.idle.ms=%d)",
+                self.host,
+                self.port,
+                self.listener,
+                idle_ms,
+            )
         self.abort()
 
     def _cancel_timer(self) -> None:

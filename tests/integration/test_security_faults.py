@@ -51,7 +51,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 IDLE_MS = 1000  # connections.max.idle.ms
 MAX_RECEIVE = 524288  # sasl.server.max.receive.size (Kafka's default)
 MEMORY_BOUND_KIB = 24 * 1024  # RSS growth allowed over 500 stalled connections (see below)
-TLS_HANDSHAKE_TIMEOUT_S = 10  # coordinator.server.listener.TLS_HANDSHAKE_TIMEOUT_S
+# A stalled TLS handshake is an idle connection: dropped after connections.max.idle.ms too.
+TLS_HANDSHAKE_TIMEOUT_S = IDLE_MS / 1000
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
 SASL_LISTENERS = ["SASL_PLAINTEXT", "SASL_SSL"]
 # The log line of a dropped TLS connection (the only TLS failures this module causes are

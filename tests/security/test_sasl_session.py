@@ -73,7 +73,9 @@ class Served:
 
 
 async def start(reauth_ms: int = 0) -> Served:
-    listening = await listen("127.0.0.1", 0, name=LISTENER, security_protocol=LISTENER)
+    listening = await listen(
+        "127.0.0.1", 0, name=LISTENER, security_protocol=LISTENER, idle_ms=IDLE_MS
+    )
     served = Served(None)  # type: ignore[arg-type]
     dispatch = Dispatcher(
         {
@@ -93,7 +95,6 @@ async def start(reauth_ms: int = 0) -> Served:
         reauth_ms=dict.fromkeys(mechanisms, reauth_ms),
         failed_authentication_delay_ms=DELAY_MS,
         max_receive_size=MAX_RECEIVE,
-        idle_ms=IDLE_MS,
     )
     served.server = server
     server.start()

@@ -118,9 +118,6 @@ class SaslListener:
     reauth_ms: dict[str, int] = field(default_factory=dict)  # connections.max.reauth.ms
     failed_authentication_delay_ms: int = 100
     max_receive_size: int = DEFAULT_MAX_RECEIVE_SIZE  # largest frame before authentication
-    # A connection that has not authenticated and sends nothing for this long is closed
-    # (Kafka's connections.max.idle.ms; a client stopping mid-handshake holds nothing longer).
-    idle_ms: int = 600000
     # (listener, mechanism, succeeded) once per finished exchange (kgc_authentications_total).
     on_authentication: Callable[[str, str, bool], None] = _no_metrics
 
@@ -165,7 +162,6 @@ def sasl_listener(
         reauth_ms=reauth,
         failed_authentication_delay_ms=_int(scoped, "connection.failed.authentication.delay.ms"),
         max_receive_size=_int(scoped, "sasl.server.max.receive.size"),
-        idle_ms=_int(scoped, "connections.max.idle.ms"),
     )
 
 
