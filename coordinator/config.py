@@ -126,6 +126,11 @@ class Settings(BaseSettings):
     metrics_port: int = Field(
         9404, ge=0, le=65535, description="Prometheus endpoint port (0 = off)"
     )
+    # Each (group, topic, partition) with a committed offset is one lag series (its committed
+    # offset, lag and lag seconds); past this many, new ones are left out and counted.
+    metrics_lag_max_series: int = Field(
+        10000, ge=0, description="most consumer-lag series exported (0 = no lag metrics)"
+    )
     log_format: Literal["text", "json"] = Field("text", description="log line format")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
@@ -274,7 +279,7 @@ class Settings(BaseSettings):
         100, ge=0, description="delay before a connection that failed authentication is closed"
     )
     connections_max_idle_ms: int = Field(
-        600000, ge=1, description="a connection still authenticating idle this long is closed"
+        600000, ge=1, description="a connection idle this long (nothing read, nothing awaited) is closed"
     )
 
     # -- SASL/OAUTHBEARER token validation (KIP-768 names and defaults)
