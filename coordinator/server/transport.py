@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
 import struct
@@ -71,6 +72,24 @@ class _Slot:
         self.close = False
         self.nbytes = 0  # bytes this request holds in the RequestQueue until answered
         self.queued = False  # it holds a place in the RequestQueue until answered
+
+
+def java_host_address(host: str) -> str:
+    """A peer address as Java's ``InetAddress.getHostAddress`` writes it, which is what
+    Kafka compares an ACL's host with and reports as a member's client host: IPv6 in full
+    without zero compression (``0:0:0:0:0:0:0:1``, not ``::1``), an IPv4-mapped IPv6
+    address as the IPv4 address it maps."""
+    if ":" not in host:
+        return host
+    address, _, scope = host.partition("%")
+    try:
+        ip = ipaddress.IPv6Address(address)
+    except ValueError:
+        return host
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    text = ":".join(f"{int.from_bytes(ip.packed[i : i + 2], 'big'):x}" for i in range(0, 16, 2))
+    return f"{text}%{scope}" if scope else text
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -133,7 +152,7 @@ class KafkaConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
-            self.host, self.port = str(peer[0]), int(peer[1])
+            self.host, self.port = java_host_address(str(peer[0])), int(peer[1])
         self.server.connections.add(self)
         self.server.on_connection(+1)
         if self.listening is not None and self.listening.ssl is not None:
