@@ -19,6 +19,19 @@ loop inlines the single-byte varint case and avoids per-field function calls.
 ``iter_record_tuples`` skips building dataclasses for callers that only need
 (offset, timestamp, key, value).
 
+Compressed batches (attributes bits 0-2: 1 gzip, 2 snappy, 3 lz4, 4 zstd) hold the
+records after the header compressed as one stream; ``_records_payload`` decompresses them
+with cramjam before the record loop, so compaction, the time index, ListOffsets and the
+audit read batches of any client.  Kafka's formats: gzip is one or more gzip members; lz4
+is the LZ4 frame format; zstd is zstd frames; snappy is either xerial's block framing (what
+Kafka's Java clients write: an 8-byte magic, two int32 versions, then int32-length-prefixed
+raw snappy blocks) or one raw snappy block (what librdkafka writes).  A batch may expand to
+at most ``MAX_DECOMPRESSED_BYTES`` (a bound against decompression bombs: Kafka streams
+records out of a batch, kgc holds one batch's records in memory); a larger one is reported
+as ``UnsupportedCompressionError``, compressed bytes that do not decode as
+``CorruptCompressionError`` (both a corrupt batch and an unsupported one), and callers
+treat either as a batch they cannot look inside.
+
 The offsets audit reads many batches at once with its own columnar decoder
 (``coordinator.audit.columns``); it builds on what is public here (``iter_record_tuples`` for
 any batch it does not walk itself, ``read_varint`` and the header field positions), so both
@@ -27,11 +40,12 @@ agree on every input, while ``storage`` keeps to the server's own dependencies.
 
 from __future__ import annotations
 
-import gzip
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
+import cramjam
 import crc32c as _crc32c
 
 __all__ = [
@@ -42,14 +56,18 @@ __all__ = [
     "ATTR_LOG_APPEND_TIME",
     "ATTR_TRANSACTIONAL",
     "BASE_TIMESTAMP_POS",
+    "CODEC_NAMES",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
+    "MAX_DECOMPRESSED_BYTES",
     "RECORDS_COUNT_POS",
     "BatchHeader",
     "CorruptBatchError",
+    "CorruptCompressionError",
     "Record",
     "UnsupportedCompressionError",
     "decode_records",
+    "decompress_records",
     "encode_batch",
     "iter_batches",
     "iter_record_tuples",
@@ -94,6 +112,15 @@ class CorruptBatchError(ValueError):
 
 class UnsupportedCompressionError(ValueError):
     """The batch uses a codec this module cannot decompress."""
+
+
+class CorruptCompressionError(CorruptBatchError, UnsupportedCompressionError):
+    """The batch's compressed records do not decompress.
+
+    Corrupt, and, to callers that keep what they cannot read (the cleaner copies such a
+    batch as it is), unreadable like a batch of an unknown codec: its CRC covers the
+    compressed bytes, so a producer can store it, and it must not stop compaction.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +364,91 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise CorruptBatchError("varint too long")
 
 
+# Kafka's compression type ids (CompressionType.java).
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+# The most one batch's records may take decompressed.  Kafka has no such limit because it
+# streams records out of a compressed batch; kgc decompresses a batch whole, and a few
+# kilobytes of zstd or gzip can claim gigabytes.  256 MiB is far above what a batch of at
+# most message.max.bytes compresses from in practice (ratios of 10-50 for text).
+MAX_DECOMPRESSED_BYTES = 256 << 20
+# xerial snappy-java's stream header (SnappyCodec.MAGIC_HEADER), then two int32 versions.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = 16
+_STREAM_CODECS: dict[int, ModuleType] = {1: cramjam.gzip, 3: cramjam.lz4, 4: cramjam.zstd}
+# cramjam's message when decompress_into's output buffer is full (Rust's io::WriteZero).
+_BUFFER_FULL = "failed to write whole buffer"
+
+
+def decompress_records(codec: int, data: bytes | bytearray | memoryview, where: int = 0) -> bytes:
+    """The records of a batch compressed with ``codec`` (the bytes after its header).
+
+    ``where`` (the batch's base offset) only names the batch in errors.
+    """
+    name = CODEC_NAMES.get(codec, str(codec))
+    try:
+        if codec == 2:
+            return _snappy(data, name, where)
+        module = _STREAM_CODECS.get(codec)
+        if module is None:
+            raise UnsupportedCompressionError(
+                f"cannot decode {name}-compressed batch at offset {where}"
+            )
+        # Decompress into a bounded buffer, growing it while it is too small: the bound
+        # holds without trusting sizes the stream declares.
+        size = min(MAX_DECOMPRESSED_BYTES, 8 * len(data) + 4096)
+        while True:
+            out = bytearray(size)
+            try:
+                n = module.decompress_into(data, out)
+            except cramjam.DecompressionError as exc:
+                if _BUFFER_FULL not in str(exc):
+                    raise
+                if size >= MAX_DECOMPRESSED_BYTES:
+                    raise _too_large(name, where) from None
+                size = min(MAX_DECOMPRESSED_BYTES, size * 4)
+                continue
+            del out[n:]
+            return bytes(out)
+    except cramjam.DecompressionError as exc:
+        raise CorruptCompressionError(
+            f"cannot decompress {name}-compressed batch at offset {where}: {exc}"
+        ) from None
+
+
+def _snappy(data: bytes | bytearray | memoryview, name: str, where: int) -> bytes:
+    """Kafka's snappy: xerial's framing (Java clients) or one raw block (librdkafka)."""
+    view = memoryview(data)
+    if bytes(view[: len(_XERIAL_MAGIC)]) != _XERIAL_MAGIC:
+        if cramjam.snappy.decompress_raw_len(view) > MAX_DECOMPRESSED_BYTES:
+            raise _too_large(name, where)
+        return bytes(cramjam.snappy.decompress_raw(view))
+    blocks = []
+    total = 0
+    pos = _XERIAL_HEADER_SIZE
+    while pos < len(view):
+        if pos + 4 > len(view):
+            raise CorruptCompressionError(
+                f"truncated snappy block length in batch at offset {where}"
+            )
+        (length,) = _U32.unpack_from(view, pos)
+        block = view[pos + 4 : pos + 4 + length]
+        if len(block) != length:
+            raise CorruptCompressionError(f"truncated snappy block in batch at offset {where}")
+        total += cramjam.snappy.decompress_raw_len(block)
+        if total > MAX_DECOMPRESSED_BYTES:
+            raise _too_large(name, where)
+        blocks.append(cramjam.snappy.decompress_raw(block))
+        pos += 4 + length
+    return b"".join(bytes(b) for b in blocks)
+
+
+def _too_large(name: str, where: int) -> UnsupportedCompressionError:
+    return UnsupportedCompressionError(
+        f"cannot decode {name}-compressed batch at offset {where}: its records take more "
+        f"than {MAX_DECOMPRESSED_BYTES} bytes decompressed"
+    )
+
+
 def _records_payload(batch: bytes | bytearray | memoryview) -> tuple[BatchHeader, bytes]:
     h = parse_header(batch, 0)
     end = h.size
@@ -345,12 +457,8 @@ def _records_payload(batch: bytes | bytearray | memoryview) -> tuple[BatchHeader
     codec = h.compression
     if codec == 0:
         return h, bytes(batch[:end])
-    if codec == 1:
-        return h, bytes(batch[:HEADER_SIZE]) + gzip.decompress(bytes(batch[HEADER_SIZE:end]))
-    names = {2: "snappy", 3: "lz4", 4: "zstd"}
-    raise UnsupportedCompressionError(
-        f"cannot decode {names.get(codec, str(codec))}-compressed batch at offset {h.base_offset}"
-    )
+    records = decompress_records(codec, memoryview(batch)[HEADER_SIZE:end], h.base_offset)
+    return h, bytes(batch[:HEADER_SIZE]) + records
 
 
 def iter_record_tuples(
@@ -414,7 +522,7 @@ def iter_record_tuples(
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
-    """Decode every record of an uncompressed (or gzip) batch."""
+    """Decode every record of a batch, compressed or not."""
     h, buf = _records_payload(batch)
     pos = HEADER_SIZE
     slow = read_varint

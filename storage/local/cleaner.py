@@ -10,8 +10,11 @@ A *pass* (one ``LogCleaner`` per compacted log) follows Kafka's LogCleaner:
 3. Recopy the range, oldest first, in groups of consecutive segments (at most
    ``segment_bytes`` together).  A record survives when it is the latest for
    its key.  Records keep their offsets: a batch whose records all survive is
-   copied byte for byte, otherwise it is re-encoded with the same base offset,
-   offset deltas, timestamps and producer fields; an emptied batch vanishes.
+   copied byte for byte, otherwise it is re-encoded (uncompressed) with the same
+   base offset, offset deltas, timestamps and producer fields; an emptied batch
+   vanishes.  Compressed batches of any codec are read (storage.record_batch); a
+   batch whose records cannot be read (an unknown codec, corrupt compressed bytes,
+   more than MAX_DECOMPRESSED_BYTES) is copied as it is and its keys never win.
    Keyless records are dropped, as Kafka does.
 4. Tombstones (null value) follow KIP-534: the first pass that rewrites a
    batch holding a surviving tombstone stamps it with a delete horizon
@@ -383,8 +386,11 @@ class LogCleaner:
             new_horizon = p.now + self.log.config.delete_retention_ms
         if has_tombstone and new_horizon is not None:
             p.min_horizon = min(p.min_horizon, new_horizon)
-        if len(kept) == len(records) and new_horizon == horizon and not h.compression:
-            return data
+        if len(kept) == len(records) and new_horizon == horizon:
+            return data  # compressed or not, as the producer wrote it
+        # A batch that changes is written uncompressed, whatever its codec was: every
+        # client reads that, while each codec's framing has readers that refuse some
+        # variants (Kafka's Java LZ4 reader, xerial snappy).
         attrs = h.attributes & ~ATTR_COMPRESSION_MASK
         base_ts = h.base_timestamp
         if new_horizon is not None and horizon is None:
