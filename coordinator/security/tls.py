@@ -8,10 +8,13 @@ global settings with ``listener.name.<listener>.ssl.*`` over them, as Kafka scop
 * the keystore: ``ssl.keystore.type=PEM`` (KIP-651) with ``ssl.keystore.location`` (a PEM
   file holding the private key and the certificate chain) or inline
   ``ssl.keystore.certificate.chain`` + ``ssl.keystore.key``; ``ssl.key.password`` decrypts
-  an encrypted key. ``PKCS12`` (``ssl.keystore.password``) is read too; JKS is Java's own
-  format and is refused with a line saying so;
+  an encrypted key. ``PKCS12`` and ``JKS`` (Kafka's default type; read with pyjks) take
+  ``ssl.keystore.location`` and ``ssl.keystore.password`` (a JKS key protected by its own
+  password: ``ssl.key.password``). As Java's JKS keystore does, a ``JKS`` location that
+  holds a PKCS12 file is read as PKCS12;
 * the truststore (who may present a client certificate): ``ssl.truststore.type=PEM`` with
-  ``ssl.truststore.location`` or inline ``ssl.truststore.certificates``, or ``PKCS12``;
+  ``ssl.truststore.location`` or inline ``ssl.truststore.certificates``, or ``PKCS12``/``JKS``
+  (its trusted certificate entries);
 * ``ssl.client.auth``: none (no certificate asked for), requested (asked for, optional),
   required (the handshake fails without a valid one);
 * ``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3) and ``ssl.cipher.suites`` (IANA names as Java
@@ -241,14 +244,14 @@ def _load_keystore(ctx: ssl.SSLContext, cfg: SslConfig) -> None:
         with _private_files(chain, key) as (chain_path, key_path):
             _load_chain(ctx, setting, chain_path, key_path, password)
         return
-    if kind == "PKCS12":
-        key, chain = _pkcs12(cfg, "keystore")
+    if kind in ("PKCS12", "JKS"):
+        key, chain = _java_store(cfg, "keystore")
         with _private_files(chain, key) as (chain_path, key_path):
             _load_chain(ctx, cfg.name("keystore.location"), chain_path, key_path, None)
         return
     raise TlsConfigError(
         cfg.name("keystore.type"),
-        f"{kind} keystores are not supported by kgc; use PEM (or PKCS12)",
+        f"{kind} keystores are not supported by kgc; use PEM, PKCS12 or JKS",
     )
 
 
@@ -268,8 +271,77 @@ def _load_chain(
         raise TlsConfigError(setting, f"cannot read {certfile}: {exc.strerror or exc}") from None
 
 
-def _pkcs12(cfg: SslConfig, store: str) -> tuple[bytes, bytes]:
-    """(key PEM, certificate chain PEM) of a PKCS12 keystore (key b"" for a truststore)."""
+_JKS_MAGIC = (b"\xfe\xed\xfe\xed", b"\xce\xce\xce\xce")  # JKS, JCEKS
+
+
+def _java_store(cfg: SslConfig, store: str) -> tuple[bytes, bytes]:
+    """(key PEM, certificate chain PEM) of a PKCS12 or JKS keystore (key b"" for a
+    truststore, whose chain is then every trusted certificate)."""
+    kind = cfg.keystore_type if store == "keystore" else cfg.truststore_type
+    location = cfg.keystore_location if store == "keystore" else cfg.truststore_location
+    password = cfg.keystore_password if store == "keystore" else cfg.truststore_password
+    setting = cfg.name(f"{store}.location")
+    if not location:
+        raise TlsConfigError(setting, f"a {kind} {store} needs ssl.{store}.location")
+    data = _read(setting, location)
+    if data[:4] in _JKS_MAGIC:
+        return _jks(cfg, store, data, location, password)
+    return _pkcs12(cfg, store, data, location, password)
+
+
+def _jks(
+    cfg: SslConfig, store: str, data: bytes, location: str, password: str | None
+) -> tuple[bytes, bytes]:
+    import jks  # pyjks
+
+    try:
+        ks = jks.KeyStore.loads(data, password or "", try_decrypt_keys=False)
+    except jks.util.KeystoreSignatureException:
+        raise TlsConfigError(
+            cfg.name(f"{store}.password"), f"cannot open {location}: wrong password"
+        ) from None
+    except Exception as exc:  # pyjks raises several types for a damaged file
+        raise TlsConfigError(
+            cfg.name(f"{store}.location"), f"cannot read {location}: {exc}"
+        ) from None
+    if store == "truststore":
+        certs = [entry.cert for entry in ks.certs.values()]
+        certs += [der for entry in ks.private_keys.values() for _, der in entry.cert_chain[:1]]
+        return b"", b"".join(_der_to_pem(der) for der in certs)
+    if len(ks.private_keys) != 1:
+        raise TlsConfigError(
+            cfg.name("keystore.location"),
+            f"{location} holds {len(ks.private_keys)} private keys; kgc needs exactly one",
+        )
+    entry = next(iter(ks.private_keys.values()))
+    # A key entry may have its own password (ssl.key.password), else the store's.
+    for key_password in dict.fromkeys(p for p in (cfg.key_password, password) if p is not None):
+        try:
+            entry.decrypt(key_password)
+            break
+        except jks.util.DecryptionFailureException:
+            continue
+    if not entry.is_decrypted():
+        raise TlsConfigError(cfg.name("key.password"), "cannot decrypt the key") from None
+    key = b"-----BEGIN PRIVATE KEY-----\n" + _base64_lines(entry.pkey_pkcs8)
+    key += b"-----END PRIVATE KEY-----\n"
+    return key, b"".join(_der_to_pem(der) for _, der in entry.cert_chain)
+
+
+def _base64_lines(der: bytes) -> bytes:
+    import base64
+
+    text = base64.b64encode(der)
+    return b"".join(text[i : i + 64] + b"\n" for i in range(0, len(text), 64))
+
+
+def _der_to_pem(der: bytes) -> bytes:
+    return b"-----BEGIN CERTIFICATE-----\n" + _base64_lines(der) + b"-----END CERTIFICATE-----\n"
+
+
+def _pkcs12(
+    cfg: SslConfig, store: str, data: bytes, location: str, password: str | None
+) -> tuple[bytes, bytes]:
     from cryptography.hazmat.primitives.serialization import (
         Encoding,
         NoEncryption,
@@ -277,12 +349,7 @@ def _pkcs12(cfg: SslConfig, store: str) -> tuple[bytes, bytes]:
         pkcs12,
     )
 
-    location = cfg.keystore_location if store == "keystore" else cfg.truststore_location
-    password = cfg.keystore_password if store == "keystore" else cfg.truststore_password
     setting = cfg.name(f"{store}.location")
-    if not location:
-        raise TlsConfigError(setting, f"a PKCS12 {store} needs ssl.{store}.location")
-    data = _read(setting, location)
     try:
         key, cert, extra = pkcs12.load_key_and_certificates(
             data, password.encode() if password else None
@@ -307,14 +374,14 @@ def _load_truststore(ctx: ssl.SSLContext, cfg: SslConfig) -> None:
         if cfg.client_auth != "none":
             ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)  # Java's default truststore
         return
-    if kind == "PKCS12":
-        _, chain = _pkcs12(cfg, "truststore")
+    if kind in ("PKCS12", "JKS"):
+        _, chain = _java_store(cfg, "truststore")
         _load_cadata(ctx, cfg.name("truststore.location"), chain.decode())
         return
     if kind != "PEM":
         raise TlsConfigError(
             cfg.name("truststore.type"),
-            f"{kind} truststores are not supported by kgc; use PEM (or PKCS12)",
+            f"{kind} truststores are not supported by kgc; use PEM, PKCS12 or JKS",
         )
     if cfg.truststore_location and cfg.truststore_certificates:
         raise TlsConfigError(

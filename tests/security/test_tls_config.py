@@ -194,7 +194,8 @@ def test_pkcs12_keystore(pki: Pki, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("values", "setting"),
     [
-        ({"keystore_type": "JKS", "keystore_location": "x.jks"}, "ssl.keystore.type"),
+        ({"keystore_type": "BKS", "keystore_location": "x.bks"}, "ssl.keystore.type"),
+        ({"keystore_type": "JKS", "keystore_location": "/nonexistent.jks"}, "ssl.keystore.location"),
         (
             {"keystore_type": "PEM", "keystore_location": "/nonexistent.pem"},
             "ssl.keystore.location",
