@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,3 +161,42 @@ def make_pki(directory: Path) -> Pki:
         rogue_cert=write("rogue.pem", pem(rogue)),
         rogue_key=write("rogue.key", key_pem(rogue_key)),
     )
+
+
+def handshake(
+    server: ssl.SSLContext,
+    pki: Pki,
+    *,
+    client_cert: bool = False,
+    client: ssl.SSLContext | None = None,
+) -> ssl.SSLObject:
+    """A TLS handshake in memory between ``server`` and a client trusting the test CA (or
+    ``client``); returns the client's side, done. Failures raise ``ssl.SSLError``."""
+    if client is None:
+        client = ssl.create_default_context(cafile=str(pki.ca))
+    if client_cert:
+        client.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    c = client.wrap_bio(c_in, c_out, server_hostname="localhost")
+    s = server.wrap_bio(s_in, s_out, server_side=True)
+    done = {"c": False, "s": False}
+    for _ in range(20):
+        for name, obj in (("c", c), ("s", s)):
+            if not done[name]:
+                try:
+                    obj.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if all(done.values()):
+            return c
+    raise AssertionError("the handshake did not finish")
+
+
+def server_cn(c: ssl.SSLObject) -> str:
+    """The common name of the certificate the server presented."""
+    peer = c.getpeercert()
+    assert peer is not None
+    return str(dict(x[0] for x in peer["subject"])["commonName"])  # type: ignore[index]

@@ -46,8 +46,8 @@ _PROTOCOLS = {
     "TLSv1.2": ssl.TLSVersion.TLSv1_2,
     "TLSv1.3": ssl.TLSVersion.TLSv1_3,
 }
-# TLS 1.3 suites: same names in Java and OpenSSL, always enabled by Python's ssl (it cannot
-# restrict them); a list naming only these leaves TLS 1.2 without ciphers.
+# TLS 1.3 suites: same names in Java and OpenSSL. Python's ssl has no call for them
+# (``set_ciphers`` is TLS 1.2's list), so ``set_tls13_suites`` calls OpenSSL's own.
 _TLS13_SUITES = frozenset(
     {
         "TLS_AES_128_GCM_SHA256",
@@ -428,18 +428,60 @@ def _openssl_cipher_name(name: str) -> str:
 
 
 def _ciphers(ctx: ssl.SSLContext, cfg: SslConfig) -> None:
+    """``ssl.cipher.suites`` as Java applies it: the list names the suites of every enabled
+    protocol, so a protocol none of whose suites is listed cannot be negotiated."""
     setting = cfg.name("cipher.suites")
     names = [n.strip() for n in (cfg.cipher_suites or "").split(",") if n.strip()]
-    # TLS 1.3 suites are always on with TLS 1.3 (Python's ssl cannot restrict them).
+    tls13 = [n for n in names if n in _TLS13_SUITES]
     wanted = {n: _openssl_cipher_name(n) for n in names if n not in _TLS13_SUITES}
-    if not wanted:
-        return
+    if wanted:
+        try:
+            ctx.set_ciphers(":".join(wanted.values()))
+        except ssl.SSLError:
+            raise TlsConfigError(
+                setting, f"no usable cipher suite in {cfg.cipher_suites!r}"
+            ) from None
+        # OpenSSL drops names it does not know: each one asked for must be in use.
+        enabled = {c["name"] for c in ctx.get_ciphers()}
+        for name, openssl in wanted.items():
+            if openssl not in enabled:
+                raise TlsConfigError(setting, f"unknown or unavailable cipher suite {name!r}")
+    v12, v13 = ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3
+    if not wanted:  # no TLS 1.2 suite: TLS 1.3 only
+        if ctx.maximum_version < v13:
+            raise TlsConfigError(setting, f"no TLS 1.2 cipher suite in {cfg.cipher_suites!r}")
+        ctx.minimum_version = v13
+    if not tls13:  # no TLS 1.3 suite: TLS 1.2 only
+        if ctx.minimum_version > v12:
+            raise TlsConfigError(setting, f"no TLS 1.3 cipher suite in {cfg.cipher_suites!r}")
+        ctx.maximum_version = v12
+    elif not set_tls13_suites(ctx, tls13):
+        raise TlsConfigError(setting, f"cannot enable the TLS 1.3 suites {', '.join(tls13)}")
+
+
+def set_tls13_suites(ctx: ssl.SSLContext, names: list[str]) -> bool:
+    """Restrict the TLS 1.3 suites of ``ctx`` with OpenSSL's ``SSL_CTX_set_ciphersuites``.
+
+    Python's ssl does not expose the call, so it is reached through the ``_ssl`` module's
+    own libssl, with the ``SSL_CTX`` pointer that CPython keeps first in an SSLContext. The
+    pointer is trusted only if OpenSSL reads the same options from it as Python does;
+    returns False (nothing changed) when anything does not hold.
+    """
+    import _ssl
+    import ctypes
+
     try:
-        ctx.set_ciphers(":".join(wanted.values()))
-    except ssl.SSLError:
-        raise TlsConfigError(setting, f"no usable cipher suite in {cfg.cipher_suites!r}") from None
-    # OpenSSL drops names it does not know: each one asked for must be in use.
-    enabled = {c["name"] for c in ctx.get_ciphers()}
-    for name, openssl in wanted.items():
-        if openssl not in enabled:
-            raise TlsConfigError(setting, f"unknown or unavailable cipher suite {name!r}")
+        lib = ctypes.CDLL(_ssl.__file__)
+        get_options = lib.SSL_CTX_get_options
+        set_suites = lib.SSL_CTX_set_ciphersuites
+    except (OSError, AttributeError):
+        return False
+    get_options.argtypes, get_options.restype = [ctypes.c_void_p], ctypes.c_uint64
+    set_suites.argtypes, set_suites.restype = [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_int
+    pointer = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+    if not pointer or get_options(pointer) != ctx.options:
+        return False
+    if set_suites(pointer, ":".join(names).encode()) != 1:
+        return False
+    enabled = {c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.3"}
+    return enabled == set(names)

@@ -195,7 +195,10 @@ def test_pkcs12_keystore(pki: Pki, tmp_path: Path) -> None:
     ("values", "setting"),
     [
         ({"keystore_type": "BKS", "keystore_location": "x.bks"}, "ssl.keystore.type"),
-        ({"keystore_type": "JKS", "keystore_location": "/nonexistent.jks"}, "ssl.keystore.location"),
+        (
+            {"keystore_type": "JKS", "keystore_location": "/nonexistent.jks"},
+            "ssl.keystore.location",
+        ),
         (
             {"keystore_type": "PEM", "keystore_location": "/nonexistent.pem"},
             "ssl.keystore.location",
@@ -274,3 +277,68 @@ def test_cipher_suites_by_java_name(pki: Pki) -> None:
     )
     tls12 = {c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"}
     assert tls12 == {"ECDHE-ECDSA-AES256-GCM-SHA384"}
+
+
+def test_tls13_suites_are_restricted_as_listed(pki: Pki) -> None:
+    from certkit import handshake
+
+    from coordinator.security.tls import set_tls13_suites
+
+    ctx = server_context(
+        _cfg(
+            keystore_type="PEM",
+            keystore_location=str(pki.server),
+            cipher_suites="TLS_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        )
+    )
+    tls13 = {c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.3"}
+    assert tls13 == {"TLS_AES_256_GCM_SHA384"}
+    c = handshake(ctx, pki)
+    assert (c.version(), c.cipher()[0]) == ("TLSv1.3", "TLS_AES_256_GCM_SHA384")  # type: ignore[index]
+    # A TLS 1.3-only client offering another suite gets no handshake.
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.minimum_version = ssl.TLSVersion.TLSv1_3
+    assert set_tls13_suites(client, ["TLS_AES_128_GCM_SHA256"])
+    with pytest.raises(ssl.SSLError):
+        handshake(ctx, pki, client=client)
+
+
+def test_a_list_without_tls13_suites_means_tls12_as_in_java(pki: Pki) -> None:
+    from certkit import handshake
+
+    ctx = server_context(
+        _cfg(
+            keystore_type="PEM",
+            keystore_location=str(pki.server),
+            cipher_suites="TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        )
+    )
+    c = handshake(ctx, pki)
+    assert (c.version(), c.cipher()[0]) == ("TLSv1.2", "ECDHE-ECDSA-AES128-GCM-SHA256")  # type: ignore[index]
+
+
+def test_a_list_of_tls13_suites_only_means_tls13(pki: Pki) -> None:
+    from certkit import handshake
+
+    ctx = server_context(
+        _cfg(
+            keystore_type="PEM",
+            keystore_location=str(pki.server),
+            cipher_suites="TLS_AES_128_GCM_SHA256",
+        )
+    )
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ssl.SSLError):
+        handshake(ctx, pki, client=client)
+    assert handshake(ctx, pki).version() == "TLSv1.3"
+    with pytest.raises(TlsConfigError) as err:  # and TLS 1.3 not enabled: nothing left
+        server_context(
+            _cfg(
+                keystore_type="PEM",
+                keystore_location=str(pki.server),
+                enabled_protocols="TLSv1.2",
+                cipher_suites="TLS_AES_128_GCM_SHA256",
+            )
+        )
+    assert err.value.setting == "ssl.cipher.suites"

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from certkit import Pki, make_pki
+from certkit import Pki, handshake, make_pki, server_cn
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import (
     BestAvailableEncryption,
@@ -92,33 +92,6 @@ def cfg(**values: str) -> SslConfig:
     return SslConfig.from_settings({"ssl." + k.replace("_", "."): v for k, v in values.items()})
 
 
-def handshake(server: ssl.SSLContext, pki: Pki, *, client_cert: bool) -> str:
-    """A TLS handshake in memory between ``server`` and a client trusting the test CA;
-    returns the subject CN of the certificate the server presented."""
-    client = ssl.create_default_context(cafile=str(pki.ca))
-    if client_cert:
-        client.load_cert_chain(str(pki.client_cert), str(pki.client_key))
-    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
-    c = client.wrap_bio(c_in, c_out, server_hostname="localhost")
-    s = server.wrap_bio(s_in, s_out, server_side=True)
-    done = {"c": False, "s": False}
-    for _ in range(20):
-        for name, obj in (("c", c), ("s", s)):
-            if not done[name]:
-                try:
-                    obj.do_handshake()
-                    done[name] = True
-                except ssl.SSLWantReadError:
-                    pass
-        s_in.write(c_out.read())
-        c_in.write(s_out.read())
-        if all(done.values()):
-            break
-    assert all(done.values())
-    peer = c.getpeercert()
-    return dict(x[0] for x in peer["subject"])["commonName"]  # type: ignore[index]
-
-
 def test_jks_keystore_serves_the_certificate(stores: dict[str, Path], pki: Pki) -> None:
     ctx = server_context(
         cfg(
@@ -127,7 +100,7 @@ def test_jks_keystore_serves_the_certificate(stores: dict[str, Path], pki: Pki) 
             keystore_password=STORE_PASSWORD,
         )
     )
-    assert handshake(ctx, pki, client_cert=False) == "localhost"
+    assert server_cn(handshake(ctx, pki)) == "localhost"
 
 
 def test_jks_truststore_verifies_client_certificates(stores: dict[str, Path], pki: Pki) -> None:
@@ -142,7 +115,7 @@ def test_jks_truststore_verifies_client_certificates(stores: dict[str, Path], pk
             client_auth="required",
         )
     )
-    assert handshake(ctx, pki, client_cert=True) == "localhost"
+    assert server_cn(handshake(ctx, pki, client_cert=True)) == "localhost"
     with pytest.raises(ssl.SSLError):
         handshake(ctx, pki, client_cert=False)
 
@@ -151,7 +124,7 @@ def test_jks_key_with_its_own_password(stores: dict[str, Path], pki: Pki) -> Non
     values = {"keystore_type": "JKS", "keystore_location": str(stores["keypass"])}
     values["keystore_password"] = STORE_PASSWORD
     ctx = server_context(cfg(**values, key_password="key-secret"))
-    assert handshake(ctx, pki, client_cert=False) == "localhost"
+    assert server_cn(handshake(ctx, pki)) == "localhost"
     with pytest.raises(TlsConfigError) as err:
         server_context(cfg(**values))
     assert err.value.setting == "ssl.key.password"
@@ -177,4 +150,4 @@ def test_jks_type_reads_a_pkcs12_file_as_java_does(stores: dict[str, Path], pki:
             keystore_password=STORE_PASSWORD,
         )
     )
-    assert handshake(ctx, pki, client_cert=False) == "localhost"
+    assert server_cn(handshake(ctx, pki)) == "localhost"
