@@ -29,6 +29,8 @@ Tables (version 1); the README's "Cluster mode" section documents them for opera
 * ``kgc_cluster_change``: a version counter of the catalog; nodes poll ``max(version)``
   on each heartbeat (no LISTEN/NOTIFY, which neither survives reconnects nor ports to
   distributed SQL engines).
+* ``kgc_group_config``: a consumer group's own configs (``consumer.session.timeout.ms``,
+  ``consumer.heartbeat.interval.ms``) by Kafka name; a change bumps ``kgc_cluster_change``.
 
 Version 2 (security):
 
@@ -117,6 +119,12 @@ MIGRATIONS: list[str] = [
         kind               text        NOT NULL,
         key                text        NOT NULL,
         at                 timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+
+    -- A consumer group's own configs (Kafka's GROUP config resource), by Kafka name.
+    CREATE TABLE kgc_group_config (
+        group_id           text        PRIMARY KEY,
+        configs            jsonb       NOT NULL
     );
 
     ALTER TABLE kgc_node SET (autovacuum_vacuum_scale_factor = 0,

@@ -129,6 +129,15 @@ class ConsumerGroupManager:
         self.config = config
         self.partitions = partitions
         self.timers = timers
+        # (session timeout, heartbeat interval) of consumer-protocol members: the broker's
+        # group.consumer.* defaults, or a group's consumer.session.timeout.ms /
+        # consumer.heartbeat.interval.ms GROUP configs (Kafka's GroupConfigManager), which
+        # the config store replaces whole when they change (coordinator/group_configs.py).
+        self.default_timeouts = (
+            config.consumer_group_session_timeout_ms,
+            config.consumer_group_heartbeat_interval_ms,
+        )
+        self.group_configs: Mapping[str, tuple[int, int]] = {}
         self.topics: TopicsImage = topics if topics is not None else StaticTopics()
         self.new_member_id = member_id
         # The type of a non-consumer group with this id ("classic"), None if there is none.
@@ -210,18 +219,24 @@ class ConsumerGroupManager:
         ):
             return None
         timer = group.session_timers.get(member.member_id)
-        deadline = now_ms + self.config.consumer_group_session_timeout_ms
+        session_ms, interval_ms = self.group_configs.get(req.group_id, self.default_timeouts)
+        deadline = now_ms + session_ms
         if timer is None or deadline < timer.armed_ms:
             return None
         timer.deadline_ms = deadline  # moved later in place (see timers.py)
-        # The same answer object while the epoch stays: the server encodes it once.
+        # The same answer object while the epoch (and the group's interval) stays: the
+        # server encodes it once.
         resp = group.steady_responses.get(member.member_id)
-        if resp is None or resp.member_epoch != member.member_epoch:
+        if (
+            resp is None
+            or resp.member_epoch != member.member_epoch
+            or resp.heartbeat_interval_ms != interval_ms
+        ):
             resp = group.steady_responses[member.member_id] = reusable(
                 cgh.ConsumerGroupHeartbeatResponse(
                     member_id=member.member_id,
                     member_epoch=member.member_epoch,
-                    heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms,
+                    heartbeat_interval_ms=interval_ms,
                 )
             )
         return resp
@@ -351,7 +366,7 @@ class ConsumerGroupManager:
         resp = cgh.ConsumerGroupHeartbeatResponse(
             member_id=member.member_id,
             member_epoch=member.member_epoch,
-            heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms,
+            heartbeat_interval_ms=self.group_configs.get(req.group_id, self.default_timeouts)[1],
         )
         if epoch == 0 or full or member.assigned != old.assigned:
             resp.assignment = cgh.Assignment(
@@ -580,7 +595,11 @@ class ConsumerGroupManager:
     def schedule_session(
         self, out: Result, gid: str, member_id: str, now_ms: int, timeout_ms: int | None = None
     ) -> None:
-        t = self.config.consumer_group_session_timeout_ms if timeout_ms is None else timeout_ms
+        t = (
+            self.group_configs.get(gid, self.default_timeouts)[0]
+            if timeout_ms is None
+            else timeout_ms
+        )
         timer = self.timers.schedule(
             out,
             session_key(gid, member_id),

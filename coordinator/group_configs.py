@@ -1,0 +1,226 @@
+"""GROUP configs (KIP-848): a consumer group's own session timeout and heartbeat interval.
+
+How this works
+--------------
+Kafka 4.x lets an operator give one consumer group its own ``consumer.session.timeout.ms``
+and ``consumer.heartbeat.interval.ms`` (IncrementalAlterConfigs on a GROUP resource),
+within the broker's ``group.consumer.min/max.*`` bounds. ``validate`` is Kafka's
+``GroupConfig.validate`` for them, with its messages: an unknown name, a value that does
+not parse, or one outside the broker's bounds is ``InvalidConfigError`` (INVALID_CONFIG),
+and nothing is stored. Kafka's ``share.*`` group configs are refused by name: kgc has no
+share groups.
+
+The store keeps every group's configs durably: embedded, ``group_configs.json`` in the data
+directory, rewritten whole and atomically on each change (like the topic catalog); in
+cluster mode, the ``kgc_group_config`` table, each change bumping the cluster's change
+version so every node reloads it (``PgGroupConfigs.refresh``). After every change the
+store tells ``on_change`` the resolved (session timeout, heartbeat interval) of every
+configured group; the consumer-group core reads them on each heartbeat
+(``ConsumerGroupManager.group_configs``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from coordinator.topic_configs import InvalidConfigError, TopicConfigDef, to_string
+from storage.local.files import fsync_dir
+
+if TYPE_CHECKING:
+    from coordinator.config import Settings
+
+__all__ = [
+    "GROUP_CONFIGS",
+    "LocalGroupConfigs",
+    "PgGroupConfigs",
+    "resolved",
+    "validate",
+]
+
+log = logging.getLogger("kgc.group_configs")
+
+SESSION = "consumer.session.timeout.ms"
+HEARTBEAT = "consumer.heartbeat.interval.ms"
+
+# Kafka's GroupConfig definitions kgc honours (the defaults come from the broker's
+# group.consumer.* settings, as GroupConfig.fromProps takes them).
+GROUP_CONFIGS: dict[str, TopicConfigDef] = {
+    d.name: d
+    for d in (
+        TopicConfigDef(
+            SESSION,
+            "INT",
+            "45000",
+            at_least=1,
+            synonyms=("group.consumer.session.timeout.ms",),
+            doc="Session timeout of this consumer group's members (consumer protocol), "
+            "within group.consumer.min/max.session.timeout.ms.",
+        ),
+        TopicConfigDef(
+            HEARTBEAT,
+            "INT",
+            "5000",
+            at_least=1,
+            synonyms=("group.consumer.heartbeat.interval.ms",),
+            doc="Heartbeat interval of this consumer group's members (consumer protocol), "
+            "within group.consumer.min/max.heartbeat.interval.ms.",
+        ),
+    )
+}
+# Kafka's share-group configs: kgc has no share groups, so they are refused by name.
+UNSUPPORTED = frozenset(
+    {"share.session.timeout.ms", "share.heartbeat.interval.ms", "share.record.lock.duration.ms"}
+)
+
+
+def defaults(settings: Settings) -> dict[str, int]:
+    """The broker's values (GroupCoordinatorConfig.extractConsumerGroupConfigMap)."""
+    return {
+        SESSION: settings.group_consumer_session_timeout_ms,
+        HEARTBEAT: settings.group_consumer_heartbeat_interval_ms,
+    }
+
+
+def validate(settings: Settings, configs: dict[str, str | None]) -> dict[str, int]:
+    """A group's configs parsed and checked as Kafka's ControllerConfigurationValidator and
+    GroupConfig.validate check them; raises ``InvalidConfigError`` with Kafka's message."""
+    nulls = sorted(k for k, v in configs.items() if v is None)
+    if nulls:
+        raise InvalidConfigError(f"Null value not supported for group configs: {','.join(nulls)}")
+    for name in sorted(configs):
+        if name in UNSUPPORTED:
+            raise InvalidConfigError(f"Group config {name} is not supported by kgc")
+        if name not in GROUP_CONFIGS:
+            raise InvalidConfigError(f"Unknown group config name: {name}")
+    values: dict[str, int] = defaults(settings)
+    for name, d in GROUP_CONFIGS.items():
+        raw = configs.get(name)
+        if raw is not None:
+            parsed = d.parse(raw)
+            assert isinstance(parsed, int)
+            values[name] = parsed
+    heartbeat, session = values[HEARTBEAT], values[SESSION]
+    s = settings
+    checks = (
+        (
+            heartbeat < s.group_consumer_min_heartbeat_interval_ms,
+            f"{HEARTBEAT} must be greater than or equal to group.consumer.min.heartbeat.interval.ms",
+        ),
+        (
+            heartbeat > s.group_consumer_max_heartbeat_interval_ms,
+            f"{HEARTBEAT} must be less than or equal to group.consumer.max.heartbeat.interval.ms",
+        ),
+        (
+            session < s.group_consumer_min_session_timeout_ms,
+            f"{SESSION} must be greater than or equal to group.consumer.min.session.timeout.ms",
+        ),
+        (
+            session > s.group_consumer_max_session_timeout_ms,
+            f"{SESSION} must be less than or equal to group.consumer.max.session.timeout.ms",
+        ),
+        (session <= heartbeat, f"{SESSION} must be greater than {HEARTBEAT}"),
+    )
+    for failed, message in checks:
+        if failed:
+            raise InvalidConfigError(message)
+    return values
+
+
+def resolved(settings: Settings, configs: dict[str, str]) -> tuple[int, int]:
+    """(session timeout, heartbeat interval) of a group with these (stored) configs."""
+    v = validate(settings, dict(configs))
+    return v[SESSION], v[HEARTBEAT]
+
+
+def effective(settings: Settings, configs: dict[str, str]) -> dict[str, str]:
+    """Every group config's value as DescribeConfigs reports it."""
+    base = defaults(settings)
+    out = {}
+    for name, d in GROUP_CONFIGS.items():
+        raw = configs.get(name)
+        out[name] = to_string(d, d.parse(raw)) if raw is not None else str(base[name])
+    return out
+
+
+OnChange = Callable[[dict[str, tuple[int, int]]], None]
+
+
+class _Store:
+    """What both stores share: the configs by group, and telling ``on_change``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.configs: dict[str, dict[str, str]] = {}
+        self.on_change: list[OnChange] = []
+
+    def get(self, group: str) -> dict[str, str]:
+        return dict(self.configs.get(group, {}))
+
+    def _install(self, configs: dict[str, dict[str, str]]) -> None:
+        self.configs = {g: c for g, c in configs.items() if c}
+        timeouts: dict[str, tuple[int, int]] = {}
+        for group, c in self.configs.items():
+            try:
+                timeouts[group] = resolved(self.settings, c)
+            except InvalidConfigError as e:
+                # Stored under other broker bounds (a restart with new group.consumer.*):
+                # the group falls back to the broker's defaults, as it could not be set now.
+                log.error("group '%s' configs %s no longer valid, not applied: %s", group, c, e)
+        for callback in self.on_change:
+            callback(timeouts)
+
+
+class LocalGroupConfigs(_Store):
+    """Embedded: ``group_configs.json`` in the data directory, rewritten atomically."""
+
+    def __init__(self, settings: Settings, path: Path) -> None:
+        super().__init__(settings)
+        self.path = path
+        if path.exists():
+            raw = json.loads(path.read_bytes())
+            if not isinstance(raw, dict):
+                raise ValueError(f"{path}: expected a JSON object of group configs")
+            self.configs = {str(g): {str(k): str(v) for k, v in c.items()} for g, c in raw.items()}
+
+    def start(self) -> None:
+        self._install(self.configs)
+
+    async def set(self, group: str, configs: dict[str, str]) -> None:
+        new = dict(self.configs)
+        new[group] = dict(configs)
+        new = {g: c for g, c in new.items() if c}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(new, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+        self._install(new)
+
+
+class PgGroupConfigs(_Store):
+    """Cluster mode: the ``kgc_group_config`` table, shared by every node."""
+
+    def __init__(self, settings: Settings, pool: Any) -> None:
+        super().__init__(settings)
+        self.pool = pool
+
+    async def refresh(self) -> None:
+        from storage.postgres import group_configs as pg
+
+        async with self.pool.acquire() as conn:
+            self._install(await pg.load(conn))
+
+    async def set(self, group: str, configs: dict[str, str]) -> None:
+        from storage.postgres import group_configs as pg
+
+        async with self.pool.acquire() as conn:
+            await pg.store(conn, group, configs)
+        await self.refresh()
