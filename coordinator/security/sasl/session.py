@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from coordinator.runtime.responses import error_response
 from coordinator.security import AuthenticationError, KafkaPrincipal, SaslServer
 from coordinator.security.sasl.handlers import (
     authenticate_response,
@@ -50,9 +51,10 @@ from protocol.framing import (
     UnknownApi,
     decode_header,
     decode_request,
+    encode_body,
     encode_response,
 )
-from protocol.messages import api_versions, sasl_authenticate, sasl_handshake
+from protocol.messages import BY_KEY, api_versions, sasl_authenticate, sasl_handshake
 from protocol.primitives import DecodeError
 
 if TYPE_CHECKING:
@@ -236,7 +238,7 @@ class SaslSession:
         key, version = header.api_key, header.api_version
         if key != sasl_authenticate.API_KEY:
             reason = f"unexpected Kafka request of type {key} during SASL authentication"
-            return self._fail(self._illegal_state_reply(header), reason)
+            return self._fail(self._illegal_state_reply(header, frame), reason)
         if not _AUTHENTICATE_VERSIONS[0] <= version <= _AUTHENTICATE_VERSIONS[1]:
             return _close(f"unsupported SaslAuthenticate version {version}")
         try:
@@ -311,21 +313,41 @@ class SaslSession:
             return max(0, credential_ms)
         return max(0, min(credential_ms, max_reauth))
 
-    def _illegal_state_reply(self, header: RequestHeader) -> bytes | None:
+    def _illegal_state_reply(self, header: RequestHeader, frame: bytes) -> bytes | None:
         """Kafka answers a request other than SaslAuthenticate during the exchange with
-        that request's error response (ILLEGAL_SASL_STATE); kgc does for the two APIs a
-        client sends then (a repeated handshake, ApiVersions), and closes silently on
-        others."""
+        that request's error response (ILLEGAL_SASL_STATE), then closes. kgc builds it for
+        every API whose answer can carry the code as a whole: the group APIs in their own
+        shape, the others through their top-level ``error_code``. An API whose answer has
+        none (Produce, Metadata, ...), or a request kgc cannot parse, gets the close alone."""
         key, version, cid = header.api_key, header.api_version, header.correlation_id
-        if key == sasl_handshake.API_KEY and version <= _HANDSHAKE_VERSIONS[1]:
-            body = handshake_response(ErrorCode.ILLEGAL_SASL_STATE, [])
-            return encode_response(key, version, cid, body)
+        code = ErrorCode.ILLEGAL_SASL_STATE
         if key == API_VERSIONS_KEY:
             lo, hi = self.dispatch.supported[API_VERSIONS_KEY]
             if lo <= version <= hi:
-                body = api_versions.Response(error_code=ErrorCode.ILLEGAL_SASL_STATE)
-                return encode_response(key, version, cid, body)
-        return None
+                return encode_response(key, version, cid, api_versions.Response(error_code=code))
+            return None
+        if key == sasl_handshake.API_KEY:
+            if version <= _HANDSHAKE_VERSIONS[1]:
+                return encode_response(key, version, cid, handshake_response(code, []))
+            return None
+        lo, hi = self.dispatch.supported.get(key, (0, -1))
+        if not lo <= version <= hi:
+            return None
+        try:
+            _, req = decode_request(frame)
+        except (UnknownApi, DecodeError):
+            return None
+        try:
+            body = error_response(key, version, req, code)
+        except ValueError:  # not a group API
+            response = BY_KEY[key].Response
+            if "error_code" not in response.__dataclass_fields__:
+                return None
+            body = response(error_code=code)
+            # The dataclass holds every version's fields: this version must carry the code.
+            if encode_body(key, version, body) == encode_body(key, version, response()):
+                return None
+        return encode_response(key, version, cid, body)
 
     def _fail(self, reply: bytes | None, reason: str) -> Step:
         self.state = _State.FAILED
