@@ -72,7 +72,7 @@ class CreateTopicsResponse:
     topics: list[CreatableTopicResult] = field(default_factory=list)
 
 
-def _dec_CreatableReplicaAssignment_2(b: bytes, p: int) -> tuple[CreatableReplicaAssignment, int]:
+def _dec_CreatableReplicaAssignment_0(b: bytes, p: int) -> tuple[CreatableReplicaAssignment, int]:
     t1, = _S_i.unpack_from(b, p); p += 4
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -83,13 +83,13 @@ def _dec_CreatableReplicaAssignment_2(b: bytes, p: int) -> tuple[CreatableReplic
     return CreatableReplicaAssignment(t1, t2), p
 
 
-def _enc_CreatableReplicaAssignment_2(o: CreatableReplicaAssignment, out: bytearray) -> None:
+def _enc_CreatableReplicaAssignment_0(o: CreatableReplicaAssignment, out: bytearray) -> None:
     out += _S_i.pack(o.partition_index)
     out += _S_i.pack(len(o.broker_ids))
     out += pack('>%di' % len(o.broker_ids), *o.broker_ids)
 
 
-def _dec_CreatableTopicConfig_2(b: bytes, p: int) -> tuple[CreatableTopicConfig, int]:
+def _dec_CreatableTopicConfig_0(b: bytes, p: int) -> tuple[CreatableTopicConfig, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -107,7 +107,7 @@ def _dec_CreatableTopicConfig_2(b: bytes, p: int) -> tuple[CreatableTopicConfig,
     return CreatableTopicConfig(t1, t2), p
 
 
-def _enc_CreatableTopicConfig_2(o: CreatableTopicConfig, out: bytearray) -> None:
+def _enc_CreatableTopicConfig_0(o: CreatableTopicConfig, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
@@ -119,7 +119,7 @@ def _enc_CreatableTopicConfig_2(o: CreatableTopicConfig, out: bytearray) -> None
         out += t2
 
 
-def _dec_CreatableTopic_2(b: bytes, p: int) -> tuple[CreatableTopic, int]:
+def _dec_CreatableTopic_0(b: bytes, p: int) -> tuple[CreatableTopic, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -135,7 +135,7 @@ def _dec_CreatableTopic_2(b: bytes, p: int) -> tuple[CreatableTopic, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_CreatableReplicaAssignment_2(b, p)
+            x, p = _dec_CreatableReplicaAssignment_0(b, p)
             a.append(x)
         t4 = a
     n = _S_i.unpack_from(b, p)[0]; p += 4
@@ -145,26 +145,26 @@ def _dec_CreatableTopic_2(b: bytes, p: int) -> tuple[CreatableTopic, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_CreatableTopicConfig_2(b, p)
+            x, p = _dec_CreatableTopicConfig_0(b, p)
             a.append(x)
         t5 = a
     return CreatableTopic(t1, t2, t3, t4, t5), p
 
 
-def _enc_CreatableTopic_2(o: CreatableTopic, out: bytearray) -> None:
+def _enc_CreatableTopic_0(o: CreatableTopic, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_ih.pack(o.num_partitions, o.replication_factor)
     out += _S_i.pack(len(o.assignments))
     for x in o.assignments:
-        _enc_CreatableReplicaAssignment_2(x, out)
+        _enc_CreatableReplicaAssignment_0(x, out)
     out += _S_i.pack(len(o.configs))
     for x in o.configs:
-        _enc_CreatableTopicConfig_2(x, out)
+        _enc_CreatableTopicConfig_0(x, out)
 
 
-def _dec_CreateTopicsRequest_2(b: bytes, p: int) -> tuple[CreateTopicsRequest, int]:
+def _dec_CreateTopicsRequest_0(b: bytes, p: int) -> tuple[CreateTopicsRequest, int]:
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Topics')
@@ -172,17 +172,39 @@ def _dec_CreateTopicsRequest_2(b: bytes, p: int) -> tuple[CreateTopicsRequest, i
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_CreatableTopic_2(b, p)
+            x, p = _dec_CreatableTopic_0(b, p)
+            a.append(x)
+        t1 = a
+    t2, = _S_i.unpack_from(b, p); p += 4
+    return CreateTopicsRequest(t1, t2, False), p
+
+
+def _enc_CreateTopicsRequest_0(o: CreateTopicsRequest, out: bytearray) -> None:
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_CreatableTopic_0(x, out)
+    out += _S_i.pack(o.timeout_ms)
+
+
+def _dec_CreateTopicsRequest_1(b: bytes, p: int) -> tuple[CreateTopicsRequest, int]:
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_CreatableTopic_0(b, p)
             a.append(x)
         t1 = a
     t2, t3 = _S_io.unpack_from(b, p); p += 5
     return CreateTopicsRequest(t1, t2, t3), p
 
 
-def _enc_CreateTopicsRequest_2(o: CreateTopicsRequest, out: bytearray) -> None:
+def _enc_CreateTopicsRequest_1(o: CreateTopicsRequest, out: bytearray) -> None:
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_CreatableTopic_2(x, out)
+        _enc_CreatableTopic_0(x, out)
     out += _S_io.pack(o.timeout_ms, o.validate_only)
 
 
@@ -344,15 +366,54 @@ def _enc_CreateTopicsRequest_5(o: CreateTopicsRequest, out: bytearray) -> None:
     out += b'\x00'
 
 
-def _dec_CreatableTopicConfigs_2(b: bytes, p: int) -> tuple[CreatableTopicConfigs, int]:
+def _dec_CreatableTopicConfigs_0(b: bytes, p: int) -> tuple[CreatableTopicConfigs, int]:
     return CreatableTopicConfigs('', '', False, -1, False), p
 
 
-def _enc_CreatableTopicConfigs_2(o: CreatableTopicConfigs, out: bytearray) -> None:
+def _enc_CreatableTopicConfigs_0(o: CreatableTopicConfigs, out: bytearray) -> None:
     pass
 
 
-def _dec_CreatableTopicResult_2(b: bytes, p: int) -> tuple[CreatableTopicResult, int]:
+def _dec_CreatableTopicResult_0(b: bytes, p: int) -> tuple[CreatableTopicResult, int]:
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable Name')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    t2, = _S_h.unpack_from(b, p); p += 2
+    return CreatableTopicResult(t1, b'\x00' * 16, t2, '', 0, -1, -1, []), p
+
+
+def _enc_CreatableTopicResult_0(o: CreatableTopicResult, out: bytearray) -> None:
+    t1 = o.name.encode()
+    out += _S_h.pack(len(t1))
+    out += t1
+    out += _S_h.pack(o.error_code)
+
+
+def _dec_CreateTopicsResponse_0(b: bytes, p: int) -> tuple[CreateTopicsResponse, int]:
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_CreatableTopicResult_0(b, p)
+            a.append(x)
+        t1 = a
+    return CreateTopicsResponse(0, t1), p
+
+
+def _enc_CreateTopicsResponse_0(o: CreateTopicsResponse, out: bytearray) -> None:
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_CreatableTopicResult_0(x, out)
+
+
+def _dec_CreatableTopicResult_1(b: bytes, p: int) -> tuple[CreatableTopicResult, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -371,7 +432,7 @@ def _dec_CreatableTopicResult_2(b: bytes, p: int) -> tuple[CreatableTopicResult,
     return CreatableTopicResult(t1, b'\x00' * 16, t2, t3, 0, -1, -1, []), p
 
 
-def _enc_CreatableTopicResult_2(o: CreatableTopicResult, out: bytearray) -> None:
+def _enc_CreatableTopicResult_1(o: CreatableTopicResult, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
@@ -384,6 +445,26 @@ def _enc_CreatableTopicResult_2(o: CreatableTopicResult, out: bytearray) -> None
         out += t2
 
 
+def _dec_CreateTopicsResponse_1(b: bytes, p: int) -> tuple[CreateTopicsResponse, int]:
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_CreatableTopicResult_1(b, p)
+            a.append(x)
+        t1 = a
+    return CreateTopicsResponse(0, t1), p
+
+
+def _enc_CreateTopicsResponse_1(o: CreateTopicsResponse, out: bytearray) -> None:
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_CreatableTopicResult_1(x, out)
+
+
 def _dec_CreateTopicsResponse_2(b: bytes, p: int) -> tuple[CreateTopicsResponse, int]:
     t1, = _S_i.unpack_from(b, p); p += 4
     n = _S_i.unpack_from(b, p)[0]; p += 4
@@ -393,7 +474,7 @@ def _dec_CreateTopicsResponse_2(b: bytes, p: int) -> tuple[CreateTopicsResponse,
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_CreatableTopicResult_2(b, p)
+            x, p = _dec_CreatableTopicResult_1(b, p)
             a.append(x)
         t2 = a
     return CreateTopicsResponse(t1, t2), p
@@ -403,7 +484,7 @@ def _enc_CreateTopicsResponse_2(o: CreateTopicsResponse, out: bytearray) -> None
     out += _S_i.pack(o.throttle_time_ms)
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_CreatableTopicResult_2(x, out)
+        _enc_CreatableTopicResult_1(x, out)
 
 
 def _dec_CreatableTopicConfigs_5(b: bytes, p: int) -> tuple[CreatableTopicConfigs, int]:
@@ -678,22 +759,36 @@ def _enc_CreateTopicsResponse_7(o: CreateTopicsResponse, out: bytearray) -> None
     out += b'\x00'
 
 
-_dec_CreatableReplicaAssignment_3 = _dec_CreatableReplicaAssignment_2
-_enc_CreatableReplicaAssignment_3 = _enc_CreatableReplicaAssignment_2
-_dec_CreatableTopicConfig_3 = _dec_CreatableTopicConfig_2
-_enc_CreatableTopicConfig_3 = _enc_CreatableTopicConfig_2
-_dec_CreatableTopic_3 = _dec_CreatableTopic_2
-_enc_CreatableTopic_3 = _enc_CreatableTopic_2
-_dec_CreateTopicsRequest_3 = _dec_CreateTopicsRequest_2
-_enc_CreateTopicsRequest_3 = _enc_CreateTopicsRequest_2
-_dec_CreatableReplicaAssignment_4 = _dec_CreatableReplicaAssignment_2
-_enc_CreatableReplicaAssignment_4 = _enc_CreatableReplicaAssignment_2
-_dec_CreatableTopicConfig_4 = _dec_CreatableTopicConfig_2
-_enc_CreatableTopicConfig_4 = _enc_CreatableTopicConfig_2
-_dec_CreatableTopic_4 = _dec_CreatableTopic_2
-_enc_CreatableTopic_4 = _enc_CreatableTopic_2
-_dec_CreateTopicsRequest_4 = _dec_CreateTopicsRequest_2
-_enc_CreateTopicsRequest_4 = _enc_CreateTopicsRequest_2
+_dec_CreatableReplicaAssignment_1 = _dec_CreatableReplicaAssignment_0
+_enc_CreatableReplicaAssignment_1 = _enc_CreatableReplicaAssignment_0
+_dec_CreatableTopicConfig_1 = _dec_CreatableTopicConfig_0
+_enc_CreatableTopicConfig_1 = _enc_CreatableTopicConfig_0
+_dec_CreatableTopic_1 = _dec_CreatableTopic_0
+_enc_CreatableTopic_1 = _enc_CreatableTopic_0
+_dec_CreatableReplicaAssignment_2 = _dec_CreatableReplicaAssignment_0
+_enc_CreatableReplicaAssignment_2 = _enc_CreatableReplicaAssignment_0
+_dec_CreatableTopicConfig_2 = _dec_CreatableTopicConfig_0
+_enc_CreatableTopicConfig_2 = _enc_CreatableTopicConfig_0
+_dec_CreatableTopic_2 = _dec_CreatableTopic_0
+_enc_CreatableTopic_2 = _enc_CreatableTopic_0
+_dec_CreateTopicsRequest_2 = _dec_CreateTopicsRequest_1
+_enc_CreateTopicsRequest_2 = _enc_CreateTopicsRequest_1
+_dec_CreatableReplicaAssignment_3 = _dec_CreatableReplicaAssignment_0
+_enc_CreatableReplicaAssignment_3 = _enc_CreatableReplicaAssignment_0
+_dec_CreatableTopicConfig_3 = _dec_CreatableTopicConfig_0
+_enc_CreatableTopicConfig_3 = _enc_CreatableTopicConfig_0
+_dec_CreatableTopic_3 = _dec_CreatableTopic_0
+_enc_CreatableTopic_3 = _enc_CreatableTopic_0
+_dec_CreateTopicsRequest_3 = _dec_CreateTopicsRequest_1
+_enc_CreateTopicsRequest_3 = _enc_CreateTopicsRequest_1
+_dec_CreatableReplicaAssignment_4 = _dec_CreatableReplicaAssignment_0
+_enc_CreatableReplicaAssignment_4 = _enc_CreatableReplicaAssignment_0
+_dec_CreatableTopicConfig_4 = _dec_CreatableTopicConfig_0
+_enc_CreatableTopicConfig_4 = _enc_CreatableTopicConfig_0
+_dec_CreatableTopic_4 = _dec_CreatableTopic_0
+_enc_CreatableTopic_4 = _enc_CreatableTopic_0
+_dec_CreateTopicsRequest_4 = _dec_CreateTopicsRequest_1
+_enc_CreateTopicsRequest_4 = _enc_CreateTopicsRequest_1
 _dec_CreatableReplicaAssignment_6 = _dec_CreatableReplicaAssignment_5
 _enc_CreatableReplicaAssignment_6 = _enc_CreatableReplicaAssignment_5
 _dec_CreatableTopicConfig_6 = _dec_CreatableTopicConfig_5
@@ -710,16 +805,22 @@ _dec_CreatableTopic_7 = _dec_CreatableTopic_5
 _enc_CreatableTopic_7 = _enc_CreatableTopic_5
 _dec_CreateTopicsRequest_7 = _dec_CreateTopicsRequest_5
 _enc_CreateTopicsRequest_7 = _enc_CreateTopicsRequest_5
-_dec_CreatableTopicConfigs_3 = _dec_CreatableTopicConfigs_2
-_enc_CreatableTopicConfigs_3 = _enc_CreatableTopicConfigs_2
-_dec_CreatableTopicResult_3 = _dec_CreatableTopicResult_2
-_enc_CreatableTopicResult_3 = _enc_CreatableTopicResult_2
+_dec_CreatableTopicConfigs_1 = _dec_CreatableTopicConfigs_0
+_enc_CreatableTopicConfigs_1 = _enc_CreatableTopicConfigs_0
+_dec_CreatableTopicConfigs_2 = _dec_CreatableTopicConfigs_0
+_enc_CreatableTopicConfigs_2 = _enc_CreatableTopicConfigs_0
+_dec_CreatableTopicResult_2 = _dec_CreatableTopicResult_1
+_enc_CreatableTopicResult_2 = _enc_CreatableTopicResult_1
+_dec_CreatableTopicConfigs_3 = _dec_CreatableTopicConfigs_0
+_enc_CreatableTopicConfigs_3 = _enc_CreatableTopicConfigs_0
+_dec_CreatableTopicResult_3 = _dec_CreatableTopicResult_1
+_enc_CreatableTopicResult_3 = _enc_CreatableTopicResult_1
 _dec_CreateTopicsResponse_3 = _dec_CreateTopicsResponse_2
 _enc_CreateTopicsResponse_3 = _enc_CreateTopicsResponse_2
-_dec_CreatableTopicConfigs_4 = _dec_CreatableTopicConfigs_2
-_enc_CreatableTopicConfigs_4 = _enc_CreatableTopicConfigs_2
-_dec_CreatableTopicResult_4 = _dec_CreatableTopicResult_2
-_enc_CreatableTopicResult_4 = _enc_CreatableTopicResult_2
+_dec_CreatableTopicConfigs_4 = _dec_CreatableTopicConfigs_0
+_enc_CreatableTopicConfigs_4 = _enc_CreatableTopicConfigs_0
+_dec_CreatableTopicResult_4 = _dec_CreatableTopicResult_1
+_enc_CreatableTopicResult_4 = _enc_CreatableTopicResult_1
 _dec_CreateTopicsResponse_4 = _dec_CreateTopicsResponse_2
 _enc_CreateTopicsResponse_4 = _enc_CreateTopicsResponse_2
 _dec_CreatableTopicConfigs_6 = _dec_CreatableTopicConfigs_5
@@ -733,15 +834,15 @@ _enc_CreatableTopicConfigs_7 = _enc_CreatableTopicConfigs_5
 
 
 API_KEY = 19
-MIN_VERSION = 2
+MIN_VERSION = 0
 MAX_VERSION = 7
 FLEXIBLE_FROM = 5  # -1: never flexible
 
 
-REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[CreateTopicsRequest, int]]] = {2: _dec_CreateTopicsRequest_2, 3: _dec_CreateTopicsRequest_3, 4: _dec_CreateTopicsRequest_4, 5: _dec_CreateTopicsRequest_5, 6: _dec_CreateTopicsRequest_6, 7: _dec_CreateTopicsRequest_7}
-REQUEST_ENCODERS: dict[int, Callable[[CreateTopicsRequest, bytearray], None]] = {2: _enc_CreateTopicsRequest_2, 3: _enc_CreateTopicsRequest_3, 4: _enc_CreateTopicsRequest_4, 5: _enc_CreateTopicsRequest_5, 6: _enc_CreateTopicsRequest_6, 7: _enc_CreateTopicsRequest_7}
-RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[CreateTopicsResponse, int]]] = {2: _dec_CreateTopicsResponse_2, 3: _dec_CreateTopicsResponse_3, 4: _dec_CreateTopicsResponse_4, 5: _dec_CreateTopicsResponse_5, 6: _dec_CreateTopicsResponse_6, 7: _dec_CreateTopicsResponse_7}
-RESPONSE_ENCODERS: dict[int, Callable[[CreateTopicsResponse, bytearray], None]] = {2: _enc_CreateTopicsResponse_2, 3: _enc_CreateTopicsResponse_3, 4: _enc_CreateTopicsResponse_4, 5: _enc_CreateTopicsResponse_5, 6: _enc_CreateTopicsResponse_6, 7: _enc_CreateTopicsResponse_7}
+REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[CreateTopicsRequest, int]]] = {0: _dec_CreateTopicsRequest_0, 1: _dec_CreateTopicsRequest_1, 2: _dec_CreateTopicsRequest_2, 3: _dec_CreateTopicsRequest_3, 4: _dec_CreateTopicsRequest_4, 5: _dec_CreateTopicsRequest_5, 6: _dec_CreateTopicsRequest_6, 7: _dec_CreateTopicsRequest_7}
+REQUEST_ENCODERS: dict[int, Callable[[CreateTopicsRequest, bytearray], None]] = {0: _enc_CreateTopicsRequest_0, 1: _enc_CreateTopicsRequest_1, 2: _enc_CreateTopicsRequest_2, 3: _enc_CreateTopicsRequest_3, 4: _enc_CreateTopicsRequest_4, 5: _enc_CreateTopicsRequest_5, 6: _enc_CreateTopicsRequest_6, 7: _enc_CreateTopicsRequest_7}
+RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[CreateTopicsResponse, int]]] = {0: _dec_CreateTopicsResponse_0, 1: _dec_CreateTopicsResponse_1, 2: _dec_CreateTopicsResponse_2, 3: _dec_CreateTopicsResponse_3, 4: _dec_CreateTopicsResponse_4, 5: _dec_CreateTopicsResponse_5, 6: _dec_CreateTopicsResponse_6, 7: _dec_CreateTopicsResponse_7}
+RESPONSE_ENCODERS: dict[int, Callable[[CreateTopicsResponse, bytearray], None]] = {0: _enc_CreateTopicsResponse_0, 1: _enc_CreateTopicsResponse_1, 2: _enc_CreateTopicsResponse_2, 3: _enc_CreateTopicsResponse_3, 4: _enc_CreateTopicsResponse_4, 5: _enc_CreateTopicsResponse_5, 6: _enc_CreateTopicsResponse_6, 7: _enc_CreateTopicsResponse_7}
 
 
 Request = CreateTopicsRequest

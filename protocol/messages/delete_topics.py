@@ -41,15 +41,15 @@ class DeleteTopicsResponse:
     responses: list[DeletableTopicResult] = field(default_factory=list)
 
 
-def _dec_DeleteTopicState_1(b: bytes, p: int) -> tuple[DeleteTopicState, int]:
+def _dec_DeleteTopicState_0(b: bytes, p: int) -> tuple[DeleteTopicState, int]:
     return DeleteTopicState(None, b'\x00' * 16), p
 
 
-def _enc_DeleteTopicState_1(o: DeleteTopicState, out: bytearray) -> None:
+def _enc_DeleteTopicState_0(o: DeleteTopicState, out: bytearray) -> None:
     pass
 
 
-def _dec_DeleteTopicsRequest_1(b: bytes, p: int) -> tuple[DeleteTopicsRequest, int]:
+def _dec_DeleteTopicsRequest_0(b: bytes, p: int) -> tuple[DeleteTopicsRequest, int]:
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable TopicNames')
@@ -70,7 +70,7 @@ def _dec_DeleteTopicsRequest_1(b: bytes, p: int) -> tuple[DeleteTopicsRequest, i
     return DeleteTopicsRequest([], t1, t3), p
 
 
-def _enc_DeleteTopicsRequest_1(o: DeleteTopicsRequest, out: bytearray) -> None:
+def _enc_DeleteTopicsRequest_0(o: DeleteTopicsRequest, out: bytearray) -> None:
     out += _S_i.pack(len(o.topic_names))
     for x in o.topic_names:
         t1 = x.encode()
@@ -192,7 +192,7 @@ def _enc_DeleteTopicsRequest_6(o: DeleteTopicsRequest, out: bytearray) -> None:
     out += b'\x00'
 
 
-def _dec_DeletableTopicResult_1(b: bytes, p: int) -> tuple[DeletableTopicResult, int]:
+def _dec_DeletableTopicResult_0(b: bytes, p: int) -> tuple[DeletableTopicResult, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -204,11 +204,31 @@ def _dec_DeletableTopicResult_1(b: bytes, p: int) -> tuple[DeletableTopicResult,
     return DeletableTopicResult(t1, b'\x00' * 16, t2, None), p
 
 
-def _enc_DeletableTopicResult_1(o: DeletableTopicResult, out: bytearray) -> None:
+def _enc_DeletableTopicResult_0(o: DeletableTopicResult, out: bytearray) -> None:
     t1 = (o.name or '').encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_h.pack(o.error_code)
+
+
+def _dec_DeleteTopicsResponse_0(b: bytes, p: int) -> tuple[DeleteTopicsResponse, int]:
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Responses')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_DeletableTopicResult_0(b, p)
+            a.append(x)
+        t1 = a
+    return DeleteTopicsResponse(0, t1), p
+
+
+def _enc_DeleteTopicsResponse_0(o: DeleteTopicsResponse, out: bytearray) -> None:
+    out += _S_i.pack(len(o.responses))
+    for x in o.responses:
+        _enc_DeletableTopicResult_0(x, out)
 
 
 def _dec_DeleteTopicsResponse_1(b: bytes, p: int) -> tuple[DeleteTopicsResponse, int]:
@@ -220,7 +240,7 @@ def _dec_DeleteTopicsResponse_1(b: bytes, p: int) -> tuple[DeleteTopicsResponse,
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_DeletableTopicResult_1(b, p)
+            x, p = _dec_DeletableTopicResult_0(b, p)
             a.append(x)
         t2 = a
     return DeleteTopicsResponse(t1, t2), p
@@ -230,7 +250,7 @@ def _enc_DeleteTopicsResponse_1(o: DeleteTopicsResponse, out: bytearray) -> None
     out += _S_i.pack(o.throttle_time_ms)
     out += _S_i.pack(len(o.responses))
     for x in o.responses:
-        _enc_DeletableTopicResult_1(x, out)
+        _enc_DeletableTopicResult_0(x, out)
 
 
 def _dec_DeletableTopicResult_4(b: bytes, p: int) -> tuple[DeletableTopicResult, int]:
@@ -443,38 +463,44 @@ def _enc_DeleteTopicsResponse_6(o: DeleteTopicsResponse, out: bytearray) -> None
     out += b'\x00'
 
 
-_dec_DeleteTopicState_2 = _dec_DeleteTopicState_1
-_enc_DeleteTopicState_2 = _enc_DeleteTopicState_1
-_dec_DeleteTopicsRequest_2 = _dec_DeleteTopicsRequest_1
-_enc_DeleteTopicsRequest_2 = _enc_DeleteTopicsRequest_1
-_dec_DeleteTopicState_3 = _dec_DeleteTopicState_1
-_enc_DeleteTopicState_3 = _enc_DeleteTopicState_1
-_dec_DeleteTopicsRequest_3 = _dec_DeleteTopicsRequest_1
-_enc_DeleteTopicsRequest_3 = _enc_DeleteTopicsRequest_1
+_dec_DeleteTopicState_1 = _dec_DeleteTopicState_0
+_enc_DeleteTopicState_1 = _enc_DeleteTopicState_0
+_dec_DeleteTopicsRequest_1 = _dec_DeleteTopicsRequest_0
+_enc_DeleteTopicsRequest_1 = _enc_DeleteTopicsRequest_0
+_dec_DeleteTopicState_2 = _dec_DeleteTopicState_0
+_enc_DeleteTopicState_2 = _enc_DeleteTopicState_0
+_dec_DeleteTopicsRequest_2 = _dec_DeleteTopicsRequest_0
+_enc_DeleteTopicsRequest_2 = _enc_DeleteTopicsRequest_0
+_dec_DeleteTopicState_3 = _dec_DeleteTopicState_0
+_enc_DeleteTopicState_3 = _enc_DeleteTopicState_0
+_dec_DeleteTopicsRequest_3 = _dec_DeleteTopicsRequest_0
+_enc_DeleteTopicsRequest_3 = _enc_DeleteTopicsRequest_0
 _dec_DeleteTopicState_5 = _dec_DeleteTopicState_4
 _enc_DeleteTopicState_5 = _enc_DeleteTopicState_4
 _dec_DeleteTopicsRequest_5 = _dec_DeleteTopicsRequest_4
 _enc_DeleteTopicsRequest_5 = _enc_DeleteTopicsRequest_4
-_dec_DeletableTopicResult_2 = _dec_DeletableTopicResult_1
-_enc_DeletableTopicResult_2 = _enc_DeletableTopicResult_1
+_dec_DeletableTopicResult_1 = _dec_DeletableTopicResult_0
+_enc_DeletableTopicResult_1 = _enc_DeletableTopicResult_0
+_dec_DeletableTopicResult_2 = _dec_DeletableTopicResult_0
+_enc_DeletableTopicResult_2 = _enc_DeletableTopicResult_0
 _dec_DeleteTopicsResponse_2 = _dec_DeleteTopicsResponse_1
 _enc_DeleteTopicsResponse_2 = _enc_DeleteTopicsResponse_1
-_dec_DeletableTopicResult_3 = _dec_DeletableTopicResult_1
-_enc_DeletableTopicResult_3 = _enc_DeletableTopicResult_1
+_dec_DeletableTopicResult_3 = _dec_DeletableTopicResult_0
+_enc_DeletableTopicResult_3 = _enc_DeletableTopicResult_0
 _dec_DeleteTopicsResponse_3 = _dec_DeleteTopicsResponse_1
 _enc_DeleteTopicsResponse_3 = _enc_DeleteTopicsResponse_1
 
 
 API_KEY = 20
-MIN_VERSION = 1
+MIN_VERSION = 0
 MAX_VERSION = 6
 FLEXIBLE_FROM = 4  # -1: never flexible
 
 
-REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[DeleteTopicsRequest, int]]] = {1: _dec_DeleteTopicsRequest_1, 2: _dec_DeleteTopicsRequest_2, 3: _dec_DeleteTopicsRequest_3, 4: _dec_DeleteTopicsRequest_4, 5: _dec_DeleteTopicsRequest_5, 6: _dec_DeleteTopicsRequest_6}
-REQUEST_ENCODERS: dict[int, Callable[[DeleteTopicsRequest, bytearray], None]] = {1: _enc_DeleteTopicsRequest_1, 2: _enc_DeleteTopicsRequest_2, 3: _enc_DeleteTopicsRequest_3, 4: _enc_DeleteTopicsRequest_4, 5: _enc_DeleteTopicsRequest_5, 6: _enc_DeleteTopicsRequest_6}
-RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[DeleteTopicsResponse, int]]] = {1: _dec_DeleteTopicsResponse_1, 2: _dec_DeleteTopicsResponse_2, 3: _dec_DeleteTopicsResponse_3, 4: _dec_DeleteTopicsResponse_4, 5: _dec_DeleteTopicsResponse_5, 6: _dec_DeleteTopicsResponse_6}
-RESPONSE_ENCODERS: dict[int, Callable[[DeleteTopicsResponse, bytearray], None]] = {1: _enc_DeleteTopicsResponse_1, 2: _enc_DeleteTopicsResponse_2, 3: _enc_DeleteTopicsResponse_3, 4: _enc_DeleteTopicsResponse_4, 5: _enc_DeleteTopicsResponse_5, 6: _enc_DeleteTopicsResponse_6}
+REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[DeleteTopicsRequest, int]]] = {0: _dec_DeleteTopicsRequest_0, 1: _dec_DeleteTopicsRequest_1, 2: _dec_DeleteTopicsRequest_2, 3: _dec_DeleteTopicsRequest_3, 4: _dec_DeleteTopicsRequest_4, 5: _dec_DeleteTopicsRequest_5, 6: _dec_DeleteTopicsRequest_6}
+REQUEST_ENCODERS: dict[int, Callable[[DeleteTopicsRequest, bytearray], None]] = {0: _enc_DeleteTopicsRequest_0, 1: _enc_DeleteTopicsRequest_1, 2: _enc_DeleteTopicsRequest_2, 3: _enc_DeleteTopicsRequest_3, 4: _enc_DeleteTopicsRequest_4, 5: _enc_DeleteTopicsRequest_5, 6: _enc_DeleteTopicsRequest_6}
+RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[DeleteTopicsResponse, int]]] = {0: _dec_DeleteTopicsResponse_0, 1: _dec_DeleteTopicsResponse_1, 2: _dec_DeleteTopicsResponse_2, 3: _dec_DeleteTopicsResponse_3, 4: _dec_DeleteTopicsResponse_4, 5: _dec_DeleteTopicsResponse_5, 6: _dec_DeleteTopicsResponse_6}
+RESPONSE_ENCODERS: dict[int, Callable[[DeleteTopicsResponse, bytearray], None]] = {0: _enc_DeleteTopicsResponse_0, 1: _enc_DeleteTopicsResponse_1, 2: _enc_DeleteTopicsResponse_2, 3: _enc_DeleteTopicsResponse_3, 4: _enc_DeleteTopicsResponse_4, 5: _enc_DeleteTopicsResponse_5, 6: _enc_DeleteTopicsResponse_6}
 
 
 Request = DeleteTopicsRequest

@@ -13,10 +13,13 @@ from protocol.primitives import UVARINT_SMALL, DecodeError, read_uvarint, skip_t
 _S_h = Struct('>h')
 _S_i = Struct('>i')
 _S_ihi = Struct('>ihi')
+_S_ihq = Struct('>ihq')
 _S_ihqq = Struct('>ihqq')
 _S_ihqqq = Struct('>ihqqq')
 _S_ii = Struct('>ii')
+_S_iii = Struct('>iii')
 _S_iiibii = Struct('>iiibii')
+_S_iiii = Struct('>iiii')
 _S_iiiib = Struct('>iiiib')
 _S_iiiibii = Struct('>iiiibii')
 _S_iiqiqi = Struct('>iiqiqi')
@@ -140,24 +143,24 @@ class FetchResponse:
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
 
-def _dec_ReplicaState_4(b: bytes, p: int) -> tuple[ReplicaState, int]:
+def _dec_ReplicaState_0(b: bytes, p: int) -> tuple[ReplicaState, int]:
     return ReplicaState(-1, -1), p
 
 
-def _enc_ReplicaState_4(o: ReplicaState, out: bytearray) -> None:
+def _enc_ReplicaState_0(o: ReplicaState, out: bytearray) -> None:
     pass
 
 
-def _dec_FetchPartition_4(b: bytes, p: int) -> tuple[FetchPartition, int]:
+def _dec_FetchPartition_0(b: bytes, p: int) -> tuple[FetchPartition, int]:
     t1, t2, t3 = _S_iqi.unpack_from(b, p); p += 16
     return FetchPartition(t1, -1, t2, -1, -1, t3, b'\x00' * 16, 9223372036854775807), p
 
 
-def _enc_FetchPartition_4(o: FetchPartition, out: bytearray) -> None:
+def _enc_FetchPartition_0(o: FetchPartition, out: bytearray) -> None:
     out += _S_iqi.pack(o.partition, o.fetch_offset, o.partition_max_bytes)
 
 
-def _dec_FetchTopic_4(b: bytes, p: int) -> tuple[FetchTopic, int]:
+def _dec_FetchTopic_0(b: bytes, p: int) -> tuple[FetchTopic, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Topic')
@@ -172,27 +175,71 @@ def _dec_FetchTopic_4(b: bytes, p: int) -> tuple[FetchTopic, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_FetchPartition_4(b, p)
+            x, p = _dec_FetchPartition_0(b, p)
             a.append(x)
         t2 = a
     return FetchTopic(t1, b'\x00' * 16, t2), p
 
 
-def _enc_FetchTopic_4(o: FetchTopic, out: bytearray) -> None:
+def _enc_FetchTopic_0(o: FetchTopic, out: bytearray) -> None:
     t1 = o.topic.encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_i.pack(len(o.partitions))
     for x in o.partitions:
-        _enc_FetchPartition_4(x, out)
+        _enc_FetchPartition_0(x, out)
 
 
-def _dec_ForgottenTopic_4(b: bytes, p: int) -> tuple[ForgottenTopic, int]:
+def _dec_ForgottenTopic_0(b: bytes, p: int) -> tuple[ForgottenTopic, int]:
     return ForgottenTopic('', b'\x00' * 16, []), p
 
 
-def _enc_ForgottenTopic_4(o: ForgottenTopic, out: bytearray) -> None:
+def _enc_ForgottenTopic_0(o: ForgottenTopic, out: bytearray) -> None:
     pass
+
+
+def _dec_FetchRequest_0(b: bytes, p: int) -> tuple[FetchRequest, int]:
+    t1, t2, t3 = _S_iii.unpack_from(b, p); p += 12
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_FetchTopic_0(b, p)
+            a.append(x)
+        t4 = a
+    return FetchRequest(None, t1, ReplicaState(), t2, t3, 2147483647, 0, 0, -1, t4, [], ''), p
+
+
+def _enc_FetchRequest_0(o: FetchRequest, out: bytearray) -> None:
+    out += _S_iii.pack(o.replica_id, o.max_wait_ms, o.min_bytes)
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_FetchTopic_0(x, out)
+
+
+def _dec_FetchRequest_3(b: bytes, p: int) -> tuple[FetchRequest, int]:
+    t1, t2, t3, t4 = _S_iiii.unpack_from(b, p); p += 16
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_FetchTopic_0(b, p)
+            a.append(x)
+        t5 = a
+    return FetchRequest(None, t1, ReplicaState(), t2, t3, t4, 0, 0, -1, t5, [], ''), p
+
+
+def _enc_FetchRequest_3(o: FetchRequest, out: bytearray) -> None:
+    out += _S_iiii.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes)
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_FetchTopic_0(x, out)
 
 
 def _dec_FetchRequest_4(b: bytes, p: int) -> tuple[FetchRequest, int]:
@@ -204,7 +251,7 @@ def _dec_FetchRequest_4(b: bytes, p: int) -> tuple[FetchRequest, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_FetchTopic_4(b, p)
+            x, p = _dec_FetchTopic_0(b, p)
             a.append(x)
         t6 = a
     return FetchRequest(None, t1, ReplicaState(), t2, t3, t4, t5, 0, -1, t6, [], ''), p
@@ -214,7 +261,7 @@ def _enc_FetchRequest_4(o: FetchRequest, out: bytearray) -> None:
     out += _S_iiiib.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_FetchTopic_4(x, out)
+        _enc_FetchTopic_0(x, out)
 
 
 def _dec_FetchPartition_5(b: bytes, p: int) -> tuple[FetchPartition, int]:
@@ -1245,29 +1292,139 @@ def _enc_FetchRequest_18(o: FetchRequest, out: bytearray) -> None:
         out += uvarint(tag); out += uvarint(len(data)); out += data
 
 
-def _dec_EpochEndOffset_4(b: bytes, p: int) -> tuple[EpochEndOffset, int]:
+def _dec_EpochEndOffset_0(b: bytes, p: int) -> tuple[EpochEndOffset, int]:
     return EpochEndOffset(-1, -1), p
 
 
-def _enc_EpochEndOffset_4(o: EpochEndOffset, out: bytearray) -> None:
+def _enc_EpochEndOffset_0(o: EpochEndOffset, out: bytearray) -> None:
     pass
 
 
-def _dec_LeaderIdAndEpoch_4(b: bytes, p: int) -> tuple[LeaderIdAndEpoch, int]:
+def _dec_LeaderIdAndEpoch_0(b: bytes, p: int) -> tuple[LeaderIdAndEpoch, int]:
     return LeaderIdAndEpoch(-1, -1), p
 
 
-def _enc_LeaderIdAndEpoch_4(o: LeaderIdAndEpoch, out: bytearray) -> None:
+def _enc_LeaderIdAndEpoch_0(o: LeaderIdAndEpoch, out: bytearray) -> None:
     pass
 
 
-def _dec_SnapshotId_4(b: bytes, p: int) -> tuple[SnapshotId, int]:
+def _dec_SnapshotId_0(b: bytes, p: int) -> tuple[SnapshotId, int]:
     t1, t2 = _S_qi.unpack_from(b, p); p += 12
     return SnapshotId(t1, t2), p
 
 
-def _enc_SnapshotId_4(o: SnapshotId, out: bytearray) -> None:
+def _enc_SnapshotId_0(o: SnapshotId, out: bytearray) -> None:
     out += _S_qi.pack(o.end_offset, o.epoch)
+
+
+def _dec_AbortedTransaction_0(b: bytes, p: int) -> tuple[AbortedTransaction, int]:
+    return AbortedTransaction(0, 0), p
+
+
+def _enc_AbortedTransaction_0(o: AbortedTransaction, out: bytearray) -> None:
+    pass
+
+
+def _dec_PartitionData_0(b: bytes, p: int) -> tuple[PartitionData, int]:
+    t1, t2, t3 = _S_ihq.unpack_from(b, p); p += 14
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        t4 = None
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t4 = b[p:e]; p = e
+    return PartitionData(t1, t2, t3, -1, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), [], -1, t4), p
+
+
+def _enc_PartitionData_0(o: PartitionData, out: bytearray) -> None:
+    out += _S_ihq.pack(o.partition_index, o.error_code, o.high_watermark)
+    if o.records is None:
+        out += b'\xff\xff\xff\xff'
+    else:
+        t1 = o.records
+        out += _S_i.pack(len(t1))
+        out += t1
+
+
+def _dec_FetchableTopicResponse_0(b: bytes, p: int) -> tuple[FetchableTopicResponse, int]:
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable Topic')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Partitions')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_PartitionData_0(b, p)
+            a.append(x)
+        t2 = a
+    return FetchableTopicResponse(t1, b'\x00' * 16, t2), p
+
+
+def _enc_FetchableTopicResponse_0(o: FetchableTopicResponse, out: bytearray) -> None:
+    t1 = o.topic.encode()
+    out += _S_h.pack(len(t1))
+    out += t1
+    out += _S_i.pack(len(o.partitions))
+    for x in o.partitions:
+        _enc_PartitionData_0(x, out)
+
+
+def _dec_NodeEndpoint_0(b: bytes, p: int) -> tuple[NodeEndpoint, int]:
+    return NodeEndpoint(0, '', 0, None), p
+
+
+def _enc_NodeEndpoint_0(o: NodeEndpoint, out: bytearray) -> None:
+    pass
+
+
+def _dec_FetchResponse_0(b: bytes, p: int) -> tuple[FetchResponse, int]:
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Responses')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_FetchableTopicResponse_0(b, p)
+            a.append(x)
+        t1 = a
+    return FetchResponse(0, 0, 0, t1, []), p
+
+
+def _enc_FetchResponse_0(o: FetchResponse, out: bytearray) -> None:
+    out += _S_i.pack(len(o.responses))
+    for x in o.responses:
+        _enc_FetchableTopicResponse_0(x, out)
+
+
+def _dec_FetchResponse_1(b: bytes, p: int) -> tuple[FetchResponse, int]:
+    t1, = _S_i.unpack_from(b, p); p += 4
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Responses')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_FetchableTopicResponse_0(b, p)
+            a.append(x)
+        t2 = a
+    return FetchResponse(t1, 0, 0, t2, []), p
+
+
+def _enc_FetchResponse_1(o: FetchResponse, out: bytearray) -> None:
+    out += _S_i.pack(o.throttle_time_ms)
+    out += _S_i.pack(len(o.responses))
+    for x in o.responses:
+        _enc_FetchableTopicResponse_0(x, out)
 
 
 def _dec_AbortedTransaction_4(b: bytes, p: int) -> tuple[AbortedTransaction, int]:
@@ -1345,14 +1502,6 @@ def _enc_FetchableTopicResponse_4(o: FetchableTopicResponse, out: bytearray) -> 
     out += _S_i.pack(len(o.partitions))
     for x in o.partitions:
         _enc_PartitionData_4(x, out)
-
-
-def _dec_NodeEndpoint_4(b: bytes, p: int) -> tuple[NodeEndpoint, int]:
-    return NodeEndpoint(0, '', 0, None), p
-
-
-def _enc_NodeEndpoint_4(o: NodeEndpoint, out: bytearray) -> None:
-    pass
 
 
 def _dec_FetchResponse_4(b: bytes, p: int) -> tuple[FetchResponse, int]:
@@ -1969,28 +2118,64 @@ def _enc_FetchResponse_16(o: FetchResponse, out: bytearray) -> None:
         out += uvarint(tag); out += uvarint(len(data)); out += data
 
 
-_dec_ReplicaState_5 = _dec_ReplicaState_4
-_enc_ReplicaState_5 = _enc_ReplicaState_4
-_dec_ForgottenTopic_5 = _dec_ForgottenTopic_4
-_enc_ForgottenTopic_5 = _enc_ForgottenTopic_4
-_dec_ReplicaState_6 = _dec_ReplicaState_4
-_enc_ReplicaState_6 = _enc_ReplicaState_4
+_dec_ReplicaState_1 = _dec_ReplicaState_0
+_enc_ReplicaState_1 = _enc_ReplicaState_0
+_dec_FetchPartition_1 = _dec_FetchPartition_0
+_enc_FetchPartition_1 = _enc_FetchPartition_0
+_dec_FetchTopic_1 = _dec_FetchTopic_0
+_enc_FetchTopic_1 = _enc_FetchTopic_0
+_dec_ForgottenTopic_1 = _dec_ForgottenTopic_0
+_enc_ForgottenTopic_1 = _enc_ForgottenTopic_0
+_dec_FetchRequest_1 = _dec_FetchRequest_0
+_enc_FetchRequest_1 = _enc_FetchRequest_0
+_dec_ReplicaState_2 = _dec_ReplicaState_0
+_enc_ReplicaState_2 = _enc_ReplicaState_0
+_dec_FetchPartition_2 = _dec_FetchPartition_0
+_enc_FetchPartition_2 = _enc_FetchPartition_0
+_dec_FetchTopic_2 = _dec_FetchTopic_0
+_enc_FetchTopic_2 = _enc_FetchTopic_0
+_dec_ForgottenTopic_2 = _dec_ForgottenTopic_0
+_enc_ForgottenTopic_2 = _enc_ForgottenTopic_0
+_dec_FetchRequest_2 = _dec_FetchRequest_0
+_enc_FetchRequest_2 = _enc_FetchRequest_0
+_dec_ReplicaState_3 = _dec_ReplicaState_0
+_enc_ReplicaState_3 = _enc_ReplicaState_0
+_dec_FetchPartition_3 = _dec_FetchPartition_0
+_enc_FetchPartition_3 = _enc_FetchPartition_0
+_dec_FetchTopic_3 = _dec_FetchTopic_0
+_enc_FetchTopic_3 = _enc_FetchTopic_0
+_dec_ForgottenTopic_3 = _dec_ForgottenTopic_0
+_enc_ForgottenTopic_3 = _enc_ForgottenTopic_0
+_dec_ReplicaState_4 = _dec_ReplicaState_0
+_enc_ReplicaState_4 = _enc_ReplicaState_0
+_dec_FetchPartition_4 = _dec_FetchPartition_0
+_enc_FetchPartition_4 = _enc_FetchPartition_0
+_dec_FetchTopic_4 = _dec_FetchTopic_0
+_enc_FetchTopic_4 = _enc_FetchTopic_0
+_dec_ForgottenTopic_4 = _dec_ForgottenTopic_0
+_enc_ForgottenTopic_4 = _enc_ForgottenTopic_0
+_dec_ReplicaState_5 = _dec_ReplicaState_0
+_enc_ReplicaState_5 = _enc_ReplicaState_0
+_dec_ForgottenTopic_5 = _dec_ForgottenTopic_0
+_enc_ForgottenTopic_5 = _enc_ForgottenTopic_0
+_dec_ReplicaState_6 = _dec_ReplicaState_0
+_enc_ReplicaState_6 = _enc_ReplicaState_0
 _dec_FetchPartition_6 = _dec_FetchPartition_5
 _enc_FetchPartition_6 = _enc_FetchPartition_5
 _dec_FetchTopic_6 = _dec_FetchTopic_5
 _enc_FetchTopic_6 = _enc_FetchTopic_5
-_dec_ForgottenTopic_6 = _dec_ForgottenTopic_4
-_enc_ForgottenTopic_6 = _enc_ForgottenTopic_4
+_dec_ForgottenTopic_6 = _dec_ForgottenTopic_0
+_enc_ForgottenTopic_6 = _enc_ForgottenTopic_0
 _dec_FetchRequest_6 = _dec_FetchRequest_5
 _enc_FetchRequest_6 = _enc_FetchRequest_5
-_dec_ReplicaState_7 = _dec_ReplicaState_4
-_enc_ReplicaState_7 = _enc_ReplicaState_4
+_dec_ReplicaState_7 = _dec_ReplicaState_0
+_enc_ReplicaState_7 = _enc_ReplicaState_0
 _dec_FetchPartition_7 = _dec_FetchPartition_5
 _enc_FetchPartition_7 = _enc_FetchPartition_5
 _dec_FetchTopic_7 = _dec_FetchTopic_5
 _enc_FetchTopic_7 = _enc_FetchTopic_5
-_dec_ReplicaState_8 = _dec_ReplicaState_4
-_enc_ReplicaState_8 = _enc_ReplicaState_4
+_dec_ReplicaState_8 = _dec_ReplicaState_0
+_enc_ReplicaState_8 = _enc_ReplicaState_0
 _dec_FetchPartition_8 = _dec_FetchPartition_5
 _enc_FetchPartition_8 = _enc_FetchPartition_5
 _dec_FetchTopic_8 = _dec_FetchTopic_5
@@ -1999,12 +2184,12 @@ _dec_ForgottenTopic_8 = _dec_ForgottenTopic_7
 _enc_ForgottenTopic_8 = _enc_ForgottenTopic_7
 _dec_FetchRequest_8 = _dec_FetchRequest_7
 _enc_FetchRequest_8 = _enc_FetchRequest_7
-_dec_ReplicaState_9 = _dec_ReplicaState_4
-_enc_ReplicaState_9 = _enc_ReplicaState_4
+_dec_ReplicaState_9 = _dec_ReplicaState_0
+_enc_ReplicaState_9 = _enc_ReplicaState_0
 _dec_ForgottenTopic_9 = _dec_ForgottenTopic_7
 _enc_ForgottenTopic_9 = _enc_ForgottenTopic_7
-_dec_ReplicaState_10 = _dec_ReplicaState_4
-_enc_ReplicaState_10 = _enc_ReplicaState_4
+_dec_ReplicaState_10 = _dec_ReplicaState_0
+_enc_ReplicaState_10 = _enc_ReplicaState_0
 _dec_FetchPartition_10 = _dec_FetchPartition_9
 _enc_FetchPartition_10 = _enc_FetchPartition_9
 _dec_FetchTopic_10 = _dec_FetchTopic_9
@@ -2013,8 +2198,8 @@ _dec_ForgottenTopic_10 = _dec_ForgottenTopic_7
 _enc_ForgottenTopic_10 = _enc_ForgottenTopic_7
 _dec_FetchRequest_10 = _dec_FetchRequest_9
 _enc_FetchRequest_10 = _enc_FetchRequest_9
-_dec_ReplicaState_11 = _dec_ReplicaState_4
-_enc_ReplicaState_11 = _enc_ReplicaState_4
+_dec_ReplicaState_11 = _dec_ReplicaState_0
+_enc_ReplicaState_11 = _enc_ReplicaState_0
 _dec_FetchPartition_11 = _dec_FetchPartition_9
 _enc_FetchPartition_11 = _enc_FetchPartition_9
 _dec_FetchTopic_11 = _dec_FetchTopic_9
@@ -2059,104 +2244,158 @@ _dec_ReplicaState_18 = _dec_ReplicaState_15
 _enc_ReplicaState_18 = _enc_ReplicaState_15
 _dec_ForgottenTopic_18 = _dec_ForgottenTopic_13
 _enc_ForgottenTopic_18 = _enc_ForgottenTopic_13
-_dec_EpochEndOffset_5 = _dec_EpochEndOffset_4
-_enc_EpochEndOffset_5 = _enc_EpochEndOffset_4
-_dec_LeaderIdAndEpoch_5 = _dec_LeaderIdAndEpoch_4
-_enc_LeaderIdAndEpoch_5 = _enc_LeaderIdAndEpoch_4
-_dec_SnapshotId_5 = _dec_SnapshotId_4
-_enc_SnapshotId_5 = _enc_SnapshotId_4
+_dec_EpochEndOffset_1 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_1 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_1 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_1 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_1 = _dec_SnapshotId_0
+_enc_SnapshotId_1 = _enc_SnapshotId_0
+_dec_AbortedTransaction_1 = _dec_AbortedTransaction_0
+_enc_AbortedTransaction_1 = _enc_AbortedTransaction_0
+_dec_PartitionData_1 = _dec_PartitionData_0
+_enc_PartitionData_1 = _enc_PartitionData_0
+_dec_FetchableTopicResponse_1 = _dec_FetchableTopicResponse_0
+_enc_FetchableTopicResponse_1 = _enc_FetchableTopicResponse_0
+_dec_NodeEndpoint_1 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_1 = _enc_NodeEndpoint_0
+_dec_EpochEndOffset_2 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_2 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_2 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_2 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_2 = _dec_SnapshotId_0
+_enc_SnapshotId_2 = _enc_SnapshotId_0
+_dec_AbortedTransaction_2 = _dec_AbortedTransaction_0
+_enc_AbortedTransaction_2 = _enc_AbortedTransaction_0
+_dec_PartitionData_2 = _dec_PartitionData_0
+_enc_PartitionData_2 = _enc_PartitionData_0
+_dec_FetchableTopicResponse_2 = _dec_FetchableTopicResponse_0
+_enc_FetchableTopicResponse_2 = _enc_FetchableTopicResponse_0
+_dec_NodeEndpoint_2 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_2 = _enc_NodeEndpoint_0
+_dec_FetchResponse_2 = _dec_FetchResponse_1
+_enc_FetchResponse_2 = _enc_FetchResponse_1
+_dec_EpochEndOffset_3 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_3 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_3 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_3 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_3 = _dec_SnapshotId_0
+_enc_SnapshotId_3 = _enc_SnapshotId_0
+_dec_AbortedTransaction_3 = _dec_AbortedTransaction_0
+_enc_AbortedTransaction_3 = _enc_AbortedTransaction_0
+_dec_PartitionData_3 = _dec_PartitionData_0
+_enc_PartitionData_3 = _enc_PartitionData_0
+_dec_FetchableTopicResponse_3 = _dec_FetchableTopicResponse_0
+_enc_FetchableTopicResponse_3 = _enc_FetchableTopicResponse_0
+_dec_NodeEndpoint_3 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_3 = _enc_NodeEndpoint_0
+_dec_FetchResponse_3 = _dec_FetchResponse_1
+_enc_FetchResponse_3 = _enc_FetchResponse_1
+_dec_EpochEndOffset_4 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_4 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_4 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_4 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_4 = _dec_SnapshotId_0
+_enc_SnapshotId_4 = _enc_SnapshotId_0
+_dec_NodeEndpoint_4 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_4 = _enc_NodeEndpoint_0
+_dec_EpochEndOffset_5 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_5 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_5 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_5 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_5 = _dec_SnapshotId_0
+_enc_SnapshotId_5 = _enc_SnapshotId_0
 _dec_AbortedTransaction_5 = _dec_AbortedTransaction_4
 _enc_AbortedTransaction_5 = _enc_AbortedTransaction_4
-_dec_NodeEndpoint_5 = _dec_NodeEndpoint_4
-_enc_NodeEndpoint_5 = _enc_NodeEndpoint_4
-_dec_EpochEndOffset_6 = _dec_EpochEndOffset_4
-_enc_EpochEndOffset_6 = _enc_EpochEndOffset_4
-_dec_LeaderIdAndEpoch_6 = _dec_LeaderIdAndEpoch_4
-_enc_LeaderIdAndEpoch_6 = _enc_LeaderIdAndEpoch_4
-_dec_SnapshotId_6 = _dec_SnapshotId_4
-_enc_SnapshotId_6 = _enc_SnapshotId_4
+_dec_NodeEndpoint_5 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_5 = _enc_NodeEndpoint_0
+_dec_EpochEndOffset_6 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_6 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_6 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_6 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_6 = _dec_SnapshotId_0
+_enc_SnapshotId_6 = _enc_SnapshotId_0
 _dec_AbortedTransaction_6 = _dec_AbortedTransaction_4
 _enc_AbortedTransaction_6 = _enc_AbortedTransaction_4
 _dec_PartitionData_6 = _dec_PartitionData_5
 _enc_PartitionData_6 = _enc_PartitionData_5
 _dec_FetchableTopicResponse_6 = _dec_FetchableTopicResponse_5
 _enc_FetchableTopicResponse_6 = _enc_FetchableTopicResponse_5
-_dec_NodeEndpoint_6 = _dec_NodeEndpoint_4
-_enc_NodeEndpoint_6 = _enc_NodeEndpoint_4
+_dec_NodeEndpoint_6 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_6 = _enc_NodeEndpoint_0
 _dec_FetchResponse_6 = _dec_FetchResponse_5
 _enc_FetchResponse_6 = _enc_FetchResponse_5
-_dec_EpochEndOffset_7 = _dec_EpochEndOffset_4
-_enc_EpochEndOffset_7 = _enc_EpochEndOffset_4
-_dec_LeaderIdAndEpoch_7 = _dec_LeaderIdAndEpoch_4
-_enc_LeaderIdAndEpoch_7 = _enc_LeaderIdAndEpoch_4
-_dec_SnapshotId_7 = _dec_SnapshotId_4
-_enc_SnapshotId_7 = _enc_SnapshotId_4
+_dec_EpochEndOffset_7 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_7 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_7 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_7 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_7 = _dec_SnapshotId_0
+_enc_SnapshotId_7 = _enc_SnapshotId_0
 _dec_AbortedTransaction_7 = _dec_AbortedTransaction_4
 _enc_AbortedTransaction_7 = _enc_AbortedTransaction_4
 _dec_PartitionData_7 = _dec_PartitionData_5
 _enc_PartitionData_7 = _enc_PartitionData_5
 _dec_FetchableTopicResponse_7 = _dec_FetchableTopicResponse_5
 _enc_FetchableTopicResponse_7 = _enc_FetchableTopicResponse_5
-_dec_NodeEndpoint_7 = _dec_NodeEndpoint_4
-_enc_NodeEndpoint_7 = _enc_NodeEndpoint_4
-_dec_EpochEndOffset_8 = _dec_EpochEndOffset_4
-_enc_EpochEndOffset_8 = _enc_EpochEndOffset_4
-_dec_LeaderIdAndEpoch_8 = _dec_LeaderIdAndEpoch_4
-_enc_LeaderIdAndEpoch_8 = _enc_LeaderIdAndEpoch_4
-_dec_SnapshotId_8 = _dec_SnapshotId_4
-_enc_SnapshotId_8 = _enc_SnapshotId_4
+_dec_NodeEndpoint_7 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_7 = _enc_NodeEndpoint_0
+_dec_EpochEndOffset_8 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_8 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_8 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_8 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_8 = _dec_SnapshotId_0
+_enc_SnapshotId_8 = _enc_SnapshotId_0
 _dec_AbortedTransaction_8 = _dec_AbortedTransaction_4
 _enc_AbortedTransaction_8 = _enc_AbortedTransaction_4
 _dec_PartitionData_8 = _dec_PartitionData_5
 _enc_PartitionData_8 = _enc_PartitionData_5
 _dec_FetchableTopicResponse_8 = _dec_FetchableTopicResponse_5
 _enc_FetchableTopicResponse_8 = _enc_FetchableTopicResponse_5
-_dec_NodeEndpoint_8 = _dec_NodeEndpoint_4
-_enc_NodeEndpoint_8 = _enc_NodeEndpoint_4
+_dec_NodeEndpoint_8 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_8 = _enc_NodeEndpoint_0
 _dec_FetchResponse_8 = _dec_FetchResponse_7
 _enc_FetchResponse_8 = _enc_FetchResponse_7
-_dec_EpochEndOffset_9 = _dec_EpochEndOffset_4
-_enc_EpochEndOffset_9 = _enc_EpochEndOffset_4
-_dec_LeaderIdAndEpoch_9 = _dec_LeaderIdAndEpoch_4
-_enc_LeaderIdAndEpoch_9 = _enc_LeaderIdAndEpoch_4
-_dec_SnapshotId_9 = _dec_SnapshotId_4
-_enc_SnapshotId_9 = _enc_SnapshotId_4
+_dec_EpochEndOffset_9 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_9 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_9 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_9 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_9 = _dec_SnapshotId_0
+_enc_SnapshotId_9 = _enc_SnapshotId_0
 _dec_AbortedTransaction_9 = _dec_AbortedTransaction_4
 _enc_AbortedTransaction_9 = _enc_AbortedTransaction_4
 _dec_PartitionData_9 = _dec_PartitionData_5
 _enc_PartitionData_9 = _enc_PartitionData_5
 _dec_FetchableTopicResponse_9 = _dec_FetchableTopicResponse_5
 _enc_FetchableTopicResponse_9 = _enc_FetchableTopicResponse_5
-_dec_NodeEndpoint_9 = _dec_NodeEndpoint_4
-_enc_NodeEndpoint_9 = _enc_NodeEndpoint_4
+_dec_NodeEndpoint_9 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_9 = _enc_NodeEndpoint_0
 _dec_FetchResponse_9 = _dec_FetchResponse_7
 _enc_FetchResponse_9 = _enc_FetchResponse_7
-_dec_EpochEndOffset_10 = _dec_EpochEndOffset_4
-_enc_EpochEndOffset_10 = _enc_EpochEndOffset_4
-_dec_LeaderIdAndEpoch_10 = _dec_LeaderIdAndEpoch_4
-_enc_LeaderIdAndEpoch_10 = _enc_LeaderIdAndEpoch_4
-_dec_SnapshotId_10 = _dec_SnapshotId_4
-_enc_SnapshotId_10 = _enc_SnapshotId_4
+_dec_EpochEndOffset_10 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_10 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_10 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_10 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_10 = _dec_SnapshotId_0
+_enc_SnapshotId_10 = _enc_SnapshotId_0
 _dec_AbortedTransaction_10 = _dec_AbortedTransaction_4
 _enc_AbortedTransaction_10 = _enc_AbortedTransaction_4
 _dec_PartitionData_10 = _dec_PartitionData_5
 _enc_PartitionData_10 = _enc_PartitionData_5
 _dec_FetchableTopicResponse_10 = _dec_FetchableTopicResponse_5
 _enc_FetchableTopicResponse_10 = _enc_FetchableTopicResponse_5
-_dec_NodeEndpoint_10 = _dec_NodeEndpoint_4
-_enc_NodeEndpoint_10 = _enc_NodeEndpoint_4
+_dec_NodeEndpoint_10 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_10 = _enc_NodeEndpoint_0
 _dec_FetchResponse_10 = _dec_FetchResponse_7
 _enc_FetchResponse_10 = _enc_FetchResponse_7
-_dec_EpochEndOffset_11 = _dec_EpochEndOffset_4
-_enc_EpochEndOffset_11 = _enc_EpochEndOffset_4
-_dec_LeaderIdAndEpoch_11 = _dec_LeaderIdAndEpoch_4
-_enc_LeaderIdAndEpoch_11 = _enc_LeaderIdAndEpoch_4
-_dec_SnapshotId_11 = _dec_SnapshotId_4
-_enc_SnapshotId_11 = _enc_SnapshotId_4
+_dec_EpochEndOffset_11 = _dec_EpochEndOffset_0
+_enc_EpochEndOffset_11 = _enc_EpochEndOffset_0
+_dec_LeaderIdAndEpoch_11 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_11 = _enc_LeaderIdAndEpoch_0
+_dec_SnapshotId_11 = _dec_SnapshotId_0
+_enc_SnapshotId_11 = _enc_SnapshotId_0
 _dec_AbortedTransaction_11 = _dec_AbortedTransaction_4
 _enc_AbortedTransaction_11 = _enc_AbortedTransaction_4
-_dec_NodeEndpoint_11 = _dec_NodeEndpoint_4
-_enc_NodeEndpoint_11 = _enc_NodeEndpoint_4
+_dec_NodeEndpoint_11 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_11 = _enc_NodeEndpoint_0
 _dec_EpochEndOffset_13 = _dec_EpochEndOffset_12
 _enc_EpochEndOffset_13 = _enc_EpochEndOffset_12
 _dec_LeaderIdAndEpoch_13 = _dec_LeaderIdAndEpoch_12
@@ -2248,15 +2487,15 @@ _enc_FetchResponse_18 = _enc_FetchResponse_16
 
 
 API_KEY = 1
-MIN_VERSION = 4
+MIN_VERSION = 0
 MAX_VERSION = 18
 FLEXIBLE_FROM = 12  # -1: never flexible
 
 
-REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[FetchRequest, int]]] = {4: _dec_FetchRequest_4, 5: _dec_FetchRequest_5, 6: _dec_FetchRequest_6, 7: _dec_FetchRequest_7, 8: _dec_FetchRequest_8, 9: _dec_FetchRequest_9, 10: _dec_FetchRequest_10, 11: _dec_FetchRequest_11, 12: _dec_FetchRequest_12, 13: _dec_FetchRequest_13, 14: _dec_FetchRequest_14, 15: _dec_FetchRequest_15, 16: _dec_FetchRequest_16, 17: _dec_FetchRequest_17, 18: _dec_FetchRequest_18}
-REQUEST_ENCODERS: dict[int, Callable[[FetchRequest, bytearray], None]] = {4: _enc_FetchRequest_4, 5: _enc_FetchRequest_5, 6: _enc_FetchRequest_6, 7: _enc_FetchRequest_7, 8: _enc_FetchRequest_8, 9: _enc_FetchRequest_9, 10: _enc_FetchRequest_10, 11: _enc_FetchRequest_11, 12: _enc_FetchRequest_12, 13: _enc_FetchRequest_13, 14: _enc_FetchRequest_14, 15: _enc_FetchRequest_15, 16: _enc_FetchRequest_16, 17: _enc_FetchRequest_17, 18: _enc_FetchRequest_18}
-RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[FetchResponse, int]]] = {4: _dec_FetchResponse_4, 5: _dec_FetchResponse_5, 6: _dec_FetchResponse_6, 7: _dec_FetchResponse_7, 8: _dec_FetchResponse_8, 9: _dec_FetchResponse_9, 10: _dec_FetchResponse_10, 11: _dec_FetchResponse_11, 12: _dec_FetchResponse_12, 13: _dec_FetchResponse_13, 14: _dec_FetchResponse_14, 15: _dec_FetchResponse_15, 16: _dec_FetchResponse_16, 17: _dec_FetchResponse_17, 18: _dec_FetchResponse_18}
-RESPONSE_ENCODERS: dict[int, Callable[[FetchResponse, bytearray], None]] = {4: _enc_FetchResponse_4, 5: _enc_FetchResponse_5, 6: _enc_FetchResponse_6, 7: _enc_FetchResponse_7, 8: _enc_FetchResponse_8, 9: _enc_FetchResponse_9, 10: _enc_FetchResponse_10, 11: _enc_FetchResponse_11, 12: _enc_FetchResponse_12, 13: _enc_FetchResponse_13, 14: _enc_FetchResponse_14, 15: _enc_FetchResponse_15, 16: _enc_FetchResponse_16, 17: _enc_FetchResponse_17, 18: _enc_FetchResponse_18}
+REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[FetchRequest, int]]] = {0: _dec_FetchRequest_0, 1: _dec_FetchRequest_1, 2: _dec_FetchRequest_2, 3: _dec_FetchRequest_3, 4: _dec_FetchRequest_4, 5: _dec_FetchRequest_5, 6: _dec_FetchRequest_6, 7: _dec_FetchRequest_7, 8: _dec_FetchRequest_8, 9: _dec_FetchRequest_9, 10: _dec_FetchRequest_10, 11: _dec_FetchRequest_11, 12: _dec_FetchRequest_12, 13: _dec_FetchRequest_13, 14: _dec_FetchRequest_14, 15: _dec_FetchRequest_15, 16: _dec_FetchRequest_16, 17: _dec_FetchRequest_17, 18: _dec_FetchRequest_18}
+REQUEST_ENCODERS: dict[int, Callable[[FetchRequest, bytearray], None]] = {0: _enc_FetchRequest_0, 1: _enc_FetchRequest_1, 2: _enc_FetchRequest_2, 3: _enc_FetchRequest_3, 4: _enc_FetchRequest_4, 5: _enc_FetchRequest_5, 6: _enc_FetchRequest_6, 7: _enc_FetchRequest_7, 8: _enc_FetchRequest_8, 9: _enc_FetchRequest_9, 10: _enc_FetchRequest_10, 11: _enc_FetchRequest_11, 12: _enc_FetchRequest_12, 13: _enc_FetchRequest_13, 14: _enc_FetchRequest_14, 15: _enc_FetchRequest_15, 16: _enc_FetchRequest_16, 17: _enc_FetchRequest_17, 18: _enc_FetchRequest_18}
+RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[FetchResponse, int]]] = {0: _dec_FetchResponse_0, 1: _dec_FetchResponse_1, 2: _dec_FetchResponse_2, 3: _dec_FetchResponse_3, 4: _dec_FetchResponse_4, 5: _dec_FetchResponse_5, 6: _dec_FetchResponse_6, 7: _dec_FetchResponse_7, 8: _dec_FetchResponse_8, 9: _dec_FetchResponse_9, 10: _dec_FetchResponse_10, 11: _dec_FetchResponse_11, 12: _dec_FetchResponse_12, 13: _dec_FetchResponse_13, 14: _dec_FetchResponse_14, 15: _dec_FetchResponse_15, 16: _dec_FetchResponse_16, 17: _dec_FetchResponse_17, 18: _dec_FetchResponse_18}
+RESPONSE_ENCODERS: dict[int, Callable[[FetchResponse, bytearray], None]] = {0: _enc_FetchResponse_0, 1: _enc_FetchResponse_1, 2: _enc_FetchResponse_2, 3: _enc_FetchResponse_3, 4: _enc_FetchResponse_4, 5: _enc_FetchResponse_5, 6: _enc_FetchResponse_6, 7: _enc_FetchResponse_7, 8: _enc_FetchResponse_8, 9: _enc_FetchResponse_9, 10: _enc_FetchResponse_10, 11: _enc_FetchResponse_11, 12: _enc_FetchResponse_12, 13: _enc_FetchResponse_13, 14: _enc_FetchResponse_14, 15: _enc_FetchResponse_15, 16: _enc_FetchResponse_16, 17: _enc_FetchResponse_17, 18: _enc_FetchResponse_18}
 
 
 Request = FetchRequest

@@ -13,10 +13,12 @@ from protocol.primitives import UVARINT_SMALL, DecodeError, read_uvarint, skip_t
 _S_h = Struct('>h')
 _S_i = Struct('>i')
 _S_ib = Struct('>ib')
+_S_ih = Struct('>ih')
 _S_ihqq = Struct('>ihqq')
 _S_ihqqi = Struct('>ihqqi')
 _S_iiq = Struct('>iiq')
 _S_iq = Struct('>iq')
+_S_iqi = Struct('>iqi')
 
 
 @dataclass(slots=True)
@@ -61,6 +63,67 @@ class ListOffsetsTopicResponse:
 class ListOffsetsResponse:
     throttle_time_ms: int = 0
     topics: list[ListOffsetsTopicResponse] = field(default_factory=list)
+
+
+def _dec_ListOffsetsPartition_0(b: bytes, p: int) -> tuple[ListOffsetsPartition, int]:
+    t1, t2, t3 = _S_iqi.unpack_from(b, p); p += 16
+    return ListOffsetsPartition(t1, -1, t2, t3), p
+
+
+def _enc_ListOffsetsPartition_0(o: ListOffsetsPartition, out: bytearray) -> None:
+    out += _S_iqi.pack(o.partition_index, o.timestamp, o.max_num_offsets)
+
+
+def _dec_ListOffsetsTopic_0(b: bytes, p: int) -> tuple[ListOffsetsTopic, int]:
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable Name')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Partitions')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_ListOffsetsPartition_0(b, p)
+            a.append(x)
+        t2 = a
+    return ListOffsetsTopic(t1, t2), p
+
+
+def _enc_ListOffsetsTopic_0(o: ListOffsetsTopic, out: bytearray) -> None:
+    t1 = o.name.encode()
+    out += _S_h.pack(len(t1))
+    out += t1
+    out += _S_i.pack(len(o.partitions))
+    for x in o.partitions:
+        _enc_ListOffsetsPartition_0(x, out)
+
+
+def _dec_ListOffsetsRequest_0(b: bytes, p: int) -> tuple[ListOffsetsRequest, int]:
+    t1, = _S_i.unpack_from(b, p); p += 4
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_ListOffsetsTopic_0(b, p)
+            a.append(x)
+        t2 = a
+    return ListOffsetsRequest(t1, 0, t2, 0), p
+
+
+def _enc_ListOffsetsRequest_0(o: ListOffsetsRequest, out: bytearray) -> None:
+    out += _S_i.pack(o.replica_id)
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_ListOffsetsTopic_0(x, out)
 
 
 def _dec_ListOffsetsPartition_1(b: bytes, p: int) -> tuple[ListOffsetsPartition, int]:
@@ -322,6 +385,73 @@ def _enc_ListOffsetsRequest_10(o: ListOffsetsRequest, out: bytearray) -> None:
         _enc_ListOffsetsTopic_6(x, out)
     out += _S_i.pack(o.timeout_ms)
     out += b'\x00'
+
+
+def _dec_ListOffsetsPartitionResponse_0(b: bytes, p: int) -> tuple[ListOffsetsPartitionResponse, int]:
+    t1, t2 = _S_ih.unpack_from(b, p); p += 6
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable OldStyleOffsets')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        t3 = list(unpack_from('>%dq' % n, b, p)); p += n * 8
+    return ListOffsetsPartitionResponse(t1, t2, t3, -1, -1, -1), p
+
+
+def _enc_ListOffsetsPartitionResponse_0(o: ListOffsetsPartitionResponse, out: bytearray) -> None:
+    out += _S_ih.pack(o.partition_index, o.error_code)
+    out += _S_i.pack(len(o.old_style_offsets))
+    out += pack('>%dq' % len(o.old_style_offsets), *o.old_style_offsets)
+
+
+def _dec_ListOffsetsTopicResponse_0(b: bytes, p: int) -> tuple[ListOffsetsTopicResponse, int]:
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable Name')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Partitions')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_ListOffsetsPartitionResponse_0(b, p)
+            a.append(x)
+        t2 = a
+    return ListOffsetsTopicResponse(t1, t2), p
+
+
+def _enc_ListOffsetsTopicResponse_0(o: ListOffsetsTopicResponse, out: bytearray) -> None:
+    t1 = o.name.encode()
+    out += _S_h.pack(len(t1))
+    out += t1
+    out += _S_i.pack(len(o.partitions))
+    for x in o.partitions:
+        _enc_ListOffsetsPartitionResponse_0(x, out)
+
+
+def _dec_ListOffsetsResponse_0(b: bytes, p: int) -> tuple[ListOffsetsResponse, int]:
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_ListOffsetsTopicResponse_0(b, p)
+            a.append(x)
+        t1 = a
+    return ListOffsetsResponse(0, t1), p
+
+
+def _enc_ListOffsetsResponse_0(o: ListOffsetsResponse, out: bytearray) -> None:
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_ListOffsetsTopicResponse_0(x, out)
 
 
 def _dec_ListOffsetsPartitionResponse_1(b: bytes, p: int) -> tuple[ListOffsetsPartitionResponse, int]:
@@ -644,15 +774,15 @@ _enc_ListOffsetsResponse_11 = _enc_ListOffsetsResponse_6
 
 
 API_KEY = 2
-MIN_VERSION = 1
+MIN_VERSION = 0
 MAX_VERSION = 11
 FLEXIBLE_FROM = 6  # -1: never flexible
 
 
-REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[ListOffsetsRequest, int]]] = {1: _dec_ListOffsetsRequest_1, 2: _dec_ListOffsetsRequest_2, 3: _dec_ListOffsetsRequest_3, 4: _dec_ListOffsetsRequest_4, 5: _dec_ListOffsetsRequest_5, 6: _dec_ListOffsetsRequest_6, 7: _dec_ListOffsetsRequest_7, 8: _dec_ListOffsetsRequest_8, 9: _dec_ListOffsetsRequest_9, 10: _dec_ListOffsetsRequest_10, 11: _dec_ListOffsetsRequest_11}
-REQUEST_ENCODERS: dict[int, Callable[[ListOffsetsRequest, bytearray], None]] = {1: _enc_ListOffsetsRequest_1, 2: _enc_ListOffsetsRequest_2, 3: _enc_ListOffsetsRequest_3, 4: _enc_ListOffsetsRequest_4, 5: _enc_ListOffsetsRequest_5, 6: _enc_ListOffsetsRequest_6, 7: _enc_ListOffsetsRequest_7, 8: _enc_ListOffsetsRequest_8, 9: _enc_ListOffsetsRequest_9, 10: _enc_ListOffsetsRequest_10, 11: _enc_ListOffsetsRequest_11}
-RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[ListOffsetsResponse, int]]] = {1: _dec_ListOffsetsResponse_1, 2: _dec_ListOffsetsResponse_2, 3: _dec_ListOffsetsResponse_3, 4: _dec_ListOffsetsResponse_4, 5: _dec_ListOffsetsResponse_5, 6: _dec_ListOffsetsResponse_6, 7: _dec_ListOffsetsResponse_7, 8: _dec_ListOffsetsResponse_8, 9: _dec_ListOffsetsResponse_9, 10: _dec_ListOffsetsResponse_10, 11: _dec_ListOffsetsResponse_11}
-RESPONSE_ENCODERS: dict[int, Callable[[ListOffsetsResponse, bytearray], None]] = {1: _enc_ListOffsetsResponse_1, 2: _enc_ListOffsetsResponse_2, 3: _enc_ListOffsetsResponse_3, 4: _enc_ListOffsetsResponse_4, 5: _enc_ListOffsetsResponse_5, 6: _enc_ListOffsetsResponse_6, 7: _enc_ListOffsetsResponse_7, 8: _enc_ListOffsetsResponse_8, 9: _enc_ListOffsetsResponse_9, 10: _enc_ListOffsetsResponse_10, 11: _enc_ListOffsetsResponse_11}
+REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[ListOffsetsRequest, int]]] = {0: _dec_ListOffsetsRequest_0, 1: _dec_ListOffsetsRequest_1, 2: _dec_ListOffsetsRequest_2, 3: _dec_ListOffsetsRequest_3, 4: _dec_ListOffsetsRequest_4, 5: _dec_ListOffsetsRequest_5, 6: _dec_ListOffsetsRequest_6, 7: _dec_ListOffsetsRequest_7, 8: _dec_ListOffsetsRequest_8, 9: _dec_ListOffsetsRequest_9, 10: _dec_ListOffsetsRequest_10, 11: _dec_ListOffsetsRequest_11}
+REQUEST_ENCODERS: dict[int, Callable[[ListOffsetsRequest, bytearray], None]] = {0: _enc_ListOffsetsRequest_0, 1: _enc_ListOffsetsRequest_1, 2: _enc_ListOffsetsRequest_2, 3: _enc_ListOffsetsRequest_3, 4: _enc_ListOffsetsRequest_4, 5: _enc_ListOffsetsRequest_5, 6: _enc_ListOffsetsRequest_6, 7: _enc_ListOffsetsRequest_7, 8: _enc_ListOffsetsRequest_8, 9: _enc_ListOffsetsRequest_9, 10: _enc_ListOffsetsRequest_10, 11: _enc_ListOffsetsRequest_11}
+RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[ListOffsetsResponse, int]]] = {0: _dec_ListOffsetsResponse_0, 1: _dec_ListOffsetsResponse_1, 2: _dec_ListOffsetsResponse_2, 3: _dec_ListOffsetsResponse_3, 4: _dec_ListOffsetsResponse_4, 5: _dec_ListOffsetsResponse_5, 6: _dec_ListOffsetsResponse_6, 7: _dec_ListOffsetsResponse_7, 8: _dec_ListOffsetsResponse_8, 9: _dec_ListOffsetsResponse_9, 10: _dec_ListOffsetsResponse_10, 11: _dec_ListOffsetsResponse_11}
+RESPONSE_ENCODERS: dict[int, Callable[[ListOffsetsResponse, bytearray], None]] = {0: _enc_ListOffsetsResponse_0, 1: _enc_ListOffsetsResponse_1, 2: _enc_ListOffsetsResponse_2, 3: _enc_ListOffsetsResponse_3, 4: _enc_ListOffsetsResponse_4, 5: _enc_ListOffsetsResponse_5, 6: _enc_ListOffsetsResponse_6, 7: _enc_ListOffsetsResponse_7, 8: _enc_ListOffsetsResponse_8, 9: _enc_ListOffsetsResponse_9, 10: _enc_ListOffsetsResponse_10, 11: _enc_ListOffsetsResponse_11}
 
 
 Request = ListOffsetsRequest

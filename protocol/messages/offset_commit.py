@@ -15,6 +15,7 @@ _S_i = Struct('>i')
 _S_ih = Struct('>ih')
 _S_iq = Struct('>iq')
 _S_iqi = Struct('>iqi')
+_S_iqq = Struct('>iqq')
 _S_q = Struct('>q')
 
 
@@ -63,7 +64,7 @@ class OffsetCommitResponse:
     topics: list[OffsetCommitResponseTopic] = field(default_factory=list)
 
 
-def _dec_OffsetCommitRequestPartition_2(b: bytes, p: int) -> tuple[OffsetCommitRequestPartition, int]:
+def _dec_OffsetCommitRequestPartition_0(b: bytes, p: int) -> tuple[OffsetCommitRequestPartition, int]:
     t1, t2 = _S_iq.unpack_from(b, p); p += 12
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -75,7 +76,7 @@ def _dec_OffsetCommitRequestPartition_2(b: bytes, p: int) -> tuple[OffsetCommitR
     return OffsetCommitRequestPartition(t1, t2, -1, -1, t3), p
 
 
-def _enc_OffsetCommitRequestPartition_2(o: OffsetCommitRequestPartition, out: bytearray) -> None:
+def _enc_OffsetCommitRequestPartition_0(o: OffsetCommitRequestPartition, out: bytearray) -> None:
     out += _S_iq.pack(o.partition_index, o.committed_offset)
     if o.committed_metadata is None:
         out += b'\xff\xff'
@@ -85,7 +86,7 @@ def _enc_OffsetCommitRequestPartition_2(o: OffsetCommitRequestPartition, out: by
         out += t1
 
 
-def _dec_OffsetCommitRequestTopic_2(b: bytes, p: int) -> tuple[OffsetCommitRequestTopic, int]:
+def _dec_OffsetCommitRequestTopic_0(b: bytes, p: int) -> tuple[OffsetCommitRequestTopic, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -100,19 +101,143 @@ def _dec_OffsetCommitRequestTopic_2(b: bytes, p: int) -> tuple[OffsetCommitReque
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetCommitRequestPartition_2(b, p)
+            x, p = _dec_OffsetCommitRequestPartition_0(b, p)
             a.append(x)
         t2 = a
     return OffsetCommitRequestTopic(t1, b'\x00' * 16, t2), p
 
 
-def _enc_OffsetCommitRequestTopic_2(o: OffsetCommitRequestTopic, out: bytearray) -> None:
+def _enc_OffsetCommitRequestTopic_0(o: OffsetCommitRequestTopic, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_i.pack(len(o.partitions))
     for x in o.partitions:
-        _enc_OffsetCommitRequestPartition_2(x, out)
+        _enc_OffsetCommitRequestPartition_0(x, out)
+
+
+def _dec_OffsetCommitRequest_0(b: bytes, p: int) -> tuple[OffsetCommitRequest, int]:
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable GroupId')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_OffsetCommitRequestTopic_0(b, p)
+            a.append(x)
+        t2 = a
+    return OffsetCommitRequest(t1, -1, '', None, -1, t2), p
+
+
+def _enc_OffsetCommitRequest_0(o: OffsetCommitRequest, out: bytearray) -> None:
+    t1 = o.group_id.encode()
+    out += _S_h.pack(len(t1))
+    out += t1
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_OffsetCommitRequestTopic_0(x, out)
+
+
+def _dec_OffsetCommitRequestPartition_1(b: bytes, p: int) -> tuple[OffsetCommitRequestPartition, int]:
+    t1, t2, t3 = _S_iqq.unpack_from(b, p); p += 20
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        t4 = None
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t4 = b[p:e].decode('utf-8', 'replace'); p = e
+    return OffsetCommitRequestPartition(t1, t2, -1, t3, t4), p
+
+
+def _enc_OffsetCommitRequestPartition_1(o: OffsetCommitRequestPartition, out: bytearray) -> None:
+    out += _S_iqq.pack(o.partition_index, o.committed_offset, o.commit_timestamp)
+    if o.committed_metadata is None:
+        out += b'\xff\xff'
+    else:
+        t1 = o.committed_metadata.encode()
+        out += _S_h.pack(len(t1))
+        out += t1
+
+
+def _dec_OffsetCommitRequestTopic_1(b: bytes, p: int) -> tuple[OffsetCommitRequestTopic, int]:
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable Name')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Partitions')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_OffsetCommitRequestPartition_1(b, p)
+            a.append(x)
+        t2 = a
+    return OffsetCommitRequestTopic(t1, b'\x00' * 16, t2), p
+
+
+def _enc_OffsetCommitRequestTopic_1(o: OffsetCommitRequestTopic, out: bytearray) -> None:
+    t1 = o.name.encode()
+    out += _S_h.pack(len(t1))
+    out += t1
+    out += _S_i.pack(len(o.partitions))
+    for x in o.partitions:
+        _enc_OffsetCommitRequestPartition_1(x, out)
+
+
+def _dec_OffsetCommitRequest_1(b: bytes, p: int) -> tuple[OffsetCommitRequest, int]:
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable GroupId')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    t2, = _S_i.unpack_from(b, p); p += 4
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable MemberId')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Topics')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_OffsetCommitRequestTopic_1(b, p)
+            a.append(x)
+        t4 = a
+    return OffsetCommitRequest(t1, t2, t3, None, -1, t4), p
+
+
+def _enc_OffsetCommitRequest_1(o: OffsetCommitRequest, out: bytearray) -> None:
+    t1 = o.group_id.encode()
+    out += _S_h.pack(len(t1))
+    out += t1
+    out += _S_i.pack(o.generation_id_or_member_epoch)
+    t2 = o.member_id.encode()
+    out += _S_h.pack(len(t2))
+    out += t2
+    out += _S_i.pack(len(o.topics))
+    for x in o.topics:
+        _enc_OffsetCommitRequestTopic_1(x, out)
 
 
 def _dec_OffsetCommitRequest_2(b: bytes, p: int) -> tuple[OffsetCommitRequest, int]:
@@ -139,7 +264,7 @@ def _dec_OffsetCommitRequest_2(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetCommitRequestTopic_2(b, p)
+            x, p = _dec_OffsetCommitRequestTopic_0(b, p)
             a.append(x)
         t5 = a
     return OffsetCommitRequest(t1, t2, t3, None, t4, t5), p
@@ -156,7 +281,7 @@ def _enc_OffsetCommitRequest_2(o: OffsetCommitRequest, out: bytearray) -> None:
     out += _S_q.pack(o.retention_time_ms)
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_OffsetCommitRequestTopic_2(x, out)
+        _enc_OffsetCommitRequestTopic_0(x, out)
 
 
 def _dec_OffsetCommitRequest_5(b: bytes, p: int) -> tuple[OffsetCommitRequest, int]:
@@ -182,7 +307,7 @@ def _dec_OffsetCommitRequest_5(b: bytes, p: int) -> tuple[OffsetCommitRequest, i
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetCommitRequestTopic_2(b, p)
+            x, p = _dec_OffsetCommitRequestTopic_0(b, p)
             a.append(x)
         t4 = a
     return OffsetCommitRequest(t1, t2, t3, None, -1, t4), p
@@ -198,7 +323,7 @@ def _enc_OffsetCommitRequest_5(o: OffsetCommitRequest, out: bytearray) -> None:
     out += t2
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_OffsetCommitRequestTopic_2(x, out)
+        _enc_OffsetCommitRequestTopic_0(x, out)
 
 
 def _dec_OffsetCommitRequestPartition_6(b: bytes, p: int) -> tuple[OffsetCommitRequestPartition, int]:
@@ -602,16 +727,16 @@ def _enc_OffsetCommitRequest_10(o: OffsetCommitRequest, out: bytearray) -> None:
     out += b'\x00'
 
 
-def _dec_OffsetCommitResponsePartition_2(b: bytes, p: int) -> tuple[OffsetCommitResponsePartition, int]:
+def _dec_OffsetCommitResponsePartition_0(b: bytes, p: int) -> tuple[OffsetCommitResponsePartition, int]:
     t1, t2 = _S_ih.unpack_from(b, p); p += 6
     return OffsetCommitResponsePartition(t1, t2), p
 
 
-def _enc_OffsetCommitResponsePartition_2(o: OffsetCommitResponsePartition, out: bytearray) -> None:
+def _enc_OffsetCommitResponsePartition_0(o: OffsetCommitResponsePartition, out: bytearray) -> None:
     out += _S_ih.pack(o.partition_index, o.error_code)
 
 
-def _dec_OffsetCommitResponseTopic_2(b: bytes, p: int) -> tuple[OffsetCommitResponseTopic, int]:
+def _dec_OffsetCommitResponseTopic_0(b: bytes, p: int) -> tuple[OffsetCommitResponseTopic, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -626,22 +751,22 @@ def _dec_OffsetCommitResponseTopic_2(b: bytes, p: int) -> tuple[OffsetCommitResp
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetCommitResponsePartition_2(b, p)
+            x, p = _dec_OffsetCommitResponsePartition_0(b, p)
             a.append(x)
         t2 = a
     return OffsetCommitResponseTopic(t1, b'\x00' * 16, t2), p
 
 
-def _enc_OffsetCommitResponseTopic_2(o: OffsetCommitResponseTopic, out: bytearray) -> None:
+def _enc_OffsetCommitResponseTopic_0(o: OffsetCommitResponseTopic, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_i.pack(len(o.partitions))
     for x in o.partitions:
-        _enc_OffsetCommitResponsePartition_2(x, out)
+        _enc_OffsetCommitResponsePartition_0(x, out)
 
 
-def _dec_OffsetCommitResponse_2(b: bytes, p: int) -> tuple[OffsetCommitResponse, int]:
+def _dec_OffsetCommitResponse_0(b: bytes, p: int) -> tuple[OffsetCommitResponse, int]:
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Topics')
@@ -649,16 +774,16 @@ def _dec_OffsetCommitResponse_2(b: bytes, p: int) -> tuple[OffsetCommitResponse,
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetCommitResponseTopic_2(b, p)
+            x, p = _dec_OffsetCommitResponseTopic_0(b, p)
             a.append(x)
         t1 = a
     return OffsetCommitResponse(0, t1), p
 
 
-def _enc_OffsetCommitResponse_2(o: OffsetCommitResponse, out: bytearray) -> None:
+def _enc_OffsetCommitResponse_0(o: OffsetCommitResponse, out: bytearray) -> None:
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_OffsetCommitResponseTopic_2(x, out)
+        _enc_OffsetCommitResponseTopic_0(x, out)
 
 
 def _dec_OffsetCommitResponse_3(b: bytes, p: int) -> tuple[OffsetCommitResponse, int]:
@@ -670,7 +795,7 @@ def _dec_OffsetCommitResponse_3(b: bytes, p: int) -> tuple[OffsetCommitResponse,
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetCommitResponseTopic_2(b, p)
+            x, p = _dec_OffsetCommitResponseTopic_0(b, p)
             a.append(x)
         t2 = a
     return OffsetCommitResponse(t1, t2), p
@@ -680,7 +805,7 @@ def _enc_OffsetCommitResponse_3(o: OffsetCommitResponse, out: bytearray) -> None
     out += _S_i.pack(o.throttle_time_ms)
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_OffsetCommitResponseTopic_2(x, out)
+        _enc_OffsetCommitResponseTopic_0(x, out)
 
 
 def _dec_OffsetCommitResponsePartition_8(b: bytes, p: int) -> tuple[OffsetCommitResponsePartition, int]:
@@ -828,22 +953,26 @@ def _enc_OffsetCommitResponse_10(o: OffsetCommitResponse, out: bytearray) -> Non
     out += b'\x00'
 
 
-_dec_OffsetCommitRequestPartition_3 = _dec_OffsetCommitRequestPartition_2
-_enc_OffsetCommitRequestPartition_3 = _enc_OffsetCommitRequestPartition_2
-_dec_OffsetCommitRequestTopic_3 = _dec_OffsetCommitRequestTopic_2
-_enc_OffsetCommitRequestTopic_3 = _enc_OffsetCommitRequestTopic_2
+_dec_OffsetCommitRequestPartition_2 = _dec_OffsetCommitRequestPartition_0
+_enc_OffsetCommitRequestPartition_2 = _enc_OffsetCommitRequestPartition_0
+_dec_OffsetCommitRequestTopic_2 = _dec_OffsetCommitRequestTopic_0
+_enc_OffsetCommitRequestTopic_2 = _enc_OffsetCommitRequestTopic_0
+_dec_OffsetCommitRequestPartition_3 = _dec_OffsetCommitRequestPartition_0
+_enc_OffsetCommitRequestPartition_3 = _enc_OffsetCommitRequestPartition_0
+_dec_OffsetCommitRequestTopic_3 = _dec_OffsetCommitRequestTopic_0
+_enc_OffsetCommitRequestTopic_3 = _enc_OffsetCommitRequestTopic_0
 _dec_OffsetCommitRequest_3 = _dec_OffsetCommitRequest_2
 _enc_OffsetCommitRequest_3 = _enc_OffsetCommitRequest_2
-_dec_OffsetCommitRequestPartition_4 = _dec_OffsetCommitRequestPartition_2
-_enc_OffsetCommitRequestPartition_4 = _enc_OffsetCommitRequestPartition_2
-_dec_OffsetCommitRequestTopic_4 = _dec_OffsetCommitRequestTopic_2
-_enc_OffsetCommitRequestTopic_4 = _enc_OffsetCommitRequestTopic_2
+_dec_OffsetCommitRequestPartition_4 = _dec_OffsetCommitRequestPartition_0
+_enc_OffsetCommitRequestPartition_4 = _enc_OffsetCommitRequestPartition_0
+_dec_OffsetCommitRequestTopic_4 = _dec_OffsetCommitRequestTopic_0
+_enc_OffsetCommitRequestTopic_4 = _enc_OffsetCommitRequestTopic_0
 _dec_OffsetCommitRequest_4 = _dec_OffsetCommitRequest_2
 _enc_OffsetCommitRequest_4 = _enc_OffsetCommitRequest_2
-_dec_OffsetCommitRequestPartition_5 = _dec_OffsetCommitRequestPartition_2
-_enc_OffsetCommitRequestPartition_5 = _enc_OffsetCommitRequestPartition_2
-_dec_OffsetCommitRequestTopic_5 = _dec_OffsetCommitRequestTopic_2
-_enc_OffsetCommitRequestTopic_5 = _enc_OffsetCommitRequestTopic_2
+_dec_OffsetCommitRequestPartition_5 = _dec_OffsetCommitRequestPartition_0
+_enc_OffsetCommitRequestPartition_5 = _enc_OffsetCommitRequestPartition_0
+_dec_OffsetCommitRequestTopic_5 = _dec_OffsetCommitRequestTopic_0
+_enc_OffsetCommitRequestTopic_5 = _enc_OffsetCommitRequestTopic_0
 _dec_OffsetCommitRequestPartition_7 = _dec_OffsetCommitRequestPartition_6
 _enc_OffsetCommitRequestPartition_7 = _enc_OffsetCommitRequestPartition_6
 _dec_OffsetCommitRequestTopic_7 = _dec_OffsetCommitRequestTopic_6
@@ -856,32 +985,44 @@ _dec_OffsetCommitRequest_9 = _dec_OffsetCommitRequest_8
 _enc_OffsetCommitRequest_9 = _enc_OffsetCommitRequest_8
 _dec_OffsetCommitRequestPartition_10 = _dec_OffsetCommitRequestPartition_8
 _enc_OffsetCommitRequestPartition_10 = _enc_OffsetCommitRequestPartition_8
-_dec_OffsetCommitResponsePartition_3 = _dec_OffsetCommitResponsePartition_2
-_enc_OffsetCommitResponsePartition_3 = _enc_OffsetCommitResponsePartition_2
-_dec_OffsetCommitResponseTopic_3 = _dec_OffsetCommitResponseTopic_2
-_enc_OffsetCommitResponseTopic_3 = _enc_OffsetCommitResponseTopic_2
-_dec_OffsetCommitResponsePartition_4 = _dec_OffsetCommitResponsePartition_2
-_enc_OffsetCommitResponsePartition_4 = _enc_OffsetCommitResponsePartition_2
-_dec_OffsetCommitResponseTopic_4 = _dec_OffsetCommitResponseTopic_2
-_enc_OffsetCommitResponseTopic_4 = _enc_OffsetCommitResponseTopic_2
+_dec_OffsetCommitResponsePartition_1 = _dec_OffsetCommitResponsePartition_0
+_enc_OffsetCommitResponsePartition_1 = _enc_OffsetCommitResponsePartition_0
+_dec_OffsetCommitResponseTopic_1 = _dec_OffsetCommitResponseTopic_0
+_enc_OffsetCommitResponseTopic_1 = _enc_OffsetCommitResponseTopic_0
+_dec_OffsetCommitResponse_1 = _dec_OffsetCommitResponse_0
+_enc_OffsetCommitResponse_1 = _enc_OffsetCommitResponse_0
+_dec_OffsetCommitResponsePartition_2 = _dec_OffsetCommitResponsePartition_0
+_enc_OffsetCommitResponsePartition_2 = _enc_OffsetCommitResponsePartition_0
+_dec_OffsetCommitResponseTopic_2 = _dec_OffsetCommitResponseTopic_0
+_enc_OffsetCommitResponseTopic_2 = _enc_OffsetCommitResponseTopic_0
+_dec_OffsetCommitResponse_2 = _dec_OffsetCommitResponse_0
+_enc_OffsetCommitResponse_2 = _enc_OffsetCommitResponse_0
+_dec_OffsetCommitResponsePartition_3 = _dec_OffsetCommitResponsePartition_0
+_enc_OffsetCommitResponsePartition_3 = _enc_OffsetCommitResponsePartition_0
+_dec_OffsetCommitResponseTopic_3 = _dec_OffsetCommitResponseTopic_0
+_enc_OffsetCommitResponseTopic_3 = _enc_OffsetCommitResponseTopic_0
+_dec_OffsetCommitResponsePartition_4 = _dec_OffsetCommitResponsePartition_0
+_enc_OffsetCommitResponsePartition_4 = _enc_OffsetCommitResponsePartition_0
+_dec_OffsetCommitResponseTopic_4 = _dec_OffsetCommitResponseTopic_0
+_enc_OffsetCommitResponseTopic_4 = _enc_OffsetCommitResponseTopic_0
 _dec_OffsetCommitResponse_4 = _dec_OffsetCommitResponse_3
 _enc_OffsetCommitResponse_4 = _enc_OffsetCommitResponse_3
-_dec_OffsetCommitResponsePartition_5 = _dec_OffsetCommitResponsePartition_2
-_enc_OffsetCommitResponsePartition_5 = _enc_OffsetCommitResponsePartition_2
-_dec_OffsetCommitResponseTopic_5 = _dec_OffsetCommitResponseTopic_2
-_enc_OffsetCommitResponseTopic_5 = _enc_OffsetCommitResponseTopic_2
+_dec_OffsetCommitResponsePartition_5 = _dec_OffsetCommitResponsePartition_0
+_enc_OffsetCommitResponsePartition_5 = _enc_OffsetCommitResponsePartition_0
+_dec_OffsetCommitResponseTopic_5 = _dec_OffsetCommitResponseTopic_0
+_enc_OffsetCommitResponseTopic_5 = _enc_OffsetCommitResponseTopic_0
 _dec_OffsetCommitResponse_5 = _dec_OffsetCommitResponse_3
 _enc_OffsetCommitResponse_5 = _enc_OffsetCommitResponse_3
-_dec_OffsetCommitResponsePartition_6 = _dec_OffsetCommitResponsePartition_2
-_enc_OffsetCommitResponsePartition_6 = _enc_OffsetCommitResponsePartition_2
-_dec_OffsetCommitResponseTopic_6 = _dec_OffsetCommitResponseTopic_2
-_enc_OffsetCommitResponseTopic_6 = _enc_OffsetCommitResponseTopic_2
+_dec_OffsetCommitResponsePartition_6 = _dec_OffsetCommitResponsePartition_0
+_enc_OffsetCommitResponsePartition_6 = _enc_OffsetCommitResponsePartition_0
+_dec_OffsetCommitResponseTopic_6 = _dec_OffsetCommitResponseTopic_0
+_enc_OffsetCommitResponseTopic_6 = _enc_OffsetCommitResponseTopic_0
 _dec_OffsetCommitResponse_6 = _dec_OffsetCommitResponse_3
 _enc_OffsetCommitResponse_6 = _enc_OffsetCommitResponse_3
-_dec_OffsetCommitResponsePartition_7 = _dec_OffsetCommitResponsePartition_2
-_enc_OffsetCommitResponsePartition_7 = _enc_OffsetCommitResponsePartition_2
-_dec_OffsetCommitResponseTopic_7 = _dec_OffsetCommitResponseTopic_2
-_enc_OffsetCommitResponseTopic_7 = _enc_OffsetCommitResponseTopic_2
+_dec_OffsetCommitResponsePartition_7 = _dec_OffsetCommitResponsePartition_0
+_enc_OffsetCommitResponsePartition_7 = _enc_OffsetCommitResponsePartition_0
+_dec_OffsetCommitResponseTopic_7 = _dec_OffsetCommitResponseTopic_0
+_enc_OffsetCommitResponseTopic_7 = _enc_OffsetCommitResponseTopic_0
 _dec_OffsetCommitResponse_7 = _dec_OffsetCommitResponse_3
 _enc_OffsetCommitResponse_7 = _enc_OffsetCommitResponse_3
 _dec_OffsetCommitResponsePartition_9 = _dec_OffsetCommitResponsePartition_8
@@ -895,15 +1036,15 @@ _enc_OffsetCommitResponsePartition_10 = _enc_OffsetCommitResponsePartition_8
 
 
 API_KEY = 8
-MIN_VERSION = 2
+MIN_VERSION = 0
 MAX_VERSION = 10
 FLEXIBLE_FROM = 8  # -1: never flexible
 
 
-REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[OffsetCommitRequest, int]]] = {2: _dec_OffsetCommitRequest_2, 3: _dec_OffsetCommitRequest_3, 4: _dec_OffsetCommitRequest_4, 5: _dec_OffsetCommitRequest_5, 6: _dec_OffsetCommitRequest_6, 7: _dec_OffsetCommitRequest_7, 8: _dec_OffsetCommitRequest_8, 9: _dec_OffsetCommitRequest_9, 10: _dec_OffsetCommitRequest_10}
-REQUEST_ENCODERS: dict[int, Callable[[OffsetCommitRequest, bytearray], None]] = {2: _enc_OffsetCommitRequest_2, 3: _enc_OffsetCommitRequest_3, 4: _enc_OffsetCommitRequest_4, 5: _enc_OffsetCommitRequest_5, 6: _enc_OffsetCommitRequest_6, 7: _enc_OffsetCommitRequest_7, 8: _enc_OffsetCommitRequest_8, 9: _enc_OffsetCommitRequest_9, 10: _enc_OffsetCommitRequest_10}
-RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[OffsetCommitResponse, int]]] = {2: _dec_OffsetCommitResponse_2, 3: _dec_OffsetCommitResponse_3, 4: _dec_OffsetCommitResponse_4, 5: _dec_OffsetCommitResponse_5, 6: _dec_OffsetCommitResponse_6, 7: _dec_OffsetCommitResponse_7, 8: _dec_OffsetCommitResponse_8, 9: _dec_OffsetCommitResponse_9, 10: _dec_OffsetCommitResponse_10}
-RESPONSE_ENCODERS: dict[int, Callable[[OffsetCommitResponse, bytearray], None]] = {2: _enc_OffsetCommitResponse_2, 3: _enc_OffsetCommitResponse_3, 4: _enc_OffsetCommitResponse_4, 5: _enc_OffsetCommitResponse_5, 6: _enc_OffsetCommitResponse_6, 7: _enc_OffsetCommitResponse_7, 8: _enc_OffsetCommitResponse_8, 9: _enc_OffsetCommitResponse_9, 10: _enc_OffsetCommitResponse_10}
+REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[OffsetCommitRequest, int]]] = {0: _dec_OffsetCommitRequest_0, 1: _dec_OffsetCommitRequest_1, 2: _dec_OffsetCommitRequest_2, 3: _dec_OffsetCommitRequest_3, 4: _dec_OffsetCommitRequest_4, 5: _dec_OffsetCommitRequest_5, 6: _dec_OffsetCommitRequest_6, 7: _dec_OffsetCommitRequest_7, 8: _dec_OffsetCommitRequest_8, 9: _dec_OffsetCommitRequest_9, 10: _dec_OffsetCommitRequest_10}
+REQUEST_ENCODERS: dict[int, Callable[[OffsetCommitRequest, bytearray], None]] = {0: _enc_OffsetCommitRequest_0, 1: _enc_OffsetCommitRequest_1, 2: _enc_OffsetCommitRequest_2, 3: _enc_OffsetCommitRequest_3, 4: _enc_OffsetCommitRequest_4, 5: _enc_OffsetCommitRequest_5, 6: _enc_OffsetCommitRequest_6, 7: _enc_OffsetCommitRequest_7, 8: _enc_OffsetCommitRequest_8, 9: _enc_OffsetCommitRequest_9, 10: _enc_OffsetCommitRequest_10}
+RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[OffsetCommitResponse, int]]] = {0: _dec_OffsetCommitResponse_0, 1: _dec_OffsetCommitResponse_1, 2: _dec_OffsetCommitResponse_2, 3: _dec_OffsetCommitResponse_3, 4: _dec_OffsetCommitResponse_4, 5: _dec_OffsetCommitResponse_5, 6: _dec_OffsetCommitResponse_6, 7: _dec_OffsetCommitResponse_7, 8: _dec_OffsetCommitResponse_8, 9: _dec_OffsetCommitResponse_9, 10: _dec_OffsetCommitResponse_10}
+RESPONSE_ENCODERS: dict[int, Callable[[OffsetCommitResponse, bytearray], None]] = {0: _enc_OffsetCommitResponse_0, 1: _enc_OffsetCommitResponse_1, 2: _enc_OffsetCommitResponse_2, 3: _enc_OffsetCommitResponse_3, 4: _enc_OffsetCommitResponse_4, 5: _enc_OffsetCommitResponse_5, 6: _enc_OffsetCommitResponse_6, 7: _enc_OffsetCommitResponse_7, 8: _enc_OffsetCommitResponse_8, 9: _enc_OffsetCommitResponse_9, 10: _enc_OffsetCommitResponse_10}
 
 
 Request = OffsetCommitRequest

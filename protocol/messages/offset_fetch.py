@@ -92,7 +92,7 @@ class OffsetFetchResponse:
     groups: list[OffsetFetchResponseGroup] = field(default_factory=list)
 
 
-def _dec_OffsetFetchRequestTopic_1(b: bytes, p: int) -> tuple[OffsetFetchRequestTopic, int]:
+def _dec_OffsetFetchRequestTopic_0(b: bytes, p: int) -> tuple[OffsetFetchRequestTopic, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -109,7 +109,7 @@ def _dec_OffsetFetchRequestTopic_1(b: bytes, p: int) -> tuple[OffsetFetchRequest
     return OffsetFetchRequestTopic(t1, t2), p
 
 
-def _enc_OffsetFetchRequestTopic_1(o: OffsetFetchRequestTopic, out: bytearray) -> None:
+def _enc_OffsetFetchRequestTopic_0(o: OffsetFetchRequestTopic, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
@@ -117,23 +117,23 @@ def _enc_OffsetFetchRequestTopic_1(o: OffsetFetchRequestTopic, out: bytearray) -
     out += pack('>%di' % len(o.partition_indexes), *o.partition_indexes)
 
 
-def _dec_OffsetFetchRequestTopics_1(b: bytes, p: int) -> tuple[OffsetFetchRequestTopics, int]:
+def _dec_OffsetFetchRequestTopics_0(b: bytes, p: int) -> tuple[OffsetFetchRequestTopics, int]:
     return OffsetFetchRequestTopics('', b'\x00' * 16, []), p
 
 
-def _enc_OffsetFetchRequestTopics_1(o: OffsetFetchRequestTopics, out: bytearray) -> None:
+def _enc_OffsetFetchRequestTopics_0(o: OffsetFetchRequestTopics, out: bytearray) -> None:
     pass
 
 
-def _dec_OffsetFetchRequestGroup_1(b: bytes, p: int) -> tuple[OffsetFetchRequestGroup, int]:
+def _dec_OffsetFetchRequestGroup_0(b: bytes, p: int) -> tuple[OffsetFetchRequestGroup, int]:
     return OffsetFetchRequestGroup('', None, -1, []), p
 
 
-def _enc_OffsetFetchRequestGroup_1(o: OffsetFetchRequestGroup, out: bytearray) -> None:
+def _enc_OffsetFetchRequestGroup_0(o: OffsetFetchRequestGroup, out: bytearray) -> None:
     pass
 
 
-def _dec_OffsetFetchRequest_1(b: bytes, p: int) -> tuple[OffsetFetchRequest, int]:
+def _dec_OffsetFetchRequest_0(b: bytes, p: int) -> tuple[OffsetFetchRequest, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable GroupId')
@@ -148,19 +148,19 @@ def _dec_OffsetFetchRequest_1(b: bytes, p: int) -> tuple[OffsetFetchRequest, int
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetFetchRequestTopic_1(b, p)
+            x, p = _dec_OffsetFetchRequestTopic_0(b, p)
             a.append(x)
         t2 = a
     return OffsetFetchRequest(t1, t2, [], False), p
 
 
-def _enc_OffsetFetchRequest_1(o: OffsetFetchRequest, out: bytearray) -> None:
+def _enc_OffsetFetchRequest_0(o: OffsetFetchRequest, out: bytearray) -> None:
     t1 = o.group_id.encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_i.pack(len((o.topics or [])))
     for x in (o.topics or []):
-        _enc_OffsetFetchRequestTopic_1(x, out)
+        _enc_OffsetFetchRequestTopic_0(x, out)
 
 
 def _dec_OffsetFetchRequest_2(b: bytes, p: int) -> tuple[OffsetFetchRequest, int]:
@@ -178,7 +178,7 @@ def _dec_OffsetFetchRequest_2(b: bytes, p: int) -> tuple[OffsetFetchRequest, int
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetFetchRequestTopic_1(b, p)
+            x, p = _dec_OffsetFetchRequestTopic_0(b, p)
             a.append(x)
         t2 = a
     return OffsetFetchRequest(t1, t2, [], False), p
@@ -193,7 +193,7 @@ def _enc_OffsetFetchRequest_2(o: OffsetFetchRequest, out: bytearray) -> None:
     else:
         out += _S_i.pack(len(o.topics))
         for x in o.topics:
-            _enc_OffsetFetchRequestTopic_1(x, out)
+            _enc_OffsetFetchRequestTopic_0(x, out)
 
 
 def _dec_OffsetFetchRequestTopic_6(b: bytes, p: int) -> tuple[OffsetFetchRequestTopic, int]:
@@ -683,7 +683,7 @@ def _enc_OffsetFetchRequest_10(o: OffsetFetchRequest, out: bytearray) -> None:
     out += b'\x00'
 
 
-def _dec_OffsetFetchResponsePartition_1(b: bytes, p: int) -> tuple[OffsetFetchResponsePartition, int]:
+def _dec_OffsetFetchResponsePartition_0(b: bytes, p: int) -> tuple[OffsetFetchResponsePartition, int]:
     t1, t2 = _S_iq.unpack_from(b, p); p += 12
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
@@ -696,7 +696,7 @@ def _dec_OffsetFetchResponsePartition_1(b: bytes, p: int) -> tuple[OffsetFetchRe
     return OffsetFetchResponsePartition(t1, t2, -1, t3, t4), p
 
 
-def _enc_OffsetFetchResponsePartition_1(o: OffsetFetchResponsePartition, out: bytearray) -> None:
+def _enc_OffsetFetchResponsePartition_0(o: OffsetFetchResponsePartition, out: bytearray) -> None:
     out += _S_iq.pack(o.partition_index, o.committed_offset)
     if o.metadata is None:
         out += b'\xff\xff'
@@ -707,7 +707,7 @@ def _enc_OffsetFetchResponsePartition_1(o: OffsetFetchResponsePartition, out: by
     out += _S_h.pack(o.error_code)
 
 
-def _dec_OffsetFetchResponseTopic_1(b: bytes, p: int) -> tuple[OffsetFetchResponseTopic, int]:
+def _dec_OffsetFetchResponseTopic_0(b: bytes, p: int) -> tuple[OffsetFetchResponseTopic, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -722,46 +722,46 @@ def _dec_OffsetFetchResponseTopic_1(b: bytes, p: int) -> tuple[OffsetFetchRespon
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetFetchResponsePartition_1(b, p)
+            x, p = _dec_OffsetFetchResponsePartition_0(b, p)
             a.append(x)
         t2 = a
     return OffsetFetchResponseTopic(t1, t2), p
 
 
-def _enc_OffsetFetchResponseTopic_1(o: OffsetFetchResponseTopic, out: bytearray) -> None:
+def _enc_OffsetFetchResponseTopic_0(o: OffsetFetchResponseTopic, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_i.pack(len(o.partitions))
     for x in o.partitions:
-        _enc_OffsetFetchResponsePartition_1(x, out)
+        _enc_OffsetFetchResponsePartition_0(x, out)
 
 
-def _dec_OffsetFetchResponsePartitions_1(b: bytes, p: int) -> tuple[OffsetFetchResponsePartitions, int]:
+def _dec_OffsetFetchResponsePartitions_0(b: bytes, p: int) -> tuple[OffsetFetchResponsePartitions, int]:
     return OffsetFetchResponsePartitions(0, 0, -1, '', 0), p
 
 
-def _enc_OffsetFetchResponsePartitions_1(o: OffsetFetchResponsePartitions, out: bytearray) -> None:
+def _enc_OffsetFetchResponsePartitions_0(o: OffsetFetchResponsePartitions, out: bytearray) -> None:
     pass
 
 
-def _dec_OffsetFetchResponseTopics_1(b: bytes, p: int) -> tuple[OffsetFetchResponseTopics, int]:
+def _dec_OffsetFetchResponseTopics_0(b: bytes, p: int) -> tuple[OffsetFetchResponseTopics, int]:
     return OffsetFetchResponseTopics('', b'\x00' * 16, []), p
 
 
-def _enc_OffsetFetchResponseTopics_1(o: OffsetFetchResponseTopics, out: bytearray) -> None:
+def _enc_OffsetFetchResponseTopics_0(o: OffsetFetchResponseTopics, out: bytearray) -> None:
     pass
 
 
-def _dec_OffsetFetchResponseGroup_1(b: bytes, p: int) -> tuple[OffsetFetchResponseGroup, int]:
+def _dec_OffsetFetchResponseGroup_0(b: bytes, p: int) -> tuple[OffsetFetchResponseGroup, int]:
     return OffsetFetchResponseGroup('', [], 0), p
 
 
-def _enc_OffsetFetchResponseGroup_1(o: OffsetFetchResponseGroup, out: bytearray) -> None:
+def _enc_OffsetFetchResponseGroup_0(o: OffsetFetchResponseGroup, out: bytearray) -> None:
     pass
 
 
-def _dec_OffsetFetchResponse_1(b: bytes, p: int) -> tuple[OffsetFetchResponse, int]:
+def _dec_OffsetFetchResponse_0(b: bytes, p: int) -> tuple[OffsetFetchResponse, int]:
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Topics')
@@ -769,16 +769,16 @@ def _dec_OffsetFetchResponse_1(b: bytes, p: int) -> tuple[OffsetFetchResponse, i
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetFetchResponseTopic_1(b, p)
+            x, p = _dec_OffsetFetchResponseTopic_0(b, p)
             a.append(x)
         t1 = a
     return OffsetFetchResponse(0, t1, 0, []), p
 
 
-def _enc_OffsetFetchResponse_1(o: OffsetFetchResponse, out: bytearray) -> None:
+def _enc_OffsetFetchResponse_0(o: OffsetFetchResponse, out: bytearray) -> None:
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_OffsetFetchResponseTopic_1(x, out)
+        _enc_OffsetFetchResponseTopic_0(x, out)
 
 
 def _dec_OffsetFetchResponse_2(b: bytes, p: int) -> tuple[OffsetFetchResponse, int]:
@@ -789,7 +789,7 @@ def _dec_OffsetFetchResponse_2(b: bytes, p: int) -> tuple[OffsetFetchResponse, i
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetFetchResponseTopic_1(b, p)
+            x, p = _dec_OffsetFetchResponseTopic_0(b, p)
             a.append(x)
         t1 = a
     t2, = _S_h.unpack_from(b, p); p += 2
@@ -799,7 +799,7 @@ def _dec_OffsetFetchResponse_2(b: bytes, p: int) -> tuple[OffsetFetchResponse, i
 def _enc_OffsetFetchResponse_2(o: OffsetFetchResponse, out: bytearray) -> None:
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_OffsetFetchResponseTopic_1(x, out)
+        _enc_OffsetFetchResponseTopic_0(x, out)
     out += _S_h.pack(o.error_code)
 
 
@@ -812,7 +812,7 @@ def _dec_OffsetFetchResponse_3(b: bytes, p: int) -> tuple[OffsetFetchResponse, i
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_OffsetFetchResponseTopic_1(b, p)
+            x, p = _dec_OffsetFetchResponseTopic_0(b, p)
             a.append(x)
         t2 = a
     t3, = _S_h.unpack_from(b, p); p += 2
@@ -823,7 +823,7 @@ def _enc_OffsetFetchResponse_3(o: OffsetFetchResponse, out: bytearray) -> None:
     out += _S_i.pack(o.throttle_time_ms)
     out += _S_i.pack(len(o.topics))
     for x in o.topics:
-        _enc_OffsetFetchResponseTopic_1(x, out)
+        _enc_OffsetFetchResponseTopic_0(x, out)
     out += _S_h.pack(o.error_code)
 
 
@@ -1318,34 +1318,42 @@ def _enc_OffsetFetchResponse_10(o: OffsetFetchResponse, out: bytearray) -> None:
     out += b'\x00'
 
 
-_dec_OffsetFetchRequestTopic_2 = _dec_OffsetFetchRequestTopic_1
-_enc_OffsetFetchRequestTopic_2 = _enc_OffsetFetchRequestTopic_1
-_dec_OffsetFetchRequestTopics_2 = _dec_OffsetFetchRequestTopics_1
-_enc_OffsetFetchRequestTopics_2 = _enc_OffsetFetchRequestTopics_1
-_dec_OffsetFetchRequestGroup_2 = _dec_OffsetFetchRequestGroup_1
-_enc_OffsetFetchRequestGroup_2 = _enc_OffsetFetchRequestGroup_1
-_dec_OffsetFetchRequestTopic_3 = _dec_OffsetFetchRequestTopic_1
-_enc_OffsetFetchRequestTopic_3 = _enc_OffsetFetchRequestTopic_1
-_dec_OffsetFetchRequestTopics_3 = _dec_OffsetFetchRequestTopics_1
-_enc_OffsetFetchRequestTopics_3 = _enc_OffsetFetchRequestTopics_1
-_dec_OffsetFetchRequestGroup_3 = _dec_OffsetFetchRequestGroup_1
-_enc_OffsetFetchRequestGroup_3 = _enc_OffsetFetchRequestGroup_1
+_dec_OffsetFetchRequestTopic_1 = _dec_OffsetFetchRequestTopic_0
+_enc_OffsetFetchRequestTopic_1 = _enc_OffsetFetchRequestTopic_0
+_dec_OffsetFetchRequestTopics_1 = _dec_OffsetFetchRequestTopics_0
+_enc_OffsetFetchRequestTopics_1 = _enc_OffsetFetchRequestTopics_0
+_dec_OffsetFetchRequestGroup_1 = _dec_OffsetFetchRequestGroup_0
+_enc_OffsetFetchRequestGroup_1 = _enc_OffsetFetchRequestGroup_0
+_dec_OffsetFetchRequest_1 = _dec_OffsetFetchRequest_0
+_enc_OffsetFetchRequest_1 = _enc_OffsetFetchRequest_0
+_dec_OffsetFetchRequestTopic_2 = _dec_OffsetFetchRequestTopic_0
+_enc_OffsetFetchRequestTopic_2 = _enc_OffsetFetchRequestTopic_0
+_dec_OffsetFetchRequestTopics_2 = _dec_OffsetFetchRequestTopics_0
+_enc_OffsetFetchRequestTopics_2 = _enc_OffsetFetchRequestTopics_0
+_dec_OffsetFetchRequestGroup_2 = _dec_OffsetFetchRequestGroup_0
+_enc_OffsetFetchRequestGroup_2 = _enc_OffsetFetchRequestGroup_0
+_dec_OffsetFetchRequestTopic_3 = _dec_OffsetFetchRequestTopic_0
+_enc_OffsetFetchRequestTopic_3 = _enc_OffsetFetchRequestTopic_0
+_dec_OffsetFetchRequestTopics_3 = _dec_OffsetFetchRequestTopics_0
+_enc_OffsetFetchRequestTopics_3 = _enc_OffsetFetchRequestTopics_0
+_dec_OffsetFetchRequestGroup_3 = _dec_OffsetFetchRequestGroup_0
+_enc_OffsetFetchRequestGroup_3 = _enc_OffsetFetchRequestGroup_0
 _dec_OffsetFetchRequest_3 = _dec_OffsetFetchRequest_2
 _enc_OffsetFetchRequest_3 = _enc_OffsetFetchRequest_2
-_dec_OffsetFetchRequestTopic_4 = _dec_OffsetFetchRequestTopic_1
-_enc_OffsetFetchRequestTopic_4 = _enc_OffsetFetchRequestTopic_1
-_dec_OffsetFetchRequestTopics_4 = _dec_OffsetFetchRequestTopics_1
-_enc_OffsetFetchRequestTopics_4 = _enc_OffsetFetchRequestTopics_1
-_dec_OffsetFetchRequestGroup_4 = _dec_OffsetFetchRequestGroup_1
-_enc_OffsetFetchRequestGroup_4 = _enc_OffsetFetchRequestGroup_1
+_dec_OffsetFetchRequestTopic_4 = _dec_OffsetFetchRequestTopic_0
+_enc_OffsetFetchRequestTopic_4 = _enc_OffsetFetchRequestTopic_0
+_dec_OffsetFetchRequestTopics_4 = _dec_OffsetFetchRequestTopics_0
+_enc_OffsetFetchRequestTopics_4 = _enc_OffsetFetchRequestTopics_0
+_dec_OffsetFetchRequestGroup_4 = _dec_OffsetFetchRequestGroup_0
+_enc_OffsetFetchRequestGroup_4 = _enc_OffsetFetchRequestGroup_0
 _dec_OffsetFetchRequest_4 = _dec_OffsetFetchRequest_2
 _enc_OffsetFetchRequest_4 = _enc_OffsetFetchRequest_2
-_dec_OffsetFetchRequestTopic_5 = _dec_OffsetFetchRequestTopic_1
-_enc_OffsetFetchRequestTopic_5 = _enc_OffsetFetchRequestTopic_1
-_dec_OffsetFetchRequestTopics_5 = _dec_OffsetFetchRequestTopics_1
-_enc_OffsetFetchRequestTopics_5 = _enc_OffsetFetchRequestTopics_1
-_dec_OffsetFetchRequestGroup_5 = _dec_OffsetFetchRequestGroup_1
-_enc_OffsetFetchRequestGroup_5 = _enc_OffsetFetchRequestGroup_1
+_dec_OffsetFetchRequestTopic_5 = _dec_OffsetFetchRequestTopic_0
+_enc_OffsetFetchRequestTopic_5 = _enc_OffsetFetchRequestTopic_0
+_dec_OffsetFetchRequestTopics_5 = _dec_OffsetFetchRequestTopics_0
+_enc_OffsetFetchRequestTopics_5 = _enc_OffsetFetchRequestTopics_0
+_dec_OffsetFetchRequestGroup_5 = _dec_OffsetFetchRequestGroup_0
+_enc_OffsetFetchRequestGroup_5 = _enc_OffsetFetchRequestGroup_0
 _dec_OffsetFetchRequest_5 = _dec_OffsetFetchRequest_2
 _enc_OffsetFetchRequest_5 = _enc_OffsetFetchRequest_2
 _dec_OffsetFetchRequestTopic_7 = _dec_OffsetFetchRequestTopic_6
@@ -1360,44 +1368,56 @@ _dec_OffsetFetchRequestTopics_9 = _dec_OffsetFetchRequestTopics_8
 _enc_OffsetFetchRequestTopics_9 = _enc_OffsetFetchRequestTopics_8
 _dec_OffsetFetchRequestTopic_10 = _dec_OffsetFetchRequestTopic_8
 _enc_OffsetFetchRequestTopic_10 = _enc_OffsetFetchRequestTopic_8
-_dec_OffsetFetchResponsePartition_2 = _dec_OffsetFetchResponsePartition_1
-_enc_OffsetFetchResponsePartition_2 = _enc_OffsetFetchResponsePartition_1
-_dec_OffsetFetchResponseTopic_2 = _dec_OffsetFetchResponseTopic_1
-_enc_OffsetFetchResponseTopic_2 = _enc_OffsetFetchResponseTopic_1
-_dec_OffsetFetchResponsePartitions_2 = _dec_OffsetFetchResponsePartitions_1
-_enc_OffsetFetchResponsePartitions_2 = _enc_OffsetFetchResponsePartitions_1
-_dec_OffsetFetchResponseTopics_2 = _dec_OffsetFetchResponseTopics_1
-_enc_OffsetFetchResponseTopics_2 = _enc_OffsetFetchResponseTopics_1
-_dec_OffsetFetchResponseGroup_2 = _dec_OffsetFetchResponseGroup_1
-_enc_OffsetFetchResponseGroup_2 = _enc_OffsetFetchResponseGroup_1
-_dec_OffsetFetchResponsePartition_3 = _dec_OffsetFetchResponsePartition_1
-_enc_OffsetFetchResponsePartition_3 = _enc_OffsetFetchResponsePartition_1
-_dec_OffsetFetchResponseTopic_3 = _dec_OffsetFetchResponseTopic_1
-_enc_OffsetFetchResponseTopic_3 = _enc_OffsetFetchResponseTopic_1
-_dec_OffsetFetchResponsePartitions_3 = _dec_OffsetFetchResponsePartitions_1
-_enc_OffsetFetchResponsePartitions_3 = _enc_OffsetFetchResponsePartitions_1
-_dec_OffsetFetchResponseTopics_3 = _dec_OffsetFetchResponseTopics_1
-_enc_OffsetFetchResponseTopics_3 = _enc_OffsetFetchResponseTopics_1
-_dec_OffsetFetchResponseGroup_3 = _dec_OffsetFetchResponseGroup_1
-_enc_OffsetFetchResponseGroup_3 = _enc_OffsetFetchResponseGroup_1
-_dec_OffsetFetchResponsePartition_4 = _dec_OffsetFetchResponsePartition_1
-_enc_OffsetFetchResponsePartition_4 = _enc_OffsetFetchResponsePartition_1
-_dec_OffsetFetchResponseTopic_4 = _dec_OffsetFetchResponseTopic_1
-_enc_OffsetFetchResponseTopic_4 = _enc_OffsetFetchResponseTopic_1
-_dec_OffsetFetchResponsePartitions_4 = _dec_OffsetFetchResponsePartitions_1
-_enc_OffsetFetchResponsePartitions_4 = _enc_OffsetFetchResponsePartitions_1
-_dec_OffsetFetchResponseTopics_4 = _dec_OffsetFetchResponseTopics_1
-_enc_OffsetFetchResponseTopics_4 = _enc_OffsetFetchResponseTopics_1
-_dec_OffsetFetchResponseGroup_4 = _dec_OffsetFetchResponseGroup_1
-_enc_OffsetFetchResponseGroup_4 = _enc_OffsetFetchResponseGroup_1
+_dec_OffsetFetchResponsePartition_1 = _dec_OffsetFetchResponsePartition_0
+_enc_OffsetFetchResponsePartition_1 = _enc_OffsetFetchResponsePartition_0
+_dec_OffsetFetchResponseTopic_1 = _dec_OffsetFetchResponseTopic_0
+_enc_OffsetFetchResponseTopic_1 = _enc_OffsetFetchResponseTopic_0
+_dec_OffsetFetchResponsePartitions_1 = _dec_OffsetFetchResponsePartitions_0
+_enc_OffsetFetchResponsePartitions_1 = _enc_OffsetFetchResponsePartitions_0
+_dec_OffsetFetchResponseTopics_1 = _dec_OffsetFetchResponseTopics_0
+_enc_OffsetFetchResponseTopics_1 = _enc_OffsetFetchResponseTopics_0
+_dec_OffsetFetchResponseGroup_1 = _dec_OffsetFetchResponseGroup_0
+_enc_OffsetFetchResponseGroup_1 = _enc_OffsetFetchResponseGroup_0
+_dec_OffsetFetchResponse_1 = _dec_OffsetFetchResponse_0
+_enc_OffsetFetchResponse_1 = _enc_OffsetFetchResponse_0
+_dec_OffsetFetchResponsePartition_2 = _dec_OffsetFetchResponsePartition_0
+_enc_OffsetFetchResponsePartition_2 = _enc_OffsetFetchResponsePartition_0
+_dec_OffsetFetchResponseTopic_2 = _dec_OffsetFetchResponseTopic_0
+_enc_OffsetFetchResponseTopic_2 = _enc_OffsetFetchResponseTopic_0
+_dec_OffsetFetchResponsePartitions_2 = _dec_OffsetFetchResponsePartitions_0
+_enc_OffsetFetchResponsePartitions_2 = _enc_OffsetFetchResponsePartitions_0
+_dec_OffsetFetchResponseTopics_2 = _dec_OffsetFetchResponseTopics_0
+_enc_OffsetFetchResponseTopics_2 = _enc_OffsetFetchResponseTopics_0
+_dec_OffsetFetchResponseGroup_2 = _dec_OffsetFetchResponseGroup_0
+_enc_OffsetFetchResponseGroup_2 = _enc_OffsetFetchResponseGroup_0
+_dec_OffsetFetchResponsePartition_3 = _dec_OffsetFetchResponsePartition_0
+_enc_OffsetFetchResponsePartition_3 = _enc_OffsetFetchResponsePartition_0
+_dec_OffsetFetchResponseTopic_3 = _dec_OffsetFetchResponseTopic_0
+_enc_OffsetFetchResponseTopic_3 = _enc_OffsetFetchResponseTopic_0
+_dec_OffsetFetchResponsePartitions_3 = _dec_OffsetFetchResponsePartitions_0
+_enc_OffsetFetchResponsePartitions_3 = _enc_OffsetFetchResponsePartitions_0
+_dec_OffsetFetchResponseTopics_3 = _dec_OffsetFetchResponseTopics_0
+_enc_OffsetFetchResponseTopics_3 = _enc_OffsetFetchResponseTopics_0
+_dec_OffsetFetchResponseGroup_3 = _dec_OffsetFetchResponseGroup_0
+_enc_OffsetFetchResponseGroup_3 = _enc_OffsetFetchResponseGroup_0
+_dec_OffsetFetchResponsePartition_4 = _dec_OffsetFetchResponsePartition_0
+_enc_OffsetFetchResponsePartition_4 = _enc_OffsetFetchResponsePartition_0
+_dec_OffsetFetchResponseTopic_4 = _dec_OffsetFetchResponseTopic_0
+_enc_OffsetFetchResponseTopic_4 = _enc_OffsetFetchResponseTopic_0
+_dec_OffsetFetchResponsePartitions_4 = _dec_OffsetFetchResponsePartitions_0
+_enc_OffsetFetchResponsePartitions_4 = _enc_OffsetFetchResponsePartitions_0
+_dec_OffsetFetchResponseTopics_4 = _dec_OffsetFetchResponseTopics_0
+_enc_OffsetFetchResponseTopics_4 = _enc_OffsetFetchResponseTopics_0
+_dec_OffsetFetchResponseGroup_4 = _dec_OffsetFetchResponseGroup_0
+_enc_OffsetFetchResponseGroup_4 = _enc_OffsetFetchResponseGroup_0
 _dec_OffsetFetchResponse_4 = _dec_OffsetFetchResponse_3
 _enc_OffsetFetchResponse_4 = _enc_OffsetFetchResponse_3
-_dec_OffsetFetchResponsePartitions_5 = _dec_OffsetFetchResponsePartitions_1
-_enc_OffsetFetchResponsePartitions_5 = _enc_OffsetFetchResponsePartitions_1
-_dec_OffsetFetchResponseTopics_5 = _dec_OffsetFetchResponseTopics_1
-_enc_OffsetFetchResponseTopics_5 = _enc_OffsetFetchResponseTopics_1
-_dec_OffsetFetchResponseGroup_5 = _dec_OffsetFetchResponseGroup_1
-_enc_OffsetFetchResponseGroup_5 = _enc_OffsetFetchResponseGroup_1
+_dec_OffsetFetchResponsePartitions_5 = _dec_OffsetFetchResponsePartitions_0
+_enc_OffsetFetchResponsePartitions_5 = _enc_OffsetFetchResponsePartitions_0
+_dec_OffsetFetchResponseTopics_5 = _dec_OffsetFetchResponseTopics_0
+_enc_OffsetFetchResponseTopics_5 = _enc_OffsetFetchResponseTopics_0
+_dec_OffsetFetchResponseGroup_5 = _dec_OffsetFetchResponseGroup_0
+_enc_OffsetFetchResponseGroup_5 = _enc_OffsetFetchResponseGroup_0
 _dec_OffsetFetchResponsePartition_7 = _dec_OffsetFetchResponsePartition_6
 _enc_OffsetFetchResponsePartition_7 = _enc_OffsetFetchResponsePartition_6
 _dec_OffsetFetchResponseTopic_7 = _dec_OffsetFetchResponseTopic_6
@@ -1431,15 +1451,15 @@ _enc_OffsetFetchResponsePartitions_10 = _enc_OffsetFetchResponsePartitions_8
 
 
 API_KEY = 9
-MIN_VERSION = 1
+MIN_VERSION = 0
 MAX_VERSION = 10
 FLEXIBLE_FROM = 6  # -1: never flexible
 
 
-REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[OffsetFetchRequest, int]]] = {1: _dec_OffsetFetchRequest_1, 2: _dec_OffsetFetchRequest_2, 3: _dec_OffsetFetchRequest_3, 4: _dec_OffsetFetchRequest_4, 5: _dec_OffsetFetchRequest_5, 6: _dec_OffsetFetchRequest_6, 7: _dec_OffsetFetchRequest_7, 8: _dec_OffsetFetchRequest_8, 9: _dec_OffsetFetchRequest_9, 10: _dec_OffsetFetchRequest_10}
-REQUEST_ENCODERS: dict[int, Callable[[OffsetFetchRequest, bytearray], None]] = {1: _enc_OffsetFetchRequest_1, 2: _enc_OffsetFetchRequest_2, 3: _enc_OffsetFetchRequest_3, 4: _enc_OffsetFetchRequest_4, 5: _enc_OffsetFetchRequest_5, 6: _enc_OffsetFetchRequest_6, 7: _enc_OffsetFetchRequest_7, 8: _enc_OffsetFetchRequest_8, 9: _enc_OffsetFetchRequest_9, 10: _enc_OffsetFetchRequest_10}
-RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[OffsetFetchResponse, int]]] = {1: _dec_OffsetFetchResponse_1, 2: _dec_OffsetFetchResponse_2, 3: _dec_OffsetFetchResponse_3, 4: _dec_OffsetFetchResponse_4, 5: _dec_OffsetFetchResponse_5, 6: _dec_OffsetFetchResponse_6, 7: _dec_OffsetFetchResponse_7, 8: _dec_OffsetFetchResponse_8, 9: _dec_OffsetFetchResponse_9, 10: _dec_OffsetFetchResponse_10}
-RESPONSE_ENCODERS: dict[int, Callable[[OffsetFetchResponse, bytearray], None]] = {1: _enc_OffsetFetchResponse_1, 2: _enc_OffsetFetchResponse_2, 3: _enc_OffsetFetchResponse_3, 4: _enc_OffsetFetchResponse_4, 5: _enc_OffsetFetchResponse_5, 6: _enc_OffsetFetchResponse_6, 7: _enc_OffsetFetchResponse_7, 8: _enc_OffsetFetchResponse_8, 9: _enc_OffsetFetchResponse_9, 10: _enc_OffsetFetchResponse_10}
+REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[OffsetFetchRequest, int]]] = {0: _dec_OffsetFetchRequest_0, 1: _dec_OffsetFetchRequest_1, 2: _dec_OffsetFetchRequest_2, 3: _dec_OffsetFetchRequest_3, 4: _dec_OffsetFetchRequest_4, 5: _dec_OffsetFetchRequest_5, 6: _dec_OffsetFetchRequest_6, 7: _dec_OffsetFetchRequest_7, 8: _dec_OffsetFetchRequest_8, 9: _dec_OffsetFetchRequest_9, 10: _dec_OffsetFetchRequest_10}
+REQUEST_ENCODERS: dict[int, Callable[[OffsetFetchRequest, bytearray], None]] = {0: _enc_OffsetFetchRequest_0, 1: _enc_OffsetFetchRequest_1, 2: _enc_OffsetFetchRequest_2, 3: _enc_OffsetFetchRequest_3, 4: _enc_OffsetFetchRequest_4, 5: _enc_OffsetFetchRequest_5, 6: _enc_OffsetFetchRequest_6, 7: _enc_OffsetFetchRequest_7, 8: _enc_OffsetFetchRequest_8, 9: _enc_OffsetFetchRequest_9, 10: _enc_OffsetFetchRequest_10}
+RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[OffsetFetchResponse, int]]] = {0: _dec_OffsetFetchResponse_0, 1: _dec_OffsetFetchResponse_1, 2: _dec_OffsetFetchResponse_2, 3: _dec_OffsetFetchResponse_3, 4: _dec_OffsetFetchResponse_4, 5: _dec_OffsetFetchResponse_5, 6: _dec_OffsetFetchResponse_6, 7: _dec_OffsetFetchResponse_7, 8: _dec_OffsetFetchResponse_8, 9: _dec_OffsetFetchResponse_9, 10: _dec_OffsetFetchResponse_10}
+RESPONSE_ENCODERS: dict[int, Callable[[OffsetFetchResponse, bytearray], None]] = {0: _enc_OffsetFetchResponse_0, 1: _enc_OffsetFetchResponse_1, 2: _enc_OffsetFetchResponse_2, 3: _enc_OffsetFetchResponse_3, 4: _enc_OffsetFetchResponse_4, 5: _enc_OffsetFetchResponse_5, 6: _enc_OffsetFetchResponse_6, 7: _enc_OffsetFetchResponse_7, 8: _enc_OffsetFetchResponse_8, 9: _enc_OffsetFetchResponse_9, 10: _enc_OffsetFetchResponse_10}
 
 
 Request = OffsetFetchRequest

@@ -13,6 +13,7 @@ from protocol.primitives import UVARINT_SMALL, DecodeError, read_uvarint, skip_t
 _S_h = Struct('>h')
 _S_hi = Struct('>hi')
 _S_i = Struct('>i')
+_S_ihq = Struct('>ihq')
 _S_ihqq = Struct('>ihqq')
 _S_ihqqq = Struct('>ihqqq')
 _S_ii = Struct('>ii')
@@ -85,7 +86,7 @@ class ProduceResponse:
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
 
-def _dec_PartitionProduceData_3(b: bytes, p: int) -> tuple[PartitionProduceData, int]:
+def _dec_PartitionProduceData_0(b: bytes, p: int) -> tuple[PartitionProduceData, int]:
     t1, = _S_i.unpack_from(b, p); p += 4
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
@@ -97,7 +98,7 @@ def _dec_PartitionProduceData_3(b: bytes, p: int) -> tuple[PartitionProduceData,
     return PartitionProduceData(t1, t2), p
 
 
-def _enc_PartitionProduceData_3(o: PartitionProduceData, out: bytearray) -> None:
+def _enc_PartitionProduceData_0(o: PartitionProduceData, out: bytearray) -> None:
     out += _S_i.pack(o.index)
     if o.records is None:
         out += b'\xff\xff\xff\xff'
@@ -107,7 +108,7 @@ def _enc_PartitionProduceData_3(o: PartitionProduceData, out: bytearray) -> None
         out += t1
 
 
-def _dec_TopicProduceData_3(b: bytes, p: int) -> tuple[TopicProduceData, int]:
+def _dec_TopicProduceData_0(b: bytes, p: int) -> tuple[TopicProduceData, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -122,19 +123,41 @@ def _dec_TopicProduceData_3(b: bytes, p: int) -> tuple[TopicProduceData, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_PartitionProduceData_3(b, p)
+            x, p = _dec_PartitionProduceData_0(b, p)
             a.append(x)
         t2 = a
     return TopicProduceData(t1, b'\x00' * 16, t2), p
 
 
-def _enc_TopicProduceData_3(o: TopicProduceData, out: bytearray) -> None:
+def _enc_TopicProduceData_0(o: TopicProduceData, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_i.pack(len(o.partition_data))
     for x in o.partition_data:
-        _enc_PartitionProduceData_3(x, out)
+        _enc_PartitionProduceData_0(x, out)
+
+
+def _dec_ProduceRequest_0(b: bytes, p: int) -> tuple[ProduceRequest, int]:
+    t1, t2 = _S_hi.unpack_from(b, p); p += 6
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable TopicData')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_TopicProduceData_0(b, p)
+            a.append(x)
+        t3 = a
+    return ProduceRequest(None, t1, t2, t3), p
+
+
+def _enc_ProduceRequest_0(o: ProduceRequest, out: bytearray) -> None:
+    out += _S_hi.pack(o.acks, o.timeout_ms)
+    out += _S_i.pack(len(o.topic_data))
+    for x in o.topic_data:
+        _enc_TopicProduceData_0(x, out)
 
 
 def _dec_ProduceRequest_3(b: bytes, p: int) -> tuple[ProduceRequest, int]:
@@ -153,7 +176,7 @@ def _dec_ProduceRequest_3(b: bytes, p: int) -> tuple[ProduceRequest, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_TopicProduceData_3(b, p)
+            x, p = _dec_TopicProduceData_0(b, p)
             a.append(x)
         t4 = a
     return ProduceRequest(t1, t2, t3, t4), p
@@ -169,7 +192,7 @@ def _enc_ProduceRequest_3(o: ProduceRequest, out: bytearray) -> None:
     out += _S_hi.pack(o.acks, o.timeout_ms)
     out += _S_i.pack(len(o.topic_data))
     for x in o.topic_data:
-        _enc_TopicProduceData_3(x, out)
+        _enc_TopicProduceData_0(x, out)
 
 
 def _dec_PartitionProduceData_9(b: bytes, p: int) -> tuple[PartitionProduceData, int]:
@@ -368,32 +391,32 @@ def _enc_ProduceRequest_13(o: ProduceRequest, out: bytearray) -> None:
     out += b'\x00'
 
 
-def _dec_BatchIndexAndErrorMessage_3(b: bytes, p: int) -> tuple[BatchIndexAndErrorMessage, int]:
+def _dec_BatchIndexAndErrorMessage_0(b: bytes, p: int) -> tuple[BatchIndexAndErrorMessage, int]:
     return BatchIndexAndErrorMessage(0, None), p
 
 
-def _enc_BatchIndexAndErrorMessage_3(o: BatchIndexAndErrorMessage, out: bytearray) -> None:
+def _enc_BatchIndexAndErrorMessage_0(o: BatchIndexAndErrorMessage, out: bytearray) -> None:
     pass
 
 
-def _dec_LeaderIdAndEpoch_3(b: bytes, p: int) -> tuple[LeaderIdAndEpoch, int]:
+def _dec_LeaderIdAndEpoch_0(b: bytes, p: int) -> tuple[LeaderIdAndEpoch, int]:
     return LeaderIdAndEpoch(-1, -1), p
 
 
-def _enc_LeaderIdAndEpoch_3(o: LeaderIdAndEpoch, out: bytearray) -> None:
+def _enc_LeaderIdAndEpoch_0(o: LeaderIdAndEpoch, out: bytearray) -> None:
     pass
 
 
-def _dec_PartitionProduceResponse_3(b: bytes, p: int) -> tuple[PartitionProduceResponse, int]:
-    t1, t2, t3, t4 = _S_ihqq.unpack_from(b, p); p += 22
-    return PartitionProduceResponse(t1, t2, t3, t4, -1, [], None, LeaderIdAndEpoch()), p
+def _dec_PartitionProduceResponse_0(b: bytes, p: int) -> tuple[PartitionProduceResponse, int]:
+    t1, t2, t3 = _S_ihq.unpack_from(b, p); p += 14
+    return PartitionProduceResponse(t1, t2, t3, -1, -1, [], None, LeaderIdAndEpoch()), p
 
 
-def _enc_PartitionProduceResponse_3(o: PartitionProduceResponse, out: bytearray) -> None:
-    out += _S_ihqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
+def _enc_PartitionProduceResponse_0(o: PartitionProduceResponse, out: bytearray) -> None:
+    out += _S_ihq.pack(o.index, o.error_code, o.base_offset)
 
 
-def _dec_TopicProduceResponse_3(b: bytes, p: int) -> tuple[TopicProduceResponse, int]:
+def _dec_TopicProduceResponse_0(b: bytes, p: int) -> tuple[TopicProduceResponse, int]:
     n = _S_h.unpack_from(b, p)[0]; p += 2
     if n < 0:
         raise DecodeError('null for non-nullable Name')
@@ -408,30 +431,30 @@ def _dec_TopicProduceResponse_3(b: bytes, p: int) -> tuple[TopicProduceResponse,
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_PartitionProduceResponse_3(b, p)
+            x, p = _dec_PartitionProduceResponse_0(b, p)
             a.append(x)
         t2 = a
     return TopicProduceResponse(t1, b'\x00' * 16, t2), p
 
 
-def _enc_TopicProduceResponse_3(o: TopicProduceResponse, out: bytearray) -> None:
+def _enc_TopicProduceResponse_0(o: TopicProduceResponse, out: bytearray) -> None:
     t1 = o.name.encode()
     out += _S_h.pack(len(t1))
     out += t1
     out += _S_i.pack(len(o.partition_responses))
     for x in o.partition_responses:
-        _enc_PartitionProduceResponse_3(x, out)
+        _enc_PartitionProduceResponse_0(x, out)
 
 
-def _dec_NodeEndpoint_3(b: bytes, p: int) -> tuple[NodeEndpoint, int]:
+def _dec_NodeEndpoint_0(b: bytes, p: int) -> tuple[NodeEndpoint, int]:
     return NodeEndpoint(0, '', 0, None), p
 
 
-def _enc_NodeEndpoint_3(o: NodeEndpoint, out: bytearray) -> None:
+def _enc_NodeEndpoint_0(o: NodeEndpoint, out: bytearray) -> None:
     pass
 
 
-def _dec_ProduceResponse_3(b: bytes, p: int) -> tuple[ProduceResponse, int]:
+def _dec_ProduceResponse_0(b: bytes, p: int) -> tuple[ProduceResponse, int]:
     n = _S_i.unpack_from(b, p)[0]; p += 4
     if n < 0:
         raise DecodeError('null for non-nullable Responses')
@@ -439,17 +462,98 @@ def _dec_ProduceResponse_3(b: bytes, p: int) -> tuple[ProduceResponse, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         a = []
         for _ in range(n):
-            x, p = _dec_TopicProduceResponse_3(b, p)
+            x, p = _dec_TopicProduceResponse_0(b, p)
+            a.append(x)
+        t1 = a
+    return ProduceResponse(t1, 0, []), p
+
+
+def _enc_ProduceResponse_0(o: ProduceResponse, out: bytearray) -> None:
+    out += _S_i.pack(len(o.responses))
+    for x in o.responses:
+        _enc_TopicProduceResponse_0(x, out)
+
+
+def _dec_ProduceResponse_1(b: bytes, p: int) -> tuple[ProduceResponse, int]:
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Responses')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_TopicProduceResponse_0(b, p)
             a.append(x)
         t1 = a
     t2, = _S_i.unpack_from(b, p); p += 4
     return ProduceResponse(t1, t2, []), p
 
 
-def _enc_ProduceResponse_3(o: ProduceResponse, out: bytearray) -> None:
+def _enc_ProduceResponse_1(o: ProduceResponse, out: bytearray) -> None:
     out += _S_i.pack(len(o.responses))
     for x in o.responses:
-        _enc_TopicProduceResponse_3(x, out)
+        _enc_TopicProduceResponse_0(x, out)
+    out += _S_i.pack(o.throttle_time_ms)
+
+
+def _dec_PartitionProduceResponse_2(b: bytes, p: int) -> tuple[PartitionProduceResponse, int]:
+    t1, t2, t3, t4 = _S_ihqq.unpack_from(b, p); p += 22
+    return PartitionProduceResponse(t1, t2, t3, t4, -1, [], None, LeaderIdAndEpoch()), p
+
+
+def _enc_PartitionProduceResponse_2(o: PartitionProduceResponse, out: bytearray) -> None:
+    out += _S_ihqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
+
+
+def _dec_TopicProduceResponse_2(b: bytes, p: int) -> tuple[TopicProduceResponse, int]:
+    n = _S_h.unpack_from(b, p)[0]; p += 2
+    if n < 0:
+        raise DecodeError('null for non-nullable Name')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable PartitionResponses')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_PartitionProduceResponse_2(b, p)
+            a.append(x)
+        t2 = a
+    return TopicProduceResponse(t1, b'\x00' * 16, t2), p
+
+
+def _enc_TopicProduceResponse_2(o: TopicProduceResponse, out: bytearray) -> None:
+    t1 = o.name.encode()
+    out += _S_h.pack(len(t1))
+    out += t1
+    out += _S_i.pack(len(o.partition_responses))
+    for x in o.partition_responses:
+        _enc_PartitionProduceResponse_2(x, out)
+
+
+def _dec_ProduceResponse_2(b: bytes, p: int) -> tuple[ProduceResponse, int]:
+    n = _S_i.unpack_from(b, p)[0]; p += 4
+    if n < 0:
+        raise DecodeError('null for non-nullable Responses')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        a = []
+        for _ in range(n):
+            x, p = _dec_TopicProduceResponse_2(b, p)
+            a.append(x)
+        t1 = a
+    t2, = _S_i.unpack_from(b, p); p += 4
+    return ProduceResponse(t1, t2, []), p
+
+
+def _enc_ProduceResponse_2(o: ProduceResponse, out: bytearray) -> None:
+    out += _S_i.pack(len(o.responses))
+    for x in o.responses:
+        _enc_TopicProduceResponse_2(x, out)
     out += _S_i.pack(o.throttle_time_ms)
 
 
@@ -1113,34 +1217,50 @@ def _enc_ProduceResponse_13(o: ProduceResponse, out: bytearray) -> None:
         out += uvarint(tag); out += uvarint(len(data)); out += data
 
 
-_dec_PartitionProduceData_4 = _dec_PartitionProduceData_3
-_enc_PartitionProduceData_4 = _enc_PartitionProduceData_3
-_dec_TopicProduceData_4 = _dec_TopicProduceData_3
-_enc_TopicProduceData_4 = _enc_TopicProduceData_3
+_dec_PartitionProduceData_1 = _dec_PartitionProduceData_0
+_enc_PartitionProduceData_1 = _enc_PartitionProduceData_0
+_dec_TopicProduceData_1 = _dec_TopicProduceData_0
+_enc_TopicProduceData_1 = _enc_TopicProduceData_0
+_dec_ProduceRequest_1 = _dec_ProduceRequest_0
+_enc_ProduceRequest_1 = _enc_ProduceRequest_0
+_dec_PartitionProduceData_2 = _dec_PartitionProduceData_0
+_enc_PartitionProduceData_2 = _enc_PartitionProduceData_0
+_dec_TopicProduceData_2 = _dec_TopicProduceData_0
+_enc_TopicProduceData_2 = _enc_TopicProduceData_0
+_dec_ProduceRequest_2 = _dec_ProduceRequest_0
+_enc_ProduceRequest_2 = _enc_ProduceRequest_0
+_dec_PartitionProduceData_3 = _dec_PartitionProduceData_0
+_enc_PartitionProduceData_3 = _enc_PartitionProduceData_0
+_dec_TopicProduceData_3 = _dec_TopicProduceData_0
+_enc_TopicProduceData_3 = _enc_TopicProduceData_0
+_dec_PartitionProduceData_4 = _dec_PartitionProduceData_0
+_enc_PartitionProduceData_4 = _enc_PartitionProduceData_0
+_dec_TopicProduceData_4 = _dec_TopicProduceData_0
+_enc_TopicProduceData_4 = _enc_TopicProduceData_0
 _dec_ProduceRequest_4 = _dec_ProduceRequest_3
 _enc_ProduceRequest_4 = _enc_ProduceRequest_3
-_dec_PartitionProduceData_5 = _dec_PartitionProduceData_3
-_enc_PartitionProduceData_5 = _enc_PartitionProduceData_3
-_dec_TopicProduceData_5 = _dec_TopicProduceData_3
-_enc_TopicProduceData_5 = _enc_TopicProduceData_3
+_dec_PartitionProduceData_5 = _dec_PartitionProduceData_0
+_enc_PartitionProduceData_5 = _enc_PartitionProduceData_0
+_dec_TopicProduceData_5 = _dec_TopicProduceData_0
+_enc_TopicProduceData_5 = _enc_TopicProduceData_0
 _dec_ProduceRequest_5 = _dec_ProduceRequest_3
 _enc_ProduceRequest_5 = _enc_ProduceRequest_3
-_dec_PartitionProduceData_6 = _dec_PartitionProduceData_3
-_enc_PartitionProduceData_6 = _enc_PartitionProduceData_3
-_dec_TopicProduceData_6 = _dec_TopicProduceData_3
-_enc_TopicProduceData_6 = _enc_TopicProduceData_3
+_dec_PartitionProduceData_6 = _dec_PartitionProduceData_0
+_enc_PartitionProduceData_6 = _enc_PartitionProduceData_0
+_dec_TopicProduceData_6 = _dec_TopicProduceData_0
+_enc_TopicProduceData_6 = _enc_TopicProduceData_0
 _dec_ProduceRequest_6 = _dec_ProduceRequest_3
 _enc_ProduceRequest_6 = _enc_ProduceRequest_3
-_dec_PartitionProduceData_7 = _dec_PartitionProduceData_3
-_enc_PartitionProduceData_7 = _enc_PartitionProduceData_3
-_dec_TopicProduceData_7 = _dec_TopicProduceData_3
-_enc_TopicProduceData_7 = _enc_TopicProduceData_3
+_dec_PartitionProduceData_7 = _dec_PartitionProduceData_0
+_enc_PartitionProduceData_7 = _enc_PartitionProduceData_0
+_dec_TopicProduceData_7 = _dec_TopicProduceData_0
+_enc_TopicProduceData_7 = _enc_TopicProduceData_0
 _dec_ProduceRequest_7 = _dec_ProduceRequest_3
 _enc_ProduceRequest_7 = _enc_ProduceRequest_3
-_dec_PartitionProduceData_8 = _dec_PartitionProduceData_3
-_enc_PartitionProduceData_8 = _enc_PartitionProduceData_3
-_dec_TopicProduceData_8 = _dec_TopicProduceData_3
-_enc_TopicProduceData_8 = _enc_TopicProduceData_3
+_dec_PartitionProduceData_8 = _dec_PartitionProduceData_0
+_enc_PartitionProduceData_8 = _enc_PartitionProduceData_0
+_dec_TopicProduceData_8 = _dec_TopicProduceData_0
+_enc_TopicProduceData_8 = _enc_TopicProduceData_0
 _dec_ProduceRequest_8 = _dec_ProduceRequest_3
 _enc_ProduceRequest_8 = _enc_ProduceRequest_3
 _dec_PartitionProduceData_10 = _dec_PartitionProduceData_9
@@ -1163,52 +1283,80 @@ _dec_ProduceRequest_12 = _dec_ProduceRequest_9
 _enc_ProduceRequest_12 = _enc_ProduceRequest_9
 _dec_PartitionProduceData_13 = _dec_PartitionProduceData_9
 _enc_PartitionProduceData_13 = _enc_PartitionProduceData_9
-_dec_BatchIndexAndErrorMessage_4 = _dec_BatchIndexAndErrorMessage_3
-_enc_BatchIndexAndErrorMessage_4 = _enc_BatchIndexAndErrorMessage_3
-_dec_LeaderIdAndEpoch_4 = _dec_LeaderIdAndEpoch_3
-_enc_LeaderIdAndEpoch_4 = _enc_LeaderIdAndEpoch_3
-_dec_PartitionProduceResponse_4 = _dec_PartitionProduceResponse_3
-_enc_PartitionProduceResponse_4 = _enc_PartitionProduceResponse_3
-_dec_TopicProduceResponse_4 = _dec_TopicProduceResponse_3
-_enc_TopicProduceResponse_4 = _enc_TopicProduceResponse_3
-_dec_NodeEndpoint_4 = _dec_NodeEndpoint_3
-_enc_NodeEndpoint_4 = _enc_NodeEndpoint_3
-_dec_ProduceResponse_4 = _dec_ProduceResponse_3
-_enc_ProduceResponse_4 = _enc_ProduceResponse_3
-_dec_BatchIndexAndErrorMessage_5 = _dec_BatchIndexAndErrorMessage_3
-_enc_BatchIndexAndErrorMessage_5 = _enc_BatchIndexAndErrorMessage_3
-_dec_LeaderIdAndEpoch_5 = _dec_LeaderIdAndEpoch_3
-_enc_LeaderIdAndEpoch_5 = _enc_LeaderIdAndEpoch_3
-_dec_NodeEndpoint_5 = _dec_NodeEndpoint_3
-_enc_NodeEndpoint_5 = _enc_NodeEndpoint_3
-_dec_BatchIndexAndErrorMessage_6 = _dec_BatchIndexAndErrorMessage_3
-_enc_BatchIndexAndErrorMessage_6 = _enc_BatchIndexAndErrorMessage_3
-_dec_LeaderIdAndEpoch_6 = _dec_LeaderIdAndEpoch_3
-_enc_LeaderIdAndEpoch_6 = _enc_LeaderIdAndEpoch_3
+_dec_BatchIndexAndErrorMessage_1 = _dec_BatchIndexAndErrorMessage_0
+_enc_BatchIndexAndErrorMessage_1 = _enc_BatchIndexAndErrorMessage_0
+_dec_LeaderIdAndEpoch_1 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_1 = _enc_LeaderIdAndEpoch_0
+_dec_PartitionProduceResponse_1 = _dec_PartitionProduceResponse_0
+_enc_PartitionProduceResponse_1 = _enc_PartitionProduceResponse_0
+_dec_TopicProduceResponse_1 = _dec_TopicProduceResponse_0
+_enc_TopicProduceResponse_1 = _enc_TopicProduceResponse_0
+_dec_NodeEndpoint_1 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_1 = _enc_NodeEndpoint_0
+_dec_BatchIndexAndErrorMessage_2 = _dec_BatchIndexAndErrorMessage_0
+_enc_BatchIndexAndErrorMessage_2 = _enc_BatchIndexAndErrorMessage_0
+_dec_LeaderIdAndEpoch_2 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_2 = _enc_LeaderIdAndEpoch_0
+_dec_NodeEndpoint_2 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_2 = _enc_NodeEndpoint_0
+_dec_BatchIndexAndErrorMessage_3 = _dec_BatchIndexAndErrorMessage_0
+_enc_BatchIndexAndErrorMessage_3 = _enc_BatchIndexAndErrorMessage_0
+_dec_LeaderIdAndEpoch_3 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_3 = _enc_LeaderIdAndEpoch_0
+_dec_PartitionProduceResponse_3 = _dec_PartitionProduceResponse_2
+_enc_PartitionProduceResponse_3 = _enc_PartitionProduceResponse_2
+_dec_TopicProduceResponse_3 = _dec_TopicProduceResponse_2
+_enc_TopicProduceResponse_3 = _enc_TopicProduceResponse_2
+_dec_NodeEndpoint_3 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_3 = _enc_NodeEndpoint_0
+_dec_ProduceResponse_3 = _dec_ProduceResponse_2
+_enc_ProduceResponse_3 = _enc_ProduceResponse_2
+_dec_BatchIndexAndErrorMessage_4 = _dec_BatchIndexAndErrorMessage_0
+_enc_BatchIndexAndErrorMessage_4 = _enc_BatchIndexAndErrorMessage_0
+_dec_LeaderIdAndEpoch_4 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_4 = _enc_LeaderIdAndEpoch_0
+_dec_PartitionProduceResponse_4 = _dec_PartitionProduceResponse_2
+_enc_PartitionProduceResponse_4 = _enc_PartitionProduceResponse_2
+_dec_TopicProduceResponse_4 = _dec_TopicProduceResponse_2
+_enc_TopicProduceResponse_4 = _enc_TopicProduceResponse_2
+_dec_NodeEndpoint_4 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_4 = _enc_NodeEndpoint_0
+_dec_ProduceResponse_4 = _dec_ProduceResponse_2
+_enc_ProduceResponse_4 = _enc_ProduceResponse_2
+_dec_BatchIndexAndErrorMessage_5 = _dec_BatchIndexAndErrorMessage_0
+_enc_BatchIndexAndErrorMessage_5 = _enc_BatchIndexAndErrorMessage_0
+_dec_LeaderIdAndEpoch_5 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_5 = _enc_LeaderIdAndEpoch_0
+_dec_NodeEndpoint_5 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_5 = _enc_NodeEndpoint_0
+_dec_BatchIndexAndErrorMessage_6 = _dec_BatchIndexAndErrorMessage_0
+_enc_BatchIndexAndErrorMessage_6 = _enc_BatchIndexAndErrorMessage_0
+_dec_LeaderIdAndEpoch_6 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_6 = _enc_LeaderIdAndEpoch_0
 _dec_PartitionProduceResponse_6 = _dec_PartitionProduceResponse_5
 _enc_PartitionProduceResponse_6 = _enc_PartitionProduceResponse_5
 _dec_TopicProduceResponse_6 = _dec_TopicProduceResponse_5
 _enc_TopicProduceResponse_6 = _enc_TopicProduceResponse_5
-_dec_NodeEndpoint_6 = _dec_NodeEndpoint_3
-_enc_NodeEndpoint_6 = _enc_NodeEndpoint_3
+_dec_NodeEndpoint_6 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_6 = _enc_NodeEndpoint_0
 _dec_ProduceResponse_6 = _dec_ProduceResponse_5
 _enc_ProduceResponse_6 = _enc_ProduceResponse_5
-_dec_BatchIndexAndErrorMessage_7 = _dec_BatchIndexAndErrorMessage_3
-_enc_BatchIndexAndErrorMessage_7 = _enc_BatchIndexAndErrorMessage_3
-_dec_LeaderIdAndEpoch_7 = _dec_LeaderIdAndEpoch_3
-_enc_LeaderIdAndEpoch_7 = _enc_LeaderIdAndEpoch_3
+_dec_BatchIndexAndErrorMessage_7 = _dec_BatchIndexAndErrorMessage_0
+_enc_BatchIndexAndErrorMessage_7 = _enc_BatchIndexAndErrorMessage_0
+_dec_LeaderIdAndEpoch_7 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_7 = _enc_LeaderIdAndEpoch_0
 _dec_PartitionProduceResponse_7 = _dec_PartitionProduceResponse_5
 _enc_PartitionProduceResponse_7 = _enc_PartitionProduceResponse_5
 _dec_TopicProduceResponse_7 = _dec_TopicProduceResponse_5
 _enc_TopicProduceResponse_7 = _enc_TopicProduceResponse_5
-_dec_NodeEndpoint_7 = _dec_NodeEndpoint_3
-_enc_NodeEndpoint_7 = _enc_NodeEndpoint_3
+_dec_NodeEndpoint_7 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_7 = _enc_NodeEndpoint_0
 _dec_ProduceResponse_7 = _dec_ProduceResponse_5
 _enc_ProduceResponse_7 = _enc_ProduceResponse_5
-_dec_LeaderIdAndEpoch_8 = _dec_LeaderIdAndEpoch_3
-_enc_LeaderIdAndEpoch_8 = _enc_LeaderIdAndEpoch_3
-_dec_NodeEndpoint_8 = _dec_NodeEndpoint_3
-_enc_NodeEndpoint_8 = _enc_NodeEndpoint_3
+_dec_LeaderIdAndEpoch_8 = _dec_LeaderIdAndEpoch_0
+_enc_LeaderIdAndEpoch_8 = _enc_LeaderIdAndEpoch_0
+_dec_NodeEndpoint_8 = _dec_NodeEndpoint_0
+_enc_NodeEndpoint_8 = _enc_NodeEndpoint_0
 _dec_BatchIndexAndErrorMessage_10 = _dec_BatchIndexAndErrorMessage_9
 _enc_BatchIndexAndErrorMessage_10 = _enc_BatchIndexAndErrorMessage_9
 _dec_BatchIndexAndErrorMessage_11 = _dec_BatchIndexAndErrorMessage_9
@@ -1246,15 +1394,15 @@ _enc_NodeEndpoint_13 = _enc_NodeEndpoint_10
 
 
 API_KEY = 0
-MIN_VERSION = 3
+MIN_VERSION = 0
 MAX_VERSION = 13
 FLEXIBLE_FROM = 9  # -1: never flexible
 
 
-REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[ProduceRequest, int]]] = {3: _dec_ProduceRequest_3, 4: _dec_ProduceRequest_4, 5: _dec_ProduceRequest_5, 6: _dec_ProduceRequest_6, 7: _dec_ProduceRequest_7, 8: _dec_ProduceRequest_8, 9: _dec_ProduceRequest_9, 10: _dec_ProduceRequest_10, 11: _dec_ProduceRequest_11, 12: _dec_ProduceRequest_12, 13: _dec_ProduceRequest_13}
-REQUEST_ENCODERS: dict[int, Callable[[ProduceRequest, bytearray], None]] = {3: _enc_ProduceRequest_3, 4: _enc_ProduceRequest_4, 5: _enc_ProduceRequest_5, 6: _enc_ProduceRequest_6, 7: _enc_ProduceRequest_7, 8: _enc_ProduceRequest_8, 9: _enc_ProduceRequest_9, 10: _enc_ProduceRequest_10, 11: _enc_ProduceRequest_11, 12: _enc_ProduceRequest_12, 13: _enc_ProduceRequest_13}
-RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[ProduceResponse, int]]] = {3: _dec_ProduceResponse_3, 4: _dec_ProduceResponse_4, 5: _dec_ProduceResponse_5, 6: _dec_ProduceResponse_6, 7: _dec_ProduceResponse_7, 8: _dec_ProduceResponse_8, 9: _dec_ProduceResponse_9, 10: _dec_ProduceResponse_10, 11: _dec_ProduceResponse_11, 12: _dec_ProduceResponse_12, 13: _dec_ProduceResponse_13}
-RESPONSE_ENCODERS: dict[int, Callable[[ProduceResponse, bytearray], None]] = {3: _enc_ProduceResponse_3, 4: _enc_ProduceResponse_4, 5: _enc_ProduceResponse_5, 6: _enc_ProduceResponse_6, 7: _enc_ProduceResponse_7, 8: _enc_ProduceResponse_8, 9: _enc_ProduceResponse_9, 10: _enc_ProduceResponse_10, 11: _enc_ProduceResponse_11, 12: _enc_ProduceResponse_12, 13: _enc_ProduceResponse_13}
+REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[ProduceRequest, int]]] = {0: _dec_ProduceRequest_0, 1: _dec_ProduceRequest_1, 2: _dec_ProduceRequest_2, 3: _dec_ProduceRequest_3, 4: _dec_ProduceRequest_4, 5: _dec_ProduceRequest_5, 6: _dec_ProduceRequest_6, 7: _dec_ProduceRequest_7, 8: _dec_ProduceRequest_8, 9: _dec_ProduceRequest_9, 10: _dec_ProduceRequest_10, 11: _dec_ProduceRequest_11, 12: _dec_ProduceRequest_12, 13: _dec_ProduceRequest_13}
+REQUEST_ENCODERS: dict[int, Callable[[ProduceRequest, bytearray], None]] = {0: _enc_ProduceRequest_0, 1: _enc_ProduceRequest_1, 2: _enc_ProduceRequest_2, 3: _enc_ProduceRequest_3, 4: _enc_ProduceRequest_4, 5: _enc_ProduceRequest_5, 6: _enc_ProduceRequest_6, 7: _enc_ProduceRequest_7, 8: _enc_ProduceRequest_8, 9: _enc_ProduceRequest_9, 10: _enc_ProduceRequest_10, 11: _enc_ProduceRequest_11, 12: _enc_ProduceRequest_12, 13: _enc_ProduceRequest_13}
+RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[ProduceResponse, int]]] = {0: _dec_ProduceResponse_0, 1: _dec_ProduceResponse_1, 2: _dec_ProduceResponse_2, 3: _dec_ProduceResponse_3, 4: _dec_ProduceResponse_4, 5: _dec_ProduceResponse_5, 6: _dec_ProduceResponse_6, 7: _dec_ProduceResponse_7, 8: _dec_ProduceResponse_8, 9: _dec_ProduceResponse_9, 10: _dec_ProduceResponse_10, 11: _dec_ProduceResponse_11, 12: _dec_ProduceResponse_12, 13: _dec_ProduceResponse_13}
+RESPONSE_ENCODERS: dict[int, Callable[[ProduceResponse, bytearray], None]] = {0: _enc_ProduceResponse_0, 1: _enc_ProduceResponse_1, 2: _enc_ProduceResponse_2, 3: _enc_ProduceResponse_3, 4: _enc_ProduceResponse_4, 5: _enc_ProduceResponse_5, 6: _enc_ProduceResponse_6, 7: _enc_ProduceResponse_7, 8: _enc_ProduceResponse_8, 9: _enc_ProduceResponse_9, 10: _enc_ProduceResponse_10, 11: _enc_ProduceResponse_11, 12: _enc_ProduceResponse_12, 13: _enc_ProduceResponse_13}
 
 
 Request = ProduceRequest

@@ -753,10 +753,22 @@ def aio_req_offset_commit(o: Any, v: int) -> tuple[Any, ...]:
     topics = [
         (
             t.name,
-            [(p.partition_index, p.committed_offset, p.committed_metadata) for p in t.partitions],
+            [
+                (
+                    p.partition_index,
+                    p.committed_offset,
+                    *((p.commit_timestamp,) if v == 1 else ()),
+                    p.committed_metadata,
+                )
+                for p in t.partitions
+            ],
         )
         for t in o.topics
     ]
+    if v == 0:  # no generation, member or retention (offsets kept in ZooKeeper then)
+        return (o.group_id, topics)
+    if v == 1:  # a commit timestamp per partition, no retention time
+        return (o.group_id, o.generation_id_or_member_epoch, o.member_id, topics)
     return (o.group_id, o.generation_id_or_member_epoch, o.member_id, o.retention_time_ms, topics)
 
 
@@ -828,7 +840,7 @@ def aio_resp_delete_groups(o: Any, v: int) -> tuple[Any, ...]:
 
 def aio_req_produce(o: Any, v: int) -> tuple[Any, ...]:
     topics = [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in o.topic_data]
-    return (o.transactional_id, o.acks, o.timeout_ms, topics)
+    return (*_v(v, 3, o.transactional_id), o.acks, o.timeout_ms, topics)
 
 
 def aio_resp_produce(o: Any, v: int) -> tuple[Any, ...]:
@@ -838,14 +850,14 @@ def aio_resp_produce(o: Any, v: int) -> tuple[Any, ...]:
             p.index,
             p.error_code,
             p.base_offset,
-            p.log_append_time_ms,
+            *_v(v, 2, p.log_append_time_ms),
             *_v(v, 5, p.log_start_offset),
             *_v(v, 8, errs, p.error_message),
         )
 
     return (
         [(t.name, [part(p) for p in t.partition_responses]) for t in o.responses],
-        o.throttle_time_ms,
+        *_v(v, 1, o.throttle_time_ms),
     )
 
 
@@ -867,8 +879,8 @@ def aio_req_fetch(o: Any, v: int) -> tuple[Any, ...]:
         o.replica_id,
         o.max_wait_ms,
         o.min_bytes,
-        o.max_bytes,
-        o.isolation_level,
+        *_v(v, 3, o.max_bytes),
+        *_v(v, 4, o.isolation_level),
         *_v(v, 7, o.session_id, o.session_epoch),
         topics,
         *_v(v, 7, forgotten),
@@ -883,6 +895,8 @@ def aio_resp_fetch(o: Any, v: int) -> tuple[Any, ...]:
             if p.aborted_transactions is None
             else [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
         )
+        if v < 4:  # message sets, before transactions
+            return (p.partition_index, p.error_code, p.high_watermark, p.records)
         return (
             p.partition_index,
             p.error_code,
@@ -895,7 +909,7 @@ def aio_resp_fetch(o: Any, v: int) -> tuple[Any, ...]:
         )
 
     topics = [(t.topic, [part(p) for p in t.partitions]) for t in o.responses]
-    return (o.throttle_time_ms, *_v(v, 7, o.error_code, o.session_id), topics)
+    return (*_v(v, 1, o.throttle_time_ms), *_v(v, 7, o.error_code, o.session_id), topics)
 
 
 def aio_req_list_offsets(o: Any, v: int) -> tuple[Any, ...]:
@@ -904,6 +918,8 @@ def aio_req_list_offsets(o: Any, v: int) -> tuple[Any, ...]:
             t.name,
             [
                 (p.partition_index, *_v(v, 4, p.current_leader_epoch), p.timestamp)
+                if v >= 1
+                else (p.partition_index, p.timestamp, p.max_num_offsets)
                 for p in t.partitions
             ],
         )
@@ -918,6 +934,8 @@ def aio_resp_list_offsets(o: Any, v: int) -> tuple[Any, ...]:
             t.name,
             [
                 (p.partition_index, p.error_code, p.timestamp, p.offset, *_v(v, 4, p.leader_epoch))
+                if v >= 1
+                else (p.partition_index, p.error_code, p.old_style_offsets)
                 for p in t.partitions
             ],
         )
