@@ -38,6 +38,7 @@ from coordinator import topic_configs
 from coordinator.catalog import CatalogTopics, SharedCatalog, TopicCatalog
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
+from coordinator.dataplane.admin import PartitionAdmin
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
@@ -290,6 +291,10 @@ class App:
             [
                 ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
                 acls.handlers(),
+                # CreatePartitions, DeleteRecords, DescribeCluster, DescribeLogDirs.
+                PartitionAdmin(
+                    s, catalog, logs, data, broker.placement, authorizer=acls.authorizer
+                ).handlers(),
             ],
             authorizer=acls.authorizer,
         )
@@ -439,6 +444,17 @@ class App:
             [
                 ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
                 acls.handlers(),
+                PartitionAdmin(
+                    s,
+                    catalog,
+                    logs,
+                    data,
+                    broker.placement,
+                    authorizer=acls.authorizer,
+                    shared=shared,
+                    pool=pool,
+                    journal=journal,
+                ).handlers(),
             ],
             authorizer=acls.authorizer,
         )

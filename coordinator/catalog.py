@@ -253,6 +253,21 @@ class TopicCatalog:
         self._changed([name], True)
         return info
 
+    def create_partitions(self, name: str, num_partitions: int) -> TopicInfo:
+        """Grow ``name`` to ``num_partitions`` (CreatePartitions; Kafka never shrinks a
+        topic). Saved before it returns; consumer groups subscribed to it are told."""
+        info = self.topics[name]
+        if num_partitions <= info.num_partitions or info.offline is not None:
+            raise ValueError(f"topic {name!r} cannot grow to {num_partitions} partitions")
+        before, info.num_partitions = info.num_partitions, num_partitions
+        try:
+            self._save()
+        except BaseException:
+            info.num_partitions = before  # not saved: the topic did not grow
+            raise
+        self._changed([name], False)
+        return info
+
     def delete(self, name: str) -> TopicInfo | None:
         info = self.topics.pop(name, None)
         if info is not None:
@@ -511,6 +526,20 @@ class SharedCatalog:
         await self.refresh()
         info = self.catalog.get(name)
         assert info is not None
+        return info
+
+    async def create_partitions(self, name: str, num_partitions: int) -> TopicInfo:
+        """Grow a topic for every node (its new lease rows, unowned, in the same
+        transaction); ``storage.postgres.catalog`` raises UnknownTopicError / ValueError."""
+        from storage.postgres import catalog as pg
+
+        async with self.pool.acquire() as conn:
+            await pg.create_partitions(conn, name, num_partitions)
+        await self._announce(name)
+        await self.refresh()
+        info = self.catalog.get(name)
+        if info is None:  # deleted right after, by another request
+            raise pg.UnknownTopicError(f"unknown topic {name!r}")
         return info
 
     async def delete(self, info: TopicInfo) -> None:

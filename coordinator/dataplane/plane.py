@@ -275,6 +275,19 @@ class DataPlane:
             return ErrorCode.NOT_LEADER_FOR_PARTITION  # Kafka 2.6+ calls it NOT_LEADER_OR_FOLLOWER
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
+    def served_log(self, info: TopicInfo, partition: int) -> tuple[PartitionLog | None, ErrorCode]:
+        """The partition's log when this node serves it, else (None, the error Produce and
+        Fetch answer: another node leads it, or it does not exist). For the admin APIs."""
+        plog = self._log(info, partition)
+        return plog, ErrorCode.NO_ERROR if plog is not None else self._absent(info, partition)
+
+    def log_start_moved(self, plog: PartitionLog) -> None:
+        """DeleteRecords moved ``plog``'s start: producers with nothing left below it are
+        forgotten (Kafka's onLogStartOffsetIncremented), as retention does."""
+        table = self.producers.get(plog)
+        if table is not None:
+            table.prune(plog.log_start_offset, self.clock(), self.producer_id_expiration_ms)
+
     # ------------------------------------------------------------ cluster mode
 
     def acquire(self, info: TopicInfo, plog: PartitionLog, leader_epoch: int) -> None:

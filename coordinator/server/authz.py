@@ -57,8 +57,11 @@ _R = ResourceType
 _GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 _TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 CLUSTER = "kafka-cluster"
-# The ACL and SCRAM admin APIs (Describe/Create/DeleteAcls, Describe/AlterUserScramCredentials).
-_CHECKED_BY_HANDLER = (29, 30, 31, 50, 51)
+# The ACL and SCRAM admin APIs (Describe/Create/DeleteAcls, Describe/AlterUserScramCredentials);
+# CreatePartitions (37: duplicates before ALTER on each topic), DeleteRecords (21: DELETE per
+# topic), DescribeCluster (60: DESCRIBE on the cluster for its authorized operations only),
+# DescribeLogDirs (35: DESCRIBE on the cluster), in coordinator/dataplane/admin.py.
+_CHECKED_BY_HANDLER = (29, 30, 31, 50, 51, 37, 21, 60, 35)
 # ApiVersions, SaslHandshake and SaslAuthenticate: answered before anyone is known, as in Kafka.
 _NEEDS_NO_AUTHORIZATION = frozenset((18, 17, 36))
 

@@ -36,7 +36,9 @@ __all__ = [
     "create_topic",
     "delete_topic",
     "ensure_offsets_topic",
+    "lease_log_start",
     "list_topics",
+    "registered_nodes",
 ]
 
 _VERSION_RETRIES = 10
@@ -192,6 +194,40 @@ async def create_partitions(conn: Any, name: str, new_total: int) -> None:
     raise ValueError(
         f"topic {name!r} has {current} partitions; the new total must be larger, not {new_total}"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredNode:
+    """A ``kgc_node`` row as the admin APIs report it (DescribeCluster's fenced brokers,
+    CreatePartitions' manual assignments): every node ever registered, live or not."""
+
+    node_id: int
+    host: str
+    port: int
+    listeners: str
+    rack: str | None
+
+
+async def registered_nodes(conn: Any) -> list[RegisteredNode]:
+    rows = await conn.fetch(
+        "SELECT node_id, host, port, listeners, rack FROM kgc_node ORDER BY node_id"
+    )
+    return [
+        RegisteredNode(
+            int(r["node_id"]), r["host"], int(r["port"]), r["listeners"] or "", r["rack"]
+        )
+        for r in rows
+    ]
+
+
+async def lease_log_start(conn: Any, topic: str, partition: int) -> tuple[int, int] | None:
+    """(epoch, log_start_offset) of a partition's lease row; None when it has none."""
+    row = await conn.fetchrow(
+        "SELECT epoch, log_start_offset FROM kgc_partition WHERE topic = $1 AND partition = $2",
+        topic,
+        partition,
+    )
+    return None if row is None else (int(row["epoch"]), int(row["log_start_offset"]))
 
 
 async def list_topics(conn: Any) -> list[TopicRow]:
