@@ -39,6 +39,7 @@ from coordinator.catalog import CatalogTopics, SharedCatalog, TopicCatalog
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.admin import PartitionAdmin
+from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
@@ -191,8 +192,11 @@ def kafka_server(
     if authorizer is not None:
         # Every API checks what Kafka's KafkaApis checks before its handler runs.
         catalog = broker.catalog
+        offsets_id = offsets_topic_id(s.cluster_id)
 
         def topic_name(topic_id: bytes) -> str | None:
+            if topic_id == offsets_id:
+                return OFFSETS_TOPIC
             info = catalog.by_id.get(topic_id)
             return None if info is None else info.name
 
@@ -212,7 +216,9 @@ def kafka_server(
     )
 
 
-async def serve_metrics(s: Settings, metrics: Metrics) -> None:
+async def serve_metrics(s: Settings, metrics: Metrics, data: DataPlane) -> None:
+    metrics.data = data  # consumer lag is measured in the partitions it serves
+    metrics.lag.max_series = s.metrics_lag_max_series
     if s.metrics_port:
         port = await metrics.serve(s.host, s.metrics_port)
         log.info("metrics on http://%s:%d/metrics", s.host, port)
@@ -267,7 +273,9 @@ class App:
 
         compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=True)
         groups.start()
-        data = DataPlane(s, catalog, logs, flusher)
+        # __consumer_offsets is read through the data plane (Burrow, kminion, decoders).
+        offsets_topic = OffsetsTopic(groups, s.cluster_id)
+        data = DataPlane(s, catalog, logs, flusher, offsets_topic=offsets_topic)
         data.start()
 
         listening = await listen_all(s, tls)
@@ -302,7 +310,7 @@ class App:
         metrics.watch(server)  # connections per listener, SASL authentications
         server.start()
         compaction.start()
-        await serve_metrics(s, metrics)
+        await serve_metrics(s, metrics, data)
         log.info(
             "kgc listening on %s (node %d, data in %s)",
             describe_listeners(listening, endpoints),
@@ -389,6 +397,8 @@ class App:
             flusher,
             hosted=False,
             producer_ids=ClusterProducerIds(take_producer_ids),
+            # Read where this node holds the partition's lease, at the lease's epoch.
+            offsets_topic=OffsetsTopic(groups, s.cluster_id, lease_of=journal.lease_of),
         )
         data.start()
         host = PartitionHost(s, catalog, logs, flusher, journal, groups, data, pool, shared)
@@ -463,7 +473,7 @@ class App:
         server.start()
         await cluster.start()
         compaction.start()
-        await serve_metrics(s, metrics)
+        await serve_metrics(s, metrics, data)
         log.info(
             "kgc node %d listening on %s, cluster on %s, cache in %s",
             s.node_id,

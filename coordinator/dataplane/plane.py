@@ -34,6 +34,9 @@ replica, no transactions).
   nothing left in the log or idle for producer.id.expiration.ms. Compaction of
   cleanup.policy=compact topics is the App's cleaner loop (it covers every log).
 
+``__consumer_offsets`` is read-only here (``offsets_topic``): Fetch and ListOffsets read the
+offsets log where the group runtime keeps it, Produce is refused (INVALID_TOPIC_EXCEPTION).
+
 Producer state is rebuilt at start-up from the batch headers of each log's tail.
 """
 
@@ -51,6 +54,7 @@ import crc32c as _crc32c
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
+from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.dataplane.producers import (
     ClusterProducerIds,
     PartitionProducers,
@@ -98,6 +102,7 @@ from storage.local.log import (
     wall_clock_ms,
 )
 from storage.local.manager import LogManager
+from storage.offsets_format import OFFSETS_TOPIC
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
@@ -189,9 +194,11 @@ class DataPlane:
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         hosted: bool = True,
         producer_ids: ClusterProducerIds | None = None,
+        offsets_topic: OffsetsTopic | None = None,
     ) -> None:
         """``hosted=False`` (cluster mode): a partition is served here only between
-        ``acquire`` and ``release`` (its lease); others answer NOT_LEADER_OR_FOLLOWER."""
+        ``acquire`` and ``release`` (its lease); others answer NOT_LEADER_OR_FOLLOWER.
+        ``offsets_topic``: ``__consumer_offsets`` served read-only (None: not at all)."""
         self.settings = settings
         self.catalog = catalog
         self.logs = logs
@@ -215,6 +222,9 @@ class DataPlane:
         self.hosted = hosted
         # Leader epoch of each partition served (its lease's fencing epoch; 0 on one node).
         self.leader_epochs: dict[PartitionLog, int] = {}
+        self.offsets_topic = offsets_topic
+        if offsets_topic is not None:
+            offsets_topic.watch(self._wake)  # its commits wake long polls
         self.open()
 
     # ------------------------------------------------------------ topics and logs
@@ -260,6 +270,8 @@ class DataPlane:
     def _log(self, info: TopicInfo, partition: int) -> PartitionLog | None:
         if not 0 <= partition < info.num_partitions:
             return None
+        if self.offsets_topic is not None and info is self.offsets_topic.info:
+            return self.offsets_topic.log(partition)  # where this node coordinates it
         plog = self.logs.get(info.name, partition)
         if not self.hosted and plog not in self.leader_epochs:
             # Cluster mode: a log exists here while its lease is being taken over (filled
@@ -267,6 +279,25 @@ class DataPlane:
             # serve. An append before that would be acknowledged without the database.
             return None
         return plog
+
+    def _readable(self, name: str | None, topic_id: bytes | None) -> TopicInfo | None:
+        """The topic a Fetch or ListOffsets entry names (by id when ``topic_id`` is given):
+        a data topic, or ``__consumer_offsets``; other internal names are not served."""
+        offsets = self.offsets_topic
+        if offsets is not None and offsets.names(name if topic_id is None else None, topic_id):
+            return offsets.info
+        info = (
+            self.catalog.by_id.get(topic_id)
+            if topic_id is not None
+            else self.catalog.get(name or "")
+        )
+        return None if info is None or info.is_internal else info
+
+    def _leader_epoch(self, plog: PartitionLog) -> int:
+        epoch = self.leader_epochs.get(plog)
+        if epoch is None and self.offsets_topic is not None:
+            return self.offsets_topic.leader_epoch(plog)  # 0 unless journaled under a lease
+        return LEADER_EPOCH if epoch is None else epoch
 
     def _absent(self, info: TopicInfo | None, partition: int) -> ErrorCode:
         """The error for a partition with no log here: another node leads it (cluster mode),
@@ -385,6 +416,16 @@ class DataPlane:
                 tr.partition_responses.append(pr)
                 if request_error:
                     pr.error_code = request_error
+                    continue
+                if self.offsets_topic is not None and t.name == OFFSETS_TOPIC:
+                    # Kafka's ReplicaManager: "Cannot append to internal topic", without a
+                    # custom message; a partition that does not exist is unknown first.
+                    n = self.offsets_topic.info.num_partitions
+                    pr.error_code = (
+                        ErrorCode.INVALID_TOPIC
+                        if 0 <= p.index < n
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    )
                     continue
                 plog = (
                     self._log(info, p.index) if info is not None and not info.is_internal else None
@@ -577,9 +618,7 @@ class DataPlane:
         committed = req.isolation_level == READ_COMMITTED
         by_id = version >= FETCH_TOPIC_ID_VERSION
         for ft in req.topics:
-            info = self.catalog.by_id.get(ft.topic_id) if by_id else self.catalog.get(ft.topic)
-            if info is not None and info.is_internal:
-                info = None
+            info = self._readable(ft.topic, ft.topic_id if by_id else None)
             tr = FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id)
             plan.topics.append(tr)
             for fp in ft.partitions:
@@ -602,7 +641,7 @@ class DataPlane:
                     )
                 elif (plog := self._log(info, fp.partition)) is None:
                     pd.error_code = self._absent(info, fp.partition)
-                elif fp.current_leader_epoch > self.leader_epochs.get(plog, LEADER_EPOCH):
+                elif fp.current_leader_epoch > self._leader_epoch(plog):
                     pd.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                     plog = None
                 plan.targets.append(_FetchTarget(pd, plog, fp.fetch_offset, fp.partition_max_bytes))
@@ -705,9 +744,7 @@ class DataPlane:
     ) -> ListOffsetsResponse:
         topics = []
         for t in req.topics:
-            info = self.catalog.get(t.name)
-            if info is not None and info.is_internal:
-                info = None
+            info = self._readable(t.name, None)
             tr = ListOffsetsTopicResponse(name=t.name)
             topics.append(tr)
             for p in t.partitions:
@@ -718,7 +755,7 @@ class DataPlane:
                 plog = self._log(info, p.partition_index) if info is not None else None
                 if plog is None:
                     r.error_code = self._absent(info, p.partition_index)
-                elif p.current_leader_epoch > self.leader_epochs.get(plog, LEADER_EPOCH):
+                elif p.current_leader_epoch > self._leader_epoch(plog):
                     r.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                 else:
                     try:
@@ -727,7 +764,7 @@ class DataPlane:
                         log.error("offset lookup in %s failed: %r", plog.dir.name, e)
                         r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                         continue
-                    epoch = self.leader_epochs.get(plog, LEADER_EPOCH)
+                    epoch = self._leader_epoch(plog)
                     r.leader_epoch = epoch if r.offset >= 0 else -1
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 

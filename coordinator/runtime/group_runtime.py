@@ -153,6 +153,9 @@ class GroupRuntime:
         self.next_handle = 0
         self.background: set[asyncio.Task[None]] = set()
         self.loaded = asyncio.Event()
+        # Called with a partition's log when appended records became durable or the
+        # partition was released: the data plane wakes fetches of ``__consumer_offsets``.
+        self.on_durable: list[Callable[[PartitionLog], None]] = []
         for p, plog in self.partitions.items():
             # The storage layer calls these after cutting a log back to its durable end
             # (a failed fsync): the shard must forget what the cut removed.
@@ -327,6 +330,10 @@ class GroupRuntime:
                 if isinstance(outcome, BaseException):
                     self._log_flush_failure(p, outcome)
                     failed.add(p)
+        if self.on_durable:
+            for p, (plog, _) in pending.items():
+                if p not in failed:
+                    self._announce(plog)
         for parts, replies in waiting:
             if parts & failed:
                 self._fail_replies(replies, failed)
@@ -337,6 +344,10 @@ class GroupRuntime:
             # The log was cut back to its durable end: forget what the cut removed (a
             # second rebuild after the storage layer's ``on_cut_back`` call costs only time).
             self._rebuild(sorted(failed), "a failed fsync")
+
+    def _announce(self, plog: PartitionLog) -> None:
+        for hook in self.on_durable:
+            hook(plog)
 
     @staticmethod
     def _log_flush_failure(partition: int, exc: BaseException) -> None:
@@ -504,7 +515,10 @@ class GroupRuntime:
         if p in self.shard.partitions:
             self.apply(self.shard.unload(p, now))
         self.shard.partitions.pop(p, None)
-        return self.partitions.pop(p, None)
+        plog = self.partitions.pop(p, None)
+        if plog is not None:
+            self._announce(plog)  # fetches parked on it answer now
+        return plog
 
     def _cut_back(self, p: int, *_args: object) -> None:
         """The storage layer cut partition ``p`` back to its durable end (a failed fsync)."""

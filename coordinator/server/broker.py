@@ -3,7 +3,9 @@
 How this works: a single-node cluster answered from the topic catalog. Metadata lists this
 node as the leader and only replica of every partition (a damaged partition's replica as
 offline, ``__consumer_offsets`` partitions whose load failed as leaderless), with the
-advertised host and port; FindCoordinator names this node for every group. CreateTopics
+advertised host and port; ``__consumer_offsets`` is listed as Kafka lists it (an internal
+topic, in all-topics answers too; see ``dataplane/offsets_topic``) and is never created,
+deleted or grown as a data topic; FindCoordinator names this node for every group. CreateTopics
 and DeleteTopics change the catalog and the data plane's partitions (data first, so a crash
 in between is finished at the next start). SASL is answered as Kafka answers it on a
 PLAINTEXT listener; authentication will take its place. ``handlers()`` is this part's entry
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicExistsError, TopicInfo, topic_name_error
 from coordinator.config import Settings, parse_listeners
+from coordinator.dataplane.offsets_topic import admin_refusal, offsets_topic_id
 from coordinator.security.sasl import handlers as sasl_handlers
 from coordinator.server.handler import ClientInfo, Deferred, Handler
 from coordinator.server.placement import LocalPlacement, NodeAddress, Placement, endpoint
@@ -161,6 +164,7 @@ class Broker:
             )
         )
         self.shared_topics = topics
+        self.offsets_topic_id = offsets_topic_id(settings.cluster_id)
         # Encoded Metadata bodies by (version, requested topics), valid for one catalog state.
         self._metadata_cache: dict[tuple[int, tuple[str, ...] | None, str], bytes] = {}
         self._metadata_cache_at: tuple[int, int] = (-1, 0)
@@ -219,11 +223,14 @@ class Broker:
         names: list[str | None]
         if req.topics is None or (version == 0 and not req.topics):
             names = [t.name for t in self.catalog.topics.values() if not t.is_internal]
+            names.append(OFFSETS_TOPIC)  # Kafka lists its internal topics too
             auto_create = False
         else:
             names = []
             for t in req.topics:
-                if t.name is None and t.topic_id != bytes(16):
+                if t.name is None and t.topic_id == self.offsets_topic_id:
+                    names.append(OFFSETS_TOPIC)
+                elif t.name is None and t.topic_id != bytes(16):
                     info = self.catalog.by_id.get(t.topic_id)
                     names.append(info.name if info else None)
                 else:
@@ -323,7 +330,7 @@ class Broker:
         return sum(1 for plog in self.logs.logs() if plog.damaged is not None)
 
     def _offsets_topic_metadata(self) -> MetadataResponseTopic:
-        """``__consumer_offsets`` when asked for by name (``kgc health`` does).
+        """``__consumer_offsets``: asked for by name (``kgc health`` does) or in all topics.
 
         A partition whose log is damaged, or whose load failed, is offline as Kafka reports
         a partition whose only replica's log directory failed: LEADER_NOT_AVAILABLE, no
@@ -334,11 +341,14 @@ class Broker:
         for p in range(groups.num_partitions):
             leader, epoch = self._leader(OFFSETS_TOPIC, p)
             plog = groups.partitions.get(p)
-            if leader == self.node_id and (
+            offline = leader == self.node_id and (
                 (plog is not None and plog.damaged is not None) or groups.partition_failed(p)
-            ):
+            )
+            if offline:
                 leader = -1  # our replica is offline
-            replicas = [self.node_id] if leader == -1 else [leader]
+            # No live holder (cluster mode, a failover under way): no replica to name, as
+            # for a data topic's partition.
+            replicas = [self.node_id] if offline else [] if leader == -1 else [leader]
             partitions.append(
                 MetadataResponsePartition(
                     error_code=ErrorCode.LEADER_NOT_AVAILABLE if leader == -1 else 0,
@@ -347,12 +357,13 @@ class Broker:
                     leader_epoch=epoch if leader != -1 else -1,
                     replica_nodes=replicas,
                     isr_nodes=[] if leader == -1 else replicas,
-                    offline_replicas=replicas if leader == -1 else [],
+                    offline_replicas=replicas if offline else [],
                 )
             )
         return MetadataResponseTopic(
             error_code=0,
             name=OFFSETS_TOPIC,
+            topic_id=self.offsets_topic_id,
             is_internal=True,
             partitions=partitions,
             topic_authorized_operations=AUTH_OPS_OMITTED,
@@ -451,7 +462,7 @@ class Broker:
             if err is not None:
                 res.error_code, res.error_message = ErrorCode.INVALID_TOPIC, err
                 continue
-            if self.catalog.get(t.name) is not None:
+            if self.catalog.get(t.name) is not None or t.name == OFFSETS_TOPIC:
                 res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
                 res.error_message = f"Topic '{t.name}' already exists."
                 continue
@@ -559,6 +570,10 @@ class Broker:
             info = self.catalog.get(name) if name is not None else self.catalog.by_id.get(topic_id)
             res = DeletableTopicResult(name=name, topic_id=topic_id)
             results.append(res)
+            if name == OFFSETS_TOPIC or (name is None and topic_id == self.offsets_topic_id):
+                res.name, res.topic_id = OFFSETS_TOPIC, self.offsets_topic_id
+                res.error_code, res.error_message = admin_refusal("delete_topic")
+                continue
             if info is None:
                 res.error_code = (
                     ErrorCode.UNKNOWN_TOPIC_ID
