@@ -445,6 +445,15 @@ class OAuthBearerToken:
     claims: Mapping[str, Any] = field(repr=False, compare=False)
 
 
+class TokenValidator(Protocol):
+    """What the mechanism asks of a validator: signed (``JwtValidator``) or Kafka's
+    unsecured development default (``oauthbearer_unsecured.UnsecuredJwtValidator``)."""
+
+    def validate(self, token: str) -> OAuthBearerToken: ...
+
+    def close(self) -> None: ...
+
+
 class JwtValidator:
     """Kafka's ValidatorAccessTokenValidator (jose4j's JwtConsumer as Kafka builds it)."""
 
@@ -466,6 +475,9 @@ class JwtValidator:
         self.sub_claim_name = sub_claim_name
         self.scope_claim_name = scope_claim_name
         self._clock = clock
+
+    def close(self) -> None:
+        self.jwks.close()
 
     def validate(self, token: str) -> OAuthBearerToken:
         """The token's principal and lifetime, or ``TokenValidationError`` saying why not."""
@@ -573,7 +585,7 @@ def _numeric_date_ms(claims: Mapping[str, Any], name: str) -> int | None:
 class OAuthBearerSaslServer:
     """One OAUTHBEARER exchange (Kafka's OAuthBearerSaslServer)."""
 
-    def __init__(self, validator: JwtValidator, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, validator: TokenValidator, clock: Callable[[], int] = _now_ms) -> None:
         self._validator = validator
         self._clock = clock
         self._complete = False
@@ -636,7 +648,7 @@ class OAuthBearerMechanism:
 
     name = MECHANISM
 
-    def __init__(self, validator: JwtValidator, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, validator: TokenValidator, clock: Callable[[], int] = _now_ms) -> None:
         self.validator = validator
         self._clock = clock
 
@@ -645,7 +657,7 @@ class OAuthBearerMechanism:
 
     def close(self) -> None:
         """Stop the JWKS refresh (if any)."""
-        self.validator.jwks.close()
+        self.validator.close()
 
 
 def mechanism_from_settings(settings: Settings) -> OAuthBearerMechanism:
@@ -669,11 +681,28 @@ _DEFAULTS = {
 }
 
 
-def mechanism_from_config(get: Callable[[str], str | None]) -> OAuthBearerMechanism:
+# The server callback handlers Kafka names (sasl.server.callback.handler.class).
+SECURED_VALIDATOR = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+)
+UNSECURED_VALIDATOR = (
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+    "OAuthBearerUnsecuredValidatorCallbackHandler"
+)
+
+
+def mechanism_from_config(
+    get: Callable[[str], str | None], jaas_options: Mapping[str, str] | None = None
+) -> OAuthBearerMechanism:
     """The mechanism from a lookup of Kafka's ``sasl.oauthbearer.*`` names (so a listener
     can scope them as ``listener.name.<listener>.oauthbearer.<name>``). ValueError naming
-    the setting when no JWKS is configured, its file does not load or a value is invalid:
-    kgc only accepts signed tokens, never Kafka's unsecured development mode."""
+    the setting when a JWKS file does not load or a value is invalid.
+
+    As in Kafka, OAUTHBEARER without a validator configured (no
+    ``sasl.oauthbearer.jwks.endpoint.url``, no ``sasl.server.callback.handler.class``) accepts
+    unsecured development tokens, with the JAAS line's ``unsecuredValidator*`` options; the
+    caller logs a warning. Naming Kafka's OAuthBearerValidatorCallbackHandler without a JWKS
+    URL is refused, as Kafka refuses it."""
 
     def text(name: str) -> str | None:
         value = get(name)
@@ -690,10 +719,22 @@ def mechanism_from_config(get: Callable[[str], str | None]) -> OAuthBearerMechan
         return result
 
     url = text("sasl.oauthbearer.jwks.endpoint.url")
+    handler = (get("sasl.server.callback.handler.class") or "").strip()
+    if handler and handler not in (SECURED_VALIDATOR, UNSECURED_VALIDATOR):
+        raise ValueError(f"sasl.server.callback.handler.class: kgc does not have {handler}")
     if not url:
+        if handler == SECURED_VALIDATOR:
+            raise ValueError(
+                "sasl.oauthbearer.jwks.endpoint.url: required by "
+                "OAuthBearerValidatorCallbackHandler"
+            )
+        from coordinator.security.oauthbearer_unsecured import UnsecuredJwtValidator
+
+        return OAuthBearerMechanism(UnsecuredJwtValidator(jaas_options or {}))
+    if handler == UNSECURED_VALIDATOR:
         raise ValueError(
-            "sasl.oauthbearer.jwks.endpoint.url must be set to enable OAUTHBEARER "
-            "(kgc validates signed JWTs only)"
+            "sasl.server.callback.handler.class: the unsecured validator ignores "
+            "sasl.oauthbearer.jwks.endpoint.url; unset one of them"
         )
     refresh_ms = number("sasl.oauthbearer.jwks.endpoint.refresh.ms", 1)
     backoff_ms = number("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", 0)

@@ -27,6 +27,7 @@ from coordinator.config import Settings
 from coordinator.security import AuthenticationError, KafkaPrincipal, SaslMechanism
 from coordinator.security.oauthbearer import (
     INVALID_TOKEN_CHALLENGE,
+    SECURED_VALIDATOR,
     FileJwks,
     JwtValidator,
     OAuthBearerMechanism,
@@ -330,7 +331,9 @@ def test_settings_refuse_bad_jwks_configuration(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=re.escape(URL_SETTING)):
         Settings(sasl_oauthbearer_jwks_endpoint_url="ftp://idp/jwks")
     with pytest.raises(ValueError, match=re.escape(URL_SETTING)):
-        mechanism_from_settings(Settings())
+        mechanism_from_config(
+            {"sasl.server.callback.handler.class": SECURED_VALIDATOR}.get
+        )  # Kafka's signed-token validator without its JWKS
     with pytest.raises(ValueError, match=re.escape(URL_SETTING)):
         mechanism_from_settings(
             Settings(sasl_oauthbearer_jwks_endpoint_url=(tmp_path / "missing.json").as_uri())
@@ -385,3 +388,62 @@ def test_config_lookup_scoped_like_a_listener(tmp_path: Path) -> None:
     ]:
         with pytest.raises(ValueError, match=re.escape(name)):
             mechanism_from_config({**props, name: bad}.get)
+
+
+# -- Kafka's default without a validator configured: unsecured development tokens
+
+
+def _unsecured_token(**overrides: Any) -> str:
+    return jwt.encode(claims(**overrides), None, algorithm="none")
+
+
+def unsecured(**options: str) -> OAuthBearerMechanism:
+    from coordinator.security.oauthbearer_unsecured import UnsecuredJwtValidator
+
+    return OAuthBearerMechanism(
+        UnsecuredJwtValidator(options, clock=lambda: NOW_MS), clock=lambda: NOW_MS
+    )
+
+
+def test_without_a_validator_configured_unsecured_tokens_are_kafkas_default() -> None:
+    from coordinator.security.oauthbearer_unsecured import UnsecuredJwtValidator
+
+    m = mechanism_from_config(lambda name: None)
+    assert isinstance(m.validator, UnsecuredJwtValidator)
+
+
+def test_unsecured_token_authenticates_with_its_sub() -> None:
+    server = unsecured().server()
+    server.evaluate(first_message(_unsecured_token()))
+    assert server.complete
+    assert server.principal == KafkaPrincipal("User", "alice")
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (lambda: sign(claims()), "must have 'none'"),  # signed: not what this validator takes
+        (lambda: _unsecured_token() + "c2ln", "must not contain a digital signature"),
+        (lambda: _unsecured_token(exp=None), "No expiration time"),
+        (lambda: _unsecured_token(sub=None), "No principal name"),
+        (lambda: _unsecured_token(exp=NOW_MS // 1000), "Expiration Time"),
+        (lambda: _unsecured_token(iat=NOW_MS // 1000 + 60), "Issued At"),
+    ],
+)
+def test_unsecured_validator_refuses_as_kafka_does(token: Callable[[], str], reason: str) -> None:
+    assert_refused(unsecured().server(), first_message(token()), reason)
+
+
+def test_unsecured_validator_options_from_jaas() -> None:
+    m = unsecured(
+        unsecuredValidatorPrincipalClaimName="client_id",
+        unsecuredValidatorRequiredScope="kafka",
+        unsecuredValidatorAllowableClockSkewMs="120000",
+    )
+    token = _unsecured_token(client_id="svc", scope=["kafka"], iat=NOW_S - 600, exp=NOW_S - 60)
+    server = m.server()
+    server.evaluate(first_message(token))  # expired a minute ago, within the skew
+    assert server.principal == KafkaPrincipal("User", "svc")
+    assert_refused(
+        m.server(), first_message(_unsecured_token(client_id="svc", scope=None)), "scope"
+    )

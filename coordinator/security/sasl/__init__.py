@@ -16,6 +16,7 @@ start-up with one line naming the setting.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,8 @@ __all__ = [
     "SaslListener",
     "sasl_listener",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size default
 
@@ -90,10 +93,20 @@ def _scram(ctx: MechanismContext) -> SaslMechanism:
 
 def _oauthbearer(ctx: MechanismContext) -> SaslMechanism:
     from coordinator.security.oauthbearer import mechanism_from_config
+    from coordinator.security.oauthbearer_unsecured import UnsecuredJwtValidator
 
     # Its sasl.oauthbearer.* settings, scoped to the listener and mechanism like the rest.
-    mechanism: SaslMechanism = mechanism_from_config(ctx.get)
-    return mechanism
+    entry = ctx.jaas()
+    mechanism = mechanism_from_config(ctx.get, entry.options if entry is not None else None)
+    if isinstance(mechanism.validator, UnsecuredJwtValidator):
+        log.warning(
+            "listener %s: OAUTHBEARER accepts unsecured (unsigned) tokens, Kafka's development "
+            "default: anyone can claim any identity. Set sasl.oauthbearer.jwks.endpoint.url "
+            "to accept signed tokens only",
+            ctx.listener,
+        )
+    result: SaslMechanism = mechanism
+    return result
 
 
 MechanismFactory = Callable[[MechanismContext], SaslMechanism]
