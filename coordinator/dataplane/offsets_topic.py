@@ -23,12 +23,14 @@ follow commits, so kgc serves the same log under the same name:
   log cleaner would leave. Long polls wake when the runtime's appends become durable
   (``GroupRuntime.on_durable``) and when a partition is handed to another node.
 * **Writes are refused** as Kafka refuses them: Produce gets INVALID_TOPIC_EXCEPTION (17,
-  ``ErrorCode.INVALID_TOPIC``) with no message (ReplicaManager's "Cannot append to internal topic", ``hasCustomErrorMessage``
-  false); CreateTopics gets TOPIC_ALREADY_EXISTS; DeleteRecords gets INVALID_TOPIC_EXCEPTION
-  (ReplicaManager's "Cannot delete records of internal topic"). Kafka's controller would
-  delete the topic or add partitions to it; kgc keeps its groups there and maps group ids to
-  partitions by their count, so DeleteTopics and CreatePartitions get INVALID_TOPIC_EXCEPTION
-  with a message saying why (``admin_refusal``). It is never created as a data topic.
+  ``ErrorCode.INVALID_TOPIC``) with no message (ReplicaManager's "Cannot append to internal
+  topic", ``hasCustomErrorMessage`` false); CreateTopics gets TOPIC_ALREADY_EXISTS;
+  DeleteRecords gets INVALID_TOPIC_EXCEPTION (ReplicaManager's "Cannot delete records of
+  internal topic"). Kafka's controller would delete the topic, or add partitions to it;
+  kgc keeps every group there and places groups by the partition count, so DeleteTopics
+  and CreatePartitions get POLICY_VIOLATION with a message saying why (``admin_refusal``;
+  CreatePartitions and DeleteRecords are answered in ``dataplane/admin``). It is never
+  created as a data topic.
 
 Authorization is the data plane's and the broker's (``server/authz.py``): READ on TOPIC
 ``__consumer_offsets`` for Fetch, DESCRIBE for Metadata and ListOffsets, as in Kafka.
@@ -64,14 +66,19 @@ _ZERO_ID = bytes(16)
 # What DeleteTopics, CreatePartitions and DeleteRecords on the offsets topic answer.
 _REFUSALS = {
     "delete_topic": (
-        "Topic __consumer_offsets is an internal topic and cannot be deleted: kgc keeps "
-        "every group's metadata and committed offsets in it."
+        ErrorCode.POLICY_VIOLATION,
+        f"kgc does not delete {OFFSETS_TOPIC}: it holds every group's metadata and "
+        "committed offsets",
     ),
     "create_partitions": (
-        "Topic __consumer_offsets is an internal topic: its partition count is "
-        "offsets.topic.num.partitions, by which every group id is mapped to its partition."
+        ErrorCode.POLICY_VIOLATION,
+        f"kgc does not change the partition count of {OFFSETS_TOPIC}: it is "
+        "offsets.topic.num.partitions, which places every group",
     ),
-    "delete_records": "Cannot delete records of internal topic __consumer_offsets",
+    "delete_records": (
+        ErrorCode.INVALID_TOPIC,
+        f"Cannot delete records of internal topic {OFFSETS_TOPIC}",
+    ),
 }
 
 
@@ -97,11 +104,11 @@ def admin_refusal(operation: str) -> tuple[ErrorCode, str]:
     """(error code, message) answering an admin ``operation`` on ``__consumer_offsets``:
     "delete_topic", "create_partitions" or "delete_records" (see the module docstring).
 
-    The hook the admin handlers call before touching a topic named ``OFFSETS_TOPIC`` (or
-    whose id is ``offsets_topic_id``): DeleteRecords answers the code alone (its response
-    has no message field).
+    For the admin handlers, before they touch a topic named ``OFFSETS_TOPIC`` (or whose
+    id is ``offsets_topic_id``); DeleteRecords answers the code alone (its response has
+    no message field).
     """
-    return ErrorCode.INVALID_TOPIC, _REFUSALS[operation]
+    return _REFUSALS[operation]
 
 
 class OffsetsTopic:
