@@ -41,6 +41,7 @@ from coordinator.dataplane import DataPlane
 from coordinator.dataplane.admin import PartitionAdmin
 from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs, PgGroupConfigs
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl import Authorizer
@@ -51,6 +52,7 @@ from coordinator.security.sasl import attach_sasl
 from coordinator.security.scram_admin import ScramAdmin
 from coordinator.server.authz import ApiAuthorizer, cluster_authorize
 from coordinator.server.broker import Broker, advertised_endpoints
+from coordinator.server.config_admin import ConfigAdmin
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import Handler
 from coordinator.server.listener import (
@@ -303,6 +305,17 @@ class App:
                 PartitionAdmin(
                     s, catalog, logs, data, broker.placement, authorizer=acls.authorizer
                 ).handlers(),
+                # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
+                (
+                    await ConfigAdmin.start(
+                        s,
+                        catalog,
+                        data,
+                        groups,
+                        LocalGroupConfigs(s, s.data_dir / GROUP_CONFIGS_FILE),
+                        authorizer=acls.authorizer,
+                    )
+                ).handlers(),
             ],
             authorizer=acls.authorizer,
         )
@@ -377,6 +390,7 @@ class App:
         await shared.refresh()
         credentials = PgCredentialStore(pool)
         await credentials.refresh()
+        group_config_store = PgGroupConfigs(s, pool)  # loaded by ConfigAdmin.start
         acl_store = PgAclStore(pool) if s.authorizer_class_name else None
         if acl_store is not None:  # loads kgc_acl, then follows it (poll + NOTIFY)
             await acl_store.start(s.storage_url, f"{name}-acl")
@@ -405,11 +419,15 @@ class App:
         shared.on_deleted.append(groups.topic_deleted)
 
         async def catalog_changed() -> None:
-            # The cluster's change version moved: topics, or SCRAM credentials ('scram').
+            # The cluster's change version moved: topics, SCRAM credentials ('scram'),
+            # or a group's configs ('group_config').
             try:
                 await shared.refresh()
             finally:
-                await credentials.refresh()
+                try:
+                    await credentials.refresh()
+                finally:
+                    await group_config_store.refresh()
 
         listening = await listen_all(s, tls)
         endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
@@ -464,6 +482,17 @@ class App:
                     shared=shared,
                     pool=pool,
                     journal=journal,
+                ).handlers(),
+                (
+                    await ConfigAdmin.start(
+                        s,
+                        catalog,
+                        data,
+                        groups,
+                        group_config_store,
+                        shared_topics=shared,
+                        authorizer=acls.authorizer,
+                    )
                 ).handlers(),
             ],
             authorizer=acls.authorizer,

@@ -142,6 +142,9 @@ class TopicCatalog:
         # Told (names, created) after topics are created, grow or go: consumer groups
         # subscribed to them compute a new assignment (Kafka's onNewMetadataImage).
         self.on_change: list[Callable[[list[str], bool], None]] = []
+        # Told the topics whose configs changed (AlterConfigs here or on another node):
+        # the data plane applies them to the open logs.
+        self.on_configs: list[Callable[[list[str]], None]] = []
         # Entries written back verbatim on every save: unreadable ones, offline topics'.
         self._kept: list[Any] = []
         # False: no catalog yet (new, or lost: see reconcile)
@@ -166,6 +169,16 @@ class TopicCatalog:
         ]
         self._changed(created, True)
         self._changed(changed, False)
+        reconfigured = [
+            n
+            for n, old in before.items()
+            if (new := self.topics.get(n)) is not None
+            and new.topic_id == old.topic_id
+            and new.configs != old.configs
+        ]
+        if reconfigured:
+            for on_configs in self.on_configs:
+                on_configs(reconfigured)
 
     def _changed(self, names: list[str], created: bool) -> None:
         if names:
@@ -266,6 +279,20 @@ class TopicCatalog:
             info.num_partitions = before  # not saved: the topic did not grow
             raise
         self._changed([name], False)
+        return info
+
+    def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        """Replace a topic's configs (validated by the caller); saved before it returns,
+        then ``on_configs`` is told."""
+        info = self.topics[name]
+        before, info.configs = info.configs, dict(configs)
+        try:
+            self._save()
+        except BaseException:
+            info.configs = before  # not saved: nothing changed
+            raise
+        for on_configs in self.on_configs:
+            on_configs([name])
         return info
 
     def delete(self, name: str) -> TopicInfo | None:
@@ -535,6 +562,20 @@ class SharedCatalog:
 
         async with self.pool.acquire() as conn:
             await pg.create_partitions(conn, name, num_partitions)
+        await self._announce(name)
+        await self.refresh()
+        info = self.catalog.get(name)
+        if info is None:  # deleted right after, by another request
+            raise pg.UnknownTopicError(f"unknown topic {name!r}")
+        return info
+
+    async def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        """Replace a topic's configs for every node (one transaction, which bumps the
+        catalog version); ``storage.postgres.catalog`` raises UnknownTopicError."""
+        from storage.postgres import catalog as pg
+
+        async with self.pool.acquire() as conn:
+            await pg.alter_topic_configs(conn, name, dict(configs))
         await self._announce(name)
         await self.refresh()
         info = self.catalog.get(name)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GROUP_CONFIGS",
+    "GROUP_CONFIGS_FILE",
     "LocalGroupConfigs",
     "PgGroupConfigs",
     "resolved",
@@ -44,6 +45,7 @@ __all__ = [
 
 log = logging.getLogger("kgc.group_configs")
 
+GROUP_CONFIGS_FILE = "group_configs.json"  # in the data directory (embedded)
 SESSION = "consumer.session.timeout.ms"
 HEARTBEAT = "consumer.heartbeat.interval.ms"
 
@@ -187,7 +189,7 @@ class LocalGroupConfigs(_Store):
                 raise ValueError(f"{path}: expected a JSON object of group configs")
             self.configs = {str(g): {str(k): str(v) for k, v in c.items()} for g, c in raw.items()}
 
-    def start(self) -> None:
+    async def load(self) -> None:
         self._install(self.configs)
 
     async def set(self, group: str, configs: dict[str, str]) -> None:
@@ -213,10 +215,14 @@ class PgGroupConfigs(_Store):
         self.pool = pool
 
     async def refresh(self) -> None:
+        """Reload the table (at start, and whenever the cluster's change version moves)."""
         from storage.postgres import group_configs as pg
 
         async with self.pool.acquire() as conn:
             self._install(await pg.load(conn))
+
+    async def load(self) -> None:
+        await self.refresh()
 
     async def set(self, group: str, configs: dict[str, str]) -> None:
         from storage.postgres import group_configs as pg

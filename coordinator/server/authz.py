@@ -60,8 +60,10 @@ CLUSTER = "kafka-cluster"
 # The ACL and SCRAM admin APIs (Describe/Create/DeleteAcls, Describe/AlterUserScramCredentials);
 # CreatePartitions (37: duplicates before ALTER on each topic), DeleteRecords (21: DELETE per
 # topic), DescribeCluster (60: DESCRIBE on the cluster for its authorized operations only),
-# DescribeLogDirs (35: DESCRIBE on the cluster), in coordinator/dataplane/admin.py.
-_CHECKED_BY_HANDLER = (29, 30, 31, 50, 51, 37, 21, 60, 35)
+# DescribeLogDirs (35: DESCRIBE on the cluster), in coordinator/dataplane/admin.py;
+# DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44): DESCRIBE_CONFIGS /
+# ALTER_CONFIGS per resource (topic, group or cluster), in coordinator/server/config_admin.py.
+_CHECKED_BY_HANDLER = (29, 30, 31, 50, 51, 37, 21, 60, 35, 32, 33, 44)
 # ApiVersions, SaslHandshake and SaslAuthenticate: answered before anyone is known, as in Kafka.
 _NEEDS_NO_AUTHORIZATION = frozenset((18, 17, 36))
 

@@ -31,6 +31,7 @@ __all__ = [
     "TopicExistsError",
     "TopicRow",
     "UnknownTopicError",
+    "alter_topic_configs",
     "change_version",
     "create_partitions",
     "create_topic",
@@ -228,6 +229,27 @@ async def lease_log_start(conn: Any, topic: str, partition: int) -> tuple[int, i
         partition,
     )
     return None if row is None else (int(row["epoch"]), int(row["log_start_offset"]))
+
+
+_ALTER_TOPIC_CONFIGS = """
+WITH t AS (
+    UPDATE kgc_topic SET configs = $2::jsonb WHERE name = $1 AND NOT internal RETURNING name
+), c AS (
+    INSERT INTO kgc_cluster_change (version, kind, key)
+    SELECT coalesce((SELECT max(version) FROM kgc_cluster_change), 0) + 1,
+           'topic_configs_altered', t.name
+    FROM t
+)
+SELECT count(*) FROM t
+"""
+
+
+async def alter_topic_configs(conn: Any, name: str, configs: dict[str, str]) -> None:
+    """Replace a topic's configs (AlterConfigs); one transaction with its change version.
+
+    Raises ``UnknownTopicError`` when there is no such (non-internal) topic."""
+    if await _versioned(conn, _ALTER_TOPIC_CONFIGS, name, json.dumps(configs)) == 0:
+        raise UnknownTopicError(f"unknown topic {name!r}")
 
 
 async def list_topics(conn: Any) -> list[TopicRow]:
