@@ -34,6 +34,9 @@ replica, no transactions).
   nothing left in the log or idle for producer.id.expiration.ms. Compaction of
   cleanup.policy=compact topics is the App's cleaner loop (it covers every log).
 
+Clients before Kafka 0.11 (Produce v0-2, Fetch v0-3, ListOffsets v0) go through ``legacy``:
+their magic 0/1 message sets are stored as v2 batches and read back down-converted.
+
 ``__consumer_offsets`` is read-only here (``offsets_topic``): Fetch and ListOffsets read the
 offsets log where the group runtime keeps it, Produce is refused (INVALID_TOPIC_EXCEPTION).
 
@@ -54,6 +57,7 @@ import crc32c as _crc32c
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
+from coordinator.dataplane import legacy
 from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.dataplane.producers import (
     ClusterProducerIds,
@@ -393,7 +397,7 @@ class DataPlane:
         version = header.api_version
         acks = req.acks
         now = self.clock()
-        transactional = any(
+        transactional = version >= 3 and any(  # v0-2 carry message sets, no transactions
             _first_batch_attributes(p.records) & ATTR_TRANSACTIONAL
             for t in req.topic_data
             for p in t.partition_data
@@ -434,8 +438,15 @@ class DataPlane:
                     pr.error_code = self._absent(info, p.index)
                     pr.error_message = "This server does not host this topic-partition."
                     continue
+                records = p.records
+                if version < 3:  # a magic 0/1 message set, stored as one v2 batch
+                    records, pr.error_code, pr.error_message = legacy.produce_batch(
+                        records, t.name in self.append_time_topics
+                    )
+                    if records is None:
+                        continue  # refused, or no complete message (nothing to append)
                 generation = plog.cut_backs
-                durable_at = self._append(plog, t.name, p.records, version, now, pr)
+                durable_at = self._append(plog, t.name, records, version, now, pr)
                 if durable_at is None:
                     continue
                 if acks != 0:
@@ -695,8 +706,22 @@ class DataPlane:
                 pd.records = b""
                 errored = True
                 continue
+            if plan.version < 4 and data:
+                # Clients before Kafka 0.11 read magic 0/1 message sets (legacy.py).
+                data, code = legacy.fetch_records(data, plan.version, offset)
+                if code:
+                    pd.error_code, pd.records = code, b""
+                    pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+                    errored = True
+                    continue
             pd.records = data
             total += len(data)
+        if plan.version <= 5:
+            # Kafka's maybeDownConvertStorageError: Fetch v5 and older clients may not know
+            # KAFKA_STORAGE_ERROR; NOT_LEADER_OR_FOLLOWER makes them refresh and retry.
+            for t in plan.targets:
+                if t.resp.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                    t.resp.error_code = ErrorCode.NOT_LEADER_FOR_PARTITION
         return total, errored
 
     async def _long_poll(
@@ -755,6 +780,15 @@ class DataPlane:
                 plog = self._log(info, p.partition_index) if info is not None else None
                 if plog is None:
                     r.error_code = self._absent(info, p.partition_index)
+                elif header.api_version == 0:  # offsets before a time (legacy.py)
+                    r.error_code, r.old_style_offsets = legacy.list_offsets_v0(
+                        plog,
+                        p.timestamp,
+                        p.max_num_offsets,
+                        high_watermark(plog),
+                        self.clock(),
+                        from_consumer=req.replica_id == -1,
+                    )
                 elif p.current_leader_epoch > self._leader_epoch(plog):
                     r.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                 else:

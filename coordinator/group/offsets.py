@@ -33,7 +33,9 @@ PreparingRebalance classic group also re-arms its session timer, as Kafka does
 for the classic protocol.  Request-level errors apply to every partition;
 OFFSET_METADATA_TOO_LARGE is per partition.  Values are written as v3, or v1
 when a v2-v4 request sets retention_time_ms (v1 alone carries an expire
-timestamp).
+timestamp). An OffsetCommit v1 partition's own commit timestamp is kept (now when -1); v0
+(no generation or member: ZooKeeper's offsets in Kafka's day) is a generation -1 commit,
+accepted like an admin's.
 
 Transactional commits have no transaction coordinator here: they are held
 in memory per producer id until ``end_transaction`` commits (records are
@@ -386,7 +388,8 @@ class OffsetMetadataManager:
                     offset=p.committed_offset,
                     leader_epoch=p.committed_leader_epoch,
                     metadata=metadata,
-                    commit_timestamp_ms=now_ms,
+                    # v1 carries a commit timestamp per partition (-1: now), as Kafka keeps it.
+                    commit_timestamp_ms=now_ms if p.commit_timestamp == -1 else p.commit_timestamp,
                     expire_timestamp_ms=expire,
                 )
                 try:

@@ -4,7 +4,9 @@ How this works: this table is what ApiVersions advertises and what the server ac
 request outside it closes the connection, as Kafka does. The ranges are Kafka 4.x's, cut
 where kgc deliberately stops (topic-id-based versions, OffsetCommit/OffsetFetch v10 among
 them, are served because Metadata reports topic ids). ConsumerGroupHeartbeat and
-ConsumerGroupDescribe serve KIP-848 consumer groups beside the classic APIs.
+ConsumerGroupDescribe serve KIP-848 consumer groups beside the classic APIs. The group,
+offset and data-plane APIs (and CreateTopics/DeleteTopics) also serve the versions Kafka 4
+dropped (KIP-896) from Kafka 3.9's first one, so clients from before Kafka 0.11 work.
 """
 
 from __future__ import annotations
@@ -50,14 +52,14 @@ from protocol.messages import (
 
 # api key -> (min, max) advertised.
 SUPPORTED: dict[int, tuple[int, int]] = {
-    # KAFKA-18659: librdkafka refuses a broker whose Produce range does not start at 0, so
-    # Kafka 4 advertises 0 although it only parses v3+; so do we (v0-2 requests close).
+    # Kafka 3.9's ranges below Kafka 4's (KIP-896): magic 0/1 message sets for Produce
+    # v0-2 and Fetch v0-3, ListOffsets v0's offset lists (dataplane/legacy.py).
     produce.API_KEY: (0, 12),
-    fetch.API_KEY: (4, 17),
-    list_offsets.API_KEY: (1, 10),
+    fetch.API_KEY: (0, 17),
+    list_offsets.API_KEY: (0, 10),
     metadata.API_KEY: (0, 12),
-    offset_commit.API_KEY: (2, 10),
-    offset_fetch.API_KEY: (1, 10),
+    offset_commit.API_KEY: (0, 10),
+    offset_fetch.API_KEY: (0, 10),
     find_coordinator.API_KEY: (0, 6),
     join_group.API_KEY: (0, 9),
     heartbeat.API_KEY: (0, 4),
@@ -67,8 +69,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     list_groups.API_KEY: (0, 5),
     sasl_handshake.API_KEY: (0, 1),
     api_versions.API_KEY: (0, 4),
-    create_topics.API_KEY: (2, 7),
-    delete_topics.API_KEY: (1, 6),
+    create_topics.API_KEY: (0, 7),
+    delete_topics.API_KEY: (0, 6),
     init_producer_id.API_KEY: (0, 5),
     txn_offset_commit.API_KEY: (0, 5),
     delete_groups.API_KEY: (0, 2),

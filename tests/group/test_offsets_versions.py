@@ -271,8 +271,9 @@ def with_consumer_group(h: Harness, group: EpochGroup) -> EpochGroup:
 
 
 def test_kafka_4_1_versions_are_advertised_and_decodable() -> None:
-    assert SUPPORTED[offset_commit.API_KEY] == (2, 10)
-    assert SUPPORTED[offset_fetch.API_KEY] == (1, 10)
+    # From Kafka 3.9's first version: OffsetCommit v0-1 and OffsetFetch v0 (KIP-896 cut them).
+    assert SUPPORTED[offset_commit.API_KEY] == (0, 10)
+    assert SUPPORTED[offset_fetch.API_KEY] == (0, 10)
     assert SUPPORTED[txn_offset_commit.API_KEY] == (0, 5)
     assert SUPPORTED[describe_groups.API_KEY] == (0, 6)
     for module in (offset_commit, offset_fetch, txn_offset_commit, describe_groups):
