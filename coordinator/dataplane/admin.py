@@ -67,6 +67,7 @@ from typing import Any, Protocol
 
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
+from coordinator.dataplane.offsets_topic import admin_refusal
 from coordinator.dataplane.plane import DataPlane, high_watermark
 from coordinator.security.acl import AclOperation, Authorizer, ResourceType, all_operations
 from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
@@ -228,11 +229,7 @@ class PartitionAdmin:
         must be up; ``budget[0]`` counts the new partitions of the request so far.
         """
         if t.name == OFFSETS_TOPIC:
-            return (
-                ErrorCode.POLICY_VIOLATION,
-                f"kgc does not change the partition count of {OFFSETS_TOPIC}: it is "
-                "offsets.topic.num.partitions, which places every group",
-            )
+            return admin_refusal("create_partitions")
         problem = self._count_problem(t)
         if problem is not None:
             return problem
@@ -385,7 +382,7 @@ class PartitionAdmin:
         """Move the partition's log start to ``offset`` (Partition.deleteRecordsOnLeader)."""
         if name == OFFSETS_TOPIC:
             if 0 <= p < self.settings.offsets_topic_num_partitions:
-                return ErrorCode.INVALID_TOPIC, None  # "Cannot delete records of internal topic"
+                return admin_refusal("delete_records")[0], None  # the response has no message
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
         info = self.catalog.get(name)
         if info is None or not 0 <= p < info.num_partitions:

@@ -534,9 +534,30 @@ class ApiAuthorizer:
                 metadata.MetadataResponseTopic(error_code=_TOPIC_DENIED, name=n, partitions=[])
                 for n in sorted(denied)
             ]
-            return dataclasses.replace(resp, topics=topics)
+            return self._metadata_operations(
+                dataclasses.replace(resp, topics=topics), req, v, client
+            )
 
         return _then(handler(header, inner, client), filtered)
+
+    def _metadata_operations(self, resp: Any, req: Any, v: int, client: ClientInfo) -> Any:
+        """Metadata v8+'s authorized operations as KafkaApis computes them: the cluster's
+        (v8-10) only with DESCRIBE on it (else 0), each listed topic's."""
+        if v < 8:
+            return resp
+        if v <= 10 and req.include_cluster_authorized_operations:
+            ops = 0
+            if self.allowed(client, _O.DESCRIBE, _R.CLUSTER, CLUSTER):
+                ops = self.authorizer.authorized_operations(
+                    client.principal, client.host, _R.CLUSTER, CLUSTER
+                )
+            resp = dataclasses.replace(resp, cluster_authorized_operations=ops)
+        if req.include_topic_authorized_operations:
+            for t in resp.topics:
+                t.topic_authorized_operations = self.authorizer.authorized_operations(
+                    client.principal, client.host, _R.TOPIC, t.name or ""
+                )
+        return resp
 
     def _produce(
         self, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo

@@ -22,6 +22,7 @@ from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicExistsError, TopicInfo, topic_name_error
 from coordinator.config import Settings, parse_listeners
 from coordinator.dataplane.offsets_topic import admin_refusal, offsets_topic_id
+from coordinator.security.acl import ResourceType, all_operations
 from coordinator.security.sasl import handlers as sasl_handlers
 from coordinator.server.handler import ClientInfo, Deferred, Handler
 from coordinator.server.placement import LocalPlacement, NodeAddress, Placement, endpoint
@@ -122,6 +123,16 @@ COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
 
 
+def with_authorized_operations(resp: MetadataResponse, req: MetadataRequest, version: int) -> None:
+    """Metadata v8+ asked for authorized operations: every operation Kafka reports for the
+    cluster (v8-10 only) and each topic, as Kafka answers without an authorizer."""
+    if version <= 10 and req.include_cluster_authorized_operations:
+        resp.cluster_authorized_operations = all_operations(ResourceType.CLUSTER)
+    if req.include_topic_authorized_operations:
+        for t in resp.topics:
+            t.topic_authorized_operations = all_operations(ResourceType.TOPIC)
+
+
 class Broker:
     def __init__(
         self,
@@ -193,6 +204,16 @@ class Broker:
         names = (
             tuple(t.name or "" for t in req.topics) if by_name and req.topics is not None else None
         )
+        if header.api_version >= 8 and (
+            req.include_cluster_authorized_operations or req.include_topic_authorized_operations
+        ):
+            # Admin describe calls (librdkafka's describe_cluster / describe_topics): rare,
+            # answered fresh, with the operations (every one without an authorizer;
+            # server/authz.py puts the authorizer's in).
+            resp = self._metadata(header, req, client.listener)
+            if not isinstance(resp, Deferred):
+                with_authorized_operations(resp, req, header.api_version)
+            return resp
         cache_key = (header.api_version, names, client.listener)
         if (by_name or req.topics is None) and cache_key in self._metadata_cache:
             return self._metadata_cache[cache_key]

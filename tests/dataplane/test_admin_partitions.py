@@ -47,6 +47,7 @@ from protocol.messages import (
     describe_log_dirs,
     fetch,
     list_offsets,
+    metadata,
     produce,
 )
 from storage.local.durability import Flusher
@@ -572,3 +573,37 @@ async def test_authorization_as_kafka_checks_it(tmp_path: Path) -> None:
         assert resp.error_code == 0 and len(resp.results) == 1
     finally:
         await n.close()
+
+
+def test_metadata_authorized_operations_with_acls() -> None:
+    """librdkafka's describe_cluster/describe_topics ask Metadata v8-10 for them."""
+
+    def stand_in(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+        return metadata.Response(
+            cluster_id="x",
+            topics=[metadata.MetadataResponseTopic(name="mine", partitions=[])],
+            cluster_authorized_operations=-(2**31),
+        )
+
+    acls = Authorizer(
+        [
+            allow(ResourceType.TOPIC, "mine", AclOperation.DESCRIBE),
+            allow(ResourceType.TOPIC, "mine", AclOperation.READ),
+        ]
+    )
+    hs = ApiAuthorizer(acls).wrap({metadata.API_KEY: stand_in})
+    req = metadata.Request(
+        topics=[metadata.MetadataRequestTopic(name="mine")],
+        include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True,
+    )
+    resp = hs[metadata.API_KEY](RequestHeader(metadata.API_KEY, 10, 1, "c"), req, ALICE)
+    assert resp.cluster_authorized_operations == 0  # no DESCRIBE on the cluster
+    assert resp.topics[0].topic_authorized_operations == (1 << AclOperation.READ) | (
+        1 << AclOperation.DESCRIBE
+    )
+    acls.update(
+        [*acls.bindings, allow(ResourceType.CLUSTER, "kafka-cluster", AclOperation.DESCRIBE)]
+    )
+    resp = hs[metadata.API_KEY](RequestHeader(metadata.API_KEY, 10, 1, "c"), req, ALICE)
+    assert resp.cluster_authorized_operations == 1 << AclOperation.DESCRIBE
