@@ -381,6 +381,9 @@ class Authorizer:
         self._prefixed: dict[ResourceType, dict[str, _ByPrincipal]] = {}
         self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {}
         self._cache: dict[tuple[KafkaPrincipal, str, AclOperation, ResourceType, str], bool] = {}
+        # Bumped by every update: decisions memoized elsewhere (per connection, on the
+        # heartbeat path) are valid only while it holds.
+        self.epoch = 0
         self.update(bindings)
 
     # -- the bindings
@@ -414,6 +417,7 @@ class Authorizer:
         }
         self._bindings = snapshot
         self._cache = {}
+        self.epoch += 1
 
     def acls(self, acl_filter: AclBindingFilter = ANY_FILTER) -> list[AclBinding]:
         """The bindings ``acl_filter`` matches (DescribeAcls)."""

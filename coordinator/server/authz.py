@@ -190,14 +190,27 @@ class ApiAuthorizer:
 
     def _bind_group_read(self, handler: Handler) -> Handler:
         """JoinGroup/SyncGroup/Heartbeat/LeaveGroup: READ on the group, on the hot path of
-        every heartbeat, so in one frame."""
-        authorize = self.authorizer.authorize
+        every heartbeat, so in one frame, and remembered per connection (its principal and
+        host are fixed) until the ACLs change: a dict lookup per heartbeat."""
+        authorizer = self.authorizer
+        authorize = authorizer.authorize
         read, group = _O.READ, _R.GROUP
 
         def authorized(header: RequestHeader, body: Any, client: ClientInfo) -> HandlerResult:
             self.api_key = header.api_key
-            if authorize(client.principal, client.host, read, group, body.group_id):
+            reads = client.group_reads
+            if reads is None or client.acl_epoch != authorizer.epoch or len(reads) > 1000:
+                reads = client.group_reads = {}
+                client.acl_epoch = authorizer.epoch
+            group_id = body.group_id
+            allowed = reads.get(group_id)
+            if allowed is None:
+                allowed = reads[group_id] = authorize(
+                    client.principal, client.host, read, group, group_id, audit=False
+                )
+            if allowed:
                 return handler(header, body, client)
+            authorize(client.principal, client.host, read, group, group_id)  # log and count it
             return _error(header, body, _GROUP_DENIED)
 
         return authorized

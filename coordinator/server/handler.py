@@ -97,6 +97,10 @@ class ClientInfo:
     # listener it came in on (Metadata/FindCoordinator answer with that listener's address).
     principal: KafkaPrincipal = ANONYMOUS
     listener: str = "PLAINTEXT"
+    # READ-on-group decisions for this connection's principal and host, valid while the
+    # authorizer's epoch is ``acl_epoch`` (server/authz.py: one dict lookup per heartbeat).
+    group_reads: dict[str, bool] | None = None
+    acl_epoch: int = -1
 
     def __post_init__(self) -> None:
         self.java_host = "/" + self.host

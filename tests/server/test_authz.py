@@ -27,6 +27,7 @@ from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import (
     describe_groups,
+    heartbeat,
     join_group,
     list_groups,
     metadata,
@@ -194,6 +195,31 @@ def test_metadata_hides_topics_and_refuses_named_ones(named: bool) -> None:
 
 def test_an_api_without_an_authorization_check_is_refused_at_start() -> None:
     # Fail closed: a handler added without its check must not be served to everyone.
-    with pytest.raises(ValueError, match=r"\[32\]"):
-        wrapped({32: lambda h, b, c: None})  # DescribeConfigs, no check
+    with pytest.raises(ValueError, match=r"\[9999\]"):
+        wrapped({9999: lambda h, b, c: None})  # an API nobody wrote a check for
     assert 18 in wrapped({18: lambda h, b, c: None})  # ApiVersions needs none
+
+
+def test_group_read_decisions_follow_acl_changes_on_a_connection() -> None:
+    # The heartbeat path remembers READ per connection: an ACL change must still apply
+    # to the very next request, both ways.
+    authorizer = Authorizer([allow(ResourceType.GROUP, "g", AclOperation.READ)])
+    denied: list[str] = []
+    authorizer.on_denied = lambda p, h, op, rt, name: denied.append(name)
+    handlers = ApiAuthorizer(authorizer).wrap(
+        {heartbeat.API_KEY: lambda h, b, c: heartbeat.Response(error_code=0)}
+    )
+    client = dataclasses.replace(ALICE)
+    req = heartbeat.Request(group_id="g", generation_id=1, member_id="m")
+
+    def beat() -> int:
+        header = RequestHeader(heartbeat.API_KEY, 4, 1, "c")
+        return int(handlers[heartbeat.API_KEY](header, req, client).error_code)
+
+    assert beat() == beat() == 0
+    authorizer.update([])
+    assert beat() == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert beat() == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert denied == ["g", "g"]  # every denial is logged and counted, remembered or not
+    authorizer.update([allow(ResourceType.GROUP, "g", AclOperation.READ)])
+    assert beat() == 0
