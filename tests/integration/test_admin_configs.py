@@ -1,0 +1,279 @@
+"""Config admin APIs against a real ``kgc serve`` with the admin clients people use.
+
+confluent-kafka's AdminClient (``describe_configs``, ``alter_configs``,
+``incremental_alter_configs``) and kafka-python's KafkaAdminClient (``describe_configs``,
+``alter_configs``): topic and broker resources, a change that survives a restart, an
+invalid value refused with INVALID_CONFIG and the stored config left as it was, and a
+retention change that the data plane applies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kgc_process import KgcProcess
+
+pytestmark = pytest.mark.integration
+
+NODE_ID = 0
+
+
+@pytest.fixture
+def kgc(tmp_path: Path) -> Iterator[KgcProcess]:
+    proc = KgcProcess(tmp_path / "data", "--group-min-session-timeout-ms", "7000")
+    proc.start()
+    yield proc
+    if proc.alive():
+        proc.stop()
+
+
+def result(fs: dict[Any, Future[Any]]) -> Any:
+    (f,) = fs.values()
+    return f.result(timeout=30)
+
+
+def create(admin: AdminClient, name: str, configs: dict[str, str] | None = None) -> None:
+    result(admin.create_topics([NewTopic(name, 2, 1, config=configs or {})]))
+
+
+def describe_topic(admin: AdminClient, name: str) -> dict[str, ConfigEntry]:
+    entries: dict[str, ConfigEntry] = result(
+        admin.describe_configs([ConfigResource("topic", name)], request_timeout=30)
+    )
+    return entries
+
+
+def test_confluent_describe_alter_incremental_and_restart(kgc: KgcProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
+    create(admin, "orders", {"retention.ms": "3600000"})
+
+    entries = describe_topic(admin, "orders")
+    assert entries["retention.ms"].value == "3600000"
+    assert entries["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert entries["cleanup.policy"].value == "delete"
+    assert entries["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert entries["segment.bytes"].value == "1073741824"
+    assert "max.message.bytes" in entries and "segment.jitter.ms" in entries
+
+    # IncrementalAlterConfigs: SET one, APPEND to a list.
+    incremental = ConfigResource(
+        "topic",
+        "orders",
+        incremental_configs=[
+            ConfigEntry("retention.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry(
+                "cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND
+            ),
+        ],
+    )
+    result(admin.incremental_alter_configs([incremental]))
+    entries = describe_topic(admin, "orders")
+    assert entries["retention.bytes"].value == "1048576"
+    assert entries["cleanup.policy"].value == "delete,compact"
+    assert entries["retention.ms"].value == "3600000"  # untouched
+
+    # An invalid value: INVALID_CONFIG, nothing stored.
+    bad = ConfigResource(
+        "topic",
+        "orders",
+        incremental_configs=[
+            ConfigEntry("retention.ms", "forever", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("retention.bytes", "7", incremental_operation=AlterConfigOpType.SET),
+        ],
+    )
+    with pytest.raises(KafkaException) as err:
+        result(admin.incremental_alter_configs([bad]))
+    kerr = err.value.args[0]
+    assert kerr.code() == KafkaError.INVALID_CONFIG
+    assert "Not a number of type LONG" in kerr.str()
+    entries = describe_topic(admin, "orders")
+    assert (entries["retention.ms"].value, entries["retention.bytes"].value) == (
+        "3600000",
+        "1048576",
+    )
+
+    # AlterConfigs (deprecated, replaces the whole set).
+    legacy = ConfigResource("topic", "orders", set_config={"retention.ms": "7200000"})
+    result(admin.alter_configs([legacy]))
+    entries = describe_topic(admin, "orders")
+    assert entries["retention.ms"].value == "7200000"
+    assert entries["retention.bytes"].value == "-1"  # the set was replaced
+    assert entries["retention.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    # validate_only stores nothing.
+    result(
+        admin.alter_configs(
+            [ConfigResource("topic", "orders", set_config={"retention.ms": "1"})],
+            validate_only=True,
+        )
+    )
+    assert describe_topic(admin, "orders")["retention.ms"].value == "7200000"
+
+    # The broker: kgc's settings under Kafka's names, read-only.
+    broker = result(admin.describe_configs([ConfigResource("broker", str(NODE_ID))]))
+    entry = broker["group.min.session.timeout.ms"]
+    assert (entry.value, entry.is_read_only) == ("7000", True)
+    assert entry.source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert broker["node.id"].value == str(NODE_ID)
+    with pytest.raises(KafkaException) as err:
+        result(
+            admin.alter_configs(
+                [ConfigResource("broker", str(NODE_ID), set_config={"message.max.bytes": "5"})]
+            )
+        )
+    assert err.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+    unknown = ConfigResource("topic", "missing")
+    with pytest.raises(KafkaException) as err:
+        result(admin.describe_configs([unknown]))
+    assert err.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    # Durable: a restart (clean stop, then SIGKILL after another change) keeps the configs.
+    kgc.stop()
+    kgc.start()
+    admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
+    assert describe_topic(admin, "orders")["retention.ms"].value == "7200000"
+    result(
+        admin.incremental_alter_configs(
+            [
+                ConfigResource(
+                    "topic",
+                    "orders",
+                    incremental_configs=[
+                        ConfigEntry(
+                            "min.cleanable.dirty.ratio",
+                            "0.25",
+                            incremental_operation=AlterConfigOpType.SET,
+                        )
+                    ],
+                )
+            ]
+        )
+    )
+    kgc.kill()
+    kgc.start()
+    admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
+    entries = describe_topic(admin, "orders")
+    assert (entries["retention.ms"].value, entries["min.cleanable.dirty.ratio"].value) == (
+        "7200000",
+        "0.25",
+    )
+
+
+def test_kafka_python_describe_and_alter(kgc: KgcProcess) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=kgc.bootstrap, request_timeout_ms=30000)
+    try:
+        confluent = AdminClient({"bootstrap.servers": kgc.bootstrap})
+        create(confluent, "events")
+        topic = KpConfigResource(ConfigResourceType.TOPIC, "events")
+        described = admin.describe_configs([topic], config_filter="all")
+        configs = described["topic"]["events"]
+        assert configs["retention.ms"]["value"] == "604800000"
+        assert configs["retention.ms"]["config_source"] == "DEFAULT_CONFIG"
+        # Only the modified ones by default: none yet.
+        assert admin.describe_configs([topic])["topic"]["events"] == {}
+
+        out = admin.alter_configs(
+            [
+                KpConfigResource(
+                    ConfigResourceType.TOPIC, "events", configs={"retention.ms": "60000"}
+                )
+            ]
+        )
+        assert out["topic"]["events"] == "OK"
+        modified = admin.describe_configs([topic], include_synonyms=True)["topic"]["events"]
+        assert set(modified) == {"retention.ms"}
+        assert modified["retention.ms"]["value"] == "60000"
+        assert modified["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+
+        # Forced legacy AlterConfigs, and an invalid value that stores nothing.
+        out = admin.alter_configs(
+            [KpConfigResource(ConfigResourceType.TOPIC, "events", configs={"segment.ms": "0"})],
+            incremental=False,
+        )
+        assert (
+            "InvalidConfig" in out["topic"]["events"] or "INVALID_CONFIG" in out["topic"]["events"]
+        )
+        assert "Value must be at least 1" in out["topic"]["events"]
+        after = admin.describe_configs([topic])["topic"]["events"]
+        assert set(after) == {"retention.ms"} and after["retention.ms"]["value"] == "60000"
+
+        broker = admin.describe_configs(
+            [KpConfigResource(ConfigResourceType.BROKER, str(NODE_ID))], config_filter="all"
+        )["broker"][str(NODE_ID)]
+        assert broker["group.min.session.timeout.ms"]["value"] == "7000"
+        assert broker["group.min.session.timeout.ms"]["read_only"] is True
+
+        # A consumer group's own configs (KIP-848 GROUP resource).
+        group = KpConfigResource(
+            ConfigResourceType.GROUP, "g1", configs={"consumer.heartbeat.interval.ms": "6000"}
+        )
+        assert admin.alter_configs([group])["group"]["g1"] == "OK"
+        got = admin.describe_configs([KpConfigResource(ConfigResourceType.GROUP, "g1")])
+        assert got["group"]["g1"]["consumer.heartbeat.interval.ms"]["value"] == "6000"
+        bad = KpConfigResource(
+            ConfigResourceType.GROUP, "g1", configs={"consumer.session.timeout.ms": "99999999"}
+        )
+        assert "group.consumer.max.session.timeout.ms" in admin.alter_configs([bad])["group"]["g1"]
+    finally:
+        admin.close()
+
+
+@pytest.mark.slow  # kgc's retention pass runs every 30 s
+def test_retention_change_applies_to_the_log(kgc: KgcProcess) -> None:
+    """A lowered retention.ms deletes old segments at the next retention pass."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
+    result(admin.create_topics([NewTopic("logs", 1, 1, config={"segment.bytes": "1024"})]))
+    producer = Producer({"bootstrap.servers": kgc.bootstrap, "linger.ms": 0})
+    old = int(time.time() * 1000) - 3_600_000
+    for i in range(40):
+        producer.produce("logs", value=bytes(200), timestamp=old + i)
+        producer.flush(10)
+
+    def earliest() -> int:
+        c = Consumer({"bootstrap.servers": kgc.bootstrap, "group.id": "probe"})
+        try:
+            low, _high = c.get_watermark_offsets(TopicPartition("logs", 0), timeout=10)
+            return int(low)
+        finally:
+            c.close()
+
+    assert earliest() == 0
+    result(
+        admin.incremental_alter_configs(
+            [
+                ConfigResource(
+                    "topic",
+                    "logs",
+                    incremental_configs=[
+                        ConfigEntry(
+                            "retention.ms", "60000", incremental_operation=AlterConfigOpType.SET
+                        )
+                    ],
+                )
+            ]
+        )
+    )
+    # kgc's retention pass runs every 30 s; wait for it to move the log start.
+    deadline = time.monotonic() + 90
+    while earliest() == 0:
+        assert time.monotonic() < deadline, "retention never applied the new retention.ms"
+        time.sleep(0.5)
