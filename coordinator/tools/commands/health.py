@@ -33,7 +33,9 @@ def cmd_health(args: argparse.Namespace) -> int:
                     for p in sorted(t.partitions, key=lambda p: p.partition_index):
                         if p.error_code or p.offline_replicas:
                             why = error_name(p.error_code) if p.error_code else "offline replica"
-                            offline.append(f"{t.name}-{p.partition_index} ({why})")
+                            entry = f"{t.name}-{p.partition_index} ({why})"
+                            if entry not in offline:  # all topics list __consumer_offsets too
+                                offline.append(entry)
     except (AdminError, Unreachable) as exc:
         if out.json:
             out.dump(
