@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterkit import Cluster
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 from kafka import KafkaProducer
@@ -266,3 +267,75 @@ def test_growth_and_deletion_survive_a_sigkill(kgc: KgcProcess) -> None:
         assert first[0] == 4
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------- cluster mode
+
+
+@pytest.mark.postgres
+def test_cluster_create_partitions_describe_cluster_delete_records(
+    tmp_path: Path, pg_server: Any, pg_url: str
+) -> None:
+    """Two nodes on one PostgreSQL: a topic grown through node 1 is served by the cluster
+    (node 2's Metadata gives every new partition a leader), DescribeCluster lists both nodes
+    (and, after one stops, that one as fenced); DeleteRecords raises the lease's log start in
+    the database, so the node that takes the partition over starts there too."""
+    with Cluster(tmp_path, pg_url, nodes=2, offsets_partitions=4) as c:
+        c.start_all()
+        one = AdminClient({"bootstrap.servers": c.nodes[1].bootstrap})
+        create_topic(one, "ct", 2)
+        one.create_partitions([NewPartitions("ct", 4)])["ct"].result(timeout=20)
+        wait_until(
+            "every partition of ct has a leader, seen from node 2",
+            lambda: (
+                sorted(c.leaders("ct", via=2)) == [0, 1, 2, 3]
+                and -1 not in c.leaders("ct", via=2).values()
+            ),
+        )
+        assert pg_server.psql("kgc", "SELECT partitions FROM kgc_topic WHERE name = 'ct'") == "4\n"
+        with pytest.raises(KafkaException) as err:
+            one.create_partitions([NewPartitions("ct", 3)])["ct"].result(timeout=20)
+        assert err.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+
+        p = Producer({"bootstrap.servers": c.bootstrap})
+        for i in range(6):
+            p.produce("ct", f"c{i}".encode(), partition=3)
+        assert p.flush(20) == 0
+        leader = c.leader_of("ct", 3)
+        tp = TopicPartition("ct", 3, 4)
+        both = AdminClient({"bootstrap.servers": c.bootstrap})
+        assert both.delete_records([tp])[tp].result(timeout=20).low_watermark == 4
+        row = "SELECT log_start_offset FROM kgc_partition WHERE topic = 'ct' AND partition = 3"
+        assert pg_server.psql("kgc", row) == "4\n"  # durable before the answer
+
+        k = KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=20_000)
+        try:
+            described = k.describe_cluster()  # DescribeCluster v2, include_fenced_brokers
+            assert described["controller_id"] == 1
+            assert [(b["broker_id"], b["is_fenced"]) for b in described["brokers"]] == [
+                (1, False),
+                (2, False),
+            ]
+        finally:
+            k.close()
+        cluster = both.describe_cluster().result(timeout=20)
+        assert sorted(n.id for n in cluster.nodes) == [1, 2]
+
+        survivor = 2 if leader == 1 else 1
+        c.stop(leader)  # a graceful hand-off: the survivor takes partition 3 over
+        wait_until(
+            "the survivor leads ct-3", lambda: c.leader_of("ct", 3, via=survivor) == survivor
+        )
+        alone = AdminClient({"bootstrap.servers": c.nodes[survivor].bootstrap})
+        assert earliest(alone, "ct", 3) == 4
+        k = KafkaAdminClient(
+            bootstrap_servers=c.nodes[survivor].bootstrap, request_timeout_ms=20_000
+        )
+        try:
+            described = k.describe_cluster()
+            assert [(b["broker_id"], b["is_fenced"]) for b in described["brokers"]] == sorted(
+                [(survivor, False), (leader, True)]
+            )
+            assert described["controller_id"] == survivor
+        finally:
+            k.close()
