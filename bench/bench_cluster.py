@@ -303,7 +303,7 @@ def commits_table(pg: PgServer, base: Path, args: Any) -> None:
         f"{'engine':<22} {'coords':>6} {'commits/s':>12} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'errors':>6} {'WAL B/c':>9} {'rows/s':>9} {'c/row':>9} {'PG µs/c':>9} {'kgc µs/c':>9}"
     )
-    kgc = KgcProcess(base / "local" / "data", "--log-level", "WARNING")
+    kgc = KgcProcess(base / "local" / "data", "--kgc-log-level", "WARNING")
     kgc.data_dir.mkdir(parents=True)
     try:
         kgc.start()
@@ -446,7 +446,7 @@ def load_table(pg: PgServer, base: Path, args: Any) -> None:
     )
     for engine in ("local", "postgres"):
         if engine == "local":
-            node = KgcProcess(base / "load-local" / "data", "--log-level", "INFO")
+            node = KgcProcess(base / "load-local" / "data", "--kgc-log-level", "INFO")
             node.data_dir.mkdir(parents=True)
             cluster = None
         else:
@@ -471,7 +471,7 @@ def load_table(pg: PgServer, base: Path, args: Any) -> None:
                 # makes it log every partition's load, not only those over a second.
                 shutil.rmtree(node.data_dir)
                 node.data_dir.mkdir()
-                node.extra += ["--log-level", "DEBUG"]
+                node.extra += ["--kgc-log-level", "DEBUG"]
             node.log_path.write_text("")
             t0 = time.perf_counter()
             node.start(timeout=120)

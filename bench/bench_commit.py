@@ -124,7 +124,7 @@ def write_offsets_log(data_dir: Path, records: int, groups: int, compact: bool) 
 
 
 def measure_load(data_dir: Path, probe_group: str) -> tuple[float, float | None]:
-    kgc = KgcProcess(data_dir, "--log-level", "INFO")
+    kgc = KgcProcess(data_dir, "--kgc-log-level", "INFO")
     t0 = time.perf_counter()
     kgc.start(timeout=120)
     try:
@@ -166,7 +166,7 @@ def main() -> None:
     for policy in ("batch", "none"):
         with tempfile.TemporaryDirectory() as tmp:
             kgc = KgcProcess(
-                Path(tmp) / "data", "--log-flush-policy", policy, "--log-level", "WARNING"
+                Path(tmp) / "data", "--log-flush-policy", policy, "--kgc-log-level", "WARNING"
             )
             kgc.start()
             try:

@@ -98,7 +98,7 @@ def pid_of(kgc: KgcProcess) -> int:
 def serving(tmp: Path, name: str, *extra: str) -> Iterator[KgcProcess]:
     """A started, loaded ``kgc serve``; its log's tail goes to stderr if the bench fails."""
     kgc = KgcProcess(
-        tmp / name, "--group-initial-rebalance-delay-ms", "0", "--log-level", "WARNING", *extra
+        tmp / name, "--group-initial-rebalance-delay-ms", "0", "--kgc-log-level", "WARNING", *extra
     )
     kgc.start()
     try:

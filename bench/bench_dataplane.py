@@ -127,7 +127,7 @@ def start_broker(target: str, tansu_cache: Path) -> Broker:
             policy,
             "--group-initial-rebalance-delay-ms",
             "0",
-            "--log-level",
+            "--kgc-log-level",
             "WARNING",
         ]
     elif target == "tansu":

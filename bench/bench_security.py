@@ -124,7 +124,7 @@ def start_servers(
     tmp: Path, acls: list[AclBinding]
 ) -> tuple[KgcProcess, dict[str, int], KgcProcess, KgcProcess, ssl.SSLContext]:
     pki = make_pki(tmp / "pki")
-    common = ("--group-initial-rebalance-delay-ms", "0", "--log-level", "WARNING")
+    common = ("--group-initial-rebalance-delay-ms", "0", "--kgc-log-level", "WARNING")
     # (a)/(b): PLAINTEXT, SASL_SSL and SASL_PLAINTEXT on one server, no authorizer.
     data = tmp / "secure"
     add_user(data)

@@ -4,23 +4,44 @@ How this works: every setting is a field of ``Settings`` named after Kafka's pro
 dots turned into underscores (``group.initial.rebalance.delay.ms`` is
 ``group_initial_rebalance_delay_ms``). Sources, strongest first: command-line flags
 (``--group-initial-rebalance-delay-ms``), environment (``KGC_GROUP_INITIAL_REBALANCE_DELAY_MS``),
-a Java-style properties file (``--config server.properties``) using Kafka's own names, then
-the defaults below. Invalid values fail at start-up with the setting's name.
+a Java properties file (``--config server.properties``) using Kafka's own names, then
+the defaults below. Invalid values fail at start-up with one line naming the setting.
+
+A ``server.properties`` written for Kafka starts kgc (``read_properties``): the file is read
+with a Java properties parser (``key=value``, ``key: value``, ``key value``, continuation
+lines, ``\\uXXXX`` and other escapes, ``#``/``!`` comments); Kafka names kgc honours under
+another setting are read as Kafka reads them (``log.dirs``/``log.dir`` as ``data.dir``,
+``broker.id`` as ``node.id``, ``log.retention.hours``/``minutes`` and ``log.roll.hours`` as
+milliseconds, with Kafka's precedence); the listeners named by ``controller.listener.names``
+are not bound (kgc runs no KRaft controller); other Kafka settings
+(``coordinator.kafka_broker_configs``) are ignored and listed once at start, and names
+neither Kafka nor kgc knows are warned about, as Kafka warns about unused settings. kgc's
+own logging settings are ``kgc.log.format``/``kgc.log.level``: Kafka's ``log.*`` names are
+its data log's, so the old ``log.format``/``log.level`` (flags ``--log-format``/
+``--log-level``, environment ``KGC_LOG_FORMAT``/``KGC_LOG_LEVEL``) are still accepted with a
+deprecation line. ``KGC_*`` variables that name no setting are warned about. At start
+(``log_startup``) these lines are logged with the effective configuration: every setting
+that differs from its default, secrets (passwords, JAAS configs, keys, the database URL's
+password) hidden.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+import javaproperties
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from coordinator.kafka_broker_configs import is_kafka_broker_config
 from storage.local.log import LogConfig
 from storage.postgres import redact_url
 
@@ -56,6 +77,10 @@ class Settings(BaseSettings):
     )
     inter_broker_listener_name: str | None = Field(
         None, description="accepted for Kafka compatibility; kgc nodes do not talk to each other"
+    )
+    controller_listener_names: str | None = Field(
+        None,
+        description="listeners of Kafka's KRaft controller: kgc has none and does not bind them",
     )
     # Kafka's per-listener settings, listener.name.<listener>.<setting> (the listener name
     # in lower case): they override the unprefixed setting on that listener only. A
@@ -131,8 +156,14 @@ class Settings(BaseSettings):
     metrics_lag_max_series: int = Field(
         10000, ge=0, description="most consumer-lag series exported (0 = no lag metrics)"
     )
-    log_format: Literal["text", "json"] = Field("text", description="log line format")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+    # kgc's own logging (not Kafka's log.*, which name the data log); formerly log.format
+    # and log.level, still accepted with a deprecation line.
+    kgc_log_format: Literal["text", "json"] = Field(
+        "text", description="kgc's log line format: text or json"
+    )
+    kgc_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="kgc's log level"
+    )
 
     # -- group coordinator (Kafka names and defaults)
     group_min_session_timeout_ms: int = Field(
@@ -279,7 +310,9 @@ class Settings(BaseSettings):
         100, ge=0, description="delay before a connection that failed authentication is closed"
     )
     connections_max_idle_ms: int = Field(
-        600000, ge=1, description="a connection idle this long (nothing read, nothing awaited) is closed"
+        600000,
+        ge=1,
+        description="a connection idle this long (nothing read, nothing awaited) is closed",
     )
 
     # -- SASL/OAUTHBEARER token validation (KIP-768 names and defaults)
@@ -322,8 +355,12 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected a JSON object: {exc}") from None
         return value
 
+    # What loading found besides values (ignored, unknown, deprecated names): log_startup.
+    _notes: ConfigNotes = PrivateAttr(default_factory=lambda: ConfigNotes())
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
+        self._drop_controller_listeners()
         if self.queued_max_request_bytes == 0:
             raise ValueError("queued.max.request.bytes must be positive, or -1 for no limit")
         if self.storage_url is not None and not self.storage_url.startswith(
@@ -347,6 +384,33 @@ class Settings(BaseSettings):
                 "are supported"
             )
         return self
+
+    def _drop_controller_listeners(self) -> None:
+        """Kafka binds ``controller.listener.names`` for its KRaft controller and keeps them
+        out of what brokers advertise; kgc has no controller, so it leaves them out of both
+        (a combined broker+controller ``server.properties`` names one)."""
+        names = {
+            n.strip().upper()
+            for n in (self.controller_listener_names or "").split(",")
+            if n.strip()
+        }
+        if not names:
+            return
+        for attr in ("listeners", "advertised_listeners"):
+            value = getattr(self, attr)
+            if value is None:
+                continue
+            kept = [
+                item.strip()
+                for item in value.split(",")
+                if item.strip() and item.strip().partition("://")[0].upper() not in names
+            ]
+            if attr == "listeners" and not kept:
+                raise ValueError(
+                    "listeners: every listener is a controller listener "
+                    "(controller.listener.names); kgc needs one for clients"
+                )
+            setattr(self, attr, ",".join(kept) or None)
 
     def _check_consumer_groups(self) -> None:
         """Kafka's GroupCoordinatorConfig requirements on the group.consumer.* settings."""
@@ -534,10 +598,48 @@ def parse_listener(value: str, name: str = "listeners") -> tuple[str, int]:
 
 
 _PROPERTIES_PATH: Path | None = None
+# The notes of the properties file being read by a Settings() under construction.
+_READING_NOTES: ConfigNotes | None = None
+
+log = logging.getLogger("kgc.config")
+
+
+@dataclass
+class ConfigNotes:
+    """What loading the configuration found besides values, logged once at start."""
+
+    ignored: list[str] = field(default_factory=list)  # Kafka settings meaningless for kgc
+    unknown: list[str] = field(default_factory=list)  # names neither Kafka nor kgc knows
+    unknown_env: list[str] = field(default_factory=list)  # KGC_* naming no setting, with a hint
+    deprecated: list[str] = field(default_factory=list)  # "old (now new)"
+    warnings: list[str] = field(default_factory=list)  # other one-line warnings
+    # Setting -> the name it was given under in the properties file, when not its own
+    # (log.dirs for data_dir): errors name what the user wrote.
+    file_names: dict[str, str] = field(default_factory=dict)
+
+
+# Old names of kgc's settings, still accepted: {old Kafka-style name: field}.
+DEPRECATED_NAMES = {"log.format": "kgc_log_format", "log.level": "kgc_log_level"}
+# Kafka names kgc reads into another setting, strongest first (Kafka's order), and the
+# factor to milliseconds where Kafka converts (ServerTopicConfigSynonyms, KafkaConfig).
+SYNONYMS: dict[str, list[tuple[str, int]]] = {
+    "data_dir": [("data.dir", 0), ("log.dirs", 0), ("log.dir", 0)],
+    "node_id": [("node.id", 0), ("broker.id", 0)],
+    "log_retention_ms": [
+        ("log.retention.ms", 0),
+        ("log.retention.minutes", 60_000),
+        ("log.retention.hours", 3_600_000),
+    ],
+    "log_roll_ms": [("log.roll.ms", 0), ("log.roll.hours", 3_600_000)],
+}
+_SYNONYM_OF = {name: f for f, names in SYNONYMS.items() for name, _ in names[1:]}
+# Environment variables kgc's operator commands read (tools.commands.common), not settings.
+TOOL_ENVIRONMENT = frozenset({"KGC_BOOTSTRAP_SERVER", "KGC_COMMAND_CONFIG"})
+_JAVA_INT = re.compile(r"^[+-]?[0-9]+$")
 
 
 class PropertiesSource(PydanticBaseSettingsSource):
-    """Kafka-style ``key=value`` properties file (``#`` comments), Kafka's dotted names."""
+    """The properties file (``--config``), Kafka's dotted names; see ``read_properties``."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
@@ -545,31 +647,104 @@ class PropertiesSource(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         if _PROPERTIES_PATH is None:
             return {}
-        return read_properties(_PROPERTIES_PATH)
+        values, notes = read_properties(_PROPERTIES_PATH)
+        if _READING_NOTES is not None:
+            _READING_NOTES.ignored += notes.ignored
+            _READING_NOTES.unknown += notes.unknown
+            _READING_NOTES.deprecated += notes.deprecated
+            _READING_NOTES.warnings += notes.warnings
+            _READING_NOTES.file_names.update(notes.file_names)
+        return values
 
 
-def read_properties(path: Path) -> dict[str, Any]:
+def load_properties(path: Path) -> dict[str, str]:
+    """A Java properties file as {key: value}, the last of a repeated key winning as in Java.
+
+    Java reads ``server.properties`` as ISO-8859-1 (non-ASCII as ``\\uXXXX``); a UTF-8 file
+    is read as UTF-8, so a value typed with accents means what it shows.
+    """
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    return dict(javaproperties.loads(text))
+
+
+def read_properties(path: Path) -> tuple[dict[str, Any], ConfigNotes]:
+    """The settings a Kafka ``server.properties`` gives kgc, and what else it holds.
+
+    Values are trimmed, as Kafka's ConfigDef trims them. Raises ``ValueError`` naming the
+    setting when a Kafka synonym kgc converts (``log.retention.hours``) is not a number.
+    """
+    props = {key: value.strip() for key, value in load_properties(path).items()}
+    notes = ConfigNotes()
     out: dict[str, Any] = {}
-    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
+    for target, names in SYNONYMS.items():
+        present = [(name, factor) for name, factor in names if name in props]
+        if not present:
             continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            raise ValueError(f"{path}:{lineno}: expected key=value")
-        key, value = line[:sep].strip(), line[sep + 1 :].strip()
+        name, factor = present[0]
+        value: Any = props[name]
+        if name in ("log.dirs", "log.dir"):
+            dirs = [d.strip() for d in value.split(",") if d.strip()]
+            if not dirs:
+                raise ValueError(f"invalid setting {name}: no directory (got {value!r})")
+            if len(dirs) > 1:
+                notes.warnings.append(
+                    f"{name} names {len(dirs)} directories; kgc keeps its data in one, the "
+                    f"first: {dirs[0]} (not used: {', '.join(dirs[1:])})"
+                )
+            value = dirs[0]
+        elif factor:
+            value = _java_int(name, value) * factor
+            if name == "log.roll.hours" and value < factor:
+                raise ValueError(
+                    f"invalid setting {name}: must be at least 1 (got {props[name]!r})"
+                )
+            value = max(value, -1)  # Kafka: any negative retention means unlimited (-1)
+        if target == "node_id" and props.get("broker.id", value) != value:
+            # Kafka's rule: broker.id is another name for node.id, so both must agree.
+            raise ValueError("invalid configuration: node.id must be the same as broker.id")
+        out[target] = value
+        if name != kafka_name(target):
+            notes.file_names[target] = name
+    for key, value in props.items():
         if key.startswith("listener.name."):  # per-listener: Settings.listener_config
             out.setdefault("listener_name_configs", {})[key] = value
             continue
+        if key in _SYNONYM_OF or any(key == n for names in SYNONYMS.values() for n, _ in names):
+            continue
+        if key in DEPRECATED_NAMES:
+            new = DEPRECATED_NAMES[key]
+            notes.deprecated.append(f"{key} (now {kafka_name(new)})")
+            if kafka_name(new) not in props:
+                out[new] = value
+                notes.file_names[new] = key
+            continue
         name = key.replace(".", "_").replace("-", "_")
-        if name not in Settings.model_fields:
-            raise ValueError(f"{path}:{lineno}: unknown setting {key!r}")
-        out[name] = value
-    return out
+        if name in Settings.model_fields and name != "listener_name_configs":
+            out[name] = value
+        elif is_kafka_broker_config(key):
+            notes.ignored.append(key)
+        else:
+            notes.unknown.append(key)
+    return out, notes
+
+
+def _java_int(name: str, value: str) -> int:
+    """Kafka's INT type: a 32-bit integer, else the setting is invalid."""
+    if not _JAVA_INT.match(value) or not -(2**31) <= int(value) < 2**31:
+        raise ValueError(f"invalid setting {name}: not a 32-bit integer (got {value!r})")
+    return int(value)
 
 
 def kafka_name(field_name: str) -> str:
     return field_name.replace("_", ".")
+
+
+# Old flags of kgc's own settings, still accepted: {flag: field}.
+DEPRECATED_FLAGS = {"--log-format": "kgc_log_format", "--log-level": "kgc_log_level"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -582,14 +757,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             f"{info.description} [{kafka_name(name)}; env KGC_{name.upper()}; default: {default}]"
         )
         parser.add_argument(flag, dest=name, default=None, help=helptext)
+    for flag in DEPRECATED_FLAGS:
+        parser.add_argument(flag, dest=_deprecated_dest(flag), default=None, help=argparse.SUPPRESS)
+
+
+def _deprecated_dest(flag: str) -> str:
+    return "deprecated_" + flag.removeprefix("--").replace("-", "_")
+
+
+def _environment(notes: ConfigNotes, overrides: dict[str, Any]) -> None:
+    """Check the ``KGC_*`` variables: deprecated names are taken (below the new name's
+    variable and the flags), names of no setting are noted with a hint."""
+    env = {k.upper(): v for k, v in os.environ.items() if k.upper().startswith("KGC_")}
+    for var in sorted(env):
+        name = var.removeprefix("KGC_").lower()
+        if name in Settings.model_fields or var in TOOL_ENVIRONMENT:
+            continue
+        old = name.replace("_", ".")
+        if old in DEPRECATED_NAMES:
+            new = DEPRECATED_NAMES[old]
+            notes.deprecated.append(f"{var} (now KGC_{new.upper()})")
+            if new not in overrides and f"KGC_{new.upper()}" not in env:
+                overrides[new] = env[var]
+            continue
+        target = _SYNONYM_OF.get(old)
+        if target is not None:
+            notes.unknown_env.append(f"{var} (in the environment it is KGC_{target.upper()})")
+        elif is_kafka_broker_config(old):
+            notes.unknown_env.append(f"{var} ({old} means nothing for kgc)")
+        else:
+            notes.unknown_env.append(var)
 
 
 def load(args: argparse.Namespace | None = None) -> Settings:
     """Build the settings from parsed flags, the environment and the properties file.
 
-    Raises ``SystemExit`` with one line per invalid setting, named as Kafka names it.
+    Raises ``SystemExit`` with one line per invalid setting, named as Kafka names it (or as
+    the properties file named it). What else was found is logged by ``log_startup``.
     """
-    global _PROPERTIES_PATH
+    global _PROPERTIES_PATH, _READING_NOTES
+    notes = ConfigNotes()
     overrides: dict[str, Any] = {}
     if args is not None:
         _PROPERTIES_PATH = getattr(args, "config", None)
@@ -597,8 +804,15 @@ def load(args: argparse.Namespace | None = None) -> Settings:
             value = getattr(args, name, None)
             if value is not None:
                 overrides[name] = value
+        for flag, new in DEPRECATED_FLAGS.items():
+            value = getattr(args, _deprecated_dest(flag), None)
+            if value is not None:
+                notes.deprecated.append(f"{flag} (now --{new.replace('_', '-')})")
+                overrides.setdefault(new, value)
+    _environment(notes, overrides)
+    _READING_NOTES = notes
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -611,10 +825,106 @@ def load(args: argparse.Namespace | None = None) -> Settings:
             got = err.get("input")
             if loc == "storage_url" and isinstance(got, str):
                 got = redact_url(got)
-            lines.append(f"invalid setting {kafka_name(loc)}: {err['msg']} (got {got!r})")
+            name = kafka_name(loc)
+            if loc not in overrides and f"KGC_{loc.upper()}" not in os.environ:
+                name = notes.file_names.get(loc, name)
+            lines.append(f"invalid setting {name}: {err['msg']} (got {got!r})")
         raise SystemExit("\n".join(lines)) from None
     except ValueError as exc:
-        raise SystemExit(f"invalid configuration: {exc}") from None
+        message = str(exc)
+        if not message.startswith(("invalid setting", "invalid configuration")):
+            message = f"invalid configuration: {message}"
+        raise SystemExit(message) from None
+    finally:
+        # Only this construction reads the file: a later Settings() is not given it.
+        _PROPERTIES_PATH = _READING_NOTES = None
+    settings._notes = notes
+    return settings
+
+
+# Settings whose values are secrets (Kafka's PASSWORD type, and JAAS lines that carry
+# passwords): the effective configuration shows them as [hidden], as Kafka logs them.
+_SECRET = re.compile(r"password|jaas\.config|keystore\.key|certificate|secret|token", re.I)
+
+
+def _shown(name: str, value: Any) -> str:
+    if value is None:
+        return "null"
+    if name == "storage.url":
+        return redact_url(str(value))
+    if _SECRET.search(name):
+        return "[hidden]"
+    return str(value)
+
+
+def effective_settings(settings: Settings) -> dict[str, str]:
+    """Every setting that differs from its default, by Kafka name, secrets hidden."""
+    out: dict[str, str] = {}
+    for name, info in Settings.model_fields.items():
+        value = getattr(settings, name)
+        if name == "listener_name_configs":
+            for key, scoped in sorted(value.items()):
+                out[key] = _shown(key, scoped)
+            continue
+        default = info.get_default(call_default_factory=True)
+        if value != default:
+            out[kafka_name(name)] = _shown(kafka_name(name), value)
+    return out
+
+
+def startup_report(settings: Settings) -> list[tuple[int, str]]:
+    """The lines ``log_startup`` logs, as (level, message)."""
+    notes = settings._notes
+    out: list[tuple[int, str]] = []
+    if notes.deprecated:
+        out.append(
+            (logging.WARNING, "deprecated names, still accepted: " + ", ".join(notes.deprecated))
+        )
+    if notes.unknown:
+        out.append(
+            (
+                logging.WARNING,
+                "unknown settings in the properties file, not used: " + ", ".join(notes.unknown),
+            )
+        )
+    if notes.unknown_env:
+        out.append(
+            (
+                logging.WARNING,
+                "unknown KGC_* environment variables, not used: " + ", ".join(notes.unknown_env),
+            )
+        )
+    out += [(logging.WARNING, w) for w in notes.warnings]
+    if notes.ignored:
+        out.append(
+            (
+                logging.INFO,
+                "Kafka settings ignored (they mean nothing for kgc): " + ", ".join(notes.ignored),
+            )
+        )
+    if settings.controller_listener_names:
+        out.append(
+            (
+                logging.INFO,
+                f"listeners {settings.controller_listener_names} (controller.listener.names) "
+                "are not bound: kgc runs no KRaft controller",
+            )
+        )
+    shown = effective_settings(settings)
+    out.append(
+        (
+            logging.INFO,
+            "configuration (settings other than their defaults): "
+            + (", ".join(f"{k}={v}" for k, v in shown.items()) or "all defaults"),
+        )
+    )
+    return out
+
+
+def log_startup(settings: Settings) -> None:
+    """Log what loading the configuration found and the effective configuration, once."""
+    for level, message in startup_report(settings):
+        log.log(level, message)
 
 
 def log_config(settings: Settings, topic_configs: dict[str, str] | None = None) -> LogConfig:

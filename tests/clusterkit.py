@@ -100,7 +100,7 @@ class Cluster:
             str(self.session_timeout_ms),
             "--offsets-topic-num-partitions",
             str(self.offsets_partitions),
-            "--log-level",
+            "--kgc-log-level",
             "INFO",
             *self.extra,
         ]

@@ -51,7 +51,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    setup_logging(settings.log_level, settings.log_format)
+    setup_logging(settings.kgc_log_level, settings.kgc_log_format)
+    config.log_startup(settings)  # ignored/unknown/deprecated names, the effective settings
     try:
         run(settings)
     except StartupRefused as exc:  # cluster mode: the database says this node cannot start
