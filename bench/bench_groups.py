@@ -251,7 +251,11 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         kgc = KgcProcess(
-            Path(tmp) / "data", "--group-initial-rebalance-delay-ms", "0", "--kgc-log-level", "WARNING"
+            Path(tmp) / "data",
+            "--group-initial-rebalance-delay-ms",
+            "0",
+            "--kgc-log-level",
+            "WARNING",
         )
         kgc.start()
         try:
