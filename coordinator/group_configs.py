@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.topic_configs import InvalidConfigError, TopicConfigDef, to_string
 from storage.local.files import fsync_dir
+from storage.local.manager import DataDirError
 
 if TYPE_CHECKING:
     from coordinator.config import Settings
@@ -184,10 +185,21 @@ class LocalGroupConfigs(_Store):
         super().__init__(settings)
         self.path = path
         if path.exists():
-            raw = json.loads(path.read_bytes())
-            if not isinstance(raw, dict):
-                raise ValueError(f"{path}: expected a JSON object of group configs")
+            try:
+                raw = json.loads(path.read_bytes())
+            except (ValueError, UnicodeDecodeError) as e:
+                raise self._unreadable(str(e)) from None
+            if not isinstance(raw, dict) or not all(isinstance(c, dict) for c in raw.values()):
+                raise self._unreadable("expected a JSON object of group configs")
             self.configs = {str(g): {str(k): str(v) for k, v in c.items()} for g, c in raw.items()}
+
+    def _unreadable(self, why: str) -> DataDirError:
+        # One line at start-up, as for the topic catalog: guessing would drop every
+        # group's configs silently.
+        return DataDirError(
+            f"group configs {self.path} cannot be read ({why}); move it aside to start "
+            "without them (every group then uses the broker's group.consumer.* settings)"
+        )
 
     async def load(self) -> None:
         self._install(self.configs)

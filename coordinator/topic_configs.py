@@ -17,6 +17,12 @@ offline instead of stopping the server.
 engine's ``LogConfig``; it is the only place that does, so nothing reaches the engine
 unvalidated. Configs Kafka knows but kgc does not honour are refused by name rather than
 silently ignored.
+
+``KAFKA_TOPIC_CONFIGS`` is Kafka 4.x's whole topic config table (what DescribeConfigs lists
+for a topic), each with its broker synonyms (``ServerTopicConfigSynonyms``) and whether
+kgc honours it; ``effective`` is every config's value for a topic (its own, else the
+broker's default, else Kafka's); ``apply_incremental`` is the KRaft controller's
+SET/DELETE/APPEND/SUBTRACT on a topic's configs (coordinator/server/config_admin.py).
 """
 
 from __future__ import annotations

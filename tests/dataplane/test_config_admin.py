@@ -885,3 +885,11 @@ def test_apply_topic_configs_skips_offline(tmp_path: Path) -> None:
     apply_topic_configs(dp, info)  # would raise on the invalid configs if it tried
     assert json.dumps(info.configs)
     logs.close_all()
+
+
+def test_unreadable_group_configs_stop_the_start_with_one_line(tmp_path: Path) -> None:
+    from storage.local.manager import DataDirError
+
+    (tmp_path / GROUP_CONFIGS_FILE).write_text("{not json")
+    with pytest.raises(DataDirError, match="move it aside"):
+        LocalGroupConfigs(Settings(data_dir=tmp_path), tmp_path / GROUP_CONFIGS_FILE)
