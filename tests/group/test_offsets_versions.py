@@ -724,3 +724,48 @@ def test_txn_commit_v0_v1_while_loading_is_coordinator_not_available() -> None:
 
     assert code(1) == ErrorCode.COORDINATOR_NOT_AVAILABLE  # old producers crash on the other
     assert code(2) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+# ------------------------------------------------------------------ OffsetCommit v0-1, OffsetFetch v0
+
+
+def _commit_v1(
+    h: Harness, group: str, timestamp: int, *, generation: int = -1, member: str = ""
+) -> int:
+    ctx = h.ctx(1)
+    part = OffsetCommitRequestPartition(0, 42, commit_timestamp=timestamp)
+    req = OffsetCommitRequest(
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member,
+        topics=[OffsetCommitRequestTopic(name="t", partitions=[part])],
+    )
+    h.apply(h.shard.offset_commit(ctx, req, h.now))
+    resp = h.reply(ctx.reply_to)
+    assert isinstance(resp, OffsetCommitResponse)
+    return resp.topics[0].partitions[0].error_code
+
+
+def test_v1_commit_keeps_the_partitions_commit_timestamp() -> None:
+    """Kafka's OffsetAndMetadata.fromRequest: v1's per-partition timestamp, -1 meaning now."""
+    h = Harness()
+    assert _commit_v1(h, "old", 1_500_000_000_000) == ErrorCode.NO_ERROR
+    entry = h.shard.offset_manager.offsets["old"][("t", 0)]
+    assert (entry.offset, entry.commit_timestamp_ms) == (42, 1_500_000_000_000)
+    assert entry.expire_timestamp_ms is None  # v1 has no retention time
+    assert _commit_v1(h, "old", -1) == ErrorCode.NO_ERROR
+    assert h.shard.offset_manager.offsets["old"][("t", 0)].commit_timestamp_ms == h.now
+
+
+def test_v0_commit_is_a_memberless_commit_and_v0_fetch_reads_it() -> None:
+    """v0 has no generation or member (ZooKeeper offsets in Kafka's day): kgc stores it in the
+    coordinator as a generation -1 commit, accepted for a group without members and refused
+    (UNKNOWN_MEMBER_ID) for a group with members, as Kafka refuses any member-less commit."""
+    h = Harness()
+    assert h.commit("old", {("t", 0): 7}, version=0) == {("t", 0): ErrorCode.NO_ERROR}
+    resp = h.fetch("old", {"t": [0]}, version=0)
+    p = resp.topics[0].partitions[0]
+    assert (p.committed_offset, p.error_code) == (7, ErrorCode.NO_ERROR)
+    assert roundtrip(offset_fetch, resp, 0).topics[0].partitions[0].committed_offset == 7
+    h.stable_group("live", 1)
+    assert h.commit("live", {("t", 0): 9}, version=0) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}

@@ -21,6 +21,7 @@ from coordinator.dataplane.legacy import (
     down_convert,
     fetch_magic,
     iter_messages,
+    offsets_before,
     up_convert,
 )
 from protocol.errors import ErrorCode
@@ -187,3 +188,27 @@ def test_round_trip_old_producer_to_old_consumer() -> None:
             assert [(o, k, v) for _, o, _, k, v in got] == [
                 (100 + i, f"k{i}".encode(), f"value-{i}".encode() * 10) for i in range(4)
             ]
+
+
+def test_list_offsets_v0_offsets_before() -> None:
+    """UnifiedLog.legacyFetchOffsetsBefore over segments (base, size, modified) at 0, 100, 200
+    with log end 250, and Partition's high-watermark cut for consumers."""
+    segs = [(0, 10, 1_000), (100, 10, 2_000), (200, 10, 3_000)]
+
+    def before(ts: int, n: int, hw: int = 250, consumer: bool = True) -> list[int]:
+        return offsets_before(segs, 0, 250, 9_000, ts, n, hw, consumer)
+
+    assert before(-1, 1) == [250]  # latest: the log end
+    assert before(-1, 10) == [250, 200, 100, 0]
+    assert before(-2, 1) == [0]  # earliest: the log start
+    assert before(-2, 10) == [0]
+    assert before(2_500, 10) == [100, 0]  # segments modified at or before the time
+    assert before(2_000, 1) == [100]
+    assert before(999, 10) == []  # nothing that old
+    assert before(-1, 10, hw=220) == [220, 200, 100, 0]  # never past the high watermark
+    assert before(-1, 10, hw=220, consumer=False) == [250, 200, 100, 0]  # replicas see all
+    # The log start cuts the first segment's base; an empty active segment is no point.
+    assert offsets_before([(0, 10, 1_000), (100, 0, 2_000)], 40, 100, 9_000, -1, 5, 100, True) == [
+        100,
+        40,
+    ]
