@@ -41,8 +41,39 @@ How this works: everything lives in one ``Metrics`` object with its own
   heartbeats) are the consumer manager's ``reconciliations`` counter, read at scrape time;
   target-assignment time is observed through the manager's ``on_target_computed`` hook.
 
-The HTTP endpoint runs on the server's own event loop (``serve``), so collectors read the
-group core and the logs from the thread that mutates them: no locks, no torn reads.
+* Consumer lag (``LagTracker``), per (group, topic, partition) with a committed offset:
+  ``kgc_consumergroup_committed_offset``, ``kgc_consumergroup_lag`` (records between the
+  committed offset and the partition's high watermark, what Fetch serves) and
+  ``kgc_consumergroup_lag_seconds``: now minus the timestamp of the record at the committed
+  offset -- the oldest record the group has not consumed -- read from the partition's own
+  log (the batch holding that offset, found through the segment's offset index; exact,
+  where exporters interpolate between sampled offsets), 0 when caught up.
+  ``kgc_partition_log_end_offset`` is the high watermark of each partition reported. A
+  partition that is not in this node's data plane (a group coordinated here for topics kept
+  elsewhere, or a partition another cluster node leads) reports its committed offset only.
+  The cost is bounded: the table is computed at scrape time at most once per
+  ``LAG_CACHE_MS`` (concurrent scrapes share it), record timestamps are cached per
+  (partition, offset) so a group that has not moved costs no read, the work is done in
+  slices of ``LAG_SLICE_S`` that yield to the event loop, and at most
+  ``metrics.lag.max.series`` (group, topic, partition) entries are reported: admission is
+  sticky (a reported series stays while its offset exists), later ones are counted in
+  ``kgc_consumergroup_lag_series_dropped``.
+* Per-group rebalances by cause, ``kgc_group_rebalances_total{group,cause}``, from the same
+  events: a classic group's ``RebalanceStarted`` (``join``, ``leave``, ``session_timeout``,
+  ``metadata_change``, ``static_replacement``, ``sync_timeout``), a consumer group's epoch
+  bumps (``created``, ``subscription``, ``metadata``, ``regex``) and fencings (one bump,
+  counted under the fencing's kind: ``left``, ``session_timeout``, ``rebalance_timeout``...).
+  A deleted group's counters go with it.
+
+Exposition: ``serve`` runs prometheus_client's WSGI app (``make_wsgi_app``: OpenMetrics
+when the Accept header asks for it, gzip when Accept-Encoding allows, ``name[]``
+filtering) on wsgiref's threading server in a daemon thread, so formatting and compressing
+a large scrape never run on the event loop. Collection does: the HTTP thread hands the
+loop one coroutine (``run_coroutine_threadsafe``) that refreshes the lag table in slices
+and then collects every family, so collectors read the group core and the logs from the
+thread that mutates them (no locks, no torn reads) and the thread formats the finished
+families. ``/healthz`` answers ``ok`` once the loop has run a no-op (a stuck loop fails
+it, as it fails a scrape: 503 after ``SCRAPE_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -50,18 +81,22 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import socket
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
     CollectorRegistry,
     Histogram,
     generate_latest,
+    make_wsgi_app,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -70,8 +105,11 @@ from prometheus_client.core import (
     Metric,
     SummaryMetricFamily,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
+from coordinator.dataplane.plane import high_watermark
 from coordinator.group.events import (
     BumpKind,
     ConsumerGroupEpochBumped,
@@ -86,11 +124,23 @@ from coordinator.group.events import (
 )
 from protocol.errors import ErrorCode
 from protocol.messages import BY_KEY
+from storage.local.log import wall_clock_ms
 from storage.offsets_format import OFFSETS_TOPIC
+from storage.record_batch import (
+    ATTR_LOG_APPEND_TIME,
+    CorruptBatchError,
+    UnsupportedCompressionError,
+    iter_record_tuples,
+    parse_header,
+)
 
 if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+    from coordinator.dataplane import DataPlane
     from coordinator.security import KafkaPrincipal
     from coordinator.security.acl import AclOperation, Authorizer, ResourceType
+    from storage.local.log import PartitionLog
 
 log = logging.getLogger("kgc.metrics")
 
@@ -124,6 +174,15 @@ ASSIGNMENT_BUCKETS = (0.00005, *(b for b in LATENCY_BUCKETS if b <= 5.0))
 FENCE_REASONS: tuple[str, ...] = get_args(FenceKind)
 EPOCH_BUMP_CAUSES: tuple[str, ...] = (*get_args(BumpKind), "members_fenced")
 OFFSET_COMMIT_KEYS = frozenset({8, 28})  # OffsetCommit, TxnOffsetCommit
+# Consumer lag: the table is recomputed at most this often (scrapes in between share it).
+LAG_CACHE_MS = 1000
+# Longest run of lag work on the event loop before it yields to other tasks.
+LAG_SLICE_S = 0.002
+# A batch whose records at or past the committed offset were all compacted away sends the
+# lookup on to the next batch; this many at most.
+LAG_LOOKUP_BATCHES = 16
+# A scrape waits this long for the event loop to collect (503 past it: the loop is stuck).
+SCRAPE_TIMEOUT_S = 10.0
 _perf_counter = time.perf_counter
 _bisect_left = bisect.bisect_left
 
@@ -164,6 +223,277 @@ class _Slot:
         self.counts = latency.counts  # the API's buckets, shared by its versions
 
 
+def record_timestamp(plog: PartitionLog, offset: int, end: int) -> int | None:
+    """Timestamp of the first record at or after ``offset`` and below ``end``, from the log.
+
+    The read starts at the batch holding ``offset`` (the segment's offset index, then a
+    short walk) and decodes it: a LogAppendTime batch's records all carry its max
+    timestamp; a CreateTime record carries its own. When compaction removed every record
+    of that batch at or past ``offset`` the next batch is read (``LAG_LOOKUP_BATCHES`` at
+    most). A batch whose codec cannot be decoded here answers its base timestamp (its
+    first record's, the nearest the header tells). None: nothing there, or unreadable.
+    """
+    for _ in range(LAG_LOOKUP_BATCHES):
+        if offset >= end:
+            return None
+        try:
+            data = plog.read(offset, 1, max_offset=end)  # the whole first batch, one only
+            if not data:
+                return None
+            h = parse_header(data)
+            if h.attributes & ATTR_LOG_APPEND_TIME:
+                return h.max_timestamp if h.max_timestamp >= 0 else None
+            try:
+                for off, ts, _key, _value in iter_record_tuples(data):
+                    if off >= offset:
+                        return ts if ts >= 0 else None
+            except UnsupportedCompressionError:
+                return h.base_timestamp if h.base_timestamp >= 0 else None
+        except (OSError, LookupError, RuntimeError, CorruptBatchError) as e:
+            # Closed, truncated, deleted meanwhile or damaged (the read reported the
+            # damage): no timestamp this time.
+            log.debug("lag: no timestamp at %s offset %d: %r", plog.dir.name, offset, e)
+            return None
+        offset = h.next_offset
+    return None
+
+
+# One reported (group, topic, partition): its labels, committed offset, lag in records and
+# lag in seconds (None: not measured here).
+LagRow = tuple[str, str, str, int, int | None, float | None]
+_LAG_LABELS = ("group", "topic", "partition")
+
+
+class _RowFamily(Metric):
+    """A gauge family whose samples are made from ``LagRow`` column ``column`` when the
+    exposition reads them (on the HTTP thread): building and later freeing 30,000 Sample
+    objects and label dicts on the event loop, and the garbage collections they trigger,
+    would hold it for tens of milliseconds per scrape; the rows are plain tuples."""
+
+    def __init__(self, name: str, documentation: str, rows: list[LagRow], column: int) -> None:
+        super().__init__(name, documentation, "gauge")
+        self._rows = rows
+        self._column = column
+
+    @property
+    def samples(self) -> list[Sample]:
+        name, col = self.name, self._column
+        return [
+            Sample(name, dict(zip(_LAG_LABELS, row[:3], strict=True)), row[col])  # type: ignore[arg-type]
+            for row in self._rows
+            if row[col] is not None
+        ]
+
+    @samples.setter
+    def samples(self, _value: list[Sample]) -> None:
+        pass  # Metric.__init__ sets an empty list; the rows are the samples
+
+
+@dataclass(slots=True)
+class LagTable:
+    """One computation of the lag families; read-only once built (scrapes share it)."""
+
+    families: list[Metric]
+    computed_ms: int  # when it was finished (its lag seconds are as of when it began)
+    dropped: int  # (group, topic, partition) entries left out by the cap
+    busy_seconds: float  # time spent on the event loop building it
+    slices: int  # how many runs of work that took, each at most about LAG_SLICE_S
+
+
+class LagTracker:
+    """Consumer lag per (group, topic, partition), computed at scrape time (module docstring).
+
+    ``shard`` gives the committed offsets (its ``offsets`` map), ``data`` the partitions
+    this node serves (a ``DataPlane``); without one, ``logs`` (a ``LogManager``) is taken
+    to serve every log it holds.
+    """
+
+    def __init__(
+        self,
+        max_series: int,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        cache_ms: int = LAG_CACHE_MS,
+    ) -> None:
+        self.max_series = max_series
+        self.clock = clock
+        self.cache_ms = cache_ms
+        self.shard: Any = None
+        self.data: DataPlane | None = None
+        self.logs: Any = None
+        self._table: LagTable | None = None
+        self._refreshing: asyncio.Future[None] | None = None
+        # Keys reported so far: they keep their place while their offset exists.
+        self._admitted: set[tuple[str, str, int]] = set()
+        # (log, offset) -> record timestamp (-1: none there); only last table's entries.
+        self._timestamps: dict[tuple[PartitionLog, int], int] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_series > 0 and isinstance(getattr(self.shard, "offsets", None), Mapping)
+
+    @property
+    def last(self) -> LagTable | None:
+        """The last table computed (fresh or not)."""
+        return self._table
+
+    def _fresh(self) -> bool:
+        t = self._table
+        return t is not None and 0 <= self.clock() - t.computed_ms < self.cache_ms
+
+    def table(self) -> LagTable | None:
+        """The current table; recomputed now, in one go, if stale (``refresh`` slices it)."""
+        if not self.enabled:
+            return None
+        if not self._fresh() and self._refreshing is None:
+            for _ in self._compute():
+                pass
+        return self._table
+
+    async def refresh(self) -> None:
+        """Recompute the table if stale, yielding to the loop between slices of work;
+        concurrent callers wait for the same computation."""
+        if not self.enabled or self._fresh():
+            return
+        running = self._refreshing
+        if running is not None:
+            await asyncio.shield(running)
+            return
+        done = self._refreshing = asyncio.get_running_loop().create_future()
+        try:
+            for _ in self._compute():
+                await asyncio.sleep(0)
+        finally:
+            self._refreshing = None
+            done.set_result(None)
+
+    def _served(self, topic: str, partition: int) -> PartitionLog | None:
+        data = self.data
+        if data is not None:
+            plog = data.logs.get(topic, partition)
+            if plog is None or plog.closed:
+                return None
+            # Cluster mode: only partitions whose lease this node holds are its to read.
+            if not data.hosted and plog not in data.leader_epochs:
+                return None
+            return plog
+        if self.logs is not None:
+            plog = self.logs.get(topic, partition)
+            return None if plog is None or plog.closed else plog
+        return None
+
+    def _compute(self) -> Generator[None, None, None]:
+        """Build a new table; yields whenever a slice of work has run ``LAG_SLICE_S``."""
+        perf = time.perf_counter
+        slice_start = perf()
+        slice_end = slice_start + LAG_SLICE_S
+        busy = 0.0
+        now = self.clock()
+        rows: list[LagRow] = []
+        add = rows.append
+        ends: dict[tuple[str, int], int] = {}
+        old_timestamps = self._timestamps
+        timestamps: dict[tuple[PartitionLog, int], int] = {}
+
+        def report(group_id: str, topic: str, partition: int, offset: int) -> None:
+            plog = self._served(topic, partition)
+            if plog is None:
+                add((group_id, topic, str(partition), offset, None, None))
+                return
+            end = ends.get((topic, partition))
+            if end is None:
+                end = ends[(topic, partition)] = high_watermark(plog)
+            behind = max(end - offset, 0)
+            if behind == 0:
+                add((group_id, topic, str(partition), offset, 0, 0.0))
+                return
+            # Records below the log start are gone: the oldest unconsumed one still there
+            # is the log start's.
+            at = (plog, max(offset, plog.log_start_offset))
+            ts = timestamps.get(at)
+            if ts is None:
+                ts = old_timestamps.get(at)
+                if ts is None:
+                    found = record_timestamp(plog, at[1], end)
+                    ts = -1 if found is None else found
+                timestamps[at] = ts
+            seconds = max(now - ts, 0) / 1000.0 if ts >= 0 else None
+            add((group_id, topic, str(partition), offset, behind, seconds))
+
+        # Admission: keys reported last time keep their place; new ones take free places
+        # in the order met. ``admitted`` still counts last table's keys not met yet, so
+        # places freed by entries gone since then go, at the end, to the first keys that
+        # waited (at most ``limit`` of them are remembered).
+        admitted = self._admitted
+        kept: set[tuple[str, str, int]] = set()
+        waiting: list[tuple[str, str, int, int]] = []
+        limit = self.max_series
+        dropped = 0
+        n = 0
+        slices = 1
+        offsets: Mapping[str, Mapping[tuple[str, int], Any]] = self.shard.offsets
+        for group_id in list(offsets):
+            parts = offsets.get(group_id)
+            if not parts:
+                continue
+            for (topic, partition), entry in list(parts.items()):
+                key = (group_id, topic, partition)
+                if key not in admitted:
+                    if len(admitted) >= limit:
+                        dropped += 1
+                        if len(waiting) < limit:
+                            waiting.append((group_id, topic, partition, entry.offset))
+                        continue
+                    admitted.add(key)
+                kept.add(key)
+                report(group_id, topic, partition, entry.offset)
+                n += 1
+                if n & 3 == 0 and perf() >= slice_end:
+                    busy += perf() - slice_start
+                    slices += 1
+                    yield
+                    slice_start = perf()
+                    slice_end = slice_start + LAG_SLICE_S
+        for group_id, topic, partition, offset in waiting[: max(limit - len(kept), 0)]:
+            kept.add((group_id, topic, partition))
+            report(group_id, topic, partition, offset)
+            dropped -= 1
+        self._admitted = kept
+        self._timestamps = timestamps
+        log_end = GaugeMetricFamily(
+            "kgc_partition_log_end_offset",
+            "High watermark (what Fetch serves) of each partition a reported group committed",
+            labels=["topic", "partition"],
+        )
+        for (topic, partition), end in sorted(ends.items()):
+            log_end.add_metric([topic, str(partition)], end)
+        busy += perf() - slice_start
+        families: list[Metric] = [
+            _RowFamily(
+                "kgc_consumergroup_committed_offset",
+                "Offset committed by the group (the next record it will consume)",
+                rows,
+                3,
+            ),
+            _RowFamily(
+                "kgc_consumergroup_lag",
+                "Records between the committed offset and the partition's high watermark",
+                rows,
+                4,
+            ),
+            _RowFamily(
+                "kgc_consumergroup_lag_seconds",
+                "Age of the oldest record the group has not consumed (now minus the timestamp "
+                "of the record at its committed offset, read from the log); 0 when caught up",
+                rows,
+                5,
+            ),
+            log_end,
+        ]
+        # Fresh from when it is done: a long sliced computation is not redone at once.
+        self._table = LagTable(families, self.clock(), dropped, busy, slices)
+
+
 class Metrics:
     def __init__(
         self,
@@ -173,6 +503,7 @@ class Metrics:
         logs: Any = None,
         flusher: Any = None,
         cleaners: Callable[[], Iterable[Any]] = list,
+        lag_max_series: int = 10000,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         if process_metrics:
@@ -196,6 +527,8 @@ class Metrics:
         # Consumer groups (KIP-848).
         self.members_fenced = dict.fromkeys(FENCE_REASONS, 0)
         self.epoch_bumps = dict.fromkeys(EPOCH_BUMP_CAUSES, 0)
+        # Rebalances (classic) and epoch bumps (consumer groups) per group, by cause.
+        self.group_rebalances: dict[str, dict[str, int]] = {}
         self.assignment_duration = Histogram(
             "kgc_consumer_group_assignment_duration_seconds",
             "Time to compute a consumer group's target assignment (the server-side assignor)",
@@ -210,6 +543,10 @@ class Metrics:
         self.logs = logs
         self.flusher = flusher
         self.cleaners = cleaners
+        # Consumer lag; the app gives it the data plane (``data``) before serving.
+        self.lag = LagTracker(lag_max_series)
+        self.lag.shard = shard
+        self.lag.logs = logs
         self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode (set by the app)
         # Security: the KafkaServer whose connections are counted per listener (``watch``),
         # SASL exchanges by (listener, mechanism, result), denials by (API, resource type).
@@ -217,7 +554,17 @@ class Metrics:
         self.authentications: dict[tuple[str, str, str], int] = {}
         self.denials: dict[tuple[str, str], int] = {}
         self.registry.register(_Collector(self))
-        self._http: asyncio.Server | None = None
+        self._http: WSGIServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def data(self) -> DataPlane | None:
+        """The data plane whose partitions the lag is measured in."""
+        return self.lag.data
+
+    @data.setter
+    def data(self, data: DataPlane | None) -> None:
+        self.lag.data = data
 
     # -- hot path
     def on_request(self, key: int, version: int, response: Any, started: float) -> None:
@@ -303,65 +650,164 @@ class Metrics:
             if isinstance(event, RebalanceStarted):
                 # A rebalance that restarts before it settled keeps its first start.
                 self._rebalancing.setdefault(event.group_id, now_ms)
+                self._group_rebalance(event.group_id, event.cause)
             elif isinstance(event, GroupStable | GroupEmptied | GroupDeleted):
                 start = self._rebalancing.pop(event.group_id, None)
                 if start is not None:
                     self.rebalance_duration.observe(max(now_ms - start, 0) / 1000.0)
+                if isinstance(event, GroupDeleted):
+                    self.group_rebalances.pop(event.group_id, None)
             elif isinstance(event, OffsetsExpired):
                 self.offsets_expired += event.count
+                for group_id in event.groups_deleted:
+                    self.group_rebalances.pop(group_id, None)
             elif isinstance(event, ConsumerMembersFenced):
                 self.members_fenced[event.kind] += len(event.member_ids)
                 self.epoch_bumps["members_fenced"] += 1  # one bump for the whole fencing
+                self._group_rebalance(event.group_id, event.kind)
             elif isinstance(event, ConsumerGroupEpochBumped):
                 self.epoch_bumps[event.kind] += 1
+                self._group_rebalance(event.group_id, event.kind)
+
+    def _group_rebalance(self, group_id: str, cause: str) -> None:
+        causes = self.group_rebalances.get(group_id)
+        if causes is None:
+            causes = self.group_rebalances[group_id] = {}
+        causes[cause] = causes.get(cause, 0) + 1
 
     # -- exposition
     def render(self) -> bytes:
+        """The text exposition, collected on the calling thread (tests, one-off dumps)."""
         return generate_latest(self.registry)
 
+    async def collect(self) -> list[Metric]:
+        """Every family, built on the event loop: the lag table refreshed in slices that
+        yield to other tasks, then one pass over the collectors."""
+        await self.lag.refresh()
+        return list(self.registry.collect())
+
     async def serve(self, host: str, port: int) -> int:
-        """Serve ``GET /metrics`` on the running loop; returns the bound port."""
-        self._http = await asyncio.start_server(self._handle, host, port, reuse_address=True)
-        sockets = self._http.sockets
-        return int(sockets[0].getsockname()[1]) if sockets else port
+        """Serve the metrics over HTTP from a daemon thread; returns the bound port.
+
+        prometheus_client's WSGI app does the exposition (content negotiation, gzip); the
+        collection runs on this loop (``collect``), the formatting on the HTTP thread.
+        """
+        self._loop = asyncio.get_running_loop()
+        metrics_app = make_wsgi_app(_LoopRegistry(self, self._loop))
+        app = _routes(metrics_app, self._loop_alive)
+        # Binding resolves the host's name (getaddrinfo, HTTPServer.server_bind): off the loop.
+        httpd = self._http = await asyncio.to_thread(_http_server, host, port, app)
+        threading.Thread(
+            target=httpd.serve_forever, args=(0.2,), name="kgc-metrics-http", daemon=True
+        ).start()
+        return int(httpd.server_port)
 
     async def stop(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            await self._http.wait_closed()
-            self._http = None
+        httpd, self._http = self._http, None
+        if httpd is not None:
+            await asyncio.to_thread(httpd.shutdown)  # waits for serve_forever to return
+            httpd.server_close()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _loop_alive(self) -> bool:
+        """From the HTTP thread: whether the event loop runs a no-op within the timeout."""
+        loop = self._loop
+        if loop is None:
+            return False
+        done = threading.Event()
         try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            parts = request.split(b"\r\n", 1)[0].split()
-            method, path = (parts[0], parts[1].split(b"?")[0]) if len(parts) >= 2 else (b"", b"")
-            if method not in (b"GET", b"HEAD"):
-                status, ctype, body = (
-                    "405 Method Not Allowed",
-                    "text/plain",
-                    b"method not allowed\n",
-                )
-            elif path in (b"/metrics", b"/"):
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.render()
-            elif path == b"/healthz":
-                status, ctype, body = "200 OK", "text/plain", b"ok\n"
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"try /metrics\n"
-            head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            writer.write(head.encode() + (body if method != b"HEAD" else b""))
-            await writer.drain()
-        except (
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            TimeoutError,
-            ConnectionError,
-        ):
-            pass
-        except Exception:
-            log.exception("metrics request failed")
-        finally:
-            writer.close()
+            loop.call_soon_threadsafe(done.set)
+        except RuntimeError:  # the loop is closed
+            return False
+        return done.wait(SCRAPE_TIMEOUT_S)
+
+
+class MetricsUnavailableError(RuntimeError):
+    """The event loop did not collect in time (stuck, or stopped)."""
+
+
+class _LoopRegistry:
+    """What prometheus_client's exposition reads: ``collect`` runs ``Metrics.collect`` on
+    the event loop and waits for it on the HTTP thread."""
+
+    def __init__(self, metrics: Metrics, loop: asyncio.AbstractEventLoop) -> None:
+        self.metrics = metrics
+        self.loop = loop
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            future = asyncio.run_coroutine_threadsafe(self.metrics.collect(), self.loop)
+        except RuntimeError as e:  # the loop is closed
+            raise MetricsUnavailableError(str(e)) from None
+        try:
+            return future.result(SCRAPE_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()
+            raise MetricsUnavailableError(
+                f"the event loop did not collect within {SCRAPE_TIMEOUT_S:g} s"
+            ) from None
+
+    def restricted_registry(self, names: Iterable[str]) -> _Restricted:
+        """``?name[]=...``: only the samples named (prometheus_client's query parameter)."""
+        return _Restricted(self, frozenset(names))
+
+
+class _Restricted:
+    def __init__(self, registry: _LoopRegistry, names: frozenset[str]) -> None:
+        self.registry = registry
+        self.names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            samples = [s for s in family.samples if s.name in self.names]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept
+
+
+def _routes(
+    metrics_app: Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]],
+    loop_alive: Callable[[], bool],
+) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
+    """``/healthz`` (the loop answers), everything else prometheus_client's app; a scrape
+    the loop cannot collect is a 503, not a traceback."""
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/healthz":
+            ok = loop_alive()
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable",
+                [("Content-Type", "text/plain; charset=utf-8")],
+            )
+            return [b"ok\n" if ok else b"event loop not responding\n"]
+        try:
+            return metrics_app(environ, start_response)
+        except MetricsUnavailableError as e:
+            start_response(
+                "503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")]
+            )
+            return [f"{e}\n".encode()]
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _http_server(
+    host: str, port: int, app: Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
+) -> WSGIServer:
+    """wsgiref's threading server (prometheus_client's) bound to ``host``: IPv6 for an
+    IPv6 host ("::"), IPv4 otherwise."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    server_class = type(
+        "MetricsHTTPServer", (ThreadingWSGIServer,), {"address_family": infos[0][0]}
+    )
+    return make_server(host, port, app, server_class, handler_class=_QuietHandler)
 
 
 class _Collector(Collector):
@@ -378,6 +824,24 @@ class _Collector(Collector):
         yield from self._consumer_groups()
         yield from self._storage()
         yield from self._cluster()
+        yield from self._lag()
+
+    def _lag(self) -> Iterator[Metric]:
+        table = self.m.lag.table()
+        if table is None:
+            return
+        yield from table.families
+        yield GaugeMetricFamily(
+            "kgc_consumergroup_lag_series_dropped",
+            "(group, topic, partition) entries with a committed offset left out of the lag "
+            "metrics by metrics.lag.max.series",
+            value=table.dropped,
+        )
+        yield GaugeMetricFamily(
+            "kgc_consumergroup_lag_compute_seconds",
+            "Event-loop time spent building the last lag table",
+            value=table.busy_seconds,
+        )
 
     def _cluster(self) -> Iterator[Metric]:
         """Cluster mode: the live nodes, what this node leads, the PostgreSQL journal."""
@@ -565,6 +1029,17 @@ class _Collector(Collector):
         for cause, n in sorted(getattr(shard, "rebalances", {}).items()):
             rebalances.add_metric([cause], n)
         yield rebalances
+        per_group = CounterMetricFamily(
+            "kgc_group_rebalances",
+            "Rebalances per group by cause: a classic group's rebalances, a consumer group's "
+            "epoch bumps (created, subscription, metadata, regex) and fencings (left, "
+            "session_timeout, ...)",
+            labels=["group", "cause"],
+        )
+        for group_id, causes in m.group_rebalances.items():
+            for cause, n in causes.items():
+                per_group.add_metric([group_id, cause], n)
+        yield per_group
         statuses = getattr(shard, "partitions", None)
         if isinstance(statuses, Mapping):
             yield GaugeMetricFamily(
