@@ -644,7 +644,11 @@ async def test_group_configs_validated_stored_and_honoured(tmp_path: Path) -> No
         ),
         1000,
     )
-    assert out.replies[0][1].heartbeat_interval_ms == 6000
+    reply = out.replies[0][1]
+    assert reply.heartbeat_interval_ms == 6000
+    # ... and the group's session timeout (the broker default is 45000).
+    timer = n.shard.consumer.groups["g"].session_timers[reply.member_id]
+    assert timer.deadline_ms == 1000 + 50000
     n.close()
     again = await Node(tmp_path).start()  # durable: group_configs.json
     try:

@@ -277,3 +277,73 @@ def test_retention_change_applies_to_the_log(kgc: KgcProcess) -> None:
     while earliest() == 0:
         assert time.monotonic() < deadline, "retention never applied the new retention.ms"
         time.sleep(0.5)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow  # two nodes on PostgreSQL
+def test_cluster_mode_changes_reach_every_node(tmp_path: Path, pg_url: str) -> None:
+    """A topic's and a group's configs altered through node 1 are what node 2 describes,
+    and survive both nodes' restart (kgc_topic, kgc_group_config)."""
+    from clusterkit import Cluster
+    from groupkit import wait_until
+
+    from coordinator.tools.client import Connection
+    from protocol.messages import describe_configs
+
+    def describe(node: KgcProcess, rtype: int, name: str) -> dict[str, str | None]:
+        req = describe_configs.Request(
+            resources=[
+                describe_configs.DescribeConfigsResource(resource_type=rtype, resource_name=name)
+            ]
+        )
+        with Connection.to(node.bootstrap) as c:
+            _, resp = c.request(describe_configs.API_KEY, req)
+        (r,) = resp.results
+        assert r.error_code == 0, r
+        return {e.name: e.value for e in r.configs}
+
+    with Cluster(tmp_path, pg_url, nodes=2) as cluster:
+        cluster.start_all()
+        one, two = cluster.nodes[1], cluster.nodes[2]
+        admin = AdminClient({"bootstrap.servers": one.bootstrap})
+        create(admin, "shared")
+        result(
+            admin.incremental_alter_configs(
+                [
+                    ConfigResource(
+                        "topic",
+                        "shared",
+                        incremental_configs=[
+                            ConfigEntry(
+                                "retention.ms",
+                                "120000",
+                                incremental_operation=AlterConfigOpType.SET,
+                            )
+                        ],
+                    )
+                ]
+            )
+        )
+        kp = KafkaAdminClient(bootstrap_servers=one.bootstrap, request_timeout_ms=30000)
+        try:
+            group = KpConfigResource(
+                ConfigResourceType.GROUP, "cg", configs={"consumer.session.timeout.ms": "50000"}
+            )
+            assert kp.alter_configs([group])["group"]["cg"] == "OK"
+        finally:
+            kp.close()
+        wait_until(
+            lambda: describe(two, 2, "shared")["retention.ms"] == "120000",
+            what="node 2 to see the topic's new retention.ms",
+        )
+        wait_until(
+            lambda: describe(two, 32, "cg")["consumer.session.timeout.ms"] == "50000",
+            what="node 2 to see the group's config",
+        )
+        for node in (one, two):
+            node.stop()
+        for node in (one, two):
+            node.start()
+        cluster.wait_ready()
+        assert describe(two, 2, "shared")["retention.ms"] == "120000"
+        assert describe(one, 32, "cg")["consumer.session.timeout.ms"] == "50000"
