@@ -153,6 +153,7 @@ class KafkaConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.host, self.port = java_host_address(str(peer[0])), int(peer[1])
+        self.quiet_since = time.monotonic()  # a TLS handshake before this is not idleness
         self.server.connections.add(self)
         self.server.on_connection(+1)
         if self.listening is not None and self.listening.ssl is not None:
