@@ -1,40 +1,82 @@
 """``kgc audit`` / ``python -m coordinator.audit``: arguments, Spark session, reports, exit code.
 
 How this works: ``main`` parses the arguments (the same ones ``kgc audit`` registers through
-``add_arguments``), checks that pyspark is importable (it is the optional ``kgc[audit]``
+``add_arguments``). ``run`` first checks what it can without Spark, so a mistake costs no JVM
+start: a ``--log-dir`` on this machine that does not exist is bad usage (exit 2, well under a
+second). Then it checks that pyspark is importable (it is the optional ``kgc[audit]``
 extra), prepares the environment for a local Spark (loopback binding, this interpreter for the
 Python workers, UTC, no stray ``SPARK_HOME``) unless it runs under ``spark-submit``, builds or
 reuses the SparkSession (with PostgreSQL's JDBC driver in ``spark.jars`` for ``--storage-url``),
 runs ``job.run_audit`` on a data directory (``--log-dir``) or a cluster's database
 (``--storage-url``), writes ``partitions``, ``groups``, ``findings`` and ``members`` (the
-KIP-848 consumer groups' members) as Parquet or JSON directories plus ``summary.json`` (with
-a ``consumer_groups`` section) under ``--out``, prints a console summary and returns 0 (clean), 2 (findings at or above ``--fail-on``) or 1 (error).
+KIP-848 consumer groups' members) under ``--out`` (Parquet directories, or one JSON file each
+with ``--format json``) plus ``summary.json``, prints a console summary and returns an exit
+code from ``tools.exits``: 0 clean, 4 findings at or above ``--fail-on``, 1 the audit could
+not run, 2 bad usage.
+
+What the user sees: on a terminal, one progress line per stage on stderr (none when stderr is
+not a terminal, nor with ``--quiet``). The JVM that a local Spark starts gets its own stdout
+and stderr pointed at a log file, so Spark's start-up lines, log4j warnings and executor noise
+stay off the terminal (``--verbose`` leaves them there, at log level WARN); the file is named
+in the error line when the audit fails and removed when it succeeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from coordinator.tools.exits import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from coordinator.audit.job import AuditResult
 
-__all__ = ["INSTALL_HINT", "add_arguments", "main", "prepare_environment", "run", "spark_session"]
+__all__ = [
+    "DESCRIPTION",
+    "INSTALL_HINT",
+    "Progress",
+    "add_arguments",
+    "main",
+    "prepare_environment",
+    "run",
+    "spark_session",
+]
 
+DESCRIPTION = (
+    "Audit a kgc data directory's (or a cluster database's) __consumer_offsets log with "
+    "Apache Spark: lag, Burrow status and integrity/lifecycle findings as Parquet or JSON "
+    "tables. Exit status: 0 clean, 4 findings at or above --fail-on, 1 the audit could not "
+    "run, 2 bad usage."
+)
 INSTALL_HINT = "kgc audit needs PySpark (and Java 17+): pip install 'kgc[audit]'"
 # as source_pg.DEFAULT_JDBC_JAR (not imported: that module needs numpy, this one must not)
 DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
 _SEVERITIES = ["info", "warn", "error"]
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return n
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,20 +92,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="PostgreSQL's JDBC driver for --storage-url (Debian's libpostgresql-jdbc-java)",
     )
     p.add_argument("--out", required=True, help="directory for the reports (replaced if present)")
-    p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument(
+        "--format",
+        choices=["parquet", "json"],
+        default="parquet",
+        help="parquet: a directory per report; json: one JSON file per report (an array of "
+        "objects, every column present)",
+    )
     p.add_argument(
         "--master",
         default=None,
         help="Spark master (default local[2]; under spark-submit the submitted one)",
     )
     p.add_argument(
-        "--window", type=int, default=10, help="commits per partition for Burrow's rules"
+        "--window", type=_positive, default=10, help="commits per partition for Burrow's rules"
     )
     p.add_argument(
         "--fail-on",
         choices=[*_SEVERITIES, "none"],
         default="error",
-        help="exit 2 when a finding has this severity or worse",
+        help="exit 4 when a finding has this severity or worse (default error)",
     )
     p.add_argument("--now-ms", type=int, default=None, help="audit time (default: now)")
     p.add_argument(
@@ -85,7 +133,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="offsets topic partition count (default: inferred from the directories)",
     )
     p.add_argument("--top", type=int, default=20, help="findings shown on the console")
-    p.add_argument("--quiet", action="store_true", help="no console report")
+    p.add_argument("--quiet", action="store_true", help="no console report and no progress lines")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="leave Spark's own output (start-up lines, log4j warnings) on the terminal",
+    )
 
 
 def _under_spark_submit() -> bool:
@@ -113,8 +166,45 @@ def prepare_environment(master: str | None) -> None:
             os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
 
 
+@contextlib.contextmanager
+def jvm_output_to(path: str | None) -> Iterator[None]:
+    """While the block runs, file descriptors 1 and 2 point at ``path``: a JVM that Spark
+    launches then inherits them and writes its start-up lines, log4j output and its Python
+    workers' stderr there for its whole life, while this process's own streams are restored
+    afterwards. ``None`` leaves everything as it is (``--verbose``)."""
+    if path is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (*saved, fd):
+            os.close(f)
+
+
+def quiet_python_side() -> None:
+    """pyspark's Python warnings and py4j's logger stay off the terminal (not ``--verbose``)."""
+    warnings.filterwarnings("ignore", module=r"pyspark(\.|$)")
+    warnings.filterwarnings("ignore", module=r"py4j(\.|$)")
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+
+
 def spark_session(
-    master: str | None = None, app_name: str = "kgc-audit", jars: list[str] | None = None
+    master: str | None = None,
+    app_name: str = "kgc-audit",
+    jars: list[str] | None = None,
+    *,
+    log_level: str = "ERROR",
 ) -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -139,21 +229,95 @@ def spark_session(
             .config("spark.ui.showConsoleProgress", "false")
         )
     spark = builder.getOrCreate()
-    if not _under_spark_submit():
-        spark.sparkContext.setLogLevel("ERROR")
+    if not _under_spark_submit():  # under spark-submit the user's log4j settings rule
+        spark.sparkContext.setLogLevel(log_level)
     return spark
 
 
 def _write(df: Any, path: str, fmt: str) -> None:
-    w = df.coalesce(1).write.mode("overwrite")
+    """One report: ``<name>.json``, or the Parquet directory ``<name>``; the other form of the
+    same report from an earlier run is removed, so ``--out`` holds one copy of each."""
     if fmt == "json":
-        w.json(path)
+        _remove(path)
+        _write_text(f"{path}.json", _json_chunks(df))
     else:
-        w.parquet(path)
+        _remove(f"{path}.json")
+        df.coalesce(1).write.mode("overwrite").parquet(path)
 
 
 def _is_local(path: str) -> bool:
     return "://" not in path and not path.startswith("file:")
+
+
+def _local_path(path: str) -> str | None:
+    """The file-system path of a plain path or a ``file:`` URI; None for other URIs."""
+    if _is_local(path):
+        return path
+    u = urlparse(path)
+    return u.path if u.scheme == "file" else None
+
+
+def _hadoop_fs(path: str) -> tuple[Any, Any]:
+    """(FileSystem, Path) of a Hadoop URI, through the running session's JVM."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    jvm: Any = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    return target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), target
+
+
+def _remove(path: str) -> None:
+    local = _local_path(path)
+    if local is None:
+        fs, target = _hadoop_fs(path)
+        fs.delete(target, True)
+    elif os.path.isdir(local):
+        shutil.rmtree(local)
+    elif os.path.lexists(local):
+        os.unlink(local)
+
+
+def _json_chunks(df: Any) -> Iterator[str]:
+    """A report as one JSON array, one object per line, every column present (Spark's own
+    JSON writer drops null fields), streamed from the executors a partition at a time."""
+    first = True
+    yield "["
+    for row in df.toLocalIterator():
+        yield ("\n" if first else ",\n") + json.dumps(
+            row.asDict(recursive=True), default=str, ensure_ascii=False
+        )
+        first = False
+    yield "\n]\n"
+
+
+def _write_text(path: str, chunks: Iterable[str]) -> None:
+    """One file at ``path``: a local path directly (renamed into place, so a reader never
+    sees half of it), a Hadoop URI through the JVM's FileSystem API a MiB per call."""
+    local = _local_path(path)
+    if local is not None:
+        _remove(local)  # e.g. summary.json as a directory, from an older kgc
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        tmp = f"{local}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, local)
+        return
+    fs, target = _hadoop_fs(path)
+    fs.delete(target, True)
+    stream = fs.create(target, True)
+    try:
+        buf = bytearray()
+        for chunk in chunks:
+            buf += chunk.encode()
+            if len(buf) >= 1 << 20:
+                stream.write(bytes(buf))
+                buf.clear()
+        stream.write(bytes(buf))
+    finally:
+        stream.close()
 
 
 def write_reports(result: AuditResult, out: str, fmt: str, summary: dict[str, Any]) -> None:
@@ -168,17 +332,7 @@ def write_reports(result: AuditResult, out: str, fmt: str, summary: dict[str, An
         ]:
             f.result()
     text = json.dumps(summary, indent=2, sort_keys=True, default=str)
-    if _is_local(base):
-        Path(base).mkdir(parents=True, exist_ok=True)
-        (Path(base) / "summary.json").write_text(text + "\n")
-    else:  # a Hadoop URI: let Spark write it as a one-line text file
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()
-        assert spark is not None
-        spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(
-            f"{base}/summary.json"
-        )
+    _write_text(f"{base}/summary.json", [text, "\n"])
 
 
 def build_summary(
@@ -362,14 +516,74 @@ def _consumer_group_lines(
     return lines
 
 
+class Progress:
+    """One line per stage on stderr with the time since the start, only when stderr is a
+    terminal: a pipe or a file gets none, so scripts see only the report and errors."""
+
+    def __init__(self, enabled: bool, stream: IO[str] | None = None) -> None:
+        self.enabled = enabled
+        self.stream = stream
+        self.t0 = time.perf_counter()
+
+    @classmethod
+    def on_terminal(cls, quiet: bool) -> Progress:
+        return cls(not quiet and sys.stderr.isatty())
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            print(
+                f"kgc audit: [{time.perf_counter() - self.t0:6.1f} s] {text}",
+                file=self.stream or sys.stderr,
+                flush=True,
+            )
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What can be refused before pyspark is imported and a JVM started."""
+    if args.log_dir:
+        local = _local_path(args.log_dir)
+        if local is not None and not os.path.isdir(local):
+            why = "is not a directory" if os.path.exists(local) else "does not exist"
+            return f"--log-dir {args.log_dir} {why}"
+    return None
+
+
+def _spark_log() -> str | None:
+    """A file for the output of the JVM this run starts (None under spark-submit: the JVM
+    is already up, its output is where spark-submit put it)."""
+    if _under_spark_submit():
+        return None
+    fd, path = tempfile.mkstemp(prefix="kgc-audit-spark-", suffix=".log")
+    os.close(fd)
+    return path
+
+
+def _keep_log(path: str | None) -> str:
+    """On failure: the Spark log's name for the error line, if it holds anything."""
+    if path is None or not os.path.exists(path):
+        return ""
+    if os.path.getsize(path) == 0:
+        os.unlink(path)
+        return ""
+    return f" (Spark's output: {path})"
+
+
 def run(args: argparse.Namespace) -> int:
+    problem = _usage_problem(args)
+    if problem is not None:
+        print(f"kgc audit: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         import pyspark  # noqa: F401
     except ImportError:
         print(INSTALL_HINT, file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     from coordinator.audit.job import AuditError, AuditOptions, run_audit
 
+    verbose = bool(getattr(args, "verbose", False))
+    if not verbose:
+        quiet_python_side()
+    progress = Progress.on_terminal(args.quiet)
     now_ms = args.now_ms if args.now_ms is not None else time.time_ns() // 1_000_000
     opts = AuditOptions(
         log_dir=args.log_dir or "",
@@ -381,27 +595,37 @@ def run(args: argparse.Namespace) -> int:
         clock_skew_ms=args.clock_skew_ms,
         offsets_partitions=args.offsets_partitions,
         top=args.top,
+        progress=progress,
     )
     t0 = time.perf_counter()
+    log_path = None if verbose else _spark_log()
     try:
         jars = [args.jdbc_jar] if args.storage_url and os.path.exists(args.jdbc_jar) else None
-        spark = spark_session(args.master, jars=jars)
+        progress(f"starting Spark ({args.master or 'local[2]'})")
+        with jvm_output_to(log_path):
+            spark = spark_session(args.master, jars=jars, log_level="WARN" if verbose else "ERROR")
         result = run_audit(spark, opts)
         summary, top_rows, groups = build_summary(result, args.fail_on)
-        code = 2 if summary["failing_findings"] else 0
+        code = EXIT_FINDINGS if summary["failing_findings"] else EXIT_OK
         summary["exit_code"] = code
         summary["seconds"]["total"] = round(time.perf_counter() - t0, 3)
+        progress(f"writing the reports ({args.format}) to {args.out}")
         write_reports(result, args.out, args.format, summary)
         result.release()
     except AuditError as e:
-        print(f"kgc audit: {e}", file=sys.stderr)
-        return 1
+        print(f"kgc audit: {e}{_keep_log(log_path)}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as e:  # Spark errors arrive as Py4J / Analysis exceptions
+        first = str(e).splitlines()[0] if str(e) else ""
         print(
-            f"kgc audit failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            f"kgc audit failed: {type(e).__name__}: {first}{_keep_log(log_path)}",
             file=sys.stderr,
         )
-        return 1
+        return EXIT_ERROR
+    if log_path is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(log_path)  # the JVM may keep writing to it: the name goes, not the file
+    progress(f"done in {time.perf_counter() - t0:.1f} s")
     if not args.quiet:
         print(render_console(summary, top_rows, groups))
         print(f"\nreports: {args.out} ({args.format}); exit {code}")
@@ -409,8 +633,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="kgc audit", description="Audit a kgc offsets log with Spark."
-    )
+    parser = argparse.ArgumentParser(prog="kgc audit", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))

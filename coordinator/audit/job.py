@@ -157,6 +157,12 @@ class AuditOptions:
     offsets_partitions: int | None = None
     top: int = 20  # findings brought back for the console
     jdbc_jar: str = DEFAULT_JDBC_JAR  # PostgreSQL's JDBC driver, if the session lacks it
+    # called with a line at the start of each stage (``kgc audit`` shows them on a terminal)
+    progress: Callable[[str], None] | None = None
+
+    def stage(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
 
 
 @dataclass(slots=True)
@@ -238,6 +244,7 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     if not opts.log_dir:
         raise AuditError("give a data directory (--log-dir) or a database (--storage-url)")
     root = _root(opts.log_dir)
+    opts.stage(f"listing {root}")
     files = _list_files(spark, root)
     t_list = time.perf_counter()
     plan = _plan(spark, root, files, opts.offsets_partitions)
@@ -248,8 +255,16 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
         future_limit_ms=opts.now_ms + opts.clock_skew_ms,
     )
 
+    opts.stage(
+        f"job 1/2: topic logs ({len(plan.first_seg_rows)} topic partitions, "
+        f"{len(plan.topic_files)} files)"
+    )
     topic_rows, ctx = _topic_context(spark, decoder, plan, opts)
     t_topics = time.perf_counter()
+    opts.stage(
+        f"job 2/2: offsets log ({len(plan.offsets_files)} segments of "
+        f"{plan.num_partitions} partitions)"
+    )
     final, collected = _offsets_report(spark, decoder, plan, ctx, opts.top)
     t_offsets = time.perf_counter()
 
@@ -394,6 +409,7 @@ def _run_pg_audit(spark: SparkSession, opts: AuditOptions, t0: float) -> AuditRe
             r = r.option("password", target.password)
         return r
 
+    opts.stage(f"job 1/2: catalog, leases and time lines from {shown}")
     try:
         context_rows = reader().option("query", CONTEXT_SQL).load().collect()
     except Exception as e:
@@ -416,6 +432,7 @@ def _run_pg_audit(spark: SparkSession, opts: AuditOptions, t0: float) -> AuditRe
     )
     # one range of offsets partitions per task, about two tasks per core
     tasks = max(1, min(counts["offsets_leases"], 2 * spark.sparkContext.defaultParallelism))
+    opts.stage(f"job 2/2: offsets rows of {counts['offsets_leases']} partitions ({tasks} tasks)")
     decoded = (
         reader()
         .option("dbtable", OFFSETS_SQL)

@@ -17,10 +17,10 @@ Secured listeners: ``security`` (a ``ClientSecurity``, from ``--command-config``
 every connection, the bootstrap's and each coordinator's or leader's, as a Kafka client uses
 one configuration for every broker.
 
-Failures come out as two exception types the CLI maps to exit codes: ``Unreachable`` (no
-TCP connection or the connection dropped: exit 3) and ``AdminError`` (the server answered
+Failures come out as exception types the CLI maps to exit codes: ``Unreachable`` (no
+TCP connection or the connection dropped: exit 3), ``AdminError`` (the server answered
 with an error, refused the credentials or the TLS handshake failed, or the thing asked for
-does not exist: exit 1).
+does not exist: exit 1) and ``UsageError`` (an argument that cannot be used: exit 2).
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ class AdminError(Exception):
 
 class Unreachable(Exception):
     """No connection to the server (refused, timed out, dropped)."""
+
+
+class UsageError(Exception):
+    """Bad usage found only when the command runs (e.g. a malformed --bootstrap-server): exit 2."""
 
 
 def error_name(code: int) -> str:
@@ -196,7 +200,7 @@ def _by_name(topics: Iterable[Any]) -> dict[str, list[int]]:
 def _split(bootstrap: str) -> tuple[str, int]:
     host, sep, port = bootstrap.rpartition(":")
     if not sep or not port.isdigit():
-        raise AdminError(f"bad --bootstrap-server {bootstrap!r}: expected host:port")
+        raise UsageError(f"bad --bootstrap-server {bootstrap!r}: expected host:port")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -690,6 +694,7 @@ __all__ = [
     "Member",
     "TopicDescription",
     "Unreachable",
+    "UsageError",
     "decode_assignment",
     "encode_assignment",
 ]

@@ -4,13 +4,22 @@ How this works: argparse subcommands; each returns an exit status. Errors a user
 (bad flags, bad settings, an unreachable server) end in one line on stderr, never a
 traceback.
 
-The operator commands (``groups``, ``offsets``, ``topics``, ``health``; one module per
-family in ``tools.commands``) speak the plain Kafka protocol through ``tools.admin``, so
-they work against kgc and any Kafka-compatible broker (``--bootstrap-server``). They print
-rich tables for people and, with ``--output json``, JSON for scripts. Exit codes: 0 ok, 1
-the server answered with an error or the group/topic does not exist, 2 bad usage, 3 the
-server could not be reached. Every one of them takes Kafka's ``--command-config
-client.properties`` for TLS and SASL listeners (``tools.commands.common``). ``kgc audit`` runs the offsets audit (``coordinator.audit``).
+The operator commands (``groups``, ``offsets``, ``topics``, ``cluster``, ``health``,
+``acls``; one module per family in ``tools.commands``) speak the plain Kafka protocol
+through ``tools.admin``, so they work against kgc and any Kafka-compatible broker
+(``--bootstrap-server``). They print rich tables for people and, with ``--output json``,
+JSON for scripts. Every one of them takes Kafka's ``--command-config client.properties``
+for TLS and SASL listeners (``tools.commands.common``). ``kgc audit`` runs the offsets audit
+(``coordinator.audit``).
+
+Exit codes, the same for every command (README, "Fix a group"): 0 ok; 1 the server answered
+with an error, the group/topic does not exist, or the command could not run; 2 bad usage (a
+flag, a value, or a file named on the command line that cannot be used); 3 the server could
+not be reached; 4 ``kgc audit`` found problems at or above ``--fail-on``; 130 interrupted.
+
+Imports are lazy: ``kgc audit`` and ``kgc --version`` are dispatched before the server's
+configuration model and the protocol codecs are imported (about half a second), so a bad
+audit argument is reported at once.
 """
 
 from __future__ import annotations
@@ -20,18 +29,30 @@ import logging
 import sys
 from typing import Any
 
-from coordinator import config
-from coordinator.tools.admin import AdminError, Unreachable
-from coordinator.tools.client import ClientConfigError
-from coordinator.tools.commands import acls, cluster, groups, health, offsets, topics, users
-from coordinator.tools.commands.common import (
+from coordinator.tools.exits import (
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
-    common_options,
 )
-from storage.postgres import StartupRefused
+
+
+def version() -> str:
+    """The installed distribution's version (``pyproject.toml`` in a source checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("kgc")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        import tomllib
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        try:
+            return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
 
 
 def setup_logging(level: str, fmt: str) -> None:
@@ -41,16 +62,24 @@ def setup_logging(level: str, fmt: str) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from coordinator import config
     from coordinator.app import run
+    from storage.postgres import StartupRefused
 
     try:
         settings = config.load(args)
-    except OSError as exc:  # e.g. the --config file cannot be read
+    except OSError as exc:  # the --config file cannot be read: bad usage
         print(
             f"kgc: error: cannot read configuration: {exc.strerror or exc}: {exc.filename}",
             file=sys.stderr,
         )
-        return EXIT_ERROR
+        return EXIT_USAGE
+    except SystemExit as exc:  # config.load's one line per invalid setting: bad usage
+        if isinstance(exc.code, str):
+            print("\n".join(f"kgc: error: {ln}" for ln in exc.code.splitlines()), file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    # kgc's own log settings (kgc.log.level/format; log.level/format before issue 17's rename)
     setup_logging(settings.kgc_log_level, settings.kgc_log_format)
     config.log_startup(settings)  # ignored/unknown/deprecated names, the effective settings
     try:
@@ -66,7 +95,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def add_admin_commands(sub: Any) -> None:
-    """``groups``, ``offsets``, ``topics``, ``cluster`` and ``health``: operate a running server."""
+    """``groups``, ``offsets``, ``topics``, ``cluster``, ``health``, ``acls``: operate a server."""
+    from coordinator.tools.commands import acls, cluster, groups, health, offsets, topics
+    from coordinator.tools.commands.common import common_options
+
     common = common_options()
     for family in (groups, offsets, topics, cluster, health, acls):
         family.add_commands(sub, common)
@@ -79,9 +111,29 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_audit_command(sub: Any) -> None:
+    from coordinator.audit.cli import DESCRIPTION, add_arguments
+
+    audit = sub.add_parser(
+        "audit",
+        help="audit an offsets log with Spark (needs kgc[audit])",
+        description=DESCRIPTION,
+    )
+    add_arguments(audit)
+    audit.set_defaults(func=cmd_audit)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``kgc`` parser; ``only="audit"`` registers that subcommand alone (fast start)."""
     parser = argparse.ArgumentParser(prog="kgc", description="kgc: a Kafka group coordinator")
+    parser.add_argument("--version", action="version", version=f"kgc {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    if only == "audit":
+        add_audit_command(sub)
+        return parser
+    from coordinator import config
+    from coordinator.tools.commands import users
+
     serve = sub.add_parser(
         "serve",
         help="run the server",
@@ -91,25 +143,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     add_admin_commands(sub)
     users.add_commands(sub)  # offline, against a data directory
-    audit = sub.add_parser(
-        "audit",
-        help="audit an offsets log with Spark (needs kgc[audit])",
-        description="Audit a kgc data directory's __consumer_offsets log with Apache Spark: "
-        "lag, Burrow status and integrity/lifecycle findings as Parquet or JSON tables.",
-    )
-    from coordinator.audit.cli import add_arguments as add_audit_arguments
-
-    add_audit_arguments(audit)
-    audit.set_defaults(func=cmd_audit)
+    add_audit_command(sub)
     return parser
 
 
 def run_admin(args: argparse.Namespace) -> int:
     """Run an operator command, turning every failure into one line and an exit code."""
+    from coordinator.tools.admin import AdminError, Unreachable, UsageError
+    from coordinator.tools.client import ClientConfigError
+
     try:
         return int(args.func(args))
     except ClientConfigError as exc:  # --command-config: a setting that cannot be used
         print(f"kgc: error: --command-config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:  # bad usage found only when the command runs
+        print(f"kgc: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except AdminError as exc:
         print(f"kgc: error: {exc}", file=sys.stderr)
@@ -124,12 +173,21 @@ def run_admin(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = _command_of(argv)
+    # `kgc audit` and `kgc --version` need none of the other commands' imports
+    fast = command == "audit" or (command is None and "--version" in argv)
+    parser = build_parser(only="audit" if fast else None)
     args = parser.parse_args(argv)
     try:
         if getattr(args, "admin", False):
             return run_admin(args)
         return int(args.func(args))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

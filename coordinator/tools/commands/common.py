@@ -22,8 +22,11 @@ from typing import Any
 
 from coordinator.tools.admin import Admin
 from coordinator.tools.client import ClientSecurity
+from coordinator.tools.exits import EXIT_ERROR as EXIT_ERROR  # the command modules' table
+from coordinator.tools.exits import EXIT_OK as EXIT_OK
+from coordinator.tools.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from coordinator.tools.exits import EXIT_USAGE as EXIT_USAGE
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 Command = Callable[[argparse.Namespace], int]

@@ -124,20 +124,23 @@ def test_cli_exit_codes_and_report_files(spark: Any, tmp_path: Path, capsys: Any
     assert spark.read.parquet(str(out / "findings")).count() == 0
     assert "No findings." in capsys.readouterr().out
 
-    # an error-level finding: exit 2 by default, 0 with --fail-on none; JSON output
+    # an error-level finding: exit 4 by default, 0 with --fail-on none; JSON output
     bad = tmp_path / "bad"
     bad_root, _ = build(bad, inject_truncated_batch)
     args = ["audit", "--log-dir", str(bad_root), "--out", str(out), "--now-ms", str(NOW)]
-    assert cli.main(args) == 2
+    assert cli.main(args) == 4
     assert "truncated_batch" in capsys.readouterr().out
     assert cli.main([*args, "--fail-on", "none", "--format", "json", "--quiet"]) == 0
-    rows = spark.read.json(str(out / "findings")).collect()
+    rows = json.loads((out / "findings.json").read_text())  # one JSON file per report
     assert [r["check"] for r in rows] == ["truncated_batch"]
 
 
 def test_missing_log_dir_is_an_error(spark: Any, tmp_path: Path, capsys: Any) -> None:
     args = ["audit", "--log-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
-    assert cli.main(args) == 1
+    assert cli.main(args) == 2  # bad usage, before Spark
+    assert "does not exist" in capsys.readouterr().err
+    args = ["audit", "--log-dir", str(tmp_path), "--out", str(tmp_path / "o")]
+    assert cli.main(args) == 1  # a directory without segments: the audit cannot run
     assert "no log segments" in capsys.readouterr().err
 
 
@@ -388,7 +391,7 @@ def test_consumer_group_members_and_assignment_anomalies(
     root, _ = build(tmp_path, inject)
     out = tmp_path / "out"
     args = ["audit", "--log-dir", str(root), "--out", str(out), "--now-ms", str(NOW)]
-    assert cli.main([*args, "--format", "json"]) == 2  # the double assignment is an error
+    assert cli.main([*args, "--format", "json"]) == 4  # the double assignment is an error
     console = capsys.readouterr().out
     assert "Consumer groups (KIP-848):" in console and "partition_assigned_twice" in console
 
@@ -420,12 +423,12 @@ def test_consumer_group_members_and_assignment_anomalies(
         ("warn", "partition_unassigned", "pay", 2),
     ]
     # the members table, and the groups table: cg is a consumer group, g1 untouched
-    members = spark.read.json(str(out / "members")).collect()
+    members = json.loads((out / "members.json").read_text())
     assert sorted((r["group"], r["member_id"], r["member_epoch"]) for r in members) == [
         ("cg", "a", 2),
         ("cg", "b", 2),
     ]
-    groups = {r["group"]: r for r in spark.read.json(str(out / "groups")).collect()}
+    groups = {r["group"]: r for r in json.loads((out / "groups.json").read_text())}
     assert (groups["cg"]["state"], groups["cg"]["members"], groups["cg"]["generation"]) == (
         "Reconciling",
         2,
@@ -433,7 +436,7 @@ def test_consumer_group_members_and_assignment_anomalies(
     )
     assert (groups["g1"]["state"], groups["g1"]["members"]) == ("Stable", 2)
     checks = sorted(
-        (r["check"], r["group"]) for r in spark.read.json(str(out / "findings")).collect()
+        (r["check"], r["group"]) for r in json.loads((out / "findings.json").read_text())
     )
     # no unknown_record_version for the consumer-group records
     assert checks == [

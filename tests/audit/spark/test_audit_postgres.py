@@ -369,11 +369,11 @@ def test_cli_exit_codes_reports_and_errors(
     pg_build(tmp_path, pg_url, inject_crc_mismatch)
     out = tmp_path / "out"
     args = ["audit", "--storage-url", pg_url, "--out", str(out), "--now-ms", str(NOW)]
-    assert cli.main(args) == 2
+    assert cli.main(args) == 4  # a finding at --fail-on error
     console = capsys.readouterr().out
     assert "crc_mismatch" in console and f"kgc offsets audit of {pg_url}" in console
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["exit_code"] == 2 and summary["storage_url"] == pg_url
+    assert summary["exit_code"] == 4 and summary["storage_url"] == pg_url
     assert summary["findings"]["by_check"] == {"crc_mismatch": {"error": 1}}
     rows = spark.read.parquet(str(out / "findings")).collect()
     assert [r["check"] for r in rows] == ["crc_mismatch"]
