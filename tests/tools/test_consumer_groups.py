@@ -214,9 +214,10 @@ def test_list_and_describe_a_consumer_protocol_group(kgc848: KgcProcess) -> None
             "HOST",
             "CLIENT-ID",
         ]
-        assert [ln.split()[1:6] for ln in blocks[2][1:]] == [
+        assert [ln.split()[1:6] for ln in blocks[2][1:-1]] == [
             [TOPIC, str(p), "4", "10", "6"] for p in range(PARTITIONS)
         ]
+        assert blocks[2][-1].split() == ["TOTAL-LAG", str(6 * PARTITIONS)]
 
         # -- one section on request; --state of a consumer group has the epochs
         only_state = cli(kgc, "groups", "describe", GROUP, "--state", "--output", "json").json()
@@ -226,7 +227,13 @@ def test_list_and_describe_a_consumer_protocol_group(kgc848: KgcProcess) -> None
 
         # -- the classic group keeps its output: offsets only by default
         old = cli(kgc, "groups", "describe", "old-style", "--output", "json").json()
-        assert old["type"] == "classic" and set(old) == {"group", "type", "state_name", "offsets"}
+        assert old["type"] == "classic" and set(old) == {
+            "group",
+            "type",
+            "state_name",
+            "offsets",
+            "total_lag",
+        }
         assert [(r["partition"], r["current_offset"]) for r in old["offsets"]] == [(0, 1)]
     finally:
         for m in members:

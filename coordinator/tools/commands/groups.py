@@ -18,8 +18,15 @@ import argparse
 import contextlib
 from typing import Any
 
-from coordinator.tools.admin import LATEST, Admin, AdminError, GroupDescription, Member
-from coordinator.tools.commands.common import EXIT_OK, admin_for, leaf
+from coordinator.tools.admin import (
+    LATEST,
+    Admin,
+    AdminError,
+    GroupDescription,
+    Member,
+    UsageError,
+)
+from coordinator.tools.commands.common import EXIT_ERROR, EXIT_OK, admin_for, leaf
 from coordinator.tools.output import Output, records
 
 # Classic states, then the consumer-group (KIP-848) ones; ListGroups filters on any.
@@ -35,13 +42,16 @@ GROUP_STATES = (
 GROUP_TYPES = ("classic", "consumer")
 
 
-def _state_name(text: str) -> str:
-    for s in GROUP_STATES:
-        if s.lower() == text.lower():
-            return s
-    raise argparse.ArgumentTypeError(
-        f"unknown group state {text!r} (one of {', '.join(GROUP_STATES)})"
-    )
+def _state_names(text: str) -> list[str]:
+    """``--state Stable`` or ``--state stable,empty`` (case-insensitive, as Kafka's tool)."""
+    by_lower = {s.lower(): s for s in GROUP_STATES}
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in names if t.lower() not in by_lower]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown group state {(bad or [text])[0]!r} (one of {', '.join(GROUP_STATES)})"
+        )
+    return [by_lower[t.lower()] for t in names]
 
 
 def _type_names(text: str) -> list[str]:
@@ -58,8 +68,9 @@ def _type_names(text: str) -> list[str]:
 def cmd_groups_list(args: argparse.Namespace) -> int:
     out = Output(args)
     types = sorted({t for ts in args.type or () for t in ts}) or None
+    states = sorted({s for ss in args.state or () for s in ss}) or None
     with admin_for(args) as admin:
-        groups = admin.list_groups([args.state] if args.state else None, types)
+        groups = admin.list_groups(states, types)
     if out.json:
         out.dump(
             [{"group": g, "type": gt, "state": s, "protocol_type": t} for g, s, t, gt in groups]
@@ -280,31 +291,87 @@ def _member_json(desc: GroupDescription, rows: list[dict[str, Any]]) -> list[dic
     return rows
 
 
-def cmd_groups_describe(args: argparse.Namespace) -> int:
-    out = Output(args)
-    with admin_for(args) as admin:
-        desc = _describe(admin, args.group)
-        consumer = desc.group_type == "consumer"
-        sections = (
-            _consumer_sections(admin, desc, args)
-            if consumer
-            else _classic_sections(admin, desc, args)
-        )
+def _total_lag(rows: list[list[Any]]) -> int:
+    """The group's lag summed over its partitions (those with a known lag), as rpk's TOTAL-LAG."""
+    return sum(r[OFFSET_COLUMNS.index("LAG")] or 0 for r in rows)
+
+
+def _groups_to_describe(admin: Admin, args: argparse.Namespace) -> list[str]:
+    """The named groups, or with ``--all-groups`` every consumer group the cluster lists (as
+    Kafka's tool: protocol type ``consumer`` or none, so not Connect's or others')."""
+    if args.all_groups:
+        if args.group:
+            raise UsageError("give group names or --all-groups, not both")
+        return [g for g, _state, ptype, _type in admin.list_groups() if ptype in ("consumer", "")]
+    if not args.group:
+        raise UsageError("name a group (or several), or give --all-groups")
+    return list(dict.fromkeys(args.group))  # in the order given, once each
+
+
+def _describe_one(
+    admin: Admin, group: str, args: argparse.Namespace, out: Output
+) -> dict[str, Any] | list[tuple[str, tuple[list[str], list[list[Any]]]]]:
+    """One group: its JSON object, or its tables (the offsets one followed by TOTAL-LAG)."""
+    desc = _describe(admin, group)
+    consumer = desc.group_type == "consumer"
+    sections = (
+        _consumer_sections(admin, desc, args) if consumer else _classic_sections(admin, desc, args)
+    )
     if out.json:
         obj: dict[str, Any] = {name: records(cols, rows) for name, (cols, rows) in sections.items()}
         if "state" in obj:
             obj["state"] = obj["state"][0]
         if consumer and "members" in obj:
             obj["members"] = _member_json(desc, obj["members"])
-        out.dump({"group": desc.group_id, "type": desc.group_type, "state_name": desc.state, **obj})
-        return EXIT_OK
+        if "offsets" in sections:
+            obj["total_lag"] = _total_lag(sections["offsets"][1])
+        return {"group": desc.group_id, "type": desc.group_type, "state_name": desc.state, **obj}
+    # Kafka's tool's remarks, on stderr so stdout stays the tables
     if not desc.members and ("offsets" in sections or "members" in sections):
         out.note(f"Consumer group '{desc.group_id}' has no active members.")
-    for i, (cols, rows) in enumerate(sections.values()):
-        if i:
-            print()
-        out.table(cols, rows)
-    return EXIT_OK
+    elif desc.state in REBALANCING:
+        out.note(f"Warning: consumer group '{desc.group_id}' is rebalancing.")
+    return list(sections.items())
+
+
+REBALANCING = ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling")
+
+
+def cmd_groups_describe(args: argparse.Namespace) -> int:
+    """Describe one group, several, or ``--all-groups``; one group that cannot be described
+    (it does not exist, its coordinator refuses) is named on stderr and the others are still
+    shown, and the exit code is then 1."""
+    out = Output(args)
+    failed = 0
+    described: list[dict[str, Any]] = []
+    first = True
+    with admin_for(args) as admin:
+        names = _groups_to_describe(admin, args)
+        for group in names:
+            try:
+                result = _describe_one(admin, group, args, out)
+            except AdminError as exc:
+                if len(names) == 1:
+                    raise
+                out.note(f"kgc: error: {exc}")
+                failed += 1
+                continue
+            if isinstance(result, dict):
+                described.append(result)
+                continue
+            for name, (cols, rows) in result:
+                if not first:
+                    print()
+                first = False
+                out.table(cols, rows)
+                if name == "offsets":
+                    print(f"TOTAL-LAG  {_total_lag(rows)}")
+    if out.json:
+        single = len(args.group or ()) == 1 and not args.all_groups
+        out.dump(described[0] if single and described else described)
+    elif not names:
+        out.note("No consumer groups.")
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def cmd_groups_delete(args: argparse.Namespace) -> int:
@@ -324,7 +391,12 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     ).add_subparsers(dest="action", required=True)
     p = leaf(common, groups, "list", cmd_groups_list, "list consumer groups")
     p.add_argument(
-        "--state", type=_state_name, help=f"only groups in this state ({', '.join(GROUP_STATES)})"
+        "--state",
+        type=_state_names,
+        action="append",
+        metavar="STATE[,STATE]",
+        help=f"only groups in these states ({', '.join(GROUP_STATES)}; case-insensitive; "
+        "repeatable)",
     )
     p.add_argument(
         "--type",
@@ -338,10 +410,13 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         groups,
         "describe",
         cmd_groups_describe,
-        "describe a group: offsets and lag, members, state (a classic group shows its "
-        "offsets by default, a consumer group all three)",
+        "describe groups: offsets and lag (with the group's TOTAL-LAG), members, state (a "
+        "classic group shows its offsets by default, a consumer group all three)",
     )
-    p.add_argument("group")
+    p.add_argument("group", nargs="*", help="one or more groups")
+    p.add_argument(
+        "--all-groups", action="store_true", help="every consumer group the cluster lists"
+    )
     p.add_argument(
         "--offsets",
         action="store_true",
