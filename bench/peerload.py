@@ -1,0 +1,472 @@
+"""A multi-process load generator with one synchronised window, and server CPU from /proc.
+
+How this works
+--------------
+The parent builds, for every connection, a cycle of pre-encoded request frames (the request
+kind is in the frame's correlation id, an index into ``KINDS``, so a response can be decoded
+without remembering its request). It forks ``procs`` generator processes, each owning every
+``procs``-th connection, and each runs on its own event loop (uvloop when installed):
+
+* ``closed`` (``run_closed``): ``loadgen.run_load`` keeps ``depth`` requests in flight per
+  connection, as fast as the server answers; the throughput measure.
+* ``paced`` (``run_paced``): open loop at a fixed offered rate, split evenly over the
+  connections and phase-shifted so the sends interleave; a request's latency runs from the
+  instant it was *due* (not from when it went out), so a stalled server cannot hide its
+  queueing behind a stalled generator (no coordinated omission).
+
+Every process warms up on its own connections, opens the window's connections, then waits on a
+barrier shared with the parent: all windows start at the same instant. The parent reads the
+server's CPU time when the barrier releases and again when every generator has drained its last
+response (a second barrier), so the server CPU per request covers exactly the requests answered
+in the window. The server's CPU time is utime+stime (+ the children it reaped) of the server
+process *and its descendants*, read from ``/proc/<pid>/stat``: all threads, and still right
+if the server spreads over several processes. Each generator reports its own CPU time
+(``time.process_time``) over the window, so a report can show the generator was not the
+bottleneck (or that it was).
+
+Every ``sample_every``-th response is decoded and counted as an error if any ``error_code``
+in it is nonzero: a rate of error answers is not a rate of work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import multiprocessing as mp
+import os
+import struct
+import sys
+import threading
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loadgen import run_load
+
+from protocol.framing import decode_response
+
+HOST = "127.0.0.1"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_I = struct.Struct(">i")
+BARRIER_TIMEOUT_S = 300.0
+
+# (api_key, api_version) of each request kind; a frame's correlation id is its index here.
+KINDS: list[tuple[int, int]] = []
+
+
+def kind(api_key: int, version: int) -> int:
+    """The correlation id that marks requests of this API and version."""
+    if (api_key, version) not in KINDS:
+        KINDS.append((api_key, version))
+    return KINDS.index((api_key, version))
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # the process ended between listing and reading
+        return None
+    # After the parenthesised command name: state is field 3; ppid 4; utime..cstime 14..17.
+    return text.rsplit(")", 1)[1].split()
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """utime+stime+cutime+cstime of ``pid`` and all its descendants, in seconds.
+
+    Counting reaped children's time (cutime/cstime) keeps the sum monotonic when a child
+    process exits inside the window: its time moves from its own entry to its parent's.
+    """
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is None:
+            continue
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(x) for x in fields[11:15])
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        total += ticks.get(p, 0)
+        todo.extend(c for c, pp in parents.items() if pp == p)
+    return total / _CLK_TCK
+
+
+def has_error(obj: Any) -> bool:
+    """True when any ``error_code`` in a decoded response (at any depth) is nonzero."""
+    if isinstance(obj, list):
+        return any(has_error(x) for x in obj)
+    if dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if f.name == "error_code" and v:
+                return True
+            if (isinstance(v, list) or dataclasses.is_dataclass(v)) and has_error(v):
+                return True
+    return False
+
+
+class Sampler:
+    """Decodes every ``every``-th response and counts those carrying an error."""
+
+    def __init__(self, kinds: Sequence[tuple[int, int]], every: int) -> None:
+        self.kinds = list(kinds)
+        self.every = max(1, every)
+        self.n = 0
+        self.sampled = 0
+        self.errors = 0
+        self.first_error: str | None = None
+
+    def reset(self) -> None:
+        self.sampled = self.errors = 0
+
+    def __call__(self, body: bytes) -> None:
+        self.n += 1
+        if self.n % self.every:
+            return
+        self.sampled += 1
+        api_key, version = self.kinds[_I.unpack_from(body)[0]]
+        resp = decode_response(api_key, version, body)[1]
+        if has_error(resp):
+            self.errors += 1
+            if self.first_error is None:
+                self.first_error = repr(resp)[:500]
+
+
+@dataclass
+class Window:
+    """One measured window over all generator processes."""
+
+    requests: int
+    seconds: float
+    latencies_ms: list[float]
+    server_cpu_s: float
+    loadgen_cpu_s: float
+    sampled: int
+    errors: int
+    first_error: str | None
+    offered_rate: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, p: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        return self.latencies_ms[
+            min(len(self.latencies_ms) - 1, int(p / 100 * len(self.latencies_ms)))
+        ]
+
+    @property
+    def server_cpu_us_per_request(self) -> float:
+        return self.server_cpu_s / self.requests * 1e6 if self.requests else float("nan")
+
+
+def _event_loop_run(coro: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)
+
+
+async def _barrier(b: Any) -> None:
+    # mp.Barrier.wait blocks: wait in a thread so the loop keeps its connections alive.
+    await asyncio.get_running_loop().run_in_executor(None, b.wait, BARRIER_TIMEOUT_S)
+
+
+def _closed_child(
+    port: int,
+    cycles: list[list[bytes]],
+    depth: int,
+    seconds: float,
+    warmup: float,
+    kinds: list[tuple[int, int]],
+    sample_every: int,
+    start: Any,
+    end: Any,
+    out: Any,
+) -> None:
+    sampler = Sampler(kinds, sample_every)
+    result: dict[str, Any] = {}
+
+    def make(i: int) -> bytes:
+        # run_load numbers its requests connection * 1e6 + sequence.
+        cycle = cycles[(i // 1_000_000) % len(cycles)]
+        return cycle[(i % 1_000_000) % len(cycle)]
+
+    async def opened() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(HOST, port)
+
+    async def main() -> None:
+        cpu0 = 0.0
+
+        async def before() -> None:
+            nonlocal cpu0
+            await _barrier(start)
+            sampler.reset()
+            cpu0 = time.process_time()
+
+        res = await run_load(
+            HOST,
+            port,
+            make,
+            connections=len(cycles),
+            depth=depth,
+            seconds=seconds,
+            warmup=warmup,
+            connect=opened,
+            before_start=before,
+            on_response=sampler,
+        )
+        result.update(
+            requests=res.requests,
+            latencies=array("d", res.latencies_ms).tobytes(),
+            cpu=time.process_time() - cpu0,
+        )
+
+    _run_child(main, result, sampler, start, end, out)
+
+
+def _run_child(
+    main: Callable[[], Coroutine[Any, Any, None]],
+    result: dict[str, Any],
+    sampler: Sampler,
+    start: Any,
+    end: Any,
+    out: Any,
+) -> None:
+    try:
+        _event_loop_run(main())
+        result.update(sampled=sampler.sampled, errors=sampler.errors, first=sampler.first_error)
+    except BaseException as exc:  # reported by the parent
+        result["failed"] = f"{type(exc).__name__}: {exc}"
+        start.abort()  # nobody waits out the barriers' timeouts for a dead generator
+        end.abort()
+    try:
+        end.wait(BARRIER_TIMEOUT_S)
+    except threading.BrokenBarrierError:
+        pass
+    finally:
+        out.put(result)
+
+
+async def _paced_conn(
+    port: int,
+    cycle: list[bytes],
+    interval: float,
+    phase: float,
+    t_start: float,
+    t_stop: float,
+    lat: list[float] | None,
+    counter: list[int],
+    sampler: Sampler,
+) -> None:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    due: deque[float] = deque()
+    done_sending = asyncio.Event()
+
+    async def read() -> None:
+        while True:
+            size = _I.unpack(await reader.readexactly(4))[0]
+            sampler(await reader.readexactly(size))
+            now = time.perf_counter()
+            if lat is not None:
+                lat.append((now - due.popleft()) * 1000)
+            else:
+                due.popleft()
+            counter[0] += 1
+            if done_sending.is_set() and not due:
+                return
+
+    reading = asyncio.ensure_future(read())
+    k = 0
+    n = len(cycle)
+    while True:
+        t = t_start + phase + k * interval
+        if t >= t_stop:
+            break
+        now = time.perf_counter()
+        if t > now:
+            await asyncio.sleep(t - now)
+            continue
+        while t <= now and t < t_stop:  # everything due by now goes out together
+            writer.write(cycle[k % n])
+            due.append(t)
+            k += 1
+            t = t_start + phase + k * interval
+    done_sending.set()
+    if due:
+        await reading
+    else:
+        reading.cancel()
+    writer.close()
+
+
+def _paced_child(
+    port: int,
+    cycles: list[list[bytes]],
+    proc_index: int,
+    procs: int,
+    total_connections: int,
+    rate: float,
+    seconds: float,
+    warmup: float,
+    kinds: list[tuple[int, int]],
+    sample_every: int,
+    start: Any,
+    end: Any,
+    out: Any,
+) -> None:
+    sampler = Sampler(kinds, sample_every)
+    result: dict[str, Any] = {}
+    interval = total_connections / rate  # each connection's share of the offered rate
+
+    def phase(i: int) -> float:
+        # This process's i-th connection is connection proc_index + i * procs of the whole;
+        # each sends 1/total_connections of a period after the one before it, so the sends
+        # of all processes interleave evenly.
+        return (proc_index + i * procs) * interval / total_connections
+
+    async def main() -> None:
+        if warmup:
+            t0 = time.perf_counter()
+            await asyncio.gather(
+                *(
+                    _paced_conn(port, c, interval, phase(i), t0, t0 + warmup, None, [0], sampler)
+                    for i, c in enumerate(cycles)
+                )
+            )
+        await _barrier(start)
+        sampler.reset()
+        cpu0 = time.process_time()
+        lat: list[float] = []
+        counter = [0]
+        t0 = time.perf_counter() + 0.05  # connections are opened in the first 50 ms
+        await asyncio.gather(
+            *(
+                _paced_conn(port, c, interval, phase(i), t0, t0 + seconds, lat, counter, sampler)
+                for i, c in enumerate(cycles)
+            )
+        )
+        result.update(
+            requests=counter[0],
+            latencies=array("d", lat).tobytes(),
+            cpu=time.process_time() - cpu0,
+        )
+
+    _run_child(main, result, sampler, start, end, out)
+
+
+def _run(
+    server_pid: int,
+    procs: int,
+    cycles: list[list[bytes]],
+    target: Callable[..., None],
+    args_for: Callable[[int, list[list[bytes]]], tuple[Any, ...]],
+    offered_rate: float | None = None,
+) -> Window:
+    procs = max(1, min(procs, len(cycles)))
+    ctx = mp.get_context("fork")  # the frames are inherited, not pickled
+    start = ctx.Barrier(procs + 1)
+    end = ctx.Barrier(procs + 1)
+    out = ctx.Queue()
+    children = [
+        ctx.Process(target=target, args=(*args_for(p, cycles[p::procs]), start, end, out))
+        for p in range(procs)
+    ]
+    for c in children:
+        c.start()
+    try:
+        start.wait(BARRIER_TIMEOUT_S)
+        cpu0 = tree_cpu_seconds(server_pid)
+        t0 = time.perf_counter()
+        end.wait(BARRIER_TIMEOUT_S)
+        seconds = time.perf_counter() - t0
+        cpu1 = tree_cpu_seconds(server_pid)
+        results = [out.get(timeout=BARRIER_TIMEOUT_S) for _ in children]
+    except threading.BrokenBarrierError:
+        start.abort()
+        end.abort()
+        results = [out.get(timeout=30) for _ in children]
+        failures = [r.get("failed") for r in results if r.get("failed")]
+        raise RuntimeError(f"a load generator failed: {failures}") from None
+    finally:
+        for c in children:
+            c.join(30)
+    failures = [r["failed"] for r in results if "failed" in r]
+    if failures:
+        raise RuntimeError(f"a load generator failed: {failures}")
+    lat: list[float] = []
+    for r in results:
+        a = array("d")
+        a.frombytes(r["latencies"])
+        lat.extend(a)
+    lat.sort()
+    return Window(
+        requests=sum(r["requests"] for r in results),
+        seconds=seconds,
+        latencies_ms=lat,
+        server_cpu_s=cpu1 - cpu0,
+        loadgen_cpu_s=sum(r["cpu"] for r in results),
+        sampled=sum(r["sampled"] for r in results),
+        errors=sum(r["errors"] for r in results),
+        first_error=next((r["first"] for r in results if r["first"]), None),
+        offered_rate=offered_rate,
+    )
+
+
+def run_closed(
+    port: int,
+    server_pid: int,
+    cycles: list[list[bytes]],
+    *,
+    procs: int,
+    depth: int,
+    seconds: float,
+    warmup: float = 0.5,
+    sample_every: int = 16,
+) -> Window:
+    """``len(cycles)`` connections, ``depth`` in flight each, spread over ``procs`` processes."""
+    kinds = list(KINDS)
+    return _run(
+        server_pid,
+        procs,
+        cycles,
+        _closed_child,
+        lambda _p, share: (port, share, depth, seconds, warmup, kinds, sample_every),
+    )
+
+
+def run_paced(
+    port: int,
+    server_pid: int,
+    cycles: list[list[bytes]],
+    *,
+    procs: int,
+    rate: float,
+    seconds: float,
+    warmup: float = 0.5,
+    sample_every: int = 16,
+) -> Window:
+    """Open loop: ``rate`` requests/s in all over ``len(cycles)`` connections."""
+    kinds = list(KINDS)
+    procs = max(1, min(procs, len(cycles)))
+    total = len(cycles)
+
+    def args_for(p: int, share: list[list[bytes]]) -> tuple[Any, ...]:
+        return (port, share, p, procs, total, rate, seconds, warmup, kinds, sample_every)
+
+    return _run(server_pid, procs, cycles, _paced_child, args_for, offered_rate=rate)
