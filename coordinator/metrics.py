@@ -40,7 +40,6 @@ How this works: everything lives in one ``Metrics`` object with its own
   ``ConsumerGroupEpochBumped`` events; reconciliations (current-assignment records written by
   heartbeats) are the consumer manager's ``reconciliations`` counter, read at scrape time;
   target-assignment time is observed through the manager's ``on_target_computed`` hook.
-
 * Consumer lag (``LagTracker``), per (group, topic, partition) with a committed offset:
   ``kgc_consumergroup_committed_offset``, ``kgc_consumergroup_lag`` (records between the
   committed offset and the partition's high watermark, what Fetch serves) and
@@ -72,7 +71,11 @@ a large scrape never run on the event loop. Collection does: the HTTP thread han
 loop one coroutine (``run_coroutine_threadsafe``) that refreshes the lag table in slices
 and then collects every family, so collectors read the group core and the logs from the
 thread that mutates them (no locks, no torn reads) and the thread formats the finished
-families. ``/healthz`` answers ``ok`` once the loop has run a no-op (a stuck loop fails
+families. The lag families keep plain tuples (``LagRow``) and make their Sample objects only
+when the exposition reads them, on the HTTP thread. Measured with 10,000 lag series all
+behind (tests/tools/test_metrics_lag.py, a loaded 2-core machine): the first scrape spends
+0.6-1.8 s of loop time on the timestamp lookups, in some 350 slices; a later one, with the
+timestamps cached, ~30 ms; formatting and gzip take 0.3-0.6 s on the HTTP thread. ``/healthz`` answers ``ok`` once the loop has run a no-op (a stuck loop fails
 it, as it fails a scrape: 503 after ``SCRAPE_TIMEOUT_S``).
 """
 

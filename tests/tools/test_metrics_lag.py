@@ -216,6 +216,22 @@ def test_committed_below_the_log_start_measures_from_the_oldest_record_left(tmp_
     )
 
 
+def test_in_cluster_mode_only_partitions_this_node_leads_report_lag(tmp_path: Path) -> None:
+    m, offsets, _clock = lag_setup(tmp_path)
+    led = m.logs.get("orders", 0)
+    # A DataPlane's view in cluster mode: logs of both partitions are here, but only
+    # partition 0's lease is held (the other is being taken over, or led elsewhere).
+    m.data = SimpleNamespace(logs=m.logs, hosted=False, leader_epochs={led: 7})  # type: ignore[assignment]
+    offsets["billing"] = {("orders", 0): Entry(4), ("orders", 1): Entry(4)}
+    s = parse(m.render().decode())
+    assert set(series(s, "kgc_consumergroup_committed_offset")) == {
+        key("billing", "orders", 0),
+        key("billing", "orders", 1),
+    }
+    assert series(s, "kgc_consumergroup_lag") == {key("billing", "orders", 0): 6}
+    assert set(series(s, "kgc_consumergroup_lag_seconds")) == {key("billing", "orders", 0)}
+
+
 def test_the_cap_is_sticky_and_counts_what_it_drops(tmp_path: Path) -> None:
     m, offsets, clock = lag_setup(tmp_path, max_series=2)
     offsets["a"] = {("orders", 0): Entry(1), ("orders", 1): Entry(2)}
