@@ -1,0 +1,68 @@
+"""Smoke test of bench/bench_peer.py: kgc only (no Tansu download), one round, 1-second windows.
+
+How this works: the benchmark runs as a user runs it, as a subprocess, and saves its figures
+with ``--json``. Every workload must be in the printed per-run table and the summary, and
+must have answered requests at a nonzero rate, used measurable server CPU, and had no
+error among the responses it sampled.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOADS = ["commit1", "commit50", "fetch", "heartbeat", "mixed", "paced"]
+
+
+def test_bench_peer_kgc_only(tmp_path: Path) -> None:
+    out = tmp_path / "peer.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_peer.py"),
+            "--targets",
+            "kgc",
+            "--rounds",
+            "1",
+            "--seconds",
+            "1",
+            "--warmup",
+            "0.2",
+            "--paced-rate",
+            "2000",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert sorted(r["workload"] for r in runs) == sorted(WORKLOADS)
+    table = proc.stdout.split("run: round 1/1, kgc", 1)[1].split("## Summary", 1)[0]
+    for r in runs:
+        name = r["workload"]
+        assert any(line.startswith(f"{name} ") for line in table.splitlines()), (name, table)
+        assert r["target"] == "kgc" and r["round"] == 1
+        assert r["requests"] > 0 and r["rate_requests"] > 0, r
+        assert r["server_cpu_s"] > 0 and r["server_cpu_us_per_request"] > 0, r
+        assert r["loadgen_cpu_s"] > 0, r
+        assert r["sampled"] > 0 and r["errors"] == 0, r
+        assert r["p50_ms"] > 0 and r["p99_ms"] >= r["p50_ms"], r
+    commit50 = next(r for r in runs if r["workload"] == "commit50")
+    assert commit50["rate_units"] == pytest.approx(50 * commit50["rate_requests"])
+    paced = next(r for r in runs if r["workload"] == "paced")
+    assert paced["offered_rate"] == 2000
+    summary = proc.stdout.split("## Summary", 1)[1]
+    for title in ("OffsetCommit v8, 1 partition", "50 partitions", "OffsetFetch", "Heartbeat"):
+        assert title in summary
+    assert "2,000 commits/s offered" in summary
