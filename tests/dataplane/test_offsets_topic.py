@@ -187,6 +187,9 @@ async def test_fetch_reads_the_commits_a_group_made(node: Node) -> None:
         assert got.high_watermark == got.last_stable_offset == 2
         assert got.log_start_offset == 0
         assert commits_in(got.records) == {("g1", "orders", 0): 7, ("g1", "orders", 2): 9}
+    for version in (0, 3):  # old clients: the batches down-converted to message sets
+        got = await node.fetch(p, version=version)
+        assert (got.error_code, got.high_watermark) == (0, 2) and got.records, version
     # Reading from the second batch returns it; at the high watermark, nothing.
     assert [o for o, _, _ in records((await node.fetch(p, 1)).records)] == [1]
     assert (await node.fetch(p, 2)).records == b""
@@ -316,9 +319,15 @@ async def test_produce_is_refused_as_kafka_refuses_it(node: Node) -> None:
         )
 
     before = node.groups.partitions[0].log_end_offset
-    r = (await node.call(produce.API_KEY, 9, req(0))).responses[0].partition_responses[0]
-    # Kafka's INVALID_TOPIC_EXCEPTION, without a message (ReplicaManager's append).
-    assert (r.error_code, r.error_message, r.base_offset) == (ErrorCode.INVALID_TOPIC, None, -1)
+    for version in (2, 3, 9):
+        resp = await node.call(produce.API_KEY, version, req(0))
+        r = resp.responses[0].partition_responses[0]
+        # Kafka's INVALID_TOPIC_EXCEPTION, without a message (ReplicaManager's append).
+        assert (r.error_code, r.error_message, r.base_offset) == (
+            ErrorCode.INVALID_TOPIC,
+            None,
+            -1,
+        ), version
     r = (await node.call(produce.API_KEY, 9, req(PARTITIONS))).responses[0].partition_responses[0]
     assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     # acks=0: a failed produce closes the connection, as for any topic.
