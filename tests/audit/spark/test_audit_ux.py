@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_audit import NOW, build, inject_truncated_batch
@@ -138,3 +139,29 @@ def test_terminal_run_shows_each_stage_and_verbose_shows_spark(tmp_path: Path) -
     # --verbose: Spark's own start-up lines reach the terminal
     assert "log4j" in terminal, terminal
     assert "No findings." in stdout and "kgc audit: [" not in stdout
+
+
+def test_json_report_through_hadoop_filesystem(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An --out that is a Hadoop URI (hdfs://, s3a://) is written through the JVM's
+    FileSystem API: the same one JSON file, here on the local file system posing as remote."""
+    from coordinator.audit import cli as audit_cli
+
+    monkeypatch.setattr(audit_cli, "_local_path", lambda path: None)
+    # 20,000 rows are over a MiB: the stream gets several writes
+    df = spark.createDataFrame(
+        [("g", "t", i, None if i % 2 else i * 10) for i in range(20_000)],
+        "`group` string, topic string, `partition` int, lag bigint",
+    )
+    stale = tmp_path / "findings"
+    stale.mkdir()  # a Parquet run's directory of the same report
+    audit_cli._write(df, f"file://{stale}", "json")
+    rows = json.loads((tmp_path / "findings.json").read_text())
+    assert len(rows) == 20_000 and rows[1] == {
+        "group": "g",
+        "topic": "t",
+        "partition": 1,
+        "lag": None,
+    }
+    assert not stale.exists()
