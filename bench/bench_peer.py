@@ -40,7 +40,10 @@ at the window's edges, the generators report theirs. Workloads:
   a member-minute, so the rate / 0.55 is the number of such consumers served.
 * ``paced``: ``commit1``'s requests offered open-loop at ``--paced-rate`` (default 10,000
   commits/s, the issue-18 target "p99 <= 10 ms at 10,000 commits/s"); latency from each
-  request's due time.
+  request's due time, the rate is what was answered inside the send window (a server that
+  cannot keep up answers less, and its backlog, drained afterwards, shows in the latency),
+  and the generator's own send lag is printed so a late generator cannot pass for a slow
+  server.
 
 Every sampled response (every 16th) is decoded; a nonzero error code anywhere counts as an
 error (shown as errors/sampled, expected 0/n). Each run prints its table; the end prints a
@@ -74,7 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from aioclient import AsyncConn
 from kgc_process import KgcProcess
-from peerload import HOST, Window, kind, run_closed, run_paced
+from peerload import HOST, PACED_LEAD_S, Window, kind, run_closed, run_paced
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_request
@@ -506,6 +509,10 @@ class Result:
             "rate_requests": w.rate,
             "rate_units": w.rate * self.per_request,
             "offered_rate": w.offered_rate,
+            "answered_in_window": w.in_window,
+            "window_s": w.window_s,
+            "send_lag_p99_ms": w.lag_pct(99) if w.send_lag_ms else None,
+            "send_lag_max_ms": w.send_lag_ms[-1] if w.send_lag_ms else None,
             "p50_ms": w.pct(50),
             "p90_ms": w.pct(90),
             "p99_ms": w.pct(99),
@@ -605,6 +612,13 @@ def run_table(target: str, rnd: int, rounds: int, results: list[Result]) -> str:
             f"{x['server_cpu_pct']:>8.0f} {x['loadgen_cpu_pct']:>8.0f} "
             f"{x['errors']:>5}/{x['sampled']:<4}"
         )
+        if x["offered_rate"] is not None:
+            lines.append(
+                f"{'':<10} open loop: {x['offered_rate']:,.0f}/s offered for {x['window_s']:g} s, "
+                f"{x['answered_in_window']:,} answered in that window, {x['requests']:,} in all "
+                f"(drained {x['seconds'] - x['window_s'] - PACED_LEAD_S:.2f} s later); generator send lag "
+                f"p99 {x['send_lag_p99_ms']:.2f} ms, max {x['send_lag_max_ms']:.2f} ms"
+            )
     return "\n".join(lines)
 
 
@@ -660,7 +674,7 @@ def summary(rows: list[dict[str, Any]], targets: list[str], workloads: list[str]
             x = m[t]
             if wl.paced:
                 cells.append(
-                    f"{si(x.rate_units)} {wl.unit}/s achieved, p50 {x.p50_ms:.2f} ms, p99 {x.p99_ms:.2f} ms"
+                    f"{si(x.rate_units)} {wl.unit}/s answered in the window, p50 {x.p50_ms:.2f} ms, p99 {x.p99_ms:.2f} ms"
                 )
             elif wl.per_request > 1:
                 cells.append(

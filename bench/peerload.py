@@ -41,7 +41,7 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ HOST = "127.0.0.1"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _I = struct.Struct(">i")
 BARRIER_TIMEOUT_S = 300.0
+PACED_LEAD_S = 0.05  # an open loop's first send is due this long after the barrier
 
 # (api_key, api_version) of each request kind; a frame's correlation id is its index here.
 KINDS: list[tuple[int, int]] = []
@@ -156,10 +157,26 @@ class Window:
     errors: int
     first_error: str | None
     offered_rate: float | None = None
+    # Open loop only: responses that arrived inside the send window, its length, and how late
+    # the generator sent (a late generator, not the server, would explain high latency).
+    in_window: int | None = None
+    window_s: float | None = None
+    send_lag_ms: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
+        """Requests answered per second: in the send window for an open loop (the backlog
+        drained after it counts only towards CPU per request), else over the whole window."""
+        if self.in_window is not None and self.window_s:
+            return self.in_window / self.window_s
         return self.requests / self.seconds
+
+    def lag_pct(self, p: float) -> float:
+        if not self.send_lag_ms:
+            return float("nan")
+        return self.send_lag_ms[
+            min(len(self.send_lag_ms) - 1, int(p / 100 * len(self.send_lag_ms)))
+        ]
 
     def pct(self, p: float) -> float:
         if not self.latencies_ms:
@@ -273,7 +290,10 @@ async def _paced_conn(
     lat: list[float] | None,
     counter: list[int],
     sampler: Sampler,
+    lags: list[float] | None = None,
 ) -> None:
+    """Send ``cycle`` round and round, one frame every ``interval`` s from ``t_start +
+    phase`` until ``t_stop``; ``counter`` is [answered, answered before t_stop]."""
     reader, writer = await asyncio.open_connection(HOST, port)
     due: deque[float] = deque()
     done_sending = asyncio.Event()
@@ -288,6 +308,8 @@ async def _paced_conn(
             else:
                 due.popleft()
             counter[0] += 1
+            if now < t_stop:
+                counter[1] += 1
             if done_sending.is_set() and not due:
                 return
 
@@ -305,6 +327,8 @@ async def _paced_conn(
         while t <= now and t < t_stop:  # everything due by now goes out together
             writer.write(cycle[k % n])
             due.append(t)
+            if lags is not None:
+                lags.append((now - t) * 1000)
             k += 1
             t = t_start + phase + k * interval
     done_sending.set()
@@ -345,7 +369,7 @@ def _paced_child(
             t0 = time.perf_counter()
             await asyncio.gather(
                 *(
-                    _paced_conn(port, c, interval, phase(i), t0, t0 + warmup, None, [0], sampler)
+                    _paced_conn(port, c, interval, phase(i), t0, t0 + warmup, None, [0, 0], sampler)
                     for i, c in enumerate(cycles)
                 )
             )
@@ -353,17 +377,22 @@ def _paced_child(
         sampler.reset()
         cpu0 = time.process_time()
         lat: list[float] = []
-        counter = [0]
-        t0 = time.perf_counter() + 0.05  # connections are opened in the first 50 ms
+        lags: list[float] = []
+        counter = [0, 0]
+        t0 = time.perf_counter() + PACED_LEAD_S  # the connections open meanwhile
         await asyncio.gather(
             *(
-                _paced_conn(port, c, interval, phase(i), t0, t0 + seconds, lat, counter, sampler)
+                _paced_conn(
+                    port, c, interval, phase(i), t0, t0 + seconds, lat, counter, sampler, lags
+                )
                 for i, c in enumerate(cycles)
             )
         )
         result.update(
             requests=counter[0],
+            in_window=counter[1],
             latencies=array("d", lat).tobytes(),
+            lags=array("d", lags).tobytes(),
             cpu=time.process_time() - cpu0,
         )
 
@@ -377,6 +406,7 @@ def _run(
     target: Callable[..., None],
     args_for: Callable[[int, list[list[bytes]]], tuple[Any, ...]],
     offered_rate: float | None = None,
+    window_s: float | None = None,
 ) -> Window:
     procs = max(1, min(procs, len(cycles)))
     ctx = mp.get_context("fork")  # the frames are inherited, not pickled
@@ -409,22 +439,30 @@ def _run(
     failures = [r["failed"] for r in results if "failed" in r]
     if failures:
         raise RuntimeError(f"a load generator failed: {failures}")
-    lat: list[float] = []
-    for r in results:
-        a = array("d")
-        a.frombytes(r["latencies"])
-        lat.extend(a)
-    lat.sort()
+
+    def merged(key: str) -> list[float]:
+        values: list[float] = []
+        for r in results:
+            a = array("d")
+            a.frombytes(r.get(key, b""))
+            values.extend(a)
+        values.sort()
+        return values
+
+    paced = offered_rate is not None
     return Window(
         requests=sum(r["requests"] for r in results),
         seconds=seconds,
-        latencies_ms=lat,
+        latencies_ms=merged("latencies"),
         server_cpu_s=cpu1 - cpu0,
         loadgen_cpu_s=sum(r["cpu"] for r in results),
         sampled=sum(r["sampled"] for r in results),
         errors=sum(r["errors"] for r in results),
         first_error=next((r["first"] for r in results if r["first"]), None),
         offered_rate=offered_rate,
+        in_window=sum(r["in_window"] for r in results) if paced else None,
+        window_s=window_s,
+        send_lag_ms=merged("lags"),
     )
 
 
@@ -469,4 +507,6 @@ def run_paced(
     def args_for(p: int, share: list[list[bytes]]) -> tuple[Any, ...]:
         return (port, share, p, procs, total, rate, seconds, warmup, kinds, sample_every)
 
-    return _run(server_pid, procs, cycles, _paced_child, args_for, offered_rate=rate)
+    return _run(
+        server_pid, procs, cycles, _paced_child, args_for, offered_rate=rate, window_s=seconds
+    )
