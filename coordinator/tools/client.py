@@ -18,10 +18,14 @@ what a Kafka client does:
   listener's own (``coordinator.security.tls``), so both sides accept the same files.
 * ``SASL_PLAINTEXT`` / ``SASL_SSL``: ApiVersions (allowed before authentication), then
   SaslHandshake v1 naming ``sasl.mechanism`` and SaslAuthenticate rounds: PLAIN (one
-  token) or SCRAM-SHA-256/512 (``ScramClient``, RFC 5802's client side: the server's final
-  message is checked, so a server that does not hold the credential is refused too). The
-  user name and password come from ``sasl.jaas.config`` (PlainLoginModule/ScramLoginModule
-  ``username``/``password``) or librdkafka's ``sasl.username``/``sasl.password``.
+  token), SCRAM-SHA-256/512 (``ScramClient``, RFC 5802's client side: the server's final
+  message is checked, so a server that does not hold the credential is refused too) or
+  OAUTHBEARER (a token from ``tools/oauth_client.py``: an OAuth 2 token endpoint or Kafka's
+  unsecured development login). The user name and password come from ``sasl.jaas.config``
+  (PlainLoginModule/ScramLoginModule ``username``/``password``) or librdkafka's
+  ``sasl.username``/``sasl.password``. When the server gives the session a lifetime
+  (KIP-368), the connection re-authenticates before it ends, at 85-95% of it, as Kafka's
+  clients do.
 
 Failures: ``ClientConfigError`` (a setting that cannot be used, named in the message; never
 a password), ``AuthenticationFailed`` (the server refused the credentials), ``ssl.SSLError``
@@ -38,11 +42,14 @@ import secrets
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.tools.oauth_client import OAUTH_SETTINGS, TokenSource, token_source
+from coordinator.tools.oauth_client import ConfigError as OAuthConfigError
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import BY_KEY, api_versions, sasl_authenticate, sasl_handshake
@@ -50,7 +57,7 @@ from protocol.messages import BY_KEY, api_versions, sasl_authenticate, sasl_hand
 _I = struct.Struct(">i")
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # Kafka's ScramMechanism.minIterations(): a client refuses fewer (a downgrade by the server).
 SCRAM_MIN_ITERATIONS = 4096
 
@@ -174,6 +181,7 @@ _KNOWN = frozenset(
         "ssl.key.location",
         "ssl.key.pem",
         "enable.ssl.certificate.verification",
+        *OAUTH_SETTINGS,
     }
 )
 
@@ -205,6 +213,7 @@ class ClientSecurity:
     password: str | None = None
     ssl_context: ssl.SSLContext | None = None
     unused: tuple[str, ...] = ()  # security settings given but not used (for a warning)
+    oauth: TokenSource | None = None  # OAUTHBEARER's tokens (tools/oauth_client.py)
 
     @property
     def tls(self) -> bool:
@@ -232,13 +241,21 @@ class ClientSecurity:
             sorted(k for k in p if k.startswith(("ssl.", "sasl.", "security.")) and k not in _KNOWN)
         )
         mechanism = username = password = None
+        oauth: TokenSource | None = None
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            mechanism, username, password = _sasl_settings(p)
+            mechanism = _sasl_mechanism(p)
+            if mechanism == "OAUTHBEARER":
+                try:
+                    oauth = token_source(p)
+                except OAuthConfigError as exc:
+                    raise ClientConfigError(str(exc)) from None
+            else:
+                username, password = _sasl_credentials(p)
         context = _ssl_context(p) if protocol in ("SSL", "SASL_SSL") else None
-        return cls(protocol, mechanism, username, password, context, unused)
+        return cls(protocol, mechanism, username, password, context, unused, oauth)
 
 
-def _sasl_settings(p: Mapping[str, str]) -> tuple[str, str, str]:
+def _sasl_mechanism(p: Mapping[str, str]) -> str:
     setting = "sasl.mechanism" if "sasl.mechanism" in p else "sasl.mechanisms"
     mechanism = (p.get(setting) or "").upper()
     if not mechanism:
@@ -250,6 +267,10 @@ def _sasl_settings(p: Mapping[str, str]) -> tuple[str, str, str]:
         raise ClientConfigError(
             f"{setting}: kgc's client supports {', '.join(SASL_MECHANISMS)}, not {mechanism}"
         )
+    return mechanism
+
+
+def _sasl_credentials(p: Mapping[str, str]) -> tuple[str, str]:
     username, password = p.get("sasl.username"), p.get("sasl.password")
     if p.get("sasl.jaas.config"):
         username, password = _jaas_credentials(p["sasl.jaas.config"])
@@ -261,7 +282,7 @@ def _sasl_settings(p: Mapping[str, str]) -> tuple[str, str, str]:
         raise ClientConfigError(
             "no SASL password: set sasl.jaas.config (password=...) or sasl.password"
         )
-    return mechanism, username, password
+    return username, password
 
 
 def _ssl_context(p: Mapping[str, str]) -> ssl.SSLContext:
@@ -459,6 +480,9 @@ class Connection:
         self.client_id = client_id
         self.correlation_id = 0
         self.versions: dict[int, tuple[int, int]] = {}
+        # KIP-368: when the server gave the session a lifetime, re-authenticate on this
+        # connection before it ends (monotonic time), as Kafka's clients do.
+        self.reauth_at: float | None = None
         sock = socket.create_connection((host, port), timeout=timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -508,6 +532,9 @@ class Connection:
         return b"".join(chunks)
 
     def call(self, api_key: int, version: int, body: Any) -> Any:
+        if self.reauth_at is not None and time.monotonic() >= self.reauth_at:
+            self.reauth_at = None
+            self._authenticate(reauthenticating=True)
         cid = self.send(api_key, version, body)
         got, resp = decode_response(api_key, version, self.recv_frame())
         if got != cid:
@@ -540,10 +567,11 @@ class Connection:
         return v, self.call(api_key, v, body)
 
     # -- SASL (Kafka's SaslClientAuthenticator, framed flow)
-    def _authenticate(self) -> None:
+    def _authenticate(self, *, reauthenticating: bool = False) -> None:
         sec = self.security
-        assert sec.sasl_mechanism and sec.username is not None and sec.password is not None
-        self.negotiate()  # ApiVersions is allowed before authentication
+        assert sec.sasl_mechanism
+        if not reauthenticating:
+            self.negotiate()  # ApiVersions is allowed before authentication
         if self.versions.get(sasl_handshake.API_KEY, (0, -1))[1] < 1:
             raise KafkaError(
                 "the server does not support SaslHandshake v1 (framed SASL); kgc's client "
@@ -563,6 +591,19 @@ class Connection:
                 f"SaslHandshake failed with {_error_name(hs.error_code)} (is this a SASL listener?)"
             )
         version = min(self.versions.get(sasl_authenticate.API_KEY, (0, 0))[1], 2)
+        if sec.sasl_mechanism == "OAUTHBEARER":
+            assert sec.oauth is not None
+            try:
+                token = sec.oauth.token()
+            except OSError as exc:  # the login failed, not the connection to kgc
+                raise AuthenticationFailed(f"no OAUTHBEARER token: {exc}") from None
+            message = b"n,,\x01auth=Bearer " + token.encode() + b"\x01\x01"
+            challenge = self._sasl_round(version, message)
+            if challenge:  # RFC 7628's error challenge: acknowledge it, the server then fails
+                self._sasl_round(version, b"\x01")
+                raise AuthenticationFailed(f"authentication failed: {challenge.decode()}")
+            return
+        assert sec.username is not None and sec.password is not None
         if sec.sasl_mechanism == "PLAIN":
             self._sasl_round(version, plain_token(sec.username, sec.password))
             return
@@ -578,6 +619,11 @@ class Connection:
         if resp.error_code:
             detail = resp.error_message or _error_name(resp.error_code)
             raise AuthenticationFailed(f"authentication failed: {detail}")
+        lifetime_ms = getattr(resp, "session_lifetime_ms", 0) or 0
+        if lifetime_ms > 0:
+            # Kafka's clients re-authenticate at 85-95% of the lifetime (jittered).
+            fraction = 0.85 + 0.10 * secrets.randbelow(1000) / 1000
+            self.reauth_at = time.monotonic() + lifetime_ms / 1000 * fraction
         return bytes(resp.auth_bytes)
 
 
