@@ -151,7 +151,11 @@ def top_table(stacks: Stacks, n: int = 30) -> str:
         lines += [f"  {100 * c / t:6.2f}%  {name}" for name, c in ctx.most_common()]
     lines.append(f"\ntop {n} functions by inclusive share (self share beside):")
     lines.append(f"  {'incl %':>7} {'self %':>7}  function")
-    for name, c in incl.most_common(n):
+    # A thread's entry frames (runpy, main, the loop's run ...) span all of its samples and
+    # say nothing: left out.
+    entry = set(ctx.values())
+    ranked = [(f, c) for f, c in incl.most_common() if not (c in entry and not self_[f])]
+    for name, c in ranked[:n]:
         lines.append(f"  {100 * c / t:7.2f} {100 * self_[name] / t:7.2f}  {name}")
     lines.append(f"\ntop {n} functions by self share:")
     for name, c in self_.most_common(n):
