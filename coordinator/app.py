@@ -579,6 +579,11 @@ async def serve(settings: Settings) -> None:
 
 
 def run(settings: Settings) -> None:
+    if settings.kgc_workers > 1:  # a supervisor of worker processes (coordinator/workers)
+        from coordinator.workers.supervisor import supervise
+
+        supervise(settings)
+        return
     try:
         import uvloop
     except ImportError:

@@ -164,6 +164,16 @@ class Settings(BaseSettings):
     kgc_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="kgc's log level"
     )
+    # kgc's own: Python runs one process on one core (the GIL). With N > 1, ``kgc serve``
+    # supervises N worker processes on the data directory, each a broker of its own (node
+    # id node.id + i, every listener's port + i) leading a fixed share of the partitions;
+    # see coordinator/workers. 1 is one process, as before.
+    kgc_workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="worker processes of this node (each its own broker on port + i; 1 = one process)",
+    )
 
     # -- group coordinator (Kafka names and defaults)
     group_min_session_timeout_ms: int = Field(
@@ -372,6 +382,7 @@ class Settings(BaseSettings):
                 "broker.heartbeat.interval.ms must be less than broker.session.timeout.ms"
             )
         self._check_listeners()
+        self._check_workers()
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
@@ -411,6 +422,36 @@ class Settings(BaseSettings):
                     "(controller.listener.names); kgc needs one for clients"
                 )
             setattr(self, attr, ",".join(kept) or None)
+
+    def _check_workers(self) -> None:
+        """kgc.workers > 1: worker i listens on every listener's port + i and is advertised
+        so (coordinator/workers), which needs fixed ports; cluster mode scales by nodes."""
+        n = self.kgc_workers
+        if n == 1:
+            return
+        if self.storage_url is not None:
+            raise ValueError(
+                "kgc.workers > 1 runs several processes on one data directory; in cluster mode "
+                "(storage.url) run more nodes instead"
+            )
+        ports = [("listeners" if self.listeners else "port", s.port) for s in self.listener_specs]
+        if self.advertised_listeners is not None:
+            ports += [
+                ("advertised.listeners", p)
+                for _, _, p in parse_listeners(self.advertised_listeners, "advertised.listeners")
+            ]
+        if self.advertised_port is not None:
+            ports.append(("advertised.port", self.advertised_port))
+        if self.metrics_port:
+            ports.append(("metrics.port", self.metrics_port))
+        for name, port in ports:
+            if port == 0:
+                raise ValueError(
+                    f"kgc.workers={n} needs fixed ports (worker i uses port + i), but {name} "
+                    "has port 0"
+                )
+            if port + n - 1 > 65535:
+                raise ValueError(f"kgc.workers={n}: {name} port {port} + {n - 1} is past 65535")
 
     def _check_consumer_groups(self) -> None:
         """Kafka's GroupCoordinatorConfig requirements on the group.consumer.* settings."""

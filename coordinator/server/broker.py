@@ -282,8 +282,15 @@ class Broker:
                     # committed (its partitions get leaders as nodes claim them).
                     return Deferred.task(self._metadata_after_create(header, req, name, listener))
                 if auto_create:
-                    info = self.create_topic(name, self.settings.num_partitions, {})
-                    log.info("auto-created topic %s with %d partitions", name, info.num_partitions)
+                    try:
+                        info = self.create_topic(name, self.settings.num_partitions, {})
+                        log.info(
+                            "auto-created topic %s with %d partitions", name, info.num_partitions
+                        )
+                    except TopicExistsError:  # kgc.workers: another worker created it just now
+                        info = self.catalog.get(name)
+                        if info is None:
+                            raise
                 else:
                     topics.append(
                         MetadataResponseTopic(
@@ -539,7 +546,14 @@ class Broker:
             if self.shared_topics is not None:
                 shared.append((res, num_partitions, configs))
                 continue
-            info = self.create_topic(t.name, num_partitions, configs)
+            try:
+                info = self.create_topic(t.name, num_partitions, configs)
+            except TopicExistsError:  # kgc.workers: created through another worker just now
+                res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+                res.error_message = f"Topic '{t.name}' already exists."
+                res.num_partitions = res.replication_factor = -1
+                res.configs = []
+                continue
             res.topic_id = info.topic_id
             log.info(
                 "created topic %s with %d partitions %s", t.name, num_partitions, configs or ""

@@ -7,12 +7,22 @@ heartbeat: the live nodes are the brokers, a partition's leader is its lease hol
 leader epoch the lease's fencing epoch; a partition without a live holder has no leader
 (clients get LEADER_NOT_AVAILABLE / COORDINATOR_NOT_AVAILABLE and retry, as with Kafka
 while a leader is being elected).
+
+With ``kgc.workers`` = N > 1 (``WorkerPlacement``) the node's N worker processes are N
+brokers, node ids node.id + i, and each leads a fixed share: offsets partition p is worker
+p % N's, partition p of a topic worker (crc32(topic) + p) % N's (``worker_of``: a topic's
+partitions go round the workers from a place its name picks, so every worker gets its share
+of each topic and of the groups). Leader epoch 0, as on one node: ownership never moves
+while the node runs.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from storage.offsets_format import OFFSETS_TOPIC
 
 __all__ = [
     "BrokerNode",
@@ -20,8 +30,10 @@ __all__ = [
     "LocalPlacement",
     "NodeAddress",
     "Placement",
+    "WorkerPlacement",
     "endpoint",
     "parse_endpoints",
+    "worker_of",
 ]
 
 
@@ -117,3 +129,30 @@ class ClusterPlacement:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return int(self.cluster.leader_epoch(topic, partition))
+
+
+def worker_of(topic: str, partition: int, workers: int) -> int:
+    """The worker (0..workers-1) that leads a partition under kgc.workers (module doc)."""
+    if workers <= 1:
+        return 0
+    if topic == OFFSETS_TOPIC:
+        return partition % workers
+    return (zlib.crc32(topic.encode()) + partition) % workers
+
+
+class WorkerPlacement:
+    """kgc.workers: worker i (``nodes[i]``) leads the partitions ``worker_of`` gives it."""
+
+    version = 0
+
+    def __init__(self, nodes: list[NodeAddress]) -> None:
+        self.workers = nodes
+
+    def nodes(self) -> list[BrokerNode]:
+        return list(self.workers)
+
+    def owner(self, topic: str, partition: int) -> BrokerNode | None:
+        return self.workers[worker_of(topic, partition, len(self.workers))]
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return 0

@@ -22,6 +22,15 @@ second process is refused with ``DataDirLockedError`` naming the holder. Within 
 process the lock is shared by every ``LogManager`` on the directory (tests reopen a
 directory after simulating a crash), and ``close_all`` releases it.
 
+With ``kgc.workers`` > 1 the rule is one writer per partition (``coordinator/workers``): the
+supervisor holds ``.lock`` for the life of the node (its workers inherit the descriptor, so
+the directory stays locked while any of them lives), and worker i's ``LogManager(worker=i)``
+takes ``.lock.w<i>`` and writes its own journal, ``journal.w<i>``. A worker opens and creates
+only the partitions it owns (its caller's ``config_for`` leaves the others unopened), and
+which worker owns a partition is fixed for the supervisor's life. A ``LogManager`` of the
+whole directory (``worker=None``, one process) also replays the ``journal.w*`` an earlier
+multi-worker run left after a crash.
+
 Each topic partition directory also holds Kafka's ``partition.metadata`` (``version: 0`` and
 the topic id in Kafka's base64 form), written atomically when the partition is created, so
 the data says which topic it belongs to whatever the catalog says. Deleting a topic renames
@@ -66,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 _DELETE_SUFFIX = "-delete"
 LOCK_FILE = ".lock"
+JOURNAL_DIR = "journal"
 PARTITION_METADATA_FILE = "partition.metadata"
 PARTITION_METADATA_VERSION = 0
 _FIELD_SEP = re.compile(r":\s+")
@@ -131,13 +141,14 @@ class DataDirLock:
         self._refs = 1
 
     @classmethod
-    def acquire(cls, data_dir: Path) -> DataDirLock:
+    def acquire(cls, data_dir: Path, name: str = LOCK_FILE) -> DataDirLock:
+        """``name``: the lock file (``.lock.w<i>`` for worker i under kgc.workers)."""
         key = data_dir.resolve()
-        held = cls._held.get(key)
+        path = key / name
+        held = cls._held.get(path)
         if held is not None:
             held._refs += 1
             return held
-        path = key / LOCK_FILE
         # Never unlinked: removing it would let a third process lock a new inode while
         # the holder still locks the old one.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -165,13 +176,13 @@ class DataDirLock:
         except OSError:
             os.close(fd)
             raise
-        lock = cls._held[key] = cls(path, fd)
+        lock = cls._held[path] = cls(path, fd)
         return lock
 
     def release(self) -> None:
         self._refs -= 1
         if self._refs == 0 and self._fd >= 0:
-            self._held.pop(self.path.parent, None)
+            self._held.pop(self.path, None)
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = -1
 
@@ -234,17 +245,28 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 
 class LogManager:
     def __init__(
-        self, data_dir: Path, clock: Clock = wall_clock_ms, flusher: Flusher | None = None
+        self,
+        data_dir: Path,
+        clock: Clock = wall_clock_ms,
+        flusher: Flusher | None = None,
+        *,
+        worker: int | None = None,
     ) -> None:
+        """``worker``: worker i of a kgc.workers node (its own lock and journal, see above)."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.worker = worker
         # First, before anything in the directory is read, recovered or deleted.
-        self._lock: DataDirLock | None = DataDirLock.acquire(self.data_dir)
+        self._lock: DataDirLock | None = DataDirLock.acquire(
+            self.data_dir, LOCK_FILE if worker is None else f"{LOCK_FILE}.w{worker}"
+        )
         self._clock = clock
         self.flusher = flusher
         # Shared write-ahead journal for logs configured ``journaled`` (see journal.py);
         # its directory name has no "-<n>" suffix, so it is never taken for a partition.
-        self.journal = Journal(self.data_dir / "journal")
+        self.journal = Journal(
+            self.data_dir / (JOURNAL_DIR if worker is None else f"{JOURNAL_DIR}.w{worker}")
+        )
         if flusher is not None:
             flusher.journal = self.journal
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -287,9 +309,19 @@ class LogManager:
             opened.append(
                 self._register(parsed, PartitionLog(path, cfg, self._clock), attach=False)
             )
+
         # Batches acknowledged through the journal but lost from the segments come back
         # before anything else is appended; only then do the logs journal new appends.
-        self.journal.replay(lambda name: self._logs.get(parse_partition_dir(name) or ("", -1)))
+        def lookup(name: str) -> PartitionLog | None:
+            return self._logs.get(parse_partition_dir(name) or ("", -1))
+
+        self.journal.replay(lookup)
+        if self.worker is None:
+            # The workers' journals of an earlier kgc.workers run that stopped uncleanly:
+            # this process holds ``.lock``, so no worker writes them any more.
+            for path in sorted(self.data_dir.glob(f"{JOURNAL_DIR}.w*")):
+                if path.is_dir():
+                    Journal(path).replay(lookup)
         for log in opened:
             if log.config.journaled and log.config.flush_policy == "batch":
                 log.journal = self.journal

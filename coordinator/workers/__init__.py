@@ -1,0 +1,29 @@
+"""A node that uses every core: ``kgc.workers`` = N > 1 worker processes on one data directory.
+
+How this works: Python's GIL keeps one process on one core, so ``kgc serve`` with
+``kgc.workers`` (``--kgc-workers``, ``KGC_KGC_WORKERS``; default 1, one process exactly as
+before) becomes a supervisor (``supervisor``) of N forked worker processes. Each worker is a
+broker of its own, routed as a cluster is routed:
+
+* worker i has node id node.id + i and listens on every configured listener at port + i
+  (advertised listeners, advertised.port and metrics.port + i too), so worker 0 keeps the
+  configured ports and the bootstrap address is unchanged (``layout``);
+* each worker leads a fixed share of the partitions: offsets partition p is worker p % N's,
+  topic partition (t, p) worker (crc32(t) + p) % N's (``placement.worker_of``); Metadata and
+  FindCoordinator answer from a ``WorkerPlacement`` listing the N workers, so clients go to
+  the owner, and a request for another worker's partition is answered
+  NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR as Kafka answers it (``node``);
+* one writer per partition: a worker opens and creates only its own partitions, under its
+  own lock file ``.lock.w<i>`` and its own journal ``journal.w<i>``; the supervisor holds the
+  data directory's ``.lock`` for its life (inherited by the workers), so N, and with it who
+  owns what, cannot change while any worker runs (``storage.local.manager``);
+* what is not a partition is shared through the data directory's files, changed under one
+  ``flock`` and polled by every worker (``shared``): the topic catalog, ACLs, SCRAM
+  credentials, group configs, and producer ids (blocks taken from one counter file).
+
+Start-up: the supervisor takes ``.lock``, reconciles the topic catalog with the partition
+directories and, after an unclean stop, replays every journal into every log in one process
+(the partitions' owners may differ from the last run's), then forks the workers and waits
+until each listens. A worker that dies is started again (it replays its own journal and
+partitions); SIGTERM/SIGINT stop every worker cleanly.
+"""

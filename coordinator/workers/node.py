@@ -1,0 +1,408 @@
+"""One worker process of a kgc.workers node: a broker that leads its share of the partitions.
+
+How this works: ``start_worker`` builds the same parts as ``App.start`` (embedded engine),
+with the cluster-mode switches the parts already have for "this node leads some partitions,
+not all": the group runtime and the data plane start with nothing (``hosted=False``) and
+serve a partition only once it is handed to them (``acquire``), answering every other one
+as Kafka answers for a partition another broker leads (NOT_COORDINATOR /
+NOT_LEADER_OR_FOLLOWER). ``WorkerPartitions`` does the handing over, from the fixed
+ownership rule (``placement.worker_of``) instead of leases:
+
+* at start, the owned partitions' logs are opened (the others' directories are left
+  untouched: ``LogManager.open_all`` with ``config_for`` answering None for them), the
+  owned offsets partitions are replayed in the background (their groups answer
+  COORDINATOR_LOAD_IN_PROGRESS meanwhile) and the owned partitions of every topic served;
+* whenever the catalog changes, through this worker or another (``shared.WorkerCatalog``
+  reloads it), its ``on_change`` brings the new partitions this worker owns (created
+  topics, grown ones) and drops the partitions of deleted topics (the deleting worker
+  renamed every directory of the topic, its owners' included, before the catalog forgot
+  it, so a crash mid-delete is finished at the next start as on one process; the others
+  close their logs when they see the topic gone and tombstone their groups' offsets of it).
+
+The broker's ``WorkerPlacement`` lists every worker, so Metadata names each partition's
+owner and FindCoordinator each group's. ``serve_worker`` runs the worker until
+SIGTERM/SIGINT or until its supervisor goes away (its end of the channel closes), and
+tells the supervisor on that channel when it listens, or why it could not start (one line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from pathlib import Path
+
+from coordinator.app import (
+    STOP_SIGNALS,
+    App,
+    group_core,
+    kafka_server,
+    log_config_for,
+    serve_metrics,
+)
+from coordinator.catalog import TopicInfo
+from coordinator.config import Settings, offsets_log_config
+from coordinator.dataplane import DataPlane
+from coordinator.dataplane.admin import PartitionAdmin
+from coordinator.dataplane.offsets_topic import OffsetsTopic
+from coordinator.dataplane.plane import PRODUCER_ID_FILE
+from coordinator.group_configs import GROUP_CONFIGS_FILE
+from coordinator.logs import JsonFormatter
+from coordinator.metrics import Metrics
+from coordinator.runtime import GroupRuntime
+from coordinator.security.acl_admin import acl_security
+from coordinator.security.credentials import CREDENTIALS_FILE
+from coordinator.security.sasl import attach_sasl
+from coordinator.security.scram_admin import ScramAdmin
+from coordinator.server.authz import cluster_authorize
+from coordinator.server.broker import Broker, advertised_endpoints
+from coordinator.server.config_admin import ConfigAdmin
+from coordinator.server.listener import describe_listeners, listen_all, tls_contexts
+from coordinator.server.placement import WorkerPlacement, worker_of
+from coordinator.workers.layout import worker_nodes, worker_settings
+from coordinator.workers.shared import (
+    SharedFiles,
+    WorkerAclStore,
+    WorkerCatalog,
+    WorkerCredentialStore,
+    WorkerGroupConfigs,
+    shared_producer_ids,
+)
+from storage.local.durability import Flusher
+from storage.local.log import LogConfig, PartitionLog
+from storage.local.manager import LogManager
+from storage.offsets_format import OFFSETS_TOPIC
+
+__all__ = ["WorkerPartitions", "serve_worker", "start_worker", "worker_main"]
+
+log = logging.getLogger("kgc.workers")
+
+READY = b"ready\n"
+ERROR = b"error "
+
+
+class StartFailed(Exception):
+    """The worker could not start; its supervisor was told why (one line)."""
+
+
+class WorkerPartitions:
+    """The partitions worker ``index`` of ``count`` owns: opened, served, dropped (module doc)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        index: int,
+        count: int,
+        catalog: WorkerCatalog,
+        logs: LogManager,
+    ) -> None:
+        self.settings = settings
+        self.index = index
+        self.count = count
+        self.catalog = catalog
+        self.logs = logs
+        self.groups: GroupRuntime | None = None
+        self.data: DataPlane | None = None
+        self.metrics: Metrics | None = None
+        # Topic partitions served here, with the topic id they were opened for.
+        self.hosted: dict[tuple[str, int], tuple[bytes, PartitionLog]] = {}
+
+    def owns(self, topic: str, partition: int) -> bool:
+        return worker_of(topic, partition, self.count) == self.index
+
+    def config_for(self, topic: str, partition: int) -> LogConfig | None:
+        """``LogManager.open_all``'s filter: only this worker's partitions are opened."""
+        if not self.owns(topic, partition):
+            return None
+        return log_config_for(self.settings, self.catalog, topic, partition)
+
+    def offsets_partitions(self) -> list[int]:
+        n = self.settings.offsets_topic_num_partitions
+        return [p for p in range(n) if self.owns(OFFSETS_TOPIC, p)]
+
+    def attach(self, groups: GroupRuntime, data: DataPlane, metrics: Metrics) -> None:
+        """Serve: every owned offsets partition starts loading, every owned topic partition
+        is served, and catalog changes are followed from now on."""
+        self.groups, self.data, self.metrics = groups, data, metrics
+        cfg = offsets_log_config(self.settings)
+        owned = {
+            p: self.logs.get_or_create(OFFSETS_TOPIC, p, cfg) for p in self.offsets_partitions()
+        }
+        for p in owned:
+            groups.begin_acquire(p)  # LOAD_IN_PROGRESS, not NOT_COORDINATOR, until loaded
+        task = asyncio.get_running_loop().create_task(self._load(owned), name="kgc-load")
+        groups.background.add(task)
+        task.add_done_callback(groups.background.discard)
+        for info in list(self.catalog.topics.values()):
+            self._serve(info)
+        self.catalog.on_change.append(self.topics_changed)
+
+    async def _load(self, owned: dict[int, PartitionLog]) -> None:
+        assert self.groups is not None
+        started = time.perf_counter()
+        total = 0
+        try:
+            for p, plog in owned.items():
+                t0 = time.perf_counter()
+                total += await self.groups.acquire(p, plog)
+                if self.metrics is not None:
+                    self.metrics.partition_loaded(p, time.perf_counter() - t0)
+            log.info(
+                "loaded %d offsets-log records from %d partitions in %.2f s",
+                total,
+                len(owned),
+                time.perf_counter() - started,
+            )
+        finally:
+            self.groups.loaded.set()
+
+    def _serve(self, info: TopicInfo) -> None:
+        assert self.data is not None
+        if info.is_internal or info.offline is not None:
+            return
+        for p in range(info.num_partitions):
+            if not self.owns(info.name, p):
+                continue
+            held = self.hosted.get((info.name, p))
+            if held is not None and held[0] == info.topic_id:
+                continue
+            if held is not None:
+                self._drop(info.name, p)
+            plog = self.logs.get_or_create(info.name, p, self.data.log_config(info), info.topic_id)
+            self.hosted[(info.name, p)] = (info.topic_id, plog)
+            self.data.acquire(info, plog, 0)
+
+    def _drop(self, topic: str, partition: int) -> None:
+        assert self.data is not None
+        _, plog = self.hosted.pop((topic, partition))
+        self.data.release(plog)  # parked fetches answer now
+        # Closed, its directory removed if it is still there: the deleting worker renamed
+        # it away already; a directory this worker made again since (a segment roll
+        # between the rename and now) goes too.
+        self.logs.forget(topic, partition)
+
+    def topics_changed(self, names: list[str], created: bool) -> None:
+        """The catalog's ``on_change``: topics created, grown, or gone (here or elsewhere)."""
+        assert self.groups is not None
+        for name in names:
+            info = self.catalog.get(name)
+            gone = [
+                key
+                for key, (topic_id, _) in self.hosted.items()
+                if key[0] == name and (info is None or topic_id != info.topic_id)
+            ]
+            for key in gone:
+                self._drop(*key)
+            if info is None or gone:
+                # Deleted (perhaps already re-created): the groups coordinated here drop
+                # their offsets of it, whichever worker answered the DeleteTopics (on that
+                # one the broker does it too; a second time finds nothing).
+                self.groups.topic_deleted(name)
+            if info is not None:
+                self._serve(info)
+
+
+async def start_worker(settings: Settings, index: int) -> tuple[App, SharedFiles]:
+    """Worker ``index`` of ``settings.kgc_workers``, listening; ``settings`` are the node's
+    (this worker's own are derived here, ``layout.worker_settings``)."""
+    count = settings.kgc_workers
+    s = worker_settings(settings, index)
+    tls = tls_contexts(s)  # before anything is opened: a bad certificate stops here
+    files = SharedFiles(s.data_dir)
+    flusher = Flusher()
+    # First: this worker's lock (.lock.w<i>) before anything there is read.
+    logs = LogManager(s.data_dir, flusher=flusher, worker=index)
+    catalog = WorkerCatalog(s.data_dir / "topics.json", files)
+    credentials = WorkerCredentialStore(s.data_dir / CREDENTIALS_FILE, files)
+    acls = acl_security(s, WorkerAclStore(s.data_dir, files) if s.authorizer_class_name else None)
+    partitions = WorkerPartitions(s, index, count, catalog, logs)
+    logs.open_all(partitions.config_for)
+    flusher.start()
+
+    compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=False)
+    data = DataPlane(
+        s,
+        catalog,
+        logs,
+        flusher,
+        hosted=False,
+        producer_ids=shared_producer_ids(files, s.data_dir / PRODUCER_ID_FILE),
+        offsets_topic=OffsetsTopic(groups, s.cluster_id),
+    )
+    data.start()
+    partitions.attach(groups, data, metrics)
+
+    listening = await listen_all(s, tls)
+    endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
+    broker = Broker(
+        s,
+        catalog,
+        logs,
+        groups,
+        data,
+        advertised_port=s.advertised_port or listening[0].port,
+        placement=WorkerPlacement(worker_nodes(settings)),
+        endpoints=endpoints,
+    )
+    server = kafka_server(
+        s,
+        listening,
+        broker,
+        groups,
+        data,
+        metrics,
+        [
+            ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
+            acls.handlers(),
+            PartitionAdmin(
+                s, catalog, logs, data, broker.placement, authorizer=acls.authorizer
+            ).handlers(),
+            (
+                await ConfigAdmin.start(
+                    s,
+                    catalog,
+                    data,
+                    groups,
+                    WorkerGroupConfigs(s, s.data_dir / GROUP_CONFIGS_FILE, files),
+                    authorizer=acls.authorizer,
+                )
+            ).handlers(),
+        ],
+        authorizer=acls.authorizer,
+    )
+    attach_sasl(server, s, credentials)
+    metrics.watch(server)
+    server.start()
+    compaction.start()
+    files.start()
+    await serve_metrics(s, metrics, data)
+    log.info(
+        "worker %d of %d listening on %s (node %d, data in %s)",
+        index,
+        count,
+        describe_listeners(listening, endpoints),
+        s.node_id,
+        s.data_dir,
+    )
+    app = App(
+        flusher=flusher,
+        logs=logs,
+        groups=groups,
+        data=data,
+        server=server,
+        metrics=metrics,
+        compaction=compaction,
+        credentials=credentials,
+    )
+    app.authorizer = acls.authorizer
+    return app, files
+
+
+def failure_line(exc: BaseException) -> str:
+    """What a worker that could not start tells its supervisor: one line."""
+    if isinstance(exc, SystemExit):
+        text = str(exc.code) if isinstance(exc.code, str) else f"exit status {exc.code}"
+    elif isinstance(exc, OSError):
+        text = str(exc)
+    else:
+        text = repr(exc)
+    return " ".join(text.split())
+
+
+async def serve_worker(settings: Settings, index: int, channel: socket.socket) -> None:
+    """Run worker ``index`` until SIGTERM/SIGINT or its supervisor's end of ``channel``
+    closes, then stop cleanly (``app.serve``'s rules for signals during start and stop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        app, files = await start_worker(settings, index)
+    except BaseException as exc:
+        log.debug("worker %d could not start", index, exc_info=True)
+        channel.sendall(ERROR + failure_line(exc).encode(errors="replace") + b"\n")
+        raise StartFailed(failure_line(exc)) from exc
+    channel.sendall(READY)
+    channel.setblocking(False)
+
+    def supervisor_said() -> None:
+        try:
+            data = channel.recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # the supervisor is gone: nobody would restart or stop this worker
+            log.warning("worker %d: the supervisor went away; stopping", index)
+            loop.remove_reader(channel.fileno())
+            stop.set()
+
+    loop.add_reader(channel.fileno(), supervisor_said)
+    await stop.wait()
+    log.info("worker %d shutting down", index)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, log.info, "already shutting down")
+    try:
+        await files.stop()  # no reload while the parts stop
+        await app.stop()
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
+
+
+class _WorkerFormatter(logging.Formatter):
+    """The node's log format with the worker named: ``kgc.groups[w1]`` in text lines, a
+    ``worker`` field in JSON lines."""
+
+    def __init__(self, inner: logging.Formatter, index: int) -> None:
+        super().__init__()
+        self.inner = inner
+        self.index = index
+
+    def format(self, record: logging.LogRecord) -> str:
+        if isinstance(self.inner, JsonFormatter):
+            record.worker = self.index
+            return self.inner.format(record)
+        name = record.name
+        record.name = f"{name}[w{self.index}]"
+        try:
+            return self.inner.format(record)
+        finally:
+            record.name = name
+
+
+def tag_logging(index: int) -> None:
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(_WorkerFormatter(handler.formatter or logging.Formatter(), index))
+
+
+def worker_main(settings: Settings, index: int, channel: socket.socket) -> int:
+    """The forked worker's body; its exit status (0 after a clean stop)."""
+    tag_logging(index)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        runner(serve_worker(settings, index, channel))
+    except StartFailed:
+        return 1  # the supervisor reports it
+    except BaseException:
+        log.exception("worker %d failed", index)
+        return 1
+    return 0
+
+
+def lock_holder(data_dir: Path, index: int) -> int | None:
+    """The pid written in worker ``index``'s lock file (tests find a worker with it)."""
+    try:
+        text = (Path(data_dir) / f".lock.w{index}").read_text()
+    except OSError:
+        return None
+    pid = text.split(" ", 1)[0]
+    return int(pid) if pid.isdigit() else None
