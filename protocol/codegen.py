@@ -518,24 +518,28 @@ class Decoder:
             self.w(ind, "else:")
             self.w(ind + 1, "if n > len(b) - p: raise DecodeError('array too long')")
             if f.struct:
+                # Fresh names per array: every local keeps one type (mypyc compiles them
+                # as typed locals, so a name reused for another struct would fail a cast).
                 fn = self.mod.ref(f"_dec_{f.struct}_{v}")
-                self.w(ind + 1, "a = []")
+                acc, x = self.var(), self.var()
+                self.w(ind + 1, f"{acc}: list[{f.struct}] = []")
                 self.w(ind + 1, "for _ in range(n):")
-                self.w(ind + 2, f"x, p = {fn}(b, p)")
-                self.w(ind + 2, "a.append(x)")
-                self.w(ind + 1, f"{target} = a")
+                self.w(ind + 2, f"{x}, p = {fn}(b, p)")
+                self.w(ind + 2, f"{acc}.append({x})")
+                self.w(ind + 1, f"{target} = {acc}")
             elif f.elem in FIXED:
                 fmt, size = FIXED[f.elem]
                 self.w(
                     ind + 1, f"{target} = list(unpack_from('>%d{fmt}' % n, b, p)); p += n * {size}"
                 )
             else:
-                self.w(ind + 1, "a = []")
+                acc = self.var()
+                self.w(ind + 1, f"{acc}: list[{PY_TYPES[f.elem]}] = []")
                 self.w(ind + 1, "for _ in range(n):")
                 t = self.var()
                 self.read_value(f, f.elem, t, ind + 2, False, flex)
-                self.w(ind + 2, f"a.append({t})")
-                self.w(ind + 1, f"{target} = a")
+                self.w(ind + 2, f"{acc}.append({t})")
+                self.w(ind + 1, f"{target} = {acc}")
         elif f.struct:
             fn = self.mod.ref(f"_dec_{f.struct}_{v}")
             if nullable:
@@ -679,14 +683,17 @@ class Encoder:
                 expr = f"({expr} or [])"
             self.write_len(f"len({expr})", flex, True, ind)
             if f.struct:
-                self.w(ind, f"for x in {expr}:")
-                self.w(ind + 1, f"{self.mod.ref(f'_enc_{f.struct}_{v}')}(x, out)")
+                # A fresh loop variable per array, so each local has one type (see Decoder).
+                x = self.var()
+                self.w(ind, f"for {x} in {expr}:")
+                self.w(ind + 1, f"{self.mod.ref(f'_enc_{f.struct}_{v}')}({x}, out)")
             elif f.elem in FIXED:
                 fmt = FIXED[f.elem][0]
                 self.w(ind, f"out += pack('>%d{fmt}' % len({expr}), *{expr})")
             else:
-                self.w(ind, f"for x in {expr}:")
-                self.write_value(f, f.elem, "x", ind + 1, False, flex)
+                x = self.var()
+                self.w(ind, f"for {x} in {expr}:")
+                self.write_value(f, f.elem, x, ind + 1, False, flex)
         elif f.struct:
             if nullable:
                 self.w(ind, f"if {expr} is None:")
@@ -774,7 +781,6 @@ def render(mod: Module, kp_version: str, extra: list[str]) -> str:
     head = [
         BANNER.format(kp=kp_version).rstrip("\n"),
         "# ruff: noqa",
-        '# mypy: disable-error-code="no-any-return,assignment,arg-type,misc,operator,index"',
         "from __future__ import annotations",
         "",
         "from dataclasses import dataclass, field",
