@@ -28,6 +28,7 @@ tells the supervisor on that channel when it listens, or why it could not start 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -81,6 +82,8 @@ log = logging.getLogger("kgc.workers")
 
 READY = b"ready\n"
 ERROR = b"error "
+CHANGED = b"changed\n"  # worker -> supervisor: this worker changed a shared file
+POLL = b"poll\n"  # supervisor -> worker: another worker did; look now
 
 
 class StartFailed(Exception):
@@ -327,9 +330,15 @@ async def serve_worker(settings: Settings, index: int, channel: socket.socket) -
     channel.sendall(READY)
     channel.setblocking(False)
 
+    def changed() -> None:
+        with contextlib.suppress(OSError):  # a hint only (shared.py): the poll catches up
+            channel.send(CHANGED)
+
+    files.on_changed = changed
+
     def supervisor_said() -> None:
         try:
-            data = channel.recv(64)
+            data = channel.recv(4096)
         except BlockingIOError:
             return
         except OSError:
@@ -338,6 +347,8 @@ async def serve_worker(settings: Settings, index: int, channel: socket.socket) -
             log.warning("worker %d: the supervisor went away; stopping", index)
             loop.remove_reader(channel.fileno())
             stop.set()
+        elif POLL in data:
+            files.poll()
 
     loop.add_reader(channel.fileno(), supervisor_said)
     await stop.wait()

@@ -17,7 +17,9 @@ Every worker polls the files' (inode, size, mtime) every ``POLL_MS`` and reloads
 whose triple moved, through the store's normal installation path, so the change reaches
 the same callbacks as a local one (the catalog's ``on_change``/``on_configs``, the
 authorizer, the group core). A change made through one worker is therefore seen by the
-others within ~0.1 s, like the PostgreSQL catalog's version poll in cluster mode. Step 4
+others within ~0.1 s, like the PostgreSQL catalog's version poll in cluster mode; and
+usually within a millisecond, because the changing worker tells its supervisor, which has
+the others poll at once (a hint, like cluster mode's NOTIFY: the poll is the truth). Step 4
 makes every change visible to the poll even when two changes of the same size land within
 the file system's timestamp granularity on a reused inode. A file that cannot be read on a
 reload (edited by hand) keeps the last state and logs one ERROR per change.
@@ -96,6 +98,10 @@ class SharedFiles:
         self._fd = -1
         self._depth = 0
         self._task: asyncio.Task[None] | None = None
+        # Told after this process changed a file: the worker tells its supervisor, which
+        # has the other workers poll at once (the poll stays the truth; this only spares
+        # them the wait for it).
+        self.on_changed: Callable[[], None] | None = None
 
     def watch(self, path: Path, reload: Callable[[], None], key: Key) -> None:
         """Reload ``path``'s store with ``reload`` whenever another worker changes it;
@@ -140,6 +146,8 @@ class SharedFiles:
                 if after != key and after is not None:
                     after = self._stamp(path, key)
                 watch.key = after
+        if watch.key != key and self.on_changed is not None:
+            self.on_changed()
 
     @staticmethod
     def _stamp(path: Path, before: Key) -> Key:

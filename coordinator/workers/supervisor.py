@@ -13,8 +13,9 @@ process (no event loop, no threads, so forking it is safe) that
    closed cleanly: after a change of worker count a partition's batches may sit in another
    worker's journal than its new owner's;
 3. forks worker i = 0..N-1 (``node.worker_main``) with a socket pair: the worker writes
-   ``ready`` once it listens, or ``error <one line>`` when it cannot start; the supervisor's
-   end closing tells a worker its supervisor is gone (it then stops cleanly);
+   ``ready`` once it listens, or ``error <one line>`` when it cannot start, and ``changed``
+   after it changed a shared file (the supervisor tells the others to ``poll`` now); the
+   supervisor's end closing tells a worker its supervisor is gone (it then stops cleanly);
 4. waits on the channels, its children and its signals (``signal.set_wakeup_fd``):
 
    * every worker ready: one line, the node is up;
@@ -52,7 +53,7 @@ from coordinator.app import log_config_for
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.workers.layout import worker_nodes
-from coordinator.workers.node import ERROR, READY, worker_main
+from coordinator.workers.node import CHANGED, ERROR, POLL, READY, worker_main
 from storage.local.manager import JOURNAL_DIR, DataDirLock, LogManager
 
 __all__ = ["Supervisor", "WorkerStartError", "WorkerStopError", "prepare", "supervise"]
@@ -249,6 +250,7 @@ class Supervisor:
                 os._exit(code)  # never back into the supervisor's stack
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         child.close()
+        parent.setblocking(False)  # the supervisor never waits on one worker
         w.pid, w.channel, w.buffer = pid, parent, b""
         w.ready, w.error, w.restart_at = False, None, None
         w.started = time.monotonic()
@@ -266,20 +268,24 @@ class Supervisor:
                 other.channel.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
-    def _read(self, w: _Worker) -> None:
+    def _read(self, w: _Worker) -> bool:
+        """Read what ``w`` said; False when there was nothing (now, or ever again)."""
         assert w.channel is not None
         try:
             data = w.channel.recv(4096)
+        except BlockingIOError:
+            return False
         except OSError:
             data = b""
         if not data:  # the worker is gone (or going): ``_reap`` tells how
             w.channel.close()
             w.channel = None
-            return
+            return False
         w.buffer += data
         while b"\n" in w.buffer:
             line, _, w.buffer = w.buffer.partition(b"\n")
             self._told(w, line + b"\n")
+        return True
 
     def _told(self, w: _Worker, line: bytes) -> None:
         if line == READY:
@@ -291,6 +297,11 @@ class Supervisor:
                 self._announce()
         elif line.startswith(ERROR):
             w.error = line[len(ERROR) :].decode(errors="replace").strip()
+        elif line == CHANGED:
+            for other in self.workers:
+                if other is not w and other.channel is not None and other.ready:
+                    with contextlib.suppress(OSError):  # a hint: its poll catches up anyway
+                        other.channel.send(POLL)
 
     def _announce(self) -> None:
         nodes = worker_nodes(self.settings)
@@ -313,12 +324,11 @@ class Supervisor:
                 self._exited(w, os.waitstatus_to_exitcode(status))
 
     def _exited(self, w: _Worker, code: int) -> None:
-        if w.channel is not None:  # its last words (an error line) may still be there
-            w.channel.setblocking(False)
-            with contextlib.suppress(OSError):
-                while w.channel is not None:
-                    self._read(w)
-        w.channel = None
+        while w.channel is not None and self._read(w):
+            pass  # its last words (an error line) may still be there
+        if w.channel is not None:
+            w.channel.close()
+            w.channel = None
         pid, w.pid = w.pid, 0
         how = describe_exit(code)
         if self.stopping:
