@@ -77,19 +77,22 @@ class Workers(KgcProcess):
 
     def start(self, timeout: float = 30.0) -> None:
         super().start(timeout)
-        deadline = time.monotonic() + timeout
         for i in range(1, self.workers):
-            while True:
-                assert self.proc is not None
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"kgc exited with {self.proc.returncode}:\n{self.log()}")
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port + i), timeout=0.2):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"worker {i} did not listen:\n{self.log()}") from None
-                    time.sleep(0.05)
+            self.wait_listening(i, timeout)
+
+    def wait_listening(self, worker: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kgc exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port + worker), timeout=0.2):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"worker {worker} did not listen:\n{self.log()}") from None
+                time.sleep(0.05)
 
     def wait_loaded(self, timeout: float = 30.0) -> None:
         """Every worker's offsets partitions are loaded."""
@@ -168,3 +171,10 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def report(test: str, *, injected: str, verified: str, lost: int = 0) -> None:
+    """The fault suites' one line: the fault, what was checked, acknowledged items lost."""
+    print(
+        f"[fault] {test}: injected: {injected} | verified: {verified} | acknowledged lost: {lost}"
+    )
