@@ -67,8 +67,13 @@ def partition_on(topic: str, partitions: int, worker: int, workers: int) -> int:
 
 
 class Workers(KgcProcess):
-    def __init__(self, data_dir: Path, *extra: str, workers: int = 2) -> None:
-        super().__init__(data_dir, "--kgc-workers", str(workers), *extra, port=free_ports(workers))
+    def __init__(
+        self, data_dir: Path, *extra: str, workers: int = 2, port: int | None = None
+    ) -> None:
+        """``port``: the first Kafka port (of ``extra``'s listeners, when they are given)."""
+        super().__init__(
+            data_dir, "--kgc-workers", str(workers), *extra, port=port or free_ports(workers)
+        )
         self.workers = workers
         self.metrics_port = free_ports(workers)
 
