@@ -10,6 +10,12 @@ requests by order as well as correlation id, so every request takes a slot in a
 per-connection queue and responses are written strictly in request order, however they
 complete. A connection that closes cancels the deferred answers it still waits for.
 
+Writes are gathered, not made per response: everything a connection sends goes to its
+``out`` list, written with one ``transport.write`` at the end of the read that produced it
+or, for answers completed outside a read (a round of commits made durable releases many at
+once), by one callback at the end of the loop turn (``_send``). One send per connection per
+turn instead of one per response; the order is the list's, which is the slots' order.
+
 Bad input is answered the way Kafka answers it: a negative or oversized size, an unknown
 API key, an unsupported version or a body that does not parse closes that connection (with a
 log line); other connections never notice. A slow reader pauses our reading from it
@@ -36,7 +42,14 @@ from coordinator.security import ANONYMOUS
 from coordinator.security.principal_mapping import SslPrincipalMapper, principal_from_certificate
 from coordinator.security.sasl import SaslListener
 from coordinator.security.sasl.session import Next, SaslSession
-from coordinator.server.handler import CLOSE_CONNECTION, Answer, ClientInfo, Deferred, Outcome
+from coordinator.server.handler import (
+    CLOSE_CONNECTION,
+    Answer,
+    ClientInfo,
+    Deferred,
+    Outcome,
+    Pending,
+)
 from coordinator.server.memory import LARGE_REQUEST_BYTES
 from protocol.framing import (
     API_VERSIONS_KEY,
@@ -67,7 +80,7 @@ class _Slot:
 
     def __init__(self) -> None:
         self.data: bytes | None = None
-        self.future: asyncio.Future[Answer] | None = None  # a Deferred's, until answered
+        self.future: asyncio.Future[Answer] | Pending | None = None  # a Deferred's, until answered
         self.done = False
         self.close = False
         self.nbytes = 0  # bytes this request holds in the RequestQueue until answered
@@ -115,7 +128,11 @@ class KafkaConnection(asyncio.Protocol):
         self.port = 0
         self.conn_id = server.next_conn_id()
         self.info: ClientInfo | None = None
-        self.out: list[bytes] | None = None
+        # What is to be sent, in order (see the module docstring): written at the end of
+        # the read in progress (``reading``) or by ``_send`` at the end of the loop turn.
+        self.out: list[bytes] = []
+        self.reading = False
+        self.send_scheduled = False
         self.queue = server.queue
         self.handlers = server.dispatch.handlers
         self.supported = server.dispatch.supported
@@ -228,61 +245,65 @@ class KafkaConnection(asyncio.Protocol):
         n = len(buf)
         max_size = self.auth_max_size if self.authenticating else self.server.max_request_size
         queue = self.queue
-        # Responses ready at once are gathered and written with one call per read.
-        out: list[bytes] = []
-        self.out = out
-        while n - pos >= 4:
-            size = _SIZE.unpack_from(buf, pos)[0]
-            if size < 0 or size > max_size:
-                if self.authenticating:  # Kafka fails the authentication ("invalid receive size")
-                    self._sasl_failed(None, f"invalid receive size {size} (at most {max_size})")
+        # Responses ready at once are gathered and written with one call per read
+        # (``reading``: ``_write`` leaves the sending to the end of this read).
+        self.reading = True
+        try:
+            while n - pos >= 4:
+                size = _SIZE.unpack_from(buf, pos)[0]
+                if size < 0 or size > max_size:
+                    if (
+                        self.authenticating
+                    ):  # Kafka fails the authentication ("invalid receive size")
+                        self._sasl_failed(None, f"invalid receive size {size} (at most {max_size})")
+                        break
+                    log.warning(
+                        "closing connection from %s:%d: request size %d outside [0, %d]",
+                        self.host,
+                        self.port,
+                        size,
+                        max_size,
+                    )
+                    self.abort()
+                    return
+                end = pos + 4 + size
+                reserved = self.frame_bytes
+                if not reserved:
+                    if not queue.admits(size):
+                        self.waiting = True
+                        queue.wait(self)
+                        self._update_reading()
+                        break
+                    if end > n:
+                        # The whole frame is reserved before its body is buffered.
+                        queue.take(size)
+                        self.frame_bytes = size
+                        break
+                elif end > n:
                     break
-                log.warning(
-                    "closing connection from %s:%d: request size %d outside [0, %d]",
-                    self.host,
-                    self.port,
-                    size,
-                    max_size,
-                )
-                self.abort()
-                return
-            end = pos + 4 + size
-            reserved = self.frame_bytes
-            if not reserved:
-                if not queue.admits(size):
-                    self.waiting = True
-                    queue.wait(self)
-                    self._update_reading()
+                if size > LARGE_REQUEST_BYTES:
+                    # Cut the buffer before handling, so a large frame is not held twice.
+                    with memoryview(buf) as view:
+                        frame = bytes(view[pos + 4 : end])
+                    del buf[:end]
+                    pos, n = 0, len(buf)
+                else:
+                    frame = bytes(buf[pos + 4 : end])
+                    pos = end
+                self.frame_bytes = 0
+                self.held, self.frame_size = reserved, size
+                self.handle_frame(frame)
+                if self.held:  # answered (or dropped) at once: nothing keeps the bytes
+                    queue.give_back(self.held)
+                    self.held = 0
+                if self.closed:
+                    return
+                if self.auth_failed:
                     break
-                if end > n:
-                    # The whole frame is reserved before its body is buffered.
-                    queue.take(size)
-                    self.frame_bytes = size
-                    break
-            elif end > n:
-                break
-            if size > LARGE_REQUEST_BYTES:
-                # Cut the buffer before handling, so a large frame is not held twice.
-                with memoryview(buf) as view:
-                    frame = bytes(view[pos + 4 : end])
-                del buf[:end]
-                pos, n = 0, len(buf)
-            else:
-                frame = bytes(buf[pos + 4 : end])
-                pos = end
-            self.frame_bytes = 0
-            self.held, self.frame_size = reserved, size
-            self.handle_frame(frame)
-            if self.held:  # answered (or dropped) at once: nothing keeps the bytes
-                queue.give_back(self.held)
-                self.held = 0
-            if self.closed:
-                return
-            if self.auth_failed:
-                break
-        self.out = None
-        if out and self.transport is not None:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        finally:
+            self.reading = False
+        if self.out:
+            self._send()
         if pos:
             del buf[:pos]
 
@@ -371,7 +392,9 @@ class KafkaConnection(asyncio.Protocol):
         # The three kinds of result are told apart by their type alone (see handler).
         if type(result) is Deferred:
             # The answer comes later (a commit waiting for its fsync, a JoinGroup waiting
-            # for the rebalance, a long poll): a callback, not a task per request.
+            # for the rebalance, a long poll): a callback, not a task per request. A
+            # ``Pending`` runs it when completed (at once if it already is), so the slot
+            # is queued first.
             slot = _Slot()
             self.slots.append(slot)
             self._park(slot, key)
@@ -418,7 +441,11 @@ class KafkaConnection(asyncio.Protocol):
             slot.nbytes, slot.queued = 0, False
 
     def _complete(
-        self, slot: _Slot, header: RequestHeader, fut: asyncio.Future[Answer], started: float
+        self,
+        slot: _Slot,
+        header: RequestHeader,
+        fut: asyncio.Future[Answer] | Pending,
+        started: float,
     ) -> None:
         if self.closed:
             return  # connection_lost gave back what the slot held
@@ -455,10 +482,24 @@ class KafkaConnection(asyncio.Protocol):
         self._flush()
 
     def _write(self, data: bytes) -> None:
-        if self.out is not None:
-            self.out.append(data)
-        elif self.transport is not None and not self.closed:
-            self.transport.write(data)
+        """Queue ``data`` for sending: with the read in progress, else at the turn's end."""
+        out = self.out
+        out.append(data)
+        if not self.reading and not self.send_scheduled:
+            self.send_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send)
+
+    def _send(self) -> None:
+        """Write everything queued with one call (end of a read, or of the loop turn)."""
+        self.send_scheduled = False
+        out = self.out
+        if not out:
+            return
+        if self.transport is None or self.closed:
+            out.clear()
+            return
+        self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        out.clear()
 
     def _flush(self) -> None:
         slots = self.slots
@@ -475,9 +516,7 @@ class KafkaConnection(asyncio.Protocol):
         """Send what is already answered, then close (buffered writes still go out)."""
         if self.closed or self.transport is None:
             return
-        if self.out:
-            self.transport.write(b"".join(self.out))
-            self.out.clear()
+        self._send()
         self.closed = True
         self.transport.close()
 
