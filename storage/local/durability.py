@@ -32,6 +32,14 @@ Nothing that was acknowledged is above the durable end, so nothing acknowledged 
 and nothing is acknowledged or served that was not made durable first. When the disk
 recovers, appends and flushes simply succeed again.
 
+Callers that hold no task (the offsets runtime, once per loop turn) use
+``when_durable(targets, then)`` instead of awaiting: the same rule per (log, offset), but
+``then`` is called with every target's outcome as soon as the last one is settled, from the
+round that settles it (synchronously if all are durable already), with no task, no gather
+and no future per target. Each parked waiter remembers ``log.cut_backs`` when it was
+parked, so a cut-back fails only the waiters parked before it: records appended after the
+cut (a rebuild inside a cut-back hook appends at once) wait for the next round as usual.
+
 Journaled logs (``log.journal``, a ``storage.interface.WriteAheadJournal``) are made
 durable by their journal instead: a round calls ``journal.sync(errors)`` once for all of
 them, then ``journal.checkpoint`` when it asks for one. The local journal fsyncs a file;
@@ -49,8 +57,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from storage.interface import FlushError, WriteAheadJournal
 from storage.local.files import Clock, wall_clock_ms
@@ -67,6 +76,62 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FSYNC_THREADS = 4
+
+
+class Waiter(Protocol):
+    """What the flusher settles: an ``asyncio.Future[None]`` or a ``when_durable`` part."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: None, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+# A parked wait: the offset, what to settle, and ``log.cut_backs`` when it was parked.
+_Wait: TypeAlias = tuple[int, Waiter, int]
+# ``when_durable``'s continuation: each target's outcome (None: durable), in order.
+Then: TypeAlias = Callable[[list[BaseException | None]], None]
+
+
+class _Join:
+    """``when_durable``'s targets: calls ``then`` once every part is settled."""
+
+    __slots__ = ("left", "outcomes", "then")
+
+    def __init__(self, n: int, then: Then) -> None:
+        self.left = n
+        self.outcomes: list[BaseException | None] = [None] * n
+        self.then = then
+
+    def settle(self, i: int, exc: BaseException | None) -> None:
+        self.outcomes[i] = exc
+        self.left -= 1
+        if self.left == 0:
+            try:
+                self.then(self.outcomes)
+            except Exception:  # the flusher's round must go on for the other waiters
+                logger.exception("a when_durable continuation failed")
+
+
+class _Part:
+    """One target of a ``_Join``, parked like a future."""
+
+    __slots__ = ("i", "join", "settled")
+
+    def __init__(self, join: _Join, i: int) -> None:
+        self.join = join
+        self.i = i
+        self.settled = False
+
+    def done(self) -> bool:
+        return self.settled
+
+    def set_result(self, result: None, /) -> None:
+        self.settled = True
+        self.join.settle(self.i, None)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self.settled = True
+        self.join.settle(self.i, exception)
 
 
 def run_tickets(tickets: list[FlushTicket]) -> list[BaseException | None]:
@@ -112,9 +177,9 @@ class Flusher:
         wait on a log without one fails instead of trusting a local fsync."""
         self._clock = clock
         self.remote_only = remote_only
-        self._waiters: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
+        self._waiters: dict[PartitionLog, list[_Wait]] = {}
         # The waiters taken by the round in flight (so a cut-back can fail them too).
-        self._inflight: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
+        self._inflight: dict[PartitionLog, list[_Wait]] = {}
         self._logs: dict[PartitionLog, int] = {}  # log -> last flush time (ms)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -153,23 +218,33 @@ class Flusher:
         if self._logs.pop(log, None) is not None:
             with contextlib.suppress(ValueError):
                 log.on_cut_back.remove(self._cut_back)
-        for _off, fut in self._waiters.pop(log, []):
+        for _off, fut, _gen in self._waiters.pop(log, []):
             if not fut.done():
                 fut.set_exception(FlushError(f"log {log.dir} unregistered before flush", log=log))
 
     def _cut_back(self, log: PartitionLog, new_end: int) -> None:
-        """``on_cut_back`` hook: fail every waiter of ``log`` whose offset was cut."""
+        """``on_cut_back`` hook: fail every waiter of ``log`` whose offset was cut.
+
+        Only waiters parked before this cut (``log.cut_backs`` was raised before the hooks
+        run): an offset at or above ``new_end`` parked since was appended after the cut.
+        """
         cause = self._round_errors.get(log)
         err = f"fsync of {log.dir} failed; the log was cut back to offset {new_end}"
+        generation = log.cut_backs
         for table in (self._waiters, self._inflight):
             waiters = table.get(log)
             if not waiters:
                 continue
             keep = []
-            for offset, fut in waiters:
-                if offset < new_end:
-                    keep.append((offset, fut))
-                elif not fut.done():
+            failed = []
+            for wait in waiters:
+                if wait[0] < new_end or wait[2] >= generation:
+                    keep.append(wait)
+                else:
+                    failed.append(wait[1])
+            table[log] = keep
+            for fut in failed:
+                if not fut.done():
                     # A journal's own error (NotOwnerError, a database error) when it
                     # gave one, so a fenced partition answers NOT_COORDINATOR.
                     fut.set_exception(
@@ -177,7 +252,6 @@ class Flusher:
                         if isinstance(cause, FlushError)
                         else FlushError(err, log=log, truncated_to=new_end)
                     )
-            table[log] = keep
 
     def poke(self) -> None:
         """Ask for a round now (e.g. after a burst of interval-policy appends)."""
@@ -214,9 +288,40 @@ class Flusher:
         for fut in futs:
             await fut
 
+    def when_durable(self, targets: Sequence[tuple[PartitionLog, int]], then: Then) -> None:
+        """Call ``then`` once every ``(log, offset)`` of ``targets`` is durable, as
+        ``wait_durable`` defines it, with each target's outcome: None, or the exception its
+        ``wait_durable`` would raise. Called from the round that settles the last target, or
+        before this returns if none has to wait; never raises for a target."""
+        if not targets:
+            then([])
+            return
+        join = _Join(len(targets), then)
+        for i, (log, offset) in enumerate(targets):
+            part = _Part(join, i)
+            try:
+                wait = self._must_wait(log, offset, None)
+            except Exception as exc:
+                part.set_exception(exc)
+                continue
+            if wait:
+                self._park(log, offset, part)
+            else:
+                part.set_result(None)
+
     def _register_wait(
         self, log: PartitionLog, offset: int, generation: int | None = None
     ) -> asyncio.Future[None] | None:
+        if not self._must_wait(log, offset, generation):
+            return None
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._park(log, offset, fut)
+        return fut
+
+    def _must_wait(self, log: PartitionLog, offset: int, generation: int | None) -> bool:
+        """Whether a wait for ``offset`` of ``log`` must be parked for a round; raises
+        what the wait fails with at once (False: durable already, or the policy does not
+        make callers wait)."""
         if self.remote_only and (log.journal is None or not log.journal.remote):
             raise FlushError(f"{log.dir.name} is not journaled in the database", log=log)
         self.register(log)
@@ -235,7 +340,7 @@ class Flusher:
                 # Only the remote journal makes it durable, and its last round ran.
                 raise FlushError(f"offset {offset} of {log.dir}: the flusher is stopping", log=log)
             log.flush()
-            return None
+            return False
         policy = log.config.flush_policy
         if policy != "batch":
             if policy == "interval" and (
@@ -243,14 +348,18 @@ class Flusher:
             ):
                 self._ensure_started()
                 self._wakeup.set()
-            return None
-        if log.durable_end > offset:
-            return None
+            return False
+        return log.durable_end <= offset
+
+    def _park(self, log: PartitionLog, offset: int, waiter: Waiter) -> None:
+        """Hand ``waiter`` to the next round (with the log's cut-back generation)."""
         self._ensure_started()
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(log, []).append((offset, fut))
+        waiters = self._waiters.get(log)
+        if waiters is None:
+            self._waiters[log] = [(offset, waiter, log.cut_backs)]
+        else:
+            waiters.append((offset, waiter, log.cut_backs))
         self._wakeup.set()
-        return fut
 
     def _ensure_started(self) -> None:
         if self._task is None and not self._stopping:
@@ -331,7 +440,7 @@ class Flusher:
             # answers its waiters with an error instead of leaving them parked forever; what
             # they wrote stays appended and is synced by a later round.
             for log, waiters in pending.items():
-                for _offset, fut in waiters:
+                for _offset, fut, _gen in waiters:
                     if not fut.done():
                         fut.set_exception(
                             FlushError(f"flush of {log.dir} could not run: {exc!r}", log=log)
@@ -343,7 +452,7 @@ class Flusher:
 
     async def _round_of(
         self,
-        pending: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]],
+        pending: dict[PartitionLog, list[_Wait]],
         *,
         all_logs: bool,
     ) -> None:
@@ -408,7 +517,8 @@ class Flusher:
                 st.max_fsync_latency_ms = max(st.max_fsync_latency_ms, ticket.latency_ms)
                 st.total_fsync_latency_ms += ticket.latency_ms
         for log, waiters in pending.items():
-            for offset, fut in waiters:
+            for wait in waiters:
+                offset, fut, _gen = wait
                 if fut.done():
                     continue
                 err = errors.get(log)
@@ -425,5 +535,5 @@ class Flusher:
                     )
                 else:
                     # Appended after we captured the ticket: next round.
-                    self._waiters.setdefault(log, []).append((offset, fut))
+                    self._waiters.setdefault(log, []).append(wait)
                     self._wakeup.set()

@@ -207,3 +207,115 @@ def test_checkpoint_and_fsync_dir(tmp_path: Path) -> None:
     assert read_checkpoint(p, 5) == 5
     fsync_dir(tmp_path)
     assert not list(tmp_path.glob("*.tmp"))
+
+
+# -- when_durable: the callback form the offsets runtime uses (no task, no future per log)
+
+
+class Outcomes:
+    """Collects the outcome lists ``when_durable`` hands to its continuation."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[BaseException | None]] = []
+        self.event = asyncio.Event()
+
+    def __call__(self, outcomes: list[BaseException | None]) -> None:
+        self.calls.append(list(outcomes))
+        self.event.set()
+
+
+async def test_when_durable_calls_back_once_after_the_round_for_every_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = [PartitionLog(tmp_path / f"t-{i}", LogConfig()) for i in range(3)]
+    FsyncCounter(monkeypatch, delay=0.02)
+    flusher = Flusher()
+    ends = [log.append_records([(b"k", b"v")] * (i + 1))[1] for i, log in enumerate(logs)]
+    got = Outcomes()
+    flusher.when_durable(list(zip(logs, ends, strict=True)), got)
+    assert got.calls == []  # parked for the round, not settled in the call
+    await asyncio.wait_for(got.event.wait(), 5)
+    assert got.calls == [[None, None, None]]
+    assert all(log.recovery_point > end for log, end in zip(logs, ends, strict=True))
+    # Already durable: called before when_durable returns, no new round.
+    rounds = flusher.stats.rounds
+    again = Outcomes()
+    flusher.when_durable([(logs[0], ends[0])], again)
+    assert again.calls == [[None]] and flusher.stats.rounds == rounds
+    await flusher.stop()
+    for log in logs:
+        log.close()
+
+
+async def test_when_durable_with_policy_none_calls_back_at_once(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig(flush_policy="none"))
+    flusher = Flusher()
+    _b, last = log.append_records([(b"k", b"v")])
+    got = Outcomes()
+    flusher.when_durable([(log, last)], got)
+    assert got.calls == [[None]] and log.recovery_point == 0
+    await flusher.stop()
+    log.close()
+
+
+async def test_when_durable_fails_only_the_log_whose_fsync_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = PartitionLog(tmp_path / "good-0", LogConfig())
+    bad = PartitionLog(tmp_path / "bad-0", LogConfig())
+    real = os.fsync
+    failing = True
+
+    def fsync(fd: int) -> None:
+        if failing and "bad-0" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(5, "simulated EIO")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    _b, g = good.append_records([(b"k", b"v")])
+    _b, b = bad.append_records([(b"k", b"v")])
+    flusher = Flusher()
+    got = Outcomes()
+    flusher.when_durable([(good, g), (bad, b), (bad, 7)], got)
+    await asyncio.wait_for(got.event.wait(), 5)
+    [outcomes] = got.calls
+    assert outcomes[0] is None and good.recovery_point == 1
+    assert isinstance(outcomes[1], FlushError) and outcomes[1].log is bad
+    # A target not appended is that target's error, not an exception out of the call.
+    assert isinstance(outcomes[2], ValueError)
+    assert bad.log_end_offset == 0  # cut back to its durable end
+    failing = False
+    await flusher.stop()
+    good.close()
+    bad.close()
+
+
+async def test_a_cut_back_fails_only_waiters_parked_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cut-back hook that appends again at once (the offsets runtime rebuilding from the
+    log) parks waits for offsets at or above the cut: those are new records, not cut ones."""
+    log = PartitionLog(tmp_path / "t-0", LogConfig())
+    counter = FsyncCounter(monkeypatch)
+    flusher = Flusher()
+    _b, first = log.append_records([(b"k", b"v")])
+    before = Outcomes()
+    flusher.when_durable([(log, first)], before)
+    after = Outcomes()
+
+    def append_again(plog: PartitionLog, new_end: int) -> None:
+        assert new_end == 0
+        counter.fail = False  # the next round's fsync succeeds
+        _b, last = plog.append_records([(b"k", b"after the cut")])
+        flusher.when_durable([(plog, last)], after)
+
+    log.on_cut_back.insert(0, append_again)  # runs before the flusher's own hook
+    counter.fail = True
+    await asyncio.wait_for(before.event.wait(), 5)
+    assert isinstance(before.calls[0][0], FlushError)
+    log.on_cut_back.remove(append_again)
+    await asyncio.wait_for(after.event.wait(), 5)
+    assert after.calls == [[None]]
+    assert log.recovery_point == 1 and log.log_end_offset == 1
+    await flusher.stop()
+    log.close()
