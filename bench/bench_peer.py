@@ -45,6 +45,11 @@ at the window's edges, the generators report theirs. Workloads:
   and the generator's own send lag is printed so a late generator cannot pass for a slow
   server.
 
+Each group's requests go on connections to the group's coordinator (FindCoordinator at
+set-up): one server's own port, or with ``--kgc-args "--kgc-workers N"`` the worker that
+coordinates the group (N brokers at port + i), the connections shared among the workers in
+proportion to their groups. The server CPU is the process tree's, so the workers' too.
+
 Every sampled response (every 16th) is decoded; a nonzero error code anywhere counts as an
 error (shown as errors/sampled, expected 0/n). Each run prints its table; the end prints a
 markdown summary of medians (each measure's own median over the rounds), the ratio of the
@@ -83,6 +88,7 @@ from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_request
 from protocol.messages import (
     create_topics,
+    find_coordinator,
     heartbeat,
     join_group,
     leave_group,
@@ -229,6 +235,25 @@ async def create_topic(port: int) -> None:
         await conn.close()
 
 
+async def coordinator_ports(port: int, groups: list[str]) -> dict[str, int]:
+    """The port of each group's coordinator (FindCoordinator v1). One server answers with
+    its own port; a kgc with ``--kgc-workers`` N with its workers' (each coordinates a share
+    of the groups, at port + i), and the load then goes to each group's worker."""
+    conn = await AsyncConn.open(HOST, port, CLIENT_ID)
+    try:
+        out: dict[str, int] = {}
+        for g in dict.fromkeys(groups):
+            r = await conn.call(
+                find_coordinator.API_KEY, 1, find_coordinator.Request(key=g, key_type=0)
+            )
+            if r.error_code:
+                raise RuntimeError(f"FindCoordinator for {g}: {r}")
+            out[g] = r.port
+        return out
+    finally:
+        await conn.close()
+
+
 # -- groups of real members
 
 
@@ -292,11 +317,13 @@ async def join_and_sync(conn: AsyncConn, m: Member) -> None:
 
 
 async def form_groups(port: int, prefix: str) -> list[Member]:
-    """GROUPS x MEMBERS members, each on its own connection, all synced in one generation per
-    group; they keep heartbeating (1 s) until every group is stable, then hand over."""
+    """GROUPS x MEMBERS members, each on its own connection (to its group's coordinator),
+    all synced in one generation per group; they keep heartbeating (1 s) until every group
+    is stable, then hand over."""
     members = [Member(f"{prefix}-{g}", i) for g in range(GROUPS) for i in range(MEMBERS)]
+    routes = await coordinator_ports(port, [m.group for m in members])
     conns = await asyncio.gather(
-        *(AsyncConn.open(HOST, port, f"{CLIENT_ID}-{k}") for k in range(len(members)))
+        *(AsyncConn.open(HOST, routes[m.group], f"{CLIENT_ID}-{k}") for k, m in enumerate(members))
     )
     synced: dict[int, bool] = {}
     done = asyncio.Event()
@@ -347,13 +374,14 @@ async def form_groups(port: int, prefix: str) -> list[Member]:
 
 
 async def leave_groups(port: int, members: list[Member]) -> None:
-    conn = await AsyncConn.open(HOST, port, CLIENT_ID)
+    routes = await coordinator_ports(port, [m.group for m in members])
+    conns = {p: await AsyncConn.open(HOST, p, CLIENT_ID) for p in sorted(set(routes.values()))}
     try:
         by_group: dict[str, list[Member]] = {}
         for m in members:
             by_group.setdefault(m.group, []).append(m)
         for group, ms in by_group.items():
-            await conn.call(
+            await conns[routes[group]].call(
                 leave_group.API_KEY,
                 5,
                 leave_group.Request(
@@ -362,14 +390,16 @@ async def leave_groups(port: int, members: list[Member]) -> None:
                 ),
             )
     finally:
-        await conn.close()
+        for conn in conns.values():
+            await conn.close()
 
 
 async def admin_commits(port: int, groups: list[str], partitions: list[int]) -> None:
-    conn = await AsyncConn.open(HOST, port, CLIENT_ID)
+    routes = await coordinator_ports(port, groups)
+    conns = {p: await AsyncConn.open(HOST, p, CLIENT_ID) for p in sorted(set(routes.values()))}
     try:
         for g in groups:
-            r = await conn.call(
+            r = await conns[routes[g]].call(
                 offset_commit.API_KEY,
                 8,
                 OffsetCommitRequest(
@@ -388,7 +418,8 @@ async def admin_commits(port: int, groups: list[str], partitions: list[int]) -> 
             if any(p.error_code for t in r.topics for p in t.partitions):
                 raise RuntimeError(f"setup commit for {g}: {r}")
     finally:
-        await conn.close()
+        for conn in conns.values():
+            await conn.close()
 
 
 # -- workloads
@@ -429,6 +460,7 @@ WORKLOADS = {
 class Prepared:
     cycles: list[list[bytes]]  # one cycle of frames per connection
     teardown: Callable[[], Coroutine[Any, Any, None]] | None = None
+    ports: list[int] | None = None  # each connection's port (None: the server's one)
 
 
 def spread(frames_of: list[list[bytes]], connections: int) -> list[list[bytes]]:
@@ -442,28 +474,57 @@ def spread(frames_of: list[list[bytes]], connections: int) -> list[list[bytes]]:
     return cycles
 
 
+def routed(
+    frames_of: list[list[bytes]], groups: list[str], routes: dict[str, int], connections: int
+) -> tuple[list[list[bytes]], list[int]]:
+    """``spread`` per coordinator: source i (of group ``groups[i]``) goes on a connection to
+    its group's coordinator; each coordinator gets a share of the connections in proportion
+    to its sources (at least one). One coordinator: exactly ``spread``."""
+    by_port: dict[int, list[list[bytes]]] = {}
+    for frames, group in zip(frames_of, groups, strict=True):
+        by_port.setdefault(routes[group], []).append(frames)
+    cycles: list[list[bytes]] = []
+    ports: list[int] = []
+    for port, sources in sorted(by_port.items()):
+        n = (
+            connections
+            if len(by_port) == 1
+            else max(1, round(connections * len(sources) / len(frames_of)))
+        )
+        share = spread(sources, n)
+        cycles += share
+        ports += [port] * len(share)
+    return cycles, ports
+
+
 async def prepare(name: str, port: int, connections: int) -> Prepared:
     parts = list(range(PARTITIONS))
-    if name in ("commit1", "paced"):
-        # Group g commits partition g % 50; 40 offsets per group per cycle.
-        groups = [f"c1-{g}" for g in range(ADMIN_GROUPS)]
-        frames_of = [
-            [commit_frame(g, [k % PARTITIONS], off) for off in range(1, 41)]
-            for k, g in enumerate(groups)
-        ]
-        return Prepared(spread(frames_of, connections))
-    if name == "commit50":
-        groups = [f"c50-{g}" for g in range(ADMIN_GROUPS)]
-        frames_of = [[commit_frame(g, parts, off) for off in range(1, 6)] for g in groups]
-        return Prepared(spread(frames_of, connections))
-    if name == "fetch":
-        groups = [f"f-{g}" for g in range(ADMIN_GROUPS)]
-        await admin_commits(port, groups, parts[:10])
-        return Prepared(spread([[fetch_frame(g, parts[:10])] for g in groups], connections))
+    if name in ("commit1", "paced", "commit50", "fetch"):
+        if name == "commit50":
+            groups = [f"c50-{g}" for g in range(ADMIN_GROUPS)]
+            frames_of = [[commit_frame(g, parts, off) for off in range(1, 6)] for g in groups]
+        elif name == "fetch":
+            groups = [f"f-{g}" for g in range(ADMIN_GROUPS)]
+            await admin_commits(port, groups, parts[:10])
+            frames_of = [[fetch_frame(g, parts[:10])] for g in groups]
+        else:
+            # Group g commits partition g % 50; 40 offsets per group per cycle.
+            groups = [f"c1-{g}" for g in range(ADMIN_GROUPS)]
+            frames_of = [
+                [commit_frame(g, [k % PARTITIONS], off) for off in range(1, 41)]
+                for k, g in enumerate(groups)
+            ]
+        routes = await coordinator_ports(port, groups)
+        cycles, ports = routed(frames_of, groups, routes, connections)
+        return Prepared(cycles, ports=ports)
     if name == "heartbeat":
         members = await form_groups(port, "hb")
         frames_of = [[heartbeat_frame(m.group, m.generation, m.member_id)] for m in members]
-        return Prepared(spread(frames_of, connections), lambda: leave_groups(port, members))
+        groups = [m.group for m in members]
+        cycles, ports = routed(
+            frames_of, groups, await coordinator_ports(port, groups), connections
+        )
+        return Prepared(cycles, lambda: leave_groups(port, members), ports)
     if name == "mixed":
         members = await form_groups(port, "mix")
         frames_of = []
@@ -481,7 +542,11 @@ async def prepare(name: str, port: int, connections: int) -> Prepared:
                 for t in range(0, 60_000, 5_000)
             ]
             frames_of.append([f for _, _, f in sorted(events, key=lambda e: e[:2])])
-        return Prepared(spread(frames_of, connections), lambda: leave_groups(port, members))
+        groups = [m.group for m in members]
+        cycles, ports = routed(
+            frames_of, groups, await coordinator_ports(port, groups), connections
+        )
+        return Prepared(cycles, lambda: leave_groups(port, members), ports)
     raise SystemExit(f"unknown workload {name!r} ({', '.join(ALL_WORKLOADS)})")
 
 
@@ -542,7 +607,7 @@ def one_run(target: str, rnd: int, args: argparse.Namespace, workloads: list[str
             prepared = asyncio.run(prepare(name, server.port, args.connections))
             if wl.paced:
                 window = run_paced(
-                    server.port,
+                    prepared.ports or server.port,
                     server.pid,
                     prepared.cycles,
                     procs=args.procs,
@@ -553,7 +618,7 @@ def one_run(target: str, rnd: int, args: argparse.Namespace, workloads: list[str
                 )
             else:
                 window = run_closed(
-                    server.port,
+                    prepared.ports or server.port,
                     server.pid,
                     prepared.cycles,
                     procs=args.procs,

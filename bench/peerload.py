@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import multiprocessing as mp
 import os
 import struct
@@ -205,7 +206,7 @@ async def _barrier(b: Any) -> None:
 
 
 def _closed_child(
-    port: int,
+    ports: list[int],
     cycles: list[list[bytes]],
     depth: int,
     seconds: float,
@@ -224,8 +225,13 @@ def _closed_child(
         cycle = cycles[(i // 1_000_000) % len(cycles)]
         return cycle[(i % 1_000_000) % len(cycle)]
 
+    # run_load opens its connections in order (for the warm-up, then again for the window):
+    # connection i goes to ports[i], the broker its cycle's requests are for (kgc.workers:
+    # each group's coordinator).
+    next_port = itertools.cycle(ports)
+
     async def opened() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_connection(HOST, port)
+        return await asyncio.open_connection(HOST, next(next_port))
 
     async def main() -> None:
         cpu0 = 0.0
@@ -238,7 +244,7 @@ def _closed_child(
 
         res = await run_load(
             HOST,
-            port,
+            ports[0],
             make,
             connections=len(cycles),
             depth=depth,
@@ -340,7 +346,7 @@ async def _paced_conn(
 
 
 def _paced_child(
-    port: int,
+    ports: list[int],
     cycles: list[list[bytes]],
     proc_index: int,
     procs: int,
@@ -369,7 +375,9 @@ def _paced_child(
             t0 = time.perf_counter()
             await asyncio.gather(
                 *(
-                    _paced_conn(port, c, interval, phase(i), t0, t0 + warmup, None, [0, 0], sampler)
+                    _paced_conn(
+                        ports[i], c, interval, phase(i), t0, t0 + warmup, None, [0, 0], sampler
+                    )
                     for i, c in enumerate(cycles)
                 )
             )
@@ -383,7 +391,7 @@ def _paced_child(
         await asyncio.gather(
             *(
                 _paced_conn(
-                    port, c, interval, phase(i), t0, t0 + seconds, lat, counter, sampler, lags
+                    ports[i], c, interval, phase(i), t0, t0 + seconds, lat, counter, sampler, lags
                 )
                 for i, c in enumerate(cycles)
             )
@@ -466,8 +474,15 @@ def _run(
     )
 
 
+def _ports(port: int | Sequence[int], cycles: list[list[bytes]]) -> list[int]:
+    """Each cycle's port: one for all, or one per cycle (several brokers)."""
+    ports = [port] * len(cycles) if isinstance(port, int) else list(port)
+    assert len(ports) == len(cycles)
+    return ports
+
+
 def run_closed(
-    port: int,
+    port: int | Sequence[int],
     server_pid: int,
     cycles: list[list[bytes]],
     *,
@@ -477,19 +492,22 @@ def run_closed(
     warmup: float = 0.5,
     sample_every: int = 16,
 ) -> Window:
-    """``len(cycles)`` connections, ``depth`` in flight each, spread over ``procs`` processes."""
+    """``len(cycles)`` connections, ``depth`` in flight each, spread over ``procs`` processes;
+    ``port``: every connection's, or each cycle's (a list as long as ``cycles``)."""
     kinds = list(KINDS)
+    ports = _ports(port, cycles)
+    procs = max(1, min(procs, len(cycles)))  # as _run deals the cycles
     return _run(
         server_pid,
         procs,
         cycles,
         _closed_child,
-        lambda _p, share: (port, share, depth, seconds, warmup, kinds, sample_every),
+        lambda p, share: (ports[p::procs], share, depth, seconds, warmup, kinds, sample_every),
     )
 
 
 def run_paced(
-    port: int,
+    port: int | Sequence[int],
     server_pid: int,
     cycles: list[list[bytes]],
     *,
@@ -501,11 +519,12 @@ def run_paced(
 ) -> Window:
     """Open loop: ``rate`` requests/s in all over ``len(cycles)`` connections."""
     kinds = list(KINDS)
+    ports = _ports(port, cycles)
     procs = max(1, min(procs, len(cycles)))
     total = len(cycles)
 
     def args_for(p: int, share: list[list[bytes]]) -> tuple[Any, ...]:
-        return (port, share, p, procs, total, rate, seconds, warmup, kinds, sample_every)
+        return (ports[p::procs], share, p, procs, total, rate, seconds, warmup, kinds, sample_every)
 
     return _run(
         server_pid, procs, cycles, _paced_child, args_for, offered_rate=rate, window_s=seconds
