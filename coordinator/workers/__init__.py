@@ -21,6 +21,29 @@ broker of its own, routed as a cluster is routed:
   ``flock`` and polled by every worker (``shared``): the topic catalog, ACLs, SCRAM
   credentials, group configs, and producer ids (blocks taken from one counter file).
 
+The embedded start's process-wide state (``App.start``), piece by piece:
+
+==========================  ==========================================================
+TLS contexts, listeners     per worker, every listener at port + i
+Flusher, journal            per worker (``journal.w<i>``)
+LogManager, ``.lock``       per worker (``.lock.w<i>``, its own partitions only); the
+                            supervisor holds ``.lock``
+catalog ``reconcile``       once, in the supervisor, before any worker starts
+topic catalog               shared file (``WorkerCatalog``)
+SCRAM credentials, ACLs     shared files (``WorkerCredentialStore``, ``WorkerAclStore``)
+group configs               shared file (``WorkerGroupConfigs``)
+producer ids                blocks from the shared counter file
+group shard and runtime     per worker: its offsets partitions (``acquire``)
+data plane, retention       per worker: its topic partitions (``acquire``)
+compaction                  per worker: the logs it opened
+``__consumer_offsets`` read per worker: the partitions it coordinates
+broker                      per worker, ``WorkerPlacement`` (Metadata, FindCoordinator)
+admin APIs                  per worker over the shared stores; DescribeLogDirs and
+                            ListGroups answer for the worker (per broker, as in Kafka)
+metrics                     per worker at metrics.port + i
+cluster id                  the same setting everywhere
+==========================  ==========================================================
+
 Start-up: the supervisor takes ``.lock``, reconciles the topic catalog with the partition
 directories and, after an unclean stop, replays every journal into every log in one process
 (the partitions' owners may differ from the last run's), then forks the workers and waits
