@@ -459,29 +459,33 @@ class Decoder:
         self.lines.append("    " * indent + text)
 
     def read_value(
-        self, f: Field, typ: str, target: str, ind: int, nullable: bool, flex: bool
+        self, f: Field, typ: str, target: str, ind: int, nullable: bool, flex: bool, n: str = "n"
     ) -> None:
-        """Emit code reading one non-fixed value of ``typ`` into ``target``."""
+        """Emit code reading one non-fixed value of ``typ`` into ``target``.
+
+        ``n`` names the length local: inside an array's ``for _ in range(n)`` it must be
+        another name, as mypyc (setup.py) re-reads a local loop bound on every iteration.
+        """
         if typ == "string" or typ in ("bytes", "records"):
             is_str = typ == "string"
             if flex:
-                self.w(ind, "n = b[p]")
-                self.w(ind, "if n < 128: p += 1")
-                self.w(ind, "else: n, p = read_uvarint(b, p)")
-                self.w(ind, "n -= 1")
+                self.w(ind, f"{n} = b[p]")
+                self.w(ind, f"if {n} < 128: p += 1")
+                self.w(ind, f"else: {n}, p = read_uvarint(b, p)")
+                self.w(ind, f"{n} -= 1")
             else:
                 fmt = "h" if is_str else "i"
                 self.w(
                     ind,
-                    f"n = {self.mod.struct('>' + fmt)}.unpack_from(b, p)[0]; p += {2 if is_str else 4}",
+                    f"{n} = {self.mod.struct('>' + fmt)}.unpack_from(b, p)[0]; p += {2 if is_str else 4}",
                 )
-            self.w(ind, "if n < 0:")
+            self.w(ind, f"if {n} < 0:")
             if nullable:
                 self.w(ind + 1, f"{target} = None")
             else:
                 self.w(ind + 1, f"raise DecodeError('null for non-nullable {f.name}')")
             self.w(ind, "else:")
-            self.w(ind + 1, "e = p + n")
+            self.w(ind + 1, f"e = p + {n}")
             self.w(ind + 1, "if e > len(b): raise DecodeError('truncated')")
             # Java's new String(bytes, UTF_8), which Kafka uses, replaces malformed input.
             dec = ".decode('utf-8', 'replace')" if is_str else ""
@@ -537,7 +541,7 @@ class Decoder:
                 self.w(ind + 1, f"{acc}: list[{PY_TYPES[f.elem]}] = []")
                 self.w(ind + 1, "for _ in range(n):")
                 t = self.var()
-                self.read_value(f, f.elem, t, ind + 2, False, flex)
+                self.read_value(f, f.elem, t, ind + 2, False, flex, n="m")
                 self.w(ind + 2, f"{acc}.append({t})")
                 self.w(ind + 1, f"{target} = {acc}")
         elif f.struct:
@@ -585,10 +589,12 @@ class Decoder:
                 for f in tagged:
                     names[f.py] = self.var()
                     self.w(1, f"{names[f.py]} = {default_expr(f)}")
-                self.w(1, "n = b[p]")
-                self.w(1, "if n < 128: p += 1")
-                self.w(1, "else: n, p = read_uvarint(b, p)")
-                self.w(1, "for _ in range(n):")
+                # The count of tagged fields is not ``n``, which the fields' reads reassign
+                # inside the loop (see read_value).
+                self.w(1, "nt = b[p]")
+                self.w(1, "if nt < 128: p += 1")
+                self.w(1, "else: nt, p = read_uvarint(b, p)")
+                self.w(1, "for _ in range(nt):")
                 self.w(2, "tag, p = read_uvarint(b, p)")
                 self.w(2, "size, p = read_uvarint(b, p)")
                 self.w(2, "end = p + size")

@@ -260,10 +260,10 @@ def _dec_ApiVersionsResponse_3(b: bytes, p: int) -> tuple[ApiVersionsResponse, i
     t7 = -1
     t8 = []
     t9 = False
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size

@@ -91,14 +91,14 @@ def _dec_ConsumerGroupDescribeRequest_0(b: bytes, p: int) -> tuple[ConsumerGroup
         if n > len(b) - p: raise DecodeError('array too long')
         t2: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable GroupIds')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t3 = b[p:e].decode('utf-8', 'replace'); p = e
             t2.append(t3)
@@ -318,14 +318,14 @@ def _dec_Member_0(b: bytes, p: int) -> tuple[Member, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         t8: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable SubscribedTopicNames')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t9 = b[p:e].decode('utf-8', 'replace'); p = e
             t8.append(t9)
@@ -580,14 +580,14 @@ def _dec_Member_1(b: bytes, p: int) -> tuple[Member, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         t8: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable SubscribedTopicNames')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t9 = b[p:e].decode('utf-8', 'replace'); p = e
             t8.append(t9)

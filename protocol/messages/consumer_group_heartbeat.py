@@ -135,14 +135,14 @@ def _dec_ConsumerGroupHeartbeatRequest_0(b: bytes, p: int) -> tuple[ConsumerGrou
         if n > len(b) - p: raise DecodeError('array too long')
         t8: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable SubscribedTopicNames')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t9 = b[p:e].decode('utf-8', 'replace'); p = e
             t8.append(t9)
@@ -281,14 +281,14 @@ def _dec_ConsumerGroupHeartbeatRequest_1(b: bytes, p: int) -> tuple[ConsumerGrou
         if n > len(b) - p: raise DecodeError('array too long')
         t8: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable SubscribedTopicNames')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t9 = b[p:e].decode('utf-8', 'replace'); p = e
             t8.append(t9)

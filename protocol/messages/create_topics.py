@@ -567,10 +567,10 @@ def _dec_CreatableTopicResult_5(b: bytes, p: int) -> tuple[CreatableTopicResult,
             t7.append(t8)
         t6 = t7
     t9 = 0
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -681,10 +681,10 @@ def _dec_CreatableTopicResult_7(b: bytes, p: int) -> tuple[CreatableTopicResult,
             t8.append(t9)
         t7 = t8
     t10 = 0
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size

@@ -38,11 +38,11 @@ def _dec_DeleteGroupsRequest_0(b: bytes, p: int) -> tuple[DeleteGroupsRequest, i
         if n > len(b) - p: raise DecodeError('array too long')
         t2: list[str] = []
         for _ in range(n):
-            n = _S_h.unpack_from(b, p)[0]; p += 2
-            if n < 0:
+            m = _S_h.unpack_from(b, p)[0]; p += 2
+            if m < 0:
                 raise DecodeError('null for non-nullable GroupsNames')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t3 = b[p:e].decode('utf-8', 'replace'); p = e
             t2.append(t3)
@@ -69,14 +69,14 @@ def _dec_DeleteGroupsRequest_2(b: bytes, p: int) -> tuple[DeleteGroupsRequest, i
         if n > len(b) - p: raise DecodeError('array too long')
         t2: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable GroupsNames')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t3 = b[p:e].decode('utf-8', 'replace'); p = e
             t2.append(t3)

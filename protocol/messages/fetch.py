@@ -645,10 +645,10 @@ def _dec_FetchRequest_12(b: bytes, p: int) -> tuple[FetchRequest, int]:
         if e > len(b): raise DecodeError('truncated')
         t14 = b[p:e].decode('utf-8', 'replace'); p = e
     t15 = None
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -793,10 +793,10 @@ def _dec_FetchRequest_13(b: bytes, p: int) -> tuple[FetchRequest, int]:
         if e > len(b): raise DecodeError('truncated')
         t14 = b[p:e].decode('utf-8', 'replace'); p = e
     t15 = None
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -900,10 +900,10 @@ def _dec_FetchRequest_15(b: bytes, p: int) -> tuple[FetchRequest, int]:
         t13 = b[p:e].decode('utf-8', 'replace'); p = e
     t14 = None
     t15 = ReplicaState()
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -964,10 +964,10 @@ def _enc_FetchRequest_15(o: FetchRequest, out: bytearray) -> None:
 def _dec_FetchPartition_17(b: bytes, p: int) -> tuple[FetchPartition, int]:
     t1, t2, t3, t4, t5, t6 = _S_iiqiqi.unpack_from(b, p); p += 32
     t7 = b'\x00' * 16
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -1061,10 +1061,10 @@ def _dec_FetchRequest_17(b: bytes, p: int) -> tuple[FetchRequest, int]:
         t13 = b[p:e].decode('utf-8', 'replace'); p = e
     t14 = None
     t15 = ReplicaState()
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -1126,10 +1126,10 @@ def _dec_FetchPartition_18(b: bytes, p: int) -> tuple[FetchPartition, int]:
     t1, t2, t3, t4, t5, t6 = _S_iiqiqi.unpack_from(b, p); p += 32
     t7 = b'\x00' * 16
     t8 = 9223372036854775807
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -1230,10 +1230,10 @@ def _dec_FetchRequest_18(b: bytes, p: int) -> tuple[FetchRequest, int]:
         t13 = b[p:e].decode('utf-8', 'replace'); p = e
     t14 = None
     t15 = ReplicaState()
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -1810,10 +1810,10 @@ def _dec_PartitionData_12(b: bytes, p: int) -> tuple[PartitionData, int]:
     t11 = EpochEndOffset()
     t12 = LeaderIdAndEpoch()
     t13 = SnapshotId()
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -2071,10 +2071,10 @@ def _dec_FetchResponse_16(b: bytes, p: int) -> tuple[FetchResponse, int]:
             t5.append(t6)
         t4 = t5
     t7 = []
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size

@@ -119,14 +119,14 @@ def _dec_FindCoordinatorRequest_4(b: bytes, p: int) -> tuple[FindCoordinatorRequ
         if n > len(b) - p: raise DecodeError('array too long')
         t3: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable CoordinatorKeys')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t4 = b[p:e].decode('utf-8', 'replace'); p = e
             t3.append(t4)

@@ -65,14 +65,14 @@ def _dec_ListGroupsRequest_4(b: bytes, p: int) -> tuple[ListGroupsRequest, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         t2: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable StatesFilter')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t3 = b[p:e].decode('utf-8', 'replace'); p = e
             t2.append(t3)
@@ -105,14 +105,14 @@ def _dec_ListGroupsRequest_5(b: bytes, p: int) -> tuple[ListGroupsRequest, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         t2: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable StatesFilter')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t3 = b[p:e].decode('utf-8', 'replace'); p = e
             t2.append(t3)
@@ -127,14 +127,14 @@ def _dec_ListGroupsRequest_5(b: bytes, p: int) -> tuple[ListGroupsRequest, int]:
         if n > len(b) - p: raise DecodeError('array too long')
         t5: list[str] = []
         for _ in range(n):
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
+            m = b[p]
+            if m < 128: p += 1
+            else: m, p = read_uvarint(b, p)
+            m -= 1
+            if m < 0:
                 raise DecodeError('null for non-nullable TypesFilter')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t6 = b[p:e].decode('utf-8', 'replace'); p = e
             t5.append(t6)

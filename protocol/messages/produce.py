@@ -936,10 +936,10 @@ def _dec_PartitionProduceResponse_10(b: bytes, p: int) -> tuple[PartitionProduce
         if e > len(b): raise DecodeError('truncated')
         t9 = b[p:e].decode('utf-8', 'replace'); p = e
     t10 = LeaderIdAndEpoch()
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -1078,10 +1078,10 @@ def _dec_ProduceResponse_10(b: bytes, p: int) -> tuple[ProduceResponse, int]:
         t1 = t2
     t4, = _S_i.unpack_from(b, p); p += 4
     t5 = []
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size
@@ -1170,10 +1170,10 @@ def _dec_ProduceResponse_13(b: bytes, p: int) -> tuple[ProduceResponse, int]:
         t1 = t2
     t4, = _S_i.unpack_from(b, p); p += 4
     t5 = []
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    for _ in range(n):
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
         tag, p = read_uvarint(b, p)
         size, p = read_uvarint(b, p)
         end = p + size

@@ -50,11 +50,11 @@ def _dec_SaslHandshakeResponse_0(b: bytes, p: int) -> tuple[SaslHandshakeRespons
         if n > len(b) - p: raise DecodeError('array too long')
         t3: list[str] = []
         for _ in range(n):
-            n = _S_h.unpack_from(b, p)[0]; p += 2
-            if n < 0:
+            m = _S_h.unpack_from(b, p)[0]; p += 2
+            if m < 0:
                 raise DecodeError('null for non-nullable Mechanisms')
             else:
-                e = p + n
+                e = p + m
                 if e > len(b): raise DecodeError('truncated')
                 t4 = b[p:e].decode('utf-8', 'replace'); p = e
             t3.append(t4)
