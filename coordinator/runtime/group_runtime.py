@@ -13,10 +13,13 @@ timer operations. The runtime
 2. appends the records to their ``__consumer_offsets`` partitions (a write to the OS, in
    order, on the loop thread) and, only once the flusher reports them durable under the
    configured policy, releases the replies. A Result without records replies at once.
+   The records of one loop turn are appended together at its end (one batch per
+   partition); while an fsync round is in flight, those of every turn until it ends are
+   gathered and appended as the next round starts, the only round that can cover them.
    A reply goes out through the request's ``Pending`` (server/handler.py), whose
    callback hands it to the connection right there: releasing a round of commits costs
    no task, no gather and no loop hop per request (``Flusher.when_durable`` calls back
-   once per loop turn's append).
+   once per append).
 
 At start-up every offsets partition is replayed into the shard in the background; until a
 partition is loaded, the shard answers COORDINATOR_LOAD_IN_PROGRESS for its groups. Timers
@@ -151,6 +154,11 @@ class GroupRuntime:
         self.unwritten_ends: dict[int, list[tuple[int, int]]] = {}
         self.unreleased: list[_Waiting] = []
         self.write_scheduled = False
+        # Under the "batch" flush policy replies wait for an fsync round, and records
+        # applied while one is in flight wait for the next: those turns are appended
+        # together when it starts (``Flusher.before_next_round``). Other policies answer
+        # after the append alone, which must not wait for a round.
+        self.gather_during_rounds = log_config.flush_policy == "batch"
         # The one wake-up on the loop, for the earliest deadline of ``shard.timers``.
         self._wakeup: asyncio.TimerHandle | None = None
         self._wake_ms: int | None = None
@@ -254,7 +262,12 @@ class GroupRuntime:
         self.unreleased.append((frozenset(parts), result.replies))
         if not self.write_scheduled:
             self.write_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_unwritten)
+            if self.gather_during_rounds and self.flusher.in_round:
+                # An fsync round is in flight: these records can only join the next one,
+                # so the turns until then are gathered and appended once, as it starts.
+                self.flusher.before_next_round(self._write_unwritten)
+            else:
+                asyncio.get_running_loop().call_soon(self._write_unwritten)
 
     def _write_unwritten(self) -> None:
         self.write_scheduled = False

@@ -40,6 +40,12 @@ and no future per target. Each parked waiter remembers ``log.cut_backs`` when it
 parked, so a cut-back fails only the waiters parked before it: records appended after the
 cut (a rebuild inside a cut-back hook appends at once) wait for the next round as usual.
 
+While a round is in flight nothing appended can join it, so an appender may hand its
+append to ``before_next_round`` instead of making it at once: the offsets runtime gathers
+the commits of every loop turn during an fsync into one append per partition, made right
+before the round that covers them (one batch, one segment write and one journal record per
+partition per round instead of per turn). Replies wait exactly as long as before.
+
 Journaled logs (``log.journal``, a ``storage.interface.WriteAheadJournal``) are made
 durable by their journal instead: a round calls ``journal.sync(errors)`` once for all of
 them, then ``journal.checkpoint`` when it asks for one. The local journal fsyncs a file;
@@ -190,6 +196,10 @@ class Flusher:
         self.journal: WriteAheadJournal | None = None
         # The errors of the round in flight per log: a cut-back fails waiters with it.
         self._round_errors: dict[PartitionLog, BaseException] = {}
+        # A round is running (its fsyncs in flight): what is appended now waits for the
+        # next one. ``before_next_round`` callbacks run when that one starts.
+        self.in_round = False
+        self._before_round: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------ lifecycle
 
@@ -252,6 +262,18 @@ class Flusher:
                         if isinstance(cause, FlushError)
                         else FlushError(err, log=log, truncated_to=new_end)
                     )
+
+    def before_next_round(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` when the next round starts, before it takes the parked waiters.
+
+        For appends made while a round is in flight (``in_round``): they can only be made
+        durable by the next round anyway, so an appender may gather what several loop turns
+        produce and append it once, right before that round (what it parks in ``fn`` joins
+        the round). The next round starts as soon as the current one ends.
+        """
+        self._before_round.append(fn)
+        self._ensure_started()
+        self._wakeup.set()
 
     def poke(self) -> None:
         """Ask for a round now (e.g. after a burst of interval-policy appends)."""
@@ -424,8 +446,18 @@ class Flusher:
             mine.total_fsync_latency_ms += st.last_latency_ms
 
     async def _round(self, *, all_logs: bool) -> None:
+        self.in_round = True
+        if self._before_round:
+            callbacks, self._before_round = self._before_round, []
+            for fn in callbacks:
+                try:
+                    fn()
+                except Exception:  # the round must still run for everyone else's waiters
+                    logger.exception("a before-round callback failed")
         pending = self._waiters
         self._waiters = {}
+        if not self._before_round:
+            self._wakeup.clear()  # everything parked so far is in this round
         self._inflight = pending
         try:
             await self._round_of(pending, all_logs=all_logs)
@@ -449,6 +481,7 @@ class Flusher:
         finally:
             self._inflight = {}
             self._round_errors = {}
+            self.in_round = False
 
     async def _round_of(
         self,

@@ -83,6 +83,8 @@ class Journal:
         self._discards = 0
         self._cut_pending = False  # a failed write's cut-back failed too; retry first
         self.pinned: str | None = None  # why old files must be kept until the next start
+        # Each log's record prefix (``int16 name length | name``), built once.
+        self._names: dict[PartitionLog, bytes] = {}
         self.stats = JournalStats()
 
     # ------------------------------------------------------------ files
@@ -111,14 +113,19 @@ class Journal:
         if self._cut_pending:
             os.ftruncate(self._fd, self.size)
             self._cut_pending = False
-        name = log.dir.name.encode()
-        rest = _H.pack(len(name)) + name + batch
+        prefix = self._names.get(log)
+        if prefix is None:
+            name = log.dir.name.encode()
+            prefix = self._names[log] = _H.pack(len(name)) + name
+        # The CRC runs on over the name prefix into the batch: no copy of the two joined.
+        crc = crc32c.crc32c(batch, crc32c.crc32c(prefix))
+        length = len(prefix) + len(batch)
         try:
-            write_at(self._fd, _HEAD.pack(len(rest) + 4, crc32c.crc32c(rest)) + rest, self.size)
+            write_at(self._fd, b"".join((_HEAD.pack(length + 4, crc), prefix, batch)), self.size)
         except OSError:
             self._cut_to(self.size)
             raise
-        self.size += 8 + len(rest)
+        self.size += 8 + length
         self._unsynced[log] = log.log_end_offset
 
     def _cut_to(self, size: int) -> None:

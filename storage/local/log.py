@@ -46,10 +46,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from storage.local.files import fsync_dir, read_checkpoint, wall_clock_ms, write_checkpoint
-from storage.local.segment import CorruptSegmentError, Damage, LogSegment, parse_segment_name
+from storage.local.segment import (
+    CorruptSegmentError,
+    Damage,
+    LogSegment,
+    Span,
+    parse_segment_name,
+)
 from storage.record_batch import (
     BatchHeader,
     CorruptBatchError,
@@ -89,6 +95,23 @@ RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
 _INT32_MAX = 2**31 - 1
 RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
+
+
+class AppendedSpan(NamedTuple):
+    """What ``append_records`` knows of a batch it encoded from (key, value) pairs."""
+
+    base_offset: int
+    last_offset: int
+    size: int
+    records_count: int
+    max_timestamp: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+
+_new_span = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,7 +499,7 @@ class PartitionLog:
             h = replace(h, base_offset=base)
         return self._store(data, h)
 
-    def _store(self, data: bytes, h: BatchHeader) -> tuple[int, int]:
+    def _store(self, data: bytes, h: Span) -> tuple[int, int]:
         """Write a validated batch whose base offset is the log end offset."""
         if self._closed:
             raise LogClosedError(str(self.dir))
@@ -484,8 +507,7 @@ class PartitionLog:
         self._segments[-1].ensure_cut()  # a failed cut-back must finish before any append
         self._maybe_roll(h)
         seg = self._segments[-1]
-        mark = seg.mark()
-        seg.append(data, h)  # on OSError it has cut itself back
+        mark = seg.append(data, h)  # on OSError it has cut itself back
         if self.journal is not None:
             try:
                 self.journal.record(self, data)
@@ -528,24 +550,33 @@ class PartitionLog:
         attributes: int = 0,
     ) -> tuple[int, int]:
         """Encode ``records`` as one batch and store it; same contract as ``append``."""
+        base = self.log_end_offset
+        ts = self._clock() if timestamp_ms is None else timestamp_ms
         batch = encode_batch(
-            self.log_end_offset,
+            base,
             records,
-            timestamp_ms=self._clock() if timestamp_ms is None else timestamp_ms,
+            timestamp_ms=ts,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,
             attributes=attributes,
         )
         # Built here, so its CRC and offsets need no second look; only the size limit.
-        h = parse_header(batch)
+        # (key, value) pairs take consecutive offsets at the batch timestamp: what the
+        # header says is known without parsing it back (the offsets runtime's path).
+        h: Span
+        if records and type(records[0]) is tuple:
+            n = len(records)
+            h = _new_span(AppendedSpan, (base, base + n - 1, len(batch), n, ts))
+        else:
+            h = parse_header(batch)
         if h.size > self.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"batch of {h.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
             )
         return self._store(batch, h)
 
-    def _maybe_roll(self, h: BatchHeader) -> None:
+    def _maybe_roll(self, h: Span) -> None:
         seg = self._segments[-1]
         if seg.size == 0:
             return

@@ -41,6 +41,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple, Protocol
 
 from storage.local.files import write_at
 from storage.record_batch import (
@@ -63,6 +64,7 @@ __all__ = [
     "Damage",
     "LogSegment",
     "SegmentClosedError",
+    "Span",
     "parse_segment_name",
     "segment_file_name",
 ]
@@ -103,9 +105,10 @@ class Damage:
     truncated_bytes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class AppendMark:
-    """A segment's state before an append, to undo it (``LogSegment.rollback``)."""
+class AppendMark(NamedTuple):
+    """A segment's state before an append, to undo it (``LogSegment.rollback``).
+
+    A tuple, built with ``tuple.__new__`` (``mark``): one is taken per append."""
 
     size: int
     next_offset: int
@@ -114,6 +117,27 @@ class AppendMark:
     bytes_since_entry: int
     entries: int
     times: int
+
+
+class Span(Protocol):
+    """What an append needs of the batch it writes: a ``BatchHeader``, or the log's own
+    ``AppendedSpan`` for a batch it encoded itself (no header to parse back)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def records_count(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+
+
+_new_mark = tuple.__new__
 
 
 class LogSegment:
@@ -319,7 +343,7 @@ class LogSegment:
             self.max_timestamp = h.max_timestamp
         self.next_offset = h.next_offset
 
-    def _maybe_index(self, h: BatchHeader, pos: int) -> None:
+    def _maybe_index(self, h: Span, pos: int) -> None:
         if self._bytes_since_entry < self.index_interval_bytes:
             return
         rel = h.last_offset - self.base_offset
@@ -357,14 +381,17 @@ class LogSegment:
 
     def mark(self) -> AppendMark:
         """The current state, for ``rollback`` if what follows must be undone."""
-        return AppendMark(
-            self.size,
-            self.next_offset,
-            self.max_timestamp,
-            self.first_batch_timestamp,
-            self._bytes_since_entry,
-            len(self._idx_off),
-            len(self._time_ts),
+        return _new_mark(
+            AppendMark,
+            (
+                self.size,
+                self.next_offset,
+                self.max_timestamp,
+                self.first_batch_timestamp,
+                self._bytes_since_entry,
+                len(self._idx_off),
+                len(self._time_ts),
+            ),
         )
 
     def rollback(self, mark: AppendMark) -> None:
@@ -404,8 +431,10 @@ class LogSegment:
         self._pending_cut = None
         self.dirty = self.index_dirty = True
 
-    def append(self, batch: bytes, h: BatchHeader) -> int:
-        """Write one batch at the end; on OSError the segment is as before, then it raises."""
+    def append(self, batch: bytes, h: Span) -> AppendMark:
+        """Write one batch at the end; on OSError the segment is as before, then it raises.
+
+        Returns the state before it (``rollback`` undoes the append)."""
         self.ensure_cut()
         if self._index_fd < 0:
             # A brand-new segment: its (empty) index files start now.
@@ -439,7 +468,7 @@ class LogSegment:
             self.max_timestamp = h.max_timestamp
         self.next_offset = h.next_offset
         self.dirty = True
-        return pos
+        return mark
 
     def cut_to_offset(self, offset: int) -> None:
         """Drop every batch holding an offset >= ``offset`` (a cut-back; never raises).
