@@ -276,3 +276,69 @@ async def test_a_turn_over_max_message_bytes_is_split_between_results(tmp_path: 
     assert len(sizes) >= 2 and max(sizes) <= limit
     await flusher.stop()
     logs.close_all()
+
+
+async def test_commits_of_the_turns_during_an_fsync_are_appended_once_before_the_next_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, flusher, logs = await runtime(tmp_path)
+    [group] = groups_on_distinct_partitions(rt, 1)
+    plog = rt.partitions[rt.shard.partition_of(group)]
+    gate = asyncio.Event()  # the journal's fdatasync blocks in its thread until set
+    loop = asyncio.get_running_loop()
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:
+        asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    handler = rt.handlers()[offset_commit.API_KEY]
+    header = RequestHeader(offset_commit.API_KEY, 8, 1, "test")
+    first = handler(header, commit(group, 1), CLIENT)
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        while not flusher.in_round:  # the first commit's round is in flight
+            await asyncio.sleep(0.001)
+    appends: list[int] = []
+    real_append = plog.append_records
+
+    def counted(records: Any, *a: Any, **k: Any) -> tuple[int, int]:
+        appends.append(len(records))
+        return real_append(records, *a, **k)
+
+    monkeypatch.setattr(plog, "append_records", counted)
+    later = []
+    for offset in range(2, 7):  # five loop turns during the round
+        later.append(handler(header, commit(group, offset), CLIENT))
+        await asyncio.sleep(0)
+    assert appends == []  # nothing appended while the round is in flight
+    assert not any(d.future.done() for d in [first, *later])
+    gate.set()
+    answers = [await d for d in [first, *later]]
+    assert all(a.topics[0].partitions[0].error_code == 0 for a in answers)
+    assert appends == [5]  # the five turns: one batch, appended as the next round began
+    assert plog.durable_end == plog.log_end_offset == 6
+    assert fetched(rt, group) == 6
+    await flusher.stop()
+    logs.close_all()
+
+
+async def test_flush_policy_none_appends_at_the_end_of_each_turn(tmp_path: Path) -> None:
+    flusher = Flusher()
+    logs = LogManager(tmp_path, flusher=flusher)
+    rt = GroupRuntime(
+        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS)),
+        logs,
+        flusher,
+        num_partitions=PARTITIONS,
+        log_config=LogConfig(cleanup_policy="compact", flush_policy="none"),
+    )
+    await rt.load()
+    assert not rt.gather_during_rounds
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 3))
+    assert resp.topics[0].partitions[0].error_code == 0
+    plog = rt.partitions[rt.shard.partition_of("g")]
+    assert plog.log_end_offset == 1 and plog.recovery_point == 0  # answered without fsync
+    await flusher.stop()
+    logs.close_all()
