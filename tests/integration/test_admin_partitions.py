@@ -24,7 +24,7 @@ from kafka.admin import NewTopic as KNewTopic
 from kafka.errors import InvalidPartitionsError, OffsetOutOfRangeError
 from kgc_process import KgcProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # KIP-848 members heartbeat every 250 ms (kgc's default is 5 s).
 ARGS = (

@@ -30,7 +30,7 @@ from kgc_process import KgcProcess
 from coordinator.tools.client import Connection
 from protocol.messages import create_topics
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 3
 N = 300

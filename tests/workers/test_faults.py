@@ -38,7 +38,7 @@ from coordinator.tools.client import Connection
 from coordinator.workers.node import lock_holder
 from storage.offsets_format import OFFSETS_TOPIC, partition_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def owner(group: str, workers: int) -> int:
