@@ -80,13 +80,17 @@ def decode_header(frame: bytes) -> tuple[RequestHeader, int]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def decode_request(frame: bytes, *, strict: bool = False) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | bytearray, *, strict: bool = False) -> tuple[RequestHeader, Any]:
     """Decode a whole request frame (without its size prefix).
 
     Raises ``UnknownApi`` for keys/versions we have no schema for and ``DecodeError``
     for bodies that do not parse. Bytes left over after the body are ignored, as Kafka
     ignores them (librdkafka's admin Metadata v12 carries three), unless ``strict``.
+    A bytearray (what kafka-python encodes into) is copied to bytes first: the compiled
+    build (setup.py) checks the decoders' ``bytes`` argument types.
     """
+    if type(frame) is not bytes:
+        frame = bytes(frame)
     header, pos = decode_header(frame)
     mod = BY_KEY.get(header.api_key)
     if mod is None:

@@ -44,6 +44,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TypeVar
 
 import cramjam
 import crc32c as _crc32c
@@ -106,14 +107,30 @@ _U32 = struct.Struct(">I")
 _crc = _crc32c.crc32c
 
 
+_C = TypeVar("_C", bound=type)
+
+
+def _python_class(cls: _C) -> _C:
+    """Keeps a class a plain Python class in the optional mypyc build (setup.py).
+
+    mypyc compiles a class with any decorator it does not know as an ordinary class; the
+    errors below need that: a native class has one base, and a plain class (two bases)
+    cannot derive from a native one.
+    """
+    return cls
+
+
+@_python_class
 class CorruptBatchError(ValueError):
     """The bytes cannot be a valid v2 batch (bad magic, length or CRC)."""
 
 
+@_python_class
 class UnsupportedCompressionError(ValueError):
     """The batch uses a codec this module cannot decompress."""
 
 
+@_python_class
 class CorruptCompressionError(CorruptBatchError, UnsupportedCompressionError):
     """The batch's compressed records do not decompress.
 

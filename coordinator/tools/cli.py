@@ -55,6 +55,33 @@ def version() -> str:
             return "unknown"
 
 
+def compiled_modules() -> list[str]:
+    """kgc's modules that run compiled (the optional mypyc build, setup.py), by name.
+
+    A module is compiled when an extension file sits beside its ``.py``: Python imports the
+    extension first. Found without importing them, so ``kgc --version`` stays fast.
+    """
+    from importlib.machinery import EXTENSION_SUFFIXES
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("protocol", "storage", "coordinator"):
+        for suffix in EXTENSION_SUFFIXES:
+            for ext in (root / package).rglob(f"*{suffix}"):
+                source = ext.with_name(ext.name[: -len(suffix)] + ".py")
+                if source.exists():
+                    found.append(".".join(source.relative_to(root).with_suffix("").parts))
+    return sorted(set(found))
+
+
+def version_line() -> str:
+    """``kgc --version``: the version, and how many modules run compiled if any do."""
+    compiled = compiled_modules()
+    line = f"kgc {version()}"
+    return f"{line} (mypyc: {len(compiled)} modules compiled)" if compiled else line
+
+
 def setup_logging(level: str, fmt: str) -> None:
     from coordinator.logs import setup_logging as setup
 
@@ -126,7 +153,7 @@ def add_audit_command(sub: Any) -> None:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``kgc`` parser; ``only="audit"`` registers that subcommand alone (fast start)."""
     parser = argparse.ArgumentParser(prog="kgc", description="kgc: a Kafka group coordinator")
-    parser.add_argument("--version", action="version", version=f"kgc {version()}")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     if only == "audit":
         add_audit_command(sub)

@@ -16,7 +16,7 @@ that take the manager as their first argument:
 * ``rebalance.py`` the rebalance engine: PreparingRebalance -> CompletingRebalance ->
   Stable, and what the classic timers do when they fire
 
-The manager binds those API functions as its methods, and the shard
+The manager's methods of the same names call those API functions, and the shard
 (``coordinator/group/shard.py``) exposes them under the same names.  Offsets
 are not here: ``OffsetMetadataManager`` owns them and asks this manager for groups.
 """
@@ -39,10 +39,17 @@ from coordinator.group.timers import (
     heartbeat_key,
     pending_key,
 )
-from coordinator.group.types import GroupConfig, Record, Result
+from coordinator.group.types import GroupConfig, Record, RequestContext, Result
 from protocol.errors import ErrorCode
-from protocol.messages.join_group import JoinGroupResponse, JoinGroupResponseMember
-from protocol.messages.sync_group import SyncGroupResponse
+from protocol.messages.describe_groups import DescribeGroupsRequest
+from protocol.messages.heartbeat import HeartbeatRequest
+from protocol.messages.join_group import (
+    JoinGroupRequest,
+    JoinGroupResponse,
+    JoinGroupResponseMember,
+)
+from protocol.messages.leave_group import LeaveGroupRequest
+from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from storage.offsets_format import (
     MemberMetadata,
     decode_group_metadata_value,
@@ -56,13 +63,31 @@ _HEARTBEAT = TimerKind.HEARTBEAT
 
 
 class ClassicGroupManager:
-    # The classic APIs: each is a function of the manager in its own module, bound here
-    # as a method (a bound method is the cheapest call; the heartbeat path counts it).
-    join_group = join.join_group
-    sync_group = sync.sync_group
-    heartbeat = heartbeat_and_leave.heartbeat
-    leave_group = heartbeat_and_leave.leave_group
-    describe_groups = describe.describe_groups
+    # The classic APIs: each is a function of the manager in its own module, called from a
+    # method here. (Not the functions bound as class attributes: under mypyc, setup.py,
+    # a compiled function is no descriptor and would not bind.)
+
+    def join_group(self, ctx: RequestContext, req: JoinGroupRequest, now_ms: int) -> Result:
+        return join.join_group(self, ctx, req, now_ms)
+
+    def sync_group(self, ctx: RequestContext, req: SyncGroupRequest, now_ms: int) -> Result:
+        return sync.sync_group(self, ctx, req, now_ms)
+
+    def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest, now_ms: int) -> Result:
+        return heartbeat_and_leave.heartbeat(self, ctx, req, now_ms)
+
+    def leave_group(self, ctx: RequestContext, req: LeaveGroupRequest, now_ms: int) -> Result:
+        return heartbeat_and_leave.leave_group(self, ctx, req, now_ms)
+
+    def describe_groups(
+        self,
+        ctx: RequestContext,
+        req: DescribeGroupsRequest,
+        now_ms: int,
+        *,
+        non_classic: Callable[[str], bool] | None = None,
+    ) -> Result:
+        return describe.describe_groups(self, ctx, req, now_ms, non_classic=non_classic)
 
     def __init__(
         self,
