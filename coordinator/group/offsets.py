@@ -244,6 +244,38 @@ def _java_length(s: str) -> int:
     return len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
+def _metadata_too_large(s: str, limit: int) -> bool:
+    """``_java_length(s) > limit`` without encoding when the answer is plain: a code
+    point is one or two UTF-16 units, so ``len(s) <= units <= 2 * len(s)``."""
+    n = len(s)
+    if n * 2 <= limit:
+        return False
+    return n > limit or _java_length(s) > limit
+
+
+def _commit_response(
+    out: Result,
+    reply_to: int,
+    req: OffsetCommitRequest,
+    names: list[str | None],
+    codes: dict[tuple[int, int], ErrorCode],
+    rest: ErrorCode | None = None,
+) -> Result:
+    """Answer an OffsetCommit with ``codes``; ``rest``: the coordinator's error for every
+    other partition. (A function of the module, not a closure: built on every commit.)"""
+    topics = []
+    for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
+        parts = [
+            OffsetCommitResponsePartition(
+                p.partition_index, _code(codes, (i, p.partition_index), rest)
+            )
+            for p in t.partitions
+        ]
+        topics.append(OffsetCommitResponseTopic(name or "", t.topic_id, parts))
+    out.replies.append((reply_to, OffsetCommitResponse(topics=topics)))
+    return out
+
+
 class OffsetMetadataManager:
     def __init__(
         self,
@@ -322,40 +354,27 @@ class OffsetMetadataManager:
                 elif self._unknown_partition(name, p.partition_index):
                     codes[(i, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-        def respond(rest: ErrorCode | None = None) -> Result:
-            """Answer with ``codes``; ``rest``: the coordinator's error for every other one."""
-            topics = []
-            for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
-                parts = [
-                    OffsetCommitResponsePartition(
-                        partition_index=p.partition_index,
-                        error_code=_code(codes, (i, p.partition_index), rest),
-                    )
-                    for p in t.partitions
-                ]
-                topics.append(
-                    OffsetCommitResponseTopic(
-                        name=name or "", topic_id=t.topic_id, partitions=parts
-                    )
-                )
-            out.replies.append((ctx.reply_to, OffsetCommitResponse(topics=topics)))
-            return out
-
+        reply_to = ctx.reply_to
         if len(codes) == wanted:
             # Nothing left for the coordinator (an empty request included): Kafka answers
             # without it, so no group is validated, created or kept alive.
-            return respond()
+            return _commit_response(out, reply_to, req, names, codes)
         err = self.partitions.precheck(req.group_id)
         if err is not None:
-            return respond(err)
+            return _commit_response(out, reply_to, req, names, codes, err)
         gid = req.group_id
         generation = req.generation_id_or_member_epoch
         group = self.find_group(gid)
         simple: ClassicGroup | None = None  # a new "simple" group, kept if a commit is written
         if group is None:
             if generation >= 0:
-                return respond(
-                    ErrorCode.GROUP_ID_NOT_FOUND if v >= 9 else ErrorCode.ILLEGAL_GENERATION
+                return _commit_response(
+                    out,
+                    reply_to,
+                    req,
+                    names,
+                    codes,
+                    ErrorCode.GROUP_ID_NOT_FOUND if v >= 9 else ErrorCode.ILLEGAL_GENERATION,
                 )
             group = simple = ClassicGroup(gid)
         err = group.validate_offset_commit(
@@ -366,7 +385,7 @@ class OffsetMetadataManager:
             api_version=v,
         )
         if err is not None:
-            return respond(err)
+            return _commit_response(out, reply_to, req, names, codes, err)
 
         # Encode every record before changing anything: a commit is all-or-nothing.
         expire: int | None = None
@@ -381,22 +400,25 @@ class OffsetMetadataManager:
                     continue
                 assert name is not None  # unknown ids have their code already
                 metadata = p.committed_metadata or ""
-                if _java_length(metadata) > self.config.offset_metadata_max_bytes:
+                if metadata and _metadata_too_large(
+                    metadata, self.config.offset_metadata_max_bytes
+                ):
                     codes[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                     continue
+                # (offset, leader epoch, metadata, commit timestamp, expire timestamp); v1
+                # carries a commit timestamp per partition (-1: now), as Kafka keeps it.
                 entry = OffsetEntry(
-                    offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch,
-                    metadata=metadata,
-                    # v1 carries a commit timestamp per partition (-1: now), as Kafka keeps it.
-                    commit_timestamp_ms=now_ms if p.commit_timestamp == -1 else p.commit_timestamp,
-                    expire_timestamp_ms=expire,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    metadata,
+                    now_ms if p.commit_timestamp == -1 else p.commit_timestamp,
+                    expire,
                 )
                 try:
                     records.append(self._offset_record(gid, name, p.partition_index, entry))
                 except (struct.error, ValueError):
                     # Kafka fails the whole write when a record cannot be serialized.
-                    return respond(ErrorCode.UNKNOWN)
+                    return _commit_response(out, reply_to, req, names, codes, ErrorCode.UNKNOWN)
                 stored.append((name, p.partition_index, entry))
                 codes[key] = ErrorCode.NO_ERROR
         if simple is not None and stored:
@@ -411,7 +433,7 @@ class OffsetMetadataManager:
             assert by_group is not None
             by_group[(topic, partition)] = entry
         out.records.extend(records)
-        return respond()
+        return _commit_response(out, reply_to, req, names, codes)
 
     def _offset_record(
         self, group_id: str, topic: str, partition: int, entry: OffsetEntry
