@@ -103,7 +103,10 @@ def _batches(
     batch (the log refuses it, and the partition's requests fail as for any failed write).
     """
     limit = config.max_message_bytes - _BATCH_OVERHEAD
-    if sum(size for _, size in ends) <= limit:
+    total = 0
+    for _, result_size in ends:
+        total += result_size
+    if total <= limit:
         yield records
         return
     start = cut = 0
@@ -245,7 +248,8 @@ class GroupRuntime:
         if not result.records:
             self._apply_now(result, -1)
             return
-        self._side_effects(result)
+        if result.wakeup is not None or result.events:
+            self._side_effects(result)
         parts: dict[int, int] = {}
         unwritten = self.unwritten
         for partition, key, value in result.records:
@@ -300,13 +304,14 @@ class GroupRuntime:
                 failed.add(partition)
                 continue
             pending[partition] = (plog, last)
-        released: list[_Waiting] = []
-        for parts, replies in waiting:
-            if parts & failed:
-                self._fail_replies(replies, failed)
-            else:
-                released.append((parts, replies))
+        released: list[_Waiting] = waiting
         if failed:
+            released = []
+            for parts, replies in waiting:
+                if parts & failed:
+                    self._fail_replies(replies, failed)
+                else:
+                    released.append((parts, replies))
             self._rebuild(sorted(failed), "a failed append")
         if released:
             order = list(pending)

@@ -119,7 +119,14 @@ class Pending:
             raise asyncio.InvalidStateError("already done")
         self._result = result
         self._state = _DONE
-        self._run_callbacks()
+        callbacks = self._callbacks
+        if callbacks is not None:  # inlined ``_run_callbacks``: once per commit answered
+            self._callbacks = None
+            for fn in callbacks:
+                try:
+                    fn(self)
+                except Exception:
+                    log.exception("done-callback %r of a deferred answer failed", fn)
 
     def set_exception(self, exception: BaseException) -> None:
         if self._state != _PENDING:

@@ -400,7 +400,8 @@ class KafkaConnection(asyncio.Protocol):
             self._park(slot, key)
             fut = slot.future = result.future
             fut.add_done_callback(lambda fut: self._complete(slot, header, fut, started))
-            self._update_reading()
+            if len(self.slots) >= MAX_IN_FLIGHT:  # one more owed can only pause reading
+                self._update_reading()
             return
         if type(result) is Outcome:
             if result is CLOSE_CONNECTION:
@@ -510,7 +511,8 @@ class KafkaConnection(asyncio.Protocol):
             if slot.close:
                 self._close_gracefully()
                 return
-        self._update_reading()
+        if self.read_paused or len(slots) >= MAX_IN_FLIGHT:
+            self._update_reading()
 
     def _close_gracefully(self) -> None:
         """Send what is already answered, then close (buffered writes still go out)."""
@@ -521,6 +523,8 @@ class KafkaConnection(asyncio.Protocol):
         self.transport.close()
 
     def _update_reading(self) -> None:
+        # Called whenever one of the conditions below may have changed, so ``read_paused``
+        # always equals them: the hot paths only call it when their change can matter.
         if self.transport is None or self.closed:
             return
         should_pause = (

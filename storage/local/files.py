@@ -43,9 +43,15 @@ def write_at(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
     or may not be in the file). ``os.pwrite`` is looked up at call time so tests can
     replace it to inject short writes and errors.
     """
+    total = len(data)
+    if not total:
+        return
+    done = os.pwrite(fd, data, pos)  # nearly always all of it: no view, no slice
+    if done == total:
+        return
+    if done <= 0:
+        raise OSError(errno.EIO, f"write made no progress at byte {pos} of fd {fd}")
     view = memoryview(data)
-    done = 0
-    total = len(view)
     while done < total:
         n = os.pwrite(fd, view[done:], pos + done)
         if n <= 0:
