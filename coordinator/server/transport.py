@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kgc.server")
 
+_perf_counter = time.perf_counter
 _SIZE = struct.Struct(">i")
 _KEY = struct.Struct(">h")
 MAX_IN_FLIGHT = 1000  # per connection; beyond this we stop reading until responses drain
@@ -252,9 +253,8 @@ class KafkaConnection(asyncio.Protocol):
             while n - pos >= 4:
                 size = _SIZE.unpack_from(buf, pos)[0]
                 if size < 0 or size > max_size:
-                    if (
-                        self.authenticating
-                    ):  # Kafka fails the authentication ("invalid receive size")
+                    if self.authenticating:
+                        # Kafka fails the authentication ("invalid receive size").
                         self._sasl_failed(None, f"invalid receive size {size} (at most {max_size})")
                         break
                     log.warning(
@@ -381,7 +381,7 @@ class KafkaConnection(asyncio.Protocol):
                 listener=self.listener,
             )
         on_request = server.on_request
-        started = time.perf_counter() if on_request is not None else 0.0
+        started = _perf_counter() if on_request is not None else 0.0
         try:
             # The supported-versions check above guarantees a handler for the key.
             result = self.handlers[key](header, body, info)
@@ -419,7 +419,7 @@ class KafkaConnection(asyncio.Protocol):
             on_request(key, version, result, started)
         if not self.slots:
             if data is not None:
-                self._write(data)
+                self.out.append(data)  # frames are handled inside a read: sent at its end
             return
         slot = _Slot()
         slot.data, slot.done = data, True
