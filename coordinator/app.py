@@ -52,11 +52,11 @@ from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs, PgG
 from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl import Authorizer
-from coordinator.security.acl_admin import acl_security
+from coordinator.security.acl_admin import AclAdmin, acl_security
 from coordinator.security.acl_store import LocalAclStore, PgAclStore
 from coordinator.security.credentials import LocalCredentialStore, PgCredentialStore
 from coordinator.security.sasl import attach_sasl
-from coordinator.security.scram_admin import ScramAdmin
+from coordinator.security.scram_admin import AlterableCredentialStore, ScramAdmin
 from coordinator.server.authz import ApiAuthorizer, cluster_authorize
 from coordinator.server.broker import Broker, advertised_endpoints
 from coordinator.server.config_admin import ConfigAdmin
@@ -225,6 +225,41 @@ def kafka_server(
     )
 
 
+def start_kafka_server(
+    s: Settings,
+    listening: list[Listening],
+    broker: Broker,
+    groups: GroupRuntime,
+    data: DataPlane,
+    metrics: Metrics,
+    credentials: AlterableCredentialStore,
+    acls: AclAdmin,
+    admins: Sequence[Mapping[int, Handler]],
+) -> KafkaServer:
+    """The Kafka server of every way kgc starts (embedded, cluster node, worker): the
+    broker's, groups' and data plane's APIs, the SCRAM and ACL admin APIs and ``admins``
+    (partitions, configs: built per mode), SASL on its listeners, its connections counted,
+    accepting."""
+    server = kafka_server(
+        s,
+        listening,
+        broker,
+        groups,
+        data,
+        metrics,
+        [
+            ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
+            acls.handlers(),
+            *admins,
+        ],
+        authorizer=acls.authorizer,
+    )
+    attach_sasl(server, s, credentials)
+    metrics.watch(server)  # connections per listener, SASL authentications
+    server.start()
+    return server
+
+
 async def serve_metrics(s: Settings, metrics: Metrics, data: DataPlane) -> None:
     metrics.data = data  # consumer lag is measured in the partitions it serves
     metrics.lag.max_series = s.metrics_lag_max_series
@@ -298,16 +333,16 @@ class App:
             advertised_port=s.advertised_port or listening[0].port,
             endpoints=endpoints,
         )
-        server = kafka_server(
+        server = start_kafka_server(
             s,
             listening,
             broker,
             groups,
             data,
             metrics,
+            credentials,
+            acls,
             [
-                ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
-                acls.handlers(),
                 # CreatePartitions, DeleteRecords, DescribeCluster, DescribeLogDirs.
                 PartitionAdmin(
                     s, catalog, logs, data, broker.placement, authorizer=acls.authorizer
@@ -324,11 +359,7 @@ class App:
                     )
                 ).handlers(),
             ],
-            authorizer=acls.authorizer,
         )
-        attach_sasl(server, s, credentials)
-        metrics.watch(server)  # connections per listener, SASL authentications
-        server.start()
         compaction.start()
         await serve_metrics(s, metrics, data)
         log.info(
@@ -469,16 +500,16 @@ class App:
             topics=shared,
             endpoints=endpoints,
         )
-        server = kafka_server(
+        server = start_kafka_server(
             s,
             listening,
             broker,
             groups,
             data,
             metrics,
+            credentials,
+            acls,
             [
-                ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
-                acls.handlers(),
                 PartitionAdmin(
                     s,
                     catalog,
@@ -502,11 +533,7 @@ class App:
                     )
                 ).handlers(),
             ],
-            authorizer=acls.authorizer,
         )
-        attach_sasl(server, s, credentials)
-        metrics.watch(server)  # connections per listener, SASL authentications
-        server.start()
         await cluster.start()
         compaction.start()
         await serve_metrics(s, metrics, data)

@@ -39,9 +39,9 @@ from coordinator.app import (
     STOP_SIGNALS,
     App,
     group_core,
-    kafka_server,
     log_config_for,
     serve_metrics,
+    start_kafka_server,
 )
 from coordinator.catalog import TopicInfo
 from coordinator.config import Settings, offsets_log_config
@@ -55,9 +55,6 @@ from coordinator.metrics import Metrics
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl_admin import acl_security
 from coordinator.security.credentials import CREDENTIALS_FILE
-from coordinator.security.sasl import attach_sasl
-from coordinator.security.scram_admin import ScramAdmin
-from coordinator.server.authz import cluster_authorize
 from coordinator.server.broker import Broker, advertised_endpoints
 from coordinator.server.config_admin import ConfigAdmin
 from coordinator.server.listener import describe_listeners, listen_all, tls_contexts
@@ -249,16 +246,16 @@ async def start_worker(settings: Settings, index: int) -> tuple[App, SharedFiles
         placement=WorkerPlacement(worker_nodes(settings)),
         endpoints=endpoints,
     )
-    server = kafka_server(
+    server = start_kafka_server(
         s,
         listening,
         broker,
         groups,
         data,
         metrics,
+        credentials,
+        acls,
         [
-            ScramAdmin(credentials, cluster_authorize(acls.authorizer)).handlers(),
-            acls.handlers(),
             PartitionAdmin(
                 s, catalog, logs, data, broker.placement, authorizer=acls.authorizer
             ).handlers(),
@@ -273,11 +270,7 @@ async def start_worker(settings: Settings, index: int) -> tuple[App, SharedFiles
                 )
             ).handlers(),
         ],
-        authorizer=acls.authorizer,
     )
-    attach_sasl(server, s, credentials)
-    metrics.watch(server)
-    server.start()
     compaction.start()
     files.start()
     await serve_metrics(s, metrics, data)
