@@ -323,20 +323,21 @@ def _jks(
             continue
     if not entry.is_decrypted():
         raise TlsConfigError(cfg.name("key.password"), "cannot decrypt the key") from None
-    key = b"-----BEGIN PRIVATE KEY-----\n" + _base64_lines(entry.pkey_pkcs8)
-    key += b"-----END PRIVATE KEY-----\n"
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+        load_der_private_key,
+    )
+
+    key = load_der_private_key(entry.pkey_pkcs8, None).private_bytes(
+        Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()
+    )
     return key, b"".join(_der_to_pem(der) for _, der in entry.cert_chain)
 
 
-def _base64_lines(der: bytes) -> bytes:
-    import base64
-
-    text = base64.b64encode(der)
-    return b"".join(text[i : i + 64] + b"\n" for i in range(0, len(text), 64))
-
-
 def _der_to_pem(der: bytes) -> bytes:
-    return b"-----BEGIN CERTIFICATE-----\n" + _base64_lines(der) + b"-----END CERTIFICATE-----\n"
+    return ssl.DER_cert_to_PEM_cert(der).encode()
 
 
 def _pkcs12(
