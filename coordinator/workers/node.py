@@ -38,10 +38,12 @@ from pathlib import Path
 from coordinator.app import (
     STOP_SIGNALS,
     App,
+    freeze_when_loaded,
     group_core,
     log_config_for,
     serve_metrics,
     start_kafka_server,
+    tune_gc,
 )
 from coordinator.catalog import TopicInfo
 from coordinator.config import Settings, offsets_log_config
@@ -314,6 +316,7 @@ async def serve_worker(settings: Settings, index: int, channel: socket.socket) -
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
+    tune_gc()  # as a single-process node collects: app.py's GC_THRESHOLDS, then a freeze
     try:
         app, files = await start_worker(settings, index)
     except BaseException as exc:
@@ -344,7 +347,9 @@ async def serve_worker(settings: Settings, index: int, channel: socket.socket) -
             files.poll()
 
     loop.add_reader(channel.fileno(), supervisor_said)
+    freezing = asyncio.ensure_future(freeze_when_loaded(app.groups))
     await stop.wait()
+    freezing.cancel()
     log.info("worker %d shutting down", index)
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, log.info, "already shutting down")
