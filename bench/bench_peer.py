@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import shlex
@@ -83,6 +84,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from aioclient import AsyncConn
 from kgc_process import KgcProcess
 from peerload import HOST, PACED_LEAD_S, Window, kind, run_closed, run_paced
+from trees import Tree, TreeKgcProcess
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_request
@@ -183,9 +185,16 @@ class Server:
 
 
 def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server:
-    if target == "kgc" or target.startswith("kgc-"):
-        policy = ["--log-flush-policy", target.removeprefix("kgc-")] if "-" in target else []
-        kgc = KgcProcess(
+    base, _, tree_name = target.partition("@")
+    if base == "kgc" or base.startswith("kgc-"):
+        policy = ["--log-flush-policy", base.removeprefix("kgc-")] if "-" in base else []
+        make: Callable[..., KgcProcess] = KgcProcess
+        if tree_name:
+            tree = args.trees.get(tree_name)
+            if tree is None:
+                raise SystemExit(f"target {target!r}: no --tree {tree_name}=PATH given")
+            make = functools.partial(TreeKgcProcess, tree)
+        kgc = make(
             workdir / "data",
             "--group-initial-rebalance-delay-ms",
             "0",
@@ -212,7 +221,9 @@ def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server
             return log_path.read_text(errors="replace") if log_path.exists() else ""
 
         return Server(target, broker.port, broker.proc.pid, broker.stop, log)
-    raise SystemExit(f"unknown target {target!r} (kgc, kgc-<flush policy>, tansu)")
+    raise SystemExit(
+        f"unknown target {target!r} (kgc, kgc-<flush policy>, either @<tree name>, tansu)"
+    )
 
 
 async def create_topic(port: int) -> None:
@@ -717,14 +728,33 @@ def ratio(a: float, b: float, more: str, less: str) -> str:
     return f"{a / b:.2f}{TIMES} {more}" if a >= b else f"{b / a:.2f}{TIMES} {less}"
 
 
-def summary(rows: list[dict[str, Any]], targets: list[str], workloads: list[str]) -> str:
+def ratio_pairs(targets: list[str], baseline: str | None = None) -> list[tuple[str, str]]:
+    """The (target, reference) pairs the summary compares: every kgc target to Tansu, and
+    every other kgc target to the baseline (``--baseline``, default the first kgc target:
+    "before" in ``--targets kgc@before,kgc@after,tansu``)."""
+    kgcs = [t for t in targets if t != "tansu"]
+    pairs = [(t, "tansu") for t in kgcs if "tansu" in targets]
+    base = baseline or (kgcs[0] if kgcs else None)
+    if base is not None and base not in kgcs:
+        raise SystemExit(f"--baseline {base!r} is not one of the kgc targets {kgcs}")
+    pairs += [(t, base) for t in kgcs if base is not None and t != base]
+    return pairs
+
+
+def summary(
+    rows: list[dict[str, Any]],
+    targets: list[str],
+    workloads: list[str],
+    baseline: str | None = None,
+) -> str:
+    """Each target's medians, then one ratio column per pair of ``ratio_pairs``: a rate as
+    target / reference (bold), the paced p99 and the server CPU as "n x lower/less" or
+    "n x higher/more" for the target."""
     label = {"tansu": "Tansu (memory)"}
     head = [label.get(t, t) for t in targets]
-    pair = len(targets) >= 2
-    out = [
-        "| measure | " + " | ".join(head) + (f" | {targets[0]} / {targets[1]} |" if pair else " |")
-    ]
-    out.append("|---" * (len(targets) + 1 + int(pair)) + "|")
+    pairs = ratio_pairs(targets, baseline)
+    out = ["| measure | " + " | ".join(head + [f"{a} / {b}" for a, b in pairs]) + " |"]
+    out.append("|---" * (len(targets) + 1 + len(pairs)) + "|")
     for name in workloads:
         wl = WORKLOADS[name]
         m = {
@@ -753,26 +783,19 @@ def summary(rows: list[dict[str, Any]], targets: list[str], workloads: list[str]
         if wl.paced:
             offered = m[targets[0]].runs[0]["offered_rate"]
             title = f"{title}, {offered:,.0f} commits/s offered"
-            r = (
-                ratio(m[targets[1]].p99_ms, m[targets[0]].p99_ms, "lower p99", "higher p99")
-                if pair
-                else ""
-            )
+            rs = [ratio(m[b].p99_ms, m[a].p99_ms, "lower p99", "higher p99") for a, b in pairs]
         else:
-            r = (
-                f"**{m[targets[0]].rate_units / m[targets[1]].rate_units:.2f}{TIMES}**"
-                if pair
-                else ""
-            )
-        out.append(f"| {title} | " + " | ".join(cells) + (f" | {r} |" if pair else " |"))
+            rs = [
+                f"**{m[a].rate_units / m[b].rate_units:.2f}{TIMES}**"
+                if m[b].rate_units > 0
+                else "n/a"
+                for a, b in pairs
+            ]
+        out.append(f"| {title} | " + " | ".join(cells + rs) + " |")
         per = wl.cpu_per
         cpu_cells = [f"{m[t].cpu_us:.1f} µs" for t in targets]
-        r = ratio(m[targets[1]].cpu_us, m[targets[0]].cpu_us, "less", "more") if pair else ""
-        out.append(
-            f"| server CPU per {per} ({name}) | "
-            + " | ".join(cpu_cells)
-            + (f" | {r} |" if pair else " |")
-        )
+        rs = [ratio(m[b].cpu_us, m[a].cpu_us, "less", "more") for a, b in pairs]
+        out.append(f"| server CPU per {per} ({name}) | " + " | ".join(cpu_cells + rs) + " |")
     return "\n".join(out)
 
 
@@ -809,6 +832,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sample-every", type=int, default=16, help="decode every n-th response")
     ap.add_argument("--kgc-args", default="", help="extra flags for kgc serve (one string)")
     ap.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="NAME=PATH[:PYTHON]",
+        help="a kgc source tree for targets kgc@NAME (bench/trees.py prepares them); "
+        "NAME=:PYTHON for a Python with kgc installed (the compiled venv)",
+    )
+    ap.add_argument(
+        "--baseline", help="the kgc target the others are compared with (default the first)"
+    )
+    ap.add_argument(
         "--tansu-cache", type=Path, default=Path(tempfile.gettempdir()) / "kgc-bench-tansu"
     )
     ap.add_argument("--json", type=Path, help="save every run's figures here")
@@ -822,6 +856,20 @@ def main(argv: list[str] | None = None) -> int:
     for w in workloads:
         if w not in WORKLOADS:
             raise SystemExit(f"unknown workload {w!r} ({', '.join(ALL_WORKLOADS)})")
+    ratio_pairs(targets, args.baseline)  # a wrong --baseline fails now, not after the runs
+    args.trees = {}
+    for spec in args.tree:
+        tree = Tree.parse(spec)
+        args.trees[tree.name] = tree
+    tree_lines = []
+    for t in targets:
+        name = t.partition("@")[2]
+        if name and name not in args.trees:
+            raise SystemExit(f"target {t!r}: no --tree {name}=PATH given")
+    for tree in args.trees.values():
+        # Where each tree's kgc comes from (refused if the checkout's own would shadow it).
+        tree_lines.append(tree.check())
+        print(tree_lines[-1], flush=True)
     print(
         f"bench_peer: targets {', '.join(targets)}; {args.rounds} rounds, alternating; "
         f"{args.seconds:g} s windows after {args.warmup:g} s warm-up; {args.procs} generator "
@@ -836,7 +884,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(r.row() for r in results)
             print(run_table(target, rnd, args.rounds, results), flush=True)
     print(f"\n## Summary: medians of {args.rounds} rounds per measure\n")
-    print(summary(rows, targets, workloads))
+    print(summary(rows, targets, workloads, args.baseline))
     print(f"\n## Every run\n\n{all_runs(rows)}")
     failed = [r for r in rows if r["errors"]]
     for r in failed:
@@ -849,6 +897,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "argv": sys.argv,
                     "config": {k: str(v) for k, v in vars(args).items()},
+                    "trees": tree_lines,
                     "cpus": os.cpu_count(),
                     "runs": rows,
                 },
