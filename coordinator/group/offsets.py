@@ -107,6 +107,7 @@ __all__ = ["OffsetEntry", "OffsetGroup", "OffsetMetadataManager"]
 
 _S = ClassicGroupState.STABLE
 _P = ClassicGroupState.PREPARING_REBALANCE
+_OK = ErrorCode.NO_ERROR
 
 ZERO_ID = bytes(16)  # Kafka's Uuid.ZERO_UUID: "no topic id"
 
@@ -320,6 +321,21 @@ class OffsetMetadataManager:
         n = lookup(topic)
         return n is None or not 0 <= partition < n
 
+    def _partition_bound(self, topic: str) -> int:
+        """``_unknown_partition`` for a whole topic: its partitions are ``0 <= p < bound``
+        (0 for an unknown topic), or every partition exists when the bound is -1."""
+        if self.topics is not None:
+            image = self.topics.topic(topic)
+            if image is not None:
+                return image.num_partitions
+            if self._topic_partitions is None:
+                return 0
+        lookup = self._topic_partitions
+        if lookup is None:
+            return -1
+        n = lookup(topic)
+        return 0 if n is None else n
+
     def _topic_name(self, topic_id: bytes) -> str | None:
         """The name of the topic with ``topic_id``; None if unknown (or the zero id)."""
         if topic_id == ZERO_ID or self.topics is None:
@@ -335,6 +351,108 @@ class OffsetMetadataManager:
     # ------------------------------------------------------------ commit
 
     def offset_commit(self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int) -> Result:
+        """OffsetCommit: the usual request by the fast path, anything else by the general one.
+
+        ``_commit_fast`` answers the common case -- a v1-v9 request of known topics and
+        partitions to a loaded, existing group that accepts it, every metadata short --
+        without the per-partition code table; it returns None, having changed nothing,
+        whenever the request is anything else, and the general path decides (same answers,
+        same records: tests/group check both paths against each other).
+        """
+        if 1 <= ctx.api_version < 10:
+            out = self._commit_fast(ctx, req, now_ms)
+            if out is not None:
+                return out
+        return self._commit(ctx, req, now_ms)
+
+    def _commit_fast(
+        self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int
+    ) -> Result | None:
+        gid = req.group_id
+        partitions = self.partitions
+        if partitions.precheck(gid) is not None:
+            return None  # the general path answers the error
+        p = partitions.partition_of(gid)
+        group = self.find_group(gid)
+        if group is None:
+            return None  # a new "simple" group or an error: the general path decides
+        if (
+            group.validate_offset_commit(
+                req.member_id,
+                req.group_instance_id,
+                req.generation_id_or_member_epoch,
+                transactional=False,
+                api_version=ctx.api_version,
+            )
+            is not None
+        ):
+            return None
+        v = ctx.api_version
+        expire: int | None = None
+        if 2 <= v <= 4 and req.retention_time_ms != -1:
+            expire = now_ms + req.retention_time_ms
+        half_limit = self.config.offset_metadata_max_bytes // 2
+        stored: list[tuple[TopicPartition, OffsetEntry]] = []
+        records: list[Record] = []
+        answer = []
+        bound = self._partition_bound
+        try:
+            for t in req.topics:
+                name = t.name
+                n = bound(name)
+                if len(t.partitions) > 1 and len({rp.partition_index for rp in t.partitions}) < len(
+                    t.partitions
+                ):
+                    return None  # a partition named twice: the general path keeps the first
+                parts = []
+                for rp in t.partitions:
+                    index = rp.partition_index
+                    if n >= 0 and not 0 <= index < n:
+                        return None  # an unknown partition: the general path answers it
+                    metadata = rp.committed_metadata or ""
+                    if len(metadata) > half_limit:
+                        return None  # perhaps too large: the general path measures it
+                    ts = rp.commit_timestamp
+                    if ts == -1:
+                        ts = now_ms
+                    entry = OffsetEntry(
+                        rp.committed_offset, rp.committed_leader_epoch, metadata, ts, expire
+                    )
+                    records.append(
+                        (
+                            p,
+                            encode_offset_commit_key(gid, name, index),
+                            encode_offset_commit_value(
+                                rp.committed_offset,
+                                metadata,
+                                ts,
+                                leader_epoch=rp.committed_leader_epoch,
+                                expire_timestamp=expire,
+                            ),
+                        )
+                    )
+                    stored.append(((name, index), entry))
+                    parts.append(OffsetCommitResponsePartition(index, _OK))
+                answer.append(OffsetCommitResponseTopic(name, t.topic_id, parts))
+        except (struct.error, ValueError):
+            return None  # a record that cannot be serialized: the general path answers
+        out = Result()
+        if stored:
+            if isinstance(group, ClassicGroup) and (group.state is _S or group.state is _P):
+                # With the classic protocol a commit also proves the member is alive.
+                member = group.members.get(req.member_id)
+                if member is not None:
+                    self.classic.reschedule_heartbeat(out, group, member, now_ms)
+            by_group = self.offsets.get(gid)
+            if by_group is None:
+                by_group = self.offsets[gid] = {}
+            for tp, entry in stored:
+                by_group[tp] = entry
+            out.records = records
+        out.replies.append((ctx.reply_to, OffsetCommitResponse(0, answer)))
+        return out
+
+    def _commit(self, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int) -> Result:
         out = Result()
         v = ctx.api_version
         # Topics are resolved and unknown partitions answered first, as Kafka's KafkaApis
