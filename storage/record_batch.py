@@ -72,6 +72,7 @@ __all__ = [
     "encode_batch",
     "iter_batches",
     "iter_record_tuples",
+    "key_values",
     "parse_header",
     "read_varint",
     "set_base_offset",
@@ -536,6 +537,69 @@ def iter_record_tuples(
             pos = rec_end
     except IndexError:
         raise CorruptBatchError(f"record data truncated in batch at {base_offset}") from None
+
+
+def key_values(batch: bytes | bytearray | memoryview) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record of a batch, in order; offsets, timestamps and headers
+    skipped.
+
+    What a replay of the offsets log needs, as one list per batch: no generator frame per
+    record and no absolute offset or timestamp computed. Reads exactly what
+    ``iter_record_tuples`` reads, with the same errors (``CorruptBatchError`` for records
+    running past the batch), so both agree on every batch.
+    """
+    h, buf = _records_payload(batch)
+    pos = HEADER_SIZE
+    slow = read_varint
+    out: list[tuple[bytes | None, bytes | None]] = []
+    append = out.append
+    try:
+        for _ in range(h.records_count):
+            b = buf[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                v = (b & 0x7F) | (buf[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
+            else:
+                length, pos = slow(buf, pos)
+            rec_end = pos + length
+            # attributes (1 byte), then the timestamp and offset deltas: read only to skip
+            # them (a one-byte varint is the usual case for both).
+            if buf[pos + 1] < 0x80:
+                pos += 2
+            else:
+                _, pos = slow(buf, pos + 1)
+            if buf[pos] < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:  # offset deltas 64..8191
+                pos += 2
+            else:
+                _, pos = slow(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                klen, pos = slow(buf, pos)
+            if klen < 0:
+                key = None
+            else:
+                key = buf[pos : pos + klen]
+                pos += klen
+            b = buf[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                vlen, pos = slow(buf, pos)
+            append((key, None if vlen < 0 else buf[pos : pos + vlen]))
+            pos = rec_end
+    except IndexError:
+        raise CorruptBatchError(f"record data truncated in batch at {h.base_offset}") from None
+    return out
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:

@@ -91,6 +91,8 @@ _TIMERS_PER_TURN = 64
 
 
 _BATCH_OVERHEAD = 61  # a RecordBatch v2 header
+# ``frozenset((p,))`` per offsets partition: what a one-record Result waits for.
+_ONE: dict[int, frozenset[int]] = {}
 
 
 def _batches(
@@ -250,13 +252,33 @@ class GroupRuntime:
             return
         if result.wakeup is not None or result.events:
             self._side_effects(result)
-        parts: dict[int, int] = {}
         unwritten = self.unwritten
-        for partition, key, value in result.records:
-            records = unwritten.get(partition)
-            if records is None:
-                records = unwritten[partition] = []
-            records.append((key, value))
+        records = result.records
+        if len(records) == 1:
+            # One record (a 1-partition commit): no per-partition table to build.
+            partition, key, value = records[0]
+            pending = unwritten.get(partition)
+            if pending is None:
+                pending = unwritten[partition] = []
+            pending.append((key, value))
+            size = len(key) + (0 if value is None else len(value)) + 24
+            ends = self.unwritten_ends.get(partition)
+            if ends is None:
+                self.unwritten_ends[partition] = [(len(pending), size)]
+            else:
+                ends.append((len(pending), size))
+            one = _ONE.get(partition)
+            if one is None:
+                one = _ONE[partition] = frozenset((partition,))
+            self.unreleased.append((one, result.replies))
+            self._schedule_write()
+            return
+        parts: dict[int, int] = {}
+        for partition, key, value in records:
+            lst = unwritten.get(partition)
+            if lst is None:
+                lst = unwritten[partition] = []
+            lst.append((key, value))
             # Kafka's per-record overhead (varints, attributes) is under 24 bytes.
             parts[partition] = (
                 parts.get(partition, 0) + len(key) + (0 if value is None else len(value)) + 24
@@ -264,6 +286,9 @@ class GroupRuntime:
         for partition, size in parts.items():
             self.unwritten_ends.setdefault(partition, []).append((len(unwritten[partition]), size))
         self.unreleased.append((frozenset(parts), result.replies))
+        self._schedule_write()
+
+    def _schedule_write(self) -> None:
         if not self.write_scheduled:
             self.write_scheduled = True
             if self.gather_during_rounds and self.flusher.in_round:
@@ -349,16 +374,24 @@ class GroupRuntime:
             for p, (plog, _) in pending.items():
                 if p not in failed:
                     self._announce(plog)
+        if not failed:
+            # The usual round: everything durable, no intersections to compute.
+            waiting_futures = self.waiting
+            for _, replies in waiting:
+                for handle, reply in replies:
+                    fut = waiting_futures.pop(handle, None)
+                    if fut is not None and not fut.done():  # as ``_deliver``
+                        fut.set_result(reply)
+            return
         for parts, replies in waiting:
             if parts & failed:
                 self._fail_replies(replies, failed)
             else:
                 for handle, reply in replies:
                     self._deliver(handle, reply)
-        if failed:
-            # The log was cut back to its durable end: forget what the cut removed (a
-            # second rebuild after the storage layer's ``on_cut_back`` call costs only time).
-            self._rebuild(sorted(failed), "a failed fsync")
+        # The log was cut back to its durable end: forget what the cut removed (a second
+        # rebuild after the storage layer's ``on_cut_back`` call costs only time).
+        self._rebuild(sorted(failed), "a failed fsync")
 
     def _announce(self, plog: PartitionLog) -> None:
         for hook in self.on_durable:
@@ -459,7 +492,9 @@ class GroupRuntime:
             self.loaded.set()
 
     def _replay(self, p: int) -> Iterator[int]:
-        return replay_partition(self.partitions[p], functools.partial(self.shard.replay, p))
+        return replay_partition(
+            self.partitions[p], functools.partial(self.shard.replay, p), self.shard.offset_manager
+        )
 
     def _load_failed(self, p: int, exc: Exception) -> None:
         plog = self.partitions[p]
