@@ -20,6 +20,7 @@ from protocol.primitives import DecodeError, skip_tagged_fields
 API_VERSIONS_KEY = 18
 
 _HHI = struct.Struct(">hhi")
+_HHIH = struct.Struct(">hhih")
 _H = struct.Struct(">h")
 _I = struct.Struct(">i")
 _II = struct.Struct(">ii")
@@ -32,6 +33,12 @@ _FLEXIBLE = frozenset(
     for v in range(mod.MIN_VERSION, mod.MAX_VERSION + 1)
     if mod.FLEXIBLE_FROM >= 0 and v >= mod.FLEXIBLE_FROM
 )
+# (api key << 16 | version) -> (request decoder, whether the request header is v2).
+_REQUESTS: dict[int, tuple[Any, bool]] = {
+    (key << 16) | v: (dec, (key, v) in _FLEXIBLE)
+    for key, mod in BY_KEY.items()
+    for v, dec in mod.REQUEST_DECODERS.items()
+}
 # Those whose response header is v1 (an empty tagged-field section): all but ApiVersions,
 # whose response header is always v0.
 _FLEXIBLE_RESPONSE = frozenset(kv for kv in _FLEXIBLE if kv[0] != API_VERSIONS_KEY)
@@ -91,13 +98,33 @@ def decode_request(frame: bytes | bytearray, *, strict: bool = False) -> tuple[R
     """
     if type(frame) is not bytes:
         frame = bytes(frame)
-    header, pos = decode_header(frame)
-    mod = BY_KEY.get(header.api_key)
-    if mod is None:
-        raise UnknownApi(f"unknown api key {header.api_key}")
-    decoder = mod.REQUEST_DECODERS.get(header.api_version)
-    if decoder is None:
-        raise UnknownApi(f"api key {header.api_key} has no version {header.api_version}")
+    # ``decode_header`` inlined, with one table lookup for the decoder and the header
+    # version: this runs for every request.
+    if len(frame) < 10:
+        decode_header(frame)  # raises its DecodeError
+        raise AssertionError("unreachable")
+    api_key, api_version, correlation_id, n = _HHIH.unpack_from(frame, 0)
+    pos = 10
+    client_id: str | None = None
+    if n >= 0:  # (another negative length is a null client id, as in decode_header)
+        if pos + n > len(frame):
+            raise DecodeError("truncated client id")
+        client_id = frame[pos : pos + n].decode("utf-8", "replace")
+        pos += n
+    elif n == -2:
+        raise DecodeError("truncated client id")  # what decode_header answers to it
+    found = _REQUESTS.get((api_key << 16) | (api_version & 0xFFFF))
+    if found is None:
+        if api_key not in BY_KEY:
+            raise UnknownApi(f"unknown api key {api_key}")
+        raise UnknownApi(f"api key {api_key} has no version {api_version}")
+    decoder, flexible = found
+    if flexible:
+        if pos < len(frame) and frame[pos] == 0:
+            pos += 1  # the usual empty tagged-field section
+        else:
+            pos = skip_tagged_fields(frame, pos)
+    header = RequestHeader(api_key, api_version, correlation_id, client_id)
     try:
         body, end = decoder(frame, pos)
     except DecodeError:
