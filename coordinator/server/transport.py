@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import socket
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgc.server")
 
 _perf_counter = time.perf_counter
+_partial = functools.partial
 _SIZE = struct.Struct(">i")
 _KEY = struct.Struct(">h")
 MAX_IN_FLIGHT = 1000  # per connection; beyond this we stop reading until responses drain
@@ -399,7 +401,8 @@ class KafkaConnection(asyncio.Protocol):
             self.slots.append(slot)
             self._park(slot, key)
             fut = slot.future = result.future
-            fut.add_done_callback(lambda fut: self._complete(slot, header, fut, started))
+            # A partial, not a lambda: no closure cells in this function for every request.
+            fut.add_done_callback(_partial(self._complete, slot, header, started))
             if len(self.slots) >= MAX_IN_FLIGHT:  # one more owed can only pause reading
                 self._update_reading()
             return
@@ -445,16 +448,19 @@ class KafkaConnection(asyncio.Protocol):
         self,
         slot: _Slot,
         header: RequestHeader,
-        fut: asyncio.Future[Answer] | Pending,
         started: float,
+        fut: asyncio.Future[Answer] | Pending,
     ) -> None:
         if self.closed:
             return  # connection_lost gave back what the slot held
-        if fut.cancelled():
+        # One call for the three outcomes: ``result()`` raises CancelledError (a
+        # BaseException) for a cancelled future and the handler's error for a failed one.
+        try:
+            result = fut.result()
+        except asyncio.CancelledError:
             self._release(slot)
             return
-        exc = fut.exception()
-        if exc is not None:
+        except BaseException as exc:  # what the old exception() check saw, too
             log.error(
                 "handler for api key %d v%d failed (%r); closing connection",
                 header.api_key,
@@ -464,8 +470,8 @@ class KafkaConnection(asyncio.Protocol):
             )
             self.abort()
             return
-        result = fut.result()
-        self._release(slot)
+        if slot.queued:
+            self._release(slot)
         if type(result) is Outcome:
             if result is CLOSE_CONNECTION:
                 slot.done = slot.close = True
