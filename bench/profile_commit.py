@@ -72,6 +72,9 @@ def main() -> None:
     ap.add_argument("--kgc-args", default="")
     ap.add_argument("--out", type=Path, default=Path("profiles"))
     ap.add_argument("--label", default="commit1")
+    ap.add_argument(
+        "--workload", default="commit1", help="a bench_peer workload: commit1, heartbeat, ..."
+    )
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--compare", type=Path, help="an earlier .collapsed profile")
     args = ap.parse_args()
@@ -84,7 +87,9 @@ def main() -> None:
     server = bench_peer.start_server("kgc", args, workdir)
     try:
         asyncio.run(bench_peer.create_topic(server.port))
-        cycles = asyncio.run(bench_peer.prepare("commit1", server.port, args.connections)).cycles
+        cycles = asyncio.run(
+            bench_peer.prepare(args.workload, server.port, args.connections)
+        ).cycles
 
         def window(seconds: float) -> Window:
             return run_closed(
@@ -122,7 +127,7 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     stacks = read_collapsed(collapsed)
     title = (
-        f"kgc, OffsetCommit v8 1 partition/request, {w.rate:,.0f} req/s under py-spy, "
+        f"kgc, {args.workload}, {w.rate:,.0f} req/s under py-spy, "
         f"{w.server_cpu_us_per_request:.0f} us server CPU/request"
     )
     svg = args.out / f"{args.label}.svg"
