@@ -325,6 +325,19 @@ def encode_batch(
         raise ValueError("a record batch needs at least one record")
     if attributes & ATTR_COMPRESSION_MASK:
         raise UnsupportedCompressionError("encode_batch only writes uncompressed batches")
+    if type(records[0]) is tuple:
+        batch = _encode_pairs(
+            base_offset,
+            records,  # type: ignore[arg-type]
+            timestamp_ms,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            partition_leader_epoch,
+            attributes,
+        )
+        if batch is not None:
+            return batch
     body = bytearray()
     max_delta = 0
     last_offset_delta = 0
@@ -362,6 +375,75 @@ def encode_batch(
     crc = _crc(memoryview(header)[_CRC_START:])
     _U32.pack_into(header, _CRC_POS, crc)
     return bytes(header)
+
+
+_PREFIX = struct.Struct(">qiibI")  # the header up to and including the CRC
+_TAIL = struct.Struct(">hiqqqhii")  # the rest of the header: what the CRC covers first
+
+
+def _encode_pairs(
+    base_offset: int,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    timestamp_ms: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+    attributes: int,
+) -> bytes | None:
+    """``encode_batch`` of (key, value) pairs (the offsets log's and most appends): the same
+    bytes, built as one list of parts joined once, the CRC run over the header's tail and
+    then the body (crc32c continues), so nothing is copied to be checksummed."""
+    parts: list[bytes] = []
+    append = parts.append
+    varint = _varint
+    size = 0
+    i = -1
+    for i, rec in enumerate(records):
+        if type(rec) is not tuple:
+            return None  # a Record among the pairs: the general encoder takes them all
+        key, value = rec
+        at = len(parts)
+        append(b"")  # the record's length, known below
+        delta = varint(i)
+        append(b"\x00\x00")  # attributes 0, timestamp delta 0 (zigzag)
+        append(delta)
+        n = 3 + len(delta)  # those, the offset delta and the header count
+        if key is None:
+            append(b"\x01")  # zigzag(-1)
+            n += 1
+        else:
+            kl = varint(len(key))
+            append(kl)
+            append(key)
+            n += len(kl) + len(key)
+        if value is None:
+            append(b"\x01")
+            n += 1
+        else:
+            vl = varint(len(value))
+            append(vl)
+            append(value)
+            n += len(vl) + len(value)
+        append(b"\x00")  # no headers
+        head = parts[at] = varint(n)
+        size += len(head) + n
+    body = b"".join(parts)
+    tail = _TAIL.pack(
+        attributes,
+        i,
+        timestamp_ms,
+        timestamp_ms,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        i + 1,
+    )
+    crc = _crc(body, _crc(tail))
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + size
+    return b"".join(
+        (_PREFIX.pack(base_offset, batch_length, partition_leader_epoch, 2, crc), tail, body)
+    )
 
 
 # ---------------------------------------------------------------- decoding
