@@ -8,8 +8,9 @@ offset)``.  What that means depends on the log's ``flush_policy``:
 
 * ``"batch"`` (default): the waiter is parked and the flusher task wakes.  A
   round takes *all* parked waiters, captures one ``FlushTicket`` per log
-  (everything appended so far), runs the fsyncs in worker threads so the event
-  loop keeps serving, then releases every waiter whose offset is now below the
+  (everything appended so far), runs the fsyncs off the loop so it keeps serving
+  (the journal's and a single log's on the sync thread, ``files.in_sync_thread``;
+  several logs' segments in worker threads, to overlap), then releases every waiter whose offset is now below the
   log's recovery point.  Waiters arriving while a round is in flight are
   covered by the next round together, so N concurrent appends cost far fewer
   than N fsyncs (group commit).
@@ -68,7 +69,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from storage.interface import FlushError, WriteAheadJournal
-from storage.local.files import Clock, wall_clock_ms
+from storage.local.files import Clock, in_sync_thread, wall_clock_ms
 
 if TYPE_CHECKING:
     from storage.local.log import FlushTicket, PartitionLog
@@ -400,11 +401,14 @@ class Flusher:
     async def _run(self) -> None:
         while True:
             timeout = self._interval_timeout()
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wakeup.wait()
-            except TimeoutError:
-                pass
+            if timeout is None:
+                await self._wakeup.wait()  # no timeout context to build every round
+            else:
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._wakeup.wait()
+                except TimeoutError:
+                    pass
             self._wakeup.clear()
             try:
                 await self._round(all_logs=False)
@@ -519,9 +523,14 @@ class Flusher:
             # A few worker threads share the tickets: fsyncs of different files overlap,
             # without one thread hop per partition.
             chunks = [tickets[i::FSYNC_THREADS] for i in range(min(FSYNC_THREADS, len(tickets)))]
-            chunk_results = await asyncio.gather(
-                *(asyncio.to_thread(run_tickets, c) for c in chunks)
-            )
+            if len(chunks) == 1:
+                # One log to fsync (a single produced partition): the sync thread, at a
+                # fraction of a thread pool's cost per call (files.in_sync_thread).
+                chunk_results = [await in_sync_thread(run_tickets, chunks[0])]
+            else:
+                chunk_results = await asyncio.gather(
+                    *(asyncio.to_thread(run_tickets, c) for c in chunks)
+                )
             by_ticket = {
                 id(t): r
                 for c, rs in zip(chunks, chunk_results, strict=True)

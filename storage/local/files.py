@@ -7,23 +7,35 @@ replace. Checkpoint files (small integers) are written to a temp file and rename
 reader sees either the old or the new value; ``sync=True`` also fsyncs the file and its
 directory. These sit below the log, the journal, the cleaner and the flusher, which all
 import them, so none of those imports another for a helper.
+
+``in_sync_thread(fn, *args)`` runs a blocking call (the journal's fdatasync, once per group-
+commit round) on one dedicated daemon thread and returns an asyncio future of its result.
+``asyncio.to_thread`` does the same through the default executor, at several times the CPU
+per call (a context copy, the executor's bookkeeping, a wrapped concurrent future, a
+semaphore): measured here 72 us of user CPU per fsync round against 26 us with a thread
+that takes calls from a ``SimpleQueue`` and answers through ``call_soon_threadsafe``.
+Calls run one at a time in submission order. A forked child starts its own thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import itertools
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 __all__ = [
     "Clock",
     "fsync_dir",
+    "in_sync_thread",
     "read_checkpoint",
     "wall_clock_ms",
     "write_at",
@@ -113,3 +125,55 @@ Clock = Callable[[], int]
 def wall_clock_ms() -> int:
     """Wall-clock time in integer milliseconds: the default clock everywhere."""
     return time.time_ns() // 1_000_000
+
+
+_T = TypeVar("_T")
+# (loop, future, function, arguments) for the sync thread.
+_Call = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+_calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+_thread_pid = -1  # the process whose sync thread is running (a forked child has none)
+_thread_lock = threading.Lock()
+
+
+def in_sync_thread(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """Run ``fn(*args)`` on the sync thread; a future of its result (or its exception).
+
+    Cancelling the future does not stop the call (as with ``asyncio.to_thread``): it runs
+    to its end and its result is dropped.
+    """
+    global _calls, _thread_pid
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[_T] = loop.create_future()
+    if _thread_pid != os.getpid():
+        with _thread_lock:
+            if _thread_pid != os.getpid():
+                _calls = queue.SimpleQueue()  # a forked child's queue is its own
+                threading.Thread(
+                    target=_sync_thread, args=(_calls,), name="kgc-sync", daemon=True
+                ).start()
+                _thread_pid = os.getpid()
+    _calls.put((loop, fut, fn, args))
+    return fut
+
+
+def _sync_thread(calls: queue.SimpleQueue[_Call]) -> None:
+    while True:
+        loop, fut, fn, args = calls.get()
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting side, as a thread pool does
+            error = exc
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(_settle, fut, result, error)
+        del loop, fut, fn, args, result, error  # hold nothing while idle
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if fut.cancelled():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 import crc32c
 
 from storage.interface import JournalStats
-from storage.local.files import fsync_dir, write_at
+from storage.local.files import fsync_dir, in_sync_thread, write_at
 from storage.record_batch import CorruptBatchError, parse_header
 
 if TYPE_CHECKING:
@@ -183,7 +183,8 @@ class Journal:
         return list(logs)
 
     async def sync(self, errors: dict[PartitionLog, BaseException]) -> None:
-        """One fdatasync (in a worker thread) for everything recorded so far.
+        """One fdatasync (on the sync thread, ``files.in_sync_thread``) for everything
+        recorded so far.
 
         On failure every log with records not known durable is cut back to its durable
         end, with the error in ``errors``.
@@ -194,7 +195,7 @@ class Journal:
         fd, covered = prepared
         start = time.perf_counter()
         try:
-            await asyncio.to_thread(self.run_sync, fd)
+            await in_sync_thread(self.run_sync, fd)
         except OSError as exc:
             self._failed(exc, errors)
             return
