@@ -33,10 +33,30 @@ class Dispatcher:
                 if key in handlers:
                     raise ValueError(f"api key {key} has two handlers")
                 handlers[key] = handler
-        self.handlers = handlers
         # Advertise exactly what has a handler.
         self.supported: Supported = {k: v for k, v in SUPPORTED.items() if k in handlers}
+        # (api key << 16 | version) -> handler, for every supported version: the transport's
+        # one lookup per request (the version check and the handler at once). Rebuilt
+        # whenever ``handlers`` is replaced (the authorizer wraps them after this).
+        self.routes: dict[int, Handler] = {}
+        self.handlers = handlers
         self._api_versions: dict[int, bytes] = {}  # encoded bodies by version
+
+    @property
+    def handlers(self) -> dict[int, Handler]:
+        return self._handlers
+
+    @handlers.setter
+    def handlers(self, handlers: dict[int, Handler]) -> None:
+        self._handlers = handlers
+        routes = {
+            (k << 16) | v: handlers[k]
+            for k, (lo, hi) in self.supported.items()
+            for v in range(lo, hi + 1)
+        }
+        # In place: connections hold this dict.
+        self.routes.clear()
+        self.routes.update(routes)
 
     def api_versions(self, header: RequestHeader, req: Any, client: ClientInfo) -> bytes:
         cached = self._api_versions.get(header.api_version)

@@ -137,8 +137,7 @@ class KafkaConnection(asyncio.Protocol):
         self.reading = False
         self.send_scheduled = False
         self.queue = server.queue
-        self.handlers = server.dispatch.handlers
-        self.supported = server.dispatch.supported
+        self.routes = server.dispatch.routes  # (key << 16 | version) -> handler
         self.frame_bytes = 0  # reserved in the queue for the frame being read
         self.held = 0  # reserved for the frame being handled, until a request keeps it
         self.frame_size = 0
@@ -358,8 +357,8 @@ class KafkaConnection(asyncio.Protocol):
             self.abort()
             return
         key, version = header.api_key, header.api_version
-        bounds = self.supported.get(key)
-        if bounds is None or not bounds[0] <= version <= bounds[1]:
+        handler = self.routes.get((key << 16) | (version & 0xFFFF))
+        if handler is None:
             if key == API_VERSIONS_KEY:
                 self._unsupported_api_versions(frame)
                 return
@@ -385,8 +384,7 @@ class KafkaConnection(asyncio.Protocol):
         on_request = server.on_request
         started = _perf_counter() if on_request is not None else 0.0
         try:
-            # The supported-versions check above guarantees a handler for the key.
-            result = self.handlers[key](header, body, info)
+            result = handler(header, body, info)
         except Exception:
             log.exception("handler for api key %d v%d failed; closing connection", key, version)
             self.abort()

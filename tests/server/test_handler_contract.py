@@ -178,6 +178,27 @@ def test_dispatch_advertises_exactly_the_apis_with_a_handler() -> None:
     assert sync_group.API_KEY not in dispatch.supported
 
 
+def test_dispatch_routes_follow_replaced_handlers() -> None:
+    """The transport's per-version routes are rebuilt when the handlers are replaced (the
+    authorizer wraps them after the dispatcher is built): no request reaches an unwrapped
+    handler, and versions outside the supported range have no route."""
+
+    def plain(header: RequestHeader, req: Any, client: ClientInfo) -> HandlerResult:
+        return heartbeat.Response()
+
+    def wrapped(header: RequestHeader, req: Any, client: ClientInfo) -> HandlerResult:
+        return heartbeat.Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+
+    dispatch = Dispatcher({heartbeat.API_KEY: plain})
+    routes = dispatch.routes  # connections keep this dict
+    lo, hi = dispatch.supported[heartbeat.API_KEY]
+    assert routes[heartbeat.API_KEY << 16 | hi] is plain
+    assert (heartbeat.API_KEY << 16 | (hi + 1)) not in routes
+    dispatch.handlers = {**dispatch.handlers, heartbeat.API_KEY: wrapped}
+    assert all(routes[heartbeat.API_KEY << 16 | v] is wrapped for v in range(lo, hi + 1))
+    assert routes[api_versions.API_KEY << 16] == dispatch.api_versions
+
+
 async def test_api_versions_lists_the_dispatch_table(served: tuple[Handlers, int]) -> None:
     _, port = served
     c = await Client.to(port)
