@@ -60,16 +60,25 @@ class KgcProcess:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
+        # Both ports: kgc's Kafka listeners accept a moment before its metrics endpoint is
+        # bound, and tests scrape /metrics right after start.
         deadline = time.monotonic() + timeout
+        metrics_port = self.metrics_port
+        if "--metrics-port" in self.extra:  # a later flag wins, as argparse reads it
+            at = len(self.extra) - 1 - self.extra[::-1].index("--metrics-port")
+            metrics_port = int(self.extra[at + 1])
+        waiting = [self.port] + ([metrics_port] if metrics_port else [])
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kgc exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
+                with socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.2):
+                    waiting.pop(0)
+                    if not waiting:
+                        return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError(f"kgc did not start listening:\n{self.log()}")
+        raise RuntimeError(f"kgc did not start listening on {waiting}:\n{self.log()}")
 
     def wait_loaded(self, timeout: float = 30.0) -> None:
         """Wait until every offsets partition is loaded (no group answers LOAD_IN_PROGRESS).
