@@ -314,8 +314,14 @@ class GroupRuntime:
                 failed.add(partition)  # released meanwhile (cluster mode): not ours now
                 continue
             try:
-                for chunk in _batches(records, ends.get(partition, []), plog.config):
-                    _, last = plog.append_records(chunk, timestamp_ms=now)
+                cuts = ends.get(partition, [])
+                if len(cuts) == 1 and cuts[0][1] <= plog.config.max_message_bytes - _BATCH_OVERHEAD:
+                    # One Result under the limit (most turns of a partition): one batch,
+                    # without the splitting generator.
+                    _, last = plog.append_records(records, timestamp_ms=now)
+                else:
+                    for chunk in _batches(records, cuts, plog.config):
+                        _, last = plog.append_records(chunk, timestamp_ms=now)
             except Exception as exc:
                 # The storage layer cut the log back to where it was: none of these
                 # records is in it.
