@@ -30,6 +30,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from results import record  # bench/ is this script's sys.path[0]
+
 from coordinator.group.consumer.assignors import BUILTIN_ASSIGNORS
 from coordinator.group.consumer.assignors.spec import (
     Assignment,
@@ -147,6 +149,7 @@ def run_cases(
             f"{name:<9} {case:<6} {med:>10.2f} {min(ts):>7.2f}-{max(ts):<8.2f} "
             f"{'<' + str(int(target)):>6} {'ok' if ok else 'MISSED'}"
         )
+        record("assignors", f"{name} {case}", med, "ms", "lower")
     if name == "uniform":
         got = a.assign(joined, topics)
         moved = sum(

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from results import record  # bench/ is this script's sys.path[0]
+
 from protocol.framing import RequestHeader, decode_request, encode_request, encode_response
 from protocol.messages import heartbeat, join_group, offset_commit
 
@@ -211,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             pmed = statistics.median(theirs)
             line += f" {fmt_ns(pmed):>19} {1e9 / pmed:>10,.0f} {pmed / med:>6.1f}x"
         print(line)
+        record("codec", op.name, med, "ns/op", "lower")
     return 0
 
 

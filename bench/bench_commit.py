@@ -24,10 +24,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+# The repository root before tests/: tests/storage (a namespace package of test modules)
+# would otherwise shadow the storage package, which is found through the editable install's
+# finder only after every sys.path entry has been tried.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from aioclient import AsyncConn
 from kgc_process import KgcProcess
+from results import record
 
 from coordinator.config import Settings, offsets_log_config
 from coordinator.tools.client import Connection
@@ -188,6 +193,9 @@ def main() -> None:
                     print(
                         f"{policy:<14} {parts:>14} {rate:>20.0f} {p50:>8.2f} {p99:>8.2f} {errors:>7}"
                     )
+                    measure = f"OffsetCommit {parts} partitions/req, flush {policy}"
+                    record("commit", measure, rate, "partition-commits/s", "higher")
+                    record("commit", f"{measure}, p99", p99, "ms", "lower")
             finally:
                 kgc.stop()
     if args.skip_load:
@@ -203,6 +211,9 @@ def main() -> None:
             print(
                 f"{name:<22} {load_s if load_s is not None else float('nan'):>14.2f} {until_ready:>14.2f}"
             )
+            record("commit", f"load {name} log, until ready", until_ready, "s", "lower")
+            if load_s is not None:
+                record("commit", f"load {name} log, server load", load_s, "s", "lower")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ from bench_assignors import TARGET_MS, Topics, build_spec, time_ms
 from bench_groups import heartbeat_frames, rebalance_latency, setup_groups
 from kgc_process import KgcProcess
 from loadgen import LoadResult, run_load
+from results import record
 
 from coordinator.group.consumer.assignors import BUILTIN_ASSIGNORS
 from coordinator.tools.client import Connection
@@ -567,6 +568,8 @@ def table(
             ("Heartbeat v4 (classic)", hb["classic"], cl, "—"),
         ):
             cpu = statistics.median(r.cpu_us_per_request for r in runs)
+            record("consumer_groups", label, med.load.rate, "req/s", "higher")
+            record("consumer_groups", f"{label}, server CPU", cpu, "µs", "lower")
             rows.append(
                 f"| 1 | {label}, {args.groups} groups x {args.per_group} members | "
                 f"{med.load.rate:,.0f} req/s | {med.load.p50:.2f} / {med.load.pct(99):.2f} | "
@@ -592,6 +595,8 @@ def table(
             jruns = join[kind]
             cpu = statistics.median(r.cpu_s for r in jruns)
             wall = statistics.median(r.wall_s for r in jruns)
+            record("consumer_groups", f"{n} members join one {kind} group", wall, "s", "lower")
+            record("consumer_groups", f"{n} members join one {kind} group, CPU", cpu, "s", "lower")
             extra = (
                 f"; all joins answered after {fmt_runs((r.joins_s for r in jruns), '.2f')} s"
                 f"; heartbeats {fmt_runs((r.heartbeats for r in jruns), 'd')}; group epoch {fmt_runs((r.epoch for r in jruns), 'd')}"
@@ -608,6 +613,7 @@ def table(
         total = args.assignor_topics * args.assignor_partitions
         for (name, case), ts in assign.items():
             med = statistics.median(ts)
+            record("consumer_groups", f"assignor {name} {case}", med, "ms", "lower")
             goal = TARGET_MS[case]
             what = "full assignment" if case == "full" else "one member joins (incremental)"
             rows.append(

@@ -44,6 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from kgc_process import free_port
+from results import record
 
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import produce as produce_api
@@ -380,6 +381,9 @@ def main() -> None:
             stored = topic_size(broker.bootstrap)
             c_s, c_bytes = consume(broker.bootstrap, stored, mode)
             rows.append((target, mode, n / p_s, n / r_s, stored / c_s, c_bytes / c_s / 1e6))
+            record("dataplane", f"{target} produce (librdkafka)", n / p_s, "msg/s", "higher")
+            record("dataplane", f"{target} produce (raw)", n / r_s, "msg/s", "higher")
+            record("dataplane", f"{target} consume ({mode})", stored / c_s, "msg/s", "higher")
             print(
                 f"{target}: produce {n / p_s:,.0f} msg/s, raw produce {n / r_s:,.0f} msg/s, consume ({mode}) {stored / c_s:,.0f} msg/s",
                 flush=True,

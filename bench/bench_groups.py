@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from aioclient import AsyncConn
 from kgc_process import KgcProcess
 from loadgen import LoadResult, run_load
+from results import record
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_request
@@ -264,6 +265,7 @@ def main() -> None:
             for n in [int(x) for x in args.sizes.split(",") if x]:
                 ms, gen = asyncio.run(rebalance_latency(kgc.port, n))
                 print(f"{n:>8} {ms:>14.1f} {gen:>11}")
+                record("groups", f"rebalance of {n} members", ms, "ms", "lower")
 
             members = asyncio.run(
                 setup_groups(kgc.port, args.groups, args.per_group, args.connections)
@@ -304,6 +306,7 @@ def main() -> None:
             for label, r, name in (("Heartbeat v4", hb, "hb"), ("ApiVersions v3", av, "av")):
                 all_runs = ", ".join(f"{x.rate:,.0f}" for x in runs[name])
                 print(f"{label:<14} {r.rate:>10.0f} {r.p50:>8.2f} {r.pct(99):>8.2f}  {all_runs}")
+                record("groups", label, r.rate, "req/s", "higher")
             print(f"heartbeat / ApiVersions = {hb.rate / av.rate:.2f} (medians)")
 
             if args.churn_seconds > 0:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
+from results import record  # bench/ is this script's sys.path[0]
 
 from storage.interface import Lease
 from storage.local.durability import Flusher
@@ -142,6 +143,13 @@ async def main_async(args: argparse.Namespace, url: str) -> None:
             else:
                 lat, rounds = await run_pg(url, n, args.seconds)
             lat.sort()
+            record(
+                "pg_journal",
+                f"{engine}, {n} appenders",
+                len(lat) / args.seconds,
+                "appends/s",
+                "higher",
+            )
             print(
                 f"{engine:<10} {n:>9} {len(lat) / args.seconds:>10.0f} {pct(lat, 0.5):>8.2f} "
                 f"{pct(lat, 0.99):>8.2f} {rounds:>7} {len(lat) / max(rounds, 1):>9.1f}",

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from groupkit import commit_offset, fetch_offset
 from kgc_process import KgcProcess
+from results import record
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
@@ -208,6 +209,7 @@ def main() -> None:
                 for _ in range(args.repeat)
             ]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            record("recovery", f"{name}: serving", med["serving"], "s", "lower")
             print(
                 f"{name:<44} {med['listening']:>11.2f} {med['serving']:>10.2f} "
                 f"{int(med['offline']):>15} {int(max(r['lost'] for r in runs)):>5}"

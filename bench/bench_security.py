@@ -50,6 +50,7 @@ from bench_groups import HOST, heartbeat_frames, setup_groups
 from certkit import make_pki
 from kgc_process import KgcProcess, free_port
 from loadgen import LoadResult, run_load
+from results import record
 
 from coordinator.security.acl import (
     AclBinding,
@@ -392,6 +393,10 @@ def main() -> None:
     verdict = "ok" if overhead < 0.10 else "MISSED"
     print(hb_auth.line(f"{overhead:+.1%} rate (< 10%) {verdict}"))
     print(f"{'':<44} {'':>9} {'':<6} {'':>7} {'':>8}  {cpu_overhead:+.1%} server CPU per request")
+    for row in (hb_plain, hb_sasl, conn_ssl, conn_sasl, hb_noauth, hb_auth):
+        if row.rates:
+            record("security", row.label, row.rate, f"{row.unit}", "higher")
+            record("security", f"{row.label}, server CPU", row.cpu, "µs", "lower")
 
 
 if __name__ == "__main__":

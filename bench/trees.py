@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import re
 import shutil
@@ -52,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.append(str(ROOT / "tests"))
 
 from kgc_process import KgcProcess  # noqa: E402
 
@@ -140,19 +141,27 @@ class Tree:
             warn(f"tree {self.name}: kgc serve does not know {' '.join(dropped)}: not passed")
         return out
 
-    def check(self) -> str:
-        """Where this tree's kgc is imported from (raises if not from the tree), one line."""
+    def check(self, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+        """Where this tree's kgc is imported from (raises if not from the tree), one line.
+        ``cwd``/``env``: as a process started there sees it (regress.py's harness)."""
         probe = (
-            "import coordinator, storage, protocol, importlib\n"
+            "import coordinator, storage, protocol, importlib, json\n"
             "hot = ['protocol.framing', 'storage.record_batch', 'coordinator.group.shard']\n"
             "files = [m.__file__ for m in (coordinator, storage, protocol)]\n"
             "so = [h for h in hot if importlib.import_module(h).__file__.endswith('.so')]\n"
-            "print(repr((files, so)))\n"
+            "print(json.dumps([files, so]))\n"
         )
-        r = self.run("-c", probe)
+        r = subprocess.run(
+            [self.python, "-c", probe],
+            cwd=cwd or self.cwd(),
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if r.returncode:
             raise SystemExit(f"tree {self.name}: cannot import kgc:\n{r.stderr}")
-        files, so = eval(r.stdout.strip().splitlines()[-1])  # our own repr, printed above
+        files, so = json.loads(r.stdout.strip().splitlines()[-1])
         if self.path is not None:
             outside = [f for f in files if not Path(f).resolve().is_relative_to(self.path)]
         else:
