@@ -147,7 +147,7 @@ class Tree:
         probe = (
             "import coordinator, storage, protocol, importlib, json\n"
             "hot = ['protocol.framing', 'storage.record_batch', 'coordinator.group.shard']\n"
-            "files = [m.__file__ for m in (coordinator, storage, protocol)]\n"
+            "files = [m.__file__ or str(list(m.__path__)) for m in (coordinator, storage, protocol)]\n"
             "so = [h for h in hot if importlib.import_module(h).__file__.endswith('.so')]\n"
             "print(json.dumps([files, so]))\n"
         )
@@ -162,10 +162,16 @@ class Tree:
         if r.returncode:
             raise SystemExit(f"tree {self.name}: cannot import kgc:\n{r.stderr}")
         files, so = json.loads(r.stdout.strip().splitlines()[-1])
+        # A package without __init__.py (a namespace: no __file__) counts as elsewhere: a
+        # tree lacking a package gets the checkout's through the editable finder.
         if self.path is not None:
-            outside = [f for f in files if not Path(f).resolve().is_relative_to(self.path)]
+            outside = [
+                f
+                for f in files
+                if not f.endswith((".py", ".so")) or not Path(f).resolve().is_relative_to(self.path)
+            ]
         else:
-            outside = [f for f in files if Path(f).resolve().is_relative_to(ROOT)]
+            outside = [f for f in files if Path(f.strip("[']")).resolve().is_relative_to(ROOT)]
         if outside:
             raise SystemExit(f"tree {self.name}: kgc imported from elsewhere: {outside}")
         where = Path(files[0]).resolve().parent.parent
