@@ -388,6 +388,9 @@ def test_cli_exit_codes_reports_and_errors(
         cli.main(["audit", "--log-dir", str(tmp_path), "--storage-url", pg_url, "--out", "o"])
 
 
+# slow: a whole `kgc audit` (or spark-submit) run in its own JVM, 90-110 s loaded; CI runs
+# it in `scripts/test -m slow`.
+@pytest.mark.slow
 def test_spark_submit_with_storage_url(tmp_path: Path, pg_url: str) -> None:
     """``spark-submit coordinator/audit/__main__.py --storage-url``: the JVM is up before the
     audit runs, so the JDBC driver arrives by ADD JAR (no --jars, never --packages)."""

@@ -48,6 +48,9 @@ def env_with_tmp(tmp: Path) -> dict[str, str]:
     return {**os.environ, "TMPDIR": str(tmp), "PYTHONUNBUFFERED": "1"}
 
 
+# slow: a whole `kgc audit` (or spark-submit) run in its own JVM, 90-110 s loaded; CI runs
+# it in `scripts/test -m slow`.
+@pytest.mark.slow
 def test_piped_run_is_quiet_and_writes_one_json_file_per_report(tmp_path: Path) -> None:
     root, _ = build(tmp_path / "bad", inject_truncated_batch)
     out = tmp_path / "out"
@@ -105,6 +108,9 @@ def read_pty(fd: int, proc: subprocess.Popen[str], timeout: float) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+# slow: a whole `kgc audit` (or spark-submit) run in its own JVM, 90-110 s loaded; CI runs
+# it in `scripts/test -m slow`.
+@pytest.mark.slow
 def test_terminal_run_shows_each_stage_and_verbose_shows_spark(tmp_path: Path) -> None:
     root, _ = build(tmp_path)
     out = tmp_path / "out"

@@ -55,6 +55,9 @@ def _daemon(env: dict[str, str], action: str, cls: str, *args: str) -> None:
     )
 
 
+# slow: a whole `kgc audit` (or spark-submit) run in its own JVM, 90-110 s loaded; CI runs
+# it in `scripts/test -m slow`.
+@pytest.mark.slow
 def test_spark_submit_on_standalone_cluster(tmp_path: Path) -> None:
     root = tmp_path / "data"
     dd = DataDir(root, 2)
