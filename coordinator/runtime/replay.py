@@ -38,6 +38,7 @@ CHUNK_RECORDS = 20000  # records replayed between two yields to the event loop
 # version, offset, leader_epoch, metadata length (0), commit_timestamp.
 _V3_EMPTY = struct.Struct(">hqihq")
 _I32 = struct.Struct(">i")
+_MAX_TPS = 1 << 16  # distinct (topic, partition) key tails kept decoded
 
 
 class CorruptOffsetsLog(Exception):
@@ -60,13 +61,13 @@ def replay_partition(
         # Found damaged when it was opened: what follows the damage is gone.
         raise CorruptOffsetsLog(plog.damaged)
     batches = verified_batches(plog)
-    topics: dict[bytes, str] = {}  # one str per topic name, not one per record
+    tps: dict[bytes, tuple[str, int]] = {}  # a key's tail -> (topic, partition)
     while True:
         paused = gc.isenabled()
         if paused:
             gc.disable()
         try:
-            n, more = _replay_chunk(batches, replay, offsets, topics)
+            n, more = _replay_chunk(batches, replay, offsets, tps)
         finally:
             if paused:
                 gc.enable()
@@ -79,13 +80,14 @@ def _replay_chunk(
     batches: Iterator[tuple[Any, bytes]],
     replay: Callable[[bytes, bytes | None], None],
     offsets: OffsetMetadataManager | None,
-    topics: dict[bytes, str],
+    tps: dict[bytes, tuple[str, int]],
 ) -> tuple[int, bool]:
     """Replay batches until ``CHUNK_RECORDS`` records are done: (records, more to come)."""
-    # Groups seen to exist during this chunk: a record that is not a plain offset commit
-    # may delete one, so the set is emptied whenever the shard's replay runs, and it
-    # starts empty every chunk (requests served in between may delete groups too).
-    known: set[str] = set()
+    # Groups seen to exist during this chunk, by their key bytes, with their offsets dict:
+    # a record that is not a plain offset commit may delete a group, so the table is
+    # emptied whenever the shard's replay runs, and it starts empty every chunk (requests
+    # served in between may delete groups too).
+    known: dict[bytes, dict[tuple[str, int], OffsetEntry]] = {}
     n = 0
     for _header, batch in batches:
         records = key_values(batch)
@@ -95,7 +97,7 @@ def _replay_chunk(
                     replay(key, value)
                     n += 1
         else:
-            n += _apply_commits(records, replay, offsets, topics, known)
+            n += _apply_commits(records, replay, offsets, tps, known)
         if n >= CHUNK_RECORDS:
             return n, True
     return n, False
@@ -105,8 +107,8 @@ def _apply_commits(
     records: list[tuple[bytes | None, bytes | None]],
     replay: Callable[[bytes, bytes | None], None],
     manager: OffsetMetadataManager,
-    topics: dict[bytes, str],
-    known: set[str],
+    tps: dict[bytes, tuple[str, int]],
+    known: dict[bytes, dict[tuple[str, int], OffsetEntry]],
 ) -> int:
     """Apply one batch's records in order; returns how many had a key.
 
@@ -114,6 +116,13 @@ def _apply_commits(
     ``OffsetMetadataManager.replay`` applies it: a tombstone removes the offset (and the
     group's dict once empty); a value ensures the group exists (a "simple" classic group
     when none has the id), then sets the offset. Anything else goes to ``replay``.
+
+    Two tables keep most records to two dict lookups: ``tps`` maps a key's tail (topic
+    length, topic, partition: validated and decoded once, when first seen; the same
+    tuple shared by every record of that partition) to its (topic, partition), and
+    ``known`` maps a group's key bytes to its offsets dict once the group is known to
+    exist in this chunk. ``known`` stays exact: a tombstone that drops a group's dict
+    drops its entry, and any record left to the shard's ``replay`` empties it.
     """
     offsets = manager.offsets
     find_group = manager.find_group
@@ -125,44 +134,48 @@ def _apply_commits(
         if key is None:
             continue
         n += 1
-        kl = len(key)
         # An offset commit key: int16 version 0 or 1, group, topic (int16-length
         # strings), int32 partition; anything irregular is left to decode_key's errors.
-        if kl >= 10 and key[0] == 0 and key[1] <= 1:
+        if len(key) >= 10 and key[0] == 0 and key[1] <= 1:
             gend = 4 + ((key[2] << 8) | key[3])
-            if gend + 6 <= kl:
-                tend = gend + 2 + ((key[gend] << 8) | key[gend + 1])
-                if tend + 4 == kl:
-                    group = key[4:gend].decode()
-                    tb = key[gend + 2 : tend]
-                    topic = topics.get(tb)
-                    if topic is None:
-                        topic = topics[tb] = tb.decode()
-                    tp = (topic, unpack_i32(key, tend)[0])
-                    if value is None:
-                        by_group = offsets.get(group)
-                        if by_group is not None:
-                            by_group.pop(tp, None)
-                            if not by_group:
-                                del offsets[group]
-                        continue
-                    if len(value) == 24 and value[0] == 0 and value[1] == 3:
-                        _, offset, epoch, mlen, ts = unpack_v3(value)
-                        if mlen == 0:
-                            entry = OffsetEntry(offset, epoch, "", ts, None)
-                        else:
-                            entry = _entry(value)
-                    else:
-                        entry = _entry(value)
-                    if group not in known:
-                        if find_group(group) is None:
-                            create_group(group)
-                        known.add(group)
-                    by_group = offsets.get(group)
-                    if by_group is None:
-                        by_group = offsets[group] = {}
-                    by_group[tp] = entry
+            tail = key[gend:]  # empty when the group length overruns the key
+            gkey = key[4:gend]
+            tp = tps.get(tail)
+            if tp is None:
+                tl = len(tail)
+                if tl < 6 or 6 + ((tail[0] << 8) | tail[1]) != tl:
+                    replay(key, value)
+                    known.clear()
                     continue
+                gkey.decode()  # the group first, as decode_key: its error if both are bad
+                if len(tps) >= _MAX_TPS:
+                    tps.clear()  # a bound on a long replay's table, never reached in practice
+                tp = tps[tail] = (tail[2 : tl - 4].decode(), unpack_i32(tail, tl - 4)[0])
+            by_group = known.get(gkey)
+            group = "" if by_group is not None else gkey.decode()
+            if value is None:
+                if by_group is None:
+                    by_group = offsets.get(group)
+                if by_group is not None:
+                    by_group.pop(tp, None)
+                    if not by_group:
+                        del offsets[gkey.decode()]
+                        known.pop(gkey, None)
+                continue
+            if len(value) == 24 and value[0] == 0 and value[1] == 3:
+                _, offset, epoch, mlen, ts = unpack_v3(value)
+                entry = OffsetEntry(offset, epoch, "", ts, None) if mlen == 0 else _entry(value)
+            else:
+                entry = _entry(value)
+            if by_group is None:
+                if find_group(group) is None:
+                    create_group(group)
+                by_group = offsets.get(group)
+                if by_group is None:
+                    by_group = offsets[group] = {}
+                known[gkey] = by_group
+            by_group[tp] = entry
+            continue
         replay(key, value)
         known.clear()
     return n

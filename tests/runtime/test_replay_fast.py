@@ -194,6 +194,12 @@ def _corrupt_log(d: Path, rec: Rec) -> None:
         (b"\x00\x01\x00\x05g0", _value(0, 1, 1)),  # key shorter than its group length
         (_commit_key("g0", "t0", 0, 1) + b"x", _value(0, 1, 1)),  # trailing key byte
         (b"\x00\x01\x00\x02\xff\xfe\x00\x02t0\x00\x00\x00\x00", _value(0, 1, 1)),  # not UTF-8
+        # group and topic both not UTF-8 (a topic not seen yet): the group's error first
+        (b"\x00\x01\x00\x02\xff\xfe\x00\x02\xff\xfd\x00\x00\x00\x00", _value(0, 1, 1)),
+        # a group not UTF-8 (its topic seen) with a bad value: the key's error first
+        (b"\x00\x01\x00\x02\xff\xfe\x00\x02t0\x00\x00\x00\x00", b"\x00\x09" + bytes(22)),
+        (b"\x00\x01\x00\x02\xff\xfe\x00\x02t0\x00\x00\x00\x00", None),  # its tombstone
+        (_commit_key("g0", "t0", 0, 1)[:-1], _value(0, 1, 1)),  # a seen topic, partition cut
         (_commit_key("g0", "t0", 0, 1), b"\x00\x03\x00"),  # truncated value
         (_commit_key("g0", "t0", 0, 1), b"\x00\x09" + bytes(22)),  # unknown value version
         (b"\x00", b"v"),  # key shorter than its version
