@@ -57,6 +57,7 @@ COMPILED = [
     "storage/offsets_format.py",
     "coordinator/group/offsets.py",
     "coordinator/group/shard.py",
+    "coordinator/runtime/replay.py",
     "coordinator/group/types.py",
     "coordinator/group/timers.py",
     "coordinator/group/partitions.py",
