@@ -5,6 +5,8 @@ version follows from the API's flexible versions (v2 when the request version is
 else v1), except that ApiVersions always answers with response header v0 so that a client
 which does not yet know our versions can parse it. ``decode_request`` returns the header
 fields and the decoded body; ``encode_response`` returns the whole frame, size included.
+Frames a client repeats byte for byte but for the correlation id (Heartbeat: the hottest
+request) are decoded once and then looked up (``REPEATED_APIS``): their bodies are shared.
 """
 
 from __future__ import annotations
@@ -33,9 +35,25 @@ _FLEXIBLE = frozenset(
     for v in range(mod.MIN_VERSION, mod.MAX_VERSION + 1)
     if mod.FLEXIBLE_FROM >= 0 and v >= mod.FLEXIBLE_FROM
 )
-# (api key << 16 | version) -> (request decoder, whether the request header is v2).
-_REQUESTS: dict[int, tuple[Any, bool]] = {
-    (key << 16) | v: (dec, (key, v) in _FLEXIBLE)
+# Requests a client sends again and again byte for byte but for the correlation id (a
+# member's heartbeat: same client id, group, generation and member until it rejoins), whose
+# handlers only read the decoded body: a frame seen before is answered from ``_REPEATS``
+# (its client id, its body object, the bytes left over after it) instead of being decoded
+# again. The body object is shared by those requests, so it must never be mutated.
+HEARTBEAT_KEY = 12
+REPEATED_APIS = frozenset({HEARTBEAT_KEY})
+# At most this many frames remembered per (api key, version), the oldest forgotten first
+# (a few hundred bytes each).
+REPEATS_MAX = 1 << 14
+# (api key << 16 | version) -> frame without its first 8 bytes (key, version, correlation
+# id) -> (client id, body, bytes left over after the body).
+_REPEATS: dict[int, dict[bytes, tuple[str | None, Any, int]]] = {
+    (key << 16) | v: {} for key in REPEATED_APIS for v in BY_KEY[key].REQUEST_DECODERS
+}
+# (api key << 16 | version) -> (request decoder, whether the request header is v2, the
+# frames seen before for a repeated API or None).
+_REQUESTS: dict[int, tuple[Any, bool, dict[bytes, tuple[str | None, Any, int]] | None]] = {
+    (key << 16) | v: (dec, (key, v) in _FLEXIBLE, _REPEATS.get((key << 16) | v))
     for key, mod in BY_KEY.items()
     for v, dec in mod.REQUEST_DECODERS.items()
 }
@@ -104,6 +122,15 @@ def decode_request(frame: bytes | bytearray, *, strict: bool = False) -> tuple[R
         decode_header(frame)  # raises its DecodeError
         raise AssertionError("unreachable")
     api_key, api_version, correlation_id, n = _HHIH.unpack_from(frame, 0)
+    found = _REQUESTS.get((api_key << 16) | (api_version & 0xFFFF))
+    repeats = found[2] if found is not None else None
+    if repeats is not None:
+        rest = frame[8:]
+        seen = repeats.get(rest)
+        if seen is not None:  # decoded before, without error: the same answer
+            if strict and seen[2]:
+                raise DecodeError(f"{seen[2]} bytes left over after the body")
+            return RequestHeader(api_key, api_version, correlation_id, seen[0]), seen[1]
     pos = 10
     client_id: str | None = None
     if n >= 0:  # (another negative length is a null client id, as in decode_header)
@@ -113,12 +140,11 @@ def decode_request(frame: bytes | bytearray, *, strict: bool = False) -> tuple[R
         pos += n
     elif n == -2:
         raise DecodeError("truncated client id")  # what decode_header answers to it
-    found = _REQUESTS.get((api_key << 16) | (api_version & 0xFFFF))
     if found is None:
         if api_key not in BY_KEY:
             raise UnknownApi(f"unknown api key {api_key}")
         raise UnknownApi(f"api key {api_key} has no version {api_version}")
-    decoder, flexible = found
+    decoder, flexible = found[0], found[1]
     if flexible:
         if pos < len(frame) and frame[pos] == 0:
             pos += 1  # the usual empty tagged-field section
@@ -131,6 +157,10 @@ def decode_request(frame: bytes | bytearray, *, strict: bool = False) -> tuple[R
         raise
     except (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError) as exc:
         raise DecodeError(f"malformed body: {exc}") from exc
+    if repeats is not None:
+        if len(repeats) >= REPEATS_MAX:
+            del repeats[next(iter(repeats))]
+        repeats[rest] = (client_id, body, len(frame) - end)
     if strict and end != len(frame):
         raise DecodeError(f"{len(frame) - end} bytes left over after the body")
     return header, body
