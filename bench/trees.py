@@ -43,14 +43,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT / "tests"))
@@ -187,32 +186,14 @@ class TreeKgcProcess(KgcProcess):
         super().__init__(data_dir, *extra)
         self.tree = tree
 
-    def start(self, timeout: float = 20.0) -> None:
-        args = self.tree.serve_command(
-            "--port",
-            str(self.port),
-            "--data-dir",
-            str(self.data_dir),
-            "--metrics-port",
-            str(self.metrics_port),
-            "--group-initial-rebalance-delay-ms",
-            "100",
-            *self.extra,
+    def spawn(self, flags: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self.tree.serve_command(*flags),
+            cwd=self.tree.cwd(),
+            env=self.tree.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
-        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                args, cwd=self.tree.cwd(), env=self.tree.env(), stdout=log, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kgc exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"kgc did not start listening:\n{self.log()}")
 
 
 def warn(message: str) -> None:

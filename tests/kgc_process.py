@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 
 def free_port() -> int:
@@ -37,12 +38,9 @@ class KgcProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> None:
-        args = [
-            sys.executable,
-            "-m",
-            "coordinator",
-            "serve",
+    def serve_flags(self) -> list[str]:
+        """The flags of ``kgc serve`` for this process."""
+        return [
             "--port",
             str(self.port),
             "--data-dir",
@@ -53,13 +51,20 @@ class KgcProcess:
             "100",
             *self.extra,
         ]
+
+    def spawn(self, flags: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+        """Start ``kgc serve`` with ``flags``, its output to ``log`` (bench/trees.py starts
+        another source tree's server here)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "serve", *flags],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def start(self, timeout: float = 20.0) -> None:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                args,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
+            self.proc = self.spawn(self.serve_flags(), log)
         # Both ports: kgc's Kafka listeners accept a moment before its metrics endpoint is
         # bound, and tests scrape /metrics right after start.
         deadline = time.monotonic() + timeout
