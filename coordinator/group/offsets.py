@@ -309,21 +309,12 @@ class OffsetMetadataManager:
         )
 
     def _unknown_partition(self, topic: str, partition: int) -> bool:
-        if self.topics is not None:
-            image = self.topics.topic(topic)
-            if image is not None:
-                return not 0 <= partition < image.num_partitions
-            if self._topic_partitions is None:
-                return True
-        lookup = self._topic_partitions
-        if lookup is None:
-            return False
-        n = lookup(topic)
-        return n is None or not 0 <= partition < n
+        n = self._partition_bound(topic)
+        return n >= 0 and not 0 <= partition < n
 
     def _partition_bound(self, topic: str) -> int:
-        """``_unknown_partition`` for a whole topic: its partitions are ``0 <= p < bound``
-        (0 for an unknown topic), or every partition exists when the bound is -1."""
+        """The partitions of ``topic`` are ``0 <= p < bound`` (0 for an unknown topic), or
+        every partition exists when the bound is -1 (no topic table to ask)."""
         if self.topics is not None:
             image = self.topics.topic(topic)
             if image is not None:
