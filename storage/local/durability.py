@@ -10,8 +10,8 @@ offset)``.  What that means depends on the log's ``flush_policy``:
   round takes *all* parked waiters, captures one ``FlushTicket`` per log
   (everything appended so far), runs the fsyncs off the loop so it keeps serving
   (the journal's and a single log's on the sync thread, ``files.in_sync_thread``;
-  several logs' segments in worker threads, to overlap), then releases every waiter whose offset is now below the
-  log's recovery point.  Waiters arriving while a round is in flight are
+  several logs' segments in worker threads, to overlap), then releases every
+  waiter whose offset is now below the log's recovery point.  Waiters arriving while a round is in flight are
   covered by the next round together, so N concurrent appends cost far fewer
   than N fsyncs (group commit).
 * ``"interval"``: Kafka's ``log.flush.interval.ms`` / ``.messages``.  Waiters
