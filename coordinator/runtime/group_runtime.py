@@ -91,7 +91,7 @@ _TIMERS_PER_TURN = 64
 
 
 _BATCH_OVERHEAD = 61  # a RecordBatch v2 header
-# ``frozenset((p,))`` per offsets partition: what a one-record Result waits for.
+# ``frozenset((p,))`` per offsets partition: what a one-partition Result waits for.
 _ONE: dict[int, frozenset[int]] = {}
 
 
@@ -253,42 +253,26 @@ class GroupRuntime:
         if result.wakeup is not None or result.events:
             self._side_effects(result)
         unwritten = self.unwritten
-        records = result.records
-        if len(records) == 1:
-            # One record (a 1-partition commit): no per-partition table to build.
-            partition, key, value = records[0]
+        parts: dict[int, int] = {}
+        for partition, key, value in result.records:
             pending = unwritten.get(partition)
             if pending is None:
                 pending = unwritten[partition] = []
             pending.append((key, value))
-            size = len(key) + (0 if value is None else len(value)) + 24
-            ends = self.unwritten_ends.get(partition)
-            if ends is None:
-                self.unwritten_ends[partition] = [(len(pending), size)]
-            else:
-                ends.append((len(pending), size))
-            one = _ONE.get(partition)
-            if one is None:
-                one = _ONE[partition] = frozenset((partition,))
-            self.unreleased.append((one, result.replies))
-            self._schedule_write()
-            return
-        parts: dict[int, int] = {}
-        for partition, key, value in records:
-            lst = unwritten.get(partition)
-            if lst is None:
-                lst = unwritten[partition] = []
-            lst.append((key, value))
             # Kafka's per-record overhead (varints, attributes) is under 24 bytes.
             parts[partition] = (
                 parts.get(partition, 0) + len(key) + (0 if value is None else len(value)) + 24
             )
         for partition, size in parts.items():
             self.unwritten_ends.setdefault(partition, []).append((len(unwritten[partition]), size))
-        self.unreleased.append((frozenset(parts), result.replies))
-        self._schedule_write()
-
-    def _schedule_write(self) -> None:
+        if len(parts) == 1:  # one partition (a usual commit): its set is built once
+            (partition,) = parts
+            waits = _ONE.get(partition)
+            if waits is None:
+                waits = _ONE[partition] = frozenset(parts)
+        else:
+            waits = frozenset(parts)
+        self.unreleased.append((waits, result.replies))
         if not self.write_scheduled:
             self.write_scheduled = True
             if self.gather_during_rounds and self.flusher.in_round:
