@@ -403,6 +403,10 @@ class Broker:
         partitions = []
         for p in range(info.num_partitions):
             leader, epoch = self._leader(info.name, p)
+            if leader == self.node_id and not self.placement.serves(info.name, p):
+                # Held here but still loading: Kafka names a leader only once it serves the
+                # partition, and clients retry LEADER_NOT_AVAILABLE.
+                leader = -1
             if leader == -1:
                 partitions.append(
                     MetadataResponsePartition(

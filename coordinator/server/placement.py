@@ -90,6 +90,10 @@ class Placement(Protocol):
     def nodes(self) -> list[BrokerNode]: ...
     def owner(self, topic: str, partition: int) -> BrokerNode | None: ...
     def leader_epoch(self, topic: str, partition: int) -> int: ...
+    def serves(self, topic: str, partition: int) -> bool:
+        """This node serves the partition now. In cluster mode it can hold a partition's
+        lease (``owner`` is this node) while still filling its log from the database."""
+        ...
 
 
 class LocalPlacement:
@@ -108,6 +112,9 @@ class LocalPlacement:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return 0
+
+    def serves(self, topic: str, partition: int) -> bool:
+        return True
 
 
 class ClusterPlacement:
@@ -129,6 +136,9 @@ class ClusterPlacement:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return int(self.cluster.leader_epoch(topic, partition))
+
+    def serves(self, topic: str, partition: int) -> bool:
+        return bool(self.cluster.owns(topic, partition))
 
 
 def worker_of(topic: str, partition: int, workers: int) -> int:
@@ -156,3 +166,6 @@ class WorkerPlacement:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return 0
+
+    def serves(self, topic: str, partition: int) -> bool:
+        return True  # each worker opens its own partitions before it listens

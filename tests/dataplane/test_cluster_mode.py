@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from coordinator.app import group_core
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
+from coordinator.server.broker import Broker
 from coordinator.server.handler import ClientInfo, Deferred
+from coordinator.server.placement import NodeAddress
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import fetch, produce
+from protocol.messages import fetch, metadata, produce
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 from storage.record_batch import encode_batch
@@ -91,3 +94,58 @@ async def test_acquire_serves_and_release_stops(tmp_path: Path) -> None:
     assert (await produce_one(dp, 1)).error_code == ErrorCode.NOT_LEADER_FOR_PARTITION
     # A partition the topic does not have is unknown, not led elsewhere.
     assert (await produce_one(dp, 2)).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class LoadingPlacement:
+    """Cluster placement as a node sees it while taking a lease over: it holds the lease of
+    every partition (``owner`` is this node) but serves only those in ``serving``."""
+
+    def __init__(self, me: NodeAddress) -> None:
+        self.me = me
+        self.serving: set[tuple[str, int]] = set()
+        self.version = 0
+
+    def nodes(self) -> list[NodeAddress]:
+        return [self.me]
+
+    def owner(self, topic: str, partition: int) -> NodeAddress:
+        return self.me
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return 7
+
+    def serves(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self.serving
+
+
+async def test_metadata_names_no_leader_while_this_node_is_still_loading(tmp_path: Path) -> None:
+    """Found by the two-node DeleteRecords test: right after a hand-over, the new holder's
+    Metadata named itself leader while its log was still filling from the database, and an
+    admin ListOffsets sent there got NOT_LEADER_OR_FOLLOWER (which librdkafka's admin does
+    not retry). Kafka names a leader only once it serves the partition; until then the
+    partition is LEADER_NOT_AVAILABLE, which every client retries."""
+    dp, logs, _ = node(tmp_path)
+    settings = dp.settings
+    flusher = dp.flusher
+    _, _, groups = group_core(settings, dp.catalog, logs, flusher, hosted=False)
+    placement = LoadingPlacement(NodeAddress(settings.node_id, "127.0.0.1", 9092))
+    broker = Broker(
+        settings, dp.catalog, logs, groups, dp, advertised_port=9092, placement=placement
+    )
+
+    async def leaders() -> list[tuple[int, int, int]]:
+        req = metadata.Request(topics=[metadata.MetadataRequestTopic(name="t")])
+        res = broker.handlers()[metadata.API_KEY](
+            RequestHeader(metadata.API_KEY, 12, 3, "t"), req, CLIENT
+        )
+        if isinstance(res, Deferred):
+            res = await res
+        assert not isinstance(res, bytes)
+        (topic,) = res.topics
+        return [(p.error_code, p.leader_id, p.leader_epoch) for p in topic.partitions]
+
+    loading = (ErrorCode.LEADER_NOT_AVAILABLE, -1, -1)
+    assert await leaders() == [loading, loading]
+    placement.serving.add(("t", 1))
+    placement.version += 1
+    assert await leaders() == [loading, (0, settings.node_id, 7)]
