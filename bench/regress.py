@@ -31,8 +31,8 @@ Not run (printed with the reason): bench_peer (its own interleaved before/after 
 ``bench_peer.py --tree ...``), bench_audit (Spark: a JVM and minutes per run; the audit
 reads the logs offline, off the server's paths), bench_cluster (three kgc nodes, failover
 and a 1M-record load on PostgreSQL: many minutes; its commit path, the PostgreSQL journal,
-is measured by bench_pg_journal), and the tools (loadgen, peerload, aioclient,
-profile_commit, flamegraph, trees, results).
+is measured by bench_pg_journal), bench_fsync (the disk's latency, not kgc's), and the
+tools (loadgen, peerload, aioclient, profile_commit, flamegraph, trees, results).
 
 Sizes are small (the whole run ~20-25 min with 3 rounds on 2 shared cores): the figures
 find regressions, they are not the benchmarks' headline sizes. ``--scale smoke`` is a
@@ -111,6 +111,7 @@ SKIPPED = {
     "bench_peer": "its own interleaved before/after run (bench_peer.py --tree NAME=PATH, targets kgc@NAME)",
     "bench_audit": "Spark (a JVM, minutes per run); the audit reads the logs offline, off the server's paths",
     "bench_cluster": "3 kgc nodes, failover and a 1M-record load on PostgreSQL (many minutes); its commit path, the PostgreSQL journal, is bench_pg_journal's",
+    "bench_fsync": "the disk's write + fdatasync latency, not kgc's (the same for every tree)",
 }  # fmt: skip
 
 
