@@ -593,6 +593,7 @@ class Result:
     per_request: int
     connections: int
     procs: int
+    ports: list[int]  # the server ports the load went to (one per worker it reached)
 
     def row(self) -> dict[str, Any]:
         w = self.window
@@ -624,6 +625,7 @@ class Result:
             "first_error": w.first_error,
             "connections": self.connections,
             "procs": self.procs,
+            "server_ports": self.ports,
         }
 
 
@@ -669,6 +671,7 @@ def one_run(target: str, rnd: int, args: argparse.Namespace, workloads: list[str
                     wl.per_request,
                     len(prepared.cycles),
                     min(args.procs, len(prepared.cycles)),
+                    sorted(set(prepared.ports or [server.port])),
                 )
             )
     except BaseException:

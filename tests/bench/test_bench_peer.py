@@ -66,3 +66,39 @@ def test_bench_peer_kgc_only(tmp_path: Path) -> None:
     for title in ("OffsetCommit v8, 1 partition", "50 partitions", "OffsetFetch", "Heartbeat"):
         assert title in summary
     assert "2,000 commits/s offered" in summary
+
+
+def test_bench_peer_workers_target(tmp_path: Path) -> None:
+    """``kgc/2`` runs kgc with two worker processes and sends each group's load to the
+    worker that coordinates it: both workers' ports get load, and nothing errs."""
+    out = tmp_path / "peer.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_peer.py"),
+            "--targets",
+            "kgc/2",
+            "--workloads",
+            "commit1,heartbeat",
+            "--rounds",
+            "1",
+            "--seconds",
+            "1",
+            "--warmup",
+            "0.2",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert sorted(r["workload"] for r in runs) == ["commit1", "heartbeat"]
+    for r in runs:
+        assert r["target"] == "kgc/2", r
+        ports = r["server_ports"]
+        assert len(ports) == 2 and ports[1] == ports[0] + 1, r  # worker i at port + i
+        assert r["requests"] > 0 and r["sampled"] > 0 and r["errors"] == 0, r
