@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,22 +22,23 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ["commit1", "commit50", "fetch", "heartbeat", "mixed", "paced"]
 
 
-def test_bench_peer_kgc_only(tmp_path: Path) -> None:
+def run_bench_peer(
+    tmp_path: Path, *args: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """bench_peer.py run as a user runs it (one round, short windows) with ``args``: the
+    finished process and the runs its ``--json`` saved."""
     out = tmp_path / "peer.json"
     proc = subprocess.run(
         [
             sys.executable,
             str(ROOT / "bench" / "bench_peer.py"),
-            "--targets",
-            "kgc",
             "--rounds",
             "1",
             "--seconds",
             "1",
             "--warmup",
             "0.2",
-            "--paced-rate",
-            "2000",
+            *args,
             "--json",
             str(out),
         ],
@@ -46,7 +48,12 @@ def test_bench_peer_kgc_only(tmp_path: Path) -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    runs = json.loads(out.read_text())["runs"]
+    runs: list[dict[str, Any]] = json.loads(out.read_text())["runs"]
+    return proc, runs
+
+
+def test_bench_peer_kgc_only(tmp_path: Path) -> None:
+    proc, runs = run_bench_peer(tmp_path, "--targets", "kgc", "--paced-rate", "2000")
     assert sorted(r["workload"] for r in runs) == sorted(WORKLOADS)
     table = proc.stdout.split("run: round 1/1, kgc", 1)[1].split("## Summary", 1)[0]
     for r in runs:
@@ -71,31 +78,7 @@ def test_bench_peer_kgc_only(tmp_path: Path) -> None:
 def test_bench_peer_workers_target(tmp_path: Path) -> None:
     """``kgc/2`` runs kgc with two worker processes and sends each group's load to the
     worker that coordinates it: both workers' ports get load, and nothing errs."""
-    out = tmp_path / "peer.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "bench_peer.py"),
-            "--targets",
-            "kgc/2",
-            "--workloads",
-            "commit1,heartbeat",
-            "--rounds",
-            "1",
-            "--seconds",
-            "1",
-            "--warmup",
-            "0.2",
-            "--json",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    runs = json.loads(out.read_text())["runs"]
+    _, runs = run_bench_peer(tmp_path, "--targets", "kgc/2", "--workloads", "commit1,heartbeat")
     assert sorted(r["workload"] for r in runs) == ["commit1", "heartbeat"]
     for r in runs:
         assert r["target"] == "kgc/2", r
