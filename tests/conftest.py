@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from kafkaserver import KafkaServer
 from kgc_process import KgcProcess
 from pgserver import PgServer, available
 
@@ -43,3 +44,20 @@ def pg_url(pg_server: PgServer) -> str:
     """The URL of an empty database on the session's server (dropped and made anew)."""
     pg_server.reset()
     return pg_server.url
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaServer]:
+    """One real Apache Kafka broker (KRaft combined mode) for the session: the reference.
+
+    Started from the pinned jars of ``tests/jvm/pom.xml`` (``scripts/test`` resolves them);
+    tests share it, so each uses topic and group names of its own.
+    """
+    server = KafkaServer(Path(tempfile.mkdtemp(prefix="kgc-kafka-")))
+    try:
+        server.start()
+    except BaseException:
+        server.destroy()
+        raise
+    yield server
+    server.destroy()
