@@ -97,6 +97,11 @@ APIS = [
     "DescribeLogDirs",
 ]
 
+# Nullable strings that Kafka's request/response classes send as null when empty, at the
+# versions where they are nullable (JoinGroupResponse's constructor turns a protocol name ""
+# into null from v7: an error answer, or a group without a selected protocol).
+EMPTY_AS_NULL = {("JoinGroupResponse", "ProtocolName")}
+
 FIXED: dict[str, tuple[str, int]] = {
     "bool": ("?", 1),
     "int8": ("b", 1),
@@ -624,6 +629,7 @@ class Encoder:
         self.flexible = flexible
         self.lines: list[str] = []
         self.tmp = 0
+        self.cls = ""  # the struct being emitted
 
     def w(self, indent: int, text: str) -> None:
         self.lines.append("    " * indent + text)
@@ -654,7 +660,8 @@ class Encoder:
             is_str = typ == "string"
             t = self.var()
             if nullable:
-                self.w(ind, f"if {expr} is None:")
+                empty_as_null = (self.cls, f.name) in EMPTY_AS_NULL
+                self.w(ind, f"if {'not ' + expr if empty_as_null else expr + ' is None'}:")
                 self.write_null(flex, not is_str, ind + 1)
                 self.w(ind, "else:")
                 ind += 1
@@ -714,6 +721,7 @@ class Encoder:
 
     def body(self, cls: str, fields: list[Field]) -> str:
         v = self.v
+        self.cls = cls
         regular = [f for f in present(fields, v) if not (self.flexible and v in f.tagged)]
         tagged = [f for f in present(fields, v) if self.flexible and v in f.tagged]
         i = 0

@@ -906,7 +906,7 @@ def _enc_JoinGroupResponse_7(o: JoinGroupResponse, out: bytearray) -> None:
         n = len(t1) + 1
         out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
         out += t1
-    if o.protocol_name is None:
+    if not o.protocol_name:
         out += b'\x00'
     else:
         t2 = o.protocol_name.encode()
@@ -999,7 +999,7 @@ def _enc_JoinGroupResponse_9(o: JoinGroupResponse, out: bytearray) -> None:
         n = len(t1) + 1
         out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
         out += t1
-    if o.protocol_name is None:
+    if not o.protocol_name:
         out += b'\x00'
     else:
         t2 = o.protocol_name.encode()
