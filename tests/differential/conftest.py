@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from diffkit import OUTCOMES, Outcome, Runner, Side, run_both
+from diffkit import OUTCOMES, Outcome, Runner, Side, api_name, run_both
 from kafkaserver import KafkaServer
 from kgc_process import KgcProcess
 
@@ -49,7 +49,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def _api_of(outcome: Outcome, step: str) -> str:
     for e in outcome.kafka.exchanges:
         if e.step == step:
-            from protocol.messages import BY_KEY
-
-            return str(BY_KEY[e.api_key].__name__.rsplit(".", 1)[-1])
+            return api_name(e.api_key)
     return "?"

@@ -53,6 +53,7 @@ __all__ = [
     "Runner",
     "Side",
     "Transcript",
+    "api_name",
     "compare",
     "load_known",
     "normalise",
@@ -73,6 +74,9 @@ ID_FIELDS = {
 NODE_FIELDS = {"node_id", "coordinator_id", "controller_id", "broker_id", "leader_id", "replicas"}
 NODE_LIST_FIELDS = {"replica_nodes", "isr_nodes", "offline_replicas", "replicas", "isr"}
 HOST_FIELDS = {"host"}
+# A log directory's path and its disk's sizes are the machine's, not the protocol's.
+DISK_FIELDS = {"log_dir", "total_bytes", "usable_bytes"}
+ZERO_UUID = b"\x00" * 16
 PORT_FIELDS = {"port"}
 CLOCK_FIELDS = re.compile(r"(^throttle_time_ms$|timestamp$|^log_append_time_ms$|_time_ms$)")
 # Clock-valued fields that are not readings of a clock: durations and settings compare as is.
@@ -162,6 +166,11 @@ class Side:
 
     def call(self, api_key: int, version: int, body: Any, *, step: str = "") -> Any:
         return self.member("admin").call(api_key, version, body, step=step)
+
+    def note(self, step: str, api_key: int, version: int, value: Any) -> None:
+        """Record ``value`` (derived from answers, e.g. the part of a long answer that is
+        comparable, or the outcome of a raw frame) as step ``step``, compared like an answer."""
+        self.transcript.add(Exchange(step, api_key, version, None, value))
 
     def together(self, calls: Sequence[Callable[[], Any]], *, stagger: float = 0.05) -> list[Any]:
         """Start ``calls`` concurrently, in order (``stagger`` apart, so both servers see the
@@ -278,11 +287,33 @@ def _member_canon(ids: _Ids, value: Any) -> Any:
     return ids.canon("member", value)
 
 
-def _to_plain(value: Any) -> Any:
+def _batches(data: bytes) -> Any:
+    """A fetched ``records`` field as its batches (headers and records), so a difference names
+    the field; the CRC is left out (it covers the producer id, an id normalised apart)."""
+    from storage.record_batch import decode_records, iter_batches
+
+    out: list[Any] = []
+    try:
+        for header, start, end in iter_batches(data):
+            h = {f.name: getattr(header, f.name) for f in dataclasses.fields(header)}
+            h["crc"] = "<crc>"
+            if header.magic == 2 and not header.compression:
+                h["records"] = [_to_plain(r) for r in decode_records(data[start:end])]
+            out.append(h)
+    except Exception as exc:  # an answer kgc's reader cannot parse is itself a finding
+        out.append(f"<unreadable: {type(exc).__name__}>")
+    return out
+
+
+def _to_plain(value: Any, key: str = "") -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: _to_plain(getattr(value, f.name), f.name) for f in dataclasses.fields(value)
+        }
+    if key == "records" and isinstance(value, bytes | bytearray | memoryview) and value:
+        return _batches(bytes(value))
     if isinstance(value, list | tuple):
-        return [_to_plain(v) for v in value]
+        return [_to_plain(v, key) for v in value]
     if isinstance(value, uuid.UUID):
         return str(value)
     return value
@@ -297,6 +328,8 @@ def _norm(value: Any, key: str, ids: _Ids) -> Any:
         return [_norm(v, key, ids) for v in value]
     if key in NOT_CLOCK:
         return value
+    if key in DISK_FIELDS and value not in ("", -1, None):
+        return f"<{key}>"
     if key in HOST_FIELDS and isinstance(value, str) and value:
         return "<host>"
     if key in PORT_FIELDS and isinstance(value, int) and value > 0:
@@ -307,13 +340,22 @@ def _norm(value: Any, key: str, ids: _Ids) -> Any:
         return "<node>" if value >= 0 else value
     if key in ("member_id", "leader", "assignor_member_id"):
         return _member_canon(ids, value)
-    if key in ID_FIELDS and value not in (None, "", -1, 0) and not isinstance(value, bool):
+    if (
+        key in ID_FIELDS
+        and value not in (None, "", -1, 0, ZERO_UUID)
+        and not isinstance(value, bool)
+    ):
         return ids.canon(ID_FIELDS[key], value)
     if isinstance(value, str) and UUID_RE.match(value) and value != str(uuid.UUID(int=0)):
         return ids.canon("uuid", value)
     if CLOCK_FIELDS.search(key) and isinstance(value, int) and value > 0:
         return "<time>"
     return value
+
+
+def api_name(api_key: int) -> str:
+    mod = BY_KEY.get(api_key)
+    return mod.__name__.rsplit(".", 1)[-1] if mod else f"api_key_{api_key}"
 
 
 def normalise(transcript: Transcript) -> list[dict[str, Any]]:
@@ -323,7 +365,7 @@ def normalise(transcript: Transcript) -> list[dict[str, Any]]:
         out.append(
             {
                 "step": ex.step,
-                "api": BY_KEY[ex.api_key].__name__.rsplit(".", 1)[-1],
+                "api": api_name(ex.api_key),
                 "version": ex.version,
                 "response": _norm(_to_plain(ex.response), "response", ids),
             }
@@ -425,7 +467,7 @@ class Outcome:
     explained: list[tuple[Difference, Known]]
 
     def apis(self) -> set[str]:
-        return {BY_KEY[e.api_key].__name__.rsplit(".", 1)[-1] for e in self.kafka.exchanges}
+        return {api_name(e.api_key) for e in self.kafka.exchanges}
 
 
 # Every outcome of the session, for the summary the differential conftest prints.
