@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,48 @@ from kafkaserver import KafkaServer
 from kgc_process import KgcProcess
 
 
+def _kafka_bootstrap(request: pytest.FixtureRequest) -> str:
+    """The session's Kafka broker; or, with ``KGC_DIFF_KAFKA=host:port``, a broker already
+    running with tests/kafkaserver.py's settings (quicker rounds while writing scenarios)."""
+    external = os.environ.get("KGC_DIFF_KAFKA")
+    if external:
+        return external
+    broker: KafkaServer = request.getfixturevalue("kafka_broker")
+    return broker.bootstrap
+
+
 @pytest.fixture
-def diff(kafka_broker: KafkaServer, kgc: KgcProcess) -> Runner:
+def diff(request: pytest.FixtureRequest, kgc: KgcProcess) -> Runner:
     """``diff(scenario)`` runs ``scenario(side)`` on the session's Kafka broker and on this
-    test's kgc, and fails on any difference not in known_differences.toml."""
+    test's kgc, and fails on any difference not in known_differences.toml.
+
+    ``KGC_DIFF_KAFKA=host:port`` (see ``_kafka_bootstrap``)."""
+    kafka_bootstrap = _kafka_bootstrap(request)
 
     def run(scenario: Callable[[Side], None], **kw: Any) -> Outcome:
-        return run_both(scenario, kafka_broker.bootstrap, kgc.bootstrap, **kw)
+        return run_both(scenario, kafka_bootstrap, kgc.bootstrap, **kw)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def kgc_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgcProcess]:
+    """One kgc for a module's scenarios (each uses names of its own, as on the shared Kafka
+    broker): a kgc start costs seconds on a loaded machine."""
+    proc = KgcProcess(tmp_path_factory.mktemp("kgc-module") / "data")
+    proc.start()
+    yield proc
+    if proc.alive():
+        proc.stop()
+
+
+@pytest.fixture
+def diff_shared(request: pytest.FixtureRequest, kgc_module: KgcProcess) -> Runner:
+    """``diff`` against the module's kgc (``kgc_module``) instead of a fresh one."""
+    kafka_bootstrap = _kafka_bootstrap(request)
+
+    def run(scenario: Callable[[Side], None], **kw: Any) -> Outcome:
+        return run_both(scenario, kafka_bootstrap, kgc_module.bootstrap, **kw)
 
     return run
 

@@ -124,20 +124,17 @@ class Member:
         self.conn = Connection.to(side.bootstrap, client_id=client_id, timeout=side.timeout)
 
     def call(self, api_key: int, version: int, body: Any, *, step: str = "") -> Any:
-        try:
-            response: Any = self.conn.call(api_key, version, body)
-        except (ConnectionError, OSError) as e:
-            response = f"closed: {type(e).__name__}"
-        self.side.transcript.add(
-            Exchange(
-                step or f"{self.label}.{BY_KEY[api_key].__name__.rsplit('.', 1)[-1]}",
-                api_key,
-                version,
-                body,
-                response,
-            )
+        # Recorded when sent, answered in place: concurrent calls (``Side.together``) keep
+        # their sending order in the transcript whatever order their answers come back in.
+        exchange = Exchange(
+            step or f"{self.label}.{api_name(api_key)}", api_key, version, body, None
         )
-        return response
+        self.side.transcript.add(exchange)
+        try:
+            exchange.response = self.conn.call(api_key, version, body)
+        except (ConnectionError, OSError) as e:
+            exchange.response = f"closed: {type(e).__name__}"
+        return exchange.response
 
     def close(self) -> None:
         self.conn.close()
@@ -481,18 +478,32 @@ def run_both(
     *,
     name: str | None = None,
     known: list[Known] | None = None,
+    parallel: bool = False,
 ) -> Outcome:
-    """Run ``scenario`` on Kafka, then on kgc; compare; fail on an unexplained difference."""
+    """Run ``scenario`` on Kafka, then on kgc; compare; fail on an unexplained difference.
+
+    ``parallel``: run both sides at once (each in its own thread, on its own server), for
+    scenarios that mostly wait on timeouts (a session expiring takes 6 s on each)."""
     label = name or scenario.__name__
     token = uuid.uuid4().hex[:8]
-    sides = {}
-    for which, bootstrap in (("kafka", kafka_bootstrap), ("kgc", kgc_bootstrap)):
-        side = Side(which, bootstrap, token)
+    sides = {
+        which: Side(which, bootstrap, token)
+        for which, bootstrap in (("kafka", kafka_bootstrap), ("kgc", kgc_bootstrap))
+    }
+
+    def play(side: Side) -> None:
         try:
             scenario(side)
         finally:
             side.close()
-        sides[which] = side
+
+    if parallel:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for f in [pool.submit(play, side) for side in sides.values()]:
+                f.result()
+    else:
+        for side in sides.values():
+            play(side)
     diffs = compare(label, sides["kafka"].transcript, sides["kgc"].transcript)
     known = load_known() if known is None else known
     explained, unexplained = [], []
