@@ -13,6 +13,7 @@ handshake; that check belongs here, between the transport and the handlers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,10 @@ from protocol.framing import API_VERSIONS_KEY, RequestHeader, encode_body, encod
 from protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 
 Supported = dict[int, tuple[int, int]]
+
+# KIP-511: from v3 the client names its software and version; Kafka answers INVALID_REQUEST
+# (and no table) unless both match this pattern (ApiVersionsRequest.isValid).
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 class Dispatcher:
@@ -59,6 +64,15 @@ class Dispatcher:
         self.routes.update(routes)
 
     def api_versions(self, header: RequestHeader, req: Any, client: ClientInfo) -> bytes:
+        if header.api_version >= 3 and not (
+            SOFTWARE_NAME_VERSION.fullmatch(req.client_software_name)
+            and SOFTWARE_NAME_VERSION.fullmatch(req.client_software_version)
+        ):
+            return encode_body(
+                API_VERSIONS_KEY,
+                header.api_version,
+                ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[]),
+            )
         cached = self._api_versions.get(header.api_version)
         if cached is None:
             keys = [

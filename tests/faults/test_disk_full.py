@@ -130,7 +130,7 @@ def test_full_disk_refuses_cleanly_and_recovers_without_restart(small_disk: Path
                 commit_codes.append(code)
                 if code == 0:
                     acked_commit = off
-            c.request(api_versions.API_KEY, api_versions.Request())  # still open
+            c.request(api_versions.API_KEY, api_versions.Request("t", "1"))  # still open
         assert any(code != 0 for code in commit_codes), commit_codes
         # Space returns: kgc serves again without a restart.
         filler.unlink()

@@ -189,7 +189,7 @@ async def test_plain_after_api_versions_and_requests_carry_the_principal(
     served: Served,
 ) -> None:
     c = await Client.to(served.port)
-    versions = await c.call(api_versions.API_KEY, 3, api_versions.Request())
+    versions = await c.call(api_versions.API_KEY, 3, api_versions.Request("t", "1"))
     assert versions.error_code == 0
     hs = await c.handshake("PLAIN")
     assert (hs.error_code, hs.mechanisms) == (0, ["PLAIN", "SCRAM-SHA-512"])
@@ -222,8 +222,10 @@ async def test_anything_else_before_authentication_closes_without_answer(
     if first == "heartbeat":
         c.send(heartbeat.API_KEY, 4, heartbeat.Request(group_id="g"))
     elif first == "api versions twice":
-        assert (await c.call(api_versions.API_KEY, 3, api_versions.Request())).error_code == 0
-        c.send(api_versions.API_KEY, 3, api_versions.Request())
+        assert (
+            await c.call(api_versions.API_KEY, 3, api_versions.Request("t", "1"))
+        ).error_code == 0
+        c.send(api_versions.API_KEY, 3, api_versions.Request("t", "1"))
     elif first == "http":
         c.writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # "GET " is a 1.2 GB size: refused
     else:

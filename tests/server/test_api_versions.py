@@ -1,0 +1,66 @@
+"""ApiVersions answered by the dispatcher: the advertised table, and KIP-511's check of the
+client's software name and version (v3+), as Kafka's ApiVersionsRequest.isValid does."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.server.dispatch import Dispatcher
+from coordinator.server.handler import ClientInfo
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import api_versions
+
+CLIENT = ClientInfo(client_id="t", host="127.0.0.1", port=1, conn_id=1)
+
+
+def _ask(version: int, name: str, software_version: str) -> api_versions.ApiVersionsResponse:
+    dispatch = Dispatcher()
+    body = dispatch.api_versions(
+        RequestHeader(api_versions.API_KEY, version, 1, "t"),
+        api_versions.ApiVersionsRequest(
+            client_software_name=name, client_software_version=software_version
+        ),
+        CLIENT,
+    )
+    resp, _ = api_versions.RESPONSE_DECODERS[version](body, 0)
+    return resp
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [
+        ("apache-kafka-java", "4.4.0"),
+        ("librdkafka", "2.3.0"),
+        ("a", "1"),
+        ("x.y-z", "0-SNAPSHOT.1"),
+    ],
+)
+def test_a_valid_software_name_and_version_get_the_table(name: str, version: str) -> None:
+    resp = _ask(3, name, version)
+    assert resp.error_code == 0
+    assert any(k.api_key == api_versions.API_KEY for k in resp.api_keys)
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [
+        ("", ""),
+        ("bad name!", "1.0"),
+        ("kgc", "1.0 beta"),
+        ("-lead", "1"),
+        ("trail.", "1"),
+        ("ok", ""),
+    ],
+)
+@pytest.mark.parametrize("api_version", [3, 4])
+def test_an_invalid_software_name_or_version_is_invalid_request_with_no_table(
+    name: str, version: str, api_version: int
+) -> None:
+    resp = _ask(api_version, name, version)
+    assert (resp.error_code, resp.api_keys) == (ErrorCode.INVALID_REQUEST, [])
+
+
+def test_versions_before_3_carry_no_software_name_and_are_not_checked() -> None:
+    for v in (0, 1, 2):
+        assert _ask(v, "", "").error_code == 0
