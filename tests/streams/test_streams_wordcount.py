@@ -1,0 +1,315 @@
+"""Kafka Streams 4.4.0 against kgc: a word count survives the SIGKILL of one of two instances.
+
+How this works: ``kgc.streams.WordCount`` (tests/jvm) counts words with a repartition topic
+(``groupBy`` on the word) and a persistent store logged to a compacted changelog, classic group
+protocol, at-least-once. Two instances (two JVMs) share the work of one application id: the
+input and repartition topics have two partitions each, so there are four tasks, two each.
+Streams creates its internal topics itself through CreateTopics. The final counts are read from
+the output topic as its latest value per word.
+
+Where the assertions are exact, and why. At-least-once may count a record twice only when an
+instance dies with work done but not committed: its successor re-reads from the last committed
+offsets (and restores the changelog, which may already hold the replayed updates). So:
+
+1. batch 1 is produced with both instances up and is waited on until the group's committed
+   offsets reach the end of the input and repartition topics (nothing in flight): its counts
+   are exact;
+2. batch 2 (large, words of its own) is produced and one instance is killed right away, while
+   it processes: these words may be counted more than once -- at least their true count, and
+   at most three times each of their batch-2 occurrences (the dead instance counted it, the
+   survivor re-reads the repartition record, and the survivor re-reads the input record and
+   writes a second repartition record, which it counts once);
+3. once the survivor runs all four tasks, batch 3 is produced: words of batches 1 and 3 only
+   were committed before the kill, so the survivor restores them from the changelog and their
+   final counts are exact; words of batch 3 only start from nothing and are exact too. Words
+   of batch 1 only keep their count.
+
+The same scenario runs once against the reference Kafka broker, to show it is a valid one.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import struct
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kafka.partitioner.default import murmur2
+from kafkaserver import java_command
+
+pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+PARTITIONS = 2
+ALL_TASKS = {"0_0", "0_1", "1_0", "1_1"}
+# Word sets by the batches they are in; each set covers both repartition partitions (checked).
+BEFORE_ONLY = ["alpha", "bravo"]
+RESTORED = ["charlie", "delta", "echo", "foxtrot"]  # batches 1 and 3
+IN_FLIGHT = ["golf", "hotel", "india", "juliet"]  # batches 2 and 3
+AFTER_ONLY = ["kilo", "lima", "mike", "oscar"]  # batch 3
+BATCH_2_EACH = 1500
+
+
+class StreamsInstance:
+    """One ``kgc.streams.WordCount`` JVM; its stdout lines collected by a reader thread."""
+
+    def __init__(self, name: str, bootstrap: str, app: str, topics: tuple[str, str], state: Path):
+        self.name = name
+        cmd = java_command(
+            "kgc.streams.WordCount", bootstrap, app, topics[0], topics[1], str(state)
+        )
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        self.lines: list[str] = []
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self.changed:
+                self.lines.append(line.rstrip("\n"))
+                self.changed.notify_all()
+
+    def last(self, prefix: str) -> str | None:
+        with self.changed:
+            for line in reversed(self.lines):
+                if line.startswith(prefix + " "):
+                    return line[len(prefix) + 1 :]
+        return None
+
+    def tasks(self) -> set[str]:
+        last = self.last("tasks")
+        return set(last.split(",")) - {""} if last is not None else set()
+
+    def running(self) -> bool:
+        return self.last("state") == "RUNNING"
+
+    def output(self) -> str:
+        with self.changed:
+            return "\n".join(self.lines[-60:])
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self.reader.join(timeout=10)
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    instances: list[StreamsInstance],
+    poll: float = 0.2,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        for inst in instances:
+            assert inst.last("error") is None, f"{inst.name} failed:\n{inst.output()}"
+        time.sleep(poll)
+    logs = "\n".join(f"--- {i.name}\n{i.output()}" for i in instances)
+    raise AssertionError(f"timed out waiting for {what}\n{logs}")
+
+
+def repartition_of(word: str) -> int:
+    """The partition Streams' default partitioner writes ``word`` to (murmur2, as Kafka's)."""
+    return (murmur2(word.encode()) & 0x7FFFFFFF) % PARTITIONS
+
+
+def lines_of(words: Counter[str], seed: int) -> list[str]:
+    """The words, each as often as counted, shuffled into lines of (up to) four."""
+    flat = [w for w, n in sorted(words.items()) for _ in range(n)]
+    random.Random(seed).shuffle(flat)
+    return [" ".join(flat[i : i + 4]) for i in range(0, len(flat), 4)]
+
+
+class Cluster:
+    """The client side of the scenario: topics, producing, the output and the group's offsets."""
+
+    def __init__(self, bootstrap: str, app: str, input_topic: str, output_topic: str):
+        self.bootstrap = bootstrap
+        self.app = app
+        self.input = input_topic
+        self.output = output_topic
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+
+    def create_topics(self) -> None:
+        new = [NewTopic(t, PARTITIONS, 1) for t in (self.input, self.output)]
+        for future in self.admin.create_topics(new, operation_timeout=10).values():
+            future.result()
+
+    def produce(self, lines: list[str]) -> None:
+        for i, line in enumerate(lines):
+            self.producer.produce(self.input, value=line.encode(), partition=i % PARTITIONS)
+            self.producer.poll(0)
+        assert self.producer.flush(30) == 0
+
+    def counts(self) -> dict[str, int]:
+        """The output topic's latest value per word, read from the beginning to its end."""
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "unused", "enable.auto.commit": False}
+        )
+        latest: dict[str, int] = {}
+        try:
+            for p in range(PARTITIONS):
+                _, high = consumer.get_watermark_offsets(TopicPartition(self.output, p), 10)
+                if high == 0:
+                    continue
+                consumer.assign([TopicPartition(self.output, p, 0)])
+                offset = 0
+                deadline = time.monotonic() + 30
+                while offset < high:
+                    assert time.monotonic() < deadline, f"output partition {p} short of {high}"
+                    msg = consumer.poll(0.5)
+                    if msg is None:
+                        continue
+                    if msg.error():
+                        raise KafkaException(msg.error())
+                    latest[msg.key().decode()] = struct.unpack(">q", msg.value())[0]
+                    offset = msg.offset() + 1
+        finally:
+            consumer.close()
+        return latest
+
+    def quiesced(self) -> bool:
+        """The group's committed offsets are at the end of the input and repartition topics."""
+        topics = [self.input, f"{self.app}-words-repartition"]
+        result = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(self.app)])
+        committed = {
+            (tp.topic, tp.partition): tp.offset for tp in result[self.app].result().topic_partitions
+        }
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "unused"})
+        try:
+            for topic in topics:
+                for p in range(PARTITIONS):
+                    _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
+                    if committed.get((topic, p), -1) != high:
+                        return False
+        finally:
+            consumer.close()
+        return True
+
+    def internal_topics(self) -> dict[str, tuple[int, str]]:
+        """Streams' internal topics: their partition count and cleanup.policy."""
+        names = [f"{self.app}-words-repartition", f"{self.app}-counts-changelog"]
+        meta = self.admin.list_topics(timeout=10).topics
+        found: dict[str, tuple[int, str]] = {}
+        for name in names:
+            if name not in meta:
+                continue
+            res = ConfigResource(ConfigResource.Type.TOPIC, name)
+            configs = self.admin.describe_configs([res])[res].result()
+            found[name] = (len(meta[name].partitions), configs["cleanup.policy"].value)
+        return found
+
+
+@pytest.fixture(params=["kgc", "kafka"])
+def bootstrap(request: Any) -> str:
+    server = request.getfixturevalue("kgc" if request.param == "kgc" else "kafka_broker")
+    return str(server.bootstrap)
+
+
+@pytest.fixture
+def instances() -> Iterator[list[StreamsInstance]]:
+    started: list[StreamsInstance] = []
+    yield started
+    for inst in started:
+        inst.stop()
+
+
+def test_wordcount_survives_sigkill_of_one_instance(
+    bootstrap: str, tmp_path: Path, instances: list[StreamsInstance]
+) -> None:
+    for words in (BEFORE_ONLY, RESTORED, IN_FLIGHT, AFTER_ONLY):
+        assert {repartition_of(w) for w in words} == set(range(PARTITIONS)), words
+    suffix = uuid.uuid4().hex[:8]
+    app = f"wordcount-{suffix}"
+    cluster = Cluster(bootstrap, app, f"lines-{suffix}", f"counts-{suffix}")
+    cluster.create_topics()
+
+    batch1 = Counter({w: 5 + i for i, w in enumerate(BEFORE_ONLY + RESTORED)})
+    batch2 = Counter({w: BATCH_2_EACH + i for i, w in enumerate(IN_FLIGHT)})
+    batch3 = Counter({w: 3 + i for i, w in enumerate(RESTORED + IN_FLIGHT + AFTER_ONLY)})
+
+    topics = (cluster.input, cluster.output)
+    for name in ("a", "b"):
+        instances.append(StreamsInstance(name, bootstrap, app, topics, tmp_path / name))
+    a, b = instances
+    wait_until(
+        "both instances running with two tasks each",
+        lambda: (
+            a.running()
+            and b.running()
+            and len(a.tasks()) == 2
+            and a.tasks() | b.tasks() == ALL_TASKS
+        ),
+        90,
+        instances,
+    )
+    internal = cluster.internal_topics()
+    assert internal == {
+        f"{app}-words-repartition": (PARTITIONS, "delete"),
+        f"{app}-counts-changelog": (PARTITIONS, "compact"),
+    }
+
+    # 1. Nothing fails while batch 1 is processed: its counts are exact.
+    cluster.produce(lines_of(batch1, seed=1))
+    wait_until("batch 1 committed", lambda: cluster.quiesced(), 60, instances)
+    assert cluster.counts() == dict(batch1)
+
+    # 2. One instance dies while the two process batch 2: killed once its first counts show.
+    cluster.produce(lines_of(batch2, seed=2))
+    wait_until(
+        "batch 2 being counted",
+        lambda: any(w in cluster.counts() for w in IN_FLIGHT),
+        60,
+        instances,
+        poll=0.02,
+    )
+    b.kill()
+    wait_until(
+        "the survivor running all four tasks",
+        lambda: a.running() and a.tasks() == ALL_TASKS,
+        90,
+        instances,
+    )
+
+    # 3. Batch 3 after the takeover.
+    cluster.produce(lines_of(batch3, seed=3))
+    wait_until("every batch committed", lambda: cluster.quiesced(), 90, instances)
+    final = cluster.counts()
+
+    exact = {w: batch1[w] + batch3[w] for w in BEFORE_ONLY + RESTORED + AFTER_ONLY}
+    assert {w: final.get(w) for w in exact} == exact
+    assert set(final) == set(exact) | set(IN_FLIGHT)
+    for w in IN_FLIGHT:
+        assert batch2[w] + batch3[w] <= final[w] <= 3 * batch2[w] + batch3[w], (w, final[w])
