@@ -121,6 +121,11 @@ AUTH_OPS_OMITTED = -2147483648
 TOPIC_CONFIGS = {name: d.default for name, d in topic_configs.CONFIGS.items()}
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
+# Errors.INVALID_REQUEST.message(), Kafka's answer to a coordinator key type it does not know.
+INVALID_REQUEST_MESSAGE = (
+    "This most likely occurs because of a request being malformed by the client library or "
+    "the message was sent to an incompatible broker. See the broker logs for more details."
+)
 
 
 def with_authorized_operations(resp: MetadataResponse, req: MetadataRequest, version: int) -> None:
@@ -241,7 +246,7 @@ class Broker:
         self, header: RequestHeader, req: MetadataRequest, listener: str
     ) -> MetadataResponse | Deferred:
         version = header.api_version
-        names: list[str | None]
+        names: list[str | bytes]  # a topic's name, or the unknown topic id asked for
         if req.topics is None or (version == 0 and not req.topics):
             names = [t.name for t in self.catalog.topics.values() if not t.is_internal]
             names.append(OFFSETS_TOPIC)  # Kafka lists its internal topics too
@@ -249,21 +254,27 @@ class Broker:
         else:
             names = []
             for t in req.topics:
+                name: str | bytes
                 if t.name is None and t.topic_id == self.offsets_topic_id:
-                    names.append(OFFSETS_TOPIC)
-                elif t.name is None and t.topic_id != bytes(16):
+                    name = OFFSETS_TOPIC
+                elif t.name is None:
                     info = self.catalog.by_id.get(t.topic_id)
-                    names.append(info.name if info else None)
+                    name = info.name if info else t.topic_id
                 else:
-                    names.append(t.name)
+                    name = t.name
+                # Kafka answers each topic once, however often it is asked for.
+                if name not in names:
+                    names.append(name)
             auto_create = self.settings.auto_create_topics_enable and (
                 version < 4 or req.allow_auto_topic_creation
             )
         topics = []
         for name in names:
-            if name is None:
+            if isinstance(name, bytes):  # Kafka names the id it does not know
                 topics.append(
-                    MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None)
+                    MetadataResponseTopic(
+                        error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=name
+                    )
                 )
                 continue
             if name == OFFSETS_TOPIC:
@@ -671,7 +682,8 @@ class Broker:
         return FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=c.error_code,
-            error_message=c.error_message,
+            # Kafka's single-key answer carries Errors.message(), "NONE" for success.
+            error_message=c.error_message if c.error_code else "NONE",
             node_id=c.node_id,
             host=c.host,
             port=c.port,
@@ -715,7 +727,7 @@ class Broker:
             host="",
             port=-1,
             error_code=ErrorCode.INVALID_REQUEST,
-            error_message=f"Unsupported key type {key_type}",
+            error_message=INVALID_REQUEST_MESSAGE,  # Kafka's default message, as it answers
         )
 
     # -- SASL: a connection authenticating never gets here (its SaslSession answers, see
