@@ -39,7 +39,9 @@ both), a fresh server is started on an empty data directory:
   (a new one per run) is given a warm-up pass -- every workload set up, run for
   ``--jvm-warmup`` seconds (default 10), torn down -- so C2 has compiled the request paths
   before anything is measured; the pass's own figures are printed and saved (``--json``,
-  ``jvm_warmup_runs``), so what the cold JVM does is reported too, not hidden.
+  ``jvm_warmup_runs``), so what the cold JVM does is reported too, not hidden; and every
+  window shows the share of the server's CPU its JIT compiler threads took (``JIT %``), near
+  0 once the JIT is done (it is 0 for kgc and Tansu, which have none).
 
 A topic ``bench`` of 50 partitions is created through CreateTopics on both. Then each workload
 (``--workloads``) is set up, measured in one window of ``--seconds`` after a warm-up, and torn
@@ -698,6 +700,10 @@ class Result:
             "server_cpu_s": w.server_cpu_s,
             "server_cpu_us_per_request": w.server_cpu_us_per_request,
             "server_cpu_pct": w.server_cpu_s / w.seconds * 100,
+            "server_jit_cpu_s": w.server_jit_cpu_s,
+            "server_jit_cpu_pct_of_server": w.server_jit_cpu_s / w.server_cpu_s * 100
+            if w.server_cpu_s
+            else 0.0,
             "server_rss_mib": w.server_rss_bytes / 2**20,
             "server_peak_rss_mib": w.server_peak_rss_bytes / 2**20,
             "loadgen_cpu_s": w.loadgen_cpu_s,
@@ -800,7 +806,8 @@ def run_table(target: str, rnd: int, rounds: int, results: list[Result], title: 
     lines = [
         f"\n{title}: round {rnd}/{rounds}, {target}",
         f"{'workload':<10} {'req/s':>9} {'units/s':>16} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'srv µs/req':>10} {'srv CPU%':>8} {'gen CPU%':>8} {'RSS MiB':>8} {'errors':>10}",
+        f"{'srv µs/req':>10} {'srv CPU%':>8} {'JIT %':>6} {'gen CPU%':>8} {'RSS MiB':>8} "
+        f"{'errors':>10}",
     ]
     for r in results:
         x = r.row()
@@ -808,8 +815,8 @@ def run_table(target: str, rnd: int, rounds: int, results: list[Result], title: 
         lines.append(
             f"{r.workload:<10} {x['rate_requests']:>9.0f} {units:>16} {x['p50_ms']:>8.2f} "
             f"{x['p99_ms']:>8.2f} {x['server_cpu_us_per_request']:>10.1f} "
-            f"{x['server_cpu_pct']:>8.0f} {x['loadgen_cpu_pct']:>8.0f} "
-            f"{x['server_rss_mib']:>8.0f} {x['errors']:>5}/{x['sampled']:<4}"
+            f"{x['server_cpu_pct']:>8.0f} {x['server_jit_cpu_pct_of_server']:>6.1f} "
+            f"{x['loadgen_cpu_pct']:>8.0f} {x['server_rss_mib']:>8.0f} {x['errors']:>5}/{x['sampled']:<4}"
         )
         if x["offered_rate"] is not None:
             lines.append(
@@ -946,8 +953,8 @@ def memory_row(rows: list[dict[str, Any]], targets: list[str], pairs: list[tuple
 
 def all_runs(rows: list[dict[str, Any]]) -> str:
     out = [
-        "| workload | target | round | req/s | units/s | p50 ms | p99 ms | server µs/req | server CPU % | generator CPU % | server RSS MiB | errors/sampled |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | target | round | req/s | units/s | p50 ms | p99 ms | server µs/req | server CPU % | JIT % of it | generator CPU % | server RSS MiB | errors/sampled |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(
         rows, key=lambda r: (ALL_WORKLOADS.index(r["workload"]), r["target"], r["round"])
@@ -956,6 +963,7 @@ def all_runs(rows: list[dict[str, Any]]) -> str:
             f"| {r['workload']} | {r['target']} | {r['round']} | {r['rate_requests']:.0f} | "
             f"{r['rate_units']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
             f"{r['server_cpu_us_per_request']:.1f} | {r['server_cpu_pct']:.0f} | "
+            f"{r['server_jit_cpu_pct_of_server']:.1f} | "
             f"{r['loadgen_cpu_pct']:.0f} | {r['server_rss_mib']:.0f} | {r['errors']}/{r['sampled']} |"
         )
     return "\n".join(out)

@@ -24,7 +24,9 @@ if the server spreads over several processes. Each generator reports its own CPU
 (``time.process_time``) over the window, so a report can show the generator was not the
 bottleneck (or that it was). The server's memory is read at the window's end from
 ``/proc/<pid>/status`` of the same process tree: the resident set (VmRSS) and its peak since
-the process started (VmHWM), each summed over the tree.
+the process started (VmHWM), each summed over the tree. For a JVM, the CPU time of its JIT
+compiler threads (``C1/C2 CompilerThread``, /proc/<pid>/task) in the window is read too: near
+zero once the JIT has compiled the hot paths, so a window can show it was measured warm.
 
 Every ``sample_every``-th response is decoded and counted as an error if any ``error_code``
 in it is nonzero: a rate of error answers is not a rate of work.
@@ -104,6 +106,25 @@ def tree_cpu_seconds(pid: int) -> float:
         total += ticks.get(p, 0)
         todo.extend(c for c, pp in parents.items() if pp == p)
     return total / _CLK_TCK
+
+
+def jit_cpu_seconds(pid: int) -> float:
+    """utime+stime of the JIT compiler threads of ``pid`` (a JVM's ``C1 CompilerThre``,
+    ``C2 CompilerThre`` tasks), in seconds; 0 for a process without them."""
+    ticks = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        if comm.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+            ticks += sum(int(x) for x in text.rsplit(")", 1)[1].split()[11:13])
+    return ticks / _CLK_TCK
 
 
 def _descendants(pid: int) -> list[int]:
@@ -202,6 +223,7 @@ class Window:
     # The server's memory at the window's end (``tree_memory_bytes``): resident, and peak.
     server_rss_bytes: int = 0
     server_peak_rss_bytes: int = 0
+    server_jit_cpu_s: float = 0.0  # of server_cpu_s: a JVM's JIT compiler threads
 
     @property
     def rate(self) -> float:
@@ -469,10 +491,12 @@ def _run(
     try:
         start.wait(BARRIER_TIMEOUT_S)
         cpu0 = tree_cpu_seconds(server_pid)
+        jit0 = jit_cpu_seconds(server_pid)
         t0 = time.perf_counter()
         end.wait(BARRIER_TIMEOUT_S)
         seconds = time.perf_counter() - t0
         cpu1 = tree_cpu_seconds(server_pid)
+        jit1 = jit_cpu_seconds(server_pid)
         rss, peak_rss = tree_memory_bytes(server_pid)
         results = [out.get(timeout=BARRIER_TIMEOUT_S) for _ in children]
     except threading.BrokenBarrierError:
@@ -513,6 +537,7 @@ def _run(
         send_lag_ms=merged("lags"),
         server_rss_bytes=rss,
         server_peak_rss_bytes=peak_rss,
+        server_jit_cpu_s=jit1 - jit0,
     )
 
 

@@ -70,6 +70,7 @@ def test_bench_peer_kgc_only(tmp_path: Path) -> None:
         assert r["loadgen_cpu_s"] > 0, r
         assert r["sampled"] > 0 and r["errors"] == 0, r
         assert r["p50_ms"] > 0 and r["p99_ms"] >= r["p50_ms"], r
+        assert r["server_rss_mib"] > 0 and r["server_jit_cpu_s"] == 0, r  # no JIT in kgc
     commit50 = next(r for r in runs if r["workload"] == "commit50")
     assert commit50["rate_units"] == pytest.approx(50 * commit50["rate_requests"])
     paced = next(r for r in runs if r["workload"] == "paced")
@@ -118,7 +119,8 @@ def test_ratio_pairs_every_kgc_target_to_each_peer() -> None:
 def test_bench_peer_kafka_target(tmp_path: Path) -> None:
     """``kafka`` runs Apache Kafka 4.4.0 (C2, G1) through every workload after a short JIT
     warm-up pass: each measured run has a nonzero rate, server CPU and memory of the JVM,
-    and no error; the warm-up pass is saved apart and kept out of the summary."""
+    and no error; the warm-up pass, in which the JIT compiles, is saved apart and kept out
+    of the summary."""
     proc, runs = run_bench_peer(
         tmp_path, "--targets", "kafka", "--paced-rate", "1000", "--jvm-warmup", "0.5"
     )
@@ -132,6 +134,8 @@ def test_bench_peer_kafka_target(tmp_path: Path) -> None:
     warm = json.loads((tmp_path / "peer.json").read_text())["jvm_warmup_runs"]
     assert sorted(r["workload"] for r in warm) == sorted(WORKLOADS)
     assert all(r["phase"] == "jvm-warmup" and r["errors"] == 0 for r in warm), warm
+    # The JVM's compiler threads are found: a cold JVM compiles during its warm-up pass.
+    assert sum(r["server_jit_cpu_s"] for r in warm) > 0, warm
     assert "JVM warm-up pass (0.5 s a workload" in proc.stdout
     summary = proc.stdout.split("## Summary", 1)[1].split("## Every run", 1)[0]
     assert "| measure | Kafka 4.4.0 (OS flush) |" in summary
