@@ -123,6 +123,20 @@ def _batches(
         yield records[start:]
 
 
+def _sync_group_checked(
+    inner: Callable[[RequestHeader, Any, ClientInfo], Any],
+    header: RequestHeader,
+    body: Any,
+    client: ClientInfo,
+) -> Any:
+    """SyncGroup as Kafka's API layer takes it (KafkaApis.handleSyncGroupRequest): from v5
+    the protocol type and name are mandatory, else INCONSISTENT_GROUP_PROTOCOL before any
+    group check."""
+    if header.api_version >= 5 and (body.protocol_type is None or body.protocol_name is None):
+        return sync_group.Response(error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+    return inner(header, body, client)
+
+
 class GroupRuntime:
     def __init__(
         self,
@@ -197,7 +211,13 @@ class GroupRuntime:
             consumer_group_describe.API_KEY: s.consumer_group_describe,
         }
 
-        return {key: functools.partial(self.call, method) for key, method in table.items()}
+        handlers: dict[int, Callable[[RequestHeader, Any, ClientInfo], Any]] = {
+            key: functools.partial(self.call, method) for key, method in table.items()
+        }
+        handlers[sync_group.API_KEY] = functools.partial(
+            _sync_group_checked, handlers[sync_group.API_KEY]
+        )
+        return handlers
 
     # -- requests
     def call(
