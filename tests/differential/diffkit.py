@@ -355,16 +355,37 @@ def api_name(api_key: int) -> str:
     return mod.__name__.rsplit(".", 1)[-1] if mod else f"api_key_{api_key}"
 
 
+# Lists compared as sets (sorted after normalising), by API and field name: a classic
+# group's members come in the order of Kafka's HashMap of member ids, random UUIDs, so no
+# order can be matched (kgc lists them in join order; clients sort them themselves).
+UNORDERED = {
+    ("join_group", "members"),
+    ("describe_groups", "members"),
+}
+
+
+def _sort_unordered(value: Any, api: str, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _sort_unordered(v, api, k) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_sort_unordered(v, api, key) for v in value]
+        if (api, key) in UNORDERED:
+            items.sort(key=lambda v: (len(repr(v)), repr(v)))
+        return items
+    return value
+
+
 def normalise(transcript: Transcript) -> list[dict[str, Any]]:
     ids = _Ids()
     out = []
     for ex in transcript.exchanges:
+        api = api_name(ex.api_key)
         out.append(
             {
                 "step": ex.step,
-                "api": api_name(ex.api_key),
+                "api": api,
                 "version": ex.version,
-                "response": _norm(_to_plain(ex.response), "response", ids),
+                "response": _sort_unordered(_norm(_to_plain(ex.response), "response", ids), api),
             }
         )
     return out
