@@ -104,6 +104,7 @@ final class Cli {
   }
 
   static synchronized void emit(ObjectNode n) {
+    n.put("ms", System.currentTimeMillis());
     try {
       System.out.println(JSON.writeValueAsString(n));
     } catch (IOException e) {
