@@ -22,7 +22,11 @@ offsets (and restores the changelog, which may already hold the replayed updates
 3. once the survivor runs all four tasks, batch 3 is produced: words of batches 1 and 3 only
    were committed before the kill, so the survivor restores them from the changelog and their
    final counts are exact; words of batch 3 only start from nothing and are exact too. Words
-   of batch 1 only keep their count.
+   of batch 1 only keep their count. The instance killed is one that counts (it holds a task
+   of the second sub-topology), so the survivor must restore a store from the changelog.
+
+Streams also purges the repartition records it has committed past (DeleteRecords); the test
+waits for the repartition topic's log start offsets to move.
 
 The same scenario runs once against the reference Kafka broker, to show it is a valid one.
 """
@@ -111,13 +115,9 @@ class StreamsInstance:
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """At the end of a test: a clean close is not what it tests, so a kill is enough."""
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+            self.kill()
         self.reader.join(timeout=10)
 
 
@@ -218,6 +218,16 @@ class Cluster:
             consumer.close()
         return True
 
+    def log_starts(self, topic: str) -> list[int]:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "unused"})
+        try:
+            return [
+                consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[0]
+                for p in range(PARTITIONS)
+            ]
+        finally:
+            consumer.close()
+
     def internal_topics(self) -> dict[str, tuple[int, str]]:
         """Streams' internal topics: their partition count and cleanup.policy."""
         names = [f"{self.app}-words-repartition", f"{self.app}-counts-changelog"]
@@ -263,18 +273,18 @@ def test_wordcount_survives_sigkill_of_one_instance(
     topics = (cluster.input, cluster.output)
     for name in ("a", "b"):
         instances.append(StreamsInstance(name, bootstrap, app, topics, tmp_path / name))
-    a, b = instances
     wait_until(
         "both instances running with two tasks each",
         lambda: (
-            a.running()
-            and b.running()
-            and len(a.tasks()) == 2
-            and a.tasks() | b.tasks() == ALL_TASKS
+            all(i.running() and len(i.tasks()) == 2 for i in instances)
+            and instances[0].tasks() | instances[1].tasks() == ALL_TASKS
         ),
         90,
         instances,
     )
+    # The victim is an instance with a counting task (sub-topology 1), so the survivor has a
+    # store to restore from the changelog.
+    victim, survivor = sorted(instances, key=lambda i: -sum(t[0] == "1" for t in i.tasks()))
     internal = cluster.internal_topics()
     assert internal == {
         f"{app}-words-repartition": (PARTITIONS, "delete"),
@@ -295,10 +305,10 @@ def test_wordcount_survives_sigkill_of_one_instance(
         instances,
         poll=0.02,
     )
-    b.kill()
+    victim.kill()
     wait_until(
         "the survivor running all four tasks",
-        lambda: a.running() and a.tasks() == ALL_TASKS,
+        lambda: survivor.running() and survivor.tasks() == ALL_TASKS,
         90,
         instances,
     )
@@ -313,3 +323,11 @@ def test_wordcount_survives_sigkill_of_one_instance(
     assert set(final) == set(exact) | set(IN_FLIGHT)
     for w in IN_FLIGHT:
         assert batch2[w] + batch3[w] <= final[w] <= 3 * batch2[w] + batch3[w], (w, final[w])
+
+    # Streams purged the repartition records it committed past (DeleteRecords).
+    wait_until(
+        "the repartition topic purged",
+        lambda: all(low > 0 for low in cluster.log_starts(f"{app}-words-repartition")),
+        30,
+        [survivor],
+    )

@@ -29,7 +29,8 @@ import org.apache.kafka.streams.kstream.Produced;
  * ({@code counts}, logged to the compacted {@code <app>-counts-changelog}); every new count goes
  * to the output topic as word -> long. Streams creates both internal topics through
  * CreateTopics. The group protocol is the classic one, the guarantee at-least-once, the record
- * cache off and the commit interval short, so every update reaches the output promptly.
+ * cache off and the commit interval short, so every update reaches the output promptly; the
+ * repartition records committed past are purged (DeleteRecords) every half second.
  *
  * <p>It prints one line per change on stdout for the test to wait on: {@code state <STATE>}
  * when the instance changes state and {@code tasks <active task ids, comma-separated>} when its
@@ -52,6 +53,8 @@ public final class WordCount {
     props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
     props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
     props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+    // Streams deletes the repartition records it has committed past (DeleteRecords): soon, here.
+    props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 500);
     props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
     props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
     // The survivor takes the killed instance's tasks once its session expires: keep that short.
