@@ -103,7 +103,9 @@ ATTR_CONTROL = 0x20
 ATTR_DELETE_HORIZON = 0x40
 
 _I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
+_EPOCH_POS = 12  # partition_leader_epoch, after base_offset and batch_length
 
 _crc = _crc32c.crc32c
 
@@ -240,9 +242,22 @@ def verify_crc(buf: bytes | bytearray | memoryview, start: int, end: int) -> boo
     return bool(_crc(memoryview(buf)[start + _CRC_START : end]) == stored)
 
 
-def set_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:
-    """Return the batch with ``base_offset`` replaced; the CRC stays valid."""
-    return _I64.pack(base_offset) + bytes(memoryview(batch)[8:])
+def set_base_offset(
+    batch: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int | None = None
+) -> bytes:
+    """Return the batch with ``base_offset`` replaced, and ``partition_leader_epoch`` when
+    ``leader_epoch`` is given (what a leader stamps on append); the CRC stays valid."""
+    view = memoryview(batch)
+    if leader_epoch is None:
+        return _I64.pack(base_offset) + bytes(view[8:])
+    return b"".join(
+        (
+            _I64.pack(base_offset),
+            view[8:_EPOCH_POS],
+            _I32.pack(leader_epoch),
+            view[_EPOCH_POS + 4 :],
+        )
+    )
 
 
 # ---------------------------------------------------------------- encoding

@@ -524,7 +524,7 @@ class DataPlane:
         append_time = topic in self.append_time_topics
         data = stamp_log_append_time(records, now) if append_time else records
         try:
-            base, last = plog.append(data)
+            base, last = plog.append(data, self._leader_epoch(plog))
         except RecordTooLargeError as e:
             pr.error_code, pr.error_message = ErrorCode.MESSAGE_SIZE_TOO_LARGE, str(e)
             return None

@@ -465,8 +465,14 @@ class PartitionLog:
 
     # ------------------------------------------------------------ append
 
-    def append(self, batch: bytes | bytearray | memoryview) -> tuple[int, int]:
+    def append(
+        self, batch: bytes | bytearray | memoryview, leader_epoch: int | None = None
+    ) -> tuple[int, int]:
         """Store one v2 batch as the next offsets; returns (base_offset, last_offset).
+
+        ``leader_epoch``, when given, is stamped into the batch's partition_leader_epoch,
+        as Kafka's leader does on append (clients read it back and commit it, KIP-320);
+        None keeps the batch's own (a replayed or materialised batch was stamped already).
 
         All or nothing: on OSError (ENOSPC, EIO, a short write that cannot be completed)
         the segment file, its indexes and, for a journaled log, the journal are already cut
@@ -492,11 +498,12 @@ class PartitionLog:
         if not verify_crc(batch, 0, h.size):
             raise InvalidBatchError(f"CRC mismatch in batch of {h.size} bytes")
         base = self.log_end_offset
-        if h.base_offset == base:
+        epoch = h.partition_leader_epoch if leader_epoch is None else leader_epoch
+        if h.base_offset == base and epoch == h.partition_leader_epoch:
             data = bytes(batch)
         else:
-            data = set_base_offset(batch, base)
-            h = replace(h, base_offset=base)
+            data = set_base_offset(batch, base, epoch)
+            h = replace(h, base_offset=base, partition_leader_epoch=epoch)
         return self._store(data, h)
 
     def _store(self, data: bytes, h: Span) -> tuple[int, int]:

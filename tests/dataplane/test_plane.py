@@ -20,7 +20,13 @@ from protocol.framing import RequestHeader
 from protocol.messages import fetch, init_producer_id, list_offsets, produce
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
-from storage.record_batch import ATTR_TRANSACTIONAL, decode_records, encode_batch, iter_batches
+from storage.record_batch import (
+    ATTR_TRANSACTIONAL,
+    decode_records,
+    encode_batch,
+    iter_batches,
+    verify_crc,
+)
 
 CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 
@@ -152,6 +158,26 @@ async def test_produce_then_fetch(node: Node) -> None:
     # From the batch holding offset 1: the client skips offset 0 itself.
     assert values_of(p1.records) == [b"a", b"b", b"c"]
     assert resp.session_id == 0
+
+
+async def test_appended_batches_carry_the_leader_epoch(node: Node) -> None:
+    """Kafka's leader stamps its epoch into every batch it appends (partitionLeaderEpoch,
+    outside the CRC); producers send -1. Consumers take a record's leader epoch from it
+    and commit it with their offsets (KIP-320), so a batch kept as sent made every
+    franz-go commit carry leader epoch -1 where Kafka's carry 0."""
+    info = node.create("t", 2)
+    assert (await node.produce("t", 0, batch([b"a", b"b"]))).error_code == 0
+    # In cluster mode the epoch is the partition's lease epoch.
+    plog = node.logs.get("t", 1)
+    assert plog is not None
+    node.dp.acquire(info, plog, 7)
+    assert (await node.produce("t", 1, batch([b"c"]))).error_code == 0
+    resp = await node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 0), (1, 0)]))
+    parts = resp.responses[0].partitions
+    epochs = [[h.partition_leader_epoch for h, _s, _e in iter_batches(p.records)] for p in parts]
+    assert epochs == [[0], [7]]
+    assert all(verify_crc(p.records, s, e) for p in parts for _h, s, e in iter_batches(p.records))
+    assert values_of(resp.responses[0].partitions[0].records) == [b"a", b"b"]
 
 
 async def test_acks_zero_has_no_response(node: Node) -> None:
