@@ -12,6 +12,8 @@ the member is removed and the group rebalances (``rebalance.py``).
 LeaveGroup (v3+: a batch; v0-2: the single ``member_id``) removes each
 identified member -- by member id, or by group.instance.id alone for admin
 removal of static members -- each with its own error, then rebalances once.
+On an unknown group v3+ answers every member UNKNOWN_MEMBER_ID (the request
+NONE), v0-2 the request UNKNOWN_MEMBER_ID.
 """
 
 from __future__ import annotations
@@ -103,7 +105,19 @@ def leave_group(
         return whole(err)
     group = m.groups.get(req.group_id)
     if group is None:
-        return whole(ErrorCode.UNKNOWN_MEMBER_ID)
+        if v < 3:
+            return whole(ErrorCode.UNKNOWN_MEMBER_ID)
+        # Kafka's coordinator service turns the unknown group into an answer per member.
+        unknown = [
+            MemberResponse(
+                member_id=i.member_id,
+                group_instance_id=i.group_instance_id,
+                error_code=ErrorCode.UNKNOWN_MEMBER_ID,
+            )
+            for i in identities
+        ]
+        out.replies.append((ctx.reply_to, LeaveGroupResponse(members=unknown)))
+        return out
     if group.is_in(_D):
         return whole(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 

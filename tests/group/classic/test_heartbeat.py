@@ -131,7 +131,18 @@ def test_leave_v0_single_member_uses_top_level_error() -> None:
 
 def test_leave_unknown_group_is_unknown_member_id() -> None:
     h = Harness()
-    assert h.leave("nope", ("m", None)).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    # v3+: Kafka's coordinator service answers every member UNKNOWN_MEMBER_ID, the whole
+    # request NONE (an empty batch: no members, no error).
+    resp = h.leave("nope", ("m", None), ("", "i1"))
+    assert resp.error_code == 0
+    assert [(r.member_id, r.group_instance_id, r.error_code) for r in resp.members] == [
+        ("m", None, ErrorCode.UNKNOWN_MEMBER_ID),
+        ("", "i1", ErrorCode.UNKNOWN_MEMBER_ID),
+    ]
+    assert h.leave("nope").members == [] and h.leave("nope").error_code == 0
+    # Before v3 the one member's error is the request's.
+    assert h.leave("nope", ("m", None), version=2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert "nope" not in h.shard.groups
 
 
 def test_leave_of_pending_member() -> None:
