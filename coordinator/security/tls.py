@@ -20,6 +20,14 @@ global settings with ``listener.name.<listener>.ssl.*`` over them, as Kafka scop
 * ``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3) and ``ssl.cipher.suites`` (IANA names as Java
   writes them, e.g. TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, or OpenSSL's names).
 
+A refused handshake (no client certificate when one is required, an untrusted or expired
+one) must reach the client as the TLS alert OpenSSL wrote for it, as Kafka's broker sends
+it: Kafka's Java client turns the alert into ``SslAuthenticationException`` and stops, but
+takes a connection that merely drops for a network problem and retries until its timeout.
+asyncio's and uvloop's SSL protocols close the socket on a failed handshake without writing
+out that alert, so the context hands out ``AlertingSSLObject``s, which attach the alert's
+bytes to the handshake error (``tls_alert``) for the listener to send on the socket itself.
+
 Any problem raises ``TlsConfigError`` naming the setting, so start-up stops with one line.
 Python's ``ssl`` loads keys from files only: inline PEM is written to a private temporary
 directory for the call and removed at once.
@@ -35,7 +43,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CLIENT_AUTH", "SslConfig", "TlsConfigError", "server_context"]
+__all__ = [
+    "CLIENT_AUTH",
+    "AlertingSSLObject",
+    "SslConfig",
+    "TlsConfigError",
+    "server_context",
+    "tls_alert",
+]
 
 CLIENT_AUTH = {
     "none": ssl.CERT_NONE,
@@ -120,9 +135,51 @@ class SslConfig:
         return f"{self.prefix}ssl.{setting}"
 
 
+class AlertingSSLObject(ssl.SSLObject):
+    """An ``SSLObject`` whose failed handshake carries the bytes OpenSSL left to send (the
+    fatal alert) on the error, as ``tls_alert``."""
+
+    outgoing: ssl.MemoryBIO | None = None
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError as exc:
+            if self.outgoing is not None:
+                exc.tls_alert = self.outgoing.read()  # type: ignore[attr-defined]
+            raise
+
+
+class _ServerContext(ssl.SSLContext):
+    """A server context making ``AlertingSSLObject``s that know their outgoing buffer."""
+
+    sslobject_class = AlertingSSLObject
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        obj = super().wrap_bio(incoming, outgoing, server_side, server_hostname, session)
+        if isinstance(obj, AlertingSSLObject):
+            obj.outgoing = outgoing
+        return obj
+
+
+def tls_alert(exc: BaseException) -> bytes:
+    """The alert a failed server handshake left unsent (empty when there is none)."""
+    alert = getattr(exc, "tls_alert", b"")
+    return alert if isinstance(alert, bytes) else b""
+
+
 def server_context(cfg: SslConfig) -> ssl.SSLContext:
     """The server-side context for a listener; ``TlsConfigError`` names what is wrong."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx = _ServerContext(ssl.PROTOCOL_TLS_SERVER)
     _protocols(ctx, cfg)
     _load_keystore(ctx, cfg)
     if cfg.client_auth not in CLIENT_AUTH:

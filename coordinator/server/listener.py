@@ -14,7 +14,8 @@ sockets, its name and security protocol, and for SSL/SASL_SSL the TLS context an
 principal mapping rules. A TLS connection is handed to its ``KafkaConnection`` only once the
 handshake is done; a handshake that fails (a plaintext client on the TLS port, an untrusted
 or expired client certificate) or does not finish within the listener's
-``connections.max.idle.ms`` closes that connection with one log line, and nothing else
+``connections.max.idle.ms`` closes that connection with one log line (after sending the
+client the TLS alert saying why, as Kafka does: see ``security/tls.py``), and nothing else
 notices. Past the handshake, ``KafkaServer`` sweeps its connections every so often and closes
 those that have been quiet (no bytes read, no request in flight) for ``connections.max.idle.ms``,
 as Kafka's Selector expires idle connections.
@@ -38,7 +39,7 @@ from typing import Any
 from coordinator.config import Settings
 from coordinator.security.principal_mapping import SslPrincipalMapper
 from coordinator.security.sasl import SaslListener
-from coordinator.security.tls import SslConfig, TlsConfigError, server_context
+from coordinator.security.tls import SslConfig, TlsConfigError, server_context, tls_alert
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import RequestHook
 from coordinator.server.memory import RequestQueue
@@ -354,8 +355,11 @@ class KafkaServer:
             return
         try:
             peer = conn.getpeername()
+            # A second descriptor on the connection: the SSL protocol closes its own when the
+            # handshake fails, and the alert saying why is then sent on this one.
+            spare: socket.socket | None = conn.dup()
         except OSError:
-            peer = ("?", 0)
+            peer, spare = ("?", 0), None
         try:
             # Returns once the handshake is done; the connection is made only then.
             await loop.connect_accepted_socket(
@@ -379,6 +383,15 @@ class KafkaServer:
                 reason,
             )
             conn.close()
+            if spare is not None:
+                await send_alert(spare, tls_alert(exc))
+        except BaseException:  # cancelled (the server stops): the spare goes with it
+            if spare is not None:
+                spare.close()
+            raise
+        else:
+            if spare is not None:
+                spare.close()
 
     def refusing(self, reason: str) -> None:
         """Log the first refusal of an episode; the rest are only counted."""
@@ -454,3 +467,24 @@ class KafkaServer:
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None
+
+
+ALERT_LINGER_S = 1.0  # how long a refused TLS client is given to read the alert and close
+
+
+async def send_alert(sock: socket.socket, alert: bytes) -> None:
+    """Send a refused handshake's TLS alert, then close once the client has (or after
+    ``ALERT_LINGER_S``): closing with the client's bytes still unread here would answer with
+    a reset, which can discard the alert before the client reads it."""
+    loop = asyncio.get_running_loop()
+    try:
+        if alert:
+            await loop.sock_sendall(sock, alert)
+        sock.shutdown(socket.SHUT_WR)
+        async with asyncio.timeout(ALERT_LINGER_S):
+            while await loop.sock_recv(sock, 4096):
+                pass
+    except (OSError, TimeoutError):
+        pass
+    finally:
+        sock.close()
