@@ -1,0 +1,186 @@
+"""Go clients against kgc, each scenario also run against Apache Kafka: franz-go and sarama.
+
+How it works: the programs of ``tests/go/cmd`` (built by ``scripts/ensure-go-deps``) each
+run one consumer-group scenario end to end with a stock Go client -- create a topic, two
+group members, produce, consume, commit, check with the client's admin API, leave, delete
+the group and the topic -- failing on any step that goes wrong, and print the outcome as
+JSON: only facts that do not depend on generated ids or timing. Each test runs its program
+against a fresh ``kgc serve`` and against the session's reference broker, checks the
+outcome the scenario names on both, and then requires the two JSON summaries to be equal,
+except for differences argued in ``tests/differential/known_differences.toml`` (scenario
+``go.<program>.<variant>``, path ``summary.<key>...``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafkaserver import KafkaServer
+from kgc_process import KgcProcess
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "differential"))
+
+from diffkit import Difference, load_known
+
+pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+PARTITIONS = 4
+RECORDS = 200
+EVEN = {str(p): RECORDS // PARTITIONS for p in range(PARTITIONS)}
+
+
+def run(bin_dir: Path, program: str, bootstrap: str, *args: str) -> dict[str, Any]:
+    token = uuid.uuid4().hex[:10]
+    cmd = [
+        str(bin_dir / program),
+        "-bootstrap",
+        bootstrap,
+        "-topic",
+        f"go-{program}-{token}",
+        "-group",
+        f"go-{program}-group-{token}",
+        "-partitions",
+        str(PARTITIONS),
+        "-records",
+        str(RECORDS),
+        *args,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr[-6000:]}"
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+def _flatten(value: Any, path: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{path}.{k}"))
+        return out or {path: {}}
+    return {path: value}
+
+
+def unexplained(scenario: str, kafka: dict[str, Any], kgc: dict[str, Any]) -> list[str]:
+    """Where kgc's summary differs from Kafka's and no known difference covers it."""
+    ka, kg = _flatten(kafka, "summary"), _flatten(kgc, "summary")
+    known = load_known()
+    out = []
+    for path in list(ka) + [p for p in kg if p not in ka]:
+        a, b = ka.get(path, "<absent>"), kg.get(path, "<absent>")
+        if a == b:
+            continue
+        d = Difference(scenario, "summary", path, a, b)
+        if not any(k.matches(d) for k in known):
+            out.append(str(d))
+    return out
+
+
+def both(
+    bin_dir: Path, program: str, kgc: KgcProcess, kafka: KafkaServer, *args: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    on_kgc = run(bin_dir, program, kgc.bootstrap, *args)
+    on_kafka = run(bin_dir, program, kafka.bootstrap, *args)
+    return on_kgc, on_kafka
+
+
+def assert_consumed_and_committed(s: dict[str, Any]) -> None:
+    """Both members consumed their half once, committed it, and the offsets outlived them."""
+    assert s["create_topic_error"] == ""
+    assert s["member_partition_counts"] == [PARTITIONS // 2, PARTITIONS // 2]
+    assert s["end_offsets"] == EVEN
+    assert s["records_consumed"] == RECORDS
+    assert s["duplicates"] == 0
+    assert not s["misplaced_values"]
+    assert s["records_per_member"] == [RECORDS // 2, RECORDS // 2]
+    assert s["committed"] == EVEN
+    assert not s["client_errors"]
+    assert s["describe_after_leave"] == {"state": "Empty", "members": 0, "error": ""}
+    assert s["committed_after_leave"] == EVEN
+    assert s["delete_group_error"] == ""
+    assert s["listed_after_delete"] is False
+    assert s["delete_topic_error"] == ""
+
+
+def test_franz_classic_cooperative_group_commits_like_kafka(
+    go_clients: Path, kgc: KgcProcess, kafka_broker: KafkaServer
+) -> None:
+    """kgo consumers (cooperative-sticky, JoinGroup/SyncGroup) and kadm's admin calls."""
+    on_kgc, on_kafka = both(go_clients, "franz", kgc, kafka_broker, "-protocol", "classic")
+    for s in (on_kgc, on_kafka):
+        assert_consumed_and_committed(s)
+        assert s["committed_leader_epochs"] == {p: 0 for p in EVEN}
+        d = s["describe_groups"]
+        assert (d["error"], d["state"], d["protocol_type"], d["protocol"]) == (
+            "",
+            "Stable",
+            "consumer",
+            "cooperative-sticky",
+        )
+        assert (d["members"], d["assigned_sizes"], d["assigned_all"]) == (2, [2, 2], True)
+        assert s["describe_consumer_groups"]["error"] == "GROUP_ID_NOT_FOUND"
+        assert s["listed_stable"] == {
+            "type": "classic",
+            "protocol_type": "consumer",
+            "state": "Stable",
+        }
+        assert (s["listed_by_own_type"], s["listed_by_other_type"]) == (True, False)
+        assert s["listed_after_leave"]["state"] == "Empty"
+    assert unexplained("go.franz.classic", on_kafka, on_kgc) == []
+
+
+def test_franz_consumer_protocol_group_commits_like_kafka(
+    go_clients: Path, kgc: KgcProcess, kafka_broker: KafkaServer
+) -> None:
+    """kgo with ServerSideBalancer (KIP-848, the server's range assignor) and kadm's
+    ConsumerGroupDescribe: a consumer-protocol group, not a classic one."""
+    on_kgc, on_kafka = both(go_clients, "franz", kgc, kafka_broker, "-protocol", "consumer")
+    for s in (on_kgc, on_kafka):
+        assert_consumed_and_committed(s)
+        assert s["committed_leader_epochs"] == {p: 0 for p in EVEN}
+        assert s["member_partitions"] == [[0, 1], [2, 3]]
+        c = s["describe_consumer_groups"]
+        assert (c["error"], c["state"], c["assignor"], c["members"]) == ("", "Stable", "range", 2)
+        assert (c["assigned_sizes"], c["assigned_all"], c["assignment_is_target"]) == (
+            [2, 2],
+            True,
+            True,
+        )
+        assert c["member_epochs_are_group"] and c["assignment_epoch_is_group"]
+        assert all("type=1 subscribed-to-topic=true" in m for m in c["clients"])
+        assert s["describe_groups"]["error"] == "GROUP_ID_NOT_FOUND"
+        assert s["listed_stable"] == {
+            "type": "consumer",
+            "protocol_type": "consumer",
+            "state": "Stable",
+        }
+        assert (s["listed_by_own_type"], s["listed_by_other_type"]) == (True, False)
+        assert s["listed_after_leave"]["state"] == "Empty"
+    assert unexplained("go.franz.consumer", on_kafka, on_kgc) == []
+
+
+@pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky"])
+def test_sarama_group_commits_like_kafka(
+    go_clients: Path, kgc: KgcProcess, kafka_broker: KafkaServer, strategy: str
+) -> None:
+    """A sarama ConsumerGroup of two members, an idempotent SyncProducer, ClusterAdmin."""
+    on_kgc, on_kafka = both(go_clients, "sarama", kgc, kafka_broker, "-strategy", strategy)
+    for s in (on_kgc, on_kafka):
+        assert_consumed_and_committed(s)
+        assert s["produced_at_expected_offsets"] is True
+        d = s["describe_groups"]
+        assert (d["error"], d["state"], d["protocol_type"], d["protocol"]) == (
+            "",
+            "Stable",
+            "consumer",
+            strategy,
+        )
+        assert (d["members"], d["assigned_sizes"], d["assigned_all"]) == (2, [2, 2], True)
+        assert s["listed_protocol_type"] == "consumer"
+        assert s["describe_after_delete"] == {"state": "Dead", "members": 0, "error": ""}
+    assert unexplained(f"go.sarama.{strategy}", on_kafka, on_kgc) == []
