@@ -16,10 +16,18 @@ from __future__ import annotations
 
 import logging
 import socket
+import uuid
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator import topic_configs
-from coordinator.catalog import TopicCatalog, TopicExistsError, TopicInfo, topic_name_error
+from coordinator.catalog import (
+    MAX_NAME_LENGTH,
+    TopicCatalog,
+    TopicExistsError,
+    TopicInfo,
+    topic_name_error,
+)
 from coordinator.config import Settings, parse_listeners
 from coordinator.dataplane.offsets_topic import admin_refusal, offsets_topic_id
 from coordinator.security.acl import ResourceType, all_operations
@@ -126,6 +134,22 @@ INVALID_REQUEST_MESSAGE = (
     "This most likely occurs because of a request being malformed by the client library or "
     "the message was sent to an incompatible broker. See the broker logs for more details."
 )
+
+
+def kafka_topic_name_message(name: str) -> str:
+    """Kafka's InvalidTopicException message for an illegal name (Topic.validate)."""
+    if not name:
+        detail = "the empty string is not allowed"
+    elif name in (".", ".."):
+        detail = f"'{name}' is not allowed"
+    elif len(name) > MAX_NAME_LENGTH:
+        detail = f"the length of '{name}' is longer than the max allowed length {MAX_NAME_LENGTH}"
+    else:
+        detail = (
+            f"'{name}' contains one or more characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'"
+        )
+    return f"Topic name is invalid: {detail}"
 
 
 def with_authorized_operations(resp: MetadataResponse, req: MetadataRequest, version: int) -> None:
@@ -496,14 +520,33 @@ class Broker:
     ) -> CreateTopicsResponse | Deferred:
         results = []
         shared: list[tuple[CreatableTopicResult, int, dict[str, str]]] = []
+        # Kafka refuses a name asked for twice, once, and creates neither.
+        counts = Counter(t.name for t in req.topics)
+        duplicates: set[str] = set()
         for t in req.topics:
-            res = CreatableTopicResult(name=t.name, num_partitions=-1, replication_factor=-1)
+            if counts[t.name] > 1:
+                if t.name not in duplicates:
+                    duplicates.add(t.name)
+                    results.append(
+                        CreatableTopicResult(
+                            name=t.name,
+                            error_code=ErrorCode.INVALID_REQUEST,
+                            error_message="Duplicate topic name.",
+                            num_partitions=-1,
+                            replication_factor=-1,
+                        )
+                    )
+                continue
+            res = CreatableTopicResult(
+                name=t.name, error_message=None, num_partitions=-1, replication_factor=-1
+            )
             results.append(res)
             raw_configs = {c.name: c.value for c in t.configs}
             configs = {k: v for k, v in raw_configs.items() if v is not None}
             err = topic_name_error(t.name)
             if err is not None:
-                res.error_code, res.error_message = ErrorCode.INVALID_TOPIC, err
+                res.error_code = ErrorCode.INVALID_TOPIC
+                res.error_message = kafka_topic_name_message(t.name)
                 continue
             if self.catalog.get(t.name) is not None or t.name == OFFSETS_TOPIC:
                 res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
@@ -520,7 +563,8 @@ class Broker:
                 if nodes - {self.node_id}:
                     res.error_code = ErrorCode.INVALID_REPLICATION_ASSIGNMENT
                     res.error_message = (
-                        f"Unknown broker ids in assignment: {sorted(nodes - {self.node_id})}"
+                        "The manual partition assignment includes broker "
+                        f"{min(nodes - {self.node_id})}, but no such broker is registered."
                     )
                     continue
                 num_partitions = len(t.assignments)
@@ -530,14 +574,22 @@ class Broker:
                 )
             if num_partitions <= 0:
                 res.error_code = ErrorCode.INVALID_PARTITIONS
-                res.error_message = "Number of partitions must be larger than 0."
+                res.error_message = "Number of partitions was set to an invalid non-positive value."
+                continue
+            if t.replication_factor == 0 or t.replication_factor < -1:
+                res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
+                res.error_message = (
+                    "Replication factor must be larger than 0, or -1 to use the default value."
+                )
                 continue
             if t.replication_factor not in (-1, 1) and not t.assignments:
                 res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
                 res.error_message = (
                     f"Unable to replicate the partition {t.replication_factor} time(s): "
-                    "The target replication factor of 3 cannot be reached because only 1 broker(s) are registered."
-                ).replace("3", str(t.replication_factor))
+                    f"The target replication factor of {t.replication_factor} cannot be reached "
+                    "because only 1 broker(s) are registered or some brokers have all their log "
+                    "directories cordoned."
+                )
                 continue
             try:
                 # Kafka's LogConfig.validate: nothing is stored unless every config is valid.
@@ -557,6 +609,8 @@ class Broker:
                 for k, v in sorted(TOPIC_CONFIGS.items())
             ]
             if req.validate_only:
+                # Kafka's answer names the id the topic would have had.
+                res.topic_id = uuid.uuid4().bytes
                 continue
             if self.shared_topics is not None:
                 shared.append((res, num_partitions, configs))
@@ -624,12 +678,22 @@ class Broker:
                 res.name, res.topic_id = OFFSETS_TOPIC, self.offsets_topic_id
                 res.error_code, res.error_message = admin_refusal("delete_topic")
                 continue
+            if name is not None and topic_id != bytes(16):
+                res.error_code = ErrorCode.INVALID_REQUEST
+                res.error_message = "You may not specify both topic name and topic id."
+                continue
+            if name is None and topic_id == bytes(16):
+                res.error_code = ErrorCode.INVALID_REQUEST
+                res.error_message = "Neither topic name nor id were specified."
+                continue
             if info is None:
-                res.error_code = (
-                    ErrorCode.UNKNOWN_TOPIC_ID
-                    if name is None
-                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                )
+                # Errors.message() of each code: Kafka's answer carries it.
+                if name is None:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                    res.error_message = "This server does not host this topic ID."
+                else:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    res.error_message = "This server does not host this topic-partition."
                 continue
             res.name, res.topic_id = info.name, info.topic_id
             if self.shared_topics is not None:

@@ -23,7 +23,7 @@ from coordinator.server.broker import Broker
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import find_coordinator, metadata
+from protocol.messages import create_topics, delete_topics, find_coordinator, metadata
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 
@@ -128,3 +128,133 @@ async def test_find_coordinator_unknown_key_type_is_invalid_request_with_kafkas_
         INVALID_REQUEST_MESSAGE,
         -1,
     )
+
+
+def _creatable(
+    name: str, partitions: int = 1, replication: int = 1, assignments: list[list[int]] | None = None
+) -> create_topics.CreatableTopic:
+    return create_topics.CreatableTopic(
+        name=name,
+        num_partitions=partitions,
+        replication_factor=replication,
+        assignments=[
+            create_topics.CreatableReplicaAssignment(partition_index=i, broker_ids=b)
+            for i, b in enumerate(assignments or [])
+        ],
+    )
+
+
+async def _create_one(node: Node, topic: create_topics.CreatableTopic, **kw: Any) -> Any:
+    resp = await node.call(
+        create_topics.API_KEY, 7, create_topics.CreateTopicsRequest(topics=[topic], **kw)
+    )
+    [result] = resp.topics
+    return result
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "Topic name is invalid: the empty string is not allowed"),
+        (".", "Topic name is invalid: '.' is not allowed"),
+        ("..", "Topic name is invalid: '..' is not allowed"),
+        (
+            "n" * 250,
+            f"Topic name is invalid: the length of '{'n' * 250}' is longer than the max "
+            "allowed length 249",
+        ),
+        (
+            "bad/name",
+            "Topic name is invalid: 'bad/name' contains one or more characters other than "
+            "ASCII alphanumerics, '.', '_' and '-'",
+        ),
+    ],
+)
+async def test_create_topics_invalid_name_has_kafkas_message(
+    node: Node, name: str, message: str
+) -> None:
+    result = await _create_one(node, _creatable(name))
+    assert (result.error_code, result.error_message) == (ErrorCode.INVALID_TOPIC, message)
+
+
+@pytest.mark.parametrize(
+    ("topic", "code", "message"),
+    [
+        (
+            _creatable("t", 0),
+            ErrorCode.INVALID_PARTITIONS,
+            "Number of partitions was set to an invalid non-positive value.",
+        ),
+        (
+            _creatable("t", 1, 0),
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+        (
+            _creatable("t", 1, -2),
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+        (
+            _creatable("t", 1, 3),
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Unable to replicate the partition 3 time(s): The target replication factor of 3 "
+            "cannot be reached because only 1 broker(s) are registered or some brokers have "
+            "all their log directories cordoned.",
+        ),
+        (
+            _creatable("t", -1, -1, [[1234]]),
+            ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
+            "The manual partition assignment includes broker 1234, but no such broker is "
+            "registered.",
+        ),
+    ],
+)
+async def test_create_topics_refusals_have_kafkas_messages(
+    node: Node, topic: create_topics.CreatableTopic, code: int, message: str
+) -> None:
+    result = await _create_one(node, topic)
+    assert (result.error_code, result.error_message) == (code, message)
+
+
+async def test_create_topics_success_has_no_message_and_validate_only_an_id(node: Node) -> None:
+    created = await _create_one(node, _creatable("t", 2))
+    assert (created.error_code, created.error_message) == (0, None)
+    checked = await _create_one(node, _creatable("u", 2), validate_only=True)
+    assert (checked.error_code, checked.error_message) == (0, None)
+    # Kafka names the id the topic would get; nothing is created.
+    assert checked.topic_id != bytes(16)
+    assert node.catalog.get("u") is None
+
+
+async def test_create_topics_names_a_duplicated_topic_once_as_invalid_request(node: Node) -> None:
+    resp = await node.call(
+        create_topics.API_KEY,
+        7,
+        create_topics.CreateTopicsRequest(
+            topics=[_creatable("d"), _creatable("ok"), _creatable("d", 3)]
+        ),
+    )
+    assert [(t.name, t.error_code, t.error_message) for t in resp.topics] == [
+        ("d", ErrorCode.INVALID_REQUEST, "Duplicate topic name."),
+        ("ok", 0, None),
+    ]
+    assert node.catalog.get("d") is None
+
+
+async def test_delete_topics_errors_have_kafkas_messages(node: Node) -> None:
+    req = delete_topics.DeleteTopicsRequest(
+        topics=[
+            delete_topics.DeleteTopicState(name="nope"),
+            delete_topics.DeleteTopicState(name=None, topic_id=b"\x05" * 16),
+            delete_topics.DeleteTopicState(name="x", topic_id=b"\x05" * 16),
+            delete_topics.DeleteTopicState(name=None),
+        ]
+    )
+    resp = await node.call(delete_topics.API_KEY, 6, req)
+    assert [(r.error_code, r.error_message) for r in resp.responses] == [
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."),
+        (ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."),
+        (ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id."),
+        (ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified."),
+    ]
