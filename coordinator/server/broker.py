@@ -126,7 +126,6 @@ class SharedTopics(Protocol):
 # Authorized-operations "not requested" marker (Integer.MIN_VALUE), as Kafka sends it.
 AUTH_OPS_OMITTED = -2147483648
 # Topic configs kgc accepts on CreateTopics, with Kafka's defaults (see topic_configs).
-TOPIC_CONFIGS = {name: d.default for name, d in topic_configs.CONFIGS.items()}
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
 # Errors.INVALID_REQUEST.message(), Kafka's answer to a coordinator key type it does not know.
@@ -598,15 +597,18 @@ class Broker:
                 res.error_code, res.error_message = ErrorCode.INVALID_CONFIG, str(e)
                 continue
             res.num_partitions, res.replication_factor = num_partitions, 1
+            # Kafka lists its whole topic config table, by name: the topic's own values
+            # (TOPIC_CONFIG) and the defaults it would get (DEFAULT_CONFIG).
+            values = topic_configs.effective(self.settings, configs)
             res.configs = [
                 CreatableTopicConfigs(
                     name=k,
-                    value=configs.get(k, v),
+                    value=v,
                     read_only=False,
                     config_source=1 if k in configs else 5,
                     is_sensitive=False,
                 )
-                for k, v in sorted(TOPIC_CONFIGS.items())
+                for k, v in sorted(values.items())
             ]
             if req.validate_only:
                 # Kafka's answer names the id the topic would have had.

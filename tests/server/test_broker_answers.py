@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from coordinator import topic_configs
 from coordinator.app import group_core, log_config_for
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
@@ -258,3 +259,15 @@ async def test_delete_topics_errors_have_kafkas_messages(node: Node) -> None:
         (ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id."),
         (ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified."),
     ]
+
+
+async def test_create_topics_lists_every_kafka_topic_config_as_kafka_does(node: Node) -> None:
+    topic = _creatable("t")
+    topic.configs = [create_topics.CreatableTopicConfig(name="retention.ms", value="1000")]
+    result = await _create_one(node, topic)
+    got = {c.name: (c.value, c.config_source, c.read_only) for c in result.configs}
+    # Kafka lists its whole topic config table, sorted by name (not only the ones kgc honours).
+    assert [c.name for c in result.configs] == sorted(topic_configs.KAFKA_TOPIC_CONFIGS)
+    assert got["retention.ms"] == ("1000", 1, False)
+    assert got["index.interval.bytes"] == ("4096", 5, False)
+    assert got["segment.bytes"] == ("1073741824", 5, False)
