@@ -40,12 +40,14 @@ both), a fresh server is started on an empty data directory:
   after fsync. Needs ``scripts/ensure-jvm-deps`` (the pinned jars). The load starts once
   every group the workloads use answers an OffsetFetch without error (Kafka creates and loads
   the offsets topic at the first FindCoordinator). JIT warm-up: before the measured
-  workloads, each JVM (a new one per run) gets a warm-up pass -- every workload set up, run
-  for ``--jvm-warmup`` seconds (default 10), torn down -- so C2 has compiled the request
-  paths before anything is measured; the pass's own figures are printed and saved
-  (``--json``, ``jvm_warmup_runs``), so what the cold JVM does is reported too, not hidden;
-  and every window shows the share of the server's CPU its JIT compiler threads took
-  (``JIT %``), near 0 once the JIT is done (0 for kgc and Tansu, which have none).
+  workloads, each JVM (a new one per run) gets warm-up passes -- every workload set up, run
+  for ``--jvm-warmup`` seconds (default 10), torn down -- until the JIT has settled: a pass
+  in which no window's ``JIT %`` (the share of the server's CPU its JIT compiler threads
+  took) was above 5 %, or ``--jvm-warmup-passes`` (default 3) of them. So C2 has compiled
+  the request paths before anything is measured; the passes' own figures are printed and
+  saved (``--json``, ``jvm_warmup_runs``), so what the cold JVM does is reported too, not
+  hidden, and every measured window shows its ``JIT %`` (0 for kgc and Tansu, which have
+  no JIT).
 
 A topic ``bench`` of 50 partitions is created through CreateTopics on both. Then each workload
 (``--workloads``) is set up, measured in one window of ``--seconds`` after a warm-up, and torn
@@ -154,6 +156,8 @@ CLIENT_ID = "bench-peer"
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x05bench\xff\xff\xff\xff"
 TIMES = "\u00d7"  # the multiplication sign, as issue 18 writes ratios
 ALL_WORKLOADS = ["commit1", "commit50", "fetch", "heartbeat", "mixed", "paced"]
+# A JVM is warm once its JIT compiler threads take at most this share of its CPU in a window.
+JIT_SETTLED = 0.05
 # The peers kgc targets are compared with; the Kafka ones run in a JVM.
 KAFKA_TARGETS = {"kafka": {}, "kafka-durable": {"log.flush.interval.messages": "1"}}
 PEERS = ["tansu", *KAFKA_TARGETS]
@@ -684,6 +688,12 @@ class Result:
     procs: int
     ports: list[int]  # the server ports the load went to (one per worker it reached)
     phase: str = "measured"  # or "jvm-warmup": the JIT warm-up pass, not in the summary
+    warmup_pass: int = 0  # which warm-up pass (1, 2, ...), 0 for a measured window
+
+    def jit_share(self) -> float:
+        """The share of the server's CPU in the window its JIT compiler threads took."""
+        w = self.window
+        return w.server_jit_cpu_s / w.server_cpu_s if w.server_cpu_s else 0.0
 
     def row(self) -> dict[str, Any]:
         w = self.window
@@ -692,6 +702,7 @@ class Result:
             "round": self.round,
             "workload": self.workload,
             "phase": self.phase,
+            "warmup_pass": self.warmup_pass,
             "requests": w.requests,
             "seconds": w.seconds,
             "rate_requests": w.rate,
@@ -710,9 +721,7 @@ class Result:
             "server_cpu_us_per_request": w.server_cpu_us_per_request,
             "server_cpu_pct": w.server_cpu_s / w.seconds * 100,
             "server_jit_cpu_s": w.server_jit_cpu_s,
-            "server_jit_cpu_pct_of_server": w.server_jit_cpu_s / w.server_cpu_s * 100
-            if w.server_cpu_s
-            else 0.0,
+            "server_jit_cpu_pct_of_server": self.jit_share() * 100,
             "server_rss_mib": w.server_rss_bytes / 2**20,
             "server_peak_rss_mib": w.server_peak_rss_bytes / 2**20,
             "loadgen_cpu_s": w.loadgen_cpu_s,
@@ -772,8 +781,9 @@ def one_run(
         asyncio.run(create_topic(server.port))
         if server.jvm:
             asyncio.run(wait_groups_ready(server.port, workload_groups(workloads)))
-        passes = [("jvm-warmup", args.jvm_warmup, warm)] if server.jvm and args.jvm_warmup else []
-        for phase, seconds, out in [*passes, ("measured", args.seconds, results)]:
+
+        def one_pass(seconds: float, phase: str, warmup_pass: int = 0) -> list[Result]:
+            out = []
             for name in workloads:
                 wl, prepared, window = run_workload(name, server, args, seconds)
                 out.append(
@@ -787,8 +797,20 @@ def one_run(
                         min(args.procs, len(prepared.cycles)),
                         sorted(set(prepared.ports or [server.port])),
                         phase,
+                        warmup_pass,
                     )
                 )
+            return out
+
+        if server.jvm and args.jvm_warmup:
+            # Warm until the JIT has settled: a pass in which no window spent more than
+            # JIT_SETTLED of the server's CPU compiling, or --jvm-warmup-passes of them.
+            for k in range(1, args.jvm_warmup_passes + 1):
+                done = one_pass(args.jvm_warmup, "jvm-warmup", k)
+                warm += done
+                if all(r.jit_share() <= JIT_SETTLED for r in done):
+                    break
+        results = one_pass(args.seconds, "measured")
     except BaseException:
         print(f"--- {target} log (tail) ---\n{server.log()[-4000:]}", file=sys.stderr)
         raise
@@ -1016,7 +1038,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--jvm-warmup",
         type=float,
         default=10.0,
-        help="seconds of each workload run on a JVM target before the measured ones (0: none)",
+        help="seconds of each workload in a JVM target's warm-up pass (0: no warm-up)",
+    )
+    ap.add_argument(
+        "--jvm-warmup-passes",
+        type=int,
+        default=3,
+        help="warm-up passes at most; they stop after one whose JIT share stayed <= 5%%",
     )
     ap.add_argument("--json", type=Path, help="save every run's figures here")
     return ap.parse_args(argv)
@@ -1055,10 +1083,13 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(1, args.rounds + 1):
         for target in targets:
             results, warm = one_run(target, rnd, args, workloads)
-            if warm:
-                warm_rows.extend(r.row() for r in warm)
-                title = f"JVM warm-up pass ({args.jvm_warmup:g} s a workload, not in the summary)"
-                print(run_table(target, rnd, args.rounds, warm, title), flush=True)
+            warm_rows.extend(r.row() for r in warm)
+            for k in sorted({r.warmup_pass for r in warm}):
+                title = (
+                    f"JVM warm-up pass {k} ({args.jvm_warmup:g} s a workload, not in the summary)"
+                )
+                this = [r for r in warm if r.warmup_pass == k]
+                print(run_table(target, rnd, args.rounds, this, title), flush=True)
             rows.extend(r.row() for r in results)
             print(run_table(target, rnd, args.rounds, results), flush=True)
     print(f"\n## Summary: medians of {args.rounds} rounds per measure\n")

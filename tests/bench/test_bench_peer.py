@@ -122,7 +122,15 @@ def test_bench_peer_kafka_target(tmp_path: Path) -> None:
     and no error; the warm-up pass, in which the JIT compiles, is saved apart and kept out
     of the summary."""
     proc, runs = run_bench_peer(
-        tmp_path, "--targets", "kafka", "--paced-rate", "1000", "--jvm-warmup", "0.5"
+        tmp_path,
+        "--targets",
+        "kafka",
+        "--paced-rate",
+        "1000",
+        "--jvm-warmup",
+        "0.5",
+        "--jvm-warmup-passes",
+        "1",
     )
     assert sorted(r["workload"] for r in runs) == sorted(WORKLOADS)
     for r in runs:
@@ -133,10 +141,12 @@ def test_bench_peer_kafka_target(tmp_path: Path) -> None:
         assert r["sampled"] > 0 and r["errors"] == 0, r
     warm = json.loads((tmp_path / "peer.json").read_text())["jvm_warmup_runs"]
     assert sorted(r["workload"] for r in warm) == sorted(WORKLOADS)
-    assert all(r["phase"] == "jvm-warmup" and r["errors"] == 0 for r in warm), warm
+    assert all(
+        r["phase"] == "jvm-warmup" and r["warmup_pass"] == 1 and r["errors"] == 0 for r in warm
+    ), warm
     # The JVM's compiler threads are found: a cold JVM compiles during its warm-up pass.
     assert sum(r["server_jit_cpu_s"] for r in warm) > 0, warm
-    assert "JVM warm-up pass (0.5 s a workload" in proc.stdout
+    assert "JVM warm-up pass 1 (0.5 s a workload" in proc.stdout
     summary = proc.stdout.split("## Summary", 1)[1].split("## Every run", 1)[0]
     assert "| measure | Kafka 4.4.0 (OS flush) |" in summary
     assert "server memory" in summary
