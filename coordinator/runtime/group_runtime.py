@@ -164,6 +164,10 @@ class GroupRuntime:
             if hosted
             else {}
         )
+        # The leader epoch each coordinated partition's batches are stamped with, as Kafka's
+        # leader stamps what its coordinator appends: 0 on a single node, the lease's epoch
+        # in cluster mode (``acquire``).
+        self.leader_epochs: dict[int, int] = {}
         self.waiting: dict[int, Pending] = {}
         # Records and replies waiting for this loop turn's append (see ``apply``).
         self.unwritten: dict[int, list[tuple[bytes, bytes | None]]] = {}
@@ -319,13 +323,18 @@ class GroupRuntime:
                 continue
             try:
                 cuts = ends.get(partition, [])
+                epoch = self.leader_epochs.get(partition, 0)
                 if len(cuts) == 1 and cuts[0][1] <= plog.config.max_message_bytes - _BATCH_OVERHEAD:
                     # One Result under the limit (most turns of a partition): one batch,
                     # without the splitting generator.
-                    _, last = plog.append_records(records, timestamp_ms=now)
+                    _, last = plog.append_records(
+                        records, timestamp_ms=now, partition_leader_epoch=epoch
+                    )
                 else:
                     for chunk in _batches(records, cuts, plog.config):
-                        _, last = plog.append_records(chunk, timestamp_ms=now)
+                        _, last = plog.append_records(
+                            chunk, timestamp_ms=now, partition_leader_epoch=epoch
+                        )
             except Exception as exc:
                 # The storage layer cut the log back to where it was: none of these
                 # records is in it.
@@ -536,14 +545,16 @@ class GroupRuntime:
         """This node won ``p``'s lease: its groups answer LOAD_IN_PROGRESS until loaded."""
         self.shard.begin_load(p)
 
-    async def acquire(self, p: int, plog: PartitionLog) -> int:
-        """Coordinate offsets partition ``p`` from ``plog`` (its materialised log).
+    async def acquire(self, p: int, plog: PartitionLog, leader_epoch: int = 0) -> int:
+        """Coordinate offsets partition ``p`` from ``plog`` (its materialised log), writing
+        its batches under ``leader_epoch`` (the lease's).
 
         Replays it into the shard, yielding to requests between chunks, then serves it
         with its timers re-armed; returns the records replayed. A log that cannot be
         replayed leaves the partition FAILED (NOT_COORDINATOR), as at start-up.
         """
         self.partitions[p] = plog
+        self.leader_epochs[p] = leader_epoch
         plog.on_cut_back.append(functools.partial(self._cut_back, p))
         self.shard.begin_load(p)
         return await self._load_partition(p) or 0
@@ -576,6 +587,7 @@ class GroupRuntime:
             self.apply(self.shard.unload(p, now))
         self.shard.partitions.pop(p, None)
         plog = self.partitions.pop(p, None)
+        self.leader_epochs.pop(p, None)
         if plog is not None:
             self._announce(plog)  # fetches parked on it answer now
         return plog

@@ -112,7 +112,7 @@ class PartitionHost:
             raise
         self.hosted[(topic, p)] = plog
         if offsets:
-            records = await self.groups.acquire(p, plog)
+            records = await self.groups.acquire(p, plog, lease.epoch)
             what = f"{records} records"
         else:
             assert info is not None

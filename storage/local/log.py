@@ -555,6 +555,7 @@ class PartitionLog:
         producer_epoch: int = -1,
         base_sequence: int = -1,
         attributes: int = 0,
+        partition_leader_epoch: int = -1,
     ) -> tuple[int, int]:
         """Encode ``records`` as one batch and store it; same contract as ``append``."""
         base = self.log_end_offset
@@ -567,6 +568,7 @@ class PartitionLog:
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,
             attributes=attributes,
+            partition_leader_epoch=partition_leader_epoch,
         )
         # Built here, so its CRC and offsets need no second look; only the size limit.
         # (key, value) pairs take consecutive offsets at the batch timestamp: what the

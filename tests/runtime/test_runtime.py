@@ -342,3 +342,28 @@ async def test_flush_policy_none_appends_at_the_end_of_each_turn(tmp_path: Path)
     assert plog.log_end_offset == 1 and plog.recovery_point == 0  # answered without fsync
     await flusher.stop()
     logs.close_all()
+
+
+async def test_offsets_batches_carry_the_partitions_leader_epoch(tmp_path: Path) -> None:
+    """Kafka's coordinator appends to __consumer_offsets as its leader, which stamps the
+    leader epoch into each batch; tools reading the topic (kminion with franz-go) see 0
+    on a single node, and in cluster mode the epoch of the lease the node holds."""
+    from storage.record_batch import iter_batches
+
+    rt, flusher, logs = await runtime(tmp_path)
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
+    p = rt.shard.partition_of("g")
+    plog = rt.partitions[p]
+    first_end = plog.log_end_offset
+    # The partition's lease moves away and back at epoch 7 (cluster mode's hand-over).
+    assert rt.release(p) is plog
+    await rt.acquire(p, plog, 7)
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 6))
+    data = plog.read(0, 1 << 20)
+    epochs = [
+        (h.base_offset < first_end, h.partition_leader_epoch) for h, _, _ in iter_batches(data)
+    ]
+    assert epochs == [(True, 0), (False, 7)]
+    assert fetched(rt, "g") == 6
+    await flusher.stop()
+    logs.close_all()
