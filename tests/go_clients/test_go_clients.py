@@ -58,12 +58,16 @@ def run(bin_dir: Path, program: str, bootstrap: str, *args: str) -> dict[str, An
 
 
 def _flatten(value: Any, path: str) -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{path}.{k}"))
-        return out or {path: {}}
-    return {path: value}
+    """Leaves by dotted path; a list's items are named by their index."""
+    items = value.items() if isinstance(value, dict) else None
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        items = ((str(i), v) for i, v in enumerate(value))
+    if items is None:
+        return {path: value}
+    out: dict[str, Any] = {}
+    for k, v in items:
+        out.update(_flatten(v, f"{path}.{k}"))
+    return out or {path: value}
 
 
 def unexplained(scenario: str, kafka: dict[str, Any], kgc: dict[str, Any]) -> list[str]:
@@ -184,3 +188,40 @@ def test_sarama_group_commits_like_kafka(
         assert s["listed_protocol_type"] == "consumer"
         assert s["describe_after_delete"] == {"state": "Dead", "members": 0, "error": ""}
     assert unexplained(f"go.sarama.{strategy}", on_kafka, on_kgc) == []
+
+
+def test_franz_reads_a_groups_life_from_the_offsets_topic_like_kafka(
+    go_clients: Path, kgc: KgcProcess, kafka_broker: KafkaServer
+) -> None:
+    """What a Go tool reading __consumer_offsets (kminion's way: kgo and kmsg) decodes of
+    one classic group: joined, committed, left, deleted -- in Kafka's record formats."""
+    on_kgc, on_kafka = both(go_clients, "franz", kgc, kafka_broker, "-protocol", "offsets-topic")
+    for s in (on_kgc, on_kafka):
+        assert s["batch_leader_epochs"] == [0]
+        records = s["group_records"]
+        assert [(r["kind"], r["tombstone"]) for r in records] == [
+            ("group", False),  # the group as the join creates it, empty
+            ("group", False),  # generation 1, one member
+            ("offset", False),
+            ("group", False),  # generation 2, empty after the member left
+            ("offset", True),  # DeleteGroups: the offset, then the group
+            ("group", True),
+        ]
+        joined, committed, left = records[1], records[2], records[3]
+        assert (joined["generation"], joined["protocol"], len(joined["members"])) == (
+            1,
+            "range",
+            1,
+        )
+        assert joined["leader_is_member"] is True
+        assert (committed["offset"], committed["leader_epoch"], committed["metadata"]) == (
+            3,
+            0,
+            "<member id>",
+        )
+        assert (left["generation"], left["members"], left["protocol_type"]) == (
+            2,
+            None,
+            "consumer",
+        )
+    assert unexplained("go.franz.offsets-topic", on_kafka, on_kgc) == []

@@ -91,15 +91,15 @@ func main() {
 	bootstrap := flag.String("bootstrap", "127.0.0.1:9092", "host:port")
 	topic := flag.String("topic", "", "topic to create (unique per run)")
 	group := flag.String("group", "", "group id (unique per run)")
-	protocol := flag.String("protocol", "classic", "classic or consumer (KIP-848)")
+	protocol := flag.String("protocol", "classic", "classic, consumer (KIP-848) or offsets-topic (the scenario of offsets_topic.go)")
 	partitions := flag.Int("partitions", 4, "partitions of the topic")
 	records := flag.Int("records", 200, "records to produce")
 	flag.Parse()
 	if *topic == "" || *group == "" {
 		report.Fatalf("-topic and -group are required")
 	}
-	if *protocol != "classic" && *protocol != "consumer" {
-		report.Fatalf("-protocol must be classic or consumer")
+	if *protocol != "classic" && *protocol != "consumer" && *protocol != "offsets-topic" {
+		report.Fatalf("-protocol must be classic, consumer or offsets-topic")
 	}
 	nparts := int32(*partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -112,6 +112,10 @@ func main() {
 	}
 	defer adminCl.Close()
 	adm := kadm.NewClient(adminCl)
+	if *protocol == "offsets-topic" {
+		offsetsTopicScenario(ctx, *bootstrap, *topic, *group, adm).Print()
+		return
+	}
 
 	created, err := adm.CreateTopics(ctx, nparts, 1, nil, *topic)
 	if err != nil {
