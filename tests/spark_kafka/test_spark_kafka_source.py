@@ -6,8 +6,9 @@ confluent-kafka. The batch test reads them with ``spark.read.format("kafka")`` b
 given as earliest/latest, as explicit offsets per partition, and by timestamp (the connector
 lists offsets through its admin client). The stream test runs ``readStream`` with a checkpoint
 directory in ``trigger(availableNow=True)`` runs, a few records per micro-batch: each run ends
-when it has read what was there, more is produced, and the next run must continue exactly
-where the last stopped -- every record once, none missing. Each test runs against kgc and once
+when it has read what was there, more is produced (also into a partition added in between),
+and the next run must continue exactly where the last stopped -- every record once, at the
+partition and offset it was written to, none missing. Each test runs against kgc and once
 against the reference Kafka broker.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration, pytest.mark.spark]
 
@@ -153,26 +154,34 @@ def test_stream_resumes_from_its_checkpoint(spark: Any, bootstrap: str, tmp_path
         assert query.exception() is None
         return seen[before:]
 
-    def batch(name: str, count: int) -> list[tuple[int, str | None, str, int]]:
-        return [(i % 2, None, f"{name}{i}", BASE_TS + i) for i in range(count)]
+    ends = [0, 0, 0]  # where the next record of each partition lands
 
-    def delivered(rows: list[tuple[int, int, int, str]]) -> list[str]:
-        return sorted(value for _, _, _, value in rows)
+    def batch(name: str, count: int, partitions: int) -> dict[str, tuple[int, int]]:
+        """Produce ``count`` records round-robin; each value's (partition, offset)."""
+        placed = {}
+        for i in range(count):
+            placed[f"{name}{i}"] = (i % partitions, ends[i % partitions])
+            ends[i % partitions] += 1
+        produce(bootstrap, topic, [(p, None, v, BASE_TS) for v, (p, _) in placed.items()])
+        return placed
 
-    first = batch("a", 10)
-    produce(bootstrap, topic, first)
+    def delivered(rows: list[tuple[int, int, int, str]]) -> dict[str, tuple[int, int]]:
+        values = [value for _, _, _, value in rows]
+        assert len(values) == len(set(values)), f"a record delivered twice: {sorted(values)}"
+        return {value: (partition, offset) for _, partition, offset, value in rows}
+
+    first = batch("a", 10, partitions=2)
     run1 = run()
-    assert delivered(run1) == sorted(v for _, _, v, _ in first)
+    assert delivered(run1) == first
     assert len({b for b, *_ in run1}) >= 3  # at most 4 offsets a micro-batch
-    for _, partition, offset, value in run1:  # a-even in partition 0, a-odd in 1
-        assert (partition, offset) == (int(value[1:]) % 2, int(value[1:]) // 2), value
 
     assert run() == []  # nothing new: nothing again
 
-    second = batch("b", 7)
-    produce(bootstrap, topic, second)
+    # More records, also in a partition added meanwhile: the stream reads that one from its start.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_partitions([NewPartitions(topic, 3)]).values():
+        future.result()
+    second = batch("b", 8, partitions=3)
     run3 = run()
-    assert delivered(run3) == sorted(v for _, _, v, _ in second)
+    assert delivered(run3) == second
     assert min(b for b, *_ in run3) > max(b for b, *_ in run1)
-    for _, partition, offset, value in run3:
-        assert (partition, offset) == (int(value[1:]) % 2, 5 + int(value[1:]) // 2), value
