@@ -109,22 +109,20 @@ def validate(settings: Settings, configs: dict[str, str | None]) -> dict[str, in
             values[name] = parsed
     heartbeat, session = values[HEARTBEAT], values[SESSION]
     s = settings
+    # Kafka 4.4's GroupConfig.validateIntRange: the broker's bounds, named.
+    hb_lo, hb_hi = (
+        s.group_consumer_min_heartbeat_interval_ms,
+        s.group_consumer_max_heartbeat_interval_ms,
+    )
+    st_lo, st_hi = s.group_consumer_min_session_timeout_ms, s.group_consumer_max_session_timeout_ms
     checks = (
         (
-            heartbeat < s.group_consumer_min_heartbeat_interval_ms,
-            f"{HEARTBEAT} must be greater than or equal to group.consumer.min.heartbeat.interval.ms",
+            not hb_lo <= heartbeat <= hb_hi,
+            f"{HEARTBEAT} must be in the range {hb_lo} to {hb_hi} inclusive.",
         ),
         (
-            heartbeat > s.group_consumer_max_heartbeat_interval_ms,
-            f"{HEARTBEAT} must be less than or equal to group.consumer.max.heartbeat.interval.ms",
-        ),
-        (
-            session < s.group_consumer_min_session_timeout_ms,
-            f"{SESSION} must be greater than or equal to group.consumer.min.session.timeout.ms",
-        ),
-        (
-            session > s.group_consumer_max_session_timeout_ms,
-            f"{SESSION} must be less than or equal to group.consumer.max.session.timeout.ms",
+            not st_lo <= session <= st_hi,
+            f"{SESSION} must be in the range {st_lo} to {st_hi} inclusive.",
         ),
         (session <= heartbeat, f"{SESSION} must be greater than {HEARTBEAT}"),
     )

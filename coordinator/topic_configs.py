@@ -389,7 +389,7 @@ KAFKA_TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _def(
             "message.timestamp.after.max.ms",
             "LONG",
-            LONG_MAX_S,
+            "3600000",  # Kafka 4's default (KIP-937)
             "Largest allowed lead of a record's timestamp over the broker's clock (not checked).",
             ("log.message.timestamp.after.max.ms",),
             supported=False,
@@ -446,6 +446,41 @@ KAFKA_TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "BOOLEAN",
             "false",
             "Tiered storage (kgc has none).",
+            supported=False,
+        ),
+        # Added by Kafka 4.x after the table above (listed by 4.4's DescribeConfigs).
+        _def(
+            "remote.copy.lag.bytes",
+            "LONG",
+            "-1",
+            "Tiered storage upload lag by size (kgc has none).",
+            ("log.remote.copy.lag.bytes",),
+            supported=False,
+            at_least=-1,
+        ),
+        _def(
+            "remote.copy.lag.ms",
+            "LONG",
+            "0",
+            "Tiered storage upload lag by time (kgc has none).",
+            ("log.remote.copy.lag.ms",),
+            supported=False,
+            at_least=-1,
+        ),
+        _def(
+            "max.decompressed.message.bytes",
+            "INT",
+            "2147483639",
+            "Largest decompressed record accepted (kgc does not check it).",
+            ("max.decompressed.message.bytes",),
+            supported=False,
+            at_least=0,
+        ),
+        _def(
+            "errors.deadletterqueue.group.enable",
+            "BOOLEAN",
+            "false",
+            "Whether share groups may use the topic as a dead-letter queue (kgc has none).",
             supported=False,
         ),
     )

@@ -901,9 +901,9 @@ class ConfigAdmin:
             if op != DELETE:
                 changed.append(n)
         if changed:
-            # Kafka prints a Scala Set.
+            # Kafka 4.4 prints a Java list (3.x printed a Scala Set).
             raise _invalid_request(
-                "Cannot update these configs dynamically: Set(" + ", ".join(changed) + ")"
+                "Cannot update these configs dynamically: [" + ", ".join(changed) + "]"
             )
 
     def _alter_loggers(

@@ -271,3 +271,24 @@ async def test_create_topics_lists_every_kafka_topic_config_as_kafka_does(node: 
     assert got["retention.ms"] == ("1000", 1, False)
     assert got["index.interval.bytes"] == ("4096", 5, False)
     assert got["segment.bytes"] == ("1073741824", 5, False)
+
+
+async def test_create_topics_lists_the_configs_kafka_4_4_added_at_its_defaults(node: Node) -> None:
+    result = await _create_one(node, _creatable("t"))
+    got = {c.name: c.value for c in result.configs}
+    assert {
+        k: got.get(k)
+        for k in (
+            "errors.deadletterqueue.group.enable",
+            "max.decompressed.message.bytes",
+            "remote.copy.lag.bytes",
+            "remote.copy.lag.ms",
+            "message.timestamp.after.max.ms",
+        )
+    } == {
+        "errors.deadletterqueue.group.enable": "false",
+        "max.decompressed.message.bytes": "2147483639",
+        "remote.copy.lag.bytes": "-1",
+        "remote.copy.lag.ms": "0",
+        "message.timestamp.after.max.ms": "3600000",  # Kafka 4's default (KIP-937)
+    }
