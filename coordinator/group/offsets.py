@@ -263,16 +263,42 @@ def _commit_response(
     rest: ErrorCode | None = None,
 ) -> Result:
     """Answer an OffsetCommit with ``codes``; ``rest``: the coordinator's error for every
-    other partition. (A function of the module, not a closure: built on every commit.)"""
-    topics = []
-    for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
-        parts = [
-            OffsetCommitResponsePartition(
-                p.partition_index, _code(codes, (i, p.partition_index), rest)
-            )
-            for p in t.partitions
-        ]
-        topics.append(OffsetCommitResponseTopic(name or "", t.topic_id, parts))
+    other partition. (A function of the module, not a closure: built on every commit.)
+
+    In the order of Kafka's OffsetCommitResponse.Builder: the partitions refused before the
+    coordinator first (their topics in request order), then the coordinator's, appended to
+    their topic when it is already listed; without refused partitions, the coordinator's
+    answer as it is (a topic named twice twice). A topic without partitions is left out."""
+    topics: list[OffsetCommitResponseTopic] = []
+    if not any(c in _BEFORE_COORDINATOR for c in codes.values()):
+        for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
+            if t.partitions:
+                parts = [
+                    OffsetCommitResponsePartition(
+                        p.partition_index, _code(codes, (i, p.partition_index), rest)
+                    )
+                    for p in t.partitions
+                ]
+                topics.append(OffsetCommitResponseTopic(name or "", t.topic_id, parts))
+        out.replies.append((reply_to, OffsetCommitResponse(topics=topics)))
+        return out
+    by_key: dict[object, OffsetCommitResponseTopic] = {}
+    for before in (True, False):
+        for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
+            key = i if name is None else name
+            for p in t.partitions:
+                code = codes.get((i, p.partition_index))
+                if (code in _BEFORE_COORDINATOR) is not before:
+                    continue
+                topic = by_key.get(key)
+                if topic is None:
+                    topic = by_key[key] = OffsetCommitResponseTopic(name or "", t.topic_id, [])
+                    topics.append(topic)
+                topic.partitions.append(
+                    OffsetCommitResponsePartition(
+                        p.partition_index, _code(codes, (i, p.partition_index), rest)
+                    )
+                )
     out.replies.append((reply_to, OffsetCommitResponse(topics=topics)))
     return out
 
@@ -424,7 +450,8 @@ class OffsetMetadataManager:
                     )
                     stored.append(((name, index), entry))
                     parts.append(OffsetCommitResponsePartition(index, _OK))
-                answer.append(OffsetCommitResponseTopic(name, t.topic_id, parts))
+                if parts:  # Kafka's API layer does not pass a topic without partitions on
+                    answer.append(OffsetCommitResponseTopic(name, t.topic_id, parts))
         except (struct.error, ValueError):
             return None  # a record that cannot be serialized: the general path answers
         out = Result()
@@ -468,10 +495,11 @@ class OffsetMetadataManager:
             # Nothing left for the coordinator (an empty request included): Kafka answers
             # without it, so no group is validated, created or kept alive.
             return _commit_response(out, reply_to, req, names, codes)
-        err = self.partitions.precheck(req.group_id)
+        # The empty group id commits: Kafka keeps it "for backwards compatibility".
+        gid = req.group_id
+        err = self.partitions.precheck(gid) if gid else self.partitions.availability_error(gid)
         if err is not None:
             return _commit_response(out, reply_to, req, names, codes, err)
-        gid = req.group_id
         generation = req.generation_id_or_member_epoch
         group = self.find_group(gid)
         simple: ClassicGroup | None = None  # a new "simple" group, kept if a commit is written
@@ -874,36 +902,14 @@ class OffsetMetadataManager:
             out.replies.append((ctx.reply_to, OffsetDeleteResponse(error_code=code)))
             return out
 
-        # Unknown topics are answered first, as Kafka's KafkaApis does.
+        # Unknown topics and partitions are refused first, as Kafka's KafkaApis does; the
+        # coordinator is asked even when nothing is left, and its error replaces them.
         unknown = {
             (t.name, p.partition_index)
             for t in req.topics
             for p in t.partitions
             if self._unknown_partition(t.name, p.partition_index)
         }
-        if unknown and len(unknown) == sum(len(t.partitions) for t in req.topics):
-            out.replies.append(
-                (
-                    ctx.reply_to,
-                    OffsetDeleteResponse(
-                        error_code=0,
-                        topics=[
-                            OffsetDeleteResponseTopic(
-                                name=t.name,
-                                partitions=[
-                                    OffsetDeleteResponsePartition(
-                                        partition_index=p.partition_index,
-                                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                    )
-                                    for p in t.partitions
-                                ],
-                            )
-                            for t in req.topics
-                        ],
-                    ),
-                )
-            )
-            return out
         err = self.partitions.precheck(req.group_id)
         if err is not None:
             return whole(err)
@@ -915,25 +921,33 @@ class OffsetMetadataManager:
         if err is not None:
             return whole(err)
 
-        topics = []
-        for t in req.topics:
-            subscribed = group.is_subscribed_to(t.name)
-            parts = []
-            for p in t.partitions:
-                if (t.name, p.partition_index) in unknown:
-                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                elif subscribed:
-                    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
-                else:
-                    code = ErrorCode.NO_ERROR
-                    self._delete_offset(out, gid, t.name, p.partition_index)
-                    self._drop_pending_txn(gid, (t.name, p.partition_index))
-                parts.append(
-                    OffsetDeleteResponsePartition(
-                        partition_index=p.partition_index, error_code=code
+        # In the order of Kafka's OffsetDeleteResponse.Builder: the refused partitions first,
+        # then the coordinator's answer merged by topic name.
+        topics: list[OffsetDeleteResponseTopic] = []
+        by_name: dict[str, OffsetDeleteResponseTopic] = {}
+        for refused in (True, False):
+            for t in req.topics:
+                subscribed = group.is_subscribed_to(t.name)
+                for p in t.partitions:
+                    if ((t.name, p.partition_index) in unknown) is not refused:
+                        continue
+                    if refused:
+                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    elif subscribed:
+                        code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                    else:
+                        code = ErrorCode.NO_ERROR
+                        self._delete_offset(out, gid, t.name, p.partition_index)
+                        self._drop_pending_txn(gid, (t.name, p.partition_index))
+                    topic = by_name.get(t.name)
+                    if topic is None:
+                        topic = by_name[t.name] = OffsetDeleteResponseTopic(name=t.name)
+                        topics.append(topic)
+                    topic.partitions.append(
+                        OffsetDeleteResponsePartition(
+                            partition_index=p.partition_index, error_code=code
+                        )
                     )
-                )
-            topics.append(OffsetDeleteResponseTopic(name=t.name, partitions=parts))
         out.replies.append((ctx.reply_to, OffsetDeleteResponse(error_code=0, topics=topics)))
         return out
 
