@@ -357,10 +357,14 @@ def api_name(api_key: int) -> str:
 
 # Lists compared as sets (sorted after normalising), by API and field name: a classic
 # group's members come in the order of Kafka's HashMap of member ids, random UUIDs, so no
-# order can be matched (kgc lists them in join order; clients sort them themselves).
+# order can be matched (kgc lists them in join order; clients sort them themselves). An
+# OffsetFetch of all partitions lists them in the order of Kafka's TimelineHashMap (its
+# Fibonacci-hashed slots: 2, 0, 1 for partitions 0-2); kgc sorts them.
 UNORDERED = {
     ("join_group", "members"),
     ("describe_groups", "members"),
+    ("offset_fetch", "topics"),
+    ("offset_fetch", "partitions"),
 }
 
 
