@@ -5,7 +5,7 @@ run one consumer-group scenario end to end with a stock Go client -- create a to
 group members, produce, consume, commit, check with the client's admin API, leave, delete
 the group and the topic -- failing on any step that goes wrong, and print the outcome as
 JSON: only facts that do not depend on generated ids or timing. Each test runs its program
-against a fresh ``kgc serve`` and against the session's reference broker, checks the
+against the module's ``kgc serve`` and the session's reference broker at once, checks the
 outcome the scenario names on both, and then requires the two JSON summaries to be equal,
 except for differences argued in ``tests/differential/known_differences.toml`` (scenario
 ``go.<program>.<variant>``, path ``summary.<key>...``).
@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +89,11 @@ def unexplained(scenario: str, kafka: dict[str, Any], kgc: dict[str, Any]) -> li
 def both(
     bin_dir: Path, program: str, kgc: KgcProcess, kafka: KafkaServer, *args: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    on_kgc = run(bin_dir, program, kgc.bootstrap, *args)
-    on_kafka = run(bin_dir, program, kafka.bootstrap, *args)
-    return on_kgc, on_kafka
+    """The scenario against kgc and against Kafka, at the same time (they share nothing)."""
+    with ThreadPoolExecutor(2) as pool:
+        on_kgc = pool.submit(run, bin_dir, program, kgc.bootstrap, *args)
+        on_kafka = pool.submit(run, bin_dir, program, kafka.bootstrap, *args)
+        return on_kgc.result(), on_kafka.result()
 
 
 def assert_consumed_and_committed(s: dict[str, Any]) -> None:
@@ -112,10 +115,10 @@ def assert_consumed_and_committed(s: dict[str, Any]) -> None:
 
 
 def test_franz_classic_cooperative_group_commits_like_kafka(
-    go_clients: Path, kgc: KgcProcess, kafka_broker: KafkaServer
+    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer
 ) -> None:
     """kgo consumers (cooperative-sticky, JoinGroup/SyncGroup) and kadm's admin calls."""
-    on_kgc, on_kafka = both(go_clients, "franz", kgc, kafka_broker, "-protocol", "classic")
+    on_kgc, on_kafka = both(go_clients, "franz", kgc_go, kafka_broker, "-protocol", "classic")
     for s in (on_kgc, on_kafka):
         assert_consumed_and_committed(s)
         assert s["committed_leader_epochs"] == {p: 0 for p in EVEN}
@@ -139,11 +142,11 @@ def test_franz_classic_cooperative_group_commits_like_kafka(
 
 
 def test_franz_consumer_protocol_group_commits_like_kafka(
-    go_clients: Path, kgc: KgcProcess, kafka_broker: KafkaServer
+    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer
 ) -> None:
     """kgo with ServerSideBalancer (KIP-848, the server's range assignor) and kadm's
     ConsumerGroupDescribe: a consumer-protocol group, not a classic one."""
-    on_kgc, on_kafka = both(go_clients, "franz", kgc, kafka_broker, "-protocol", "consumer")
+    on_kgc, on_kafka = both(go_clients, "franz", kgc_go, kafka_broker, "-protocol", "consumer")
     for s in (on_kgc, on_kafka):
         assert_consumed_and_committed(s)
         assert s["committed_leader_epochs"] == {p: 0 for p in EVEN}
@@ -170,10 +173,10 @@ def test_franz_consumer_protocol_group_commits_like_kafka(
 
 @pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky"])
 def test_sarama_group_commits_like_kafka(
-    go_clients: Path, kgc: KgcProcess, kafka_broker: KafkaServer, strategy: str
+    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer, strategy: str
 ) -> None:
     """A sarama ConsumerGroup of two members, an idempotent SyncProducer, ClusterAdmin."""
-    on_kgc, on_kafka = both(go_clients, "sarama", kgc, kafka_broker, "-strategy", strategy)
+    on_kgc, on_kafka = both(go_clients, "sarama", kgc_go, kafka_broker, "-strategy", strategy)
     for s in (on_kgc, on_kafka):
         assert_consumed_and_committed(s)
         assert s["produced_at_expected_offsets"] is True
@@ -191,11 +194,11 @@ def test_sarama_group_commits_like_kafka(
 
 
 def test_franz_reads_a_groups_life_from_the_offsets_topic_like_kafka(
-    go_clients: Path, kgc: KgcProcess, kafka_broker: KafkaServer
+    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer
 ) -> None:
     """What a Go tool reading __consumer_offsets (kminion's way: kgo and kmsg) decodes of
     one classic group: joined, committed, left, deleted -- in Kafka's record formats."""
-    on_kgc, on_kafka = both(go_clients, "franz", kgc, kafka_broker, "-protocol", "offsets-topic")
+    on_kgc, on_kafka = both(go_clients, "franz", kgc_go, kafka_broker, "-protocol", "offsets-topic")
     for s in (on_kgc, on_kafka):
         assert s["batch_leader_epochs"] == [0]
         records = s["group_records"]
@@ -225,3 +228,27 @@ def test_franz_reads_a_groups_life_from_the_offsets_topic_like_kafka(
             "consumer",
         )
     assert unexplained("go.franz.offsets-topic", on_kafka, on_kgc) == []
+
+
+def test_franz_member_crash_hands_its_partitions_over_at_its_committed_offsets(
+    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer
+) -> None:
+    """A kgo member killed outright (no LeaveGroup): its session expires after 6 s, the
+    survivor gets every partition and resumes the dead member's at its commits."""
+    on_kgc, on_kafka = both(go_clients, "franz", kgc_go, kafka_broker, "-protocol", "failover")
+    for s in (on_kgc, on_kafka):
+        assert s["partitions_before"] == [2, 2]
+        assert s["committed_before_crash"] == EVEN
+        assert s["takeover_waited_for_the_session_timeout"] is True
+        assert s["committed_after_takeover"] == {p: 2 * o for p, o in EVEN.items()}
+        # Its own half of both batches, and the dead member's half of the second only.
+        assert (s["a_records"], s["a_records_of_bs_partitions"]) == (300, 100)
+        assert (s["a_rereads_of_bs_committed_records"], s["a_duplicates"]) == (0, 0)
+        assert not s["a_errors"]
+        assert s["describe_groups"] == {
+            "error": "",
+            "state": "Stable",
+            "members": 1,
+            "protocol": "cooperative-sticky",
+        }
+    assert unexplained("go.franz.failover", on_kafka, on_kgc) == []

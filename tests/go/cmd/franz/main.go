@@ -91,15 +91,22 @@ func main() {
 	bootstrap := flag.String("bootstrap", "127.0.0.1:9092", "host:port")
 	topic := flag.String("topic", "", "topic to create (unique per run)")
 	group := flag.String("group", "", "group id (unique per run)")
-	protocol := flag.String("protocol", "classic", "classic, consumer (KIP-848) or offsets-topic (the scenario of offsets_topic.go)")
+	protocol := flag.String("protocol", "classic", "classic, consumer (KIP-848), offsets-topic or failover (the scenarios of offsets_topic.go, failover.go)")
 	partitions := flag.Int("partitions", 4, "partitions of the topic")
 	records := flag.Int("records", 200, "records to produce")
+	role := flag.String("role", "", "member: the failover scenario's child (consume and commit until killed)")
 	flag.Parse()
+	if *role == "member" {
+		memberRole(*bootstrap, *topic, *group)
+		return
+	}
 	if *topic == "" || *group == "" {
 		report.Fatalf("-topic and -group are required")
 	}
-	if *protocol != "classic" && *protocol != "consumer" && *protocol != "offsets-topic" {
-		report.Fatalf("-protocol must be classic, consumer or offsets-topic")
+	switch *protocol {
+	case "classic", "consumer", "offsets-topic", "failover":
+	default:
+		report.Fatalf("-protocol must be classic, consumer, offsets-topic or failover")
 	}
 	nparts := int32(*partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -112,8 +119,12 @@ func main() {
 	}
 	defer adminCl.Close()
 	adm := kadm.NewClient(adminCl)
-	if *protocol == "offsets-topic" {
+	switch *protocol {
+	case "offsets-topic":
 		offsetsTopicScenario(ctx, *bootstrap, *topic, *group, adm).Print()
+		return
+	case "failover":
+		failoverScenario(ctx, *bootstrap, *topic, *group, nparts, *records, adm).Print()
 		return
 	}
 
