@@ -730,9 +730,16 @@ class ConfigAdmin:
         for config, d in group_configs.GROUP_CONFIGS.items():
             value = values[config]
             source = GROUP_CONFIG if config in own else DEFAULT_CONFIG
+            # Kafka's synonyms: the group's own value (once set), then the broker setting
+            # that gives the default, group.<name>.
+            default_name = f"group.{config}"
             all_synonyms = [
-                DescribeConfigsSynonym(name=config, value=value, source=source),
-                *config_synonyms(config, broker_synonyms(config), False, broker),
+                *(
+                    [DescribeConfigsSynonym(name=config, value=value, source=GROUP_CONFIG)]
+                    if config in own
+                    else []
+                ),
+                *config_synonyms(default_name, [default_name], False, broker),
             ]
             out.append(
                 DescribeConfigsResourceResult(

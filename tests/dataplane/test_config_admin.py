@@ -629,7 +629,8 @@ async def test_group_configs_validated_stored_and_honoured(tmp_path: Path) -> No
     assert n.shard.consumer.group_configs == {"g": (50000, 6000)}
     c = by_name(await n.describe(GROUP, "g"))
     assert synonyms(c["consumer.session.timeout.ms"]) == [
-        ("consumer.session.timeout.ms", "50000", GROUP_CONFIG)
+        ("consumer.session.timeout.ms", "50000", GROUP_CONFIG),
+        ("group.consumer.session.timeout.ms", "45000", DEFAULT_CONFIG),
     ]
     # A consumer-protocol member of the group gets the group's interval.
     out = n.shard.consumer.consumer_group_heartbeat(
@@ -896,3 +897,28 @@ def test_unreadable_group_configs_stop_the_start_with_one_line(tmp_path: Path) -
     (tmp_path / GROUP_CONFIGS_FILE).write_text("{not json")
     with pytest.raises(DataDirError, match="move it aside"):
         LocalGroupConfigs(Settings(data_dir=tmp_path), tmp_path / GROUP_CONFIGS_FILE)
+
+
+async def test_group_config_synonyms_name_the_broker_setting_as_kafka_does(node: Node) -> None:
+    # Kafka 4.4: a group config's synonym is its broker default (group.<name>); the group's
+    # own value comes first once set.
+    def synonyms(result: Any) -> dict[str, list[tuple[str, str | None, int]]]:
+        return {c.name: [(s.name, s.value, s.source) for s in c.synonyms] for c in result.configs}
+
+    keys = ["consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"]
+    fresh = await node.describe(GROUP, "g", keys, synonyms=True)
+    assert synonyms(fresh) == {
+        "consumer.session.timeout.ms": [("group.consumer.session.timeout.ms", "45000", 5)],
+        "consumer.heartbeat.interval.ms": [("group.consumer.heartbeat.interval.ms", "5000", 5)],
+    }
+    assert await node.incremental(GROUP, "g", [("consumer.session.timeout.ms", SET, "50000")]) == (
+        0,
+        None,
+    )
+    own = await node.describe(GROUP, "g", keys[:1], synonyms=True)
+    assert synonyms(own) == {
+        "consumer.session.timeout.ms": [
+            ("consumer.session.timeout.ms", "50000", 8),
+            ("group.consumer.session.timeout.ms", "45000", 5),
+        ]
+    }
