@@ -68,7 +68,9 @@ def test_describe_during_rebalance_omits_metadata_and_protocol() -> None:
 def test_describe_authorized_operations_v3() -> None:
     h = Harness()
     h.stable_group("g", 1)
-    assert describe(h, "g", version=3, ops=True).groups[0].authorized_operations == 328
+    assert (
+        describe(h, "g", version=3, ops=True).groups[0].authorized_operations == 3400
+    )  # READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
     assert describe(h, "g", version=2, ops=True).groups[0].authorized_operations == -2147483648
 
 

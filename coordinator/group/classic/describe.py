@@ -10,9 +10,9 @@ group of another type (the caller says which through ``non_classic``; a
 consumer group is described by ConsumerGroupDescribe).  Member metadata and
 the protocol name are filled only when Stable (assignments always); v3+ may
 ask for authorized operations, which we answer with what Kafka gives a fully
-authorized user on a group (READ, DELETE, DESCRIBE) -- on answers without an
-error only, as Kafka's KafkaApis does.  Empty group ids are served, not
-rejected.
+authorized user on a group (READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS,
+ALTER_CONFIGS) -- on answers without an error only, as Kafka's KafkaApis
+does.  Empty group ids are served, not rejected.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ __all__ = [
     "not_a_classic_group",
 ]
 
-# AclOperation codes READ=3, DELETE=6, DESCRIBE=8 as a bitfield: the
-# operations applicable to a group resource.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+# AclOperation codes READ=3, DELETE=6, DESCRIBE=8, DESCRIBE_CONFIGS=10, ALTER_CONFIGS=11
+# as a bitfield: the operations applicable to a group resource (Kafka 4 added the two
+# config operations with group configs, KIP-848).
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
 _AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
