@@ -347,9 +347,12 @@ _KAFKA_BROKER_DEFAULTS: dict[str, str | None] = {
     "log.preallocate": "false",
     "log.message.timestamp.type": "CreateTime",
     "log.message.timestamp.before.max.ms": str(topic_configs.LONG_MAX),
-    "log.message.timestamp.after.max.ms": str(topic_configs.LONG_MAX),
+    "log.message.timestamp.after.max.ms": "3600000",  # Kafka 4's default (KIP-937)
     "log.local.retention.ms": "-2",
     "log.local.retention.bytes": "-2",
+    "log.remote.copy.lag.bytes": "-1",
+    "log.remote.copy.lag.ms": "0",
+    "max.decompressed.message.bytes": "2147483639",
 }
 
 

@@ -922,3 +922,16 @@ async def test_group_config_synonyms_name_the_broker_setting_as_kafka_does(node:
             ("group.consumer.session.timeout.ms", "45000", 5),
         ]
     }
+
+
+async def test_topic_synonyms_of_the_configs_kafka_4_changed_or_added(node: Node) -> None:
+    node.create("t4")
+    result = await node.describe(TOPIC, "t4", synonyms=True)
+    got = {c.name: [(s.name, s.value, s.source) for s in c.synonyms] for c in result.configs}
+    assert got["message.timestamp.after.max.ms"] == [
+        ("log.message.timestamp.after.max.ms", "3600000", DEFAULT_CONFIG)
+    ]
+    assert got["remote.copy.lag.ms"] == [("log.remote.copy.lag.ms", "0", DEFAULT_CONFIG)]
+    assert got["max.decompressed.message.bytes"] == [
+        ("max.decompressed.message.bytes", "2147483639", DEFAULT_CONFIG)
+    ]
