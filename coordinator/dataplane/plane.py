@@ -90,6 +90,7 @@ from protocol.messages.list_offsets import (
     ListOffsetsTopicResponse,
 )
 from protocol.messages.produce import (
+    BatchIndexAndErrorMessage,
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
@@ -110,8 +111,10 @@ from storage.offsets_format import OFFSETS_TOPIC
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
+    CorruptBatchError,
     UnsupportedCompressionError,
     iter_record_tuples,
+    key_values,
 )
 
 log = logging.getLogger("kgc.data")
@@ -146,6 +149,29 @@ def stamp_log_append_time(batch: bytes, now_ms: int) -> bytes:
 
 def _reader(plog: PartitionLog, offset: int, high_watermark: int) -> Callable[[int], bytes]:
     return lambda limit: plog.read(offset, limit, max_offset=high_watermark)
+
+
+def keyless_record_errors(batch: bytes, partition: str) -> list[BatchIndexAndErrorMessage]:
+    """The records of ``batch`` without a key, as Kafka's LogValidator reports them when the
+    topic is compacted (a record without a key could never be compacted away)."""
+    why = f"Compacted topic cannot accept message without key in topic partition {partition}"
+    return [
+        BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=why)
+        for i, (key, _) in enumerate(key_values(batch))
+        if key is None
+    ]
+
+
+def record_errors_message(errors: list[BatchIndexAndErrorMessage]) -> str:
+    """Kafka's summary of refused records (ReplicaManager, RecordValidationException)."""
+    shown = ", ".join(
+        f"RecordError(batchIndex={e.batch_index}, message='{e.batch_index_error_message}')"
+        for e in errors[:3]
+    )
+    return (
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]"
+    )
 
 
 def high_watermark(plog: PartitionLog) -> int:
@@ -499,6 +525,17 @@ class DataPlane:
         if h is None or records is None:
             pr.error_code, pr.error_message = err, msg
             return None
+        if plog.config.compact:
+            try:
+                refused = keyless_record_errors(records, f"{topic}-{pr.index}")
+            except (CorruptBatchError, UnsupportedCompressionError) as e:
+                pr.error_code, pr.error_message = ErrorCode.CORRUPT_MESSAGE, str(e)
+                return None
+            if refused:
+                pr.error_code, pr.record_errors = ErrorCode.INVALID_RECORD, refused
+                pr.error_message = record_errors_message(refused)
+                pr.log_start_offset = plog.log_start_offset
+                return None
         if h.is_transactional:
             pr.error_code = ErrorCode.INVALID_TXN_STATE
             pr.error_message = (

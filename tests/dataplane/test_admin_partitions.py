@@ -118,7 +118,9 @@ class Node:
                         produce.PartitionProduceData(
                             index=partition,
                             records=encode_batch(
-                                0, [(None, v) for v in values], timestamp_ms=int(time.time() * 1000)
+                                0,
+                                [(b"k%d" % i, v) for i, v in enumerate(values)],
+                                timestamp_ms=int(time.time() * 1000),
                             ),
                         )
                     ],

@@ -206,6 +206,35 @@ async def test_produce_errors(node: Node) -> None:
     ).error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+async def test_a_compacted_topic_refuses_records_without_a_key_as_kafka_does(
+    node: Node, policy: str
+) -> None:
+    """Kafka's LogValidator refuses a batch holding a record without a key when the topic
+    is compacted (it could never be compacted away): INVALID_RECORD, each keyless record's
+    index in record_errors, nothing appended. kgc used to store it."""
+    node.create("t", 1, {"cleanup.policy": policy})
+    now = int(time.time() * 1000)
+    keyless = encode_batch(
+        0, [(b"k", b"a"), (None, b"b"), (b"k2", b"c"), (None, b"d")], timestamp_ms=now
+    )
+    r = await node.produce("t", 0, keyless, version=11)
+    why = "Compacted topic cannot accept message without key in topic partition t-0"
+    assert (r.error_code, r.base_offset, r.log_start_offset) == (ErrorCode.INVALID_RECORD, -1, 0)
+    assert [(e.batch_index, e.batch_index_error_message) for e in r.record_errors] == [
+        (1, why),
+        (3, why),
+    ]
+    assert r.error_message == (
+        "One or more records have been rejected due to 2 record errors in total, and only "
+        f"showing the first three errors at most: [RecordError(batchIndex=1, message='{why}'), "
+        f"RecordError(batchIndex=3, message='{why}')]"
+    )
+    assert node.logs.get("t", 0).log_end_offset == 0  # type: ignore[union-attr]
+    keyed = encode_batch(0, [(b"k", b"a"), (b"k", None)], timestamp_ms=now)
+    assert (await node.produce("t", 0, keyed, version=11)).error_code == 0
+
+
 async def test_idempotent_retry_gets_original_offset(node: Node) -> None:
     node.create("t", 1)
     init = await node.call(
