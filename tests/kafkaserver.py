@@ -229,7 +229,14 @@ class KafkaServer:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding (22 chars)."""
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding (22 chars).
+
+    Never one starting with '-': kafka-storage's argument parser takes it for an option (1
+    id in 64), which Kafka's own ``Uuid.randomUuid`` avoids the same way.
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
