@@ -42,9 +42,12 @@ def value_strategy(f: codegen.Field, typ: str, v: int) -> st.SearchStrategy[Any]
     raise AssertionError(typ)
 
 
-def field_strategy(mod: Any, f: codegen.Field, v: int) -> st.SearchStrategy[Any]:
+def field_strategy(mod: Any, f: codegen.Field, v: int, owner: str) -> st.SearchStrategy[Any]:
     if f.struct:
         inner: st.SearchStrategy[Any] = struct_strategy(mod, f.struct, f.fields, v)
+    elif (owner, f.name) in codegen.EMPTY_AS_NULL and v in f.nullable:
+        # Sent as null when empty, as Kafka does: "" comes back as None, by design.
+        inner = st.text(min_size=1, max_size=20)
     else:
         inner = value_strategy(f, f.elem, v)
     if f.is_array:
@@ -58,7 +61,7 @@ def struct_strategy(
     mod: Any, cls_name: str, fields: list[codegen.Field], v: int
 ) -> st.SearchStrategy[Any]:
     cls = getattr(mod, cls_name)
-    kwargs = {f.py: field_strategy(mod, f, v) for f in fields if v in f.versions}
+    kwargs = {f.py: field_strategy(mod, f, v, cls_name) for f in fields if v in f.versions}
     return st.builds(cls, **kwargs)
 
 
