@@ -359,12 +359,19 @@ def api_name(api_key: int) -> str:
 # group's members come in the order of Kafka's HashMap of member ids, random UUIDs, so no
 # order can be matched (kgc lists them in join order; clients sort them themselves). An
 # OffsetFetch of all partitions lists them in the order of Kafka's TimelineHashMap (its
-# Fibonacci-hashed slots: 2, 0, 1 for partitions 0-2); kgc sorts them.
+# Fibonacci-hashed slots: 2, 0, 1 for partitions 0-2); kgc sorts them. The groups of one
+# DescribeGroups, DeleteGroups, OffsetFetch v8+ or ConsumerGroupDescribe come in the order
+# of Kafka's HashMap of their offsets partitions (GroupCoordinatorService groups the ids
+# by partition and concatenates the answers); kgc keeps the request's order.
 UNORDERED = {
     ("join_group", "members"),
     ("describe_groups", "members"),
+    ("describe_groups", "groups"),
+    ("delete_groups", "results"),
     ("offset_fetch", "topics"),
     ("offset_fetch", "partitions"),
+    ("offset_fetch", "groups"),
+    ("consumer_group_describe", "groups"),
 }
 
 
