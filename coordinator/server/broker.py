@@ -135,6 +135,9 @@ INVALID_REQUEST_MESSAGE = (
 )
 
 
+_NO_TOPIC_ID = bytes(16)
+
+
 def kafka_topic_name_message(name: str) -> str:
     """Kafka's InvalidTopicException message for an illegal name (Topic.validate)."""
     if not name:
@@ -228,7 +231,11 @@ class Broker:
         if self._metadata_cache_at != state:
             self._metadata_cache.clear()
             self._metadata_cache_at = state
-        by_name = req.topics is not None and all(t.name is not None for t in req.topics)
+        # Topics asked for by id are answered fresh: their names ("" from the Java client)
+        # do not tell them apart.
+        by_name = req.topics is not None and all(
+            t.name is not None and t.topic_id == _NO_TOPIC_ID for t in req.topics
+        )
         names = (
             tuple(t.name or "" for t in req.topics) if by_name and req.topics is not None else None
         )
@@ -276,11 +283,16 @@ class Broker:
             auto_create = False
         else:
             names = []
+            # As soon as one topic is asked for by id, Kafka looks up the ids only and
+            # ignores every name (the Java client leaves them at "", not null).
+            by_id = version >= 10 and any(t.topic_id != _NO_TOPIC_ID for t in req.topics)
             for t in req.topics:
                 name: str | bytes
-                if t.name is None and t.topic_id == self.offsets_topic_id:
+                if by_id and t.topic_id == _NO_TOPIC_ID:
+                    continue
+                if (by_id or t.name is None) and t.topic_id == self.offsets_topic_id:
                     name = OFFSETS_TOPIC
-                elif t.name is None:
+                elif by_id or t.name is None:
                     info = self.catalog.by_id.get(t.topic_id)
                     name = info.name if info else t.topic_id
                 else:
@@ -288,8 +300,10 @@ class Broker:
                 # Kafka answers each topic once, however often it is asked for.
                 if name not in names:
                     names.append(name)
-            auto_create = self.settings.auto_create_topics_enable and (
-                version < 4 or req.allow_auto_topic_creation
+            auto_create = (
+                self.settings.auto_create_topics_enable
+                and not by_id
+                and (version < 4 or req.allow_auto_topic_creation)
             )
         topics = []
         for name in names:

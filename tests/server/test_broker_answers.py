@@ -99,6 +99,34 @@ async def test_metadata_for_an_unknown_topic_id_names_that_id(node: Node) -> Non
     )
 
 
+async def test_metadata_by_topic_id_ignores_the_empty_name_the_java_client_sends(
+    node: Node,
+) -> None:
+    """The Java client asks for the topics of a KIP-848 assignment by id with the name left
+    at its default, "" (not null). Kafka looks topics up by id as soon as one id is given
+    and ignores every name then; kgc answered "" as an invalid topic name, so a consumer
+    subscribed with a SubscriptionPattern never learned its partitions."""
+    node.broker.create_topic("t", 2, {})
+    tid = node.catalog.get("t").topic_id  # type: ignore[union-attr]
+    by_id = metadata.MetadataRequestTopic(name="", topic_id=tid)
+    resp = await node.call(metadata.API_KEY, 12, _meta(by_id))
+    assert [(x.error_code, x.name, x.topic_id, len(x.partitions)) for x in resp.topics] == [
+        (0, "t", tid, 2)
+    ]
+    unrelated_name = metadata.MetadataRequestTopic(name="other", topic_id=bytes(16))
+    resp = await node.call(metadata.API_KEY, 12, _meta(by_id, unrelated_name, by_id))
+    assert [x.name for x in resp.topics] == ["t"]
+    node.broker.create_topic("u", 1, {})
+    uid = node.catalog.get("u").topic_id  # type: ignore[union-attr]
+    resp = await node.call(
+        metadata.API_KEY, 12, _meta(metadata.MetadataRequestTopic(name="", topic_id=uid))
+    )
+    assert [(x.name, x.topic_id) for x in resp.topics] == [("u", uid)]
+    unknown = metadata.MetadataRequestTopic(name="", topic_id=b"\x07" * 16)
+    resp = await node.call(metadata.API_KEY, 12, _meta(unknown))
+    assert [(x.error_code, x.name) for x in resp.topics] == [(ErrorCode.UNKNOWN_TOPIC_ID, None)]
+
+
 @pytest.mark.parametrize("version", [1, 2, 3])
 async def test_find_coordinator_v1_to_v3_success_says_none(node: Node, version: int) -> None:
     # Kafka fills the single-key answer's message from Errors.NONE.message(): "NONE".
