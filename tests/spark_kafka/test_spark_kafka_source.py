@@ -4,7 +4,8 @@ How this works: the session fixture (conftest.py) starts local Spark with the co
 jars; records of known partition, offset, key, value, timestamp and headers are produced with
 confluent-kafka. The batch test reads them with ``spark.read.format("kafka")`` between offsets
 given as earliest/latest, as explicit offsets per partition, and by timestamp (the connector
-lists offsets through its admin client). The stream test runs ``readStream`` with a checkpoint
+lists offsets through its admin client), and after DeleteRecords, where asking below the log
+start is data loss (an error, or skipped with ``failOnDataLoss=false``). The stream test runs ``readStream`` with a checkpoint
 directory in ``trigger(availableNow=True)`` runs, a few records per micro-batch: each run ends
 when it has read what was there, more is produced (also into a partition added in between),
 and the next run must continue exactly where the last stopped -- every record once, at the
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration, pytest.mark.spark]
@@ -124,6 +125,19 @@ def test_batch_read_between_offsets(spark: Any, bootstrap: str) -> None:
     )
     wanted = [(0, 2), (1, 0), (2, 4)]
     assert by_time == [expected[k] for k in wanted]
+
+    # Records deleted below offset 2 of partition 0: earliest starts there; asking for an
+    # offset below it is data loss, an error unless failOnDataLoss is off (then skipped).
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 2)]).values():
+        future.result()
+    remaining = sorted(v for k, v in expected.items() if k[0] != 0 or k[1] >= 2)
+    assert read(startingOffsets="earliest", endingOffsets="latest") == remaining
+    below = json.dumps({topic: {"0": 0, "1": -2, "2": -2}})
+    skipped = read(startingOffsets=below, endingOffsets="latest", failOnDataLoss="false")
+    assert skipped == remaining
+    with pytest.raises(Exception, match="Some data may have been lost"):
+        read(startingOffsets=below, endingOffsets="latest")
 
 
 def test_stream_resumes_from_its_checkpoint(spark: Any, bootstrap: str, tmp_path: Path) -> None:
