@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from javakit import Clients
+from kgc_process import KgcProcess
 
 from coordinator.tools.admin import Admin
 
@@ -31,3 +32,21 @@ def create_topic(bootstrap: str, name: str, partitions: int, **configs: str) -> 
 @pytest.fixture
 def topic_maker() -> Callable[..., None]:
     return create_topic
+
+
+@pytest.fixture
+def kgc848(tmp_path: Path) -> Iterator[KgcProcess]:
+    """kgc whose consumer groups heartbeat every 500 ms (Kafka's default is 5 s, its floor
+    too): a consumer-protocol member learns of a revocation or an assignment at its next
+    heartbeat, so this keeps each hand-over short without changing what happens."""
+    proc = KgcProcess(
+        tmp_path / "data",
+        "--group-consumer-min-heartbeat-interval-ms",
+        "500",
+        "--group-consumer-heartbeat-interval-ms",
+        "500",
+    )
+    proc.start()
+    yield proc
+    if proc.alive():
+        proc.stop()

@@ -200,8 +200,11 @@ class Clients:
         partition: int | None = None,
         value_prefix: str = "v-",
         timeout: float = 90.0,
+        expect_ok: bool = True,
     ) -> list[Event]:
-        """Runs Produce to the end; the acknowledgements (every record must be acked)."""
+        """Runs Produce to the end (``topic`` may name several, comma-separated). The
+        acknowledgements, every record acknowledged; or with ``expect_ok=False`` the refusals
+        (``nack`` events, each with the error class the client raised), at least one."""
         args = [*common_args(bootstrap, self.config), "--topic", topic, "--count", str(count)]
         args += ["--compression", ",".join(compression), "--idempotent", str(idempotent).lower()]
         args += ["--value-prefix", value_prefix]
@@ -211,6 +214,9 @@ class Clients:
             args += ["--partition", str(partition)]
         c = self.start("kgc.clients.Produce", args)
         rc = c.wait_exit(timeout)
+        if not expect_ok:
+            assert rc == 1 and c.of("nack"), c.describe()
+            return c.of("nack")
         assert rc == 0, c.describe()
         return c.of("ack")
 

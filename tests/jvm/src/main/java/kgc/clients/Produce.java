@@ -10,7 +10,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
 /**
  * KafkaProducer runs, one per compression type, each printing every acknowledgement.
  *
- * <p>Options (besides {@link Cli}'s): {@code --topic T}; {@code --count N} records per run;
+ * <p>Options (besides {@link Cli}'s): {@code --topic T1,T2}; {@code --count N} records per topic
+ * and run;
  * {@code --compression none,gzip,...} (one producer per listed type, in order; default none);
  * {@code --idempotent true|false} (enable.idempotence, default true); {@code --acks all};
  * {@code --keys a,b,c} (record i gets key i modulo the list; no keys without it); {@code
@@ -24,7 +25,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
 public final class Produce {
   public static void main(String[] args) throws Exception {
     Cli cli = new Cli(args);
-    String topic = cli.require("topic");
+    String[] topics = cli.require("topic").split(",");
     int count = cli.getInt("count", 10);
     String[] codecs = cli.get("compression", "none").split(",");
     String keysOpt = cli.get("keys", null);
@@ -43,27 +44,29 @@ public final class Produce {
       p.put("acks", cli.get("acks", "all"));
       p.putIfAbsent("linger.ms", "5");
       try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-        for (int i = 0; i < count; i++) {
-          String key = keys == null ? null : keys[i % keys.length];
-          String value = prefix + codec + "-" + i;
-          producer.send(
-              new ProducerRecord<>(topic, partition, key, value),
-              (meta, err) -> {
-                ObjectNode n = Cli.event(err == null ? "ack" : "nack");
-                n.put("codec", codec);
-                n.put("topic", topic);
-                n.put("key", key);
-                n.put("value", value);
-                if (err == null) {
-                  n.put("partition", meta.partition());
-                  n.put("offset", meta.offset());
-                  acked.incrementAndGet();
-                } else {
-                  Cli.putError(n, err);
-                  failed.incrementAndGet();
-                }
-                Cli.emit(n);
-              });
+        for (String topic : topics) {
+          for (int i = 0; i < count; i++) {
+            String key = keys == null ? null : keys[i % keys.length];
+            String value = prefix + codec + "-" + i;
+            producer.send(
+                new ProducerRecord<>(topic, partition, key, value),
+                (meta, err) -> {
+                  ObjectNode n = Cli.event(err == null ? "ack" : "nack");
+                  n.put("codec", codec);
+                  n.put("topic", topic);
+                  n.put("key", key);
+                  n.put("value", value);
+                  if (err == null) {
+                    n.put("partition", meta.partition());
+                    n.put("offset", meta.offset());
+                    acked.incrementAndGet();
+                  } else {
+                    Cli.putError(n, err);
+                    failed.incrementAndGet();
+                  }
+                  Cli.emit(n);
+                });
+          }
         }
         producer.flush();
       }
