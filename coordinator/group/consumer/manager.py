@@ -632,7 +632,7 @@ class ConsumerGroupManager:
                 raise HeartbeatError(
                     ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group."
                 )
-            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
         iid = req.instance_id
         if iid is None:
             member = group.members.get(req.member_id)
