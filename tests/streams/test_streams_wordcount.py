@@ -53,7 +53,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 from kafka.partitioner.default import murmur2
 from kafkaserver import java_command
 
@@ -228,17 +228,22 @@ class Cluster:
         finally:
             consumer.close()
 
-    def internal_topics(self) -> dict[str, tuple[int, str]]:
-        """Streams' internal topics: their partition count and cleanup.policy."""
+    def internal_topics(self) -> dict[str, tuple[int, dict[str, str]]]:
+        """Streams' internal topics: their partition count and the configs set on the topic."""
         names = [f"{self.app}-words-repartition", f"{self.app}-counts-changelog"]
         meta = self.admin.list_topics(timeout=10).topics
-        found: dict[str, tuple[int, str]] = {}
+        found: dict[str, tuple[int, dict[str, str]]] = {}
         for name in names:
             if name not in meta:
                 continue
             res = ConfigResource(ConfigResource.Type.TOPIC, name)
             configs = self.admin.describe_configs([res])[res].result()
-            found[name] = (len(meta[name].partitions), configs["cleanup.policy"].value)
+            own = {
+                c.name: c.value
+                for c in configs.values()
+                if c.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+            }
+            found[name] = (len(meta[name].partitions), own)
         return found
 
 
@@ -287,8 +292,20 @@ def test_wordcount_survives_sigkill_of_one_instance(
     victim, survivor = sorted(instances, key=lambda i: -sum(t[0] == "1" for t in i.tasks()))
     internal = cluster.internal_topics()
     assert internal == {
-        f"{app}-words-repartition": (PARTITIONS, "delete"),
-        f"{app}-counts-changelog": (PARTITIONS, "compact"),
+        # What Streams asks for in CreateTopics, as the server keeps it.
+        f"{app}-words-repartition": (
+            PARTITIONS,
+            {
+                "cleanup.policy": "delete",
+                "message.timestamp.type": "CreateTime",
+                "retention.ms": "-1",
+                "segment.bytes": "52428800",
+            },
+        ),
+        f"{app}-counts-changelog": (
+            PARTITIONS,
+            {"cleanup.policy": "compact", "message.timestamp.type": "CreateTime"},
+        ),
     }
 
     # 1. Nothing fails while batch 1 is processed: its counts are exact.
