@@ -701,6 +701,10 @@ class ConsumerGroupManager:
                 names |= resolved.topics
         metadata_hash = group_hash(names, self.topics, self.topic_hash_cache)
         writes.append(rec.group_metadata(gid, group.group_epoch + 1, metadata_hash))
+        if removed_ids.issuperset(group.members):
+            # Nobody is left to compute a target: the empty one is current at the new epoch
+            # (Kafka 4.4, KAFKA-20442).
+            writes.append(rec.target_metadata(gid, group.group_epoch + 1))
         rec.apply_all(out, self.partitions.partition_of(gid), group, writes)
         group.set_metadata_refresh_deadline(now_ms, group.group_epoch)
         for mid in removed_ids:
