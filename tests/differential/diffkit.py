@@ -337,6 +337,12 @@ def _norm(value: Any, key: str, ids: _Ids) -> Any:
         return "<node>" if value >= 0 else value
     if key in ("member_id", "leader", "assignor_member_id"):
         return _member_canon(ids, value)
+    if key == "error_message" and isinstance(value, str):
+        # Messages name members by their generated ids ("Member X is not a member ...").
+        for (kind, seen), canon in ids.seen.items():
+            if kind == "member" and isinstance(seen, str) and len(seen) >= 8 and seen in value:
+                value = value.replace(seen, canon)
+        return value
     if (
         key in ID_FIELDS
         and value not in (None, "", -1, 0, ZERO_UUID)
@@ -372,6 +378,10 @@ UNORDERED = {
     ("offset_fetch", "partitions"),
     ("offset_fetch", "groups"),
     ("consumer_group_describe", "groups"),
+    ("consumer_group_describe", "members"),
+    # A member's assignment, by topic: Kafka's HashMap of topic ids (random UUIDs).
+    ("consumer_group_heartbeat", "topic_partitions"),
+    ("consumer_group_describe", "topic_partitions"),
 }
 
 

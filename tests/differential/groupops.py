@@ -318,3 +318,60 @@ def cg_req(
 
 def cg_describe_req(*groups: str) -> consumer_group_describe.ConsumerGroupDescribeRequest:
     return consumer_group_describe.ConsumerGroupDescribeRequest(group_ids=list(groups))
+
+
+def synchronous_assignment(side: Side, group: str) -> None:
+    """Kafka 4.4 recomputes a consumer group's target assignment at most every
+    ``group.consumer.assignment.interval.ms`` (1 s) and off the coordinator thread; kgc does
+    it in the heartbeat that needs it, as Kafka 4.1-4.2 did. Setting the group's own
+    ``consumer.assignment.interval.ms`` to 0 and ``consumer.assignor.offload.enable`` to
+    false (setup, not compared) makes Kafka do the same, so the rest can be compared."""
+    if side.label != "kafka":
+        return
+    from protocol.messages import incremental_alter_configs as iac
+
+    req = iac.IncrementalAlterConfigsRequest(
+        resources=[
+            iac.AlterConfigsResource(
+                resource_type=32,  # GROUP
+                resource_name=group,
+                configs=[
+                    iac.AlterableConfig(name="consumer.assignment.interval.ms", value="0"),
+                    iac.AlterableConfig(name="consumer.assignor.offload.enable", value="false"),
+                ],
+            )
+        ]
+    )
+    _, resp = side.untimed().request(iac.API_KEY, req, version=1)
+    code = resp.responses[0].error_code
+    if code:
+        raise AssertionError(f"kafka: group configs of {group} refused: {code}")
+
+
+def wait_topic_assignable(side: Side, topic: str, partitions: int) -> None:
+    """Wait (unrecorded) until the group coordinator hands out ``topic``'s partitions: Kafka's
+    coordinator learns of a new topic from its metadata image a moment after Metadata
+    names the topic's leaders, and a heartbeat meanwhile assigns nothing (then bumps the
+    epoch when the topic appears). A throwaway group joins until it gets every partition."""
+    import time
+
+    deadline = time.monotonic() + side.timeout
+    attempt = 0
+    while time.monotonic() < deadline:
+        attempt += 1
+        group = f"probe-{attempt}-{topic}-p"  # not ending in the token: not listed
+        side.wait_coordinator(group)
+        conn = side.untimed()
+        resp = conn.call(
+            CG_HEARTBEAT, 1, cg_req(group, "probe", 0, rebalance=30000, topics=[topic], owned=[])
+        )
+        got = (
+            sum(len(t.partitions) for t in resp.assignment.topic_partitions)
+            if resp.assignment
+            else 0
+        )
+        conn.call(CG_HEARTBEAT, 1, cg_req(group, "probe", -1))
+        if got == partitions:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{side.label}: the coordinator never assigned {topic}")
