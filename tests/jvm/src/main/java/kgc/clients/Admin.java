@@ -374,13 +374,20 @@ public final class Admin {
     return new ConfigResource(enumOf(ConfigResource.Type.class, r.get("type").asText()), r.get("name").asText());
   }
 
-  /** resources: [{type: topic|broker|broker_logger|group, name, keys: [names] (optional)}]. */
+  /**
+   * resources: [{type: topic|broker|broker_logger|group, name, keys: [names] (optional: only
+   * these entries), count: true (optional: also the number of entries)}].
+   */
   private JsonNode describeConfigs(JsonNode step) {
     List<ConfigResource> resources = new ArrayList<>();
     Map<ConfigResource, Set<String>> keys = new HashMap<>();
+    Set<ConfigResource> counted = new HashSet<>();
     for (JsonNode r : step.get("resources")) {
       ConfigResource cr = resource(r);
       resources.add(cr);
+      if (r.path("count").asBoolean(false)) {
+        counted.add(cr);
+      }
       if (r.has("keys")) {
         keys.put(cr, new HashSet<>(strings(r.get("keys"))));
       }
@@ -407,7 +414,7 @@ public final class Admin {
                           en.put("sensitive", e.isSensitive());
                           en.put("type", e.type().name());
                         });
-                if (want != null) {
+                if (counted.contains(cr)) {
                   n.put("entries", c.entries().size());
                 }
                 return n;
