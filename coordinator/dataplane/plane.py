@@ -162,6 +162,30 @@ def keyless_record_errors(batch: bytes, partition: str) -> list[BatchIndexAndErr
     ]
 
 
+# Kafka 4's message.timestamp.after.max.ms default (KIP-937): a CreateTime record may lead the
+# broker's clock by at most this much. kgc does not let topics change it (topic_configs), and
+# message.timestamp.before.max.ms stays Kafka's unbounded default.
+TIMESTAMP_AFTER_MAX_MS = 3_600_000
+_LONG_MAX = 2**63 - 1
+
+
+def future_timestamp_errors(batch: bytes, now_ms: int) -> list[BatchIndexAndErrorMessage]:
+    """The records of ``batch`` stamped more than TIMESTAMP_AFTER_MAX_MS after ``now_ms``,
+    with Kafka's LogValidator message (its bounds as Java prints the long arithmetic)."""
+    bounds = f"[{now_ms - _LONG_MAX}, {now_ms + TIMESTAMP_AFTER_MAX_MS}]"
+    return [
+        BatchIndexAndErrorMessage(
+            batch_index=i,
+            batch_index_error_message=(
+                f"Timestamp {ts} of message with offset {offset} is out of range. "
+                f"The timestamp should be within {bounds}"
+            ),
+        )
+        for i, (offset, ts, _k, _v) in enumerate(iter_record_tuples(batch))
+        if ts - now_ms > TIMESTAMP_AFTER_MAX_MS
+    ]
+
+
 def record_errors_message(errors: list[BatchIndexAndErrorMessage]) -> str:
     """Kafka's summary of refused records (ReplicaManager, RecordValidationException)."""
     shown = ", ".join(
@@ -534,6 +558,17 @@ class DataPlane:
             if refused:
                 pr.error_code, pr.record_errors = ErrorCode.INVALID_RECORD, refused
                 pr.error_message = record_errors_message(refused)
+                pr.log_start_offset = plog.log_start_offset
+                return None
+        if topic not in self.append_time_topics and h.max_timestamp - now > TIMESTAMP_AFTER_MAX_MS:
+            try:
+                late = future_timestamp_errors(records, now)
+            except (CorruptBatchError, UnsupportedCompressionError) as e:
+                pr.error_code, pr.error_message = ErrorCode.CORRUPT_MESSAGE, str(e)
+                return None
+            if late:
+                pr.error_code, pr.record_errors = ErrorCode.INVALID_TIMESTAMP, late
+                pr.error_message = "One or more records have been rejected due to invalid timestamp"
                 pr.log_start_offset = plog.log_start_offset
                 return None
         if h.is_transactional:

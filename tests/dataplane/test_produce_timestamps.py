@@ -1,0 +1,104 @@
+"""Produce refuses records stamped too far ahead of the broker's clock, as Kafka 4 does.
+
+Kafka 4's message.timestamp.after.max.ms defaults to one hour (KIP-937): a CreateTime record
+whose timestamp leads the broker's clock by more is refused with INVALID_TIMESTAMP, each such
+record named in record_errors with LogValidator's message. Real logs, catalog and data plane
+(no sockets); the data plane's clock is fixed so the bounds in the message are known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.catalog import TopicCatalog
+from coordinator.config import Settings
+from coordinator.dataplane import DataPlane
+from coordinator.server.handler import ClientInfo, Deferred
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import produce
+from storage.local.durability import Flusher
+from storage.local.manager import LogManager
+from storage.record_batch import Record, encode_batch
+
+CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
+NOW = 1_800_000_000_000
+HOUR = 3_600_000
+LONG_MAX = 2**63 - 1
+
+
+class Node:
+    def __init__(self, data_dir: Path) -> None:
+        self.settings = Settings(data_dir=data_dir)
+        self.flusher = Flusher()
+        self.logs = LogManager(data_dir, flusher=self.flusher)
+        self.catalog = TopicCatalog(data_dir / "topics.json")
+        self.catalog.reconcile(self.logs)
+        self.logs.open_all()
+        self.dp = DataPlane(self.settings, self.catalog, self.logs, self.flusher, clock=lambda: NOW)
+        info = self.catalog.create("t", 1, {})
+        self.dp.create_partitions(info)
+
+    async def produce(self, batch: bytes) -> Any:
+        req = produce.ProduceRequest(
+            acks=-1,
+            timeout_ms=1000,
+            topic_data=[
+                produce.TopicProduceData(
+                    name="t", partition_data=[produce.PartitionProduceData(index=0, records=batch)]
+                )
+            ],
+        )
+        res = self.dp.handlers()[produce.API_KEY](
+            RequestHeader(produce.API_KEY, 9, 1, "t"), req, CLIENT
+        )
+        if isinstance(res, Deferred):
+            res = await res
+        return res.responses[0].partition_responses[0]
+
+    async def close(self) -> None:
+        await self.dp.stop()
+        await self.flusher.stop()
+        self.logs.close_all()
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    n = Node(tmp_path / "data")
+    yield n
+    await n.close()
+
+
+def _records(*deltas: int) -> list[Record]:
+    return [Record(i, d, b"k", b"v") for i, d in enumerate(deltas)]
+
+
+async def test_a_record_an_hour_ahead_is_accepted(node: Node) -> None:
+    r = await node.produce(encode_batch(0, _records(0, HOUR), timestamp_ms=NOW))
+    assert (r.error_code, r.base_offset) == (0, 0)
+
+
+async def test_records_more_than_an_hour_ahead_are_refused_each_named(node: Node) -> None:
+    base = NOW + HOUR - 5
+    r = await node.produce(encode_batch(0, _records(0, 10, 3, 20), timestamp_ms=base))
+    bounds = f"[{NOW - LONG_MAX}, {NOW + HOUR}]"
+    assert (r.error_code, r.base_offset, r.log_start_offset, r.error_message) == (
+        ErrorCode.INVALID_TIMESTAMP,
+        -1,
+        0,
+        "One or more records have been rejected due to invalid timestamp",
+    )
+    assert [(e.batch_index, e.batch_index_error_message) for e in r.record_errors] == [
+        (
+            i,
+            f"Timestamp {base + d} of message with offset {i} is out of range. "
+            f"The timestamp should be within {bounds}",
+        )
+        for i, d in ((1, 10), (3, 20))
+    ]
+    # Nothing of the batch was written.
+    assert (await node.produce(encode_batch(0, _records(0), timestamp_ms=NOW))).base_offset == 0
