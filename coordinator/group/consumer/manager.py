@@ -413,7 +413,7 @@ class ConsumerGroupManager:
         if holder.member_id != member_id:
             raise HeartbeatError(
                 ErrorCode.FENCED_INSTANCE_ID,
-                f"Static member {member_id} with instance id {iid} is not the member "
+                f"Static member {member_id} with instance id {iid} was fenced by member "
                 f"{holder.member_id}.",
             )
         _check_epoch(holder, req.member_epoch, owned)
@@ -649,7 +649,7 @@ class ConsumerGroupManager:
         if holder.member_id != req.member_id:
             raise HeartbeatError(
                 ErrorCode.FENCED_INSTANCE_ID,
-                f"Static member {req.member_id} with instance id {iid} is not the member "
+                f"Static member {req.member_id} with instance id {iid} was fenced by member "
                 f"{holder.member_id}.",
             )
         if req.member_epoch == TEMPORARY_LEAVE_EPOCH:
