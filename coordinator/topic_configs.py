@@ -390,7 +390,7 @@ KAFKA_TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "message.timestamp.after.max.ms",
             "LONG",
             "3600000",  # Kafka 4's default (KIP-937)
-            "Largest allowed lead of a record's timestamp over the broker's clock (not checked).",
+            "Largest allowed lead of a record's timestamp over the broker's clock (kgc checks Kafka's default, one hour; not settable).",
             ("log.message.timestamp.after.max.ms",),
             supported=False,
             at_least=0,

@@ -727,6 +727,9 @@ class DataPlane:
                 elif fp.current_leader_epoch > self._leader_epoch(plog):
                     pd.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                     plog = None
+                if plog is None:
+                    # Kafka answers these from the schema's defaults: an empty list.
+                    pd.aborted_transactions = []
                 plan.targets.append(_FetchTarget(pd, plog, fp.fetch_offset, fp.partition_max_bytes))
         return plan
 

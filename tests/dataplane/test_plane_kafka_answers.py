@@ -1,6 +1,6 @@
-"""Produce refuses records stamped too far ahead of the broker's clock, as Kafka 4 does.
+"""Data plane answers as Kafka 4.4 gives them (cases the differential suite found).
 
-Kafka 4's message.timestamp.after.max.ms defaults to one hour (KIP-937): a CreateTime record
+Produce refuses records stamped too far ahead of the broker's clock: Kafka 4's message.timestamp.after.max.ms defaults to one hour (KIP-937): a CreateTime record
 whose timestamp leads the broker's clock by more is refused with INVALID_TIMESTAMP, each such
 record named in record_errors with LogValidator's message. Real logs, catalog and data plane
 (no sockets); the data plane's clock is fixed so the bounds in the message are known.
@@ -20,7 +20,7 @@ from coordinator.dataplane import DataPlane
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import produce
+from protocol.messages import fetch, produce
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 from storage.record_batch import Record, encode_batch
@@ -102,3 +102,23 @@ async def test_records_more_than_an_hour_ahead_are_refused_each_named(node: Node
     ]
     # Nothing of the batch was written.
     assert (await node.produce(encode_batch(0, _records(0), timestamp_ms=NOW))).base_offset == 0
+
+
+@pytest.mark.parametrize("isolation", [0, 1])
+async def test_fetch_of_an_unknown_topic_or_partition_has_an_empty_aborted_list(
+    node: Node, isolation: int
+) -> None:
+    # Kafka builds these answers from the schema's defaults: an empty list, not null.
+    req = fetch.FetchRequest(
+        replica_id=-1,
+        isolation_level=isolation,
+        topics=[
+            fetch.FetchTopic(topic=topic, partitions=[fetch.FetchPartition(partition=p)])
+            for topic, p in (("t", 5), ("nope", 0))
+        ],
+    )
+    res = node.dp.handlers()[fetch.API_KEY](RequestHeader(fetch.API_KEY, 12, 1, "t"), req, CLIENT)
+    if isinstance(res, Deferred):
+        res = await res
+    got = [(p.error_code, p.aborted_transactions) for t in res.responses for p in t.partitions]
+    assert got == [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])] * 2
