@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -280,7 +280,3 @@ def wait_assignments(
                 + "\n".join(m.describe() for m in members)
             )
         time.sleep(0.2)  # polling the members' state with a deadline
-
-
-def records(client: JavaClient) -> Iterator[Event]:
-    yield from client.of("record")
