@@ -588,6 +588,7 @@ class DataPlane:
         verdict = table.check_header(h)
         if verdict.error:
             pr.error_code, pr.error_message = verdict.error, verdict.message
+            pr.log_start_offset = plog.log_start_offset  # Kafka checks in the log's append
             return None
         if verdict.duplicate is not None:
             d = verdict.duplicate

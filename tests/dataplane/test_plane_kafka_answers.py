@@ -122,3 +122,22 @@ async def test_fetch_of_an_unknown_topic_or_partition_has_an_empty_aborted_list(
         res = await res
     got = [(p.error_code, p.aborted_transactions) for t in res.responses for p in t.partitions]
     assert got == [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])] * 2
+
+
+async def test_a_refused_sequence_answers_the_partitions_log_start_offset(node: Node) -> None:
+    # Kafka's producer-state checks run in the log's append: their answers carry the log's
+    # start offset, as every append answer does.
+    def idempotent(seq: int, epoch: int = 0) -> bytes:
+        return encode_batch(
+            0, _records(0), timestamp_ms=NOW, producer_id=7, producer_epoch=epoch, base_sequence=seq
+        )
+
+    assert (await node.produce(idempotent(0))).error_code == 0
+    gap = await node.produce(idempotent(5))
+    assert (gap.error_code, gap.base_offset, gap.log_start_offset) == (
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        -1,
+        0,
+    )
+    stale = await node.produce(idempotent(1, epoch=-2))
+    assert (stale.error_code, stale.log_start_offset) == (ErrorCode.INVALID_PRODUCER_EPOCH, 0)
