@@ -49,7 +49,13 @@ ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
 
 class AuthenticationError(Exception):
     """Authentication failed. The message is for the server's log only: clients get a
-    message that reveals nothing about which part was wrong (Kafka's behaviour)."""
+    message that reveals nothing about which part was wrong (Kafka's behaviour), unless
+    ``client_message`` is given: what Kafka's mechanism tells the client in that case (its
+    ``SaslAuthenticationException``, e.g. OAUTHBEARER's error JSON)."""
+
+    def __init__(self, message: str, client_message: str | None = None) -> None:
+        super().__init__(message)
+        self.client_message = client_message
 
 
 class SaslServer(Protocol):

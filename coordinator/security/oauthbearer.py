@@ -119,7 +119,23 @@ def _now_ms() -> int:
 
 
 class TokenValidationError(Exception):
-    """The token is not acceptable; the message says why (server log only)."""
+    """The token is not acceptable; the message says why (server log only). ``status`` and
+    ``scope`` are what the error challenge tells the client (Kafka's validator callback's
+    ``error(status, scope, openid-configuration)``)."""
+
+    def __init__(
+        self, message: str, *, status: str = "invalid_token", scope: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.scope = scope
+
+    def challenge(self) -> str:
+        """RFC 7628's error JSON, formatted as Kafka's OAuthBearerSaslServer writes it."""
+        text = f'{{"status":"{self.status}"'
+        if self.scope is not None:
+            text += f', "scope":"{self.scope}"'
+        return text + "}"
 
 
 # -- the client's first message
@@ -591,6 +607,7 @@ class OAuthBearerSaslServer:
         self._complete = False
         self._token: OAuthBearerToken | None = None
         self._error: str | None = None  # why the last token was refused, after the challenge
+        self._challenge = INVALID_TOKEN_CHALLENGE  # the error challenge it was answered
         self._lifetime_ms: int | None = None
         self.extensions: Mapping[str, str] = {}
 
@@ -598,8 +615,11 @@ class OAuthBearerSaslServer:
         if self._complete:
             raise AuthenticationError("OAUTHBEARER exchange already complete")
         if token == SEPARATOR.encode() and self._error is not None:
-            # The client acknowledged our error challenge: now the exchange fails.
-            raise AuthenticationError(f"OAUTHBEARER token refused: {self._error}")
+            # The client acknowledged our error challenge: now the exchange fails, and as in
+            # Kafka the client is told the challenge's JSON again.
+            raise AuthenticationError(
+                f"OAUTHBEARER token refused: {self._error}", self._challenge.decode()
+            )
         # Anything else is a (new) client first message, as in Kafka.
         self._error = None
         response = parse_client_initial_response(token)
@@ -609,12 +629,14 @@ class OAuthBearerSaslServer:
             # Kafka's validator logs the reason at WARN and answers the error challenge.
             log.warning("OAUTHBEARER token refused: %s", e)
             self._error = str(e)
-            return INVALID_TOKEN_CHALLENGE
+            self._challenge = e.challenge().encode()
+            return self._challenge
         if response.authorization_id and response.authorization_id != validated.principal_name:
-            raise AuthenticationError(
+            why = (
                 f"Client requested an authorization id ({response.authorization_id}) that is "
                 f"different from the token's principal name ({validated.principal_name})"
             )
+            raise AuthenticationError(why, f"Authentication failed: {why}")
         # Kafka's OAuthBearerValidatorCallbackHandler accepts every extension.
         self.extensions = dict(response.extensions)
         self._token = validated

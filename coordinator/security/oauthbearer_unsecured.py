@@ -114,8 +114,11 @@ class UnsecuredJwtValidator:
             raise TokenValidationError("The Expiration Time time was not after the Issued At time")
         for required in self.required_scope:
             if required not in scope:
+                # Kafka's challenge names every required scope, as Java prints a list.
                 raise TokenValidationError(
-                    f"The provided scope was missing a required scope ({required})"
+                    f"The provided scope was missing a required scope ({required})",
+                    status="insufficient_scope",
+                    scope="[" + ", ".join(self.required_scope) + "]",
                 )
         return OAuthBearerToken(
             value=token,

@@ -101,9 +101,14 @@ def mechanism(**validator_args: Any) -> OAuthBearerMechanism:
     )
 
 
-def assert_refused(server: OAuthBearerSaslServer, message: bytes, reason: str = "") -> None:
+def assert_refused(
+    server: OAuthBearerSaslServer,
+    message: bytes,
+    reason: str = "",
+    challenge: bytes = INVALID_TOKEN_CHALLENGE,
+) -> None:
     """Kafka's round: the error challenge, then failure on the client's \\x01."""
-    assert server.evaluate(message) == INVALID_TOKEN_CHALLENGE
+    assert server.evaluate(message) == challenge
     assert not server.complete
     with pytest.raises(AuthenticationError, match=re.escape(reason) if reason else None):
         server.evaluate(b"\x01")
@@ -445,5 +450,8 @@ def test_unsecured_validator_options_from_jaas() -> None:
     server.evaluate(first_message(token))  # expired a minute ago, within the skew
     assert server.principal == KafkaPrincipal("User", "svc")
     assert_refused(
-        m.server(), first_message(_unsecured_token(client_id="svc", scope=None)), "scope"
+        m.server(),
+        first_message(_unsecured_token(client_id="svc", scope=None)),
+        "scope",
+        b'{"status":"insufficient_scope", "scope":"[kafka]"}',
     )

@@ -275,7 +275,7 @@ class SaslSession:
         try:
             answer = server.evaluate(token)
         except AuthenticationError as exc:
-            raise _Failed(str(exc)) from None
+            raise _Failed(str(exc), exc.client_message) from None
         except Exception as exc:  # a mechanism's bug must not take the connection's loop down
             log.exception("SASL mechanism %s failed on a token", mechanism)
             raise _Failed(f"mechanism error: {exc!r}") from None
