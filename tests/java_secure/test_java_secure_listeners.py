@@ -328,11 +328,14 @@ def assert_roundtrip(kgc: SecureKgc, step: dict[str, Any], listener: str, group_
     assert step["group_state"] == "Empty"  # the consumer has left
 
 
-def assert_refused(step: dict[str, Any], exception: str) -> None:
+def assert_refused(step: dict[str, Any], exception: str, message: str | None = None) -> None:
+    """Every client failed with ``exception`` (and ``message``: what Kafka's broker tells
+    the client in that case, the same words from kgc)."""
     for client in ("admin", "producer", "consumer"):
         got = step.get(client)
         assert isinstance(got, dict), (client, step)
         assert got["class"] == f"org.apache.kafka.common.errors.{exception}", (client, step)
+        assert message is None or got["message"] == message, (client, step)
 
 
 def test_scram_user_made_online_by_the_admin_client(steps: dict[str, dict[str, Any]]) -> None:
@@ -347,8 +350,12 @@ def test_sasl_ssl_scram_sha_512_group(
 
 
 def test_scram_wrong_password_refused(steps: dict[str, dict[str, Any]]) -> None:
-    assert_refused(steps["scram-wrong-password"], "SaslAuthenticationException")
-    assert_refused(steps["scram-unknown-user"], "SaslAuthenticationException")
+    message = (
+        "Authentication failed during authentication due to invalid credentials with SASL "
+        "mechanism SCRAM-SHA-512"
+    )
+    assert_refused(steps["scram-wrong-password"], "SaslAuthenticationException", message)
+    assert_refused(steps["scram-unknown-user"], "SaslAuthenticationException", message)
 
 
 def test_mutual_tls_group_with_the_principal_from_the_certificate(
@@ -373,7 +380,9 @@ def test_oauthbearer_oidc_client_credentials_group(
 def test_oauthbearer_token_from_an_unknown_signer_refused(
     steps: dict[str, dict[str, Any]],
 ) -> None:
-    assert_refused(steps["oidc-unknown-signer"], "SaslAuthenticationException")
+    # Kafka's broker repeats the RFC 7628 error challenge as the failure's message.
+    message = '{"status":"invalid_token"}'
+    assert_refused(steps["oidc-unknown-signer"], "SaslAuthenticationException", message)
 
 
 def test_oauthbearer_unsecured_development_token_group(
