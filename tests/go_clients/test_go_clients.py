@@ -171,14 +171,21 @@ def test_franz_consumer_protocol_group_commits_like_kafka(
     assert unexplained("go.franz.consumer", on_kafka, on_kgc) == []
 
 
-@pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky"])
+@pytest.mark.parametrize(
+    ("strategy", "version"),
+    [("sticky", ""), ("cooperative-sticky", ""), ("range", "default")],
+    ids=["sticky", "cooperative-sticky", "range-default-version"],
+)
 def test_sarama_group_commits_like_kafka(
-    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer, strategy: str
+    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer, strategy: str, version: str
 ) -> None:
-    """A sarama ConsumerGroup of two members, an idempotent SyncProducer, ClusterAdmin."""
-    on_kgc, on_kafka = both(go_clients, "sarama", kgc_go, kafka_broker, "-strategy", strategy)
+    """A sarama ConsumerGroup of two members, an idempotent SyncProducer, ClusterAdmin; at
+    sarama's newest protocol level, and at the one a plain ``sarama.NewConfig()`` speaks."""
+    args = ("-strategy", strategy, "-version", version)
+    on_kgc, on_kafka = both(go_clients, "sarama", kgc_go, kafka_broker, *args)
     for s in (on_kgc, on_kafka):
         assert_consumed_and_committed(s)
+        assert (s["version"] == "2.8.0") == (version == "default")  # sarama.DefaultVersion
         assert s["produced_at_expected_offsets"] is True
         d = s["describe_groups"]
         assert (d["error"], d["state"], d["protocol_type"], d["protocol"]) == (
@@ -190,7 +197,8 @@ def test_sarama_group_commits_like_kafka(
         assert (d["members"], d["assigned_sizes"], d["assigned_all"]) == (2, [2, 2], True)
         assert s["listed_protocol_type"] == "consumer"
         assert s["describe_after_delete"] == {"state": "Dead", "members": 0, "error": ""}
-    assert unexplained(f"go.sarama.{strategy}", on_kafka, on_kgc) == []
+    scenario = f"go.sarama.{strategy}" + (f".{version}-version" if version else "")
+    assert unexplained(scenario, on_kafka, on_kgc) == []
 
 
 def test_franz_reads_a_groups_life_from_the_offsets_topic_like_kafka(

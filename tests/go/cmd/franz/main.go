@@ -36,7 +36,6 @@ type member struct {
 
 	mu       sync.Mutex
 	assigned map[int32]bool
-	consumed int
 	errs     []string
 }
 
@@ -51,7 +50,7 @@ func (m *member) partitions() []int32 {
 	return out
 }
 
-// consumed is shared by the members: who read each (partition, offset), to catch a record
+// ledger is shared by the members: who read each (partition, offset), to catch a record
 // read twice or a value at the wrong place.
 type ledger struct {
 	mu     sync.Mutex
@@ -206,9 +205,6 @@ func main() {
 					m.mu.Unlock()
 				})
 				fs.EachRecord(func(r *kgo.Record) {
-					m.mu.Lock()
-					m.consumed++
-					m.mu.Unlock()
 					book.mu.Lock()
 					key := [2]int64{int64(r.Partition), r.Offset}
 					if _, dup := book.seen[key]; dup {

@@ -122,9 +122,12 @@ func errName(err error) string {
 	return err.Error()
 }
 
+// kafkaVersion is the protocol level sarama speaks (-version): its newest by default.
+var kafkaVersion = sarama.MaxVersion
+
 func newConfig(clientID, strategy string) *sarama.Config {
 	cfg := sarama.NewConfig()
-	cfg.Version = sarama.MaxVersion
+	cfg.Version = kafkaVersion
 	cfg.ClientID = clientID
 	cfg.Metadata.RefreshFrequency = 0
 	switch strategy {
@@ -151,13 +154,23 @@ func main() {
 	strategy := flag.String("strategy", "sticky", "range, sticky or cooperative-sticky")
 	partitions := flag.Int("partitions", 4, "partitions of the topic")
 	records := flag.Int("records", 200, "records to produce")
+	version := flag.String("version", "", "the Kafka version sarama assumes: default (sarama.DefaultVersion) or x.y.z; unset: its newest, "+sarama.MaxVersion.String())
 	flag.Parse()
+	if *version == "default" {
+		kafkaVersion = sarama.DefaultVersion // what a sarama.NewConfig() user gets
+	} else if *version != "" {
+		v, err := sarama.ParseKafkaVersion(*version)
+		if err != nil {
+			report.Fatalf("-version: %v", err)
+		}
+		kafkaVersion = v
+	}
 	if *topic == "" || *group == "" {
 		report.Fatalf("-topic and -group are required")
 	}
 	nparts := int32(*partitions)
 	brokers := []string{*bootstrap}
-	summary := report.Summary{"client": "sarama", "strategy": *strategy}
+	summary := report.Summary{"client": "sarama", "strategy": *strategy, "version": kafkaVersion.String()}
 
 	client, err := sarama.NewClient(brokers, newConfig("kgc-go-admin", *strategy))
 	if err != nil {
