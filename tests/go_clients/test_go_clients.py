@@ -141,18 +141,22 @@ def test_franz_classic_cooperative_group_commits_like_kafka(
     assert unexplained("go.franz.classic", on_kafka, on_kgc) == []
 
 
+@pytest.mark.parametrize("assignor", ["range", "uniform"])
 def test_franz_consumer_protocol_group_commits_like_kafka(
-    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer
+    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer, assignor: str
 ) -> None:
-    """kgo with ServerSideBalancer (KIP-848, the server's range assignor) and kadm's
-    ConsumerGroupDescribe: a consumer-protocol group, not a classic one."""
-    on_kgc, on_kafka = both(go_clients, "franz", kgc_go, kafka_broker, "-protocol", "consumer")
+    """kgo with ServerSideBalancer (KIP-848: the server's range assignor for kgo's range
+    balancer, uniform for its sticky one) and kadm's ConsumerGroupDescribe: a
+    consumer-protocol group, not a classic one."""
+    args = ("-protocol", "consumer", "-assignor", assignor)
+    on_kgc, on_kafka = both(go_clients, "franz", kgc_go, kafka_broker, *args)
     for s in (on_kgc, on_kafka):
         assert_consumed_and_committed(s)
         assert s["committed_leader_epochs"] == {p: 0 for p in EVEN}
-        assert s["member_partitions"] == [[0, 1], [2, 3]]
+        if assignor == "range":
+            assert s["member_partitions"] == [[0, 1], [2, 3]]
         c = s["describe_consumer_groups"]
-        assert (c["error"], c["state"], c["assignor"], c["members"]) == ("", "Stable", "range", 2)
+        assert (c["error"], c["state"], c["assignor"], c["members"]) == ("", "Stable", assignor, 2)
         assert (c["assigned_sizes"], c["assigned_all"], c["assignment_is_target"]) == (
             [2, 2],
             True,
@@ -168,7 +172,7 @@ def test_franz_consumer_protocol_group_commits_like_kafka(
         }
         assert (s["listed_by_own_type"], s["listed_by_other_type"]) == (True, False)
         assert s["listed_after_leave"]["state"] == "Empty"
-    assert unexplained("go.franz.consumer", on_kafka, on_kgc) == []
+    assert unexplained(f"go.franz.consumer.{assignor}", on_kafka, on_kgc) == []
 
 
 @pytest.mark.parametrize(

@@ -93,6 +93,7 @@ func main() {
 	protocol := flag.String("protocol", "classic", "classic, consumer (KIP-848), offsets-topic or failover (the scenarios of offsets_topic.go, failover.go)")
 	partitions := flag.Int("partitions", 4, "partitions of the topic")
 	records := flag.Int("records", 200, "records to produce")
+	assignor := flag.String("assignor", "range", "the server-side assignor of -protocol consumer: range or uniform")
 	role := flag.String("role", "", "member: the failover scenario's child (consume and commit until killed)")
 	flag.Parse()
 	if *role == "member" {
@@ -176,7 +177,10 @@ func main() {
 				}
 			}),
 		}
-		if *protocol == "consumer" {
+		if *protocol == "consumer" && *assignor == "uniform" {
+			// kgo asks for the server's "uniform" assignor when its balancer is sticky.
+			opts = append(opts, kgo.Balancers(kgo.StickyBalancer()), kgo.ServerSideBalancer())
+		} else if *protocol == "consumer" {
 			opts = append(opts, kgo.Balancers(kgo.RangeBalancer()), kgo.ServerSideBalancer())
 		} else {
 			opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
@@ -242,7 +246,7 @@ func main() {
 	})
 	a, b := members[0].partitions(), members[1].partitions()
 	summary["member_partition_counts"] = report.SortedSizes([][]int32{a, b})
-	if *protocol == "consumer" {
+	if *protocol == "consumer" && *assignor == "range" {
 		// The range assignor gives each member a contiguous run of partitions.
 		lists := [][]int32{a, b}
 		sort.Slice(lists, func(i, j int) bool { return lists[i][0] < lists[j][0] })
