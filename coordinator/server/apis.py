@@ -73,7 +73,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     delete_topics.API_KEY: (0, 6),
     init_producer_id.API_KEY: (0, 5),
     txn_offset_commit.API_KEY: (0, 5),
-    delete_groups.API_KEY: (0, 2),
+    delete_groups.API_KEY: (0, 3),
     sasl_authenticate.API_KEY: (0, 2),
     offset_delete.API_KEY: (0, 0),
     consumer_group_heartbeat.API_KEY: (0, 1),

@@ -22,6 +22,7 @@ class DeleteGroupsRequest:
 class DeletableGroupResult:
     group_id: str = ''
     error_code: int = 0
+    error_message: str | None = None
 
 
 @dataclass(slots=True)
@@ -107,7 +108,7 @@ def _dec_DeletableGroupResult_0(b: bytes, p: int) -> tuple[DeletableGroupResult,
         if e > len(b): raise DecodeError('truncated')
         t1 = b[p:e].decode('utf-8', 'replace'); p = e
     t2, = _S_h.unpack_from(b, p); p += 2
-    return DeletableGroupResult(t1, t2), p
+    return DeletableGroupResult(t1, t2, None), p
 
 
 def _enc_DeletableGroupResult_0(o: DeletableGroupResult, out: bytearray) -> None:
@@ -154,7 +155,7 @@ def _dec_DeletableGroupResult_2(b: bytes, p: int) -> tuple[DeletableGroupResult,
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
-    return DeletableGroupResult(t1, t2), p
+    return DeletableGroupResult(t1, t2, None), p
 
 
 def _enc_DeletableGroupResult_2(o: DeletableGroupResult, out: bytearray) -> None:
@@ -196,8 +197,84 @@ def _enc_DeleteGroupsResponse_2(o: DeleteGroupsResponse, out: bytearray) -> None
     out += b'\x00'
 
 
+def _dec_DeletableGroupResult_3(b: bytes, p: int) -> tuple[DeletableGroupResult, int]:
+    n = b[p]
+    if n < 128: p += 1
+    else: n, p = read_uvarint(b, p)
+    n -= 1
+    if n < 0:
+        raise DecodeError('null for non-nullable GroupId')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t1 = b[p:e].decode('utf-8', 'replace'); p = e
+    t2, = _S_h.unpack_from(b, p); p += 2
+    n = b[p]
+    if n < 128: p += 1
+    else: n, p = read_uvarint(b, p)
+    n -= 1
+    if n < 0:
+        t3 = None
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t3 = b[p:e].decode('utf-8', 'replace'); p = e
+    n = b[p]
+    if n == 0: p += 1
+    else: p = skip_tagged_fields(b, p)
+    return DeletableGroupResult(t1, t2, t3), p
+
+
+def _enc_DeletableGroupResult_3(o: DeletableGroupResult, out: bytearray) -> None:
+    t1 = o.group_id.encode()
+    n = len(t1) + 1
+    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
+    out += t1
+    out += _S_h.pack(o.error_code)
+    if o.error_message is None:
+        out += b'\x00'
+    else:
+        t2 = o.error_message.encode()
+        n = len(t2) + 1
+        out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
+        out += t2
+    out += b'\x00'
+
+
+def _dec_DeleteGroupsResponse_3(b: bytes, p: int) -> tuple[DeleteGroupsResponse, int]:
+    t1, = _S_i.unpack_from(b, p); p += 4
+    n = b[p]
+    if n < 128: p += 1
+    else: n, p = read_uvarint(b, p)
+    n -= 1
+    if n < 0:
+        raise DecodeError('null for non-nullable Results')
+    else:
+        if n > len(b) - p: raise DecodeError('array too long')
+        t3: list[DeletableGroupResult] = []
+        for _ in range(n):
+            t4, p = _dec_DeletableGroupResult_3(b, p)
+            t3.append(t4)
+        t2 = t3
+    n = b[p]
+    if n == 0: p += 1
+    else: p = skip_tagged_fields(b, p)
+    return DeleteGroupsResponse(t1, t2), p
+
+
+def _enc_DeleteGroupsResponse_3(o: DeleteGroupsResponse, out: bytearray) -> None:
+    out += _S_i.pack(o.throttle_time_ms)
+    n = len(o.results) + 1
+    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
+    for t1 in o.results:
+        _enc_DeletableGroupResult_3(t1, out)
+    out += b'\x00'
+
+
 _dec_DeleteGroupsRequest_1 = _dec_DeleteGroupsRequest_0
 _enc_DeleteGroupsRequest_1 = _enc_DeleteGroupsRequest_0
+_dec_DeleteGroupsRequest_3 = _dec_DeleteGroupsRequest_2
+_enc_DeleteGroupsRequest_3 = _enc_DeleteGroupsRequest_2
 _dec_DeletableGroupResult_1 = _dec_DeletableGroupResult_0
 _enc_DeletableGroupResult_1 = _enc_DeletableGroupResult_0
 _dec_DeleteGroupsResponse_1 = _dec_DeleteGroupsResponse_0
@@ -206,14 +283,14 @@ _enc_DeleteGroupsResponse_1 = _enc_DeleteGroupsResponse_0
 
 API_KEY = 42
 MIN_VERSION = 0
-MAX_VERSION = 2
+MAX_VERSION = 3
 FLEXIBLE_FROM = 2  # -1: never flexible
 
 
-REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[DeleteGroupsRequest, int]]] = {0: _dec_DeleteGroupsRequest_0, 1: _dec_DeleteGroupsRequest_1, 2: _dec_DeleteGroupsRequest_2}
-REQUEST_ENCODERS: dict[int, Callable[[DeleteGroupsRequest, bytearray], None]] = {0: _enc_DeleteGroupsRequest_0, 1: _enc_DeleteGroupsRequest_1, 2: _enc_DeleteGroupsRequest_2}
-RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[DeleteGroupsResponse, int]]] = {0: _dec_DeleteGroupsResponse_0, 1: _dec_DeleteGroupsResponse_1, 2: _dec_DeleteGroupsResponse_2}
-RESPONSE_ENCODERS: dict[int, Callable[[DeleteGroupsResponse, bytearray], None]] = {0: _enc_DeleteGroupsResponse_0, 1: _enc_DeleteGroupsResponse_1, 2: _enc_DeleteGroupsResponse_2}
+REQUEST_DECODERS: dict[int, Callable[[bytes, int], tuple[DeleteGroupsRequest, int]]] = {0: _dec_DeleteGroupsRequest_0, 1: _dec_DeleteGroupsRequest_1, 2: _dec_DeleteGroupsRequest_2, 3: _dec_DeleteGroupsRequest_3}
+REQUEST_ENCODERS: dict[int, Callable[[DeleteGroupsRequest, bytearray], None]] = {0: _enc_DeleteGroupsRequest_0, 1: _enc_DeleteGroupsRequest_1, 2: _enc_DeleteGroupsRequest_2, 3: _enc_DeleteGroupsRequest_3}
+RESPONSE_DECODERS: dict[int, Callable[[bytes, int], tuple[DeleteGroupsResponse, int]]] = {0: _dec_DeleteGroupsResponse_0, 1: _dec_DeleteGroupsResponse_1, 2: _dec_DeleteGroupsResponse_2, 3: _dec_DeleteGroupsResponse_3}
+RESPONSE_ENCODERS: dict[int, Callable[[DeleteGroupsResponse, bytearray], None]] = {0: _enc_DeleteGroupsResponse_0, 1: _enc_DeleteGroupsResponse_1, 2: _enc_DeleteGroupsResponse_2, 3: _enc_DeleteGroupsResponse_3}
 
 
 Request = DeleteGroupsRequest
