@@ -100,6 +100,7 @@ def lifecycle_admin(side: Side) -> None:
         [lambda: b.call(JOIN, 9, join_req(group, ib, protocols=subs)), a_rejoins], stagger=0.3
     )
     side.together([lambda: sync(b, group, jb), lambda: sync(a, group, ja2, assign_all(ja2))])
+    side.call(DELETE_GROUPS, 3, delete_req(group, unknown), step="delete_v3")
     side.call(DELETE_GROUPS, 2, delete_req(group, simple, unknown, ""), step="delete_mixed_v2")
     _describe_all_versions(side, "after_delete", group, simple)
     # Everyone leaves: Empty, then deletable.
