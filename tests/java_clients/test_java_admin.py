@@ -242,8 +242,7 @@ def scenario(admin: AdminSession, p: str) -> list[tuple[str, Any]]:
 
 def normalized(answers: list[tuple[str, Any]], p: str, node: int) -> dict[str, Any]:
     """The answers by label, with what differs by nature between two servers taken out: the
-    prefix, member ids, the node id and port, record timestamps, the log dirs' sizes; and
-    consumer-group epochs made relative (below)."""
+    prefix, member ids, the node id and port, record timestamps, the log dirs' sizes."""
 
     def norm(x: Any, key: str = "") -> Any:
         if isinstance(x, dict):
@@ -271,26 +270,7 @@ def normalized(answers: list[tuple[str, Any]], p: str, node: int) -> dict[str, A
             return "TIMESTAMP"
         return x
 
-    # A consumer group's epochs relative to the first group epoch seen of it: kgc counts a new
-    # group's first heartbeat as epoch 1, Kafka 4.4 as 2 when it subscribes to topic names
-    # (reported to the lead, not argued away). How the epochs move from there is compared.
-    bases: dict[str, int] = {}
-
-    def epochs(x: Any) -> Any:
-        if isinstance(x, dict):
-            if isinstance(x.get("group_epoch"), int):
-                base = bases.setdefault(x["group"], x["group_epoch"])
-                x = {**x, "group_epoch": x["group_epoch"] - base}
-                if isinstance(x.get("target_assignment_epoch"), int):
-                    x["target_assignment_epoch"] -= base
-                x["members"] = [
-                    {**m, "member_epoch": m["member_epoch"] - base} for m in x.get("members", [])
-                ]
-                return x
-            return {k: epochs(v) for k, v in x.items()}
-        return x
-
-    return {label: norm(epochs(a)) for label, a in answers}
+    return {label: norm(a) for label, a in answers}
 
 
 def differences(kafka: Any, kgc: Any, path: str = "result") -> Iterator[tuple[str, Any, Any]]:
