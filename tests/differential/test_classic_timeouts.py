@@ -18,6 +18,7 @@ from groupops import (
     assign_all,
     hb,
     hb_req,
+    join,
     join_req,
     member_id_for,
     sync,
@@ -89,6 +90,38 @@ def expiries(side: Side) -> None:
     ja2 = a.call(JOIN, 9, join_req(group, ja.member_id, **kw), step="a.rejoin_after_expiry")  # type: ignore[attr-defined, arg-type]
     hb(b, group, jb, step="b.heartbeat_expired")  # type: ignore[arg-type]
     sync(a, group, ja2, assign_all(ja2))  # type: ignore[arg-type]
+
+
+def pending_member(side: Side) -> None:
+    """A member handed an id (MEMBER_ID_REQUIRED) that does not come back: the join phase
+    waits for it until the rebalance timeout; when it does come back, it rebalances in."""
+    kw = {"session": SESSION, "rebalance": REBALANCE}
+    group = side.name("classic-pending")
+    side.wait_coordinator(group)
+    p, b = side.member("p"), side.member("b")
+    pid = member_id_for(p, group, **kw)  # type: ignore[arg-type]
+    jb = join(b, group, **kw)  # type: ignore[arg-type]
+    sync(b, group, jb, assign_all(jb))
+    jp, jb2 = side.together(
+        [
+            lambda: p.call(JOIN, 9, join_req(group, pid, **kw), step="p.comes_back"),  # type: ignore[arg-type]
+            lambda: (
+                hb(b, group, jb, step="b.heartbeat_rebalancing"),
+                b.call(JOIN, 9, join_req(group, jb.member_id, **kw), step="b.rejoin"),  # type: ignore[arg-type]
+            )[1],
+        ],
+        stagger=0.2,
+    )
+    side.together([lambda: sync(p, group, jp), lambda: sync(b, group, jb2, assign_all(jb2))])
+
+
+def test_pending_member_holds_the_join_phase_until_the_rebalance_timeout(
+    diff_shared: Runner,
+) -> None:
+    outcome = diff_shared(pending_member)
+    steps = {e.step: e.response for e in outcome.kafka.exchanges}
+    assert steps["b.heartbeat_rebalancing"].error_code == 27
+    assert len(steps["b.rejoin"].members) == 2
 
 
 def test_members_removed_by_timeouts(diff_shared: Runner) -> None:
