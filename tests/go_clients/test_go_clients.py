@@ -114,13 +114,35 @@ def assert_consumed_and_committed(s: dict[str, Any]) -> None:
     assert s["delete_topic_error"] == ""
 
 
+def assert_kadm_admin_calls(s: dict[str, Any], classic: bool) -> None:
+    """kadm's admin calls refused on the active group and accepted on the Empty one."""
+    active = s["admin_on_active_group"]
+    assert (
+        active["admin_commit_error"],
+        active["delete_offsets_error"],
+        active["delete_group_error"],
+    ) == ("UNKNOWN_MEMBER_ID", "GROUP_SUBSCRIBED_TO_TOPIC", "NON_EMPTY_GROUP")
+    if classic:  # kadm's Lag describes classic groups only (DescribeGroups)
+        assert (active["lag_state"], active["lag_total"]) == ("Stable", 0)
+        assert active["lag_errors"] == ["", "", ""]
+    assert s["admin_on_empty_group"] == {
+        "admin_commit_error": "",
+        "committed_0_after_admin_commit": 1,
+        "delete_offsets_error": "",
+        "partition_0_listed_after_delete_offsets": False,
+        "partitions_listed_after_delete_offsets": PARTITIONS - 1,
+    }
+
+
 def test_franz_classic_cooperative_group_commits_like_kafka(
     go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer
 ) -> None:
-    """kgo consumers (cooperative-sticky, JoinGroup/SyncGroup) and kadm's admin calls."""
+    """kgo consumers (cooperative-sticky, JoinGroup/SyncGroup) and kadm's admin calls:
+    create and delete topics, list and describe groups, fetch, commit and delete offsets, lag."""
     on_kgc, on_kafka = both(go_clients, "franz", kgc_go, kafka_broker, "-protocol", "classic")
     for s in (on_kgc, on_kafka):
         assert_consumed_and_committed(s)
+        assert_kadm_admin_calls(s, classic=True)
         assert s["committed_leader_epochs"] == {p: 0 for p in EVEN}
         d = s["describe_groups"]
         assert (d["error"], d["state"], d["protocol_type"], d["protocol"]) == (
@@ -152,6 +174,7 @@ def test_franz_consumer_protocol_group_commits_like_kafka(
     on_kgc, on_kafka = both(go_clients, "franz", kgc_go, kafka_broker, *args)
     for s in (on_kgc, on_kafka):
         assert_consumed_and_committed(s)
+        assert_kadm_admin_calls(s, classic=False)
         assert s["committed_leader_epochs"] == {p: 0 for p in EVEN}
         if assignor == "range":
             assert s["member_partitions"] == [[0, 1], [2, 3]]

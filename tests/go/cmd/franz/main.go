@@ -75,6 +75,16 @@ func sortedStrings(in []string) []string {
 	return out
 }
 
+// firstErr names the first non-nil error.
+func firstErr(errs ...error) string {
+	for _, err := range errs {
+		if err != nil {
+			return errName(err)
+		}
+	}
+	return ""
+}
+
 func errName(err error) string {
 	if err == nil {
 		return ""
@@ -418,6 +428,24 @@ func main() {
 	}
 	summary["describe_consumer_groups"] = consumerView
 
+	// Admin calls on the active group: an admin commit (no member), OffsetDelete of a topic
+	// the members consume, DeleteGroups -- all refused while members are in it -- and Lag.
+	one := kadm.Offsets{*topic: {0: {Topic: *topic, Partition: 0, At: 1, LeaderEpoch: -1}}}
+	oneSet := kadm.TopicsSet{*topic: {0: {}}}
+	active := map[string]any{}
+	cr, err := adm.CommitOffsets(ctx, *group, one)
+	active["admin_commit_error"] = firstErr(err, cr.Error())
+	do, err := adm.DeleteOffsets(ctx, *group, oneSet)
+	active["delete_offsets_error"] = firstErr(err, do.Error())
+	dr, err := adm.DeleteGroup(ctx, *group)
+	active["delete_group_error"] = firstErr(err, dr.Err)
+	lags, err := adm.Lag(ctx, *group)
+	lag := lags[*group]
+	active["lag_errors"] = []string{errName(err), errName(lag.DescribeErr), errName(lag.FetchErr)}
+	active["lag_total"] = lag.Lag.Total()
+	active["lag_state"] = lag.State
+	summary["admin_on_active_group"] = active
+
 	var errs []string
 	for _, m := range members {
 		m.mu.Lock()
@@ -471,6 +499,27 @@ func main() {
 		}
 	})
 	summary["committed_after_leave"] = keptOffsets
+
+	// The same admin calls on the Empty group succeed.
+	empty := map[string]any{}
+	cr, err = adm.CommitOffsets(ctx, *group, one)
+	empty["admin_commit_error"] = firstErr(err, cr.Error())
+	after, err := adm.FetchOffsets(ctx, *group)
+	if err != nil {
+		report.Fatalf("FetchOffsets: %v", err)
+	}
+	o, _ := after.Lookup(*topic, 0)
+	empty["committed_0_after_admin_commit"] = o.At
+	do, err = adm.DeleteOffsets(ctx, *group, oneSet)
+	empty["delete_offsets_error"] = firstErr(err, do.Error())
+	after, err = adm.FetchOffsets(ctx, *group)
+	if err != nil {
+		report.Fatalf("FetchOffsets: %v", err)
+	}
+	_, still := after.Lookup(*topic, 0)
+	empty["partition_0_listed_after_delete_offsets"] = still
+	empty["partitions_listed_after_delete_offsets"] = len(after[*topic])
+	summary["admin_on_empty_group"] = empty
 
 	// Delete the group, then the topic.
 	del, err := adm.DeleteGroup(ctx, *group)
