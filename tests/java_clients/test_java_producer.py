@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from javakit import Clients, Event
@@ -53,7 +54,7 @@ def _records(events: list[Event]) -> list[tuple[int, int, str | None, str]]:
 
 
 def test_idempotent_producer_in_each_compression_type_reads_back_as_sent(
-    kgc: KgcProcess, clients: Clients, topic_maker: Callable[..., None]
+    kgc: KgcProcess, clients: Clients, topic_maker: Callable[..., None], tmp_path: Path
 ) -> None:
     topic = "payments"
     topic_maker(kgc.bootstrap, topic, 3)
@@ -65,8 +66,18 @@ def test_idempotent_producer_in_each_compression_type_reads_back_as_sent(
     for p, n in per_partition.items():
         assert sorted(a["offset"] for a in acks if a["partition"] == p) == list(range(n))
 
-    reader = clients.consumer(kgc.bootstrap, "payments-reader", topics=[topic], max_records=150)
-    assert reader.wait_exit() == 0, reader.describe()
+    # The client.properties file (--config) reaches the consumer: here its static instance id.
+    config = tmp_path / "reader.properties"
+    config.write_text("group.instance.id=reader-from-file\nfetch.min.bytes=1\n")
+    with_file = Clients(config)
+    try:
+        reader = with_file.consumer(
+            kgc.bootstrap, "payments-reader", topics=[topic], max_records=150
+        )
+        assert reader.wait_exit() == 0, reader.describe()
+    finally:
+        with_file.close()
+    assert reader.of("assigned")[0]["instance_id"] == "reader-from-file"
     assert _records(reader.of("record")) == _records(acks)
 
     # Stored as produced: one idempotent producer (its own id) per type, its codec kept.
