@@ -24,16 +24,23 @@ from groupops import (
     CG_DESCRIBE,
     CG_HEARTBEAT,
     DESCRIBE_GROUPS,
+    HEARTBEAT,
     JOIN,
+    LEAVE,
     LIST_GROUPS,
     OFFSET_COMMIT,
     OFFSET_FETCH,
+    SYNC,
     cg_describe_req,
     cg_req,
     commit_req,
     fetch_groups_req,
+    hb_req,
     join_req,
+    leave_req,
     list_groups_req,
+    subscription,
+    sync_req,
     synchronous_assignment,
     wait_topic_assignable,
 )
@@ -269,3 +276,39 @@ def range_assignor(side: Side) -> None:
 
 def test_range_assignor_three_members(diff_shared: Runner) -> None:
     diff_shared(range_assignor)
+
+
+def classic_member_joins(side: Side) -> None:
+    """A classic (JoinGroup) member inside a consumer group: its id, generation = its member
+    epoch, its assignment through SyncGroup, heartbeats while the others reconcile, leave."""
+    group = side.name("cg-interop")
+    t = side.name("cg-i")
+    side.create_topic(t, 2)
+    wait_topic_assignable(side, t, 2)
+    side.wait_coordinator(group)
+    synchronous_assignment(side, group)
+    m1 = side.name("modern")
+    r0 = side.call(CG_HEARTBEAT, 1, cg_req(group, m1, 0, rebalance=30000, topics=[], owned=[]))
+    r1 = side.call(CG_HEARTBEAT, 1, cg_req(group, m1, r0.member_epoch, topics=[t]), step="m1.sub")
+    held = _owned(r1)
+    c = side.member("classic")
+    protocols = [("range", subscription(t))]
+    first = c.call(JOIN, 9, join_req(group, protocols=protocols), step="c.join_id")
+    jc = c.call(JOIN, 9, join_req(group, first.member_id, protocols=protocols), step="c.join")
+    c.call(SYNC, 5, sync_req(group, jc.generation_id, jc.member_id, pname="range"), step="c.sync")
+    c.call(HEARTBEAT, 4, hb_req(group, jc.generation_id, jc.member_id), step="c.heartbeat")
+    r2 = side.call(CG_HEARTBEAT, 1, cg_req(group, m1, r1.member_epoch, owned=held), step="m1.hb")
+    side.call(
+        CG_HEARTBEAT,
+        1,
+        cg_req(group, m1, r2.member_epoch, owned=_owned(r2, held)),
+        step="m1.ack",
+    )
+    c.call(HEARTBEAT, 4, hb_req(group, jc.generation_id, jc.member_id), step="c.heartbeat2")
+    side.call(CG_DESCRIBE, 1, cg_describe_req(group), step="describe")
+    c.call(LEAVE, 5, leave_req(group, jc.member_id), step="c.leave")
+    side.call(CG_DESCRIBE, 1, cg_describe_req(group), step="describe_after_leave")
+
+
+def test_classic_member_in_a_consumer_group(diff_shared: Runner) -> None:
+    diff_shared(classic_member_joins)
