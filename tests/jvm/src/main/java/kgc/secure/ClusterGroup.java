@@ -46,7 +46,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * acknowledged offsets), {@code resume}, {@code finish} (stop producing, let every group
  * consume every acknowledged record, commit, close, then report each group's committed
  * offsets as an AdminClient lists them, and the acknowledged records it never consumed).
- * Output: one JSON object per line; {@code progress} lines every 200 ms.
+ * Output: one JSON object per line; {@code progress} lines every 200 ms. A commit that fails is
+ * not retried (the next poll commits again); its error is kept, with the phase it happened in
+ * (before the pause, paused, after the resume), for the final report.
  */
 public final class ClusterGroup {
 

@@ -51,7 +51,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * PROPS is a Kafka client.properties file applied to every client of the step. A step that
  * throws reports {@code error} (class) and {@code message} instead of its results; the next
- * step still runs.
+ * step still runs. Every line also gives the step's {@code elapsed_ms}.
  */
 public final class SecureClients {
   private static final int PARTITIONS = 3;
