@@ -302,10 +302,9 @@ def principal_error(principal: str) -> str | None:
 def binding_error(b: AclBinding) -> str | None:
     """Why CreateAcls refuses ``b`` (INVALID_REQUEST), or None.
 
-    The checks of Kafka's AclApis.handleCreateAcls and AclControlManager.validateNewAcl,
-    in their order, with their messages; plus the principal's form, which Kafka's
-    AclAuthorizer checked ("Failed to create ACL") and without which no request could
-    ever match the binding.
+    The checks of Kafka 4.4's AclApis.handleCreateAcls and AclControlManager.validateNewAcl,
+    in their order, with their messages (the principal needs its colon; its type may be
+    empty, as Kafka accepts).
     """
     if b.resource_type is ResourceType.CLUSTER and b.resource_name != CLUSTER_NAME:
         return "The only valid name for the CLUSTER resource is " + CLUSTER_NAME
@@ -319,9 +318,13 @@ def binding_error(b: AclBinding) -> str | None:
         return f"Invalid operation {b.operation.name}"
     if b.permission_type not in (AclPermissionType.DENY, AclPermissionType.ALLOW):
         return f"Invalid permissionType {b.permission_type.name}"
-    why = principal_error(b.principal)
-    if why is not None:
-        return f"Failed to create ACL: {why}"
+    if ":" not in b.principal:
+        return (
+            f"Could not parse principal from `{b.principal}` (no colon is present separating "
+            "the principal type from the principal name)"
+        )
+    if not b.host:
+        return "Host pattern cannot be null or empty"
     return None
 
 

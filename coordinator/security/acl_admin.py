@@ -9,9 +9,11 @@ picks the change up through the store's ``on_change``. As Kafka's AclApis:
   with that code for every creation/filter;
 * without an authorizer (``authorizer.class.name`` empty) every answer is
   SECURITY_DISABLED ("No Authorizer is configured.");
-* a request carrying a code Kafka does not know (resource type, pattern type, operation or
-  permission type UNKNOWN, or a number outside the enums) fails to parse in Kafka, which
-  closes the connection; so does kgc (one WARNING line);
+* a request naming UNKNOWN's code (0) as resource type, pattern type, operation or
+  permission type fails to parse in Kafka, which closes the connection; so does kgc (one
+  WARNING line). A number outside the enums reads as UNKNOWN and is answered, as Kafka 4.4
+  does: CreateAcls refuses that creation, DescribeAcls matches nothing, DeleteAcls refuses
+  that filter;
 * CreateAcls validates each binding on its own (``acl.binding_error``: the CLUSTER
   resource's one name, empty names, ANY/MATCH where a concrete value is needed, a principal
   that is not ``Type:name``) and answers INVALID_REQUEST with Kafka's message for the bad
@@ -85,13 +87,14 @@ STORE_FAILED = "the ACL change could not be stored; it may or may not have been 
 
 
 def _known(resource_type: int, pattern_type: int, operation: int, permission_type: int) -> bool:
-    """Whether Kafka would parse these codes (none of them UNKNOWN: 0 or out of range)."""
-    return (
-        ResourceType.from_code(resource_type) is not ResourceType.UNKNOWN
-        and PatternType.from_code(pattern_type) is not PatternType.UNKNOWN
-        and AclOperation.from_code(operation) is not AclOperation.UNKNOWN
-        and AclPermissionType.from_code(permission_type) is not AclPermissionType.UNKNOWN
-    )
+    """Whether Kafka 4.4 would parse these codes: none of them UNKNOWN's own code, 0. (A code
+    outside an enum reads as UNKNOWN without failing the parse, and is answered.)"""
+    return 0 not in (resource_type, pattern_type, operation, permission_type)
+
+
+# DescribeAcls with a filter naming an UNKNOWN element: Kafka 4.4 matches nothing and
+# answers success with an empty message.
+_UNKNOWN_FILTER_MESSAGE = ""
 
 
 class AclAdmin:
@@ -224,6 +227,8 @@ class AclAdmin:
             AclOperation.from_code(req.operation),
             AclPermissionType.from_code(req.permission_type),
         )
+        if filter_error(acl_filter) is not None:
+            return DescribeAclsResponse(error_code=0, error_message=_UNKNOWN_FILTER_MESSAGE)
         matched = [b for b in self.store.bindings if acl_filter.matches(b)]
         return DescribeAclsResponse(error_code=0, error_message=None, resources=_resources(matched))
 

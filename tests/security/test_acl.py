@@ -468,9 +468,11 @@ def test_create_validation_messages() -> None:
     )
     assert binding_error(acl(T, "x", O.ANY)) == "Invalid operation ANY"
     assert binding_error(acl(T, "x", O.READ, AclPermissionType.ANY)) == "Invalid permissionType ANY"
-    assert "principalType:principalName" in (
-        binding_error(acl(T, "x", O.READ, principal="alice")) or ""
+    assert binding_error(acl(T, "x", O.READ, principal="alice")) == (
+        "Could not parse principal from `alice` (no colon is present separating the principal "
+        "type from the principal name)"
     )
+    assert binding_error(acl(T, "x", O.READ, principal=":alice")) is None  # as Kafka 4.4
     assert filter_error(AclBindingFilter()) is None
     assert (
         filter_error(AclBindingFilter(resource_type=ResourceType.UNKNOWN))

@@ -83,6 +83,7 @@ async def test_create_validates_each_binding_and_stores_the_valid_ones(tmp_path:
             creation(operation=AclOperation.ANY),
             creation(permission_type=AclPermissionType.ANY),
             creation(principal="alice"),
+            creation(host=""),
             creation(resource_type=ResourceType.GROUP, resource_name="g", principal="User:*"),
         ]
     )
@@ -100,9 +101,11 @@ async def test_create_validates_each_binding_and_stores_the_valid_ones(tmp_path:
         (ErrorCode.INVALID_REQUEST, "Invalid permissionType ANY"),
         (
             ErrorCode.INVALID_REQUEST,
-            "Failed to create ACL: expected a string in format principalType:principalName "
-            "but got alice",
+            # Kafka 4.4's AclControlManager messages.
+            "Could not parse principal from `alice` (no colon is present separating the "
+            "principal type from the principal name)",
         ),
+        (ErrorCode.INVALID_REQUEST, "Host pattern cannot be null or empty"),
         (0, ""),
     ]
     # The authorizer follows the store at once.
@@ -115,8 +118,9 @@ async def test_create_validates_each_binding_and_stores_the_valid_ones(tmp_path:
 async def test_unknown_codes_close_the_connection_as_kafka_parse_failures_do(
     tmp_path: Path,
 ) -> None:
+    # Kafka 4.4 refuses to parse a request naming UNKNOWN (code 0) outright.
     acls, _ = admin(tmp_path)
-    for bad in (creation(resource_type=0), creation(operation=42), creation(permission_type=9)):
+    for bad in (creation(resource_type=0), creation(operation=0), creation(permission_type=0)):
         req = create_acls.Request(creations=[creation(), bad])
         assert acls.create_acls(header(create_acls.API_KEY), req, client()) is CLOSE_CONNECTION
     assert (
@@ -126,6 +130,63 @@ async def test_unknown_codes_close_the_connection_as_kafka_parse_failures_do(
         is CLOSE_CONNECTION
     )
     assert LocalAclStore(tmp_path).bindings == frozenset()
+
+
+async def test_codes_outside_the_enums_are_answered_as_kafka_4_4_does(tmp_path: Path) -> None:
+    # A code no enum has reads as UNKNOWN without failing the parse: CreateAcls refuses that
+    # creation, DescribeAcls matches nothing, DeleteAcls refuses that filter.
+    acls, _ = admin(tmp_path)
+    req = create_acls.Request(
+        creations=[
+            creation(),
+            creation(resource_type=42),
+            creation(resource_pattern_type=9),
+            creation(operation=99),
+            creation(permission_type=9),
+        ]
+    )
+    resp = await answer(acls.create_acls(header(create_acls.API_KEY), req, client()))
+    assert [(r.error_code, r.error_message) for r in resp.results] == [
+        (0, ""),
+        (ErrorCode.INVALID_REQUEST, "Invalid resourceType UNKNOWN"),
+        (ErrorCode.INVALID_REQUEST, "Invalid patternType UNKNOWN"),
+        (ErrorCode.INVALID_REQUEST, "Invalid operation UNKNOWN"),
+        (ErrorCode.INVALID_REQUEST, "Invalid permissionType UNKNOWN"),
+    ]
+    for bad in ({"resource_type_filter": 42}, {"operation": 99}):
+        described = await answer(
+            acls.describe_acls(header(describe_acls.API_KEY), describe_all(**bad), client())
+        )
+        assert (described.error_code, described.error_message, described.resources) == (0, "", [])
+    filters = [
+        delete_acls.DeleteAclsFilter(
+            resource_type_filter=bad.get("resource_type_filter", ResourceType.ANY),
+            resource_name_filter=None,
+            pattern_type_filter=bad.get("pattern_type_filter", PatternType.ANY),
+            principal_filter=None,
+            host_filter=None,
+            operation=bad.get("operation", AclOperation.ANY),
+            permission_type=bad.get("permission_type", AclPermissionType.ANY),
+        )
+        for bad in (
+            {"resource_type_filter": 42},
+            {"pattern_type_filter": 9},
+            {"operation": 99},
+            {"permission_type": 9},
+        )
+    ]
+    deleted = await answer(
+        acls.delete_acls(
+            header(delete_acls.API_KEY), delete_acls.Request(filters=filters), client()
+        )
+    )
+    assert [(r.error_code, r.error_message) for r in deleted.filter_results] == [
+        (ErrorCode.INVALID_REQUEST, "Unknown patternFilter."),
+        (ErrorCode.INVALID_REQUEST, "Unknown patternFilter."),
+        (ErrorCode.INVALID_REQUEST, "Unknown entryFilter."),
+        (ErrorCode.INVALID_REQUEST, "Unknown entryFilter."),
+    ]
+    assert len(LocalAclStore(tmp_path).bindings) == 1
 
 
 async def test_cluster_authorization_is_checked_first(tmp_path: Path) -> None:
