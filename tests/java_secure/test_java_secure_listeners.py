@@ -232,8 +232,11 @@ def scram_props(kgc: SecureKgc, user: str, password: str) -> str:
     )
 
 
-def mtls_props(kgc: SecureKgc, name: str, keystore: Path | None, truststore: Path) -> str:
+def mtls_props(
+    kgc: SecureKgc, name: str, keystore: Path | None, truststore: Path, extra: str = ""
+) -> str:
     text = f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={truststore}\n"
+    text += extra
     if keystore is not None:
         text += (
             "ssl.keystore.type=PKCS12\n"
@@ -295,6 +298,10 @@ def steps(secure_kgc: SecureKgc) -> dict[str, dict[str, Any]]:
         "mtls-untrusted-client": refused(
             k, "MTLS", mtls_props(k, "mallory", k.material.rogue_keystore, k.pki.ca)),
         "mtls-no-client-cert": refused(k, "MTLS", mtls_props(k, "anonymous", None, k.pki.ca)),
+        # TLS 1.2: the server's alert ends the client's handshake (1.3: its first read).
+        "mtls-untrusted-client-tls12": refused(
+            k, "MTLS", mtls_props(k, "mallory12", k.material.rogue_keystore, k.pki.ca,
+                                  "ssl.protocol=TLSv1.2\nssl.enabled.protocols=TLSv1.2\n")),
         "mtls-untrusted-server": refused(
             k, "MTLS", mtls_props(k, "distrust", k.material.alice_keystore,
                                   k.material.wrong_truststore)),
@@ -367,6 +374,7 @@ def test_mutual_tls_group_with_the_principal_from_the_certificate(
 def test_mutual_tls_refusals(steps: dict[str, dict[str, Any]]) -> None:
     assert_refused(steps["mtls-untrusted-client"], "SslAuthenticationException")
     assert_refused(steps["mtls-no-client-cert"], "SslAuthenticationException")
+    assert_refused(steps["mtls-untrusted-client-tls12"], "SslAuthenticationException")
     assert_refused(steps["mtls-untrusted-server"], "SslAuthenticationException")
 
 
