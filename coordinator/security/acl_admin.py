@@ -93,7 +93,7 @@ def _known(resource_type: int, pattern_type: int, operation: int, permission_typ
 
 
 # DescribeAcls with a filter naming an UNKNOWN element: Kafka 4.4 matches nothing and
-# answers success with an empty message.
+# answers success (with an empty message, as every success).
 _UNKNOWN_FILTER_MESSAGE = ""
 
 
@@ -230,7 +230,8 @@ class AclAdmin:
         if filter_error(acl_filter) is not None:
             return DescribeAclsResponse(error_code=0, error_message=_UNKNOWN_FILTER_MESSAGE)
         matched = [b for b in self.store.bindings if acl_filter.matches(b)]
-        return DescribeAclsResponse(error_code=0, error_message=None, resources=_resources(matched))
+        # Kafka 4.4 answers an empty message, not null.
+        return DescribeAclsResponse(error_code=0, error_message="", resources=_resources(matched))
 
     # -- DeleteAcls
 

@@ -146,7 +146,7 @@ class ScramAdmin:
                 results.append(
                     DescribeUserScramCredentialsResult(
                         user=user,
-                        error_message=None,
+                        error_message="",  # Kafka 4.4's answer: empty, not null
                         credential_infos=[
                             CredentialInfo(MECHANISM_TYPES[c.mechanism], c.iterations)
                             for c in everyone[user]
@@ -161,7 +161,7 @@ class ScramAdmin:
                         error_message=DESCRIBE_USER_THAT_DOES_NOT_EXIST + user,
                     )
                 )
-        return DescribeUserScramCredentialsResponse(error_message=None, results=results)
+        return DescribeUserScramCredentialsResponse(error_message="", results=results)
 
     # -- AlterUserScramCredentials
     def alter_user_scram_credentials(

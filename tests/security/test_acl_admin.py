@@ -189,6 +189,12 @@ async def test_codes_outside_the_enums_are_answered_as_kafka_4_4_does(tmp_path: 
     assert len(LocalAclStore(tmp_path).bindings) == 1
 
 
+async def test_describe_success_has_an_empty_message_as_kafka_4_4(tmp_path: Path) -> None:
+    acls, _ = admin(tmp_path)
+    resp = await answer(acls.describe_acls(header(describe_acls.API_KEY), describe_all(), client()))
+    assert (resp.error_code, resp.error_message) == (0, "")
+
+
 async def test_cluster_authorization_is_checked_first(tmp_path: Path) -> None:
     acls, _ = admin(tmp_path)
     alice = client(KafkaPrincipal("User", "alice"))
