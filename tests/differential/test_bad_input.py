@@ -73,10 +73,9 @@ def _summary(resp: Any) -> Any:
     lists the server's own topics, an ApiVersions answer its own table (compared in
     test_admin_metadata.py)."""
     if isinstance(resp, metadata.MetadataResponse):
-        return {
-            "brokers": len(resp.brokers),
-            "topic_error_codes": sorted({t.error_code for t in resp.topics}),
-        }
+        # Which topics exist differs with what ran before (kgc always has
+        # __consumer_offsets; Kafka creates it on the first group request).
+        return {"brokers": len(resp.brokers)}
     if isinstance(resp, api_versions.ApiVersionsResponse):
         return {"error_code": resp.error_code, "has_table": bool(resp.api_keys)}
     return resp
@@ -87,9 +86,7 @@ def _case(side: Side, step: str, data: bytes, api_key: int = 3, version: int = 1
 
 
 def bad_frames(side: Side) -> None:
-    meta_v1 = _body(
-        3, 1, metadata.MetadataRequest(topics=[metadata.MetadataRequestTopic(name="x")])
-    )
+    meta_v1 = _body(3, 1, metadata.MetadataRequest(topics=[]))  # v1: [] asks for no topic
     _case(side, "well_formed_control", _sized(_header(3, 1) + meta_v1))
     _case(side, "size_beyond_request_max", struct.pack(">i", 200 * 1024 * 1024) + b"\0" * 64)
     _case(side, "negative_size", struct.pack(">i", -5) + b"\0" * 16)
