@@ -26,6 +26,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
@@ -51,9 +52,15 @@ def classpath() -> str:
 
 
 def java_command(
-    main: str, *args: str, heap: str = "256m", log_dir: Path | None = None
+    main: str,
+    *args: str,
+    heap: str = "256m",
+    log_dir: Path | None = None,
+    jvm_args: Sequence[str] = (),
 ) -> list[str]:
-    """The command running ``main`` from the pinned classpath, quiet logging (warnings only)."""
+    """The command running ``main`` from the pinned classpath, quiet logging (warnings only);
+    ``jvm_args`` go before the classpath (system properties such as Kafka 4's
+    ``org.apache.kafka.sasl.oauthbearer.allowed.urls``)."""
     java = shutil.which("java") or "java"
     jvm = [
         java,
@@ -66,7 +73,7 @@ def java_command(
     ]
     if log_dir is not None:
         jvm.append(f"-Dkafka.logs.dir={log_dir}")
-    return [*jvm, "-cp", classpath(), main, *args]
+    return [*jvm, *jvm_args, "-cp", classpath(), main, *args]
 
 
 def _free_port() -> int:

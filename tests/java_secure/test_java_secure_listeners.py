@@ -310,10 +310,12 @@ def steps(secure_kgc: SecureKgc) -> dict[str, dict[str, Any]]:
         "dev": roundtrip(k, "DEV", dev_props(k, "dev-admin"), "classic"),
         "dev-not-authorized": roundtrip(k, "DEV", dev_props(k, "nobody"), "classic"),
     }  # fmt: skip
-    cmd = java_command("kgc.secure.SecureClients", *[a for s in plan.values() for a in s])
     # Kafka 4 refuses to call a token endpoint that this system property does not allow.
-    at = cmd.index("-cp")
-    cmd[at:at] = [f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={k.token_url}"]
+    cmd = java_command(
+        "kgc.secure.SecureClients",
+        *[a for s in plan.values() for a in s],
+        jvm_args=[f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={k.token_url}"],
+    )
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
     lines = [json.loads(ln) for ln in done.stdout.splitlines() if ln.startswith("{")]
     assert done.returncode == 0 and len(lines) == len(plan), (
