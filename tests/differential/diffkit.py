@@ -382,6 +382,8 @@ UNORDERED = {
     # A member's assignment, by topic: Kafka's HashMap of topic ids (random UUIDs).
     ("consumer_group_heartbeat", "topic_partitions"),
     ("consumer_group_describe", "topic_partitions"),
+    # A member's subscribed topic names: a HashSet of names in Kafka.
+    ("consumer_group_describe", "subscribed_topic_names"),
 }
 
 

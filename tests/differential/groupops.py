@@ -375,3 +375,19 @@ def wait_topic_assignable(side: Side, topic: str, partitions: int) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"{side.label}: the coordinator never assigned {topic}")
+
+
+def wait_state(side: Side, group: str, state: str) -> None:
+    """Wait (unrecorded) until DescribeGroups shows the classic group in ``state``: a move
+    that must come after another member's parked join waits for it here, not on a clock."""
+    import time
+
+    deadline = time.monotonic() + side.timeout
+    while time.monotonic() < deadline:
+        _, resp = side.untimed().request(
+            DESCRIBE_GROUPS, describe_groups.DescribeGroupsRequest(groups=[group])
+        )
+        if resp.groups[0].group_state == state:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{side.label}: {group} never reached {state}")

@@ -15,26 +15,34 @@ from groupops import (
     SYNC,
     assign_all,
     hb,
+    join,
     join_req,
     leave_req,
     member_id_for,
     subscription,
     sync,
     sync_req,
+    wait_state,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 
 
 def _form(side: Side, group: str, labels: list[str], **kw: object) -> dict[str, object]:
-    """Members ``labels`` join together and sync (the first is the leader); their answers."""
+    """Members ``labels`` form the group (the first leads) and sync; their answers.
+
+    The first joins alone, then the others join while it rejoins: that join phase ends when
+    every member (the pending ones included) has joined, whatever the arrival times -- a
+    group formed from Empty would depend on the initial rebalance delay (100 ms)."""
     ms = [side.member(label) for label in labels]
-    ids = [member_id_for(m, group, **kw) for m in ms]  # type: ignore[arg-type]
+    first = join(ms[0], group, **kw)  # type: ignore[arg-type]
+    sync(ms[0], group, first, assign_all(first))
+    ids = [first.member_id] + [member_id_for(m, group, **kw) for m in ms[1:]]  # type: ignore[arg-type]
     joined = side.together(
         [
-            lambda m=m, i=i: m.call(JOIN, 9, join_req(group, i, **kw))
+            lambda m=m, i=i: m.call(JOIN, 9, join_req(group, i, **kw))  # type: ignore[misc]
             for m, i in zip(ms, ids, strict=True)
-        ]  # type: ignore[misc]
+        ]
     )
     leader = joined[0]
     syncs = side.together(
@@ -57,6 +65,7 @@ def two_members(side: Side) -> None:
     cid = member_id_for(c, group)
 
     def a_moves() -> object:
+        wait_state(side, group, "PreparingRebalance")  # c's join is parked
         hb(a, group, ja, step="a.heartbeat_during_rebalance")
         a.call(
             SYNC,
@@ -121,7 +130,11 @@ def protocol_vote(side: Side) -> None:
         "c": [("roundrobin", b"c"), ("sticky", b"c"), ("range", b"c")],
     }
     ms = {k: side.member(k) for k in lists}
-    ids = {k: member_id_for(m, group, protocols=lists[k]) for k, m in ms.items()}
+    # a forms the group alone; b and c join while it rejoins (see ``_form``).
+    ja0 = join(ms["a"], group, protocols=lists["a"])
+    sync(ms["a"], group, ja0, assign_all(ja0))
+    ids = {"a": ja0.member_id}
+    ids.update({k: member_id_for(ms[k], group, protocols=lists[k]) for k in ("b", "c")})
     joined = side.together(
         [
             lambda k=k: ms[k].call(JOIN, 9, join_req(group, ids[k], protocols=lists[k]))  # type: ignore[misc]
@@ -175,6 +188,7 @@ def rejoins(side: Side) -> None:
     # Stable, the leader rejoins: a rebalance (b learns it from a heartbeat).
 
     def b_follows() -> object:
+        wait_state(side, group, "PreparingRebalance")  # a's join is parked
         hb(b, group, jb, step="b.heartbeat_rebalancing")
         return b.call(
             JOIN, 9, join_req(group, jb.member_id, protocols=[("range", topics)]), step="b.rejoin"
@@ -200,9 +214,15 @@ def rejoins(side: Side) -> None:
         [
             lambda: sync(b, group, jb2),
             lambda: b_alt.call(JOIN, 9, join_req(group, jb2.member_id, protocols=changed)),
-            lambda: a.call(
-                JOIN, 9, join_req(group, ja2.member_id, protocols=[("range", topics)]), step="a.rj2"
-            ),
+            lambda: (
+                wait_state(side, group, "PreparingRebalance"),  # b's changed join is parked
+                a.call(
+                    JOIN,
+                    9,
+                    join_req(group, ja2.member_id, protocols=[("range", topics)]),
+                    step="a.rj2",
+                ),
+            )[1],
         ],
         stagger=0.2,
     )

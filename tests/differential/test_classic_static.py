@@ -16,6 +16,7 @@ from groupops import (
     leave_req,
     sync,
     sync_req,
+    wait_state,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
@@ -27,11 +28,22 @@ def static_members(side: Side) -> None:
     group = side.name("classic-static")
     side.wait_coordinator(group)
     a, b = side.member("a"), side.member("b")
-    # Static members join without MEMBER_ID_REQUIRED; a is first, so a leads.
-    ja, jb = side.together(
+    # Static members join without MEMBER_ID_REQUIRED. a forms the group alone (a group formed
+    # from Empty by two would depend on the initial rebalance delay), then b joins and a
+    # rejoins once b's join is parked: that join phase ends when both have joined.
+    ja = a.call(JOIN, 9, join_req(group, instance="ia", protocols=BOTH), step="a.join")
+    sync(a, group, ja, assign_all(ja), instance="ia")
+
+    def a_rejoins() -> object:
+        wait_state(side, group, "PreparingRebalance")
+        return a.call(
+            JOIN, 9, join_req(group, ja.member_id, instance="ia", protocols=BOTH), step="a.rj"
+        )
+
+    jb, ja = side.together(
         [
-            lambda: a.call(JOIN, 9, join_req(group, instance="ia", protocols=BOTH), step="a.join"),
             lambda: b.call(JOIN, 9, join_req(group, instance="ib", protocols=BOTH), step="b.join"),
+            a_rejoins,
         ]
     )
     side.together(
@@ -76,6 +88,7 @@ def static_members(side: Side) -> None:
     changed = [("roundrobin", b"other")]  # the group's choice becomes roundrobin
 
     def b2_follows() -> object:
+        wait_state(side, group, "PreparingRebalance")  # a4's join is parked
         hb(b2, group, jb2, instance="ib", step="b2.heartbeat_rebalancing")
         return b2.call(
             JOIN, 9, join_req(group, jb2.member_id, instance="ib", protocols=BOTH), step="b2.rejoin"

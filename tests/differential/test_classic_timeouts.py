@@ -22,6 +22,7 @@ from groupops import (
     join_req,
     member_id_for,
     sync,
+    wait_state,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
@@ -42,12 +43,16 @@ def _poll_heartbeat(side: Side, group: str, generation: int, member_id: str, cod
 
 
 def _pair(side: Side, group: str) -> tuple[object, ...]:
+    """a forms the group alone, b joins while a rejoins (no dependence on the initial
+    rebalance delay); both synced."""
     a, b = side.member("a"), side.member("b")
     kw = {"session": SESSION, "rebalance": REBALANCE}
-    ia, ib = member_id_for(a, group, **kw), member_id_for(b, group, **kw)
+    ja = join(a, group, **kw)  # type: ignore[arg-type]
+    sync(a, group, ja, assign_all(ja))
+    ib = member_id_for(b, group, **kw)  # type: ignore[arg-type]
     ja, jb = side.together(
         [
-            lambda: a.call(JOIN, 9, join_req(group, ia, **kw)),  # type: ignore[arg-type]
+            lambda: a.call(JOIN, 9, join_req(group, ja.member_id, **kw)),  # type: ignore[arg-type]
             lambda: b.call(JOIN, 9, join_req(group, ib, **kw)),  # type: ignore[arg-type]
         ]
     )
@@ -68,10 +73,12 @@ def expiries(side: Side) -> None:
     group = side.name("classic-sync-timeout")
     side.wait_coordinator(group)
     a, c = side.member("a2"), side.member("c2")
-    ia, ic = member_id_for(a, group, **kw), member_id_for(c, group, **kw)  # type: ignore[arg-type]
+    ja0 = join(a, group, **kw)  # type: ignore[arg-type]
+    sync(a, group, ja0, assign_all(ja0))
+    ic = member_id_for(c, group, **kw)  # type: ignore[arg-type]
     ja, jc = side.together(
         [
-            lambda: a.call(JOIN, 9, join_req(group, ia, **kw)),  # type: ignore[arg-type]
+            lambda: a.call(JOIN, 9, join_req(group, ja0.member_id, **kw)),  # type: ignore[arg-type]
             lambda: c.call(JOIN, 9, join_req(group, ic, **kw)),  # type: ignore[arg-type]
         ]
     )
@@ -106,9 +113,10 @@ def pending_member(side: Side) -> None:
         [
             lambda: p.call(JOIN, 9, join_req(group, pid, **kw), step="p.comes_back"),  # type: ignore[arg-type]
             lambda: (
+                wait_state(side, group, "PreparingRebalance"),  # p's join is parked
                 hb(b, group, jb, step="b.heartbeat_rebalancing"),
                 b.call(JOIN, 9, join_req(group, jb.member_id, **kw), step="b.rejoin"),  # type: ignore[arg-type]
-            )[1],
+            )[2],
         ],
         stagger=0.2,
     )

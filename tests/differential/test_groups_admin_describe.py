@@ -29,6 +29,7 @@ from groupops import (
     member_id_for,
     subscription,
     sync,
+    wait_state,
 )
 
 from protocol.messages import describe_groups, find_coordinator
@@ -87,6 +88,7 @@ def lifecycle_admin(side: Side) -> None:
     ib = member_id_for(b, group, protocols=subs)
 
     def a_rejoins() -> object:
+        wait_state(side, group, "PreparingRebalance")  # b's join is parked
         side.call(
             DESCRIBE_GROUPS,
             5,

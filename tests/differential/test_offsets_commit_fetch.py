@@ -21,6 +21,7 @@ from groupops import (
     offset_delete_req,
     subscription,
     sync,
+    wait_state,
 )
 
 from protocol.messages import metadata
@@ -171,6 +172,7 @@ def commit_errors(side: Side) -> None:
         [
             lambda: n.call(JOIN, 9, join_req(group, nid, protocols=subs)),
             lambda: (
+                wait_state(side, group, "PreparingRebalance"),  # n's join is parked
                 side.call(
                     OFFSET_COMMIT,
                     9,
@@ -178,7 +180,7 @@ def commit_errors(side: Side) -> None:
                     step="commit_preparing_rebalance",
                 ),
                 m.call(JOIN, 9, join_req(group, mid, protocols=subs)),
-            )[1],
+            )[2],
         ],
         stagger=0.2,
     )
