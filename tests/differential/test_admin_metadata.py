@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 import pytest
 from diffkit import Runner, Side
@@ -276,9 +277,30 @@ def find_coordinators(side: Side) -> None:
     )
 
 
+def _wait_log_dirs(side: Side, topic: str, partitions: int) -> None:
+    """Wait until DescribeLogDirs lists every partition (Kafka creates a partition's log a
+    moment after Metadata names its leader)."""
+    deadline = time.monotonic() + side.timeout
+    req = describe_log_dirs.DescribeLogDirsRequest(
+        topics=[
+            describe_log_dirs.DescribableLogDirTopic(
+                topic=topic, partitions=list(range(partitions))
+            )
+        ]
+    )
+    while time.monotonic() < deadline:
+        _, resp = side.untimed().request(DESCRIBE_LOG_DIRS, req, version=4)
+        listed = {p.partition_index for r in resp.results for t in r.topics for p in t.partitions}
+        if len(listed) == partitions:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{side.label}: {topic}'s logs are not all listed")
+
+
 def cluster_and_log_dirs(side: Side) -> None:
     topic = side.name("dirs")
     side.create_topic(topic, 2)
+    _wait_log_dirs(side, topic, 2)
     for v in (0, 1, 2):
         side.call(
             DESCRIBE_CLUSTER,
