@@ -287,3 +287,25 @@ def test_franz_member_crash_hands_its_partitions_over_at_its_committed_offsets(
             "protocol": "cooperative-sticky",
         }
     assert unexplained("go.franz.failover", on_kafka, on_kgc) == []
+
+
+def test_franz_consumer_protocol_regex_subscription_like_kafka(
+    go_clients: Path, kgc_go: KgcProcess, kafka_broker: KafkaServer
+) -> None:
+    """kgo's ConsumeRegex on a KIP-848 group sends SubscribedTopicRegex: the coordinator
+    resolves it (two matching topics at the join, a third created while the group runs)
+    and assigns what matches. Only the outcome is compared: Kafka resolves a group's
+    regexes off its request path and at most every 10 s, so its assignments came 5-15 s
+    after the join and 10 s after the third topic in our runs, kgc's sooner."""
+    on_kgc, on_kafka = both(
+        go_clients, "franz", kgc_go, kafka_broker, "-protocol", "consumer-regex"
+    )
+    for s in (on_kgc, on_kafka):
+        assert s["assignment"] == ["a0 b0", "a1 b1"]  # range: partition i of each topic
+        assert s["assignment_after_new_topic"] == ["a0 b0 c0", "a1 b1 c1"]
+        assert (s["records_consumed"], s["duplicates"]) == (60, 0)
+        assert not s["errors"]
+        d = s["describe_consumer_groups"]
+        assert (d["error"], d["state"], d["members"]) == ("", "Stable", 2)
+        assert d["subscriptions"] == ["regex=.*(?:(?:^<prefix>-.*)).* names=0"] * 2
+    assert unexplained("go.franz.consumer-regex", on_kafka, on_kgc) == []

@@ -100,7 +100,7 @@ func main() {
 	bootstrap := flag.String("bootstrap", "127.0.0.1:9092", "host:port")
 	topic := flag.String("topic", "", "topic to create (unique per run)")
 	group := flag.String("group", "", "group id (unique per run)")
-	protocol := flag.String("protocol", "classic", "classic, consumer (KIP-848), offsets-topic or failover (the scenarios of offsets_topic.go, failover.go)")
+	protocol := flag.String("protocol", "classic", "classic, consumer (KIP-848), offsets-topic, failover or consumer-regex (the scenarios of offsets_topic.go, failover.go, regex.go)")
 	partitions := flag.Int("partitions", 4, "partitions of the topic")
 	records := flag.Int("records", 200, "records to produce")
 	assignor := flag.String("assignor", "range", "the server-side assignor of -protocol consumer: range or uniform")
@@ -114,9 +114,9 @@ func main() {
 		report.Fatalf("-topic and -group are required")
 	}
 	switch *protocol {
-	case "classic", "consumer", "offsets-topic", "failover":
+	case "classic", "consumer", "offsets-topic", "failover", "consumer-regex":
 	default:
-		report.Fatalf("-protocol must be classic, consumer, offsets-topic or failover")
+		report.Fatalf("-protocol must be classic, consumer, offsets-topic, failover or consumer-regex")
 	}
 	nparts := int32(*partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -135,6 +135,9 @@ func main() {
 		return
 	case "failover":
 		failoverScenario(ctx, *bootstrap, *topic, *group, nparts, *records, adm).Print()
+		return
+	case "consumer-regex":
+		regexScenario(ctx, *bootstrap, *topic, *group, adm).Print()
 		return
 	}
 
