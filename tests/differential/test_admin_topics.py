@@ -3,6 +3,8 @@ DeleteRecords, the valid requests and the refused ones, answer by answer."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from diffkit import Runner, Side
 
@@ -298,9 +300,34 @@ def _delete_records(topic: str, *offsets: tuple[int, int]) -> delete_records.Del
     )
 
 
+def _ready(side: Side, topic: str, partitions: int) -> None:
+    """Create ``topic`` and wait until its partitions serve ListOffsets (Kafka's replica
+    manager takes its leadership a moment after Metadata names the leader)."""
+    side.create_topic(topic, partitions)
+    req = list_offsets.ListOffsetsRequest(
+        replica_id=-1,
+        topics=[
+            list_offsets.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    list_offsets.ListOffsetsPartition(partition_index=p, timestamp=-1)
+                    for p in range(partitions)
+                ],
+            )
+        ],
+    )
+    deadline = time.monotonic() + side.timeout
+    while time.monotonic() < deadline:
+        _, resp = side.untimed().request(LIST_OFFSETS, req, version=7)
+        if all(p.error_code == 0 for t in resp.topics for p in t.partitions):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{side.label}: {topic} does not serve ListOffsets")
+
+
 def delete_records_scenario(side: Side) -> None:
     topic = side.name("dr")
-    side.create_topic(topic, 2)
+    _ready(side, topic, 2)
     side.call(PRODUCE, 9, _produce(topic, 10), step="delete_records.produce")
     for label, offsets in (
         ("to_3", [(0, 3)]),
