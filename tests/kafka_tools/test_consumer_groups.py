@@ -87,7 +87,9 @@ def test_list_and_describe_groups_with_live_members(
         transform=ours,
     )
 
-    compare("tools.consumer-groups.describe", cg(pair, "--describe", *by_group))
+    compare(
+        "tools.consumer-groups.describe-offsets", cg(pair, "--describe", "--offsets", *by_group)
+    )
     compare(
         "tools.consumer-groups.describe-members-verbose",
         cg(pair, "--describe", "--members", "--verbose", *by_group),

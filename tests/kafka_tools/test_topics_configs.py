@@ -169,6 +169,26 @@ def test_configs_of_topics_brokers_and_groups(pair: list[Server]) -> None:
         config_table,
     )
 
+    # The broker's default value, set and removed again: the shared broker is unchanged.
+    both(
+        "tools.configs.broker-alter",
+        configs(
+            pair,
+            "--alter",
+            *broker,
+            "--entity-name",
+            "1",
+            "--add-config",
+            "message.max.bytes=1048588",
+        ),
+    )
+    both(
+        "tools.configs.broker-delete-config",
+        configs(
+            pair, "--alter", *broker, "--entity-name", "1", "--delete-config", "message.max.bytes"
+        ),
+    )
+
     entity = ["--entity-type", "groups", "--entity-name", group]
     both("tools.configs.group-describe-none", configs(pair, "--describe", *entity), config_table)
     both(
