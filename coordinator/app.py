@@ -356,6 +356,7 @@ class App:
                         groups,
                         LocalGroupConfigs(s, s.data_dir / GROUP_CONFIGS_FILE),
                         authorizer=acls.authorizer,
+                        nodes=lambda: [n.node_id for n in broker.placement.nodes()],
                     )
                 ).handlers(),
             ],
@@ -530,6 +531,7 @@ class App:
                         group_config_store,
                         shared_topics=shared,
                         authorizer=acls.authorizer,
+                        nodes=lambda: [n.node_id for n in broker.placement.nodes()],
                     )
                 ).handlers(),
             ],

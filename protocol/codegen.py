@@ -95,6 +95,8 @@ APIS = [
     "DeleteRecords",
     "DescribeCluster",
     "DescribeLogDirs",
+    # kafka-configs asks which groups have configs (KIP-1142).
+    "ListConfigResources",
 ]
 
 # Nullable strings that Kafka's request/response classes send as null when empty, at the

@@ -37,6 +37,7 @@ from protocol.messages import (
     init_producer_id,
     join_group,
     leave_group,
+    list_config_resources,
     list_groups,
     list_offsets,
     metadata,
@@ -92,4 +93,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     delete_records.API_KEY: (0, 2),
     describe_cluster.API_KEY: (0, 2),
     describe_log_dirs.API_KEY: (1, 5),
+    # kafka-configs asks which groups have configs (KIP-1142; v0 was
+    # ListClientMetricsResources).
+    list_config_resources.API_KEY: (0, 1),
 }

@@ -62,8 +62,9 @@ CLUSTER = "kafka-cluster"
 # topic), DescribeCluster (60: DESCRIBE on the cluster for its authorized operations only),
 # DescribeLogDirs (35: DESCRIBE on the cluster), in coordinator/dataplane/admin.py;
 # DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44): DESCRIBE_CONFIGS /
-# ALTER_CONFIGS per resource (topic, group or cluster), in coordinator/server/config_admin.py.
-_CHECKED_BY_HANDLER = (29, 30, 31, 50, 51, 37, 21, 60, 35, 32, 33, 44)
+# ALTER_CONFIGS per resource (topic, group or cluster), and ListConfigResources (74:
+# DESCRIBE_CONFIGS on the cluster), in coordinator/server/config_admin.py.
+_CHECKED_BY_HANDLER = (29, 30, 31, 50, 51, 37, 21, 60, 35, 32, 33, 44, 74)
 # ApiVersions, SaslHandshake and SaslAuthenticate: answered before anyone is known, as in Kafka.
 _NEEDS_NO_AUTHORIZATION = frozenset((18, 17, 36))
 

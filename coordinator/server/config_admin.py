@@ -31,6 +31,11 @@ setting's default) -- cut before the config's own broker name, as Kafka cuts the
 source of an entry is its first synonym's. Sensitive values (passwords, keys, JAAS lines,
 ``storage.url``) are null.
 
+ListConfigResources (KIP-1142) names the resources that have configs, as
+KafkaApis.handleListConfigResources does: the groups with group configs, the brokers (and
+their loggers), every topic; kgc has no client-metrics subscriptions. kafka-configs asks it
+to tell a name that is neither a group nor configured.
+
 Authorization is checked here, per resource, as KafkaApis and ControllerApis check it:
 DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the group, or the CLUSTER for broker
 resources, answered with TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED for that resource.
@@ -61,7 +66,12 @@ from coordinator.server.handler import ClientInfo, Deferred, Handler
 from coordinator.topic_configs import InvalidConfigError
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import alter_configs, describe_configs, incremental_alter_configs
+from protocol.messages import (
+    alter_configs,
+    describe_configs,
+    incremental_alter_configs,
+    list_config_resources,
+)
 from protocol.messages.describe_configs import (
     DescribeConfigsRequest,
     DescribeConfigsResourceResult,
@@ -466,13 +476,16 @@ class ConfigAdmin:
         *,
         shared_topics: SharedCatalog | None = None,
         authorizer: Authorizer | None = None,
+        nodes: Callable[[], list[int]] | None = None,
     ) -> None:
-        """``shared_topics``: cluster mode's catalog in the database (None: the local one)."""
+        """``shared_topics``: cluster mode's catalog in the database (None: the local one);
+        ``nodes``: the live brokers' ids (None: this node alone)."""
         self.settings = settings
         self.catalog = catalog
         self.groups = groups
         self.shared_topics = shared_topics
         self.authorizer = authorizer
+        self.nodes = nodes or (lambda: [settings.node_id])
         # One alter at a time on this node, so that read-modify-write of a resource's
         # configs does not interleave with another request's.
         self._lock = asyncio.Lock()
@@ -488,6 +501,7 @@ class ConfigAdmin:
         *,
         shared_topics: SharedCatalog | None = None,
         authorizer: Authorizer | None = None,
+        nodes: Callable[[], list[int]] | None = None,
     ) -> ConfigAdmin:
         """The APIs, with what a change must reach: topic configs the open logs (on this
         node and, through the catalog version, every other), group configs the
@@ -505,13 +519,21 @@ class ConfigAdmin:
         catalog.on_configs.append(topics_reconfigured)
         groups.on_change.append(groups_reconfigured)
         await groups.load()
-        return cls(settings, catalog, groups, shared_topics=shared_topics, authorizer=authorizer)
+        return cls(
+            settings,
+            catalog,
+            groups,
+            shared_topics=shared_topics,
+            authorizer=authorizer,
+            nodes=nodes,
+        )
 
     def handlers(self) -> dict[int, Handler]:
         return {
             describe_configs.API_KEY: self.describe_configs,
             alter_configs.API_KEY: self.alter_configs,
             incremental_alter_configs.API_KEY: self.incremental_alter_configs,
+            list_config_resources.API_KEY: self.list_config_resources,
         }
 
     def _allowed(self, client: ClientInfo, op: AclOperation, rtype: int, name: str) -> bool:
@@ -536,6 +558,42 @@ class ConfigAdmin:
         if rtype == GROUP:
             return _denied(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         return _denied(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+    # ---------------------------------------------------------------- ListConfigResources
+
+    def list_config_resources(
+        self, header: RequestHeader, req: Any, client: ClientInfo
+    ) -> list_config_resources.Response:
+        """The resources that have configs, by type, in KafkaApis' order (groups, client
+        metrics, broker loggers, brokers, topics); v0 was ListClientMetricsResources."""
+        response = list_config_resources.Response
+        if not self._allowed(client, AclOperation.DESCRIBE_CONFIGS, BROKER, ""):
+            return response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        supported = (
+            (CLIENT_METRICS,)
+            if header.api_version == 0
+            else (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
+        )
+        wanted = list(req.resource_types) or list(supported)
+        if any(t not in supported for t in wanted):
+            return response(error_code=ErrorCode.UNSUPPORTED_VERSION)
+        found: list[tuple[str, int]] = []
+        if GROUP in wanted:
+            found += [(g, GROUP) for g in self.groups.configs]
+        # CLIENT_METRICS: kgc has no client-metrics subscriptions (KIP-714).
+        brokers = [str(n) for n in self.nodes()]
+        if BROKER_LOGGER in wanted:
+            found += [(n, BROKER_LOGGER) for n in brokers]
+        if BROKER in wanted:
+            found += [(n, BROKER) for n in brokers]
+        if TOPIC in wanted:
+            found += [(t, TOPIC) for t in (OFFSETS_TOPIC, *self.catalog.topics)]
+        return response(
+            config_resources=[
+                list_config_resources.ConfigResource(resource_name=n, resource_type=t)
+                for n, t in found
+            ]
+        )
 
     # ---------------------------------------------------------------- DescribeConfigs
 

@@ -42,6 +42,7 @@ from protocol.messages import create_partitions
 from protocol.messages import delete_records
 from protocol.messages import describe_cluster
 from protocol.messages import describe_log_dirs
+from protocol.messages import list_config_resources
 
 # API key -> module with Request/Response classes, version bounds and codecs.
 BY_KEY: dict[int, ModuleType] = {
@@ -81,4 +82,5 @@ BY_KEY: dict[int, ModuleType] = {
     21: delete_records,
     60: describe_cluster,
     35: describe_log_dirs,
+    74: list_config_resources,
 }
