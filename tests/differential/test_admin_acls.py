@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -291,7 +292,25 @@ def scram_scenario(side: Side) -> None:
         for r in resp.results:
             r.credential_infos.sort(key=lambda c: c.mechanism)
 
-    alter("upsert", [_upsert(alice), _upsert(alice, SHA512, 4096), _upsert(bob, SHA512)])
+    def settle(expected: dict[str, set[int]]) -> None:
+        """Wait until DescribeUserScramCredentials shows ``expected`` (user -> mechanisms):
+        Kafka's broker learns a committed change from its metadata log a moment later."""
+        deadline = time.monotonic() + side.timeout
+        req = describe_scram.DescribeUserScramCredentialsRequest(
+            users=[describe_scram.UserName(name=u) for u in expected]
+        )
+        while time.monotonic() < deadline:
+            _, resp = side.untimed().request(DESCRIBE_SCRAM, req, version=0)
+            seen = {r.user: {c.mechanism for c in r.credential_infos} for r in resp.results}
+            if seen == expected:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{side.label}: SCRAM credentials never became {expected}")
+
+    alter("upsert", [_upsert(alice), _upsert(bob, SHA512)])
+    settle({alice: {SHA256}, bob: {SHA512}})
+    alter("upsert_second_mechanism", [_upsert(alice, SHA512, 4096)])
+    settle({alice: {SHA256, SHA512}, bob: {SHA512}})
     describe("both", [alice, bob])
     describe("unknown_and_known", [side.name("nobody"), alice])
     describe("duplicate", [alice, alice])
@@ -313,6 +332,7 @@ def scram_scenario(side: Side) -> None:
         "delete_one_mechanism",
         deletions=[alter_scram.ScramCredentialDeletion(name=alice, mechanism=SHA512)],
     )
+    settle({alice: {SHA256}, bob: {SHA512}})
     describe("after_delete", [alice, bob])
     alter(
         "delete_rest",
@@ -321,6 +341,7 @@ def scram_scenario(side: Side) -> None:
             alter_scram.ScramCredentialDeletion(name=bob, mechanism=SHA512),
         ],
     )
+    settle({alice: set(), bob: set()})
     describe("after_delete_rest", [alice, bob])
 
 
