@@ -913,8 +913,9 @@ class ConsumerGroupManager:
                     client_host=m.client_host,
                     subscribed_topic_names=sorted(m.subscribed_topic_names),
                     subscribed_topic_regex=m.subscribed_topic_regex,
+                    # What the member holds: pending revocation included (Kafka 4.4).
                     assignment=cgd.Assignment(
-                        topic_partitions=self._named(m.assigned, cgd.TopicPartitions)
+                        topic_partitions=self._named(_held(m), cgd.TopicPartitions)
                     ),
                     target_assignment=cgd.MemberAssignment(
                         topic_partitions=self._named(
@@ -941,6 +942,16 @@ class ConsumerGroupManager:
                 continue  # Kafka leaves out topics missing from its metadata image
             out.append(cls(topic_id=topic_id, topic_name=t.name, partitions=sorted(ps)))
         return out
+
+
+def _held(m: ConsumerGroupMember) -> Assignment:
+    """The partitions ``m`` holds: assigned, and those it has yet to give back."""
+    if not m.pending_revocation:
+        return m.assigned
+    held = dict(m.assigned)
+    for topic_id, ps in m.pending_revocation.items():
+        held[topic_id] = held.get(topic_id, frozenset()) | ps
+    return held
 
 
 def _check_epoch(
