@@ -108,7 +108,6 @@ def test_topic_create_list_describe_alter_delete(pair: list[Server]) -> None:
     def ours(lines: list[str]) -> list[str]:  # --list names every topic of the server
         return [x for x in lines if x.startswith("kt.topics.") or x == "__consumer_offsets"]
 
-    compare("tools.topics.list", topics(pair, "--list", "--topic", "kt.topics.*"))
     compare("tools.topics.list-all", topics(pair, "--list"), transform=ours)
     both(
         "tools.topics.alter-partitions",
@@ -190,7 +189,6 @@ def test_configs_of_topics_brokers_and_groups(pair: list[Server]) -> None:
     )
 
     entity = ["--entity-type", "groups", "--entity-name", group]
-    both("tools.configs.group-describe-none", configs(pair, "--describe", *entity), config_table)
     both(
         "tools.configs.group-alter",
         configs(
