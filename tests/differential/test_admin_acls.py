@@ -138,6 +138,25 @@ def _sorted_matches(resp: Any) -> Any:
     return resp
 
 
+def _settle_acls(side: Side, expected: dict[str, int]) -> None:
+    """Wait until DescribeAcls shows ``expected`` ACL entries per principal: Kafka's
+    authorizer learns a committed change from its metadata log a moment later."""
+    deadline = time.monotonic() + side.timeout
+    while time.monotonic() < deadline:
+        seen = {}
+        for principal in expected:
+            _, resp = side.untimed().request(
+                DESCRIBE_ACLS,
+                describe_acls.DescribeAclsRequest(**_filter(principal=principal)),
+                version=3,
+            )
+            seen[principal] = sum(len(r.acls) for r in resp.resources)
+        if seen == expected:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{side.label}: the ACLs never became {expected}")
+
+
 def acls_scenario(side: Side) -> None:
     topic, group = side.name("acl-topic"), side.name("acl-group")
     alice, bob = f"User:{side.name('alice')}", f"User:{side.name('bob')}"
@@ -170,6 +189,7 @@ def acls_scenario(side: Side) -> None:
             create_acls.CreateAclsRequest(creations=[creation]),
             step=f"create_acls.{label}",
         )
+    _settle_acls(side, {alice: 4, bob: 2})  # the valid five and GROUP WRITE
     for label, f in (
         ("topic_literal", _filter(TOPIC, topic, LITERAL)),
         ("topic_match", _filter(TOPIC, topic + "-x", MATCH)),
@@ -201,6 +221,7 @@ def acls_scenario(side: Side) -> None:
         step="delete_acls.three_filters",
     )
     _sorted_matches(resp)
+    _settle_acls(side, {alice: 2, bob: 0})
     resp = side.call(
         DESCRIBE_ACLS,
         3,
