@@ -10,6 +10,7 @@ few on purpose); its resource name is the node id, which differs, so it is shown
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -117,6 +118,18 @@ def _alter(
     )
 
 
+def _settle(side: Side, rtype: int, name: str, key: str, value: str) -> None:
+    """Wait until DescribeConfigs shows ``key`` = ``value``: Kafka's broker learns a
+    committed config change from its metadata log a moment later."""
+    deadline = time.monotonic() + side.timeout
+    while time.monotonic() < deadline:
+        _, resp = side.untimed().request(DESCRIBE, _describe(rtype, name, [key]), version=4)
+        if [c.value for r in resp.results for c in r.configs] == [value]:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{side.label}: {name}'s {key} never became {value}")
+
+
 def _node_id(side: Side) -> int:
     _, resp = side.untimed().request(
         describe_cluster.API_KEY, describe_cluster.DescribeClusterRequest(), version=0
@@ -172,6 +185,7 @@ def topic_configs_scenario(side: Side) -> None:
         _incremental(TOPIC, side.name("cfg-none"), ("retention.ms", SET, "1")),
         step="incremental.topic.unknown",
     )
+    _settle(side, TOPIC, topic, "cleanup.policy", "delete")  # the last change applied
     resp = side.call(
         DESCRIBE,
         1,
@@ -191,6 +205,7 @@ def topic_configs_scenario(side: Side) -> None:
         _alter(TOPIC, side.name("cfg-none"), {"retention.ms": "1"}),
         step="alter.topic.unknown",
     )
+    _settle(side, TOPIC, topic, "max.message.bytes", "2000")
     resp = side.call(
         DESCRIBE,
         1,
@@ -282,6 +297,7 @@ def broker_and_group_configs_scenario(side: Side) -> None:
         side.call(
             INCREMENTAL, 1, _incremental(GROUP, group, *ops), step=f"incremental.group.{label}"
         )
+    _settle(side, GROUP, group, "consumer.session.timeout.ms", "50000")
     resp = side.call(DESCRIBE, 4, _describe(GROUP, group, GROUP_KEYS), step="describe.group.after")
     _keyed(resp)
     side.call(
