@@ -25,10 +25,12 @@ arrays and bytes (unsigned varint of length + 1, 0 = null), uuids as 16 raw byte
 tagged-field section closing every struct, nested ones included.  A tombstone (null
 value) is the caller's business; this module only sees value bytes.
 
-Two fields are tagged (written only when they differ from their default, as Kafka's
-generated writers do): MetadataHash (int64, tag 0 of type 3, written when non-zero) and
+Three fields are tagged (written only when they differ from their default, as Kafka's
+generated writers do): MetadataHash (int64, tag 0 of type 3, written when non-zero),
 ClassicMemberMetadata (a nullable struct, tag 0 of type 5, written when not null, framed
-as size + 1, a varint 1 meaning "present", then the struct).
+as size + 1, a varint 1 meaning "present", then the struct) and AssignmentEpochs (a
+nullable int32 array, tag 0 of each TopicPartitions of type 8, Kafka 4.3+ (KIP-1251): the
+epoch at which each partition was assigned; written when not null, which kgc's are).
 
 Decoding skips unknown tags, and reads a value version newer than 0 with the version-0
 layout (every field is "0+" and flexible), the way Kafka's generated readers do; anything
@@ -163,10 +165,16 @@ _TWO_STRING_KEYS: dict[int, type] = {
 
 
 class TopicPartitions(NamedTuple):
-    """Partitions of one topic, named by its 16-byte topic id (the schemas' TopicPartitions)."""
+    """Partitions of one topic, named by its 16-byte topic id (the schemas' TopicPartitions).
+
+    ``assignment_epochs``: only in the current-assignment record (type 8), Kafka 4.3+'s
+    tagged field 0 (KIP-1251): the epoch at which each partition was assigned to the member,
+    aligned with ``partitions``; None when not written (records of Kafka 4.2 and before).
+    """
 
     topic_id: bytes
     partitions: list[int]
+    assignment_epochs: list[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,12 +301,21 @@ def _cint32s(items: list[int]) -> bytes:
     return uvarint(len(items) + 1) + struct.pack(f">{len(items)}i", *items)
 
 
-def _topic_partitions(items: list[TopicPartitions]) -> bytes:
+def _topic_partitions(items: list[TopicPartitions], with_epochs: bool = False) -> bytes:
     out = bytearray(uvarint(len(items) + 1))
     for tp in items:
         out += _uuid(tp.topic_id)
         out += _cint32s(tp.partitions)
-        out += b"\x00"  # the struct's (empty) tagged fields
+        epochs = tp.assignment_epochs
+        if with_epochs and epochs is not None:
+            # AssignmentEpochs, a nullable tagged array: written when not null (its default).
+            if len(epochs) != len(tp.partitions):
+                raise ValueError(
+                    f"{len(epochs)} assignment epochs for {len(tp.partitions)} partitions"
+                )
+            out += _tagged([(0, _cint32s(epochs))])
+        else:
+            out += b"\x00"  # the struct's (empty) tagged fields
     return bytes(out)
 
 
@@ -378,8 +395,8 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
         out += _I32.pack(value.member_epoch)
         out += _I32.pack(value.previous_member_epoch)
         out += struct.pack(">b", value.state)
-        out += _topic_partitions(value.assigned_partitions)
-        out += _topic_partitions(value.partitions_pending_revocation)
+        out += _topic_partitions(value.assigned_partitions, with_epochs=True)
+        out += _topic_partitions(value.partitions_pending_revocation, with_epochs=True)
         out += _NO_TAGS
     elif isinstance(value, ConsumerGroupRegularExpressionValue):
         out += _cstrings(value.topics)
@@ -486,12 +503,20 @@ class _Reader:
         n = self.carray_len()
         return list(struct.unpack(f">{n}i", self.take(4 * n)))
 
-    def topic_partitions(self) -> list[TopicPartitions]:
+    def topic_partitions(self, with_epochs: bool = False) -> list[TopicPartitions]:
         out: list[TopicPartitions] = []
         for _ in range(self.carray_len()):
-            tp = TopicPartitions(self.uuid(), self.cint32s())
-            self.skip_tags()
-            out.append(tp)
+            topic_id = self.uuid()
+            partitions = self.cint32s()
+            epochs: list[int] | None = None
+            for tag, start, end in self.tags():
+                if with_epochs and tag == 0:
+                    sub = self.sub(start, end)
+                    n = sub.uvarint() - 1  # a nullable compact array: 0 = null
+                    if n >= 0:
+                        epochs = list(struct.unpack(f">{n}i", sub.take(4 * n)))
+                    sub.done("AssignmentEpochs")
+            out.append(TopicPartitions(topic_id, partitions, epochs))
         return out
 
     def tags(self) -> list[tuple[int, int, int]]:
@@ -608,9 +633,9 @@ def _decode_value(rtype: int, r: _Reader) -> ConsumerGroupValue:
         member_epoch = r.i32()
         previous = r.i32()
         state = r.i8()
-        assigned = r.topic_partitions()
+        assigned = r.topic_partitions(with_epochs=True)
         value = ConsumerGroupCurrentMemberAssignmentValue(
-            member_epoch, previous, state, assigned, r.topic_partitions()
+            member_epoch, previous, state, assigned, r.topic_partitions(with_epochs=True)
         )
     else:  # 16
         topics = r.cstrings()

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 # Why a consumer group's epoch moved, and why members were fenced (metric labels).
-BumpKind = Literal["created", "subscription", "metadata", "regex"]
+BumpKind = Literal["created", "subscription", "metadata", "regex", "assignor"]
 FenceKind = Literal["left", "session_timeout", "rebalance_timeout", "join_timeout", "sync_timeout"]
 
 RebalanceCause = Literal[

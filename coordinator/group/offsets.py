@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import codecs
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -143,11 +143,15 @@ class OffsetGroup(Protocol):
         *,
         transactional: bool,
         api_version: int,
+        partitions: Iterable[tuple[bytes, int]] | None = None,
     ) -> ErrorCode | None:
         """May this OffsetCommit (or, ``transactional``, TxnOffsetCommit) be written?
 
         ``generation_or_epoch``: the request's generation id (classic members) or member
-        epoch (consumer members); ``api_version``: the request's version.
+        epoch (consumer members); ``api_version``: the request's version; ``partitions``:
+        the (topic id, partition) pairs to be written (those not already refused, nor with
+        metadata too large), the zero id for a topic the image does not know; None when
+        the caller has not listed them (an older epoch is then refused).
 
         Classic group: Dead -> COORDINATOR_NOT_AVAILABLE; generation < 0 while Empty ->
         accepted; else the member must be known (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) and
@@ -158,8 +162,11 @@ class OffsetGroup(Protocol):
         commits); transactional with member id "", epoch -1 and no instance id -> accepted;
         an unknown member -> UNKNOWN_MEMBER_ID (epoch -1 with members present included); a
         non-transactional commit by a consumer-protocol member with ``api_version`` < 9 ->
-        UNSUPPORTED_VERSION; the epoch must equal the member's epoch exactly, else
-        STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic-protocol member in the group).
+        UNSUPPORTED_VERSION; an epoch newer than the member's -> STALE_MEMBER_EPOCH
+        (ILLEGAL_GENERATION for a classic-protocol member in the group); an older one
+        (KIP-1251, Kafka 4.3+) is accepted only if every partition is held by the member
+        (assigned or pending revocation) and was assigned to it at that epoch or before,
+        else the same error for the whole request.
         The manager turns STALE_MEMBER_EPOCH into ILLEGAL_GENERATION on TxnOffsetCommit,
         as Kafka's OffsetMetadataManager does, so a group need not know which API asks.
         """
@@ -514,12 +521,23 @@ class OffsetMetadataManager:
                     ErrorCode.GROUP_ID_NOT_FOUND if v >= 9 else ErrorCode.ILLEGAL_GENERATION,
                 )
             group = simple = ClassicGroup(gid)
+        limit = self.config.offset_metadata_max_bytes
         err = group.validate_offset_commit(
             req.member_id,
             req.group_instance_id,
             generation,
             transactional=False,
             api_version=v,
+            # What would be written (a consumer group checks each partition's assignment
+            # epoch when the member epoch is older than the member's).
+            partitions=(
+                (self._topic_id(name), p.partition_index)
+                for i, (t, name) in enumerate(zip(req.topics, names, strict=True))
+                if name is not None
+                for p in t.partitions
+                if (i, p.partition_index) not in codes
+                and not (p.committed_metadata and _metadata_too_large(p.committed_metadata, limit))
+            ),
         )
         if err is not None:
             return _commit_response(out, reply_to, req, names, codes, err)
@@ -667,12 +685,20 @@ class OffsetMetadataManager:
             if req.generation_id >= 0:
                 return respond(ErrorCode.ILLEGAL_GENERATION)
             group = simple = ClassicGroup(gid)
+        limit = self.config.offset_metadata_max_bytes
         err = group.validate_offset_commit(
             req.member_id,
             req.group_instance_id,
             req.generation_id,
             transactional=True,
             api_version=ctx.api_version,
+            partitions=(
+                (self._topic_id(t.name), p.partition_index)
+                for i, t in enumerate(req.topics)
+                for p in t.partitions
+                if (i, p.partition_index) not in codes
+                and _java_length(p.committed_metadata or "") <= limit
+            ),
         )
         if err is ErrorCode.STALE_MEMBER_EPOCH:
             err = ErrorCode.ILLEGAL_GENERATION  # Kafka maps it for TxnOffsetCommit

@@ -9,7 +9,7 @@ rules are checked through a tiny consumer group (``EpochGroup``) that implements
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,7 +212,10 @@ class EpochGroup:
         *,
         transactional: bool,
         api_version: int,
+        partitions: Iterable[tuple[bytes, int]] | None = None,
     ) -> ErrorCode | None:
+        # Exact epochs only: the assignment epochs of KIP-1251 (``partitions``) are the
+        # real consumer group's (tests/group/consumer/test_cg_kafka44.py).
         if generation_or_epoch < 0 and not self.members:
             return None
         if transactional and generation_or_epoch == -1 and member_id == "" and instance_id is None:

@@ -320,6 +320,47 @@ def test_target_assignment_member_value_bytes() -> None:
     )
 
 
+# A current-assignment value as Kafka 4.4 wrote it (read off the reference broker's
+# __consumer_offsets): member epoch 2, previous 0, STABLE, partitions 0 and 1 of one topic,
+# both assigned at epoch 2 -- AssignmentEpochs, tag 0 of the TopicPartitions struct.
+KAFKA44_CURRENT_ASSIGNMENT = bytes.fromhex(
+    "0000"  # value version 0
+    "00000002"  # MemberEpoch
+    "00000000"  # PreviousMemberEpoch
+    "00"  # State (STABLE)
+    "02"  # AssignedPartitions: one topic
+    "d8e0f5cb104b4a8e9362f4c94a656028"  # TopicId
+    "030000000000000001"  # Partitions [0, 1]
+    "010009030000000200000002"  # one tagged field: tag 0, 9 bytes, AssignmentEpochs [2, 2]
+    "01"  # PartitionsPendingRevocation: none
+    "00"  # no tagged fields
+)
+
+
+def test_current_member_assignment_with_assignment_epochs_as_kafka_44_writes_it() -> None:
+    tid = bytes.fromhex("d8e0f5cb104b4a8e9362f4c94a656028")
+    v = ConsumerGroupCurrentMemberAssignmentValue(
+        2, 0, 0, [TopicPartitions(tid, [0, 1], [2, 2])], []
+    )
+    key = ConsumerGroupCurrentMemberAssignmentKey("g", "m")
+    assert decode_consumer_group_value(key, KAFKA44_CURRENT_ASSIGNMENT) == v
+    assert encode_consumer_group_value(v) == KAFKA44_CURRENT_ASSIGNMENT
+    # Pending revocation carries them too; a null AssignmentEpochs is not written.
+    w = ConsumerGroupCurrentMemberAssignmentValue(
+        3, 2, 1, [TopicPartitions(TID_A, [1], [3])], [TopicPartitions(TID_B, [4], None)]
+    )
+    data = encode_consumer_group_value(w)
+    assert data.endswith(topic_partitions_bytes(TID_B, [4]) + NO_TAGS)
+    assert decode_consumer_group_value(key, data) == w
+    # Epochs that do not match the partitions are not encoded.
+    with pytest.raises(ValueError):
+        encode_consumer_group_value(
+            ConsumerGroupCurrentMemberAssignmentValue(
+                1, 0, 0, [TopicPartitions(TID_A, [1], [1, 2])], []
+            )
+        )
+
+
 def test_current_member_assignment_value_bytes() -> None:
     expected = (
         V0
@@ -485,7 +526,18 @@ i64s = st.integers(-(2**63), 2**63 - 1)
 texts = st.text(max_size=20)
 ntexts = st.none() | texts
 uuids = st.binary(min_size=16, max_size=16)
-tps = st.lists(st.builds(TopicPartitions, uuids, st.lists(i32s, max_size=5)), max_size=4)
+tps = st.lists(st.builds(TopicPartitions, uuids, st.lists(i32s, max_size=5), st.none()), max_size=4)
+
+
+@st.composite
+def _tps_with_epochs(draw: st.DrawFn) -> TopicPartitions:
+    """A current-assignment TopicPartitions: AssignmentEpochs absent or one per partition."""
+    partitions = draw(st.lists(i32s, max_size=5))
+    epochs = draw(st.none() | st.lists(i32s, min_size=len(partitions), max_size=len(partitions)))
+    return TopicPartitions(draw(uuids), partitions, epochs)
+
+
+tps8 = st.lists(_tps_with_epochs(), max_size=4)
 
 KEYS: st.SearchStrategy[ConsumerGroupKey] = st.one_of(
     st.builds(lambda g: ConsumerGroupMetadataKey(g), texts),
@@ -548,8 +600,8 @@ VALUES: st.SearchStrategy[ConsumerGroupValue] = st.one_of(
         i32s,
         i32s,
         st.integers(-128, 127),
-        tps,
-        tps,
+        tps8,
+        tps8,
     ),
     st.builds(ConsumerGroupRegularExpressionValue, st.lists(texts, max_size=4), i64s, i64s),
 )

@@ -20,7 +20,7 @@ Nothing here schedules timers or writes records; ``ClassicGroupManager`` does th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from coordinator.group.classic.state import ClassicGroupState, check_transition
@@ -163,11 +163,13 @@ class ClassicGroup:
         *,
         transactional: bool,
         api_version: int,
+        partitions: Iterable[tuple[bytes, int]] | None = None,
     ) -> ErrorCode | None:
         """Kafka's ClassicGroup.validateOffsetCommit (and, transactional, its TxnOffsetCommit).
 
         ``api_version`` is not consulted: every OffsetCommit version may commit to a classic
-        group (only consumer-protocol members are held to v9+).
+        group (only consumer-protocol members are held to v9+). Nor is ``partitions``: a
+        classic group's generation must match whatever is committed.
         """
         if self.state is _DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -5,7 +5,9 @@ How this works: the group holds
 * ``group_epoch``: bumped whenever the group's membership or subscriptions change what the
   assignment should be; ``assignment_epoch``: the group epoch the stored target was computed
   for. The target is recomputed lazily, by the next heartbeat that finds
-  ``group_epoch > assignment_epoch``;
+  ``group_epoch > assignment_epoch``. A new group starts at 1 for both, with no record
+  (Kafka 4.3+'s ModernGroup and TargetAssignmentMetadata.INITIAL): its first member that
+  subscribes to topics bumps it to 2, one that subscribes to nothing joins at 1;
 * ``members`` and ``static_members`` (instance id -> member id);
 * ``target`` (member -> partitions) and its inverse ``target_owner``;
 * ``partition_epochs``: topic -> partition -> epoch of the member that owns it now (assigned
@@ -29,12 +31,17 @@ The group's state, derived as Kafka's ``ConsumerGroup.maybeUpdateGroupState`` do
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
 from coordinator.group.consumer.assignors.spec import SubscriptionType
-from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
+from coordinator.group.consumer.member import (
+    Assignment,
+    AssignmentEpochs,
+    ConsumerGroupMember,
+    MemberState,
+)
 from coordinator.group.consumer.target import SpecCache
 from coordinator.group.timers import Timer
 from protocol.errors import ErrorCode
@@ -74,8 +81,10 @@ class ResolvedRegex:
 class ConsumerGroup:
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
-        self.group_epoch = 0
-        self.assignment_epoch = 0
+        # Kafka 4.3+: a group is born at epoch 1 (it was 0 before, and its first heartbeat
+        # always bumped it); a replayed group without a metadata record is at 1 too.
+        self.group_epoch = 1
+        self.assignment_epoch = 1
         self.metadata_hash = 0
         self.members: dict[str, ConsumerGroupMember] = {}
         self.static_members: dict[str, str] = {}
@@ -199,6 +208,7 @@ class ConsumerGroup:
         *,
         transactional: bool,
         api_version: int,
+        partitions: Iterable[tuple[bytes, int]] | None = None,
     ) -> ErrorCode | None:
         if generation_or_epoch < 0 and not self.members:
             return None  # an admin client or a consumer committing without the group
@@ -210,8 +220,19 @@ class ConsumerGroup:
         classic = m.classic_member_metadata is not None
         if not transactional and not classic and api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
-        if generation_or_epoch != m.member_epoch:
-            return ErrorCode.ILLEGAL_GENERATION if classic else ErrorCode.STALE_MEMBER_EPOCH
+        if generation_or_epoch == m.member_epoch:
+            return None
+        stale = ErrorCode.ILLEGAL_GENERATION if classic else ErrorCode.STALE_MEMBER_EPOCH
+        if generation_or_epoch > m.member_epoch or partitions is None:
+            return stale
+        # KIP-1251 (Kafka 4.3+): an older epoch commits partitions the member was assigned
+        # at that epoch or before and still holds (assigned or pending revocation) -- a
+        # commit sent before the member learnt its new epoch. Any other partition fails the
+        # whole request (Kafka's validator throws).
+        for topic_id, partition in partitions:
+            epoch = m.epoch_of(topic_id, partition)
+            if epoch is None or generation_or_epoch < epoch:
+                return stale
         return None
 
     def validate_offset_fetch(
@@ -262,6 +283,7 @@ class ConsumerGroup:
             m.state = old.state
             m.assigned = old.assigned
             m.pending_revocation = old.pending_revocation
+            m.assignment_epochs = old.assignment_epochs
             iid = old.instance_id
             if (
                 iid is not None
@@ -292,8 +314,12 @@ class ConsumerGroup:
         state: MemberState,
         assigned: Assignment,
         pending_revocation: Assignment,
+        assignment_epochs: AssignmentEpochs | None = None,
     ) -> None:
-        """A current-assignment record (type 8); a tombstone passes -1, -1 and nothing owned."""
+        """A current-assignment record (type 8); a tombstone passes -1, -1 and nothing owned.
+
+        ``assignment_epochs``: of the held partitions (None: none recorded, each then has
+        the member's epoch; see ``ConsumerGroupMember.epoch_of``)."""
         old = self.members.get(member_id)
         if old is None:
             m = self.members[member_id] = ConsumerGroupMember(member_id)
@@ -307,6 +333,7 @@ class ConsumerGroup:
         m.state = state
         m.assigned = assigned
         m.pending_revocation = pending_revocation
+        m.assignment_epochs = {} if assignment_epochs is None else assignment_epochs
         self._add_partition_epochs(m)
 
     def replay_target_member(self, member_id: str, assignment: Assignment | None) -> None:

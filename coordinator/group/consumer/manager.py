@@ -8,8 +8,9 @@ A ConsumerGroupHeartbeat is handled in three steps, as in Kafka:
    epoch 0), checking epochs, static-membership rules and the group size. Nothing has
    changed yet, so an error is just an answer.
 2. **Compute** what the heartbeat changes, into a list of typed records: the member's new
-   subscription (type 5), a group-epoch bump when the subscribed topics change what should
-   be assigned (type 3), a new target assignment when the group epoch is ahead of it (types
+   subscription (type 5), a group-epoch bump when the subscribed topics or the group's
+   preferred server assignor change what should be assigned (type 3; a new group starts
+   at epoch 1 without one, Kafka 4.3+), a new target assignment when the group epoch is ahead of it (types
    7 and 6), and the member's next reconciliation step (type 8).
 3. **Apply**: every record is encoded for the log and replayed into the group
    (``apply``), exactly as a restarted coordinator replays the log; then the soft state
@@ -439,7 +440,10 @@ class ConsumerGroupManager:
         """
         gid = group.group_id
         group_epoch = group.group_epoch
-        bump = group_epoch == 0
+        # A new group needs no bump of its own: it starts at epoch 1 (Kafka 4.3+), so its
+        # first member joins at 1, or at 2 when it subscribes to topics.
+        created = gid not in self.groups and not group.members
+        bump = False
         causes: list[str] = []
         kinds: list[BumpKind] = []
         if is_new or not updated.same_subscription(old):
@@ -477,6 +481,22 @@ class ConsumerGroupManager:
                     bump = True
                     kinds.append("regex")
                     causes.append(f"member {updated.member_id} subscribed to regex {new_regex!r}")
+
+        # A change of the group's preferred server assignor (the one most members name)
+        # calls for a new target too (Kafka 4.3+'s hasPreferredServerAssignorChanged; a
+        # classic member's JoinGroup does not look, as Kafka's does not).
+        if what == "heartbeat":
+            before = group.preferred_assignor(self.default_assignor)
+            after = _preferred_assignor(
+                group, old if counted else replaced, updated, self.default_assignor
+            )
+            if after != before:
+                bump = True
+                kinds.append("assignor")
+                causes.append(
+                    f"member {updated.member_id} changed the preferred assignor from "
+                    f"{before} to {after}"
+                )
 
         # Would-be counters, with this member's change.
         names_count = dict(group.names_count)
@@ -567,12 +587,13 @@ class ConsumerGroupManager:
             self.interop.after_apply(out, now_ms)
         if refreshed:
             group.set_metadata_refresh_deadline(now_ms, group_epoch)
+        if created:
+            # Born at epoch 1 (no record says so): counted as the epoch's first move.
+            out.events.append(ConsumerGroupEpochBumped(gid, 1, "group created", "created"))
         if bump and causes:
             out.events.append(
                 ConsumerGroupEpochBumped(gid, group.group_epoch, "; ".join(causes), kinds[0])
             )
-        elif bump and group.group_epoch == 1:
-            out.events.append(ConsumerGroupEpochBumped(gid, 1, "group created", "created"))
         if replaced is not None:
             self._cancel_member_timers(gid, replaced.member_id)
         if not member.uses_classic_protocol:

@@ -8,6 +8,13 @@ that target. Members are replaced, never changed in place, once they belong to a
 heartbeat builds the updated member, compares it with the old one to know which records to
 write, and the records' replay installs it (as Kafka's coordinator does).
 
+Each partition the member holds (assigned or pending revocation) also has an *assignment
+epoch* (``assignment_epochs``, Kafka 4.3+, KIP-1251): the epoch at which it was assigned to
+the member. Reconciliation gives partitions new to the member the target epoch and leaves
+the others' as they were; an OffsetCommit with a member epoch older than the member's is
+accepted for a partition assigned at that epoch or before (``ConsumerGroup.
+validate_offset_commit``). It is kept in the current-assignment record (type 8).
+
 MemberState, as Kafka's ``MemberState`` (stored as an int8 in the current-assignment record):
 
 * STABLE (0): owns exactly what it may own at its epoch.
@@ -24,10 +31,20 @@ from enum import IntEnum
 
 from storage.consumer_group_format import ClassicMemberMetadata
 
-__all__ = ["EMPTY", "Assignment", "ConsumerGroupMember", "MemberState", "freeze"]
+__all__ = [
+    "EMPTY",
+    "Assignment",
+    "AssignmentEpochs",
+    "ConsumerGroupMember",
+    "MemberState",
+    "freeze",
+]
 
 Assignment = Mapping[bytes, frozenset[int]]
 """Partitions per topic id; a topic with no partition is left out."""
+
+AssignmentEpochs = Mapping[bytes, Mapping[int, int]]
+"""topic id -> partition -> the epoch at which the partition was assigned to the member."""
 
 EMPTY: Assignment = {}
 
@@ -60,6 +77,7 @@ class MemberState(IntEnum):
 class ConsumerGroupMember:
     __slots__ = (
         "assigned",
+        "assignment_epochs",
         "classic_member_metadata",
         "client_host",
         "client_id",
@@ -92,6 +110,8 @@ class ConsumerGroupMember:
         self.server_assignor: str | None = None
         self.assigned: Assignment = EMPTY
         self.pending_revocation: Assignment = EMPTY
+        # Of the partitions in ``assigned`` and ``pending_revocation`` (see epoch_of).
+        self.assignment_epochs: AssignmentEpochs = {}
         self.classic_member_metadata: ClassicMemberMetadata | None = None
 
     def copy(self, member_id: str | None = None) -> ConsumerGroupMember:
@@ -128,7 +148,43 @@ class ConsumerGroupMember:
             and self.state == other.state
             and self.assigned == other.assigned
             and self.pending_revocation == other.pending_revocation
+            and (
+                self.assignment_epochs is other.assignment_epochs
+                or self.held_epochs() == other.held_epochs()
+            )
         )
+
+    def epoch_of(self, topic_id: bytes, partition: int) -> int | None:
+        """The epoch at which a partition the member holds was assigned to it; None if it
+        holds it neither assigned nor pending revocation.
+
+        A partition without a recorded epoch (a current-assignment record of Kafka 4.2 or
+        before; a member converted from a classic group) has the member's epoch, as Kafka's
+        replay gives it (``Utils.assignmentFromTopicPartitions``: max(member epoch, 0)).
+        """
+        held = self.assigned.get(topic_id)
+        if held is None or partition not in held:
+            held = self.pending_revocation.get(topic_id)
+            if held is None or partition not in held:
+                return None
+        epochs = self.assignment_epochs.get(topic_id)
+        if epochs is not None:
+            epoch = epochs.get(partition)
+            if epoch is not None:
+                return epoch
+        return max(self.member_epoch, 0)
+
+    def held_epochs(self) -> dict[bytes, dict[int, int]]:
+        """The assignment epoch of every partition held (assigned or pending revocation)."""
+        out: dict[bytes, dict[int, int]] = {}
+        for parts in (self.assigned, self.pending_revocation):
+            for topic_id, ps in parts.items():
+                epochs = out.setdefault(topic_id, {})
+                for p in ps:
+                    e = self.epoch_of(topic_id, p)
+                    assert e is not None
+                    epochs[p] = e
+        return out
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch

@@ -13,6 +13,9 @@ compute the member's next (epoch, state, assigned, pending revocation):
   target partitions another member still owns (or still has to revoke) are held back
   (UNRELEASED_PARTITIONS) and picked up by a later heartbeat once they are free.
 
+Assignment epochs (Kafka 4.3+, KIP-1251): a partition new to the member gets the target
+epoch; a partition it keeps, or must give up, keeps the epoch it was assigned at.
+
 A partial heartbeat (``owned is None``) never acknowledges a revocation. Kafka 4.2's rules
 are followed where 4.1 and 4.2 differ (a partition held only by the member's own pending
 revocation does not count as unreleased; UNREVOKED retries at the member's epoch).
@@ -116,6 +119,7 @@ def _compute(
         new.member_epoch = epoch_to_use
         new.assigned = kept
         new.pending_revocation = revoke
+        new.assignment_epochs = _epochs(member, (kept, revoke), {}, 0)
     elif add:
         assigned = dict(kept)
         for topic_id, ps in add.items():
@@ -125,12 +129,36 @@ def _compute(
         new.member_epoch = target_epoch
         new.assigned = assigned
         new.pending_revocation = {}
+        new.assignment_epochs = _epochs(member, (kept,), add, target_epoch)
     else:
         new.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
         new.previous_member_epoch = member.member_epoch
         new.member_epoch = target_epoch
         new.assigned = kept
         new.pending_revocation = {}
+        new.assignment_epochs = _epochs(member, (kept,), {}, 0)
     if new.same_assignment(member):
         return member
     return new
+
+
+def _epochs(
+    member: ConsumerGroupMember,
+    held: tuple[Assignment, ...],
+    added: Assignment,
+    target_epoch: int,
+) -> dict[bytes, dict[int, int]]:
+    """The assignment epochs after a step: ``held`` (partitions the member had assigned)
+    keep theirs, ``added`` ones get ``target_epoch``."""
+    out: dict[bytes, dict[int, int]] = {}
+    for parts in held:
+        for topic_id, ps in parts.items():
+            epochs = out.setdefault(topic_id, {})
+            for p in ps:
+                e = member.epoch_of(topic_id, p)
+                epochs[p] = target_epoch if e is None else e
+    for topic_id, ps in added.items():
+        epochs = out.setdefault(topic_id, {})
+        for p in ps:
+            epochs[p] = target_epoch
+    return out

@@ -61,6 +61,31 @@ def _tps(parts: Assignment) -> list[TopicPartitions]:
     return [TopicPartitions(t, sorted(ps)) for t, ps in parts.items()]
 
 
+def _tps_with_epochs(m: ConsumerGroupMember, parts: Assignment) -> list[TopicPartitions]:
+    out = []
+    for t, ps in parts.items():
+        partitions = sorted(ps)
+        epochs = []
+        for p in partitions:
+            e = m.epoch_of(t, p)
+            assert e is not None
+            epochs.append(e)
+        out.append(TopicPartitions(t, partitions, epochs))
+    return out
+
+
+def _epochs(tps: list[TopicPartitions], default: int, into: dict[bytes, dict[int, int]]) -> None:
+    """Kafka's Utils.assignmentFromTopicPartitions: a topic's recorded epochs when there is
+    one per partition, else ``default`` (max(member epoch, 0)) for each of its partitions."""
+    for tp in tps:
+        epochs = tp.assignment_epochs
+        topic = into.setdefault(tp.topic_id, {})
+        if epochs is not None and len(epochs) == len(tp.partitions):
+            topic.update(zip(tp.partitions, epochs, strict=True))
+        else:
+            topic.update(dict.fromkeys(tp.partitions, default))
+
+
 def _assignment(tps: list[TopicPartitions]) -> dict[bytes, frozenset[int]]:
     out: dict[bytes, frozenset[int]] = {}
     for tp in tps:
@@ -114,8 +139,8 @@ def current_assignment(gid: str, m: ConsumerGroupMember) -> TypedRecord:
             member_epoch=m.member_epoch,
             previous_member_epoch=m.previous_member_epoch,
             state=int(m.state),
-            assigned_partitions=_tps(m.assigned),
-            partitions_pending_revocation=_tps(m.pending_revocation),
+            assigned_partitions=_tps_with_epochs(m, m.assigned),
+            partitions_pending_revocation=_tps_with_epochs(m, m.pending_revocation),
         ),
     )
 
@@ -185,6 +210,10 @@ def apply(group: ConsumerGroup, key: Any, value: Any) -> None:
             if key.member_id in group.members:
                 group.replay_current_assignment(key.member_id, -1, -1, MemberState.STABLE, {}, {})
         else:
+            epochs: dict[bytes, dict[int, int]] = {}
+            default = max(value.member_epoch, 0)
+            _epochs(value.assigned_partitions, default, epochs)
+            _epochs(value.partitions_pending_revocation, default, epochs)
             group.replay_current_assignment(
                 key.member_id,
                 value.member_epoch,
@@ -192,6 +221,7 @@ def apply(group: ConsumerGroup, key: Any, value: Any) -> None:
                 MemberState.of(value.state),
                 _assignment(value.assigned_partitions),
                 _assignment(value.partitions_pending_revocation),
+                epochs,
             )
     elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
         group.replay_target_member(
