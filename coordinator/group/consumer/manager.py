@@ -46,7 +46,6 @@ from coordinator.group.consumer.group import (
     uncount_subscription,
 )
 from coordinator.group.consumer.member import (
-    Assignment,
     ConsumerGroupMember,
     MemberState,
 )
@@ -955,23 +954,24 @@ class ConsumerGroupManager:
             members=members,
         )
 
-    def _named(self, parts: Assignment, cls: Any) -> list[Any]:
+    def _named(self, parts: Mapping[bytes, Iterable[int]], cls: Any) -> list[Any]:
+        """``parts`` by topic, named; a list of partitions keeps its order, a set is sorted."""
         out = []
         for topic_id, ps in parts.items():
             t = self.topics.topic_by_id(topic_id)
             if t is None:
                 continue  # Kafka leaves out topics missing from its metadata image
-            out.append(cls(topic_id=topic_id, topic_name=t.name, partitions=sorted(ps)))
+            partitions = ps if isinstance(ps, list) else sorted(ps)
+            out.append(cls(topic_id=topic_id, topic_name=t.name, partitions=partitions))
         return out
 
 
-def _held(m: ConsumerGroupMember) -> Assignment:
-    """The partitions ``m`` holds: assigned, and those it has yet to give back."""
-    if not m.pending_revocation:
-        return m.assigned
-    held = dict(m.assigned)
+def _held(m: ConsumerGroupMember) -> dict[bytes, list[int]]:
+    """The partitions ``m`` holds, per topic: assigned, then those it has yet to give back
+    (the order of Kafka's accumulateTopicPartitions)."""
+    held = {topic_id: sorted(ps) for topic_id, ps in m.assigned.items()}
     for topic_id, ps in m.pending_revocation.items():
-        held[topic_id] = held.get(topic_id, frozenset()) | ps
+        held.setdefault(topic_id, []).extend(sorted(ps))
     return held
 
 

@@ -30,3 +30,21 @@ def test_a_member_revoking_is_described_with_what_it_still_holds() -> None:
         for p in tp.partitions
     }
     assert len(target) == 2 and target < held
+
+
+def test_held_partitions_are_listed_assigned_first_then_pending() -> None:
+    # Kafka's accumulateTopicPartitions: the assigned set, then the pending one, per topic.
+    c = Cluster(t=3)
+    b = Member(c, "g", "b", ["t"])
+    b.join()
+    a = Member(c, "g", "a", ["t"])
+    a.join()
+    b.beat(ack=False)
+    member = c.shard.consumer.groups["g"].members["b"]
+    assert member.state is MemberState.UNREVOKED_PARTITIONS
+    (d,) = c.describe("g")
+    (described,) = [m for m in d.members if m.member_id == "b"]
+    (tp,) = described.assignment.topic_partitions
+    assigned = sorted(p for ps in member.assigned.values() for p in ps)
+    pending = sorted(p for ps in member.pending_revocation.values() for p in ps)
+    assert pending and tp.partitions == assigned + pending
