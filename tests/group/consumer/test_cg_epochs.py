@@ -4,7 +4,8 @@ Kafka's tests: testMemberJoinsEmptyConsumerGroup, testNewJoiningMemberTriggersNe
 testUpdatingSubscriptionTriggersNewTargetAssignment, testLeavingMemberBumpsGroupEpoch,
 testConsumerGroupHeartbeatFullResponse, testConsumerGroupStates, and partition growth
 (a topic's metadata hash changes: the epoch moves and the new partitions are assigned).
-Semantics note §3, §8.2, §10 items 12-17.
+Semantics note §3, §8.2, §10 items 12-17. Epochs are Kafka 4.4's: a new group starts at 1,
+so its first member subscribing to topics joins at 2 (test_cg_kafka44.py).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def test_first_member_joining_writes_exactly_kafkas_records() -> None:
     mark = Mark(c)
     m = Member(c, "g", "m1", ["foo", "bar"])
     r = m.join()
-    assert (r.error_code, r.member_id, r.member_epoch) == (0, "m1", 1)
+    assert (r.error_code, r.member_id, r.member_epoch) == (0, "m1", 2)
     assert m.partitions() == {("foo", p) for p in range(6)} | {("bar", p) for p in range(3)}
     expected_hash = group_hash({"foo", "bar"}, c.topics, {})
     foo, bar = c.tid("foo"), c.tid("bar")
@@ -62,28 +63,33 @@ def test_first_member_joining_writes_exactly_kafkas_records() -> None:
         rebalance_timeout_ms=300000,
         server_assignor=None,
     )
-    assert (k3, v3) == (ConsumerGroupMetadataKey("g"), ConsumerGroupMetadataValue(1, expected_hash))
+    assert (k3, v3) == (ConsumerGroupMetadataKey("g"), ConsumerGroupMetadataValue(2, expected_hash))
     assert expected_hash != 0
     assert k7 == ConsumerGroupTargetAssignmentMemberKey("g", "m1")
     assert isinstance(v7, ConsumerGroupTargetAssignmentMemberValue)
     assert tps(v7.topic_partitions) == {foo: frozenset(range(6)), bar: frozenset(range(3))}
     assert (k6, v6) == (
         ConsumerGroupTargetAssignmentMetadataKey("g"),
-        ConsumerGroupTargetAssignmentMetadataValue(1),
+        ConsumerGroupTargetAssignmentMetadataValue(2),
     )
     assert k8 == ConsumerGroupCurrentMemberAssignmentKey("g", "m1")
     assert isinstance(v8, ConsumerGroupCurrentMemberAssignmentValue)
-    assert (v8.member_epoch, v8.previous_member_epoch, v8.state) == (1, 0, 0)
+    assert (v8.member_epoch, v8.previous_member_epoch, v8.state) == (2, 0, 0)
     assert tps(v8.assigned_partitions) == {foo: frozenset(range(6)), bar: frozenset(range(3))}
+    assert {tp.topic_id: tp.assignment_epochs for tp in v8.assigned_partitions} == {
+        foo: [2] * 6,
+        bar: [2] * 3,
+    }
     assert v8.partitions_pending_revocation == []
 
 
-def test_empty_subscription_first_join_still_creates_epoch_1() -> None:
+def test_empty_subscription_first_join_is_at_the_new_groups_epoch_1() -> None:
     c = Cluster(foo=2)
     mark = Mark(c)
     r = Member(c, "g", "m1", []).join()
     assert r.member_epoch == 1 and r.assignment is not None
-    assert kinds(mark.new()) == ["5", "3", "7", "6", "8"]
+    # No bump: the group was born at epoch 1 with an empty target (Kafka 4.4).
+    assert kinds(mark.new()) == ["5", "8"]
 
 
 def test_new_member_bumps_epoch_and_new_target_revokes_from_the_others() -> None:
@@ -93,11 +99,11 @@ def test_new_member_bumps_epoch_and_new_target_revokes_from_the_others() -> None
     mark = Mark(c)
     b = Member(c, "g", "b", ["foo"])
     r = b.join()
-    assert (r.member_epoch, r.assignment is not None) == (2, True)
+    assert (r.member_epoch, r.assignment is not None) == (3, True)
     assert b.partitions() == set()  # a still owns everything
     recs = mark.new()
     assert kinds(recs) == ["5", "3", "7", "7", "6", "8"]
-    assert recs[1][1].epoch == 2
+    assert recs[1][1].epoch == 3
     targets = {k.member_id: tps(v.topic_partitions) for k, v in recs if k.version == 7}
     foo = c.tid("foo")
     assert sorted(len(t[foo]) for t in targets.values()) == [3, 3]
@@ -107,14 +113,14 @@ def test_new_member_bumps_epoch_and_new_target_revokes_from_the_others() -> None
     # a learns what to give up at its old epoch
     mark = Mark(c)
     r = a.beat()
-    assert r.member_epoch == 1
+    assert r.member_epoch == 2
     assert a.partitions() == {("foo", p) for p in targets["a"][foo]}
     (k8, v8), *_ = mark.new()
     assert k8.member_id == "a"
     assert v8.state == MemberState.UNREVOKED_PARTITIONS
     assert tps(v8.partitions_pending_revocation) == {foo: targets["b"][foo]}
     settle([a, b])
-    assert {a.epoch, b.epoch} == {2}
+    assert {a.epoch, b.epoch} == {3}
 
 
 def test_subscription_change_bumps_and_recomputes_the_target() -> None:
@@ -123,13 +129,13 @@ def test_subscription_change_bumps_and_recomputes_the_target() -> None:
     a.join()
     mark = Mark(c)
     r = a.beat(subscribed_topic_names=["foo", "bar"])
-    assert r.member_epoch == 2
+    assert r.member_epoch == 3
     assert kinds(mark.new()) == ["5", "3", "7", "6", "8"]
     assert a.partitions() == {("foo", 0), ("foo", 1), ("bar", 0), ("bar", 1)}
     # the same set in another order changes nothing
     mark = Mark(c)
     r = a.beat(subscribed_topic_names=["bar", "foo"])
-    assert r.member_epoch == 2 and mark.new() == []
+    assert r.member_epoch == 3 and mark.new() == []
 
 
 def test_field_changes_other_than_topic_names_write_the_member_but_do_not_bump() -> None:
@@ -139,12 +145,14 @@ def test_field_changes_other_than_topic_names_write_the_member_but_do_not_bump()
     for change in (
         {"rack_id": "r1"},
         {"rebalance_timeout_ms": 1000},
-        {"server_assignor": "range"},
+        {"server_assignor": "uniform"},  # the default: the preferred assignor stays
     ):
         mark = Mark(c)
         r = a.beat(**change)
-        assert r.member_epoch == 1, change
+        assert r.member_epoch == 2, change
         assert kinds(mark.new()) == ["5"], change
+    # Another assignor does bump (Kafka 4.4; test_cg_kafka44.py).
+    assert a.beat(server_assignor="range").member_epoch == 3
 
 
 def test_leave_writes_tombstones_and_bumps_without_a_new_target() -> None:
@@ -195,7 +203,7 @@ def test_epoch_bump_with_unchanged_partitions_returns_new_epoch_and_no_assignmen
     settle([a, b])
     b.beat(subscribed_topic_names=["bar", "baz"])  # baz does not exist: bumps, same partitions
     r = a.beat()
-    assert r.member_epoch == c.shard.consumer.groups["g"].group_epoch == 3
+    assert r.member_epoch == c.shard.consumer.groups["g"].group_epoch == 4
     assert r.assignment is None
 
 
@@ -261,7 +269,7 @@ def test_unrelated_topic_change_does_not_bump() -> None:
     c.topics.add("bar", 4)
     c.take(c.shard.topics_changed(["bar"], created=False, now_ms=c.now))
     mark = Mark(c)
-    assert a.beat().member_epoch == 1
+    assert a.beat().member_epoch == 2
     assert mark.new() == []
 
 
@@ -273,5 +281,5 @@ def test_subscribing_to_a_topic_created_later() -> None:
     c.topics.add("later", 2)
     c.take(c.shard.topics_changed(["later"], created=True, now_ms=c.now))
     r = a.beat()
-    assert r.member_epoch == 2
+    assert r.member_epoch == 3
     assert a.partitions() == {("foo", 0), ("later", 0), ("later", 1)}

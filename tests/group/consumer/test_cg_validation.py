@@ -217,24 +217,25 @@ def test_unknown_member_with_positive_epoch_or_leave_is_unknown_member_id() -> N
 
 
 def _a_at_epoch_2() -> tuple[Cluster, Member, Member]:
-    """a at epoch 2 (previous 1) owning foo 0-2 after b joined; b owns foo 3-5."""
+    """a at epoch 3 (previous 2) owning foo 0-2 after b joined; b owns foo 3-5 (a new group
+    starts at epoch 1, a's subscription moves it to 2, b's joining to 3)."""
     c = Cluster(foo=6)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
     settle([a, b])
     ma = c.shard.consumer.groups["g"].members["a"]
-    assert (ma.member_epoch, ma.previous_member_epoch) == (2, 1)
+    assert (ma.member_epoch, ma.previous_member_epoch) == (3, 2)
     return c, a, b
 
 
 def test_epoch_ahead_is_fenced() -> None:
     _c, a, _ = _a_at_epoch_2()
-    r = a.beat(member_epoch=3)
+    r = a.beat(member_epoch=4)
     assert err(r) == (
         ErrorCode.FENCED_MEMBER_EPOCH,
-        "The consumer group member has a greater member epoch (3) than the one known by the "
-        "group coordinator (2). The member must abandon all its partitions and rejoin.",
+        "The consumer group member has a greater member epoch (4) than the one known by the "
+        "group coordinator (3). The member must abandon all its partitions and rejoin.",
     )
 
 
@@ -245,18 +246,18 @@ def test_epoch_behind_and_not_the_previous_is_fenced() -> None:
         m.join()
         settle(ms[: ms.index(m) + 1])
     m0 = c.shard.consumer.groups["g"].members["m0"]
-    assert m0.member_epoch == 3 and m0.previous_member_epoch == 2
-    r = ms[0].beat(member_epoch=1)
+    assert m0.member_epoch == 4 and m0.previous_member_epoch == 3
+    r = ms[0].beat(member_epoch=2)
     assert err(r) == (
         ErrorCode.FENCED_MEMBER_EPOCH,
-        "The consumer group member has a smaller member epoch (1) than the one known by the "
-        "group coordinator (3). The member must abandon all its partitions and rejoin.",
+        "The consumer group member has a smaller member epoch (2) than the one known by the "
+        "group coordinator (4). The member must abandon all its partitions and rejoin.",
     )
 
 
 def test_previous_epoch_without_owned_partitions_is_fenced() -> None:
     _c, a, _ = _a_at_epoch_2()
-    assert a.beat(ack=False, member_epoch=1).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert a.beat(ack=False, member_epoch=2).error_code == ErrorCode.FENCED_MEMBER_EPOCH
 
 
 def test_previous_epoch_owning_more_than_assigned_is_fenced() -> None:
@@ -264,7 +265,7 @@ def test_previous_epoch_owning_more_than_assigned_is_fenced() -> None:
     foo = c.tid("foo")
     owned = [TopicPartitions(topic_id=foo, partitions=[0, 1, 2, 3, 4, 5])]
     assert (
-        a.beat(member_epoch=1, topic_partitions=owned).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+        a.beat(member_epoch=2, topic_partitions=owned).error_code == ErrorCode.FENCED_MEMBER_EPOCH
     )
 
 
@@ -273,8 +274,8 @@ def test_previous_epoch_with_a_subset_of_the_assignment_is_accepted() -> None:
     c, a, _ = _a_at_epoch_2()
     foo = c.tid("foo")
     some = sorted(a.owned["foo"])[:1]
-    r = a.beat(member_epoch=1, topic_partitions=[TopicPartitions(topic_id=foo, partitions=some)])
-    assert r.error_code == 0 and r.member_epoch == 2
+    r = a.beat(member_epoch=2, topic_partitions=[TopicPartitions(topic_id=foo, partitions=some)])
+    assert r.error_code == 0 and r.member_epoch == 3
 
 
 def test_rejoin_at_epoch_0_from_stable_gets_the_assignment_back() -> None:
@@ -283,7 +284,7 @@ def test_rejoin_at_epoch_0_from_stable_gets_the_assignment_back() -> None:
     before = a.partitions()
     epoch = c.shard.consumer.groups["g"].group_epoch
     r = a.join()
-    assert r.error_code == 0 and r.member_epoch == 2
+    assert r.error_code == 0 and r.member_epoch == 3
     assert a.partitions() == before
     assert c.shard.consumer.groups["g"].group_epoch == epoch  # nothing changed: no bump
 
@@ -296,7 +297,7 @@ def test_rejoin_at_epoch_0_from_unrevoked_partitions() -> None:
     a.beat(ack=False)  # told to revoke half, does not acknowledge
     assert state_of(c, "a") is MemberState.UNREVOKED_PARTITIONS
     r = a.join()  # rejoining owns nothing: the revocation is done
-    assert r.error_code == 0 and r.member_epoch == 2
+    assert r.error_code == 0 and r.member_epoch == 3
     assert state_of(c, "a") is MemberState.STABLE
     assert len(a.partitions()) == 2
     settle([a, b])
@@ -310,12 +311,12 @@ def test_rejoin_at_epoch_0_from_unreleased_partitions() -> None:
     b.join()
     assert state_of(c, "b") is MemberState.UNRELEASED_PARTITIONS
     r = b.join()
-    assert r.error_code == 0 and r.member_epoch == 2
+    assert r.error_code == 0 and r.member_epoch == 3
     assert state_of(c, "b") is MemberState.UNRELEASED_PARTITIONS
     a.beat()
     a.beat()
     r = b.join()
-    assert r.member_epoch == 2 and len(b.partitions()) == 2
+    assert r.member_epoch == 3 and len(b.partitions()) == 2
     assert state_of(c, "b") is MemberState.STABLE
 
 

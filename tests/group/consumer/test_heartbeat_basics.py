@@ -8,16 +8,17 @@ from coordinator.group.consumer.group import ConsumerGroupState
 from protocol.errors import ErrorCode
 
 
-def test_first_member_gets_every_partition_at_epoch_1() -> None:
+def test_first_member_gets_every_partition_at_epoch_2() -> None:
+    """A new group is at epoch 1; its first member's subscription moves it to 2 (Kafka 4.4)."""
     c = Cluster(foo=6)
     m = Member(c, "g", "m1", ["foo"])
     r = m.join()
     assert r.error_code == 0
-    assert r.member_epoch == 1
+    assert r.member_epoch == 2
     assert r.heartbeat_interval_ms == 5000
     assert m.partitions() == {("foo", p) for p in range(6)}
     g = c.shard.consumer.groups["g"]
-    assert (g.group_epoch, g.assignment_epoch) == (1, 1)
+    assert (g.group_epoch, g.assignment_epoch) == (2, 2)
     assert g.state is ConsumerGroupState.STABLE
 
 
