@@ -387,13 +387,23 @@ UNORDERED = {
 }
 
 
+def _identity(v: Any) -> tuple[str, str]:
+    """An unordered list's sort key: the item's id when it has one (so a difference pairs the
+    same member, group or topic on both sides), else its whole text."""
+    if isinstance(v, dict):
+        for k in ("member_id", "group_id", "topic_id", "name", "topic_name", "partition_index"):
+            if k in v:
+                return (f"{len(str(v[k])):04d}{v[k]}", repr(v))
+    return (f"{len(repr(v)):04d}", repr(v))
+
+
 def _sort_unordered(value: Any, api: str, key: str = "") -> Any:
     if isinstance(value, dict):
         return {k: _sort_unordered(v, api, k) for k, v in value.items()}
     if isinstance(value, list):
         items = [_sort_unordered(v, api, key) for v in value]
         if (api, key) in UNORDERED:
-            items.sort(key=lambda v: (len(repr(v)), repr(v)))
+            items.sort(key=_identity)
         return items
     return value
 

@@ -3,15 +3,16 @@ messages), the first heartbeat, epochs, reconciliation between two members, subs
 changes, the uniform and range server assignors, fencing, leaving; ConsumerGroupDescribe;
 how the classic APIs see a consumer group.
 
-Member ids are chosen by the client (v1, KIP-1082) and are the same on both sides, so the
-assignors (whose member order is Kafka's HashMap order of member ids) see the same input.
+Member ids are chosen by the client (v1, KIP-1082) and are fixed strings (unique within their
+group, whose name is the run's), so the assignors -- whose member order is Kafka's HashMap
+order of member ids -- see the same input on both sides and in every run.
 Owned partitions name topic ids, which each side reads from its own Metadata.
 
-Two Kafka 4.4 behaviours are kept out of the comparisons here (each has its own scenario in
-test_consumer_kafka44.py and its entry in known_differences.toml): Kafka's group is asked to
-assign synchronously (``synchronous_assignment``), and the first member of a new group joins
-without a subscription (Kafka 4.4 bumps a new group's epoch twice when its first member
-subscribes to topics).
+Kafka 4.4 recomputes target assignments at most every group.consumer.assignment.interval.ms
+(1 s), off its coordinator thread: each group here asks for it synchronously
+(``synchronous_assignment``), so answers do not depend on timing. First members join without
+a subscription, then subscribe (from before kgc moved a new group's epoch as 4.4 does; see
+test_consumer_kafka44.py).
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def two_members(side: Side) -> None:
     side.wait_coordinator(group)
     synchronous_assignment(side, group)
     tid = _topic_id(side, t)
-    m1, m2 = side.name("member-one"), side.name("member-two")
+    m1, m2 = "member-one", "member-two"  # fixed: the same assignor input every run
 
     def beat(step: str, mid: str, epoch: int, **kw: Any) -> Any:
         return side.call(CG_HEARTBEAT, 1, cg_req(group, mid, epoch, **kw), step=step)
@@ -235,7 +236,7 @@ def range_assignor(side: Side) -> None:
     wait_topic_assignable(side, t, 5)
     side.wait_coordinator(group)
     synchronous_assignment(side, group)
-    ms = [side.name(f"rm{i}") for i in range(3)]
+    ms = [f"rm{i}" for i in range(3)]
     answers = {}
     owned: dict[str, list[Any]] = {}
     first = side.call(
@@ -287,7 +288,7 @@ def classic_member_joins(side: Side) -> None:
     wait_topic_assignable(side, t, 2)
     side.wait_coordinator(group)
     synchronous_assignment(side, group)
-    m1 = side.name("modern")
+    m1 = "modern"
     r0 = side.call(CG_HEARTBEAT, 1, cg_req(group, m1, 0, rebalance=30000, topics=[], owned=[]))
     r1 = side.call(CG_HEARTBEAT, 1, cg_req(group, m1, r0.member_epoch, topics=[t]), step="m1.sub")
     held = _owned(r1)

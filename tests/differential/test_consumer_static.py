@@ -27,7 +27,7 @@ def static_members(side: Side) -> None:
     group = side.name("cg-static")
     side.wait_coordinator(group)
     synchronous_assignment(side, group)
-    a1, a2, b = side.name("a-one"), side.name("a-two"), side.name("b")
+    a1, a2, b = "a-one", "a-two", "b"
 
     def beat(step: str, mid: str, epoch: int, **kw: Any) -> Any:
         return side.call(CG_HEARTBEAT, 1, cg_req(group, mid, epoch, **kw), step=step)

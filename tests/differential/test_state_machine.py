@@ -1,6 +1,7 @@
-"""Generated classic-group scenarios, Kafka vs kgc: hypothesis draws a list of moves by three
-simulated members of one group -- join, rejoin, sync, heartbeat, commit, leave, wait past the
-rebalance timeout -- and the same list is played on both servers, every answer compared.
+"""Generated scenarios, Kafka vs kgc: hypothesis draws a list of moves by three simulated
+members of one group -- classic: join, rejoin, sync, heartbeat, commit, leave, wait past the
+rebalance timeout; KIP-848: join, heartbeat, acknowledge, change subscription, leave, a stale
+epoch -- and the same list is played on both servers, every answer compared.
 
 How this works: the moves are drawn first (``st.lists`` of (move, member)), then played by
 one scenario function on each side, so both receive the same sequence; what a move sends
@@ -21,16 +22,22 @@ from typing import Any
 import pytest
 from diffkit import Runner, Side
 from groupops import (
+    CG_DESCRIBE,
+    CG_HEARTBEAT,
     HEARTBEAT,
     JOIN,
     LEAVE,
     OFFSET_COMMIT,
     SYNC,
+    cg_describe_req,
+    cg_req,
     commit_req,
     hb_req,
     join_req,
     leave_req,
     sync_req,
+    synchronous_assignment,
+    wait_topic_assignable,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -124,4 +131,97 @@ HUNT = int(os.environ.get("KGC_DIFF_EXAMPLES", "0"))
 def test_generated_classic_moves(diff_shared: Runner, moves: list[tuple[str, str]]) -> None:
     diff_shared(
         play(moves), name="generated:" + ",".join(f"{w}.{m}" for m, w in moves), parallel=True
+    )
+
+
+CG_MOVES = ["join", "beat", "ack", "subscribe_both", "subscribe_one", "leave", "stale"]
+
+
+@dataclass
+class CgSeen:
+    epoch: int = 0
+    owned: list[Any] = field(default_factory=list)
+    joined: bool = False
+
+
+def play_consumer(moves: list[tuple[str, str]]) -> Any:
+    """KIP-848 moves of three members: join, a partial heartbeat, an acknowledging one (full
+    owned set), a subscription change, leave, a heartbeat at a stale epoch. A first member
+    joins without a subscription (see test_consumer_kafka44.py) and stays."""
+
+    def scenario(side: Side) -> None:
+        group = side.name("gen-cg")
+        t, u, v = side.name("gen-cg-t"), side.name("gen-cg-u"), side.name("gen-cg-v")
+        for topic, n in ((t, 3), (u, 2), (v, 1)):
+            side.create_topic(topic, n)
+            wait_topic_assignable(side, topic, n)
+        side.wait_coordinator(group)
+        synchronous_assignment(side, group)
+        # The anchor makes range the group's assignor: the uniform assignor breaks ties by
+        # topic id, and topic ids are each server's own. It joins unsubscribed, then names
+        # range and a topic of its own in one heartbeat: one epoch bump on both servers.
+        r = side.call(
+            CG_HEARTBEAT,
+            1,
+            cg_req(group, "anchor", 0, rebalance=30000, topics=[], owned=[]),
+            step="anchor",
+        )
+        side.call(
+            CG_HEARTBEAT,
+            1,
+            cg_req(group, "anchor", r.member_epoch, topics=[v], assignor="range"),
+            step="anchor.range",
+        )
+        seen = {m: CgSeen() for m in MEMBERS}
+
+        def note(s: CgSeen, r: Any) -> None:
+            if r.error_code:
+                return
+            s.epoch = r.member_epoch
+            if r.assignment is not None:
+                s.owned = [(x.topic_id, list(x.partitions)) for x in r.assignment.topic_partitions]
+
+        for i, (move, who) in enumerate(moves):
+            s, mid, step = seen[who], f"cg-{who}", f"{i}.{who}.{move}"
+
+            def beat(step: str = step, mid: str = mid, **kw: Any) -> Any:
+                return side.call(CG_HEARTBEAT, 1, cg_req(group, mid, **kw), step=step)
+
+            if move == "join" or not s.joined:
+                r = beat(epoch=0, rebalance=30000, topics=[t], owned=[])
+                s.joined, s.owned = r.error_code == 0, []
+                note(s, r)
+            elif move == "beat":
+                note(s, beat(epoch=s.epoch))
+            elif move == "ack":
+                note(s, beat(epoch=s.epoch, owned=s.owned))
+            elif move in ("subscribe_both", "subscribe_one"):
+                topics = [t, u] if move == "subscribe_both" else [t]
+                note(s, beat(epoch=s.epoch, topics=topics, owned=s.owned))
+            elif move == "leave":
+                beat(epoch=-1)
+                s.joined, s.epoch, s.owned = False, 0, []
+            else:
+                beat(epoch=s.epoch + 1)
+        side.call(CG_DESCRIBE, 1, cg_describe_req(group), step="final.describe")
+
+    return scenario
+
+
+@settings(
+    max_examples=HUNT or 5,
+    deadline=None,
+    derandomize=not HUNT,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    moves=st.lists(
+        st.tuples(st.sampled_from(CG_MOVES), st.sampled_from(MEMBERS)), min_size=3, max_size=12
+    )
+)
+def test_generated_consumer_moves(diff_shared: Runner, moves: list[tuple[str, str]]) -> None:
+    diff_shared(
+        play_consumer(moves),
+        name="generated-cg:" + ",".join(f"{w}.{m}" for m, w in moves),
+        parallel=True,
     )
