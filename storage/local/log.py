@@ -873,7 +873,13 @@ class PartitionLog:
         return len(victims)
 
     def apply_retention(self, now_ms: int | None = None) -> int:
-        """retention.ms / retention.bytes: delete whole old segments (not the active)."""
+        """retention.ms / retention.bytes: delete whole old segments.
+
+        The active segment goes too when every record in it has passed retention.ms and is
+        durable: it is rolled first and the log start moves to the log end, as Kafka's
+        UnifiedLog.deletableSegments does (bounded there by the high watermark), so a quiet
+        topic's old records expire.
+        """
         if not self.config.delete:
             return 0
         now = self._clock() if now_ms is None else now_ms
@@ -881,7 +887,21 @@ class PartitionLog:
         segs = self._segments
         i = 0
         if self.config.retention_ms >= 0:
-            while i < len(segs) - 1 and now - self._largest_ts(segs[i]) > self.config.retention_ms:
+
+            def expired(seg: LogSegment) -> bool:
+                return now - self._largest_ts(seg) > self.config.retention_ms
+
+            while i < len(segs) - 1 and expired(segs[i]):
+                i += 1
+            last = segs[-1]
+            if (
+                i == len(segs) - 1
+                and last.size
+                and expired(last)
+                and self.durable_end >= self.log_end_offset
+            ):
+                self.roll()
+                segs = self._segments
                 i += 1
         if self.config.retention_bytes >= 0:
             excess = self.size_bytes - sum(s.size for s in segs[:i]) - self.config.retention_bytes

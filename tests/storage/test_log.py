@@ -159,6 +159,31 @@ def test_retention_by_time_and_size_and_log_start_persisted(
     assert compact.apply_retention() == 0
 
 
+def test_retention_by_time_deletes_an_expired_active_segment_once_durable(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """As Kafka (UnifiedLog.deletableSegments): when every record of the active segment has
+    expired too, it is rolled and deleted, and the log start moves to the log end -- a quiet
+    topic's old records expire. Not before they are durable (Kafka: the high watermark)."""
+    cfg = LogConfig(segment_bytes=1_000_000, retention_ms=10_000, index_interval_bytes=100)
+    log = PartitionLog(tmp_path / "t-0", cfg, clock)
+    for i in range(5):
+        log.append_records([(b"k", b"x" * 50)], timestamp_ms=clock.now + i)
+    assert len(log.segments) == 1
+    assert log.apply_retention(clock.now + 20_000) == 0  # not durable yet
+    log.flush()
+    assert log.apply_retention(clock.now + 5_000) == 0  # not expired
+    assert log.apply_retention(clock.now + 20_000) == 1
+    assert (log.log_start_offset, log.log_end_offset) == (5, 5)
+    assert len(log.segments) == 1 and log.active_segment.base_offset == 5
+    log.append_records([(b"k", b"y")], timestamp_ms=clock.now + 20_000)
+    assert offsets_in(log.read(5, 1000)) == [5]
+    log.close_without_marker()
+    log = PartitionLog(tmp_path / "t-0", cfg, clock)
+    assert (log.log_start_offset, log.log_end_offset) == (5, 6)
+    log.close()
+
+
 def test_delete_segments_before(tmp_path: Path, clock: FakeClock) -> None:
     log = PartitionLog(tmp_path / "t-0", SMALL, clock)
     fill(log, 100)

@@ -171,6 +171,11 @@ async def test_retention_trims_rows_and_lease_start_and_a_takeover_loads_from_th
         await append_rounds(flusher, log, records, per_round=7)  # 29 rows
         rows_before, _ = await table_size(conn, "t", 0)
         assert rows_before == 29
+        # The last records are stamped "now": the active segment holding them has not expired
+        # (an expired active segment would go too, rolled, as in Kafka).
+        await append_rounds(
+            flusher, log, [(b"late%d" % i, b"v") for i in range(10)], per_round=10, ts=10**12
+        )
 
         # retention.ms: every inactive segment is older than a minute "now"; the log tells
         # its journal, which trims the table in the background (no round needed).
