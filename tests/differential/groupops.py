@@ -323,29 +323,59 @@ def cg_describe_req(*groups: str) -> consumer_group_describe.ConsumerGroupDescri
 def synchronous_assignment(side: Side, group: str) -> None:
     """Kafka 4.4 recomputes a consumer group's target assignment at most every
     ``group.consumer.assignment.interval.ms`` (1 s) and off the coordinator thread; kgc does
-    it in the heartbeat that needs it, as Kafka 4.1-4.2 did. Setting the group's own
-    ``consumer.assignment.interval.ms`` to 0 and ``consumer.assignor.offload.enable`` to
-    false (setup, not compared) makes Kafka do the same, so the rest can be compared."""
+    it in the heartbeat that needs it. Setting the group's own ``consumer.assignment.interval.ms``
+    to 0 and ``consumer.assignor.offload.enable`` to false (setup, not compared) makes Kafka
+    do the same, so the rest can be compared.
+
+    Group configs reach Kafka's coordinator through its metadata log, a moment after the
+    request: a probe group configured in the same request (so in the same metadata batch)
+    is asked to reassign until it does so at once."""
     if side.label != "kafka":
         return
+    import time
+
     from protocol.messages import incremental_alter_configs as iac
 
-    req = iac.IncrementalAlterConfigsRequest(
-        resources=[
-            iac.AlterConfigsResource(
-                resource_type=32,  # GROUP
-                resource_name=group,
-                configs=[
-                    iac.AlterableConfig(name="consumer.assignment.interval.ms", value="0"),
-                    iac.AlterableConfig(name="consumer.assignor.offload.enable", value="false"),
-                ],
-            )
-        ]
-    )
-    _, resp = side.untimed().request(iac.API_KEY, req, version=1)
-    code = resp.responses[0].error_code
-    if code:
-        raise AssertionError(f"kafka: group configs of {group} refused: {code}")
+    conn = side.untimed()
+    deadline = time.monotonic() + side.timeout
+    attempt = 0
+    while time.monotonic() < deadline:
+        attempt += 1
+        probe = f"{group}-cfgprobe{attempt}-p"  # not ending in the token: never listed
+        req = iac.IncrementalAlterConfigsRequest(
+            resources=[
+                iac.AlterConfigsResource(
+                    resource_type=32,  # GROUP
+                    resource_name=name,
+                    configs=[
+                        iac.AlterableConfig(name="consumer.assignment.interval.ms", value="0"),
+                        iac.AlterableConfig(name="consumer.assignor.offload.enable", value="false"),
+                    ],
+                )
+                for name in (group, probe)
+            ]
+        )
+        _, resp = conn.request(iac.API_KEY, req, version=1)
+        for r in resp.responses:
+            if r.error_code:
+                raise AssertionError(f"kafka: group configs of {r.resource_name}: {r.error_code}")
+        side.wait_coordinator(probe)
+        # p2 naming another assignor moves the epoch; configured, the target follows at once.
+        r1 = conn.call(
+            CG_HEARTBEAT, 1, cg_req(probe, "p1", 0, rebalance=30000, topics=[], owned=[])
+        )
+        conn.call(
+            CG_HEARTBEAT,
+            1,
+            cg_req(probe, "p2", 0, rebalance=30000, topics=[], owned=[], assignor="range"),
+        )
+        described = conn.call(CG_DESCRIBE, 1, cg_describe_req(probe)).groups[0]
+        for mid in ("p1", "p2"):
+            conn.call(CG_HEARTBEAT, 1, cg_req(probe, mid, -1))
+        if r1.error_code == 0 and described.assignment_epoch == described.group_epoch:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"kafka: {group}'s assignment interval never took effect")
 
 
 def wait_topic_assignable(side: Side, topic: str, partitions: int) -> None:
