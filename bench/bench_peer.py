@@ -286,11 +286,6 @@ def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server
             heap=args.kafka_heap,
             fast_start=False,  # C2 and the JVM's default collector (G1 here)
         )
-        # kafka-storage's argument parser takes a cluster id starting with "-" (1 in 64 of
-        # KafkaServer's random ones) for an option and fails; Kafka's own Uuid.randomUuid
-        # never makes one. Keep it valid (22 base64url characters), only not leading "-".
-        if kafka.cluster_id.startswith("-"):
-            kafka.cluster_id = "A" + kafka.cluster_id[1:]
         kafka.start(timeout=180)
         assert kafka.proc is not None
         return Server(target, kafka.port, kafka.proc.pid, kafka.stop, kafka.log, jvm=True)

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from kafkaserver import KafkaServer
+from kafkaserver import KafkaServer, running_broker
 from kgc_process import KgcProcess
 from pgserver import PgServer, available
 
@@ -53,11 +53,5 @@ def kafka_broker() -> Iterator[KafkaServer]:
     Started from the pinned jars of ``tests/jvm/pom.xml`` (``scripts/test`` resolves them);
     tests share it, so each uses topic and group names of its own.
     """
-    server = KafkaServer(Path(tempfile.mkdtemp(prefix="kgc-kafka-")))
-    try:
-        server.start()
-    except BaseException:
-        server.destroy()
-        raise
-    yield server
-    server.destroy()
+    with running_broker() as server:
+        yield server

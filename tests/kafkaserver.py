@@ -24,16 +24,19 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "JVM_DIR",
     "KafkaServer",
     "classpath",
     "java_command",
+    "running_broker",
 ]
 
 JVM_DIR = Path(__file__).resolve().parent / "jvm"
@@ -247,3 +250,15 @@ def _cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cid.startswith("-"):
             return cid
+
+
+@contextlib.contextmanager
+def running_broker(prefix: str = "kgc-kafka-", **kw: Any) -> Iterator[KafkaServer]:
+    """A broker in a fresh temporary directory (not pytest's: fixtures of any scope use it),
+    started, and destroyed with its directory when the block ends or the start fails."""
+    server = KafkaServer(Path(tempfile.mkdtemp(prefix=prefix)), **kw)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.destroy()

@@ -10,7 +10,6 @@ keeps running without ACLs. Every ACL and user is named with the run's token.
 from __future__ import annotations
 
 import hashlib
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 from diffkit import Side, run_both
-from kafkaserver import KafkaServer
+from kafkaserver import KafkaServer, running_broker
 from kgc_process import KgcProcess
 
 from protocol.messages import (
@@ -51,17 +50,9 @@ SHA256, SHA512 = 1, 2
 
 @pytest.fixture(scope="module")
 def acl_kafka() -> Iterator[KafkaServer]:
-    server = KafkaServer(
-        Path(tempfile.mkdtemp(prefix="kgc-kafka-acl-")),
-        overrides={"authorizer.class.name": AUTHORIZER, "super.users": SUPER},
-    )
-    try:
-        server.start()
-    except BaseException:
-        server.destroy()
-        raise
-    yield server
-    server.destroy()
+    overrides = {"authorizer.class.name": AUTHORIZER, "super.users": SUPER}
+    with running_broker("kgc-kafka-acl-", overrides=overrides) as server:
+        yield server
 
 
 @pytest.fixture
