@@ -302,8 +302,10 @@ def _delete_records(topic: str, *offsets: tuple[int, int]) -> delete_records.Del
 
 def _ready(side: Side, topic: str, partitions: int) -> None:
     """Create ``topic`` and wait until its partitions serve ListOffsets (Kafka's replica
-    manager takes its leadership a moment after Metadata names the leader)."""
-    side.create_topic(topic, partitions)
+    manager takes its leadership a moment after Metadata names the leader). No
+    retention by time: the records are stamped years ago, and either server's periodic
+    retention check could otherwise delete them between the two runs of a scenario."""
+    side.create_topic(topic, partitions, retention_ms="-1")
     req = list_offsets.ListOffsetsRequest(
         replica_id=-1,
         topics=[

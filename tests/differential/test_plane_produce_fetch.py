@@ -85,8 +85,10 @@ def _list(topic: str, *parts: tuple[int, int]) -> list_offsets.ListOffsetsReques
 
 def _ready(side: Side, topic: str, partitions: int) -> None:
     """Create ``topic`` and wait until its partitions serve ListOffsets (Kafka's replica
-    manager takes its leadership a moment after Metadata names the leader)."""
-    side.create_topic(topic, partitions)
+    manager takes its leadership a moment after Metadata names the leader). No
+    retention by time: the records are stamped years ago, and either server's periodic
+    retention check could otherwise delete them between the two runs of a scenario."""
+    side.create_topic(topic, partitions, retention_ms="-1")
     deadline = time.monotonic() + side.timeout
     while time.monotonic() < deadline:
         _, resp = side.untimed().request(

@@ -32,8 +32,11 @@ Record = tuple[int, int, str | None, str, int, list[tuple[str, bytes]]]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A topic that keeps its records whatever their timestamps: BASE_TS is years old, and a
+    broker's retention check (every 5 minutes) would delete them under the 7-day default."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+    new = NewTopic(topic, partitions, 1, config={"retention.ms": "-1"})
+    for future in admin.create_topics([new]).values():
         future.result()
 
 
