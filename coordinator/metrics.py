@@ -39,7 +39,7 @@ How this works: everything lives in one ``Metrics`` object with its own
   group-epoch bumps by cause come from the ``ConsumerMembersFenced`` and
   ``ConsumerGroupEpochBumped`` events; reconciliations (current-assignment records written by
   heartbeats) are the consumer manager's ``reconciliations`` counter, read at scrape time;
-  target-assignment time is observed through the manager's ``on_target_computed`` hook.
+  target-assignment time is observed by wrapping the manager's ``compute_target`` in a timer.
 * Consumer lag (``LagTracker``), per (group, topic, partition) with a committed offset:
   ``kgc_consumergroup_committed_offset``, ``kgc_consumergroup_lag`` (records between the
   committed offset and the partition's high watermark, what Fetch serves) and
@@ -202,6 +202,18 @@ def error_label(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return str(code)
+
+
+def _timed(fn: Callable[..., Any], observe: Callable[[float], None]) -> Callable[..., Any]:
+    """``fn``, telling ``observe`` how long each call that returned took (seconds)."""
+
+    def timed(*args: Any) -> Any:
+        started = time.perf_counter()
+        result = fn(*args)
+        observe(time.perf_counter() - started)
+        return result
+
+    return timed
 
 
 class _Latency:
@@ -539,8 +551,10 @@ class Metrics:
             registry=self.registry,
         )
         consumer = getattr(shard, "consumer", None)
-        if consumer is not None and hasattr(consumer, "on_target_computed"):
-            consumer.on_target_computed = self.assignment_duration.observe
+        if consumer is not None and hasattr(consumer, "compute_target"):
+            consumer.compute_target = _timed(
+                consumer.compute_target, self.assignment_duration.observe
+            )
         # Scrape-time sources (None: not reported).
         self.shard = shard
         self.logs = logs

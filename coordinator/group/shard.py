@@ -32,9 +32,10 @@ second shard to check they rebuild the same state.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from coordinator.group.classic import rebalance
+from coordinator.group.classic import describe, heartbeat, join, rebalance, sync
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
@@ -148,11 +149,15 @@ class GroupShard:
         self.groups_snapshot = self.classic.groups_snapshot
 
         classic, offsets = self.classic, self.offset_manager
+        # The classic APIs are functions of the manager, bound here (a partial of a compiled
+        # function binds under mypyc, where a function set as a class attribute would not).
+        self._classic_join = partial(join.join_group, classic)
+        self._classic_describe = partial(describe.describe_groups, classic)
         self.join_group = self._join_group  # classic/join.py, unless a consumer group
         # A classic member of a consumer group is served by consumer/interop.py.
-        self.sync_group = self._routed(classic.sync_group, "sync_group")  # classic/sync.py
-        self.heartbeat = self._routed(classic.heartbeat, "heartbeat")  # classic/heartbeat.py
-        self.leave_group = self._routed(classic.leave_group, "leave_group")
+        self.sync_group = self._routed(partial(sync.sync_group, classic), "sync_group")
+        self.heartbeat = self._routed(partial(heartbeat.heartbeat, classic), "heartbeat")
+        self.leave_group = self._routed(partial(heartbeat.leave_group, classic), "leave_group")
         self.describe_groups = self._describe_groups  # classic/describe.py
         self.consumer_group_heartbeat = self.consumer.consumer_group_heartbeat
         self.consumer_group_describe = self.consumer.consumer_group_describe
@@ -178,7 +183,7 @@ class GroupShard:
         """JoinGroup: into a consumer group when one has the id, else the classic path."""
         cgroup = self.consumer.groups.get(req.group_id)
         if cgroup is None or self.partitions.precheck(req.group_id) is not None:
-            return self.classic.join_group(ctx, req, now_ms)
+            return self._classic_join(ctx, req, now_ms)
         return self.consumer.interop.join_group(ctx, req, cgroup, now_ms)  # type: ignore[no-any-return]
 
     def _routed(self, classic_api: Callable[..., Result], name: str) -> Callable[..., Result]:
@@ -197,7 +202,7 @@ class GroupShard:
         self, ctx: RequestContext, req: DescribeGroupsRequest, now_ms: int
     ) -> Result:
         """DescribeGroups: a consumer group is not a classic group (Dead; v6 also an error)."""
-        out = self.classic.describe_groups(ctx, req, now_ms)
+        out = self._classic_describe(ctx, req, now_ms)
         consumer = self.consumer.groups
         if not consumer:
             return out
@@ -421,7 +426,7 @@ class GroupShard:
         """The partition is replayed: serve it, re-arming the timers (they are not persisted)."""
         out = Result()
         self.partitions[partition] = PartitionStatus.LOADED
-        loaded = self.classic.on_loaded(out, partition, now_ms)
+        loaded = rebalance.on_loaded(self.classic, out, partition, now_ms)
         loaded += self.consumer.on_loaded(out, partition, now_ms)
         if EXPIRE_OFFSETS_KEY not in self.timers:
             self._arm_expiration(out, now_ms)

@@ -16,6 +16,7 @@ from typing import Any
 from kgc_group_harness import Harness, offset_delete, subscription
 
 from coordinator.group import ClassicGroupState, GroupConfig, Result
+from coordinator.group.classic import describe as classic_describe
 from coordinator.group.offsets import OffsetGroup
 from coordinator.group.topics import StaticTopics
 from coordinator.server.apis import SUPPORTED
@@ -631,7 +632,9 @@ def describe(
 ) -> DescribeGroupsResponse:
     ctx = h.ctx(version)
     req = DescribeGroupsRequest(groups=groups, include_authorized_operations=ops)
-    h.apply(h.shard.classic.describe_groups(ctx, req, h.now, non_classic=non_classic))
+    h.apply(
+        classic_describe.describe_groups(h.shard.classic, ctx, req, h.now, non_classic=non_classic)
+    )
     resp = h.reply(ctx.reply_to)
     assert isinstance(resp, DescribeGroupsResponse)
     return resp

@@ -18,8 +18,8 @@ does.  Empty group ids are served, not rejected.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
@@ -29,9 +29,6 @@ from protocol.messages.describe_groups import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
 )
-
-if TYPE_CHECKING:
-    from coordinator.group.classic.manager import ClassicGroupManager
 
 __all__ = [
     "GROUP_AUTHORIZED_OPERATIONS",

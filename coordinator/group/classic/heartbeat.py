@@ -18,8 +18,7 @@ NONE), v0-2 the request UNKNOWN_MEMBER_ID.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.rebalance import (
     maybe_complete_join_phase,
     maybe_prepare_rebalance_or_complete_join,
@@ -35,9 +34,6 @@ from protocol.messages.leave_group import (
     MemberIdentity,
     MemberResponse,
 )
-
-if TYPE_CHECKING:
-    from coordinator.group.classic.manager import ClassicGroupManager
 
 __all__ = ["heartbeat", "leave_group"]
 

@@ -29,9 +29,8 @@ when nothing else is written, as Kafka does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember, Protocol
+from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.rebalance import (
     maybe_complete_join_phase,
     maybe_prepare_rebalance_or_complete_join,
@@ -44,9 +43,6 @@ from coordinator.group.types import RequestContext, Result, log_string_fits
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from protocol.messages.sync_group import SyncGroupResponse
-
-if TYPE_CHECKING:
-    from coordinator.group.classic.manager import ClassicGroupManager
 
 __all__ = ["join_group"]
 

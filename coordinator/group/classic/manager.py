@@ -5,20 +5,20 @@ How this works
 The manager holds every classic group of the shard by id, the rebalance counters, and
 the primitives all classic handlers share: answering parked requests, arming and
 cancelling a member's timers, removing a member, building the group's log records,
-replaying them, and what happens to groups when their offsets partition is loaded or
-unloaded.  The protocol itself lives beside it, one module per concern, as functions
-that take the manager as their first argument:
+replaying them, and unloading a partition's groups.  The protocol itself lives beside
+it, one module per concern, as functions that take the manager as their first argument:
 
 * ``join.py``      JoinGroup (KIP-394 pending members, KIP-345 static members)
 * ``sync.py``      SyncGroup
 * ``heartbeat.py`` Heartbeat and LeaveGroup
 * ``describe.py``  DescribeGroups
 * ``rebalance.py`` the rebalance engine: PreparingRebalance -> CompletingRebalance ->
-  Stable, and what the classic timers do when they fire
+  Stable, what the classic timers do when they fire, and re-arming a loaded partition
 
-The manager's methods of the same names call those API functions, and the shard
-(``coordinator/group/shard.py``) exposes them under the same names.  Offsets
-are not here: ``OffsetMetadataManager`` owns them and asks this manager for groups.
+The manager imports none of them: they import it (the layers run API modules ->
+rebalance -> manager -> group -> state), and the shard (``coordinator/group/shard.py``)
+binds each API function to the manager with ``functools.partial``.  Offsets are not
+here: ``OffsetMetadataManager`` owns them and asks this manager for groups.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from coordinator.group.classic import describe, join, rebalance, sync
-from coordinator.group.classic import heartbeat as heartbeat_and_leave
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.events import REBALANCE_CAUSES, RebalanceCause
@@ -39,17 +37,10 @@ from coordinator.group.timers import (
     heartbeat_key,
     pending_key,
 )
-from coordinator.group.types import GroupConfig, Record, RequestContext, Result
+from coordinator.group.types import GroupConfig, Record, Result
 from protocol.errors import ErrorCode
-from protocol.messages.describe_groups import DescribeGroupsRequest
-from protocol.messages.heartbeat import HeartbeatRequest
-from protocol.messages.join_group import (
-    JoinGroupRequest,
-    JoinGroupResponse,
-    JoinGroupResponseMember,
-)
-from protocol.messages.leave_group import LeaveGroupRequest
-from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from protocol.messages.join_group import JoinGroupResponse, JoinGroupResponseMember
+from protocol.messages.sync_group import SyncGroupResponse
 from storage.offsets_format import (
     MemberMetadata,
     decode_group_metadata_value,
@@ -63,32 +54,6 @@ _HEARTBEAT = TimerKind.HEARTBEAT
 
 
 class ClassicGroupManager:
-    # The classic APIs: each is a function of the manager in its own module, called from a
-    # method here. (Not the functions bound as class attributes: under mypyc, setup.py,
-    # a compiled function is no descriptor and would not bind.)
-
-    def join_group(self, ctx: RequestContext, req: JoinGroupRequest, now_ms: int) -> Result:
-        return join.join_group(self, ctx, req, now_ms)
-
-    def sync_group(self, ctx: RequestContext, req: SyncGroupRequest, now_ms: int) -> Result:
-        return sync.sync_group(self, ctx, req, now_ms)
-
-    def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest, now_ms: int) -> Result:
-        return heartbeat_and_leave.heartbeat(self, ctx, req, now_ms)
-
-    def leave_group(self, ctx: RequestContext, req: LeaveGroupRequest, now_ms: int) -> Result:
-        return heartbeat_and_leave.leave_group(self, ctx, req, now_ms)
-
-    def describe_groups(
-        self,
-        ctx: RequestContext,
-        req: DescribeGroupsRequest,
-        now_ms: int,
-        *,
-        non_classic: Callable[[str], bool] | None = None,
-    ) -> Result:
-        return describe.describe_groups(self, ctx, req, now_ms, non_classic=non_classic)
-
     def __init__(
         self,
         config: GroupConfig,
@@ -308,24 +273,6 @@ class ClassicGroupManager:
     def groups_of(self, partition: int) -> list[ClassicGroup]:
         partition_of = self.partitions.partition_of
         return [g for g in self.groups.values() if partition_of(g.group_id) == partition]
-
-    def on_loaded(self, out: Result, partition: int, now_ms: int) -> int:
-        """Timers are not persisted: re-arm every loaded member's session; count the groups."""
-        groups = self.groups_of(partition)
-        for group in groups:
-            for m in group.members.values():
-                self.reschedule_heartbeat(out, group, m, now_ms)
-            if len(group.members) > self.config.group_max_size:
-                rebalance.prepare_rebalance(
-                    self,
-                    out,
-                    group,
-                    f"freshly loaded group has {len(group.members)} members, over "
-                    f"group.max.size {self.config.group_max_size}",
-                    "join",
-                    now_ms,
-                )
-        return len(groups)
 
     def on_unload(self, out: Result, partition: int, now_ms: int) -> None:
         """Stop coordinating a partition's groups: parked requests get NOT_COORDINATOR."""

@@ -23,6 +23,8 @@ PreparingRebalance) it checks whether the join phase can finish early.
 * ``on_timer`` is what each classic timer does when it fires: end the join
   phase or the initial delay, remove members that did not sync, expire a
   member's session or a pending member.
+* ``on_loaded`` re-arms the sessions of a freshly loaded partition's members
+  (timers are not persisted) and rebalances a group loaded over group.max.size.
 
 These are functions of the ``ClassicGroupManager`` (its first argument), as are the
 request handlers that call them.  Kafka's behaviour being reproduced is
@@ -32,9 +34,8 @@ completeClassicGroupJoin, expirePendingSync, ...).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember
+from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.events import (
     GenerationCompleted,
@@ -50,12 +51,10 @@ from coordinator.group.types import Result
 from protocol.errors import ErrorCode
 from protocol.messages.sync_group import SyncGroupResponse
 
-if TYPE_CHECKING:
-    from coordinator.group.classic.manager import ClassicGroupManager
-
 __all__ = [
     "maybe_complete_join_phase",
     "maybe_prepare_rebalance_or_complete_join",
+    "on_loaded",
     "on_timer",
     "prepare_rebalance",
     "remove_pending_sync_member",
@@ -370,3 +369,23 @@ def on_timer(m: ClassicGroupManager, out: Result, action: TimerAction, now_ms: i
         _initial_join_timer(m, out, group, now_ms)
     elif kind is TimerKind.SYNC:
         _expire_pending_sync(m, out, group, action.generation, now_ms)
+
+
+def on_loaded(m: ClassicGroupManager, out: Result, partition: int, now_ms: int) -> int:
+    """Timers are not persisted: re-arm every loaded member's session; count the groups."""
+    groups = m.groups_of(partition)
+    max_size = m.config.group_max_size
+    for group in groups:
+        for member in group.members.values():
+            m.reschedule_heartbeat(out, group, member, now_ms)
+        if len(group.members) > max_size:
+            prepare_rebalance(
+                m,
+                out,
+                group,
+                f"freshly loaded group has {len(group.members)} members, over "
+                f"group.max.size {max_size}",
+                "join",
+                now_ms,
+            )
+    return len(groups)

@@ -18,8 +18,7 @@ member's current assignment.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.rebalance import (
     remove_pending_sync_member,
     set_and_propagate_assignment,
@@ -29,9 +28,6 @@ from coordinator.group.events import GroupStable
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
-
-if TYPE_CHECKING:
-    from coordinator.group.classic.manager import ClassicGroupManager
 
 __all__ = ["sync_group"]
 

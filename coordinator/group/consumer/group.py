@@ -42,7 +42,7 @@ from coordinator.group.consumer.member import (
     ConsumerGroupMember,
     MemberState,
 )
-from coordinator.group.consumer.target import SpecCache
+from coordinator.group.consumer.spec_cache import SpecCache
 from coordinator.group.timers import Timer
 from protocol.errors import ErrorCode
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
@@ -109,7 +109,7 @@ class ConsumerGroup:
         # Soft state: the answer a steady heartbeat of each member gets (reused while its
         # epoch stays, so the server encodes it once).
         self.steady_responses: dict[str, ConsumerGroupHeartbeatResponse] = {}
-        # Soft state: member specs of the last target computation (consumer/target.py).
+        # Soft state: member specs of the last target computation (consumer/spec_cache.py).
         self.spec_cache = SpecCache()
 
     # ------------------------------------------------------------ derived

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coordinator.group.classic import rebalance
+from coordinator.group.classic import join, rebalance
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
@@ -39,6 +39,7 @@ from coordinator.group.classic.subscription import (
     parse_subscription,
 )
 from coordinator.group.consumer import records as rec
+from coordinator.group.consumer.errors import HeartbeatError
 from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
 from coordinator.group.consumer.metadata_hash import group_hash
@@ -133,8 +134,6 @@ class ClassicInterop:
         The classic group's tombstone and the new group's records go to ``writes``; the
         classic group is dropped once they are applied (``after_apply``).
         """
-        from coordinator.group.consumer.manager import HeartbeatError
-
         classic = self.classic.groups[gid]
         key = encode_group_metadata_key(gid)
         group = ConsumerGroup(gid)
@@ -278,7 +277,7 @@ class ClassicInterop:
         if group.is_empty():
             # An empty consumer group gives way to a classic one, whatever the policy.
             self.consumer.delete_group(out, group)
-            out.extend(self.classic.join_group(ctx, req, now_ms))
+            out.extend(join.join_group(self.classic, ctx, req, now_ms))
             return out
         try:
             return self._join(out, ctx, req, group, now_ms)

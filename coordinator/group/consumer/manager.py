@@ -30,7 +30,6 @@ topics (type 16) and bumps the epoch if they changed what the group subscribes t
 from __future__ import annotations
 
 import base64
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -38,6 +37,7 @@ from typing import Any
 from coordinator.group.consumer import records as rec
 from coordinator.group.consumer.assignors import BUILTIN_ASSIGNORS
 from coordinator.group.consumer.assignors.spec import PartitionAssignorError
+from coordinator.group.consumer.errors import HeartbeatError
 from coordinator.group.consumer.group import (
     ConsumerGroup,
     ResolvedRegex,
@@ -52,7 +52,7 @@ from coordinator.group.consumer.member import (
 from coordinator.group.consumer.metadata_hash import group_hash
 from coordinator.group.consumer.reconcile import FencedMemberEpoch, next_member
 from coordinator.group.consumer.regex import InvalidRegex, compile_regex, resolve
-from coordinator.group.consumer.target import build_target
+from coordinator.group.consumer.target import TargetBuilder, build_target
 from coordinator.group.events import (
     BumpKind,
     ConsumerGroupEpochBumped,
@@ -68,7 +68,7 @@ from protocol.framing import reusable
 from protocol.messages import consumer_group_describe as cgd
 from protocol.messages import consumer_group_heartbeat as cgh
 
-__all__ = ["ConsumerGroupManager", "HeartbeatError", "new_member_id"]
+__all__ = ["ConsumerGroupManager", "new_member_id"]
 
 _ST = MemberState.STABLE
 _UNREVOKED = MemberState.UNREVOKED_PARTITIONS
@@ -92,13 +92,6 @@ def rebalance_key(group_id: str, member_id: str) -> str:
 
 def regex_key(group_id: str) -> str:
     return f"consumer-regex-{group_id}"
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _owned(req: cgh.ConsumerGroupHeartbeatRequest) -> dict[bytes, frozenset[int]] | None:
@@ -152,10 +145,11 @@ class ConsumerGroupManager:
         self.topics_changes = 0  # any change: cached topic lookups are stale
         # Set by the shard for conversions to and from classic groups (``interop.py``).
         self.interop: Any = None
-        # For the metrics: current-assignment (type 8) records written by heartbeats, and a
-        # hook told how long each target assignment took (seconds; None: not timed).
+        # For the metrics: current-assignment (type 8) records written by heartbeats. The
+        # target builder is an attribute so that the metrics can time it from outside:
+        # nothing here reads a clock.
         self.reconciliations = 0
-        self.on_target_computed: Callable[[float], None] | None = None
+        self.compute_target: TargetBuilder = build_target
 
     # ------------------------------------------------------------ ConsumerGroupHeartbeat
 
@@ -534,9 +528,8 @@ class ConsumerGroupManager:
             name = _preferred_assignor(
                 group, old if counted else replaced, updated, self.default_assignor
             )
-            started = time.perf_counter()
             try:
-                targets, changed = build_target(
+                targets, changed = self.compute_target(
                     group,
                     updated,
                     replaced.member_id if replaced is not None else None,
@@ -550,8 +543,6 @@ class ConsumerGroupManager:
                 )
             except PartitionAssignorError:
                 raise HeartbeatError(ErrorCode.UNKNOWN) from None
-            if self.on_target_computed is not None:
-                self.on_target_computed(time.perf_counter() - started)
             for mid, parts in changed:
                 writes.append(rec.target_member(gid, mid, parts))
             writes.append(rec.target_metadata(gid, group_epoch))
@@ -882,7 +873,7 @@ class ConsumerGroupManager:
             del self.groups[gid]
 
     def replay(self, key: Any, value: Any) -> None:
-        rec.replay(self, key, value)
+        rec.replay(self.groups, key, value)
 
     # ------------------------------------------------------------ deletion
 

@@ -10,7 +10,7 @@ target, member metadata) is the one Kafka's replay requires.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coordinator.group.consumer.group import ConsumerGroup, ResolvedRegex
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
@@ -33,9 +33,6 @@ from storage.consumer_group_format import (
     encode_consumer_group_key,
     encode_consumer_group_value,
 )
-
-if TYPE_CHECKING:
-    from coordinator.group.consumer.manager import ConsumerGroupManager
 
 __all__ = [
     "TypedRecord",
@@ -258,16 +255,16 @@ def apply(group: ConsumerGroup, key: Any, value: Any) -> None:
         group.has_legacy_partition_metadata = value is not None
 
 
-def replay(manager: ConsumerGroupManager, key: Any, value: Any) -> None:
+def replay(groups: dict[str, ConsumerGroup], key: Any, value: Any) -> None:
     """One record of the offsets log, at load: find (or make) its group and apply it."""
     gid = key.group
-    group = manager.groups.get(gid)
+    group = groups.get(gid)
     if isinstance(key, ConsumerGroupMetadataKey) and value is None:
         # The group's last record: it is gone.
-        manager.groups.pop(gid, None)
+        groups.pop(gid, None)
         return
     if group is None:
         if value is None:
             return  # a tombstone for something already gone
-        group = manager.groups[gid] = ConsumerGroup(gid)
+        group = groups[gid] = ConsumerGroup(gid)
     apply(group, key, value)

@@ -12,8 +12,7 @@ target-metadata record carrying the new assignment epoch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from coordinator.group.consumer.assignors.spec import (
     GroupSpec,
@@ -21,13 +20,16 @@ from coordinator.group.consumer.assignors.spec import (
     PartitionAssignor,
     SubscriptionType,
 )
+from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember
+from coordinator.group.consumer.spec_cache import SpecCache
 from coordinator.group.topics import TopicsImage
 
-if TYPE_CHECKING:
-    from coordinator.group.consumer.group import ConsumerGroup
+__all__ = ["ImageTopics", "TargetBuilder", "build_target"]
 
-__all__ = ["ImageTopics", "SpecCache", "build_target"]
+TargetBuilder = Callable[..., tuple[dict[str, Assignment], list[tuple[str, Assignment]]]]
+"""``build_target``'s type: what ``ConsumerGroupManager.compute_target`` holds (the metrics
+wrap it in a timer)."""
 
 
 class ImageTopics:
@@ -47,24 +49,6 @@ class ImageTopics:
         if t is None or partition >= len(t.partition_racks):
             return frozenset()
         return frozenset(t.partition_racks[partition])
-
-
-class SpecCache:
-    """What the last target computations of a group described, kept to be reused.
-
-    A group of N members computes a target once per epoch bump, and N members joining bump
-    it N times: describing every member afresh each time makes joins cost N^2. Members whose
-    subscription, previous target, rack and instance id are unchanged reuse their spec, and
-    members subscribing to the same topics share one frozenset of ids (which the uniform
-    assignor compares by identity). Soft state: dropped when topics change.
-    """
-
-    __slots__ = ("ids", "specs", "topics_version")
-
-    def __init__(self) -> None:
-        self.topics_version = -1
-        self.ids: dict[tuple[frozenset[str], frozenset[str] | None], frozenset[bytes]] = {}
-        self.specs: dict[str, MemberSpec] = {}
 
 
 def build_target(
