@@ -1,4 +1,4 @@
-"""Consumer-lag metrics and per-group rebalance counters, in process (coordinator/metrics.py).
+"""Consumer-lag metrics and per-group rebalance counters, in process (coordinator/metrics/lag.py).
 
 How this works: real partition logs in a temporary directory (``LogManager``), written with
 batches whose records carry distinct timestamps, and a stand-in for the group core that is
@@ -32,7 +32,8 @@ from coordinator.group.events import (
     OffsetsExpired,
     RebalanceStarted,
 )
-from coordinator.metrics import Metrics, _RowFamily, record_timestamp
+from coordinator.metrics import Metrics
+from coordinator.metrics.lag import _RowFamily, record_timestamp
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
 from storage.record_batch import (
