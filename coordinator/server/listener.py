@@ -7,7 +7,8 @@ for the logs; if accept() itself fails with EMFILE, a spare descriptor is given 
 moment to accept and close the waiting connection (the classic trick), so clients learn at
 once instead of hanging in the backlog. Refusals are logged once per episode and counted;
 connections are accepted again as soon as descriptors free up. Each accepted socket becomes
-a ``KafkaConnection`` (``transport``).
+a ``KafkaConnection`` (``transport``), given a ``ServerContext``: its listener, the parts all
+connections share and the server's hooks, so the connection never reads the server itself.
 
 A server may have several listeners (Kafka's ``listeners``), each a ``Listening``: its
 sockets, its name and security protocol, and for SSL/SASL_SSL the TLS context and the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import resource
@@ -43,7 +45,7 @@ from coordinator.security.tls import SslConfig, TlsConfigError, server_context, 
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import RequestHook
 from coordinator.server.memory import RequestQueue
-from coordinator.server.transport import KafkaConnection
+from coordinator.server.transport import KafkaConnection, ServerContext
 
 log = logging.getLogger("kgc.server")
 
@@ -286,16 +288,35 @@ class KafkaServer:
         self._refused_in_episode = 0
         self._spare: int | None = None  # given up for a moment to refuse on EMFILE
         self._accepting: set[asyncio.Task[Any]] = set()
-        self._conn_seq = 0
+        self._conn_ids = itertools.count(1)
         self._sweeper: asyncio.TimerHandle | None = None  # the idle-connection sweep
 
     @property
     def port(self) -> int:
         return self.listening.port
 
-    def next_conn_id(self) -> int:
-        self._conn_seq += 1
-        return self._conn_seq
+    def context(self, listening: Listening) -> ServerContext:
+        """What a connection accepted on ``listening`` is given (read per connection: the
+        SASL side of a listener is attached after the server is built)."""
+        sasl = None
+        if listening.security_protocol.startswith("SASL_"):
+            sasl = self.sasl.get(listening.name) or SaslListener(listening.name, {})
+        return ServerContext(
+            listener=listening.name,
+            security_protocol=listening.security_protocol,
+            tls=listening.ssl is not None,
+            principal_mapper=listening.principal_mapper,
+            idle_ms=listening.idle_ms,
+            sasl=sasl,
+            queue=self.queue,
+            dispatch=self.dispatch,
+            max_request_size=self.max_request_size,
+            connections=self.connections,
+            conn_ids=self._conn_ids,
+            on_request=self.on_request,
+            on_connection=self.on_connection,
+            on_closed=self.listener_freed,
+        )
 
     def start(self) -> None:
         """Start accepting (on the running loop)."""
@@ -346,9 +367,10 @@ class KafkaServer:
 
     async def _connect(self, conn: socket.socket, listening: Listening) -> None:
         loop = asyncio.get_running_loop()
+        ctx = self.context(listening)
         if listening.ssl is None:
             try:
-                await loop.connect_accepted_socket(lambda: KafkaConnection(self, listening), conn)
+                await loop.connect_accepted_socket(lambda: KafkaConnection(ctx), conn)
             except OSError as exc:
                 log.warning("could not set up an accepted connection: %s", exc)
                 conn.close()
@@ -363,7 +385,7 @@ class KafkaServer:
         try:
             # Returns once the handshake is done; the connection is made only then.
             await loop.connect_accepted_socket(
-                lambda: KafkaConnection(self, listening),
+                lambda: KafkaConnection(ctx),
                 conn,
                 ssl=listening.ssl,
                 ssl_handshake_timeout=listening.idle_ms / 1000,

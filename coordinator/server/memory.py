@@ -13,19 +13,28 @@ JoinGroup waiting for the rebalance, a SyncGroup waiting for the leader, a long-
 Fetch) give their place back when their handler returns, as in Kafka, where such a request
 has left the request queue: they wait on other clients, and holding their place could
 stall a large rebalance (``transport.PURGATORY_APIS``).
+
+A waiter is anything ``Resumable`` (a connection): the queue only offers it room again, so
+this module knows nothing of the server above it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from coordinator.server.transport import KafkaConnection
+from typing import Protocol
 
 LARGE_REQUEST_BYTES = 1 << 20  # frames above this may fill only LARGE_SHARE of the pool
 LARGE_SHARE = 0.75
+
+
+class Resumable(Protocol):
+    """A waiter for room in the queue: told to ``resume`` reading when there may be room,
+    unless it has ``closed`` meanwhile."""
+
+    closed: bool
+
+    def resume(self) -> None: ...
 
 
 class RequestQueue:
@@ -53,7 +62,7 @@ class RequestQueue:
         self.large = 0  # bytes reserved by frames over LARGE_REQUEST_BYTES
         self.small = 0  # bytes reserved by the others
         self.requests = 0  # unanswered requests outside a purgatory
-        self.waiters: deque[KafkaConnection] = deque()
+        self.waiters: deque[Resumable] = deque()
         self._wake_scheduled = False
 
     def admits(self, size: int) -> bool:
@@ -85,7 +94,7 @@ class RequestQueue:
             self._wake_scheduled = True
             asyncio.get_running_loop().call_soon(self._wake)
 
-    def wait(self, conn: KafkaConnection) -> None:
+    def wait(self, conn: Resumable) -> None:
         self.waiters.append(conn)
 
     def _wake(self) -> None:

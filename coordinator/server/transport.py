@@ -37,12 +37,14 @@ import socket
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from coordinator.security import ANONYMOUS
 from coordinator.security.principal_mapping import SslPrincipalMapper, principal_from_certificate
 from coordinator.security.sasl import SaslListener
 from coordinator.security.sasl.session import Next, SaslSession
+from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import (
     CLOSE_CONNECTION,
     Answer,
@@ -50,8 +52,9 @@ from coordinator.server.handler import (
     Deferred,
     Outcome,
     Pending,
+    RequestHook,
 )
-from coordinator.server.memory import LARGE_REQUEST_BYTES
+from coordinator.server.memory import LARGE_REQUEST_BYTES, RequestQueue
 from protocol.framing import (
     API_VERSIONS_KEY,
     RequestHeader,
@@ -62,9 +65,6 @@ from protocol.framing import (
 from protocol.messages import fetch, join_group, sasl_handshake, sync_group
 from protocol.primitives import DecodeError
 
-if TYPE_CHECKING:
-    from coordinator.server.listener import KafkaServer, Listening
-
 log = logging.getLogger("kgc.server")
 
 _perf_counter = time.perf_counter
@@ -74,6 +74,36 @@ _KEY = struct.Struct(">h")
 MAX_IN_FLIGHT = 1000  # per connection; beyond this we stop reading until responses drain
 # Requests that wait on other clients or on time, not on our own work (Kafka's purgatories).
 PURGATORY_APIS = frozenset({join_group.API_KEY, sync_group.API_KEY, fetch.API_KEY})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerContext:
+    """What a connection is given by the server that accepted it (``listener.KafkaServer``):
+    the listener it came on, what every connection of the server shares, and the server's
+    hooks. The connection reads its server through this alone, so the transport imports
+    nothing of the listener."""
+
+    # The listener: its name and security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT,
+    # SASL_SSL), whether it is TLS (``principal_mapper`` then maps a client certificate's
+    # subject), connections.max.idle.ms, and for SASL_* listeners what they authenticate
+    # with (one offering no mechanism when its SASL settings are missing: nobody gets in).
+    listener: str
+    security_protocol: str
+    tls: bool
+    principal_mapper: SslPrincipalMapper | None
+    idle_ms: int
+    sasl: SaslListener | None
+    # Shared by every connection of the server.
+    queue: RequestQueue
+    dispatch: Dispatcher
+    max_request_size: int  # socket.request.max.bytes
+    connections: set[KafkaConnection]  # the live ones (the idle sweep, stop, metrics)
+    conn_ids: Iterator[int]  # a connection's id, unique in the server
+    # Hooks: a request answered (metrics; None skips the clock read), a connection
+    # opened (+1) or closed (-1), and closed (a listener paused for descriptors may go on).
+    on_request: RequestHook | None
+    on_connection: Callable[[int], None]
+    on_closed: Callable[[], None]
 
 
 class _Slot:
@@ -109,17 +139,13 @@ def java_host_address(host: str) -> str:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, server: KafkaServer, listening: Listening | None = None) -> None:
-        self.server = server
-        # The listener the connection came on and its security protocol (PLAINTEXT, SSL,
-        # SASL_PLAINTEXT, SASL_SSL: the SASL ones must authenticate before anything else);
-        # ``principal`` is who it is: a TLS client certificate's mapped subject, a SASL
-        # identity once authenticated, else ANONYMOUS.
-        self.listening = listening
-        self.listener = listening.name if listening is not None else "PLAINTEXT"
-        self.security_protocol = (
-            listening.security_protocol if listening is not None else "PLAINTEXT"
-        )
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        # The listener the connection came on (its SASL ones must authenticate before
+        # anything else); ``principal`` is who it is: a TLS client certificate's mapped
+        # subject, a SASL identity once authenticated, else ANONYMOUS.
+        self.listener = ctx.listener
+        self.security_protocol = ctx.security_protocol
         self.principal = ANONYMOUS
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
@@ -129,15 +155,15 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = False
         self.host = "?"
         self.port = 0
-        self.conn_id = server.next_conn_id()
+        self.conn_id = next(ctx.conn_ids)
         self.info: ClientInfo | None = None
         # What is to be sent, in order (see the module docstring): written at the end of
         # the read in progress (``reading``) or by ``_send`` at the end of the loop turn.
         self.out: list[bytes] = []
         self.reading = False
         self.send_scheduled = False
-        self.queue = server.queue
-        self.routes = server.dispatch.routes  # (key << 16 | version) -> handler
+        self.queue = ctx.queue
+        self.routes = ctx.dispatch.routes  # (key << 16 | version) -> handler
         self.frame_bytes = 0  # reserved in the queue for the frame being read
         self.held = 0  # reserved for the frame being handled, until a request keeps it
         self.frame_size = 0
@@ -153,14 +179,13 @@ class KafkaConnection(asyncio.Protocol):
         # connections.max.idle.ms: ``KafkaServer``'s sweep closes a connection quiet for this
         # long. Reads and written answers only raise ``active``; the sweep turns that into
         # ``quiet_since``, so the request path pays one attribute store.
-        self.idle_s = (listening.idle_ms if listening is not None else 600000) / 1000
+        self.idle_s = ctx.idle_ms / 1000
         self.active = False
         self.quiet_since = time.monotonic()
-        if self.security_protocol.startswith("SASL_"):
-            sasl = server.sasl.get(self.listener) or SaslListener(self.listener, {})
-            self.sasl = SaslSession(sasl, server.dispatch)
+        if ctx.sasl is not None:
+            self.sasl = SaslSession(ctx.sasl, ctx.dispatch)
             self.authenticating = True
-            self.auth_max_size = sasl.max_receive_size
+            self.auth_max_size = ctx.sasl.max_receive_size
 
     # -- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -173,9 +198,9 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.host, self.port = java_host_address(str(peer[0])), int(peer[1])
         self.quiet_since = time.monotonic()  # a TLS handshake before this is not idleness
-        self.server.connections.add(self)
-        self.server.on_connection(+1)
-        if self.listening is not None and self.listening.ssl is not None:
+        self.ctx.connections.add(self)
+        self.ctx.on_connection(+1)
+        if self.ctx.tls:
             self._tls_principal(transport)
 
     def _tls_principal(self, transport: asyncio.BaseTransport) -> None:
@@ -186,9 +211,7 @@ class KafkaConnection(asyncio.Protocol):
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if not der:
             return
-        listening = self.listening
-        assert listening is not None
-        mapper = listening.principal_mapper or SslPrincipalMapper()
+        mapper = self.ctx.principal_mapper or SslPrincipalMapper()
         try:
             self.principal = principal_from_certificate(der, mapper)
         except Exception as exc:
@@ -205,8 +228,8 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._cancel_timer()
-        self.server.connections.discard(self)
-        self.server.on_connection(-1)
+        self.ctx.connections.discard(self)
+        self.ctx.on_connection(-1)
         # Everything this connection held in the queue goes back: its partial frame and
         # its unanswered requests (they will never be answered now).
         for held in (self.frame_bytes, self.held):
@@ -217,7 +240,7 @@ class KafkaConnection(asyncio.Protocol):
             if slot.future is not None:
                 slot.future.cancel()  # nobody will read its answer (see handler: Deferred)
             self._release(slot)
-        self.server.listener_freed()
+        self.ctx.on_closed()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -245,7 +268,7 @@ class KafkaConnection(asyncio.Protocol):
         buf = self.buf
         pos = 0
         n = len(buf)
-        max_size = self.auth_max_size if self.authenticating else self.server.max_request_size
+        max_size = self.auth_max_size if self.authenticating else self.ctx.max_request_size
         queue = self.queue
         # Responses ready at once are gathered and written with one call per read
         # (``reading``: ``_write`` leaves the sending to the end of this read).
@@ -310,7 +333,6 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- requests
     def handle_frame(self, frame: bytes) -> None:
-        server = self.server
         sasl = self.sasl
         if sasl is not None:
             if self.authenticating:
@@ -381,7 +403,7 @@ class KafkaConnection(asyncio.Protocol):
                 principal=self.principal,
                 listener=self.listener,
             )
-        on_request = server.on_request
+        on_request = self.ctx.on_request
         started = _perf_counter() if on_request is not None else 0.0
         try:
             result = handler(header, body, info)
@@ -479,7 +501,7 @@ class KafkaConnection(asyncio.Protocol):
             slot.data = encode_response(
                 header.api_key, header.api_version, header.correlation_id, result
             )
-        on_request = self.server.on_request
+        on_request = self.ctx.on_request
         if on_request is not None:
             on_request(header.api_key, header.api_version, result, started)
         slot.done = True
@@ -656,7 +678,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _unsupported_api_versions(self, frame: bytes) -> None:
         correlation_id = struct.unpack_from(">i", frame, 4)[0] if len(frame) >= 8 else 0
-        data = self.server.dispatch.unsupported_api_versions(correlation_id)
+        data = self.ctx.dispatch.unsupported_api_versions(correlation_id)
         if not self.slots:
             self._write(data)
         else:

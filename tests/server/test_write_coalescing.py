@@ -77,7 +77,7 @@ async def conn() -> AsyncIterator[tuple[KafkaConnection, RecordingTransport, Lat
     server = KafkaServer(
         listening, Dispatcher({heartbeat.API_KEY: later}), max_request_size=1 << 20
     )
-    c = KafkaConnection(server, listening)
+    c = KafkaConnection(server.context(listening))
     t = RecordingTransport()
     c.connection_made(t)
     yield c, t, later
