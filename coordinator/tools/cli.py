@@ -91,22 +91,24 @@ def setup_logging(level: str, fmt: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator import config
     from coordinator.app import run
+    from coordinator.security.settings_check import check_settings
     from storage.postgres import StartupRefused
 
     try:
         settings = config.load(args)
+        check_settings(settings)  # super.users, principal mapping rules: the security layer's
     except OSError as exc:  # the --config file cannot be read: bad usage
         print(
             f"kgc: error: cannot read configuration: {exc.strerror or exc}: {exc.filename}",
             file=sys.stderr,
         )
         return EXIT_USAGE
-    except SystemExit as exc:  # config.load's one line per invalid setting: bad usage
+    except SystemExit as exc:  # one line per invalid setting: bad usage
         if isinstance(exc.code, str):
             print("\n".join(f"kgc: error: {ln}" for ln in exc.code.splitlines()), file=sys.stderr)
             return EXIT_USAGE
         raise
-    # kgc's own log settings (kgc.log.level/format; log.level/format before issue 17's rename)
+    # kgc's own log settings (kgc.log.level/format; log.level/format are their old names)
     setup_logging(settings.kgc_log_level, settings.kgc_log_format)
     config.log_startup(settings)  # ignored/unknown/deprecated names, the effective settings
     try:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from certkit import KEY_PASSWORD, Pki, make_pki
 
-from coordinator import config
-from coordinator.config import ListenerSpec, Settings
+from coordinator.config import ListenerSpec, Settings, properties
+from coordinator.security.settings_check import check_settings
 from coordinator.security.tls import SslConfig, TlsConfigError, server_context
 from coordinator.server.broker import advertised_endpoints
 
@@ -63,19 +63,42 @@ def test_custom_listener_names_need_the_protocol_map() -> None:
             "advertised.listeners: listener SSL is not in listeners",
         ),
         ({"listener_security_protocol_map": "A:TLS"}, "listener.security.protocol.map"),
-        ({"ssl_principal_mapping_rules": "RULE:x"}, "ssl.principal.mapping.rules"),
-        (
-            {
-                "listeners": "PLAINTEXT://127.0.0.1:1,SSL://127.0.0.1:2",
-                "listener_name_configs": {"listener.name.ssl.ssl.principal.mapping.rules": "no"},
-            },
-            "listener.name.ssl.ssl.principal.mapping.rules",
-        ),
     ],
 )
 def test_listener_errors_name_the_setting(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace(".", r"\.")):
         Settings(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "line"),
+    [
+        (
+            {"ssl_principal_mapping_rules": "RULE:x"},
+            "invalid configuration: listener.name.plaintext.ssl.principal.mapping.rules: ",
+        ),
+        (
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:1,SSL://127.0.0.1:2",
+                "listener_name_configs": {"listener.name.ssl.ssl.principal.mapping.rules": "no"},
+            },
+            "invalid configuration: listener.name.ssl.ssl.principal.mapping.rules: ",
+        ),
+        (
+            {"super_users": "admin"},
+            "invalid setting super.users: Value error, super.users: ",
+        ),
+    ],
+)
+def test_security_settings_are_checked_by_the_security_layer_in_one_line(
+    kwargs: dict[str, object], line: str
+) -> None:
+    s = Settings(**kwargs)  # type: ignore[arg-type]  # config keeps the strings
+    with pytest.raises(SystemExit) as exc:
+        check_settings(s)
+    assert isinstance(exc.value.code, str)
+    assert exc.value.code.startswith(line)
+    assert "\n" not in exc.value.code
 
 
 def test_listener_scoped_settings_override_the_global_ones(tmp_path: Path) -> None:
@@ -88,11 +111,11 @@ def test_listener_scoped_settings_override_the_global_ones(tmp_path: Path) -> No
         "listener.name.ssl.ssl.keystore.location=/ssl-only.pem\n"
         "listener.name.ssl.ssl.client.auth=required\n"
     )
-    config._PROPERTIES_PATH = props
+    properties._PROPERTIES_PATH = props
     try:
         s = Settings()
     finally:
-        config._PROPERTIES_PATH = None
+        properties._PROPERTIES_PATH = None
     assert s.listener_config("SSL", "ssl.keystore.location") == "/ssl-only.pem"
     assert s.listener_config("PLAINTEXT", "ssl.keystore.location") == "/global.pem"
     ssl_view = s.ssl_configs("SSL")

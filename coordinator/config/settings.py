@@ -1,48 +1,26 @@
-"""One settings model for kgc: command line, ``KGC_*`` environment, properties file.
+"""The ``Settings`` model: every setting of kgc, its default and its validation.
 
 How this works: every setting is a field of ``Settings`` named after Kafka's property with
 dots turned into underscores (``group.initial.rebalance.delay.ms`` is
-``group_initial_rebalance_delay_ms``). Sources, strongest first: command-line flags
-(``--group-initial-rebalance-delay-ms``), environment (``KGC_GROUP_INITIAL_REBALANCE_DELAY_MS``),
-a Java properties file (``--config server.properties``) using Kafka's own names, then
-the defaults below. Invalid values fail at start-up with one line naming the setting.
-
-A ``server.properties`` written for Kafka starts kgc (``read_properties``): the file is read
-with a Java properties parser (``key=value``, ``key: value``, ``key value``, continuation
-lines, ``\\uXXXX`` and other escapes, ``#``/``!`` comments); Kafka names kgc honours under
-another setting are read as Kafka reads them (``log.dirs``/``log.dir`` as ``data.dir``,
-``broker.id`` as ``node.id``, ``log.retention.hours``/``minutes`` and ``log.roll.hours`` as
-milliseconds, with Kafka's precedence); the listeners named by ``controller.listener.names``
-are not bound (kgc runs no KRaft controller); other Kafka settings
-(``coordinator.kafka_broker_configs``) are ignored and listed once at start, and names
-neither Kafka nor kgc knows are warned about, as Kafka warns about unused settings. kgc's
-own logging settings are ``kgc.log.format``/``kgc.log.level``: Kafka's ``log.*`` names are
-its data log's, so the old ``log.format``/``log.level`` (flags ``--log-format``/
-``--log-level``, environment ``KGC_LOG_FORMAT``/``KGC_LOG_LEVEL``) are still accepted with a
-deprecation line. ``KGC_*`` variables that name no setting are warned about. At start
-(``log_startup``) these lines are logged with the effective configuration: every setting
-that differs from its default, secrets (passwords, JAAS configs, keys, the database URL's
-password) hidden.
+``group_initial_rebalance_delay_ms``), filled from the sources sources.py and properties.py
+read. Field constraints check single values; ``_check`` checks the rules across settings
+(listeners, workers, consumer-group bounds) and raises one line naming the settings. Values
+whose syntax belongs to the security layer (``super.users``, principal mapping rules) are
+kept as strings here and checked by ``coordinator.security.settings_check``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from coordinator.kafka_broker_configs import is_kafka_broker_config
-from storage.local.log import LogConfig
-from storage.postgres import redact_url
+from coordinator.config.properties import ConfigNotes, PropertiesSource, kafka_name
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's default listener.security.protocol.map: each protocol is a listener name too.
@@ -286,14 +264,6 @@ class Settings(BaseSettings):
             raise ValueError(f"kgc's authorizer is {AUTHORIZER_CLASSES[0]} (or empty for none)")
         return value
 
-    @field_validator("super_users")
-    @classmethod
-    def _principals(cls, value: str) -> str:
-        from coordinator.security.acl import parse_super_users
-
-        parse_super_users(value)
-        return value
-
     # -- topics
     auto_create_topics_enable: bool = Field(
         True, description="create unknown topics on Metadata/Produce"
@@ -490,9 +460,8 @@ class Settings(BaseSettings):
 
     def _check_listeners(self) -> None:
         """Kafka's rules: every listener has a protocol, names and ports are distinct, the
-        advertised listeners are listeners; principal mapping rules parse."""
-        from coordinator.security.principal_mapping import SslPrincipalMapper
-
+        advertised listeners are listeners (the principal mapping rules are checked by
+        coordinator.security.settings_check, which knows their syntax)."""
         _ = self.security_protocol_map  # parses, even when only host/port are used
         specs = self.listener_specs
         names = [spec.name for spec in specs]
@@ -512,14 +481,6 @@ class Settings(BaseSettings):
         for key in self.listener_name_configs:
             if not key.startswith("listener.name.") or "." not in key[len("listener.name.") :]:
                 raise ValueError(f"{key}: expected listener.name.<listener>.<setting>")
-        for spec in specs:
-            rules = self.listener_config(spec.name, "ssl.principal.mapping.rules")
-            try:
-                SslPrincipalMapper(str(rules))
-            except ValueError as exc:
-                raise ValueError(
-                    f"{self.listener_setting_name(spec.name, 'ssl.principal.mapping.rules')}: {exc}"
-                ) from None
 
     @property
     def security_protocol_map(self) -> dict[str, str]:
@@ -637,385 +598,6 @@ def parse_listener(value: str, name: str = "listeners") -> tuple[str, int]:
     return (host or "0.0.0.0"), port
 
 
-_PROPERTIES_PATH: Path | None = None
-# The notes of the properties file being read by a Settings() under construction.
-_READING_NOTES: ConfigNotes | None = None
-
-log = logging.getLogger("kgc.config")
-
-
-@dataclass
-class ConfigNotes:
-    """What loading the configuration found besides values, logged once at start."""
-
-    ignored: list[str] = field(default_factory=list)  # Kafka settings meaningless for kgc
-    unknown: list[str] = field(default_factory=list)  # names neither Kafka nor kgc knows
-    unknown_env: list[str] = field(default_factory=list)  # KGC_* naming no setting, with a hint
-    deprecated: list[str] = field(default_factory=list)  # "old (now new)"
-    warnings: list[str] = field(default_factory=list)  # other one-line warnings
-    # Setting -> the name it was given under in the properties file, when not its own
-    # (log.dirs for data_dir): errors name what the user wrote.
-    file_names: dict[str, str] = field(default_factory=dict)
-
-
-# Old names of kgc's settings, still accepted: {old Kafka-style name: field}.
-DEPRECATED_NAMES = {"log.format": "kgc_log_format", "log.level": "kgc_log_level"}
-# Kafka names kgc reads into another setting, strongest first (Kafka's order), and the
-# factor to milliseconds where Kafka converts (ServerTopicConfigSynonyms, KafkaConfig).
-SYNONYMS: dict[str, list[tuple[str, int]]] = {
-    "data_dir": [("data.dir", 0), ("log.dirs", 0), ("log.dir", 0)],
-    "node_id": [("node.id", 0), ("broker.id", 0)],
-    "log_retention_ms": [
-        ("log.retention.ms", 0),
-        ("log.retention.minutes", 60_000),
-        ("log.retention.hours", 3_600_000),
-    ],
-    "log_roll_ms": [("log.roll.ms", 0), ("log.roll.hours", 3_600_000)],
-}
-_SYNONYM_OF = {name: f for f, names in SYNONYMS.items() for name, _ in names[1:]}
-# Environment variables kgc's operator commands read (tools.commands.common), not settings.
-TOOL_ENVIRONMENT = frozenset({"KGC_BOOTSTRAP_SERVER", "KGC_COMMAND_CONFIG"})
-_JAVA_INT = re.compile(r"^[+-]?[0-9]+$")
-
-
-class PropertiesSource(PydanticBaseSettingsSource):
-    """The properties file (``--config``), Kafka's dotted names; see ``read_properties``."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        if _PROPERTIES_PATH is None:
-            return {}
-        values, notes = read_properties(_PROPERTIES_PATH)
-        if _READING_NOTES is not None:
-            _READING_NOTES.ignored += notes.ignored
-            _READING_NOTES.unknown += notes.unknown
-            _READING_NOTES.deprecated += notes.deprecated
-            _READING_NOTES.warnings += notes.warnings
-            _READING_NOTES.file_names.update(notes.file_names)
-        return values
-
-
-def load_properties(path: Path) -> dict[str, str]:
-    """A Java properties file as {key: value}, the last of a repeated key winning as in Java.
-
-    Java reads ``server.properties`` as ISO-8859-1 (non-ASCII as ``\\uXXXX``); a UTF-8 file
-    is read as UTF-8, so a value typed with accents means what it shows.
-    """
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("latin-1")
-    # Imported here: only a properties file needs it (~25 ms of every start otherwise).
-    import javaproperties
-
-    return dict(javaproperties.loads(text))
-
-
-def read_properties(path: Path) -> tuple[dict[str, Any], ConfigNotes]:
-    """The settings a Kafka ``server.properties`` gives kgc, and what else it holds.
-
-    Values are trimmed, as Kafka's ConfigDef trims them. Raises ``ValueError`` naming the
-    setting when a Kafka synonym kgc converts (``log.retention.hours``) is not a number.
-    """
-    props = {key: value.strip() for key, value in load_properties(path).items()}
-    notes = ConfigNotes()
-    out: dict[str, Any] = {}
-    for target, names in SYNONYMS.items():
-        present = [(name, factor) for name, factor in names if name in props]
-        if not present:
-            continue
-        name, factor = present[0]
-        value: Any = props[name]
-        if name in ("log.dirs", "log.dir"):
-            dirs = [d.strip() for d in value.split(",") if d.strip()]
-            if not dirs:
-                raise ValueError(f"invalid setting {name}: no directory (got {value!r})")
-            if len(dirs) > 1:
-                notes.warnings.append(
-                    f"{name} names {len(dirs)} directories; kgc keeps its data in one, the "
-                    f"first: {dirs[0]} (not used: {', '.join(dirs[1:])})"
-                )
-            value = dirs[0]
-        elif factor:
-            value = _java_int(name, value) * factor
-            if name == "log.roll.hours" and value < factor:
-                raise ValueError(
-                    f"invalid setting {name}: must be at least 1 (got {props[name]!r})"
-                )
-            value = max(value, -1)  # Kafka: any negative retention means unlimited (-1)
-        if target == "node_id" and props.get("broker.id", value) != value:
-            # Kafka's rule: broker.id is another name for node.id, so both must agree.
-            raise ValueError("invalid configuration: node.id must be the same as broker.id")
-        out[target] = value
-        if name != kafka_name(target):
-            notes.file_names[target] = name
-    for key, value in props.items():
-        if key.startswith("listener.name."):  # per-listener: Settings.listener_config
-            out.setdefault("listener_name_configs", {})[key] = value
-            continue
-        if key in _SYNONYM_OF or any(key == n for names in SYNONYMS.values() for n, _ in names):
-            continue
-        if key in DEPRECATED_NAMES:
-            new = DEPRECATED_NAMES[key]
-            notes.deprecated.append(f"{key} (now {kafka_name(new)})")
-            if kafka_name(new) not in props:
-                out[new] = value
-                notes.file_names[new] = key
-            continue
-        name = key.replace(".", "_").replace("-", "_")
-        if name in Settings.model_fields and name != "listener_name_configs":
-            out[name] = value
-        elif is_kafka_broker_config(key):
-            notes.ignored.append(key)
-        else:
-            notes.unknown.append(key)
-    return out, notes
-
-
-def _java_int(name: str, value: str) -> int:
-    """Kafka's INT type: a 32-bit integer, else the setting is invalid."""
-    if not _JAVA_INT.match(value) or not -(2**31) <= int(value) < 2**31:
-        raise ValueError(f"invalid setting {name}: not a 32-bit integer (got {value!r})")
-    return int(value)
-
-
-def kafka_name(field_name: str) -> str:
-    return field_name.replace("_", ".")
-
-
-# Old flags of kgc's own settings, still accepted: {flag: field}.
-DEPRECATED_FLAGS = {"--log-format": "kgc_log_format", "--log-level": "kgc_log_level"}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One ``--flag`` per setting, documented with its Kafka name and default."""
-    parser.add_argument("--config", type=Path, help="properties file with Kafka-style settings")
-    for name, info in Settings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        default = info.default
-        helptext = (
-            f"{info.description} [{kafka_name(name)}; env KGC_{name.upper()}; default: {default}]"
-        )
-        parser.add_argument(flag, dest=name, default=None, help=helptext)
-    for flag in DEPRECATED_FLAGS:
-        parser.add_argument(flag, dest=_deprecated_dest(flag), default=None, help=argparse.SUPPRESS)
-
-
-def _deprecated_dest(flag: str) -> str:
-    return "deprecated_" + flag.removeprefix("--").replace("-", "_")
-
-
-def _environment(notes: ConfigNotes, overrides: dict[str, Any]) -> None:
-    """Check the ``KGC_*`` variables: deprecated names are taken (below the new name's
-    variable and the flags), names of no setting are noted with a hint."""
-    env = {k.upper(): v for k, v in os.environ.items() if k.upper().startswith("KGC_")}
-    for var in sorted(env):
-        name = var.removeprefix("KGC_").lower()
-        if name in Settings.model_fields or var in TOOL_ENVIRONMENT:
-            continue
-        old = name.replace("_", ".")
-        if old in DEPRECATED_NAMES:
-            new = DEPRECATED_NAMES[old]
-            notes.deprecated.append(f"{var} (now KGC_{new.upper()})")
-            if new not in overrides and f"KGC_{new.upper()}" not in env:
-                overrides[new] = env[var]
-            continue
-        target = _SYNONYM_OF.get(old)
-        if target is not None:
-            notes.unknown_env.append(f"{var} (in the environment it is KGC_{target.upper()})")
-        elif is_kafka_broker_config(old):
-            notes.unknown_env.append(f"{var} ({old} means nothing for kgc)")
-        else:
-            notes.unknown_env.append(var)
-
-
-def load(args: argparse.Namespace | None = None) -> Settings:
-    """Build the settings from parsed flags, the environment and the properties file.
-
-    Raises ``SystemExit`` with one line per invalid setting, named as Kafka names it (or as
-    the properties file named it). What else was found is logged by ``log_startup``.
-    """
-    global _PROPERTIES_PATH, _READING_NOTES
-    notes = ConfigNotes()
-    overrides: dict[str, Any] = {}
-    if args is not None:
-        _PROPERTIES_PATH = getattr(args, "config", None)
-        for name in Settings.model_fields:
-            value = getattr(args, name, None)
-            if value is not None:
-                overrides[name] = value
-        for flag, new in DEPRECATED_FLAGS.items():
-            value = getattr(args, _deprecated_dest(flag), None)
-            if value is not None:
-                notes.deprecated.append(f"{flag} (now --{new.replace('_', '-')})")
-                overrides.setdefault(new, value)
-    _environment(notes, overrides)
-    _READING_NOTES = notes
-    try:
-        settings = Settings(**overrides)
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            if not loc:
-                # A rule across settings (``_check``): its message names them; the input
-                # is every setting, which may hold a password (storage.url).
-                lines.append(f"invalid configuration: {err['msg'].removeprefix('Value error, ')}")
-                continue
-            got = err.get("input")
-            if loc == "storage_url" and isinstance(got, str):
-                got = redact_url(got)
-            name = kafka_name(loc)
-            if loc not in overrides and f"KGC_{loc.upper()}" not in os.environ:
-                name = notes.file_names.get(loc, name)
-            lines.append(f"invalid setting {name}: {err['msg']} (got {got!r})")
-        raise SystemExit("\n".join(lines)) from None
-    except ValueError as exc:
-        message = str(exc)
-        if not message.startswith(("invalid setting", "invalid configuration")):
-            message = f"invalid configuration: {message}"
-        raise SystemExit(message) from None
-    finally:
-        # Only this construction reads the file: a later Settings() is not given it.
-        _PROPERTIES_PATH = _READING_NOTES = None
-    settings._notes = notes
-    return settings
-
-
-# Settings whose values are secrets (Kafka's PASSWORD type, and JAAS lines that carry
-# passwords): the effective configuration shows them as [hidden], as Kafka logs them.
-_SECRET = re.compile(r"password|jaas\.config|keystore\.key|certificate|secret|token", re.I)
-
-
-def _shown(name: str, value: Any) -> str:
-    if value is None:
-        return "null"
-    if name == "storage.url":
-        return redact_url(str(value))
-    if _SECRET.search(name):
-        return "[hidden]"
-    return str(value)
-
-
-def effective_settings(settings: Settings) -> dict[str, str]:
-    """Every setting that differs from its default, by Kafka name, secrets hidden."""
-    out: dict[str, str] = {}
-    for name, info in Settings.model_fields.items():
-        value = getattr(settings, name)
-        if name == "listener_name_configs":
-            for key, scoped in sorted(value.items()):
-                out[key] = _shown(key, scoped)
-            continue
-        default = info.get_default(call_default_factory=True)
-        if value != default:
-            out[kafka_name(name)] = _shown(kafka_name(name), value)
-    return out
-
-
-def startup_report(settings: Settings) -> list[tuple[int, str]]:
-    """The lines ``log_startup`` logs, as (level, message)."""
-    notes = settings._notes
-    out: list[tuple[int, str]] = []
-    if notes.deprecated:
-        out.append(
-            (logging.WARNING, "deprecated names, still accepted: " + ", ".join(notes.deprecated))
-        )
-    if notes.unknown:
-        out.append(
-            (
-                logging.WARNING,
-                "unknown settings in the properties file, not used: " + ", ".join(notes.unknown),
-            )
-        )
-    if notes.unknown_env:
-        out.append(
-            (
-                logging.WARNING,
-                "unknown KGC_* environment variables, not used: " + ", ".join(notes.unknown_env),
-            )
-        )
-    out += [(logging.WARNING, w) for w in notes.warnings]
-    if notes.ignored:
-        out.append(
-            (
-                logging.INFO,
-                "Kafka settings ignored (they mean nothing for kgc): " + ", ".join(notes.ignored),
-            )
-        )
-    if settings.controller_listener_names:
-        out.append(
-            (
-                logging.INFO,
-                f"listeners {settings.controller_listener_names} (controller.listener.names) "
-                "are not bound: kgc runs no KRaft controller",
-            )
-        )
-    shown = effective_settings(settings)
-    out.append(
-        (
-            logging.INFO,
-            "configuration (settings other than their defaults): "
-            + (", ".join(f"{k}={v}" for k, v in shown.items()) or "all defaults"),
-        )
-    )
-    return out
-
-
-def log_startup(settings: Settings) -> None:
-    """Log what loading the configuration found and the effective configuration, once."""
-    for level, message in startup_report(settings):
-        log.log(level, message)
-
-
-def log_config(settings: Settings, topic_configs: dict[str, str] | None = None) -> LogConfig:
-    """The log-engine settings for a topic: its own configs over the broker defaults."""
-    c = topic_configs or {}
-    return LogConfig(
-        segment_bytes=int(c.get("segment.bytes", settings.log_segment_bytes)),
-        segment_ms=int(c.get("segment.ms", settings.log_roll_ms)),
-        retention_ms=int(c.get("retention.ms", settings.log_retention_ms)),
-        retention_bytes=int(c.get("retention.bytes", settings.log_retention_bytes)),
-        cleanup_policy=c.get("cleanup.policy", "delete"),
-        delete_retention_ms=int(
-            c.get("delete.retention.ms", settings.log_cleaner_delete_retention_ms)
-        ),
-        min_cleanable_dirty_ratio=float(c.get("min.cleanable.dirty.ratio", 0.5)),
-        max_message_bytes=int(c.get("max.message.bytes", settings.message_max_bytes)),
-        flush_policy=settings.log_flush_policy,
-        flush_interval_ms=settings.log_flush_interval_ms,
-        flush_interval_messages=settings.log_flush_interval_messages,
-    )
-
-
-def offsets_log_config(settings: Settings) -> LogConfig:
-    """The offsets log is compacted, with Kafka's offsets.topic.segment.bytes segments."""
-    cfg = log_config(
-        settings,
-        {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(settings.offsets_topic_segment_bytes),
-            "retention.ms": "-1",
-        },
-    )
-    if settings.cluster_mode:
-        # The PostgreSQL journal makes commits durable. The local copy is a cache whose
-        # cleaned segments also replace the database's rows (storage/postgres/compaction.py),
-        # and the cleaner only takes rolled segments: small, time-bounded segments keep the
-        # database's share of an offsets partition, and so a failover's load, small.
-        return replace(
-            cfg,
-            segment_bytes=min(cfg.segment_bytes, CLUSTER_OFFSETS_SEGMENT_BYTES),
-            segment_ms=min(cfg.segment_ms, CLUSTER_OFFSETS_SEGMENT_MS),
-        )
-    # Commits touch many of the 50 partitions at once: one journal fsync covers them all.
-    return replace(cfg, journaled=True)
-
-
-CLUSTER_OFFSETS_SEGMENT_BYTES = 8 << 20
-CLUSTER_OFFSETS_SEGMENT_MS = 600_000
 # authorizer.class.name values kgc accepts: Kafka's KRaft authorizer and the ZooKeeper-era
 # one (a stock server.properties names either); both mean Kafka's ACL semantics.
 AUTHORIZER_CLASSES = (
