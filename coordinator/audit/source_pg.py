@@ -45,7 +45,8 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import pyarrow as pa
 
-from coordinator.audit.decode import OFFSETS_TOPIC, SCHEMA, Piece, Row, decode_offsets
+from coordinator.audit.decode import OFFSETS_TOPIC, Piece, decode_offsets
+from coordinator.audit.schema import SCHEMA, Row
 from coordinator.audit.stitch import Context, TopicLog, row_name
 from storage.postgres import redact_url
 from storage.record_batch import HEADER_SIZE, LOG_OVERHEAD

@@ -39,6 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from coordinator.audit.consumer_groups import report_group
+from coordinator.audit.schema import OUT_NAMES, OUT_SCHEMA, OUT_SPARK_SCHEMA
 from storage.offsets_format import OFFSETS_TOPIC
 
 __all__ = [
@@ -56,55 +57,6 @@ __all__ = [
     "row_name",
     "stitch_rows",
 ]
-
-_OUT: list[tuple[str, pa.DataType, str]] = [
-    ("kind", pa.string(), "string"),
-    ("group", pa.string(), "string"),
-    ("topic", pa.string(), "string"),
-    ("partition", pa.int32(), "int"),
-    ("committed_offset", pa.int64(), "bigint"),
-    ("log_end_offset", pa.int64(), "bigint"),
-    ("lag", pa.int64(), "bigint"),
-    ("leader_epoch", pa.int32(), "int"),
-    ("last_commit_ms", pa.int64(), "bigint"),
-    ("commit_count", pa.int64(), "bigint"),
-    ("status", pa.string(), "string"),
-    ("log_start_offset", pa.int64(), "bigint"),
-    ("offsets_partition", pa.int32(), "int"),
-    ("first_commit_ms", pa.int64(), "bigint"),
-    ("expected_partition", pa.int32(), "int"),
-    ("record_offset", pa.int64(), "bigint"),
-    ("state", pa.string(), "string"),
-    ("members", pa.int32(), "int"),
-    ("generation", pa.int32(), "int"),
-    ("state_ms", pa.int64(), "bigint"),
-    ("severity", pa.string(), "string"),
-    ("check", pa.string(), "string"),
-    ("log_offset", pa.int64(), "bigint"),
-    ("detail", pa.string(), "string"),
-    ("partitions", pa.int32(), "int"),
-    ("total_lag", pa.int64(), "bigint"),
-    ("worst_status", pa.string(), "string"),
-    ("commits_per_min", pa.float64(), "double"),
-    ("top", pa.bool_(), "boolean"),
-    # consumer groups (KIP-848): G rows' type and target epoch, and their members' M rows
-    ("group_type", pa.string(), "string"),
-    ("assignment_epoch", pa.int32(), "int"),
-    ("member_id", pa.string(), "string"),
-    ("instance_id", pa.string(), "string"),
-    ("client_id", pa.string(), "string"),
-    ("client_host", pa.string(), "string"),
-    ("member_epoch", pa.int32(), "int"),
-    ("previous_member_epoch", pa.int32(), "int"),
-    ("member_state", pa.string(), "string"),
-    ("assigned", pa.string(), "string"),
-    ("pending", pa.string(), "string"),
-    ("target", pa.string(), "string"),
-    ("subscribed", pa.string(), "string"),
-]
-OUT_SCHEMA = pa.schema([(n, t) for n, t, _ in _OUT])
-OUT_SPARK_SCHEMA = ", ".join(f"`{n}` {s}" for n, _, s in _OUT)
-_OUT_NAMES = [n for n, _, _ in _OUT]
 
 
 @dataclass(frozen=True, slots=True)
@@ -809,4 +761,4 @@ def report_table(table: pa.Table, ctx: Context, top: int) -> pa.Table:
     if not rows:
         return OUT_SCHEMA.empty_table()
     out = report_rows(rows, ctx, top)
-    return pa.Table.from_pydict({n: [r.get(n) for r in out] for n in _OUT_NAMES}, schema=OUT_SCHEMA)
+    return pa.Table.from_pydict({n: [r.get(n) for r in out] for n in OUT_NAMES}, schema=OUT_SCHEMA)

@@ -37,7 +37,8 @@ from storage.record_batch import encode_batch
 pytest.importorskip("numpy")
 pytest.importorskip("pyarrow")
 
-from coordinator.audit.decode import _NAMES, decode_file
+from coordinator.audit.decode import decode_file
+from coordinator.audit.schema import NAMES
 from coordinator.audit.stitch import Context, report_rows
 
 NPARTS = 4
@@ -107,7 +108,7 @@ def decode(opart: int, segments: list[list[Record]]) -> list[dict[str, Any]]:
         buf = encode_batch(base, records, timestamp_ms=NOW)
         path = f"/data/__consumer_offsets-{opart}/{base:020d}.log"
         for r in decode_file(path, buf, window=5, num_partitions=NPARTS):
-            rows.append({n: r.get(n) for n in _NAMES})
+            rows.append({n: r.get(n) for n in NAMES})
         base += len(records)
     return rows
 
