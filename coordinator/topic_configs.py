@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from storage.local.log import LogConfig
+from storage.interface import LogConfig
 
 if TYPE_CHECKING:
     from coordinator.config import Settings

@@ -1,16 +1,22 @@
-"""The storage surface: what the runtime and the data plane use, and the two engines behind it.
+"""The storage surface the runtime and the data plane use; the engines implement it.
 
 How this works
 --------------
-Every partition kgc serves is a ``storage.local.log.PartitionLog`` on the node's disk:
+Every partition kgc serves is a ``PartitionLog`` (a Protocol below). The upper layers hold
+logs through ``Logs`` (the set of logs: ``storage.local.manager.LogManager`` on disk,
+``storage.memory.MemoryLogs`` in tests) and make appends durable through ``Durability``
+(``storage.local.durability.Flusher``, ``storage.memory.MemoryDurability``). Only the
+assembly names an engine; everything else imports this module, so an engine can be
+swapped (the in-memory one runs the runtime and the data plane without a disk).
 
 * write: ``append(batch)`` / ``append_records(records)`` assign offsets and store the batch
   (in the OS page cache; not yet durable);
-* durability: ``await Flusher.wait_durable(log, offset)`` (``storage.local.durability``)
-  returns once ``offset < log.durable_end``, or raises ``FlushError`` when the round that
-  should have made it durable failed and the log was cut back to its durable end;
+* durability: ``await Durability.wait_durable(log, offset)`` returns once
+  ``offset < log.durable_end``, or raises ``FlushError`` when the round that should have
+  made it durable failed and the log was cut back to its durable end;
 * read: ``read(offset, max_bytes, max_offset)``, ``iter_batches(from_offset)``,
-  ``log_start_offset`` / ``log_end_offset`` / ``durable_end``;
+  ``verified_batches()`` (every CRC checked), ``log_start_offset`` / ``log_end_offset`` /
+  ``durable_end``;
 * retention and truncation: ``apply_retention`` / ``delete_segments_before`` /
   ``truncate_to``; compaction is ``storage.local.cleaner``. Both reach the journal: a
   moved log start calls ``journal.trim(log, start)``, a finished cleaner pass
@@ -30,24 +36,129 @@ batch into (``log.journal``), which the ``Flusher`` syncs once per group-commit 
   (``remote = True``: its own fsyncs never count as durable). A partition whose lease was
   lost is refused with ``NotOwnerError``. ``storage.postgres.materialize`` fills a fresh
   local log from the table when a node takes a partition over.
+
+The Protocols are types only: nothing here runs on the hot path, and this module imports
+no engine.
 """
 
 from __future__ import annotations
 
+import base64
 import errno
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from pathlib import Path
+from typing import NamedTuple, Protocol, TypeAlias
 
-if TYPE_CHECKING:
-    from storage.local.log import PartitionLog
+from storage.record_batch import BatchHeader, Record
 
 __all__ = [
+    "Clock",
+    "CorruptLogError",
+    "CutBackHook",
+    "Durability",
+    "DurabilityStats",
     "FlushError",
+    "InvalidBatchError",
     "JournalStats",
     "Lease",
+    "LogClosedError",
+    "LogConfig",
+    "Logs",
     "NotOwnerError",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "RecordTooLargeError",
     "WriteAheadJournal",
+    "kafka_uuid",
+    "wall_clock_ms",
 ]
+
+Clock: TypeAlias = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Wall-clock time in integer milliseconds: the default clock everywhere."""
+    return time.time_ns() // 1_000_000
+
+
+def kafka_uuid(raw: bytes) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 without padding (topic ids)."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    # segment.bytes: 1 GiB for topics; Kafka's offsets topic uses 100 MiB
+    # (offsets.topic.segment.bytes).
+    segment_bytes: int = 1 << 30
+    # segment.ms: roll even if not full (7 days).
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    # retention.ms: -1 keeps forever; Kafka's topic default is 7 days.
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    # retention.bytes: -1 means no size limit.
+    retention_bytes: int = -1
+    # cleanup.policy: "delete", "compact" or "compact,delete".
+    cleanup_policy: str = "delete"
+    # delete.retention.ms: how long compacted tombstones stay readable.
+    delete_retention_ms: int = 86_400_000
+    # min.cleanable.dirty.ratio
+    min_cleanable_dirty_ratio: float = 0.5
+    # max.message.bytes: largest batch accepted by append().
+    max_message_bytes: int = 1_048_588
+    # index.interval.bytes
+    index_interval_bytes: int = 4096
+    # Not a Kafka name: "batch" (group commit before acking), "interval"
+    # (log.flush.interval.ms / .messages, acks do not wait) or "none".
+    flush_policy: str = "batch"
+    # log.flush.interval.ms (for flush_policy="interval")
+    flush_interval_ms: int = 1000
+    # log.flush.interval.messages (for flush_policy="interval")
+    flush_interval_messages: int = 2**63 - 1
+    # Not a Kafka name: with flush_policy="batch", make appends durable through the
+    # shared write-ahead journal (one fsync per round for all such logs; see journal.py).
+    journaled: bool = False
+
+    def __post_init__(self) -> None:
+        policies = {p.strip() for p in self.cleanup_policy.split(",")}
+        if not policies <= {"compact", "delete"} or not policies:
+            raise ValueError(f"unknown cleanup.policy {self.cleanup_policy!r}")
+        if self.flush_policy not in ("batch", "interval", "none"):
+            raise ValueError(f"unknown flush policy {self.flush_policy!r}")
+        if self.segment_bytes < 14 or self.index_interval_bytes < 0:
+            raise ValueError("segment_bytes / index_interval_bytes out of range")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+
+class OffsetOutOfRangeError(LookupError):
+    pass
+
+
+class InvalidBatchError(ValueError):
+    pass
+
+
+class RecordTooLargeError(InvalidBatchError):
+    pass
+
+
+class LogClosedError(RuntimeError):
+    pass
+
+
+class CorruptLogError(OSError):
+    """A read met a batch that does not parse or fails its CRC; the log is now ``damaged``.
+
+    ``verified_batches`` raises it without marking the log: its caller decides.
+    """
 
 
 class FlushError(OSError):
@@ -186,4 +297,224 @@ class WriteAheadJournal(Protocol):
         """The cleaner finished a pass over ``log`` below ``upto``: a remote journal
         replaces its copy below ``upto`` by the log's cleaned batches (same offsets), in
         the background and fenced on the lease. Never raises, never blocks."""
+        ...
+
+
+CutBackHook: TypeAlias = Callable[["PartitionLog", int], None]
+
+
+class PartitionLog(Protocol):
+    """One partition's append-only log, as the runtime, the data plane and the journals
+    use it. ``storage.local.log.PartitionLog`` (segments on disk) and
+    ``storage.memory.MemoryLog`` implement it.
+
+    Failure contract: an append stands whole or raises (OSError with the log as before,
+    ``InvalidBatchError`` / ``RecordTooLargeError`` for a batch refused); a read never
+    returns a batch failing its CRC (``CorruptLogError``, the log marked ``damaged``);
+    after a failed sync the log is cut back to ``durable_end`` (``discard_unflushed``),
+    ``cut_backs`` grows and every ``on_cut_back`` hook runs with the new end.
+    """
+
+    # The journal making this log durable (None: its own syncs do), and the end of what
+    # that journal holds durably; written by the journals.
+    journal: WriteAheadJournal | None
+    journal_durable_end: int
+    # Replaced whole when the topic's configs change (AlterConfigs).
+    config: LogConfig
+
+    @property
+    def dir(self) -> Path:
+        """Where the log lives (an engine without files names a pseudo path)."""
+        ...
+
+    @property
+    def damaged(self) -> str | None:
+        """Why the log cannot be trusted past some point, or None while it is healthy."""
+        ...
+
+    @property
+    def on_cut_back(self) -> list[CutBackHook]: ...
+    @property
+    def cut_backs(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def log_end_offset(self) -> int: ...
+    @property
+    def durable_end(self) -> int:
+        """Exclusive end of the prefix that survives a crash."""
+        ...
+
+    @property
+    def recovery_point(self) -> int:
+        """Exclusive end of the prefix the log's own syncs made durable."""
+        ...
+
+    @property
+    def unflushed_messages(self) -> int: ...
+    @property
+    def unflushed_bytes(self) -> int: ...
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def segment_count(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+
+    def append(
+        self, batch: bytes | bytearray | memoryview, leader_epoch: int | None = None
+    ) -> tuple[int, int]:
+        """Store one v2 batch as the next offsets; returns (base_offset, last_offset)."""
+        ...
+
+    def append_records(
+        self,
+        records: Sequence[tuple[bytes | None, bytes | None]] | Sequence[Record],
+        timestamp_ms: int | None = None,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        attributes: int = 0,
+        partition_leader_epoch: int = -1,
+    ) -> tuple[int, int]:
+        """Encode ``records`` as one batch and store it; same contract as ``append``."""
+        ...
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole, CRC-checked batches from the one holding ``offset``, below ``max_offset``."""
+        ...
+
+    def iter_batches(self, from_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
+        """(header, batch bytes) from ``from_offset`` (clamped to the log start), unchecked."""
+        ...
+
+    def verified_batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every batch from the log start, CRC-checked; ``CorruptLogError`` at a bad one."""
+        ...
+
+    def recent_batch_headers(self, scan_bytes: int) -> Iterator[BatchHeader]:
+        """Headers of the newest batches, about ``scan_bytes`` of them (whole segments)."""
+        ...
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        ...
+
+    def offset_for_max_timestamp(self) -> tuple[int, int]:
+        """(timestamp, offset) of the record with the largest timestamp, or (-1, -1)."""
+        ...
+
+    def segment_points(self) -> list[tuple[int, int, int]]:
+        """(base offset, size, last modified ms) per segment: ListOffsets v0's view."""
+        ...
+
+    def maybe_roll_by_time(self) -> bool: ...
+    def apply_retention(self, now_ms: int | None = None) -> int: ...
+    def delete_segments_before(self, offset: int) -> int: ...
+    def truncate_to(self, offset: int) -> None: ...
+    def survived(self, offset: int, generation: int) -> bool:
+        """Whether ``offset``, appended when ``cut_backs`` was ``generation``, is still ours."""
+        ...
+
+    def flush(self) -> None:
+        """Make everything appended so far durable now; ``FlushError`` after a cut-back."""
+        ...
+
+    def discard_unflushed(self) -> int:
+        """Cut the log back to ``durable_end`` (after a failed sync); returns the new end."""
+        ...
+
+    def mark_damaged(self, reason: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class Logs(Protocol):
+    """The set of partition logs a node serves (``<topic>-<partition>``)."""
+
+    @property
+    def data_dir(self) -> Path: ...
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None: ...
+
+    def get_or_create(
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        topic_id: bytes | None = None,
+    ) -> PartitionLog:
+        """The log of a partition, created (empty) if it does not exist yet."""
+        ...
+
+    def fresh(
+        self, topic: str, partition: int, config: LogConfig, topic_id: bytes | None = None
+    ) -> PartitionLog:
+        """An empty log for a partition taken over, replacing whatever was there."""
+        ...
+
+    def forget(self, topic: str, partition: int) -> PartitionLog | None:
+        """Stop serving a partition (its log is closed, its data kept)."""
+        ...
+
+    def partitions(self) -> list[tuple[str, int]]: ...
+    def logs(self) -> Sequence[PartitionLog]: ...
+    def delete_topic(self, topic: str, topic_id: bytes | None = None) -> int: ...
+    def close_all(self) -> None: ...
+
+
+@dataclass(slots=True)
+class DurabilityStats:
+    fsync_count: int = 0  # log flushes (each fsyncs the log's dirty files)
+    rounds: int = 0
+    bytes_flushed: int = 0
+    last_fsync_latency_ms: float = 0.0
+    max_fsync_latency_ms: float = 0.0
+    total_fsync_latency_ms: float = 0.0
+    waiters_released: int = 0
+    errors: int = 0
+
+
+# ``Durability.when_durable``'s continuation: each target's outcome (None: durable), in order.
+Then: TypeAlias = Callable[[list[BaseException | None]], None]
+
+
+class Durability(Protocol):
+    """Making appends durable, once per group-commit round (``storage.local.durability``).
+
+    A waiter is released once its offset is below its log's ``durable_end``; when the round
+    that should have made it durable failed, it gets ``FlushError`` (its ``log`` and
+    ``truncated_to`` say what was cut).
+    """
+
+    stats: DurabilityStats
+    # The journal the rounds sync (None: none, or each log's own); metrics read its stats.
+    journal: WriteAheadJournal | None
+    # A round is in flight: what is appended now waits for the next one.
+    in_round: bool
+
+    def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def register(self, log: PartitionLog) -> None: ...
+    def unregister(self, log: PartitionLog) -> None: ...
+    def poke(self) -> None:
+        """Start a round soon (an interval-policy log has enough unflushed messages)."""
+        ...
+
+    def before_next_round(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` right before the next round starts (or at once when none is running)."""
+        ...
+
+    async def wait_durable(
+        self, log: PartitionLog, offset: int, *, generation: int | None = None
+    ) -> None:
+        """Return once ``offset`` of ``log`` is durable as its policy defines."""
+        ...
+
+    async def wait_durable_many(
+        self, targets: list[tuple[PartitionLog, int]], generations: list[int] | None = None
+    ) -> None: ...
+
+    def when_durable(self, targets: Sequence[tuple[PartitionLog, int]], then: Then) -> None:
+        """Call ``then`` with every target's outcome once the last one is settled."""
         ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coordinator.config.settings import Settings
-from storage.local.log import LogConfig
+from storage.interface import LogConfig
 
 
 def log_config(settings: Settings, topic_configs: dict[str, str] | None = None) -> LogConfig:

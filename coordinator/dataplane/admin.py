@@ -99,8 +99,7 @@ from protocol.messages.describe_log_dirs import (
     DescribeLogDirsResult,
     DescribeLogDirsTopic,
 )
-from storage.local.log import PartitionLog
-from storage.local.manager import LogManager
+from storage.interface import Logs, PartitionLog
 from storage.offsets_format import OFFSETS_TOPIC
 
 __all__ = ["MAX_NEW_PARTITIONS_PER_REQUEST", "PartitionAdmin"]
@@ -132,7 +131,7 @@ class PartitionAdmin:
         self,
         settings: Settings,
         catalog: TopicCatalog,
-        logs: LogManager,
+        logs: Logs,
         data: DataPlane,
         placement: Placement,
         *,

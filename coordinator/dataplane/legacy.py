@@ -39,7 +39,6 @@ so for magic 0 and repaired before decoding.
 from __future__ import annotations
 
 import gzip
-import os
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -50,8 +49,7 @@ import crc32c as _crc32c
 import xxhash
 
 from protocol.errors import ErrorCode
-from storage.local.log import PartitionLog
-from storage.local.segment import LogSegment
+from storage.interface import PartitionLog
 from storage.record_batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_LOG_APPEND_TIME,
@@ -455,7 +453,7 @@ def list_offsets_v0(
         # v0 knows only -1 (latest) and -2 (earliest) among the special timestamps.
         return ErrorCode.UNSUPPORTED_VERSION, []
     try:
-        points = segment_points(plog.segments)
+        points = plog.segment_points()
     except OSError:
         return ErrorCode.KAFKA_STORAGE_ERROR, []
     offsets = offsets_before(
@@ -469,14 +467,6 @@ def list_offsets_v0(
         from_consumer,
     )
     return ErrorCode.NO_ERROR, offsets
-
-
-def segment_points(segments: Sequence[LogSegment]) -> list[tuple[int, int, int]]:
-    """(base offset, size, last modified ms) of a log's segments, for ``offsets_before``."""
-    return [
-        (seg.base_offset, seg.size, os.stat(seg.log_path).st_mtime_ns // 1_000_000)
-        for seg in segments
-    ]
 
 
 # ---------------------------------------------------------------- codecs

@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING
 
 from coordinator.catalog import TopicInfo
 from protocol.errors import ErrorCode
-from storage.local.manager import kafka_uuid
+from storage.interface import kafka_uuid
 from storage.offsets_format import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.runtime.group_runtime import GroupRuntime
-    from storage.local.log import PartitionLog
+    from storage.interface import PartitionLog
 
 __all__ = [
     "OFFSETS_TOPIC",

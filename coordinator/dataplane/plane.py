@@ -96,17 +96,17 @@ from protocol.messages.produce import (
     ProduceResponse,
     TopicProduceResponse,
 )
-from storage.interface import NotOwnerError
-from storage.local.durability import Flusher
-from storage.local.log import (
+from storage.interface import (
     CorruptLogError,
+    Durability,
     InvalidBatchError,
     LogConfig,
+    Logs,
+    NotOwnerError,
     PartitionLog,
     RecordTooLargeError,
     wall_clock_ms,
 )
-from storage.local.manager import LogManager
 from storage.offsets_format import OFFSETS_TOPIC
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
@@ -240,8 +240,8 @@ class DataPlane:
         self,
         settings: Settings,
         catalog: TopicCatalog,
-        logs: LogManager,
-        flusher: Flusher,
+        logs: Logs,
+        flusher: Durability,
         *,
         clock: Callable[[], int] = wall_clock_ms,
         retention_check_interval_ms: int = 30_000,
@@ -391,19 +391,12 @@ class DataPlane:
 
     def _rebuild_producers(self, plog: PartitionLog) -> PartitionProducers:
         table = PartitionProducers()
-        segs = plog.segments
-        first = len(segs) - 1
-        size = segs[-1].size
-        while first > 0 and size + segs[first - 1].size <= PRODUCER_STATE_SCAN_BYTES:
-            first -= 1
-            size += segs[first].size
         now = self.clock()
         try:
-            for seg in segs[first:]:
-                for h, _pos, _data in seg.walk(0, verify=False):
-                    if h.producer_id >= 0 and not h.is_control:
-                        table.record_header(h, now)
-                        self.producer_ids.ensure_above(h.producer_id)
+            for h in plog.recent_batch_headers(PRODUCER_STATE_SCAN_BYTES):
+                if h.producer_id >= 0 and not h.is_control:
+                    table.record_header(h, now)
+                    self.producer_ids.ensure_above(h.producer_id)
         except Exception:
             log.exception(
                 "rebuilding producer state of %s failed; continuing without it", plog.dir.name
@@ -893,38 +886,11 @@ class DataPlane:
         if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
             return -1, -1
         if timestamp == MAX_TIMESTAMP:
-            ts, offset = self._max_timestamp(plog)
+            ts, offset = plog.offset_for_max_timestamp()
         else:
             found = plog.offset_for_timestamp(timestamp)
             offset, ts = found if found is not None else (-1, -1)
         return (ts, offset) if 0 <= offset < hw else (-1, -1)
-
-    def _max_timestamp(self, plog: PartitionLog) -> tuple[int, int]:
-        best = None
-        for seg in plog.segments:
-            if (
-                seg.size
-                and seg.max_timestamp >= 0
-                and (best is None or seg.max_timestamp > best.max_timestamp)
-            ):
-                best = seg
-        if best is None:
-            return -1, -1
-        target = best.max_timestamp
-        for h, _pos, data in best.walk(0, verify=False, with_data=True):
-            if h.max_timestamp != target or h.last_offset < plog.log_start_offset:
-                continue
-            if h.attributes & ATTR_LOG_APPEND_TIME:
-                return target, max(h.base_offset, plog.log_start_offset)
-            assert data is not None
-            try:
-                for off, ts, _k, _v in iter_record_tuples(data):
-                    if ts == target and off >= plog.log_start_offset:
-                        return ts, off
-            except UnsupportedCompressionError:
-                return target, h.last_offset
-            return target, h.last_offset
-        return -1, -1
 
     # ------------------------------------------------------------ InitProducerId
 

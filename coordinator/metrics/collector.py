@@ -308,7 +308,7 @@ def storage_families(
                 continue
             labels = [topic, str(partition)]
             size.add_metric(labels, plog.size_bytes)
-            segments.add_metric(labels, len(plog.segments))
+            segments.add_metric(labels, plog.segment_count)
             end.add_metric(labels, plog.log_end_offset)
             start.add_metric(labels, plog.log_start_offset)
             damaged.add_metric(labels, 0 if plog.damaged is None else 1)

@@ -36,7 +36,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
 from coordinator.dataplane.plane import high_watermark
-from storage.local.log import wall_clock_ms
+from storage.interface import wall_clock_ms
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
     CorruptBatchError,
@@ -47,7 +47,7 @@ from storage.record_batch import (
 
 if TYPE_CHECKING:
     from coordinator.dataplane import DataPlane
-    from storage.local.log import PartitionLog
+    from storage.interface import PartitionLog
 
 log = logging.getLogger("kgc.metrics")
 

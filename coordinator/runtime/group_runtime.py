@@ -76,9 +76,7 @@ from protocol.messages import (
     sync_group,
     txn_offset_commit,
 )
-from storage.local.durability import Flusher
-from storage.local.log import LogConfig, PartitionLog, wall_clock_ms
-from storage.local.manager import LogManager
+from storage.interface import Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
 from storage.offsets_format import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.groups")
@@ -141,8 +139,8 @@ class GroupRuntime:
     def __init__(
         self,
         shard: GroupShard,
-        logs: LogManager,
-        flusher: Flusher,
+        logs: Logs,
+        flusher: Durability,
         *,
         num_partitions: int,
         log_config: LogConfig,

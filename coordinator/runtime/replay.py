@@ -25,8 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from coordinator.group.offsets import OffsetEntry, OffsetMetadataManager
-from storage.local.log import PartitionLog
-from storage.local.segment import CorruptSegmentError
+from storage.interface import CorruptLogError, PartitionLog
 from storage.offsets_format import decode_offset_commit_value
 from storage.record_batch import key_values
 
@@ -195,26 +194,7 @@ def _entry(value: bytes) -> OffsetEntry:
 
 def verified_batches(plog: PartitionLog) -> Iterator[tuple[Any, bytes]]:
     """(header, bytes) of every batch from the log's start, each checked against its CRC."""
-    start = plog.log_start_offset
-    for seg in plog.segments:
-        if seg.next_offset <= start:
-            continue
-        pos = seg.position_for(max(start, seg.base_offset))
-        if pos is None:
-            continue
-        end = pos
-        try:
-            for h, at, data in seg.walk(pos, verify=True, with_data=True):
-                assert data is not None
-                end = at + h.size
-                yield h, data
-        except CorruptSegmentError as exc:
-            raise CorruptOffsetsLog(
-                f"{exc.damage.reason} in {seg.log_path} at position {exc.damage.position}"
-            ) from None
-        if end < seg.size:
-            # The walk stops quietly at what looks like a partial batch; only the
-            # log's tail may be one (recovery trims it), never the middle of a file.
-            raise CorruptOffsetsLog(
-                f"batch overrunning the file in {seg.log_path} at position {end}"
-            )
+    try:
+        yield from plog.verified_batches()
+    except CorruptLogError as exc:
+        raise CorruptOffsetsLog(exc.strerror) from None

@@ -72,7 +72,7 @@ from storage.offsets_format import OFFSETS_TOPIC
 if TYPE_CHECKING:
     from coordinator.dataplane import DataPlane
     from coordinator.runtime import GroupRuntime
-    from storage.local.manager import LogManager
+    from storage.interface import Logs
 
 log = logging.getLogger("kgc.broker")
 
@@ -169,7 +169,7 @@ class Broker:
         self,
         settings: Settings,
         catalog: TopicCatalog,
-        logs: LogManager,
+        logs: Logs,
         groups: GroupRuntime,
         data: DataPlane,
         *,

@@ -36,7 +36,7 @@ Crash safety of one group swap, base ``b`` = the group's first base offset:
 4. delete the group's old segment files, fsync the directory;
 5. rename ``.swap`` -> ``b.log``, remove ``.swapinfo``, fsync the directory.
 
-On open, ``complete_pending_swaps`` deletes any ``.cleaned`` (crash before
+On open, ``complete_pending_swaps`` (``storage.local.recovery``) deletes any ``.cleaned`` (crash before
 the commit: old segments intact) and finishes steps 4-5 for any ``.swap``
 (crash after the commit: the swap file holds everything the group kept).
 Either way the log is the old group or the new one, never a mix.
@@ -52,12 +52,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from storage.local.files import fsync_dir, read_checkpoint, write_at, write_checkpoint
+from storage.local.recovery import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    SWAPINFO_SUFFIX,
+    complete_pending_swaps,
+)
 from storage.local.segment import (
-    INDEX_SUFFIX,
     LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
     LogSegment,
-    parse_segment_name,
     segment_file_name,
 )
 from storage.record_batch import (
@@ -68,7 +71,6 @@ from storage.record_batch import (
     UnsupportedCompressionError,
     decode_records,
     encode_batch,
-    iter_batches,
     iter_record_tuples,
 )
 
@@ -88,9 +90,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CLEANED_SUFFIX = ".log.cleaned"
-SWAP_SUFFIX = ".log.swap"
-SWAPINFO_SUFFIX = ".swapinfo"
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 CLEANER_HORIZON_FILE = "cleaner-delete-horizon"
 _NO_HORIZON = 2**63 - 1
@@ -99,65 +98,6 @@ _INT32_MAX = 2**31 - 1
 
 class SimulatedCrash(Exception):
     """Raised by the test hook ``crash_after_step`` to stop a swap half way."""
-
-
-def _segment_files(directory: Path, base: int) -> list[Path]:
-    return [
-        directory / segment_file_name(base, s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
-    ]
-
-
-def _swap_next_offset(path: Path) -> int | None:
-    """Next offset after the last batch of a swap file (fallback without swapinfo)."""
-    data = path.read_bytes()
-    nxt = None
-    for h, _s, _e in iter_batches(data):
-        nxt = h.next_offset
-    return nxt
-
-
-def complete_pending_swaps(directory: Path) -> None:
-    """Roll back uncommitted cleanings and finish committed ones (run at open)."""
-    names = {p.name for p in directory.iterdir()}
-    changed = False
-    for name in sorted(names):
-        base = parse_segment_name(name, SWAP_SUFFIX)
-        if base is None:
-            continue
-        swap = directory / name
-        info = directory / segment_file_name(base, SWAPINFO_SUFFIX)
-        end = read_checkpoint(info, -1)
-        if end < 0:
-            end = _swap_next_offset(swap) or base + 1
-        old = sorted(
-            b
-            for n in names
-            if (b := parse_segment_name(n, LOG_SUFFIX)) is not None and base <= b < end
-        )
-        logger.warning(
-            "completing interrupted compaction swap %s: replacing segments %s", name, old
-        )
-        for b in old:
-            for p in _segment_files(directory, b):
-                p.unlink(missing_ok=True)
-        fsync_dir(directory)
-        os.replace(swap, directory / segment_file_name(base, LOG_SUFFIX))
-        info.unlink(missing_ok=True)
-        changed = True
-    for name in sorted(names):
-        base = parse_segment_name(name, CLEANED_SUFFIX)
-        if base is None:
-            continue
-        logger.warning("discarding unfinished compaction output %s", name)
-        (directory / name).unlink(missing_ok=True)
-        changed = True
-    for p in directory.iterdir():
-        b = parse_segment_name(p.name, SWAPINFO_SUFFIX)
-        if b is not None and not (directory / segment_file_name(b, SWAP_SUFFIX)).exists():
-            p.unlink()
-            changed = True
-    if changed:
-        fsync_dir(directory)
 
 
 @dataclass(slots=True)

@@ -65,14 +65,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
-from storage.interface import FlushError, WriteAheadJournal
-from storage.local.files import Clock, in_sync_thread, wall_clock_ms
+from storage.interface import (
+    Clock,
+    DurabilityStats,
+    FlushError,
+    PartitionLog,
+    Then,
+    WriteAheadJournal,
+    wall_clock_ms,
+)
+from storage.local.files import in_sync_thread
+from storage.local.flush import FlushTicket, run_tickets
 
 if TYPE_CHECKING:
-    from storage.local.log import FlushTicket, PartitionLog
+    from storage.local.log import PartitionLog as LocalLog
 
 __all__ = [
     "FlushError",
@@ -95,8 +103,6 @@ class Waiter(Protocol):
 
 # A parked wait: the offset, what to settle, and ``log.cut_backs`` when it was parked.
 _Wait: TypeAlias = tuple[int, Waiter, int]
-# ``when_durable``'s continuation: each target's outcome (None: durable), in order.
-Then: TypeAlias = Callable[[list[BaseException | None]], None]
 
 
 class _Join:
@@ -141,28 +147,7 @@ class _Part:
         self.join.settle(self.i, exception)
 
 
-def run_tickets(tickets: list[FlushTicket]) -> list[BaseException | None]:
-    """Run fsync tickets in one worker thread; an error fails only its own ticket."""
-    out: list[BaseException | None] = []
-    for t in tickets:
-        try:
-            t.run()
-            out.append(None)
-        except Exception as exc:
-            out.append(exc)
-    return out
-
-
-@dataclass(slots=True)
-class FlusherStats:
-    fsync_count: int = 0  # log flushes (each fsyncs the log's dirty files)
-    rounds: int = 0
-    bytes_flushed: int = 0
-    last_fsync_latency_ms: float = 0.0
-    max_fsync_latency_ms: float = 0.0
-    total_fsync_latency_ms: float = 0.0
-    waiters_released: int = 0
-    errors: int = 0
+FlusherStats = DurabilityStats  # the name the local engine has always used
 
 
 class Flusher:
@@ -498,11 +483,12 @@ class Flusher:
             targets.update(dict.fromkeys(self._logs))
         else:
             targets.update(dict.fromkeys(self._due_interval_logs()))
-        tickets: list[FlushTicket] = []
+        tickets: list[FlushTicket[LocalLog]] = []
         for log in targets:
             if log.journal is not None and not all_logs:
                 continue  # made durable by the journal's fsync below
-            ticket = log.prepare_flush()
+            # Registered by this engine's LogManager: its own logs, whose files it fsyncs.
+            ticket = cast("LocalLog", log).prepare_flush()
             if ticket is not None:
                 tickets.append(ticket)
         errors: dict[PartitionLog, BaseException] = {}

@@ -27,10 +27,11 @@ import logging
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from storage.interface import Clock, wall_clock_ms
 
 __all__ = [
     "Clock",
@@ -117,14 +118,6 @@ def read_checkpoint(path: Path, default: int) -> int:
             pass
     logger.warning("ignoring unreadable checkpoint %s", path)
     return default
-
-
-Clock = Callable[[], int]
-
-
-def wall_clock_ms() -> int:
-    """Wall-clock time in integer milliseconds: the default clock everywhere."""
-    return time.time_ns() // 1_000_000
 
 
 _T = TypeVar("_T")

@@ -44,16 +44,17 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import crc32c
 
-from storage.interface import JournalStats
+from storage.interface import JournalStats, PartitionLog
 from storage.local.files import fsync_dir, in_sync_thread, write_at
+from storage.local.flush import run_tickets
 from storage.record_batch import CorruptBatchError, parse_header
 
 if TYPE_CHECKING:
-    from storage.local.log import PartitionLog
+    from storage.local.log import PartitionLog as LocalLog
 
 logger = logging.getLogger(__name__)
 
@@ -235,14 +236,14 @@ class Journal:
     ) -> None:
         """New appends go to a new file; once every journaled log's segments (``logs``)
         are fsynced, the older journal files hold nothing needed and are deleted."""
-        from storage.local.durability import run_tickets  # the Flusher's fsync helper
-
         try:
             old = self.rotate()
         except OSError as exc:
             self._failed(exc, errors)
             return
-        tickets = [t for t in (log.prepare_flush() for log in logs) if t is not None]
+        # The logs it journals are this engine's own (the LogManager attaches them).
+        flushed = (cast("LocalLog", log).prepare_flush() for log in logs)
+        tickets = [t for t in flushed if t is not None]
         results = await asyncio.to_thread(run_tickets, tickets)
         if any(r is not None for r in results):
             for t, r in zip(tickets, results, strict=True):

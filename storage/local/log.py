@@ -9,21 +9,9 @@ writes it to the OS page cache synchronously; durability is a separate step
 (``prepare_flush`` / ``FlushTicket.run`` / ``complete_flush``) so the
 ``durability.Flusher`` can fsync in a worker thread and group commits.
 
-Small checkpoint files sit next to the segments:
-
-* ``recovery-point``: every offset below it is known to be fsynced.  After an
-  unclean shutdown only segments from the one holding the recovery point are
-  re-read with CRC checks; a torn or corrupt tail is truncated and every later
-  segment removed (never anything before the first bad byte).
-* ``log-start-offset``: advanced by retention / ``delete_segments_before``.
-  It is written before the segment files are deleted, so a crash in between
-  leaves extra data, not a hole.
-* ``clean-shutdown``: written by ``close()`` after a final fsync; when present
-  at open the older segments and the indexes are trusted (only missing or stale
-  indexes are rebuilt), and it is removed so a later crash is detected.  The
-  marker cannot promise that nobody cut or changed a file since, so the active
-  segment's tail (after its last index entry) is CRC-checked on every open
-  anyway: a torn tail is truncated with a WARNING, never appended after.
+Small checkpoint files sit next to the segments (``recovery-point``, ``log-start-offset``,
+``clean-shutdown``); what they promise and what opening a log does with them after a crash
+is ``storage.local.recovery``.
 
 Failures while writing (see ``append``): an append either stands whole or raises
 OSError with the log exactly as before (segment, indexes and journal cut back).
@@ -42,19 +30,38 @@ import bisect
 import logging
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
 
-from storage.local.files import fsync_dir, read_checkpoint, wall_clock_ms, write_checkpoint
+from storage.interface import (
+    Clock,
+    CorruptLogError,
+    CutBackHook,
+    FlushError,
+    InvalidBatchError,
+    LogClosedError,
+    LogConfig,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    WriteAheadJournal,
+    wall_clock_ms,
+)
+from storage.local import scan
+from storage.local.files import fsync_dir, write_checkpoint
+from storage.local.flush import FlushTicket
+from storage.local.recovery import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    load_segments,
+)
 from storage.local.segment import (
+    AppendedSpan,
     CorruptSegmentError,
     Damage,
     LogSegment,
     Span,
-    parse_segment_name,
 )
 from storage.record_batch import (
     BatchHeader,
@@ -65,9 +72,6 @@ from storage.record_batch import (
     set_base_offset,
     verify_crc,
 )
-
-if TYPE_CHECKING:
-    from storage.interface import WriteAheadJournal
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -88,155 +92,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Clock = Callable[[], int]
-
-CLEAN_SHUTDOWN_FILE = "clean-shutdown"
-RECOVERY_POINT_FILE = "recovery-point"
-LOG_START_OFFSET_FILE = "log-start-offset"
 _INT32_MAX = 2**31 - 1
-RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
-
-
-class AppendedSpan(NamedTuple):
-    """What ``append_records`` knows of a batch it encoded from (key, value) pairs."""
-
-    base_offset: int
-    last_offset: int
-    size: int
-    records_count: int
-    max_timestamp: int
-
-    @property
-    def next_offset(self) -> int:
-        return self.last_offset + 1
-
-
-_new_span = tuple.__new__
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    # segment.bytes: 1 GiB for topics; Kafka's offsets topic uses 100 MiB
-    # (offsets.topic.segment.bytes).
-    segment_bytes: int = 1 << 30
-    # segment.ms: roll even if not full (7 days).
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    # retention.ms: -1 keeps forever; Kafka's topic default is 7 days.
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    # retention.bytes: -1 means no size limit.
-    retention_bytes: int = -1
-    # cleanup.policy: "delete", "compact" or "compact,delete".
-    cleanup_policy: str = "delete"
-    # delete.retention.ms: how long compacted tombstones stay readable.
-    delete_retention_ms: int = 86_400_000
-    # min.cleanable.dirty.ratio
-    min_cleanable_dirty_ratio: float = 0.5
-    # max.message.bytes: largest batch accepted by append().
-    max_message_bytes: int = 1_048_588
-    # index.interval.bytes
-    index_interval_bytes: int = 4096
-    # Not a Kafka name: "batch" (group commit before acking), "interval"
-    # (log.flush.interval.ms / .messages, acks do not wait) or "none".
-    flush_policy: str = "batch"
-    # log.flush.interval.ms (for flush_policy="interval")
-    flush_interval_ms: int = 1000
-    # log.flush.interval.messages (for flush_policy="interval")
-    flush_interval_messages: int = 2**63 - 1
-    # Not a Kafka name: with flush_policy="batch", make appends durable through the
-    # shared write-ahead journal (one fsync per round for all such logs; see journal.py).
-    journaled: bool = False
-
-    def __post_init__(self) -> None:
-        policies = {p.strip() for p in self.cleanup_policy.split(",")}
-        if not policies <= {"compact", "delete"} or not policies:
-            raise ValueError(f"unknown cleanup.policy {self.cleanup_policy!r}")
-        if self.flush_policy not in ("batch", "interval", "none"):
-            raise ValueError(f"unknown flush policy {self.flush_policy!r}")
-        if self.segment_bytes < 14 or self.index_interval_bytes < 0:
-            raise ValueError("segment_bytes / index_interval_bytes out of range")
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy
-
-    @property
-    def delete(self) -> bool:
-        return "delete" in self.cleanup_policy
-
-
-class OffsetOutOfRangeError(LookupError):
-    pass
-
-
-class InvalidBatchError(ValueError):
-    pass
-
-
-class RecordTooLargeError(InvalidBatchError):
-    pass
-
-
-class LogClosedError(RuntimeError):
-    pass
-
-
-class CorruptLogError(OSError):
-    """A read met a batch that does not parse or fails its CRC; the log is now ``damaged``."""
-
-
-CutBackHook = Callable[["PartitionLog", int], None]
-
-
-@dataclass(slots=True)
-class FlushTicket:
-    """Work for one fsync of one log, captured on the event loop thread.
-
-    The descriptors are dups, so a segment closed or deleted while the fsync
-    runs in a worker thread cannot make us fsync (or close) a reused fd.
-    """
-
-    log: PartitionLog
-    target_offset: int
-    fds: list[int]
-    sync_dir: bool
-    bytes: int
-    latency_ms: float = 0.0
-    done: bool = field(default=False)
-    force_checkpoint: bool = False  # synchronous flushes always checkpoint
-    # The log's cut_backs when captured: a ticket that raced a cut-back proves nothing.
-    generation: int = 0
-
-    def run(self) -> None:
-        start = time.perf_counter()
-        try:
-            for fd in self.fds:
-                os.fsync(fd)
-            if self.sync_dir:
-                fsync_dir(self.log.dir)
-            # Written after the data is durable, so it can only lag, never lead. A lagging
-            # checkpoint only means a longer recovery scan, so (like Kafka's periodic
-            # recovery-point checkpoint) it is rewritten at most once a second.
-            now = time.monotonic()
-            if (
-                self.force_checkpoint
-                or now - self.log.checkpointed_at >= RECOVERY_CHECKPOINT_INTERVAL_S
-            ):
-                try:
-                    write_checkpoint(
-                        self.log.dir / RECOVERY_POINT_FILE, self.target_offset, sync=False
-                    )
-                    self.log.checkpointed_at = now
-                except OSError as e:
-                    # The data is durable; only the hint for recovery lags (a full disk
-                    # has no room for the small temp file). Not a reason to fail the flush.
-                    logger.warning(
-                        "log %s: recovery-point checkpoint not written: %r", self.log.dir.name, e
-                    )
-        finally:
-            for fd in self.fds:
-                os.close(fd)
-            self.fds = []
-            self.latency_ms = (time.perf_counter() - start) * 1000.0
+_new_span = tuple.__new__  # AppendedSpan(...) minus the keyword handling: one per commit
 
 
 class PartitionLog:
@@ -310,6 +167,10 @@ class PartitionLog:
         return tuple(self._segments)
 
     @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
 
@@ -330,60 +191,24 @@ class PartitionLog:
     # ------------------------------------------------------------ open / recovery
 
     def _open(self) -> None:
-        marker = self.dir / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        for p in self.dir.iterdir():
-            if p.name.endswith((".deleted", ".tmp")):
-                p.unlink()
-        # Imported here: the cleaner module needs PartitionLog for its types.
-        from storage.local.cleaner import complete_pending_swaps
-
-        complete_pending_swaps(self.dir)
-        bases = sorted(
-            b for p in self.dir.iterdir() if (b := parse_segment_name(p.name)) is not None
-        )
-        for p in self.dir.iterdir():
-            for suffix in (".index", ".timeindex"):
-                b = parse_segment_name(p.name, suffix)
-                if b is not None and b not in bases:
-                    p.unlink()
-        start_ckpt = read_checkpoint(self.dir / LOG_START_OFFSET_FILE, 0)
-        rp = read_checkpoint(self.dir / RECOVERY_POINT_FILE, 0)
+        """Recover the directory (``storage.local.recovery``), then make what was kept
+        durable before the recovery-point checkpoint claims it."""
+        found = load_segments(self.dir, self.config.index_interval_bytes, self._report_corrupt)
+        segs = found.segments
+        self._dir_dirty = found.dir_dirty
         now = self._clock()
-        segs = [LogSegment(self.dir, b, self.config.index_interval_bytes) for b in bases]
-        repaired = False
-        if clean:
-            for seg in segs[:-1]:
-                self._load_trusted(seg)
-            if segs:
-                repaired = self._load_active_after_clean_shutdown(segs[-1])
-        else:
-            first_to_recover = max(bisect.bisect_right(bases, rp) - 1, 0)
-            for i, seg in enumerate(segs):
-                if i < first_to_recover:
-                    self._load_trusted(seg)
-                    continue
-                damage = seg.recover()
-                if damage is not None:
-                    dropped = segs[i + 1 :]
-                    self._warn_damage(seg, damage, dropped)
-                    for d in dropped:
-                        d.delete_files()
-                    segs = segs[: i + 1]
-                    break
-        if not segs:
-            segs = [LogSegment(self.dir, start_ckpt, self.config.index_interval_bytes)]
-            self._dir_dirty = True
         self._segments = segs
         self._bases = [s.base_offset for s in segs]
         for s in segs:
             self._created_ms[s.base_offset] = (
                 s.first_batch_timestamp if s.first_batch_timestamp is not None else now
             )
-        self._log_start_offset = min(max(start_ckpt, segs[0].base_offset), self.log_end_offset)
-        if clean:
+        self._log_start_offset = min(
+            max(found.start_checkpoint, segs[0].base_offset), self.log_end_offset
+        )
+        if found.clean:
             self._recovery_point = self.log_end_offset
-            if repaired:
+            if found.repaired:
                 # The cut must be durable: bytes after it must not come back after a crash
                 # and be taken for a batch that later appends would overwrite half-way.
                 self._dirty[segs[-1].base_offset] = segs[-1]
@@ -392,43 +217,16 @@ class PartitionLog:
             # What recovery kept (and its rebuilt indexes) is made durable
             # before the checkpoint claims it.
             for j, s in enumerate(segs):
-                if j >= first_to_recover:
+                if j >= found.first_recovered:
                     s.dirty = s.index_dirty = True
                     self._dirty[s.base_offset] = s
             self._dir_dirty = True
-            self._recovery_point = min(rp, self.log_end_offset)
+            self._recovery_point = min(found.recovery_checkpoint, self.log_end_offset)
             self.flush()
         write_checkpoint(self.dir / RECOVERY_POINT_FILE, self._recovery_point, sync=True)
-        if clean:
-            marker.unlink()
+        if found.clean:
+            (self.dir / CLEAN_SHUTDOWN_FILE).unlink()
             fsync_dir(self.dir)
-
-    def _load_trusted(self, seg: LogSegment) -> None:
-        """Load a segment whose bytes are trusted; one that does not parse marks the log damaged."""
-        try:
-            seg.load(trust_index=True)
-        except CorruptSegmentError as e:
-            self._report_corrupt(seg, e.damage)
-
-    def _load_active_after_clean_shutdown(self, seg: LogSegment) -> bool:
-        """CRC-check the active segment's tail despite the marker; True if it was repaired."""
-        torn, corrupt = seg.load_checked()
-        for d in corrupt:
-            self._report_corrupt(seg, d)
-        if torn is None:
-            return False
-        first = torn.first_bad_offset if torn.first_bad_offset is not None else seg.next_offset
-        logger.warning(
-            "log %s: %s in %s at position %d although the clean-shutdown marker was present "
-            "(the file changed after the clean shutdown); truncated %d bytes (offsets from %d on)",
-            self.dir.name,
-            torn.reason,
-            seg.log_path.name,
-            torn.position,
-            torn.truncated_bytes,
-            first,
-        )
-        return True
 
     def _report_corrupt(self, seg: LogSegment, damage: Damage) -> None:
         reason = f"{damage.reason} in {seg.log_path} at position {damage.position}"
@@ -440,23 +238,6 @@ class PartitionLog:
                 reason,
             )
         self.mark_damaged(reason)
-
-    def _warn_damage(self, seg: LogSegment, damage: Damage, dropped: Sequence[LogSegment]) -> None:
-        first = damage.first_bad_offset if damage.first_bad_offset is not None else seg.next_offset
-        logger.warning(
-            "log %s: %s in %s at position %d; truncated %d bytes (offsets from %d on); "
-            "removed %d later segment(s) %s (%d bytes, offsets up to %s)",
-            self.dir.name,
-            damage.reason,
-            seg.log_path.name,
-            damage.position,
-            damage.truncated_bytes,
-            first,
-            len(dropped),
-            [d.log_path.name for d in dropped],
-            sum(d.size for d in dropped),
-            "unknown" if not dropped else f"at least {dropped[-1].base_offset}",
-        )
 
     def mark_damaged(self, reason: str) -> None:
         """Record (once) that a corrupt batch was found; logged at ERROR by the caller."""
@@ -709,9 +490,25 @@ class PartitionLog:
                 return max(found[0], self._log_start_offset), found[1]
         return None
 
+    def verified_batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every batch from the log start, CRC-checked (``scan.verified_batches``)."""
+        return scan.verified_batches(list(self._segments), self._log_start_offset)
+
+    def recent_batch_headers(self, scan_bytes: int) -> Iterator[BatchHeader]:
+        """Headers of the newest segments within ``scan_bytes`` (the active one always)."""
+        return scan.recent_batch_headers(tuple(self._segments), scan_bytes)
+
+    def offset_for_max_timestamp(self) -> tuple[int, int]:
+        """(timestamp, offset) of the record with the largest timestamp, or (-1, -1)."""
+        return scan.offset_for_max_timestamp(self._segments, self._log_start_offset)
+
+    def segment_points(self) -> list[tuple[int, int, int]]:
+        """(base offset, size, last modified ms) per segment, for ListOffsets v0."""
+        return scan.segment_points(self._segments)
+
     # ------------------------------------------------------------ durability
 
-    def prepare_flush(self) -> FlushTicket | None:
+    def prepare_flush(self) -> FlushTicket[PartitionLog] | None:
         """Capture what must be fsynced to make everything appended so far durable."""
         if self._closed:
             return None
@@ -731,13 +528,13 @@ class PartitionLog:
         self._unflushed_bytes = 0
         return ticket
 
-    def complete_flush(self, ticket: FlushTicket) -> None:
+    def complete_flush(self, ticket: FlushTicket[PartitionLog]) -> None:
         if ticket.generation != self.cut_backs:
             return  # cut back meanwhile: the offsets it covered may hold other data now
         if ticket.target_offset > self._recovery_point:
             self._recovery_point = min(ticket.target_offset, self.log_end_offset)
 
-    def abort_flush(self, ticket: FlushTicket) -> None:
+    def abort_flush(self, ticket: FlushTicket[PartitionLog]) -> None:
         """Mark everything dirty again so the next flush retries.
 
         Only for a journaled log whose journal holds the data durably (the journal
@@ -767,8 +564,6 @@ class PartitionLog:
                 # Below durable_end the journal is the only copy known to be on disk.
                 self.journal.pin(f"fsync of {self.dir.name} failed")
             end = self.discard_unflushed()
-            from storage.local.durability import FlushError
-
             raise FlushError(
                 f"fsync of {self.dir} failed: {e!r}", log=self, truncated_to=end
             ) from e
@@ -883,41 +678,20 @@ class PartitionLog:
         if not self.config.delete:
             return 0
         now = self._clock() if now_ms is None else now_ms
-        cut = self._log_start_offset
         segs = self._segments
         i = 0
         if self.config.retention_ms >= 0:
-
-            def expired(seg: LogSegment) -> bool:
-                return now - self._largest_ts(seg) > self.config.retention_ms
-
-            while i < len(segs) - 1 and expired(segs[i]):
-                i += 1
-            last = segs[-1]
-            if (
-                i == len(segs) - 1
-                and last.size
-                and expired(last)
-                and self.durable_end >= self.log_end_offset
-            ):
-                self.roll()
-                segs = self._segments
-                i += 1
+            i = scan.expired_prefix(segs, self.config.retention_ms, now)
+            if i == len(segs):
+                if self.durable_end >= self.log_end_offset:
+                    self.roll()  # the active segment's records go too
+                else:
+                    i -= 1
         if self.config.retention_bytes >= 0:
-            excess = self.size_bytes - sum(s.size for s in segs[:i]) - self.config.retention_bytes
-            while i < len(segs) - 1 and excess - segs[i].size >= 0:
-                excess -= segs[i].size
-                i += 1
+            i = scan.oversize_prefix(segs, i, self.size_bytes, self.config.retention_bytes)
         if i == 0:
             return 0
-        cut = max(cut, segs[i].base_offset)
-        return self.delete_segments_before(cut)
-
-    @staticmethod
-    def _largest_ts(seg: LogSegment) -> int:
-        if seg.max_timestamp >= 0:
-            return seg.max_timestamp
-        return os.stat(seg.log_path).st_mtime_ns // 1_000_000
+        return self.delete_segments_before(max(self._log_start_offset, segs[i].base_offset))
 
     # ------------------------------------------------------------ truncation
 

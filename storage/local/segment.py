@@ -137,6 +137,20 @@ class Span(Protocol):
     def max_timestamp(self) -> int: ...
 
 
+class AppendedSpan(NamedTuple):
+    """What ``append_records`` knows of a batch it encoded from (key, value) pairs."""
+
+    base_offset: int
+    last_offset: int
+    size: int
+    records_count: int
+    max_timestamp: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+
 _new_mark = tuple.__new__
 
 

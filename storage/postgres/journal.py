@@ -57,16 +57,13 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 
-from storage.interface import FlushError, JournalStats, Lease, NotOwnerError
+from storage.interface import FlushError, JournalStats, Lease, NotOwnerError, PartitionLog
 from storage.postgres import compaction
 from storage.record_batch import iter_batches, verify_crc
-
-if TYPE_CHECKING:
-    from storage.local.log import PartitionLog
 
 __all__ = ["MAX_ROW_BYTES", "PgJournal", "RewriteResult", "TrimResult"]
 
