@@ -230,7 +230,7 @@ class Settings(BaseSettings):
     )
     message_max_bytes: int = Field(1048588, ge=1, description="largest record batch accepted")
 
-    # -- cluster mode (several nodes on one PostgreSQL database; see README "Cluster mode")
+    # -- cluster mode (several nodes on one PostgreSQL database; see docs/cluster.md)
     storage_url: str | None = Field(
         None,
         description="postgresql://user:pass@host:port/db puts the log in PostgreSQL and makes "

@@ -12,10 +12,11 @@ JSON for scripts. Every one of them takes Kafka's ``--command-config client.prop
 for TLS and SASL listeners (``tools.commands.common``). ``kgc audit`` runs the offsets audit
 (``coordinator.audit``).
 
-Exit codes, the same for every command (README, "Fix a group"): 0 ok; 1 the server answered
-with an error, the group/topic does not exist, or the command could not run; 2 bad usage (a
-flag, a value, or a file named on the command line that cannot be used); 3 the server could
-not be reached; 4 ``kgc audit`` found problems at or above ``--fail-on``; 130 interrupted.
+Exit codes, the same for every command (docs/operating.md, "Fix a group"): 0 ok; 1 the
+server answered with an error, the group/topic does not exist, or the command could not run;
+2 bad usage (a flag, a value, or a file named on the command line that cannot be used); 3 the
+server could not be reached; 4 ``kgc audit`` found problems at or above ``--fail-on``; 130
+interrupted.
 
 Imports are lazy: ``kgc audit`` and ``kgc --version`` are dispatched before the server's
 configuration model and the protocol codecs are imported (about half a second), so a bad

@@ -1,4 +1,4 @@
-"""Exit codes of every ``kgc`` command, one table (documented in the README's "Fix a group").
+"""Exit codes of every ``kgc`` command, one table (docs/operating.md, "Fix a group").
 
 How this works: constants only, importable without the protocol codecs, so ``kgc audit``
 (``coordinator.audit.cli``) uses the same table as the operator commands. Bad usage is 2

@@ -2,7 +2,7 @@
 DescribeUserScramCredentials and AlterUserScramCredentials.
 
 Both servers run an authorizer (Kafka's StandardAuthorizer; kgc's setting of the same name,
-README "Securing kgc") with the plaintext listener's principal, User:ANONYMOUS, as super
+docs/security.md) with the plaintext listener's principal, User:ANONYMOUS, as super
 user: the module starts a reference broker of its own for it, so the session's shared broker
 keeps running without ACLs. Every ACL and user is named with the run's token.
 """

@@ -1,7 +1,7 @@
-"""The README's "Securing kgc" example, run as written: it must keep working when pasted.
+"""The security guide's example (docs/security.md), run as written: it must keep working when pasted.
 
-How this works: the shell blocks (```` ```sh ````) of the README's "Securing kgc" section are
-taken from README.md itself and run with ``bash -e`` in an empty directory, as a fresh shell
+How this works: the shell blocks (```` ```sh ````) of docs/security.md are taken from the
+document itself and run with ``bash -e`` in an empty directory, as a fresh shell
 would run them: the installed ``kgc`` first on the PATH and no ``KGC_*`` variable set except
 two that keep the run from colliding with other tests on this machine: the example's port
 9093 is replaced by a free one, and ``KGC_METRICS_PORT=0`` turns off the metrics endpoint
@@ -28,20 +28,16 @@ from kgc_process import free_port
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "## Securing kgc"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
 
 def section_blocks(text: str) -> list[str]:
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
-    section = text[start : end if end >= 0 else len(text)]
-    return re.findall(r"^```sh\n(.*?)^```$", section, flags=re.S | re.M)
+    return re.findall(r"^```sh\n(.*?)^```$", text, flags=re.S | re.M)
 
 
-def test_readme_has_the_example() -> None:
-    blocks = section_blocks(README.read_text())
-    assert blocks, "no ```sh block in the README's Securing kgc section"
+def test_security_guide_has_the_example() -> None:
+    blocks = section_blocks(GUIDE.read_text())
+    assert blocks, "no ```sh block in docs/security.md"
     script = "\n".join(blocks)
     for needed in ("openssl", "kgc users add", "kgc serve", "kgc acls add", "--command-config"):
         assert needed in script
@@ -72,8 +68,8 @@ def _stop_group(pgid: int) -> None:
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the example needs openssl")
-def test_readme_security_example_works_when_pasted(tmp_path: Path, session: list[int]) -> None:
-    script = "\n".join(section_blocks(README.read_text()))
+def test_security_guide_example_works_when_pasted(tmp_path: Path, session: list[int]) -> None:
+    script = "\n".join(section_blocks(GUIDE.read_text()))
     assert "localhost:9093" in script
     port = free_port()
     script = script.replace("9093", str(port))
