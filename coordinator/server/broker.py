@@ -31,7 +31,7 @@ from coordinator.catalog import (
 from coordinator.config import Settings, parse_listeners
 from coordinator.dataplane.offsets_topic import admin_refusal, offsets_topic_id
 from coordinator.security.acl import ResourceType, all_operations
-from coordinator.security.sasl import handlers as sasl_handlers
+from coordinator.server import sasl as sasl_handlers
 from coordinator.server.handler import ClientInfo, Deferred, Handler
 from coordinator.server.placement import LocalPlacement, NodeAddress, Placement, endpoint
 from protocol.errors import ErrorCode

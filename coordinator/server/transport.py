@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from coordinator.security import ANONYMOUS
 from coordinator.security.principal_mapping import SslPrincipalMapper, principal_from_certificate
 from coordinator.security.sasl import SaslListener
-from coordinator.security.sasl.session import Next, SaslSession
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import (
     CLOSE_CONNECTION,
@@ -55,6 +54,7 @@ from coordinator.server.handler import (
     RequestHook,
 )
 from coordinator.server.memory import LARGE_REQUEST_BYTES, RequestQueue
+from coordinator.server.sasl import Next, SaslSession
 from protocol.framing import (
     API_VERSIONS_KEY,
     RequestHeader,
@@ -169,7 +169,7 @@ class KafkaConnection(asyncio.Protocol):
         self.frame_size = 0
         self.waiting = False  # for room in the queue; not read meanwhile
         # SASL listeners: every frame goes to the connection's SaslSession until it has
-        # authenticated (coordinator/security/sasl/session.py). A SASL listener without
+        # authenticated (``sasl``). A SASL listener without
         # its SASL settings offers no mechanism: nobody gets in unauthenticated.
         self.sasl: SaslSession | None = None
         self.authenticating = False  # (re-)authenticating: frames go to the session

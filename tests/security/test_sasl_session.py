@@ -23,9 +23,9 @@ import pytest
 from coordinator.security import KafkaPrincipal, ScramCredential
 from coordinator.security.jaas import parse_single
 from coordinator.security.sasl import SaslListener
-from coordinator.security.sasl import handlers as sasl_handlers
 from coordinator.security.sasl.plain import PlainMechanism
 from coordinator.security.sasl.scram import ScramFormatter, ScramMechanism, credential
+from coordinator.server import sasl as sasl_handlers
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import ClientInfo
 from coordinator.server.listener import KafkaServer, listen

@@ -9,9 +9,9 @@ are looked up as Kafka scopes them on a broker, most specific first:
 ``listener.name.<listener>.<mechanism>.<name>``, ``listener.name.<listener>.<name>``, then
 the unscoped setting (listener and mechanism names lower-cased in the keys, as Kafka's
 ListenerName.configPrefix writes them). ``sasl_listener`` puts it together into a
-``SaslListener``; every connection on the listener gets a ``SaslSession`` (``session``)
-from it. A mechanism that cannot be built (no JAAS line for PLAIN, an unknown name) stops
-start-up with one line naming the setting.
+``SaslListener``; every connection on the listener gets a ``SaslSession`` from it (the
+connection logic, ``coordinator/server/sasl.py``). A mechanism that cannot be built (no JAAS
+line for PLAIN, an unknown name) stops start-up with one line naming the setting.
 """
 
 from __future__ import annotations

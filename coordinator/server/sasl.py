@@ -1,4 +1,5 @@
-"""The per-connection SASL state machine (Kafka's SaslServerAuthenticator).
+"""SASL on a connection: the per-connection state machine (Kafka's SaslServerAuthenticator)
+and the SaslHandshake/SaslAuthenticate answers.
 
 How this works: on a SASL listener every frame a connection sends before it is
 authenticated goes to its ``SaslSession`` (``receive``), which answers with a ``Step``: a
@@ -24,8 +25,17 @@ Kafka's:
   most once a second, as Kafka), which must use the same mechanism and end with the same
   principal.
 
-The session never touches the socket; the transport (``coordinator/server/transport.py``)
-sends, delays and closes. Nothing here blocks: mechanisms look credentials up in memory.
+The session never touches the socket; the transport (``transport.py``) sends, delays and
+closes. Nothing here blocks: the mechanisms (``coordinator/security/sasl``: what a listener
+authenticates with) look credentials up in memory.
+
+Once a connection is authenticated, or on a listener without SASL, SaslHandshake and
+SaslAuthenticate go to their handlers like any other request and are answered as Kafka's
+KafkaApis answers them (``sasl_handshake_after_authentication``,
+``sasl_authenticate_after_authentication``): SaslHandshake with ILLEGAL_SASL_STATE,
+SaslAuthenticate with ILLEGAL_SASL_STATE and "SaslAuthenticate request received after
+successful authentication" (a KIP-368 re-authentication starts in the transport before any
+handler sees the request).
 """
 
 from __future__ import annotations
@@ -34,16 +44,14 @@ import enum
 import logging
 import struct
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from coordinator.runtime.responses import error_response
 from coordinator.security import AuthenticationError, KafkaPrincipal, SaslServer
-from coordinator.security.sasl.handlers import (
-    authenticate_response,
-    failed_message,
-    handshake_response,
-)
+from coordinator.security.sasl import SaslListener
+from coordinator.server.dispatch import Dispatcher
+from coordinator.server.handler import ClientInfo
 from protocol.errors import ErrorCode
 from protocol.framing import (
     API_VERSIONS_KEY,
@@ -57,12 +65,16 @@ from protocol.framing import (
 from protocol.messages import BY_KEY, api_versions, sasl_authenticate, sasl_handshake
 from protocol.primitives import DecodeError
 
-if TYPE_CHECKING:
-    from coordinator.security.sasl import SaslListener
-    from coordinator.server.dispatch import Dispatcher
-    from coordinator.server.handler import ClientInfo
-
-__all__ = ["Next", "SaslSession", "Step"]
+__all__ = [
+    "Next",
+    "SaslSession",
+    "Step",
+    "authenticate_response",
+    "failed_message",
+    "handshake_response",
+    "sasl_authenticate_after_authentication",
+    "sasl_handshake_after_authentication",
+]
 
 log = logging.getLogger("kgc.security.sasl")
 
@@ -92,6 +104,45 @@ class _State(enum.Enum):
     AUTHENTICATE = "authenticate"
     COMPLETE = "complete"
     FAILED = "failed"
+
+
+def handshake_response(error_code: int, mechanisms: Sequence[str]) -> Any:
+    return sasl_handshake.Response(error_code=error_code, mechanisms=list(mechanisms))
+
+
+def authenticate_response(
+    auth_bytes: bytes = b"",
+    *,
+    error_code: int = ErrorCode.NO_ERROR,
+    error_message: str | None = None,
+    session_lifetime_ms: int = 0,
+) -> Any:
+    return sasl_authenticate.Response(
+        error_code=error_code,
+        error_message=error_message,
+        auth_bytes=auth_bytes,
+        session_lifetime_ms=session_lifetime_ms,
+    )
+
+
+def failed_message(mechanism: str, reauthenticating: bool) -> str:
+    """Kafka's message for a failed exchange: the same whatever was wrong (user, password,
+    message format), so a client learns nothing about which part failed."""
+    what = "re-authentication" if reauthenticating else "authentication"
+    return f"Authentication failed during {what} due to invalid credentials with SASL mechanism {mechanism}"
+
+
+def sasl_handshake_after_authentication(header: RequestHeader, req: Any, client: ClientInfo) -> Any:
+    return handshake_response(ErrorCode.ILLEGAL_SASL_STATE, [])
+
+
+def sasl_authenticate_after_authentication(
+    header: RequestHeader, req: Any, client: ClientInfo
+) -> Any:
+    return authenticate_response(
+        error_code=ErrorCode.ILLEGAL_SASL_STATE,
+        error_message="SaslAuthenticate request received after successful authentication",
+    )
 
 
 def _close(reason: str) -> Step:
