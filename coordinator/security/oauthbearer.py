@@ -36,13 +36,19 @@ import urllib.parse
 import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import jwt
 
 from coordinator.security import AuthenticationError, KafkaPrincipal
+from coordinator.security.oauthbearer_token import (
+    OAuthBearerToken,
+    TokenValidationError,
+    TokenValidator,
+)
+from coordinator.security.oauthbearer_unsecured import UnsecuredJwtValidator
 
 if TYPE_CHECKING:
     import ssl
@@ -116,26 +122,6 @@ JWKS_HTTP_TIMEOUT_S = 10.0
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class TokenValidationError(Exception):
-    """The token is not acceptable; the message says why (server log only). ``status`` and
-    ``scope`` are what the error challenge tells the client (Kafka's validator callback's
-    ``error(status, scope, openid-configuration)``)."""
-
-    def __init__(
-        self, message: str, *, status: str = "invalid_token", scope: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.scope = scope
-
-    def challenge(self) -> str:
-        """RFC 7628's error JSON, formatted as Kafka's OAuthBearerSaslServer writes it."""
-        text = f'{{"status":"{self.status}"'
-        if self.scope is not None:
-            text += f', "scope":"{self.scope}"'
-        return text + "}"
 
 
 # -- the client's first message
@@ -449,27 +435,6 @@ def jwks_source(
 # -- the validator
 
 
-@dataclass(frozen=True, slots=True)
-class OAuthBearerToken:
-    """A validated token (Kafka's BasicOAuthBearerToken)."""
-
-    value: str
-    principal_name: str
-    lifetime_ms: int  # exp, in ms since the epoch
-    scope: frozenset[str]
-    start_time_ms: int | None  # iat, in ms
-    claims: Mapping[str, Any] = field(repr=False, compare=False)
-
-
-class TokenValidator(Protocol):
-    """What the mechanism asks of a validator: signed (``JwtValidator``) or Kafka's
-    unsecured development default (``oauthbearer_unsecured.UnsecuredJwtValidator``)."""
-
-    def validate(self, token: str) -> OAuthBearerToken: ...
-
-    def close(self) -> None: ...
-
-
 class JwtValidator:
     """Kafka's ValidatorAccessTokenValidator (jose4j's JwtConsumer as Kafka builds it)."""
 
@@ -750,8 +715,6 @@ def mechanism_from_config(
                 "sasl.oauthbearer.jwks.endpoint.url: required by "
                 "OAuthBearerValidatorCallbackHandler"
             )
-        from coordinator.security.oauthbearer_unsecured import UnsecuredJwtValidator
-
         return OAuthBearerMechanism(UnsecuredJwtValidator(jaas_options or {}))
     if handler == UNSECURED_VALIDATOR:
         raise ValueError(

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from coordinator.security.oauthbearer import OAuthBearerToken, TokenValidationError
+from coordinator.security.oauthbearer_token import OAuthBearerToken, TokenValidationError
 
 PRINCIPAL_CLAIM_NAME_OPTION = "unsecuredValidatorPrincipalClaimName"
 SCOPE_CLAIM_NAME_OPTION = "unsecuredValidatorScopeClaimName"
