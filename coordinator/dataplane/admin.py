@@ -68,7 +68,8 @@ from typing import Any, Protocol
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.dataplane.offsets_topic import admin_refusal
-from coordinator.dataplane.plane import DataPlane, high_watermark
+from coordinator.dataplane.plane import DataPlane
+from coordinator.dataplane.reads import high_watermark
 from coordinator.security.acl import AclOperation, Authorizer, ResourceType, all_operations
 from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
 from coordinator.server.placement import Placement, endpoint, parse_endpoints

@@ -17,7 +17,7 @@ follow commits, so kgc serves the same log under the same name:
 * **Fetch** and **ListOffsets** read the partition's log where the group runtime keeps it
   (``GroupRuntime.partitions``: every partition on a single node, in cluster mode those
   whose lease this node holds; elsewhere NOT_LEADER_OR_FOLLOWER). The high watermark is
-  the data plane's (``plane.high_watermark``): the durable end, so a reader sees a commit
+  the data plane's (``reads.high_watermark``): the durable end, so a reader sees a commit
   only once the coordinator could acknowledge it (in cluster mode, once PostgreSQL holds
   it). Compaction and tombstones are the offsets log's own, so what is read is what Kafka's
   log cleaner would leave. Long polls wake when the runtime's appends become durable

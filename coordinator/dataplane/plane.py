@@ -48,23 +48,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import crc32c as _crc32c
 
 from coordinator import topic_configs
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import legacy
+from coordinator.dataplane.batches import (
+    TIMESTAMP_AFTER_MAX_MS,
+    first_batch_attributes,
+    future_timestamp_errors,
+    keyless_record_errors,
+    record_errors_message,
+    stamp_log_append_time,
+)
 from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.dataplane.producers import (
     ClusterProducerIds,
     PartitionProducers,
     ProducerIdAllocator,
 )
-from coordinator.dataplane.reads import ReadBudget, validate_produced
+from coordinator.dataplane.reads import (
+    FetchPlan,
+    FetchTarget,
+    fill,
+    high_watermark,
+    offset_for,
+    validate_produced,
+)
 from coordinator.server.handler import (
     CLOSE_CONNECTION,
     NO_RESPONSE,
@@ -90,14 +101,12 @@ from protocol.messages.list_offsets import (
     ListOffsetsTopicResponse,
 )
 from protocol.messages.produce import (
-    BatchIndexAndErrorMessage,
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
     TopicProduceResponse,
 )
 from storage.interface import (
-    CorruptLogError,
     Durability,
     InvalidBatchError,
     LogConfig,
@@ -109,130 +118,19 @@ from storage.interface import (
 )
 from storage.offsets_format import OFFSETS_TOPIC
 from storage.record_batch import (
-    ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
     CorruptBatchError,
     UnsupportedCompressionError,
-    iter_record_tuples,
-    key_values,
 )
 
 log = logging.getLogger("kgc.data")
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
-EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 READ_COMMITTED = 1
 LEADER_EPOCH = 0
 FETCH_TOPIC_ID_VERSION = 13
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 PRODUCER_STATE_SCAN_BYTES = 128 << 20  # log tail replayed per partition at start-up
 PRODUCER_ID_FILE = "producer-id-block"
-
-_ATTRS = struct.Struct(">h")
-_I64 = struct.Struct(">q")
-_U32 = struct.Struct(">I")
-
-
-def stamp_log_append_time(batch: bytes, now_ms: int) -> bytes:
-    """The batch with LogAppendTime semantics: max timestamp = now, attribute bit 3, new CRC."""
-    b = bytearray(batch)
-    (attrs,) = _ATTRS.unpack_from(b, 21)
-    _ATTRS.pack_into(b, 21, attrs | ATTR_LOG_APPEND_TIME)
-    _I64.pack_into(b, 35, now_ms)
-    _U32.pack_into(b, 17, _crc32c.crc32c(memoryview(b)[21:]))
-    return bytes(b)
-
-
-def _reader(plog: PartitionLog, offset: int, high_watermark: int) -> Callable[[int], bytes]:
-    return lambda limit: plog.read(offset, limit, max_offset=high_watermark)
-
-
-def keyless_record_errors(batch: bytes, partition: str) -> list[BatchIndexAndErrorMessage]:
-    """The records of ``batch`` without a key, as Kafka's LogValidator reports them when the
-    topic is compacted (a record without a key could never be compacted away)."""
-    why = f"Compacted topic cannot accept message without key in topic partition {partition}"
-    return [
-        BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=why)
-        for i, (key, _) in enumerate(key_values(batch))
-        if key is None
-    ]
-
-
-# Kafka 4's message.timestamp.after.max.ms default (KIP-937): a CreateTime record may lead the
-# broker's clock by at most this much. kgc does not let topics change it (topic_configs), and
-# message.timestamp.before.max.ms stays Kafka's unbounded default.
-TIMESTAMP_AFTER_MAX_MS = 3_600_000
-_LONG_MAX = 2**63 - 1
-
-
-def future_timestamp_errors(batch: bytes, now_ms: int) -> list[BatchIndexAndErrorMessage]:
-    """The records of ``batch`` stamped more than TIMESTAMP_AFTER_MAX_MS after ``now_ms``,
-    with Kafka's LogValidator message (its bounds as Java prints the long arithmetic)."""
-    bounds = f"[{now_ms - _LONG_MAX}, {now_ms + TIMESTAMP_AFTER_MAX_MS}]"
-    return [
-        BatchIndexAndErrorMessage(
-            batch_index=i,
-            batch_index_error_message=(
-                f"Timestamp {ts} of message with offset {offset} is out of range. "
-                f"The timestamp should be within {bounds}"
-            ),
-        )
-        for i, (offset, ts, _k, _v) in enumerate(iter_record_tuples(batch))
-        if ts - now_ms > TIMESTAMP_AFTER_MAX_MS
-    ]
-
-
-def record_errors_message(errors: list[BatchIndexAndErrorMessage]) -> str:
-    """Kafka's summary of refused records (ReplicaManager, RecordValidationException)."""
-    shown = ", ".join(
-        f"RecordError(batchIndex={e.batch_index}, message='{e.batch_index_error_message}')"
-        for e in errors[:3]
-    )
-    return (
-        f"One or more records have been rejected due to {len(errors)} record errors in total, "
-        f"and only showing the first three errors at most: [{shown}]"
-    )
-
-
-def high_watermark(plog: PartitionLog) -> int:
-    """The end of what Fetch serves: with the "batch" flush policy, the durable end.
-
-    A batch is served only once it is fsynced (as Kafka serves only up to the high
-    watermark, what every in-sync replica holds), so no consumer ever reads a record that
-    a failed fsync then cuts back. With "interval" / "none" the operator chose to ack
-    before fsync, and the log end is served.
-    """
-    if plog.config.flush_policy == "batch":
-        return min(plog.durable_end, plog.log_end_offset)
-    return plog.log_end_offset
-
-
-def _first_batch_attributes(records: bytes | None) -> int:
-    if records is None or len(records) < 23:
-        return 0
-    return int(_ATTRS.unpack_from(records, 21)[0])
-
-
-@dataclass(slots=True)
-class _FetchTarget:
-    """One partition of a Fetch: where to read and the response entry to fill."""
-
-    resp: PartitionData
-    log: PartitionLog | None
-    fetch_offset: int = 0
-    max_bytes: int = 0
-
-
-@dataclass(slots=True)
-class _FetchPlan:
-    version: int
-    req: FetchRequest
-    topics: list[FetchableTopicResponse] = field(default_factory=list)
-    targets: list[_FetchTarget] = field(default_factory=list)
 
 
 class DataPlane:
@@ -441,7 +339,7 @@ class DataPlane:
         acks = req.acks
         now = self.clock()
         transactional = version >= 3 and any(  # v0-2 carry message sets, no transactions
-            _first_batch_attributes(p.records) & ATTR_TRANSACTIONAL
+            first_batch_attributes(p.records) & ATTR_TRANSACTIONAL
             for t in req.topic_data
             for p in t.partition_data
         )
@@ -677,7 +575,7 @@ class DataPlane:
                 responses=[],
             )
         plan = self._plan_fetch(version, req)
-        total, errored = self._fill(plan)
+        total, errored = fill(plan)
         resp = FetchResponse(
             throttle_time_ms=0, error_code=ErrorCode.NO_ERROR, session_id=0, responses=plan.topics
         )
@@ -690,8 +588,8 @@ class DataPlane:
             return resp
         return Deferred.task(self._long_poll(plan, resp, logs))
 
-    def _plan_fetch(self, version: int, req: FetchRequest) -> _FetchPlan:
-        plan = _FetchPlan(version, req)
+    def _plan_fetch(self, version: int, req: FetchRequest) -> FetchPlan:
+        plan = FetchPlan(version, req)
         committed = req.isolation_level == READ_COMMITTED
         by_id = version >= FETCH_TOPIC_ID_VERSION
         for ft in req.topics:
@@ -724,77 +622,11 @@ class DataPlane:
                 if plog is None:
                     # Kafka answers these from the schema's defaults: an empty list.
                     pd.aborted_transactions = []
-                plan.targets.append(_FetchTarget(pd, plog, fp.fetch_offset, fp.partition_max_bytes))
+                plan.targets.append(FetchTarget(pd, plog, fp.fetch_offset, fp.partition_max_bytes))
         return plan
 
-    def _fill(self, plan: _FetchPlan) -> tuple[int, bool]:
-        """(Re)read every partition of the plan; returns (bytes returned, any partition error)."""
-        budget = ReadBudget(plan.req.max_bytes)
-        total = 0
-        errored = False
-        for t in plan.targets:
-            pd, plog = t.resp, t.log
-            if plog is None or plog.closed:
-                if plog is not None:
-                    pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                errored = True
-                continue
-            if plog.damaged is not None:
-                # A corrupt batch was found in this partition (at open or by an earlier
-                # read): like Kafka's offline log directory, it answers KAFKA_STORAGE_ERROR
-                # rather than serving around a hole; other partitions are unaffected.
-                pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
-                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
-                pd.records = b""
-                errored = True
-                continue
-            start, end = plog.log_start_offset, plog.log_end_offset
-            offset = t.fetch_offset
-            if offset < start or offset > end:
-                pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
-                pd.records = b""
-                errored = True
-                continue
-            hw = high_watermark(plog)
-            pd.error_code = ErrorCode.NO_ERROR
-            pd.high_watermark = pd.last_stable_offset = hw
-            pd.log_start_offset = start
-            if offset >= hw:
-                pd.records = b""
-                continue
-            try:
-                # Every batch is CRC-checked on its way out (PartitionLog.read): a corrupt
-                # one marks the partition damaged and is never served.
-                data = budget.read(t.max_bytes, _reader(plog, offset, hw))
-            except OSError as e:
-                if not isinstance(e, CorruptLogError):  # that one was logged with its file
-                    log.error("read from %s failed: %r", plog.dir.name, e)
-                pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
-                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
-                pd.records = b""
-                errored = True
-                continue
-            if plan.version < 4 and data:
-                # Clients before Kafka 0.11 read magic 0/1 message sets (legacy.py).
-                data, code = legacy.fetch_records(data, plan.version, offset)
-                if code:
-                    pd.error_code, pd.records = code, b""
-                    pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
-                    errored = True
-                    continue
-            pd.records = data
-            total += len(data)
-        if plan.version <= 5:
-            # Kafka's maybeDownConvertStorageError: Fetch v5 and older clients may not know
-            # KAFKA_STORAGE_ERROR; NOT_LEADER_OR_FOLLOWER makes them refresh and retry.
-            for t in plan.targets:
-                if t.resp.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
-                    t.resp.error_code = ErrorCode.NOT_LEADER_FOR_PARTITION
-        return total, errored
-
     async def _long_poll(
-        self, plan: _FetchPlan, resp: FetchResponse, logs: list[PartitionLog]
+        self, plan: FetchPlan, resp: FetchResponse, logs: list[PartitionLog]
     ) -> FetchResponse:
         loop = asyncio.get_running_loop()
         req = plan.req
@@ -818,10 +650,10 @@ class DataPlane:
                         ws.discard(fut)
                         if not ws:
                             del self.waiters[plog]
-            total, errored = self._fill(plan)
+            total, errored = fill(plan)
             if total >= req.min_bytes or errored or self.stopping:
                 return resp
-        self._fill(plan)
+        fill(plan)
         return resp
 
     def _wake(self, plog: PartitionLog) -> None:
@@ -862,7 +694,7 @@ class DataPlane:
                     r.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                 else:
                     try:
-                        r.timestamp, r.offset = self.offset_for(plog, p.timestamp)
+                        r.timestamp, r.offset = offset_for(plog, p.timestamp)
                     except OSError as e:
                         log.error("offset lookup in %s failed: %r", plog.dir.name, e)
                         r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
@@ -870,27 +702,6 @@ class DataPlane:
                     epoch = self._leader_epoch(plog)
                     r.leader_epoch = epoch if r.offset >= 0 else -1
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
-
-    def offset_for(self, plog: PartitionLog, timestamp: int) -> tuple[int, int]:
-        """(timestamp, offset) answering a ListOffsets query; (-1, -1) when there is none.
-
-        Like Kafka (READ_UNCOMMITTED), answers stop at the high watermark: "latest" is the
-        high watermark and a timestamp lookup that lands at or past it finds nothing, so no
-        consumer is pointed at records Fetch does not serve yet.
-        """
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            return -1, plog.log_start_offset
-        hw = high_watermark(plog)
-        if timestamp == LATEST_TIMESTAMP:
-            return -1, hw
-        if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
-            return -1, -1
-        if timestamp == MAX_TIMESTAMP:
-            ts, offset = plog.offset_for_max_timestamp()
-        else:
-            found = plog.offset_for_timestamp(timestamp)
-            offset, ts = found if found is not None else (-1, -1)
-        return (ts, offset) if 0 <= offset < hw else (-1, -1)
 
     # ------------------------------------------------------------ InitProducerId
 

@@ -8,17 +8,24 @@ data may return one whole batch larger than its limit (so a consumer can always 
 progress), every later one only whole batches that fit. The log hands back whole batches,
 never a torn one, so "does not fit" means "nothing from this partition this time".
 
-``validate_produced`` is the per-partition check a Produce v3+ payload must pass before it is
+``fill`` reads every partition of a Fetch (``FetchPlan``) up to its ``high_watermark``, each
+partition's error set as Kafka answers it (out of range, damaged, unreadable); a long-polling
+Fetch calls it again on every wake-up. ``offset_for`` answers a ListOffsets query from a log. ``validate_produced`` is the per-partition check a Produce v3+ payload must pass before it is
 appended: exactly one magic-2 batch, base offset 0, CRC, size, record count, no control
 batch. It returns the parsed header or the Kafka error code with Kafka's message.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from coordinator.dataplane import legacy
 from protocol.errors import ErrorCode
+from protocol.messages.fetch import FetchableTopicResponse, FetchRequest, PartitionData
+from storage.interface import CorruptLogError, PartitionLog
 from storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -30,6 +37,16 @@ from storage.record_batch import (
 
 _LENGTH = struct.Struct(">i")
 ZSTD = 4
+
+log = logging.getLogger("kgc.data")
+
+# ListOffsets' special timestamps.
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 
 
 class ReadBudget:
@@ -129,3 +146,129 @@ def validate_produced(
     if h.is_control:
         return None, ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records"
     return h, ErrorCode.NO_ERROR, None
+
+
+def high_watermark(plog: PartitionLog) -> int:
+    """The end of what Fetch serves: with the "batch" flush policy, the durable end.
+
+    A batch is served only once it is fsynced (as Kafka serves only up to the high
+    watermark, what every in-sync replica holds), so no consumer ever reads a record that
+    a failed fsync then cuts back. With "interval" / "none" the operator chose to ack
+    before fsync, and the log end is served.
+    """
+    if plog.config.flush_policy == "batch":
+        return min(plog.durable_end, plog.log_end_offset)
+    return plog.log_end_offset
+
+
+def _reader(plog: PartitionLog, offset: int, high_watermark: int) -> Callable[[int], bytes]:
+    return lambda limit: plog.read(offset, limit, max_offset=high_watermark)
+
+
+@dataclass(slots=True)
+class FetchTarget:
+    """One partition of a Fetch: where to read and the response entry to fill."""
+
+    resp: PartitionData
+    log: PartitionLog | None
+    fetch_offset: int = 0
+    max_bytes: int = 0
+
+
+@dataclass(slots=True)
+class FetchPlan:
+    """A Fetch request and the response entries it fills, re-read on each wake-up."""
+
+    version: int
+    req: FetchRequest
+    topics: list[FetchableTopicResponse] = field(default_factory=list)
+    targets: list[FetchTarget] = field(default_factory=list)
+
+
+def fill(plan: FetchPlan) -> tuple[int, bool]:
+    """(Re)read every partition of the plan; returns (bytes returned, any partition error)."""
+    budget = ReadBudget(plan.req.max_bytes)
+    total = 0
+    errored = False
+    for t in plan.targets:
+        pd, plog = t.resp, t.log
+        if plog is None or plog.closed:
+            if plog is not None:
+                pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            errored = True
+            continue
+        if plog.damaged is not None:
+            # A corrupt batch was found in this partition (at open or by an earlier
+            # read): like Kafka's offline log directory, it answers KAFKA_STORAGE_ERROR
+            # rather than serving around a hole; other partitions are unaffected.
+            pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+            pd.records = b""
+            errored = True
+            continue
+        start, end = plog.log_start_offset, plog.log_end_offset
+        offset = t.fetch_offset
+        if offset < start or offset > end:
+            pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+            pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+            pd.records = b""
+            errored = True
+            continue
+        hw = high_watermark(plog)
+        pd.error_code = ErrorCode.NO_ERROR
+        pd.high_watermark = pd.last_stable_offset = hw
+        pd.log_start_offset = start
+        if offset >= hw:
+            pd.records = b""
+            continue
+        try:
+            # Every batch is CRC-checked on its way out (PartitionLog.read): a corrupt
+            # one marks the partition damaged and is never served.
+            data = budget.read(t.max_bytes, _reader(plog, offset, hw))
+        except OSError as e:
+            if not isinstance(e, CorruptLogError):  # that one was logged with its file
+                log.error("read from %s failed: %r", plog.dir.name, e)
+            pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+            pd.records = b""
+            errored = True
+            continue
+        if plan.version < 4 and data:
+            # Clients before Kafka 0.11 read magic 0/1 message sets (legacy.py).
+            data, code = legacy.fetch_records(data, plan.version, offset)
+            if code:
+                pd.error_code, pd.records = code, b""
+                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+                errored = True
+                continue
+        pd.records = data
+        total += len(data)
+    if plan.version <= 5:
+        # Kafka's maybeDownConvertStorageError: Fetch v5 and older clients may not know
+        # KAFKA_STORAGE_ERROR; NOT_LEADER_OR_FOLLOWER makes them refresh and retry.
+        for t in plan.targets:
+            if t.resp.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                t.resp.error_code = ErrorCode.NOT_LEADER_FOR_PARTITION
+    return total, errored
+
+
+def offset_for(plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) answering a ListOffsets query; (-1, -1) when there is none.
+
+    Like Kafka (READ_UNCOMMITTED), answers stop at the high watermark: "latest" is the
+    high watermark and a timestamp lookup that lands at or past it finds nothing, so no
+    consumer is pointed at records Fetch does not serve yet.
+    """
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        return -1, plog.log_start_offset
+    hw = high_watermark(plog)
+    if timestamp == LATEST_TIMESTAMP:
+        return -1, hw
+    if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        ts, offset = plog.offset_for_max_timestamp()
+    else:
+        found = plog.offset_for_timestamp(timestamp)
+        offset, ts = found if found is not None else (-1, -1)
+    return (ts, offset) if 0 <= offset < hw else (-1, -1)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from coordinator.dataplane.plane import high_watermark
+from coordinator.dataplane.reads import high_watermark
 from storage.interface import wall_clock_ms
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
