@@ -3,11 +3,12 @@
 How this works, in the order a request meets it:
 
 * ``listener`` -- listening sockets and accepting connections, with a reserve of file
-  descriptors kept for the logs. TLS will wrap the accepted sockets here.
+  descriptors kept for the logs; the TLS listeners wrap the accepted sockets here.
 * ``transport`` -- one ``KafkaConnection`` per socket: framing, responses in request order,
-  backpressure, bad input; ``memory`` bounds the request bytes queued across connections.
+  backpressure, bad input; ``memory`` bounds the request bytes queued across connections;
+  on a SASL listener ``sasl`` answers every frame until the connection has authenticated.
 * ``dispatch`` -- the API table: which handler answers each API key, the versions
-  advertised (``apis``), ApiVersions itself. SASL will gate dispatch here.
+  advertised (``apis``), ApiVersions itself.
 * ``handler`` -- the contract between the transport and whoever answers an API: what a
   handler is given and the one typed result it returns.
 * ``broker`` -- the cluster-level APIs (Metadata, FindCoordinator, topic admin, SASL).

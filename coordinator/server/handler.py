@@ -25,8 +25,8 @@ request body and the ``ClientInfo`` of the connection it came on. The handler re
 A handler that raises closes the connection with an ERROR line; handlers answer errors they
 expect in the API's own error codes instead.
 
-This is where authentication will plug in: ``ClientInfo`` is what a handler may know of
-the connection (today the client id and address; an authenticated principal later).
+``ClientInfo`` is what a handler may know of the connection: the client id and address, the
+listener and the authenticated principal.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE kgc_partition SET (autovacuum_vacuum_scale_factor = 0,
                                    autovacuum_vacuum_threshold = 1000);
     """,
-    # version 2: security (issue 16). SCRAM credentials (salted and hashed, never the
+    # version 2: security. SCRAM credentials (salted and hashed, never the
     # password) and ACL bindings, shared by every node; a change bumps kgc_cluster_change
     # (kind 'scram' / 'acl') like the catalog, so nodes refresh their copies.
     """
