@@ -152,11 +152,11 @@ class Metrics:
         self.logs = logs
         self.flusher = flusher
         self.cleaners = cleaners
-        # Consumer lag; the app gives it the data plane (``data``) before serving.
+        # Consumer lag; the node gives it the data plane (``follow``) before serving.
         self.lag = LagTracker(lag_max_series)
         self.lag.shard = shard
         self.lag.logs = logs
-        self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode (set by the app)
+        self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode (``follow``)
         # Security: the KafkaServer whose connections are counted per listener (``watch``),
         # SASL exchanges by (listener, mechanism, result), denials by (API, resource type).
         self.server: Any = None
@@ -212,6 +212,13 @@ class Metrics:
     def on_refused(self) -> None:
         """A connection was refused for want of file descriptors."""
         self.connections_refused += 1
+
+    def follow(self, data: DataPlane, cluster: Any = None) -> None:
+        """Report the lag of the partitions ``data`` serves and, in cluster mode, the
+        membership ``cluster``: both are built after these metrics, which the group runtime
+        they depend on reports to."""
+        self.data = data
+        self.cluster = cluster
 
     # -- security
     def watch(self, server: Any) -> None:

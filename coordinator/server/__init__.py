@@ -14,5 +14,5 @@ How this works, in the order a request meets it:
 * ``broker`` -- the cluster-level APIs (Metadata, FindCoordinator, topic admin, SASL).
 
 The group runtime (``coordinator.runtime``) and the data plane (``coordinator.dataplane``)
-answer the other APIs under the same contract; ``coordinator.app`` wires them together.
+answer the other APIs under the same contract; ``coordinator.node`` assembles them.
 """

@@ -91,7 +91,6 @@ def setup_logging(level: str, fmt: str) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator import config
-    from coordinator.app import run
     from coordinator.security.settings_check import check_settings
     from storage.postgres import StartupRefused
 
@@ -113,7 +112,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(settings.kgc_log_level, settings.kgc_log_format)
     config.log_startup(settings)  # ignored/unknown/deprecated names, the effective settings
     try:
-        run(settings)
+        if settings.kgc_workers > 1:  # a supervisor of worker processes (node/workers)
+            from coordinator.node.workers.supervisor import supervise
+
+            supervise(settings)
+        else:
+            from coordinator.node.process import run
+
+            run(settings)
     except StartupRefused as exc:  # cluster mode: the database says this node cannot start
         print(f"kgc: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -164,9 +164,16 @@ class Flusher:
     own hook to ``PartitionLog.on_cut_back`` or compare ``PartitionLog.cut_backs``.
     """
 
-    def __init__(self, clock: Clock = wall_clock_ms, *, remote_only: bool = False) -> None:
+    def __init__(
+        self,
+        clock: Clock = wall_clock_ms,
+        *,
+        remote_only: bool = False,
+        journal: WriteAheadJournal | None = None,
+    ) -> None:
         """``remote_only`` (cluster mode): only a remote journal makes anything durable; a
-        wait on a log without one fails instead of trusting a local fsync."""
+        wait on a log without one fails instead of trusting a local fsync, and ``journal``
+        is that remote journal, synced every round."""
         self._clock = clock
         self.remote_only = remote_only
         self._waiters: dict[PartitionLog, list[_Wait]] = {}
@@ -177,9 +184,9 @@ class Flusher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.stats = FlusherStats()
-        # The local journal, set by the LogManager; the journals of the logs in a round
-        # (``log.journal``, e.g. the PostgreSQL one) are synced as well.
-        self.journal: WriteAheadJournal | None = None
+        # The journal synced every round: the one given, else the LogManager's local one;
+        # the journals of the logs in a round (``log.journal``) are synced as well.
+        self.journal: WriteAheadJournal | None = journal
         # The errors of the round in flight per log: a cut-back fails waiters with it.
         self._round_errors: dict[PartitionLog, BaseException] = {}
         # A round is running (its fsyncs in flight): what is appended now waits for the

@@ -267,7 +267,7 @@ class LogManager:
         self.journal = Journal(
             self.data_dir / (JOURNAL_DIR if worker is None else f"{JOURNAL_DIR}.w{worker}")
         )
-        if flusher is not None:
+        if flusher is not None and flusher.journal is None:  # not given a remote one
             flusher.journal = self.journal
         self._logs: dict[tuple[str, int], PartitionLog] = {}
 

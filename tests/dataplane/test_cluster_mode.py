@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coordinator.app import group_core
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
+from coordinator.node.assemble import group_core
 from coordinator.server.broker import Broker
 from coordinator.server.handler import ClientInfo, Deferred
 from coordinator.server.placement import NodeAddress

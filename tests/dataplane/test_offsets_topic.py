@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from coordinator.app import group_core, log_config_for
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic, admin_refusal, offsets_topic_id
+from coordinator.node.assemble import group_core, log_config_for
 from coordinator.server.broker import Broker
 from coordinator.server.handler import CLOSE_CONNECTION, ClientInfo, Deferred
 from protocol.errors import ErrorCode
@@ -54,7 +54,7 @@ PARTITIONS = 4
 
 
 class Node:
-    """One embedded kgc node's parts, wired as ``App.start`` wires them."""
+    """One embedded kgc node's parts, wired as ``coordinator.node.assemble`` wires them."""
 
     def __init__(self, data_dir: Path, **settings: Any) -> None:
         s = self.settings = Settings(

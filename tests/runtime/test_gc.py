@@ -1,4 +1,4 @@
-"""The node's garbage-collection settings (coordinator/app.py): fewer young collections,
+"""The node's garbage-collection settings (coordinator/node/process.py): fewer young collections,
 and what start-up loaded frozen out of every later collection."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.app import GC_THRESHOLDS, freeze_when_loaded, tune_gc
+from coordinator.node.process import GC_THRESHOLDS, freeze_when_loaded, tune_gc
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Metadata and FindCoordinator answers, field by field as Kafka gives them, in process.
 
 The real broker, group runtime and data plane over real logs (no sockets), wired as
-``App.start`` wires them. Each case is one the differential suite (tests/differential) found
+``coordinator.node.assemble`` wires them. Each case is one the differential suite (tests/differential) found
 answered otherwise than by Apache Kafka.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from coordinator import topic_configs
-from coordinator.app import group_core, log_config_for
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic
+from coordinator.node.assemble import group_core, log_config_for
 from coordinator.server.broker import Broker
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode

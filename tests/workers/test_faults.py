@@ -33,9 +33,9 @@ from groupkit import commit_offset, create_topic
 from kgc_process import KgcProcess
 from workerskit import Workers, free_ports, group_on, pid_alive, report, wait_for
 
+from coordinator.node.workers.worker import lock_holder
 from coordinator.server.placement import worker_of
 from coordinator.tools.client import Connection
-from coordinator.workers.node import lock_holder
 from storage.offsets_format import OFFSETS_TOPIC, partition_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -206,7 +206,7 @@ def test_killed_node_restarts_with_another_worker_count_from_every_journal(
     kill_node(three, 3)
     cut += lose_writes_since(data, synced)
 
-    # One process: App.start's LogManager replays the workers' journals too.
+    # One process: the embedded node's LogManager replays the workers' journals too.
     one = KgcProcess(data)
     one.start()
     one.wait_loaded()

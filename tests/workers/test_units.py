@@ -20,15 +20,15 @@ import pytest
 
 from coordinator.catalog import TopicExistsError
 from coordinator.config import Settings
-from coordinator.server.placement import worker_of
-from coordinator.workers.layout import shift_listeners, worker_nodes, worker_settings
-from coordinator.workers.shared import (
+from coordinator.node.workers.layout import shift_listeners, worker_nodes, worker_settings
+from coordinator.node.workers.shared import (
     SharedFiles,
     WorkerCatalog,
     WorkerCredentialStore,
     shared_producer_ids,
     stat_key,
 )
+from coordinator.server.placement import worker_of
 from storage.local.log import LogConfig
 from storage.local.manager import DataDirLockedError, LogManager
 from storage.offsets_format import OFFSETS_TOPIC

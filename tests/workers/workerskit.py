@@ -16,9 +16,9 @@ from pathlib import Path
 
 from kgc_process import KgcProcess
 
+from coordinator.node.workers.worker import lock_holder
 from coordinator.server.placement import worker_of
 from coordinator.tools.client import Connection
-from coordinator.workers.node import lock_holder
 from protocol.errors import ErrorCode
 from protocol.messages import metadata, offset_fetch
 from storage.offsets_format import OFFSETS_TOPIC, partition_for

@@ -12,7 +12,7 @@ broker of its own, routed as a cluster is routed:
   topic partition (t, p) worker (crc32(t) + p) % N's (``placement.worker_of``); Metadata and
   FindCoordinator answer from a ``WorkerPlacement`` listing the N workers, so clients go to
   the owner, and a request for another worker's partition is answered
-  NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR as Kafka answers it (``node``);
+  NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR as Kafka answers it (``worker``);
 * one writer per partition: a worker opens and creates only its own partitions, under its
   own lock file ``.lock.w<i>`` and its own journal ``journal.w<i>``; the supervisor holds the
   data directory's ``.lock`` for its life (inherited by the workers), so N, and with it who
@@ -21,7 +21,7 @@ broker of its own, routed as a cluster is routed:
   ``flock`` and polled by every worker (``shared``): the topic catalog, ACLs, SCRAM
   credentials, group configs, and producer ids (blocks taken from one counter file).
 
-The embedded start's process-wide state (``App.start``), piece by piece:
+The embedded start's process-wide state (``node.embedded``), piece by piece:
 
 ==========================  ==========================================================
 TLS contexts, listeners     per worker, every listener at port + i

@@ -49,11 +49,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from coordinator.app import log_config_for
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
-from coordinator.workers.layout import worker_nodes
-from coordinator.workers.node import CHANGED, ERROR, POLL, READY, worker_main
+from coordinator.node.assemble import log_config_for
+from coordinator.node.workers.layout import worker_nodes
+from coordinator.node.workers.worker import CHANGED, ERROR, POLL, READY, worker_main
 from storage.local.manager import JOURNAL_DIR, DataDirLock, LogManager
 
 __all__ = ["Supervisor", "WorkerStartError", "WorkerStopError", "prepare", "supervise"]
@@ -192,7 +192,7 @@ class Supervisor:
 
     def _uninstall_signals(self) -> None:
         signal.set_wakeup_fd(-1)
-        # As ``app.serve``: a late SIGTERM must not kill the process after "kgc stopped".
+        # As ``process.serve``: a late SIGTERM must not kill the process after "kgc stopped".
         for sig in _STOP:
             signal.signal(sig, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -1,6 +1,6 @@
 """One worker process of a kgc.workers node: a broker that leads its share of the partitions.
 
-How this works: ``start_worker`` builds the same parts as ``App.start`` (embedded engine),
+How this works: ``Worker`` is the deployment ``assemble`` builds it with (the embedded engine),
 with the cluster-mode switches the parts already have for "this node leads some partitions,
 not all": the group runtime and the data plane start with nothing (``hosted=False``) and
 serve a partition only once it is handed to them (``acquire``), answering every other one
@@ -30,21 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from coordinator.app import (
-    STOP_SIGNALS,
-    App,
-    freeze_when_loaded,
-    group_core,
-    log_config_for,
-    serve_metrics,
-    start_kafka_server,
-    tune_gc,
-)
 from coordinator.catalog import TopicInfo
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
@@ -54,15 +45,16 @@ from coordinator.dataplane.plane import PRODUCER_ID_FILE
 from coordinator.group_configs import GROUP_CONFIGS_FILE
 from coordinator.logs import JsonFormatter
 from coordinator.metrics import Metrics
-from coordinator.runtime import GroupRuntime
-from coordinator.security.acl_admin import acl_security
-from coordinator.security.credentials import CREDENTIALS_FILE
-from coordinator.server.broker import Broker, advertised_endpoints
-from coordinator.server.config_admin import ConfigAdmin
-from coordinator.server.listener import describe_listeners, listen_all, tls_contexts
-from coordinator.server.placement import WorkerPlacement, worker_of
-from coordinator.workers.layout import worker_nodes, worker_settings
-from coordinator.workers.shared import (
+from coordinator.node.assemble import Core, Stores, assemble, log_config_for
+from coordinator.node.process import (
+    STOP_SIGNALS,
+    freeze_when_loaded,
+    ignore_stop_signals,
+    keep_ignoring_stop_signals,
+    tune_gc,
+)
+from coordinator.node.workers.layout import worker_nodes, worker_settings
+from coordinator.node.workers.shared import (
     SharedFiles,
     WorkerAclStore,
     WorkerCatalog,
@@ -70,10 +62,18 @@ from coordinator.workers.shared import (
     WorkerGroupConfigs,
     shared_producer_ids,
 )
+from coordinator.runtime import GroupRuntime
+from coordinator.security.acl import Authorizer
+from coordinator.security.credentials import CREDENTIALS_FILE
+from coordinator.server.broker import Broker
+from coordinator.server.placement import Placement, WorkerPlacement, worker_of
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
 from storage.offsets_format import OFFSETS_TOPIC
+
+if TYPE_CHECKING:
+    from coordinator.node import Node
 
 __all__ = ["WorkerPartitions", "serve_worker", "start_worker", "worker_main"]
 
@@ -206,96 +206,96 @@ class WorkerPartitions:
                 self._serve(info)
 
 
-async def start_worker(settings: Settings, index: int) -> tuple[App, SharedFiles]:
+class Worker:
+    """The ``Deployment`` of worker ``index`` of a kgc.workers node (module docstring)."""
+
+    hosted = False
+
+    def __init__(self, node_settings: Settings, s: Settings, index: int) -> None:
+        self.node_settings = node_settings  # the node's (every worker's address is derived)
+        self.index = index
+        self.count = node_settings.kgc_workers
+        self.files = SharedFiles(s.data_dir)
+        self.partitions: WorkerPartitions | None = None
+
+    async def open_stores(self, s: Settings) -> Stores:
+        files = self.files
+        flusher = Flusher()
+        # First: this worker's lock (.lock.w<i>) before anything there is read.
+        logs = LogManager(s.data_dir, flusher=flusher, worker=self.index)
+        catalog = WorkerCatalog(s.data_dir / "topics.json", files)
+        self.partitions = WorkerPartitions(s, self.index, self.count, catalog, logs)
+        return Stores(
+            flusher=flusher,
+            logs=logs,
+            catalog=catalog,
+            credentials=WorkerCredentialStore(s.data_dir / CREDENTIALS_FILE, files),
+            acls=WorkerAclStore(s.data_dir, files) if s.authorizer_class_name else None,
+            group_configs=WorkerGroupConfigs(s, s.data_dir / GROUP_CONFIGS_FILE, files),
+            producer_ids=shared_producer_ids(files, s.data_dir / PRODUCER_ID_FILE),
+        )
+
+    def _partitions(self) -> WorkerPartitions:
+        assert self.partitions is not None
+        return self.partitions
+
+    def open_logs(self, s: Settings, stores: Stores) -> None:
+        stores.logs.open_all(self._partitions().config_for)
+
+    def core_built(self, groups: GroupRuntime) -> None:
+        pass  # the owned offsets partitions load once handed over (``serve_partitions``)
+
+    def data_plane(self, s: Settings, stores: Stores, groups: GroupRuntime) -> DataPlane:
+        return DataPlane(
+            s,
+            stores.catalog,
+            stores.logs,
+            stores.flusher,
+            hosted=False,
+            producer_ids=stores.producer_ids,
+            offsets_topic=OffsetsTopic(groups, s.cluster_id),
+        )
+
+    def serve_partitions(self, s: Settings, core: Core) -> None:
+        self._partitions().attach(core.groups, core.data, core.metrics)
+
+    def placement(
+        self, s: Settings, core: Core, endpoints: dict[str, tuple[str, int]], port: int
+    ) -> tuple[Placement | None, int]:
+        return WorkerPlacement(worker_nodes(self.node_settings)), s.advertised_port or port
+
+    def partition_admin(
+        self, s: Settings, core: Core, placement: Placement, authorizer: Authorizer | None
+    ) -> PartitionAdmin:
+        st = core.stores
+        return PartitionAdmin(s, st.catalog, st.logs, core.data, placement, authorizer=authorizer)
+
+    def broker_nodes(self, broker: Broker) -> Callable[[], list[int]] | None:
+        return None  # DescribeConfigs answers for this worker's broker only
+
+    async def started(self, s: Settings, core: Core) -> None:
+        self.files.start()
+
+    def announce(self, s: Settings, listeners: str) -> None:
+        log.info(
+            "worker %d of %d listening on %s (node %d, data in %s)",
+            self.index,
+            self.count,
+            listeners,
+            s.node_id,
+            s.data_dir,
+        )
+
+    def membership(self) -> None:
+        return None
+
+
+async def start_worker(settings: Settings, index: int) -> tuple[Node, SharedFiles]:
     """Worker ``index`` of ``settings.kgc_workers``, listening; ``settings`` are the node's
     (this worker's own are derived here, ``layout.worker_settings``)."""
-    count = settings.kgc_workers
-    s = worker_settings(settings, index)
-    tls = tls_contexts(s)  # before anything is opened: a bad certificate stops here
-    files = SharedFiles(s.data_dir)
-    flusher = Flusher()
-    # First: this worker's lock (.lock.w<i>) before anything there is read.
-    logs = LogManager(s.data_dir, flusher=flusher, worker=index)
-    catalog = WorkerCatalog(s.data_dir / "topics.json", files)
-    credentials = WorkerCredentialStore(s.data_dir / CREDENTIALS_FILE, files)
-    acls = acl_security(s, WorkerAclStore(s.data_dir, files) if s.authorizer_class_name else None)
-    partitions = WorkerPartitions(s, index, count, catalog, logs)
-    logs.open_all(partitions.config_for)
-    flusher.start()
-
-    compaction, metrics, groups = group_core(s, catalog, logs, flusher, hosted=False)
-    data = DataPlane(
-        s,
-        catalog,
-        logs,
-        flusher,
-        hosted=False,
-        producer_ids=shared_producer_ids(files, s.data_dir / PRODUCER_ID_FILE),
-        offsets_topic=OffsetsTopic(groups, s.cluster_id),
-    )
-    data.start()
-    partitions.attach(groups, data, metrics)
-
-    listening = await listen_all(s, tls)
-    endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
-    broker = Broker(
-        s,
-        catalog,
-        logs,
-        groups,
-        data,
-        advertised_port=s.advertised_port or listening[0].port,
-        placement=WorkerPlacement(worker_nodes(settings)),
-        endpoints=endpoints,
-    )
-    server = start_kafka_server(
-        s,
-        listening,
-        broker,
-        groups,
-        data,
-        metrics,
-        credentials,
-        acls,
-        [
-            PartitionAdmin(
-                s, catalog, logs, data, broker.placement, authorizer=acls.authorizer
-            ).handlers(),
-            (
-                await ConfigAdmin.start(
-                    s,
-                    catalog,
-                    data,
-                    groups,
-                    WorkerGroupConfigs(s, s.data_dir / GROUP_CONFIGS_FILE, files),
-                    authorizer=acls.authorizer,
-                )
-            ).handlers(),
-        ],
-    )
-    compaction.start()
-    files.start()
-    await serve_metrics(s, metrics, data)
-    log.info(
-        "worker %d of %d listening on %s (node %d, data in %s)",
-        index,
-        count,
-        describe_listeners(listening, endpoints),
-        s.node_id,
-        s.data_dir,
-    )
-    app = App(
-        flusher=flusher,
-        logs=logs,
-        groups=groups,
-        data=data,
-        server=server,
-        metrics=metrics,
-        compaction=compaction,
-        credentials=credentials,
-    )
-    app.authorizer = acls.authorizer
-    return app, files
+    worker = Worker(settings, worker_settings(settings, index), index)
+    node = await assemble(worker_settings(settings, index), worker)
+    return node, worker.files
 
 
 def failure_line(exc: BaseException) -> str:
@@ -311,14 +311,14 @@ def failure_line(exc: BaseException) -> str:
 
 async def serve_worker(settings: Settings, index: int, channel: socket.socket) -> None:
     """Run worker ``index`` until SIGTERM/SIGINT or its supervisor's end of ``channel``
-    closes, then stop cleanly (``app.serve``'s rules for signals during start and stop)."""
+    closes, then stop cleanly (``process.serve``'s rules for signals during start and stop)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
-    tune_gc()  # as a single-process node collects: app.py's GC_THRESHOLDS, then a freeze
+    tune_gc()  # as a single-process node collects: process.GC_THRESHOLDS, then a freeze
     try:
-        app, files = await start_worker(settings, index)
+        node, files = await start_worker(settings, index)
     except BaseException as exc:
         log.debug("worker %d could not start", index, exc_info=True)
         channel.sendall(ERROR + failure_line(exc).encode(errors="replace") + b"\n")
@@ -347,19 +347,16 @@ async def serve_worker(settings: Settings, index: int, channel: socket.socket) -
             files.poll()
 
     loop.add_reader(channel.fileno(), supervisor_said)
-    freezing = asyncio.ensure_future(freeze_when_loaded(app.groups))
+    freezing = asyncio.ensure_future(freeze_when_loaded(node.groups))
     await stop.wait()
     freezing.cancel()
     log.info("worker %d shutting down", index)
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, log.info, "already shutting down")
+    ignore_stop_signals(loop)
     try:
         await files.stop()  # no reload while the parts stop
-        await app.stop()
+        await node.stop()
     finally:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, signal.SIG_IGN)
+        keep_ignoring_stop_signals(loop)
 
 
 class _WorkerFormatter(logging.Formatter):

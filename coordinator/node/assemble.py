@@ -1,0 +1,433 @@
+"""The one build order of a running kgc, for every deployment.
+
+How this works: ``assemble(settings, deployment)`` builds every part once, in dependency
+order, and gives each what it uses when it is constructed. A deployment (``embedded``: one
+process on a data directory; ``cluster``: a node over PostgreSQL; ``workers.worker``: one
+worker process of a kgc.workers node) supplies what differs between them -- where the
+stores and logs live, which partitions this process serves, who leads the others -- and
+nothing else. The steps:
+
+1. the TLS contexts of SSL/SASL_SSL listeners, before anything is opened:
+   a certificate that does not load stops start-up before a file is touched;
+2. the stores (``Deployment.open_stores``), whose first act is to take the data
+   directory's lock, before anything there is read: the flusher and the ``LogManager``,
+   the topic catalog, the SCRAM credentials, the ACLs, the group configs;
+3. the logs this process serves opened (recovered if the last stop was not clean), and the
+   flusher started;
+4. the group core (``GroupShard``), the metrics (which read the shard, the logs, the
+   flusher and the cleaners at scrape time) and the group runtime (which replays the
+   offsets log in the background, answering COORDINATOR_LOAD_IN_PROGRESS meanwhile);
+5. the data plane, then the deployment's partitions handed to both (``serve_partitions``);
+6. the listening sockets, one set per listener (Kafka's ``listeners``): a port is known
+   once bound, and the broker advertises each listener's (unless ``advertised.listeners``
+   says otherwise). In cluster mode this comes before any lease is taken: until its
+   leases are taken and loaded, the node's answers send clients to the owners;
+7. who leads what (``Deployment.placement``), the broker, the API handlers (the broker's,
+   the group runtime's, the data plane's, the SCRAM and ACL admin APIs, the partition and
+   config admin APIs), each wrapped by its authorization check, and the server accepting;
+8. the deployment's background work (``Deployment.started``: cluster membership, the
+   workers' shared-file poll), compaction, and the metrics endpoint.
+
+A background task (``Compaction``) runs the log cleaner on compacted logs in bounded steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from coordinator import topic_configs
+from coordinator.catalog import CatalogTopics, SharedCatalog, TopicCatalog
+from coordinator.config import Settings, offsets_log_config
+from coordinator.dataplane import DataPlane
+from coordinator.dataplane.admin import PartitionAdmin
+from coordinator.dataplane.offsets_topic import offsets_topic_id
+from coordinator.dataplane.producers import ClusterProducerIds
+from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.group_configs import LocalGroupConfigs, PgGroupConfigs
+from coordinator.metrics import Metrics
+from coordinator.node import Node
+from coordinator.runtime import GroupRuntime
+from coordinator.security.acl import Authorizer
+from coordinator.security.acl_admin import acl_security
+from coordinator.security.acl_store import AclStore
+from coordinator.security.sasl import attach_sasl
+from coordinator.security.scram_admin import AlterableCredentialStore, ScramAdmin
+from coordinator.server.authz import ApiAuthorizer, cluster_authorize
+from coordinator.server.broker import Broker, advertised_endpoints
+from coordinator.server.config_admin import ConfigAdmin
+from coordinator.server.dispatch import Dispatcher
+from coordinator.server.handler import Handler
+from coordinator.server.listener import (
+    KafkaServer,
+    Listening,
+    describe_listeners,
+    listen_all,
+    tls_contexts,
+)
+from coordinator.server.placement import Placement
+from storage.local.cleaner import LogCleaner
+from storage.local.durability import Flusher
+from storage.local.log import LogConfig, PartitionLog
+from storage.local.manager import LogManager
+from storage.offsets_format import OFFSETS_TOPIC
+
+if TYPE_CHECKING:
+    from coordinator.cluster import Cluster  # imports asyncpg: cluster mode only
+
+log = logging.getLogger("kgc")
+
+CLEANER_STEP_BYTES = 1 << 20  # work per step, so a step never holds the loop for long
+
+
+def log_config_for(
+    settings: Settings, catalog: TopicCatalog, topic: str, partition: int
+) -> LogConfig | None:
+    """A partition's log settings at start-up; None leaves an offline topic unopened."""
+    if topic == OFFSETS_TOPIC:
+        return offsets_log_config(settings)
+    info = catalog.get(topic)
+    if info is not None and info.offline is not None:
+        return None
+    return topic_configs.log_config(settings, info.configs if info else None)
+
+
+def topic_partitions(settings: Settings, catalog: TopicCatalog, topic: str) -> int | None:
+    """Partitions of ``topic``, None if it does not exist (offsets of it are refused)."""
+    if topic == OFFSETS_TOPIC:
+        return settings.offsets_topic_num_partitions
+    info = catalog.get(topic)
+    return info.num_partitions if info is not None else None
+
+
+def group_config(s: Settings) -> GroupConfig:
+    return GroupConfig(
+        group_min_session_timeout_ms=s.group_min_session_timeout_ms,
+        group_max_session_timeout_ms=s.group_max_session_timeout_ms,
+        group_initial_rebalance_delay_ms=s.group_initial_rebalance_delay_ms,
+        group_max_size=s.group_max_size,
+        offsets_topic_num_partitions=s.offsets_topic_num_partitions,
+        offset_metadata_max_bytes=s.offset_metadata_max_bytes,
+        offsets_retention_minutes=s.offsets_retention_minutes,
+        offsets_retention_check_interval_ms=s.offsets_retention_check_interval_ms,
+        consumer_group_session_timeout_ms=s.group_consumer_session_timeout_ms,
+        consumer_group_min_session_timeout_ms=s.group_consumer_min_session_timeout_ms,
+        consumer_group_max_session_timeout_ms=s.group_consumer_max_session_timeout_ms,
+        consumer_group_heartbeat_interval_ms=s.group_consumer_heartbeat_interval_ms,
+        consumer_group_min_heartbeat_interval_ms=s.group_consumer_min_heartbeat_interval_ms,
+        consumer_group_max_heartbeat_interval_ms=s.group_consumer_max_heartbeat_interval_ms,
+        consumer_group_max_size=s.group_consumer_max_size,
+        consumer_group_assignors=s.consumer_group_assignors,
+        consumer_group_migration_policy=s.group_consumer_migration_policy,
+    )
+
+
+class Compaction:
+    """Runs the log cleaner over every compacted log, a bounded step at a time."""
+
+    def __init__(self, logs: LogManager, backoff_ms: int) -> None:
+        self.logs = logs
+        self.backoff_s = backoff_ms / 1000
+        self.cleaners: dict[PartitionLog, LogCleaner] = {}  # one per compacted log
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.backoff_s)
+            for gone in [plog for plog in self.cleaners if plog.closed]:
+                del self.cleaners[gone]  # a deleted topic's log
+            for plog in self.logs.logs():
+                if not plog.config.compact or plog.closed:
+                    continue
+                cleaner = self.cleaners.get(plog)
+                if cleaner is None:
+                    cleaner = self.cleaners[plog] = LogCleaner(plog)
+                try:
+                    while cleaner.clean_step(CLEANER_STEP_BYTES):
+                        await asyncio.sleep(0)  # let requests through between steps
+                except Exception:
+                    log.exception("compaction of %s failed; will retry", plog.dir)
+
+
+def group_core(
+    s: Settings, catalog: TopicCatalog, logs: LogManager, flusher: Flusher, *, hosted: bool
+) -> tuple[Compaction, Metrics, GroupRuntime]:
+    """The group core, its runtime, the metrics that read them, and the cleaner's task.
+
+    ``hosted``: this node coordinates every offsets partition (the embedded default); in
+    cluster mode none until their leases are taken (``GroupRuntime.acquire``).
+    """
+    shard = GroupShard(
+        group_config(s),
+        topic_partitions=functools.partial(topic_partitions, s, catalog),
+        topics=CatalogTopics(catalog),
+    )
+    compaction = Compaction(logs, s.log_cleaner_backoff_ms)
+    metrics = Metrics(
+        shard=shard,
+        logs=logs,
+        flusher=flusher,
+        cleaners=compaction.cleaners.values,
+        lag_max_series=s.metrics_lag_max_series,
+    )
+    groups = GroupRuntime(
+        shard,
+        logs,
+        flusher,
+        num_partitions=s.offsets_topic_num_partitions,
+        log_config=offsets_log_config(s),
+        metrics=metrics,  # load times, rebalance durations
+        hosted=hosted,
+    )
+    catalog.on_change.append(groups.topics_changed)
+    return compaction, metrics, groups
+
+
+def kafka_server(
+    s: Settings,
+    listening: Listening | list[Listening],
+    broker: Broker,
+    groups: GroupRuntime,
+    data: DataPlane,
+    metrics: Metrics,
+    more_handlers: Sequence[Mapping[int, Handler]] = (),
+    authorizer: Authorizer | None = None,
+) -> KafkaServer:
+    """The server over the handler tables of the broker, the group runtime, the data plane
+    and ``more_handlers``, each handler behind its authorization check when ``authorizer``
+    is given; not accepting yet."""
+    tables: list[Mapping[int, Handler]] = [
+        broker.handlers(),
+        groups.handlers(),
+        data.handlers(),
+        *more_handlers,
+    ]
+    if authorizer is not None:
+        # Every API checks what Kafka's KafkaApis checks before its handler runs.
+        catalog = broker.catalog
+        offsets_id = offsets_topic_id(s.cluster_id)
+
+        def topic_name(topic_id: bytes) -> str | None:
+            if topic_id == offsets_id:
+                return OFFSETS_TOPIC
+            info = catalog.by_id.get(topic_id)
+            return None if info is None else info.name
+
+        api_authorizer = ApiAuthorizer(authorizer, topic_name)
+        tables = [api_authorizer.wrap(merged(tables))]
+        metrics.count_denials(authorizer, lambda: api_authorizer.api_key)
+    return KafkaServer(
+        listening,
+        Dispatcher(*tables),
+        max_request_size=s.socket_request_max_bytes,
+        queued_max_requests=s.queued_max_requests,
+        queued_max_request_bytes=s.queued_max_request_bytes,
+        on_refused=metrics.on_refused,
+        on_connection=metrics.on_connection,
+        # Without an endpoint nobody reads the counters: skip the per-request hook then.
+        on_request=metrics.on_request if s.metrics_port else None,
+    )
+
+
+def merged(tables: Sequence[Mapping[int, Handler]]) -> dict[int, Handler]:
+    """The handler tables as one, a key served twice refused as ``Dispatcher`` refuses it."""
+    handlers: dict[int, Handler] = {}
+    for table in tables:
+        for key, handler in table.items():
+            if key in handlers:
+                raise ValueError(f"api key {key} has two handlers")
+            handlers[key] = handler
+    return handlers
+
+
+@dataclass
+class Stores:
+    """What a deployment opens first: the logs and the metadata stores."""
+
+    flusher: Flusher
+    logs: LogManager
+    catalog: TopicCatalog
+    credentials: AlterableCredentialStore
+    acls: AclStore | None  # None without authorizer.class.name
+    group_configs: LocalGroupConfigs | PgGroupConfigs
+    # Where producer ids come from when other processes take them too (None: this one's
+    # own counter file).
+    producer_ids: ClusterProducerIds | None = None
+    # Cluster mode: where topics are created and deleted for the whole cluster.
+    shared_topics: SharedCatalog | None = None
+    # Run after the parts stop, in order (database pools, journals, followers).
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+@dataclass
+class Core:
+    """The parts every deployment's partitions are handed to (``serve_partitions``)."""
+
+    stores: Stores
+    compaction: Compaction
+    metrics: Metrics
+    groups: GroupRuntime
+    data: DataPlane
+
+
+class Deployment(Protocol):
+    """What differs between the ways kgc runs; ``assemble`` calls these in its order."""
+
+    # This process serves every partition from the start (False: only those handed to it).
+    hosted: bool
+
+    async def open_stores(self, s: Settings) -> Stores:
+        """Step 2: the data directory's lock first, then the stores."""
+        ...
+
+    def open_logs(self, s: Settings, stores: Stores) -> None:
+        """Step 3: open (and recover) the logs this process serves from the start."""
+        ...
+
+    def core_built(self, groups: GroupRuntime) -> None:
+        """Step 4: start loading the offsets partitions served from the start, if any."""
+        ...
+
+    def data_plane(self, s: Settings, stores: Stores, groups: GroupRuntime) -> DataPlane:
+        """Step 5: the data plane, with the deployment's producer ids and offsets reads."""
+        ...
+
+    def serve_partitions(self, s: Settings, core: Core) -> None:
+        """Step 5: hand this process's partitions to the group runtime and the data plane."""
+        ...
+
+    def placement(
+        self, s: Settings, core: Core, endpoints: dict[str, tuple[str, int]], port: int
+    ) -> tuple[Placement | None, int]:
+        """Step 7: who leads what (None: this node leads everything) and the advertised
+        port; ``port``: the first listener's bound port."""
+        ...
+
+    def partition_admin(
+        self, s: Settings, core: Core, placement: Placement, authorizer: Authorizer | None
+    ) -> PartitionAdmin:
+        """Step 7: CreatePartitions, DeleteRecords, DescribeCluster, DescribeLogDirs."""
+        ...
+
+    def broker_nodes(self, broker: Broker) -> Callable[[], list[int]] | None:
+        """The node ids DescribeConfigs answers for (None: this node only)."""
+        ...
+
+    async def started(self, s: Settings, core: Core) -> None:
+        """Step 8: the deployment's background work, once the server accepts."""
+        ...
+
+    def announce(self, s: Settings, listeners: str) -> None:
+        """Log the start-up line, given the listeners it listens on."""
+        ...
+
+    def membership(self) -> Cluster | None:
+        """Cluster mode's membership, which the node stops first (None otherwise)."""
+        ...
+
+
+async def assemble(s: Settings, deployment: Deployment) -> Node:
+    """Build and start every part of a node, in the order of the module docstring."""
+    # Step 1: TLS before anything is opened, so a bad certificate stops start-up here.
+    tls = tls_contexts(s)
+    # Step 2: the data directory's lock, then the stores.
+    stores = await deployment.open_stores(s)
+    acls = acl_security(s, stores.acls)
+    # Step 3: the logs this process serves from the start.
+    deployment.open_logs(s, stores)
+    stores.flusher.start()
+
+    # Step 4: the group core; step 5: the data plane, this process's partitions.
+    compaction, metrics, groups = group_core(
+        s, stores.catalog, stores.logs, stores.flusher, hosted=deployment.hosted
+    )
+    deployment.core_built(groups)
+    data = deployment.data_plane(s, stores, groups)
+    data.start()
+    core = Core(stores, compaction, metrics, groups, data)
+    deployment.serve_partitions(s, core)
+
+    # Step 6: listen. In cluster mode before any lease is taken (``started``): until they
+    # are taken and loaded, answers send clients to the owners.
+    listening = await listen_all(s, tls)
+    endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
+    placement, advertised_port = deployment.placement(s, core, endpoints, listening[0].port)
+    broker = Broker(
+        s,
+        stores.catalog,
+        stores.logs,
+        groups,
+        data,
+        advertised_port=advertised_port,
+        placement=placement,
+        topics=stores.shared_topics,
+        endpoints=endpoints,
+    )
+    # Step 7: the broker, the API handlers, the server accepting.
+    config_admin = await ConfigAdmin.start(
+        s,
+        stores.catalog,
+        data,
+        groups,
+        stores.group_configs,
+        shared_topics=stores.shared_topics,
+        authorizer=acls.authorizer,
+        nodes=deployment.broker_nodes(broker),
+    )
+    server = kafka_server(
+        s,
+        listening,
+        broker,
+        groups,
+        data,
+        metrics,
+        [
+            ScramAdmin(stores.credentials, cluster_authorize(acls.authorizer)).handlers(),
+            acls.handlers(),
+            deployment.partition_admin(s, core, broker.placement, acls.authorizer).handlers(),
+            config_admin.handlers(),  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+        ],
+        authorizer=acls.authorizer,
+    )
+    attach_sasl(server, s, stores.credentials)
+    metrics.watch(server)  # connections per listener, SASL authentications
+    server.start()
+
+    # Step 8: background work, the metrics endpoint.
+    await deployment.started(s, core)
+    compaction.start()
+    cluster = deployment.membership()
+    # The lag is measured in the partitions the data plane serves; both it and the
+    # cluster membership are built after the metrics, which the group runtime reports to.
+    metrics.follow(data, cluster)
+    if s.metrics_port:
+        port = await metrics.serve(s.host, s.metrics_port)
+        log.info("metrics on http://%s:%d/metrics", s.host, port)
+    deployment.announce(s, describe_listeners(listening, endpoints))
+    return Node(
+        flusher=stores.flusher,
+        logs=stores.logs,
+        groups=groups,
+        data=data,
+        server=server,
+        metrics=metrics,
+        compaction=compaction,
+        credentials=stores.credentials,
+        authorizer=acls.authorizer,
+        closers=stores.closers,
+        cluster=cluster,
+    )

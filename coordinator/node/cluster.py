@@ -1,0 +1,368 @@
+"""A kgc node of a cluster over PostgreSQL, and what it does when it gains or loses a lease.
+
+How this works: ``assemble`` builds the node; this deployment (``ClusterNode``) opens the
+data directory as a cache only (its lock first, then every partition directory dropped:
+nothing local is trusted), connects to the database (schema migrated), starts the
+PostgreSQL journal and follows the shared stores (topic catalog, SCRAM credentials, group
+configs, ACLs). The group runtime and the data plane start with nothing: the node listens
+before it owns anything, and until its leases are taken and loaded its answers send
+clients to the owners (or ask them to retry). Membership (``coordinator.cluster``) starts
+once the server accepts.
+
+``coordinator/cluster`` decides which node holds which partition (leases
+with fencing epochs in PostgreSQL) and calls ``acquire(lease)`` / ``release(topic, p)``
+here. Taking a partition over:
+
+1. the group runtime (``__consumer_offsets``) marks it LOADING at once, so its groups answer
+   COORDINATOR_LOAD_IN_PROGRESS instead of NOT_COORDINATOR while it loads;
+2. a fresh local log is made for it (the local directory is only a cache, never trusted
+   across owners) and filled from the database up to the lease's ``next_offset``
+   (``storage.postgres.materialize``);
+3. the log is attached to the PostgreSQL journal under the lease's epoch: from now on every
+   append is made durable by a round statement that checks that epoch (a node that lost the
+   lease can never write);
+4. the group runtime replays it into the shard and serves it (timers re-armed), or the data
+   plane serves the topic partition (leader epoch = the lease's epoch).
+
+Giving one up (a clean stop, or the cluster moving it to a newer node) runs the same steps
+backwards: stop serving (parked requests answer NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER),
+let the writes already appended finish their round, detach, drop the cache. When the journal
+finds a write fenced (another node took the partition while this one was paused or cut
+off), the partition is dropped the same way at once and the cluster layer is told.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from coordinator import topic_configs
+from coordinator.catalog import SharedCatalog, TopicCatalog
+from coordinator.cluster import Cluster
+from coordinator.config import Settings, offsets_log_config
+from coordinator.dataplane import DataPlane
+from coordinator.dataplane.admin import PartitionAdmin
+from coordinator.dataplane.offsets_topic import OffsetsTopic
+from coordinator.dataplane.producers import ClusterProducerIds
+from coordinator.group_configs import PgGroupConfigs
+from coordinator.node import Node
+from coordinator.node.assemble import Core, Stores, assemble
+from coordinator.runtime.group_runtime import GroupRuntime
+from coordinator.security.acl import Authorizer
+from coordinator.security.acl_store import PgAclStore
+from coordinator.security.credentials import PgCredentialStore
+from coordinator.server.broker import Broker
+from coordinator.server.placement import ClusterPlacement, Placement
+from storage.interface import Lease
+from storage.local.durability import Flusher
+from storage.local.manager import LogManager
+from storage.offsets_format import OFFSETS_TOPIC
+from storage.postgres import catalog as pg_catalog
+from storage.postgres import redact_url
+from storage.postgres.journal import PgJournal
+from storage.postgres.materialize import materialize
+from storage.postgres.schema import migrate
+
+if TYPE_CHECKING:
+    from storage.local.log import PartitionLog
+
+log = logging.getLogger("kgc.cluster")
+
+
+class PartitionHost:
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: TopicCatalog,
+        logs: LogManager,
+        flusher: Flusher,
+        journal: PgJournal,
+        groups: GroupRuntime,
+        data: DataPlane,
+        pool: Any,
+        shared: SharedCatalog,
+        *,
+        broker_epoch: Callable[[], int],
+        on_fenced: Callable[[str, int], None],
+    ) -> None:
+        """``pool``: an asyncpg pool for reads (materialising partitions);
+        ``broker_epoch``: the cluster layer's current one (the journal's writes carry it);
+        ``on_fenced``: tells the cluster layer a partition was lost to a newer owner."""
+        self.shared = shared
+        self.broker_epoch = broker_epoch
+        self.settings = settings
+        self.catalog = catalog
+        self.logs = logs
+        self.flusher = flusher
+        self.journal = journal
+        self.groups = groups
+        self.data = data
+        self.pool = pool
+        self.hosted: dict[tuple[str, int], PartitionLog] = {}
+        self.on_fenced = on_fenced
+        journal.on_fenced.append(self._fenced)
+
+    async def acquire(self, lease: Lease) -> None:
+        topic, p = lease.topic, lease.partition
+        started = time.perf_counter()
+        offsets = topic == OFFSETS_TOPIC
+        if offsets:
+            self.groups.begin_acquire(p)
+            cfg = offsets_log_config(self.settings)
+            topic_id = None
+            info = None
+        else:
+            info = self.catalog.get(topic)
+            if info is None:
+                await self.shared.refresh()  # created since our last heartbeat
+                info = self.catalog.get(topic)
+            if info is None or info.offline is not None:
+                log.warning("not serving %s-%d: the topic is not in this node's catalog", topic, p)
+                return
+            cfg = topic_configs.log_config(self.settings, info.configs)
+            topic_id = info.topic_id
+        # Nothing serves this log until it is attached to the journal below: the group
+        # runtime and the data plane only use logs handed to them by ``acquire``.
+        plog = self.logs.fresh(topic, p, cfg, topic_id)
+        try:
+            async with self.pool.acquire() as conn:
+                batches = await materialize(conn, plog, lease)
+            self.journal.broker_epoch = self.broker_epoch()
+            self.journal.attach(plog, lease)
+        except BaseException:
+            self.journal.detach(plog)
+            self.logs.forget(topic, p)
+            if offsets:
+                self.groups.release(p)
+            raise
+        self.hosted[(topic, p)] = plog
+        if offsets:
+            records = await self.groups.acquire(p, plog, lease.epoch)
+            what = f"{records} records"
+        else:
+            assert info is not None
+            self.data.acquire(info, plog, lease.epoch)
+            what = f"offsets {plog.log_start_offset}..{plog.log_end_offset}"
+        ms = (time.perf_counter() - started) * 1000
+        # The cluster layer logs the acquisition itself; this line adds what loading cost.
+        log.log(
+            logging.INFO if ms >= 1000 else logging.DEBUG,
+            "loaded %s-%d at leader epoch %d: %d batches, %s, in %.0f ms",
+            topic,
+            p,
+            lease.epoch,
+            batches,
+            what,
+            ms,
+        )
+
+    async def release(self, topic: str, p: int) -> None:
+        plog = self.hosted.pop((topic, p), None)
+        if topic == OFFSETS_TOPIC:
+            self.groups.release(p)
+        elif plog is not None:
+            self.data.release(plog)
+        if plog is None:
+            return
+        if plog.log_end_offset > plog.durable_end:
+            # Appends already made wait for their round: their answers depend on it.
+            with contextlib.suppress(Exception):
+                await self.flusher.wait_durable(plog, plog.log_end_offset - 1)
+        self.journal.detach(plog)
+        self.logs.forget(topic, p)
+        log.debug("unloaded %s-%d", topic, p)
+
+    def _fenced(self, topic: str, p: int) -> None:
+        """A write of ours was refused: another node holds the lease now."""
+        log.warning(
+            "write to %s-%d refused: another node holds its lease now; stepping down", topic, p
+        )
+        # The cluster layer unloads it (``release``) through its one transition per
+        # partition, so a later take-over never overlaps the unload.
+        self.on_fenced(topic, p)
+
+
+class ClusterNode:
+    """The ``Deployment`` of a cluster node over PostgreSQL (module docstring)."""
+
+    hosted = False
+
+    def __init__(self, s: Settings) -> None:
+        assert s.storage_url is not None
+        self.url = s.storage_url
+        self.name = f"kgc-node-{s.node_id}"
+        # No I/O until ``start``; given to the flusher, which syncs it every round.
+        self.journal = PgJournal(self.url, s.node_id, application_name=f"{self.name}-writer")
+        self.pool: Any = None
+        self.shared: SharedCatalog | None = None
+        self.credentials: PgCredentialStore | None = None
+        self.group_configs: PgGroupConfigs | None = None
+        self.host: PartitionHost | None = None
+        self.cluster: Cluster | None = None
+
+    async def open_stores(self, s: Settings) -> Stores:
+        flusher = Flusher(remote_only=True, journal=self.journal)
+        # First: the LogManager takes the data directory's lock before anything there is read.
+        logs = LogManager(s.data_dir, flusher=flusher)
+        logs.drop_cache()  # nothing local is trusted: partitions are filled from the database
+        try:
+            pool = self.pool = await asyncpg.create_pool(
+                self.url,
+                min_size=1,
+                max_size=4,
+                server_settings={"application_name": f"{self.name}-reads"},
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise OSError(
+                f"cannot reach the cluster's database {redact_url(self.url)}: {exc}"
+            ) from exc
+        async with pool.acquire() as conn:
+            await migrate(conn)
+        await self.journal.start()
+        catalog = TopicCatalog(None)
+        shared = self.shared = SharedCatalog(catalog, pool)
+        await shared.listen(self.url, f"{self.name}-catalog")
+        await shared.refresh()
+        credentials = self.credentials = PgCredentialStore(pool)
+        await credentials.refresh()
+        group_configs = self.group_configs = PgGroupConfigs(s, pool)  # ConfigAdmin loads it
+        acl_store = PgAclStore(pool) if s.authorizer_class_name else None
+        if acl_store is not None:  # loads kgc_acl, then follows it (poll + NOTIFY)
+            await acl_store.start(self.url, f"{self.name}-acl")
+        closers = [self.journal.close, shared.close, pool.close]
+        return Stores(
+            flusher=flusher,
+            logs=logs,
+            catalog=catalog,
+            credentials=credentials,
+            acls=acl_store,
+            group_configs=group_configs,
+            producer_ids=ClusterProducerIds(self._take_producer_ids),
+            shared_topics=shared,
+            closers=[acl_store.close, *closers] if acl_store is not None else closers,
+        )
+
+    async def _take_producer_ids(self, block: int, floor: int) -> int:
+        async with self.pool.acquire() as conn:
+            return await pg_catalog.take_producer_ids(conn, block, floor)
+
+    def open_logs(self, s: Settings, stores: Stores) -> None:
+        pass  # partitions are opened as their leases are taken
+
+    def core_built(self, groups: GroupRuntime) -> None:
+        groups.loaded.set()  # nothing to load up front: partitions load as leases come
+
+    def data_plane(self, s: Settings, stores: Stores, groups: GroupRuntime) -> DataPlane:
+        return DataPlane(
+            s,
+            stores.catalog,
+            stores.logs,
+            stores.flusher,
+            hosted=False,
+            producer_ids=stores.producer_ids,
+            # Read where this node holds the partition's lease, at the lease's epoch.
+            offsets_topic=OffsetsTopic(groups, s.cluster_id, lease_of=self.journal.lease_of),
+        )
+
+    def serve_partitions(self, s: Settings, core: Core) -> None:
+        assert self.shared is not None
+        st = core.stores
+        # The host and the membership call each other: each gets the other's call through
+        # this deployment, and neither calls before ``Cluster.start`` (``started``).
+        self.host = PartitionHost(
+            s,
+            st.catalog,
+            st.logs,
+            st.flusher,
+            self.journal,
+            core.groups,
+            core.data,
+            self.pool,
+            self.shared,
+            broker_epoch=lambda: self._cluster().broker_epoch,
+            on_fenced=lambda topic, p: self._cluster().partition_lost(topic, p),
+        )
+        self.shared.on_deleted.append(core.groups.topic_deleted)
+
+    def _cluster(self) -> Cluster:
+        assert self.cluster is not None
+        return self.cluster
+
+    async def _catalog_changed(self) -> None:
+        # The cluster's change version moved: topics, SCRAM credentials ('scram'),
+        # or a group's configs ('group_config').
+        assert self.shared and self.credentials and self.group_configs
+        try:
+            await self.shared.refresh()
+        finally:
+            try:
+                await self.credentials.refresh()
+            finally:
+                await self.group_configs.refresh()
+
+    def placement(
+        self, s: Settings, core: Core, endpoints: dict[str, tuple[str, int]], port: int
+    ) -> tuple[Placement | None, int]:
+        assert self.host is not None
+        # The node's row keeps its first advertised address and every advertised listener,
+        # which the other nodes give to clients of that listener.
+        adv_host, adv_port = next(iter(endpoints.values()))
+        self.cluster = Cluster(
+            self.url,
+            s.node_id,
+            adv_host,
+            adv_port,
+            listeners=",".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()),
+            rack=s.broker_rack,
+            heartbeat_interval_ms=s.broker_heartbeat_interval_ms,
+            session_timeout_ms=s.broker_session_timeout_ms,
+            offsets_partitions=s.offsets_topic_num_partitions,
+            on_acquire=self.host.acquire,
+            on_release=self.host.release,
+            on_catalog_change=self._catalog_changed,
+        )
+        return ClusterPlacement(self.cluster), adv_port
+
+    def partition_admin(
+        self, s: Settings, core: Core, placement: Placement, authorizer: Authorizer | None
+    ) -> PartitionAdmin:
+        st = core.stores
+        return PartitionAdmin(
+            s,
+            st.catalog,
+            st.logs,
+            core.data,
+            placement,
+            authorizer=authorizer,
+            shared=self.shared,
+            pool=self.pool,
+            journal=self.journal,
+        )
+
+    def broker_nodes(self, broker: Broker) -> Callable[[], list[int]] | None:
+        return lambda: [n.node_id for n in broker.placement.nodes()]
+
+    async def started(self, s: Settings, core: Core) -> None:
+        await self._cluster().start()  # leases are taken only now, once the server accepts
+
+    def announce(self, s: Settings, listeners: str) -> None:
+        logging.getLogger("kgc").info(
+            "kgc node %d listening on %s, cluster on %s, cache in %s",
+            s.node_id,
+            listeners,
+            redact_url(self.url),
+            s.data_dir,
+        )
+
+    def membership(self) -> Cluster | None:
+        return self.cluster
+
+
+async def start_cluster_node(settings: Settings) -> Node:
+    """Cluster mode: the same parts over the PostgreSQL engine (README "Cluster mode")."""
+    return await assemble(settings, ClusterNode(settings))
