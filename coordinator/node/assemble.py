@@ -39,14 +39,14 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator import topic_configs
 from coordinator.catalog import CatalogTopics, SharedCatalog, TopicCatalog
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.admin import PartitionAdmin
-from coordinator.dataplane.offsets_topic import offsets_topic_id
+from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.group_configs import LocalGroupConfigs, PgGroupConfigs
@@ -79,6 +79,7 @@ from storage.offsets_format import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.cluster import Cluster  # imports asyncpg: cluster mode only
+    from storage.postgres.journal import PgJournal
 
 log = logging.getLogger("kgc")
 
@@ -267,8 +268,12 @@ class Stores:
     # Where producer ids come from when other processes take them too (None: this one's
     # own counter file).
     producer_ids: ClusterProducerIds | None = None
-    # Cluster mode: where topics are created and deleted for the whole cluster.
+    # Cluster mode: where topics are created and deleted for the whole cluster, the
+    # database pool (asyncpg) and the journal there, whose leases the reads of
+    # __consumer_offsets follow and whose trims DeleteRecords waits for.
     shared_topics: SharedCatalog | None = None
+    pool: Any = None
+    journal: PgJournal | None = None
     # Run after the parts stop, in order (database pools, journals, followers).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -302,10 +307,6 @@ class Deployment(Protocol):
         """Step 4: start loading the offsets partitions served from the start, if any."""
         ...
 
-    def data_plane(self, s: Settings, stores: Stores, groups: GroupRuntime) -> DataPlane:
-        """Step 5: the data plane, with the deployment's producer ids and offsets reads."""
-        ...
-
     def serve_partitions(self, s: Settings, core: Core) -> None:
         """Step 5: hand this process's partitions to the group runtime and the data plane."""
         ...
@@ -315,12 +316,6 @@ class Deployment(Protocol):
     ) -> tuple[Placement | None, int]:
         """Step 7: who leads what (None: this node leads everything) and the advertised
         port; ``port``: the first listener's bound port."""
-        ...
-
-    def partition_admin(
-        self, s: Settings, core: Core, placement: Placement, authorizer: Authorizer | None
-    ) -> PartitionAdmin:
-        """Step 7: CreatePartitions, DeleteRecords, DescribeCluster, DescribeLogDirs."""
         ...
 
     def broker_nodes(self, broker: Broker) -> Callable[[], list[int]] | None:
@@ -356,7 +351,20 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
         s, stores.catalog, stores.logs, stores.flusher, hosted=deployment.hosted
     )
     deployment.core_built(groups)
-    data = deployment.data_plane(s, stores, groups)
+    journal = stores.journal
+    data = DataPlane(
+        s,
+        stores.catalog,
+        stores.logs,
+        stores.flusher,
+        hosted=deployment.hosted,
+        producer_ids=stores.producer_ids,
+        # __consumer_offsets is read through the data plane (Burrow, kminion, decoders);
+        # in cluster mode where this node holds the partition's lease, at its epoch.
+        offsets_topic=OffsetsTopic(
+            groups, s.cluster_id, lease_of=journal.lease_of if journal is not None else None
+        ),
+    )
     data.start()
     core = Core(stores, compaction, metrics, groups, data)
     deployment.serve_partitions(s, core)
@@ -398,7 +406,18 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
         [
             ScramAdmin(stores.credentials, cluster_authorize(acls.authorizer)).handlers(),
             acls.handlers(),
-            deployment.partition_admin(s, core, broker.placement, acls.authorizer).handlers(),
+            # CreatePartitions, DeleteRecords, DescribeCluster, DescribeLogDirs.
+            PartitionAdmin(
+                s,
+                stores.catalog,
+                stores.logs,
+                data,
+                broker.placement,
+                authorizer=acls.authorizer,
+                shared=stores.shared_topics,
+                pool=stores.pool,
+                journal=journal,
+            ).handlers(),
             config_admin.handlers(),  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
         ],
         authorizer=acls.authorizer,

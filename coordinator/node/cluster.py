@@ -46,14 +46,11 @@ from coordinator.catalog import SharedCatalog, TopicCatalog
 from coordinator.cluster import Cluster
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
-from coordinator.dataplane.admin import PartitionAdmin
-from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.group_configs import PgGroupConfigs
 from coordinator.node import Node
 from coordinator.node.assemble import Core, Stores, assemble
 from coordinator.runtime.group_runtime import GroupRuntime
-from coordinator.security.acl import Authorizer
 from coordinator.security.acl_store import PgAclStore
 from coordinator.security.credentials import PgCredentialStore
 from coordinator.server.broker import Broker
@@ -244,6 +241,8 @@ class ClusterNode:
             group_configs=group_configs,
             producer_ids=ClusterProducerIds(self._take_producer_ids),
             shared_topics=shared,
+            pool=pool,
+            journal=self.journal,
             closers=[acl_store.close, *closers] if acl_store is not None else closers,
         )
 
@@ -256,18 +255,6 @@ class ClusterNode:
 
     def core_built(self, groups: GroupRuntime) -> None:
         groups.loaded.set()  # nothing to load up front: partitions load as leases come
-
-    def data_plane(self, s: Settings, stores: Stores, groups: GroupRuntime) -> DataPlane:
-        return DataPlane(
-            s,
-            stores.catalog,
-            stores.logs,
-            stores.flusher,
-            hosted=False,
-            producer_ids=stores.producer_ids,
-            # Read where this node holds the partition's lease, at the lease's epoch.
-            offsets_topic=OffsetsTopic(groups, s.cluster_id, lease_of=self.journal.lease_of),
-        )
 
     def serve_partitions(self, s: Settings, core: Core) -> None:
         assert self.shared is not None
@@ -327,22 +314,6 @@ class ClusterNode:
             on_catalog_change=self._catalog_changed,
         )
         return ClusterPlacement(self.cluster), adv_port
-
-    def partition_admin(
-        self, s: Settings, core: Core, placement: Placement, authorizer: Authorizer | None
-    ) -> PartitionAdmin:
-        st = core.stores
-        return PartitionAdmin(
-            s,
-            st.catalog,
-            st.logs,
-            core.data,
-            placement,
-            authorizer=authorizer,
-            shared=self.shared,
-            pool=self.pool,
-            journal=self.journal,
-        )
 
     def broker_nodes(self, broker: Broker) -> Callable[[], list[int]] | None:
         return lambda: [n.node_id for n in broker.placement.nodes()]

@@ -15,14 +15,10 @@ from collections.abc import Callable
 
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
-from coordinator.dataplane import DataPlane
-from coordinator.dataplane.admin import PartitionAdmin
-from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
 from coordinator.node import Node
 from coordinator.node.assemble import Core, Stores, assemble, log_config_for
 from coordinator.runtime import GroupRuntime
-from coordinator.security.acl import Authorizer
 from coordinator.security.acl_store import LocalAclStore
 from coordinator.security.credentials import LocalCredentialStore
 from coordinator.server.broker import Broker
@@ -61,13 +57,6 @@ class Embedded:
     def core_built(self, groups: GroupRuntime) -> None:
         groups.start()
 
-    def data_plane(self, s: Settings, stores: Stores, groups: GroupRuntime) -> DataPlane:
-        # __consumer_offsets is read through the data plane (Burrow, kminion, decoders).
-        offsets_topic = OffsetsTopic(groups, s.cluster_id)
-        return DataPlane(
-            s, stores.catalog, stores.logs, stores.flusher, offsets_topic=offsets_topic
-        )
-
     def serve_partitions(self, s: Settings, core: Core) -> None:
         pass  # hosted: the data plane serves every open log, the runtime loads every one
 
@@ -75,12 +64,6 @@ class Embedded:
         self, s: Settings, core: Core, endpoints: dict[str, tuple[str, int]], port: int
     ) -> tuple[Placement | None, int]:
         return None, s.advertised_port or port
-
-    def partition_admin(
-        self, s: Settings, core: Core, placement: Placement, authorizer: Authorizer | None
-    ) -> PartitionAdmin:
-        st = core.stores
-        return PartitionAdmin(s, st.catalog, st.logs, core.data, placement, authorizer=authorizer)
 
     def broker_nodes(self, broker: Broker) -> Callable[[], list[int]] | None:
         return lambda: [n.node_id for n in broker.placement.nodes()]

@@ -1,10 +1,9 @@
-"""Running one kgc process until it is told to stop: signals, garbage collection, the loop.
+"""What every kgc process does the same way: its stop signals and its garbage collection.
 
-How this works: ``run`` starts the event loop (uvloop) on ``serve``, which installs the
-stop signals' handlers before anything is opened, assembles the node for the settings
-(``embedded`` on a data directory, ``cluster`` over PostgreSQL), waits for SIGTERM/SIGINT,
-and stops the node cleanly. A worker process of a kgc.workers node runs its own loop
-(``workers.worker``) with the same signal and collection rules.
+How this works: a process (``run``: one process on a data directory or a cluster node;
+``workers.worker``: a worker process) installs the stop signals' handlers before anything
+is opened, stops its node once told, ignores the signals during the stop
+(``ignore_stop_signals``) and after it (``keep_ignoring_stop_signals``).
 
 Garbage collection: the young generation is collected every ``GC_THRESHOLDS[0]`` net
 allocations instead of Python's 700, so the objects of requests in flight (alive for a
@@ -20,8 +19,6 @@ import gc
 import logging
 import signal
 
-from coordinator.config import Settings
-from coordinator.node import Node
 from coordinator.runtime import GroupRuntime
 
 log = logging.getLogger("kgc")
@@ -44,18 +41,6 @@ async def freeze_when_loaded(groups: GroupRuntime) -> None:
     gc.freeze()
 
 
-async def start(settings: Settings) -> Node:
-    """The node ``settings`` describe, built and serving: one process on a data directory,
-    or a cluster node over PostgreSQL."""
-    if settings.cluster_mode:
-        from coordinator.node.cluster import start_cluster_node
-
-        return await start_cluster_node(settings)
-    from coordinator.node.embedded import start_embedded
-
-    return await start_embedded(settings)
-
-
 def ignore_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
     """During a stop: a stop signal is logged and otherwise ignored (the flush cannot go
     faster)."""
@@ -69,38 +54,3 @@ def keep_ignoring_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
     for sig in STOP_SIGNALS:
         loop.remove_signal_handler(sig)
         signal.signal(sig, signal.SIG_IGN)
-
-
-async def serve(settings: Settings) -> None:
-    """Run until SIGTERM/SIGINT, then stop cleanly.
-
-    The handlers go in before anything is opened: once the port accepts connections a
-    supervisor may send SIGTERM at any moment, and that must be a clean stop (exit 0), not
-    the signal's default action. A signal during start-up lets the start finish, then
-    stops.
-    """
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, stop.set)
-    tune_gc()
-    node = await start(settings)
-    freezing = asyncio.ensure_future(freeze_when_loaded(node.groups))
-    await stop.wait()
-    freezing.cancel()
-    log.info("shutting down")
-    ignore_stop_signals(loop)
-    try:
-        await node.stop()
-    finally:
-        keep_ignoring_stop_signals(loop)
-
-
-def run(settings: Settings) -> None:
-    """One kgc process (the CLI's ``serve`` with kgc.workers = 1)."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(settings))
-    else:
-        uvloop.run(serve(settings))

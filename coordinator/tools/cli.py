@@ -117,7 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
             supervise(settings)
         else:
-            from coordinator.node.process import run
+            from coordinator.node.run import run
 
             run(settings)
     except StartupRefused as exc:  # cluster mode: the database says this node cannot start

@@ -39,8 +39,6 @@ from typing import TYPE_CHECKING
 from coordinator.catalog import TopicInfo
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
-from coordinator.dataplane.admin import PartitionAdmin
-from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.dataplane.plane import PRODUCER_ID_FILE
 from coordinator.group_configs import GROUP_CONFIGS_FILE
 from coordinator.logs import JsonFormatter
@@ -63,7 +61,6 @@ from coordinator.node.workers.shared import (
     shared_producer_ids,
 )
 from coordinator.runtime import GroupRuntime
-from coordinator.security.acl import Authorizer
 from coordinator.security.credentials import CREDENTIALS_FILE
 from coordinator.server.broker import Broker
 from coordinator.server.placement import Placement, WorkerPlacement, worker_of
@@ -245,17 +242,6 @@ class Worker:
     def core_built(self, groups: GroupRuntime) -> None:
         pass  # the owned offsets partitions load once handed over (``serve_partitions``)
 
-    def data_plane(self, s: Settings, stores: Stores, groups: GroupRuntime) -> DataPlane:
-        return DataPlane(
-            s,
-            stores.catalog,
-            stores.logs,
-            stores.flusher,
-            hosted=False,
-            producer_ids=stores.producer_ids,
-            offsets_topic=OffsetsTopic(groups, s.cluster_id),
-        )
-
     def serve_partitions(self, s: Settings, core: Core) -> None:
         self._partitions().attach(core.groups, core.data, core.metrics)
 
@@ -263,12 +249,6 @@ class Worker:
         self, s: Settings, core: Core, endpoints: dict[str, tuple[str, int]], port: int
     ) -> tuple[Placement | None, int]:
         return WorkerPlacement(worker_nodes(self.node_settings)), s.advertised_port or port
-
-    def partition_admin(
-        self, s: Settings, core: Core, placement: Placement, authorizer: Authorizer | None
-    ) -> PartitionAdmin:
-        st = core.stores
-        return PartitionAdmin(s, st.catalog, st.logs, core.data, placement, authorizer=authorizer)
 
     def broker_nodes(self, broker: Broker) -> Callable[[], list[int]] | None:
         return None  # DescribeConfigs answers for this worker's broker only
