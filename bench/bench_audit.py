@@ -1,7 +1,7 @@
 """Benchmark of ``kgc audit``: records/s for an audit of N offset-commit records, local[2].
 
 How this works: a data directory is written with kgc's own storage code (``PartitionLog``,
-``offsets_format``): ``--groups`` groups each committing ``--partitions`` partitions of one
+``storage.records``): ``--groups`` groups each committing ``--partitions`` partitions of one
 topic, 100 commit records per batch (as a coordinator's group commit writes them), spread
 over 8 offsets partitions with 8 MiB segments, plus the topic's own log and catalog. Then the
 full audit (list, decode on executors, stitch, three report tables and summary.json) runs
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from storage.local.log import LogConfig
 from storage.local.manager import LogManager
-from storage.offsets_format import (
+from storage.records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
     partition_for,

@@ -45,7 +45,7 @@ from protocol.messages.offset_commit import (
 )
 from storage.local.cleaner import LogCleaner
 from storage.local.manager import LogManager
-from storage.offsets_format import (
+from storage.records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
     partition_for,

@@ -38,14 +38,14 @@ from results import record  # bench/ is this script's sys.path[0]
 from coordinator.group import GroupShard
 from coordinator.runtime.replay import replay_partition
 from storage.local.log import LogConfig, PartitionLog
-from storage.offsets_format import (
+from storage.record_batch import decode_records, iter_record_tuples
+from storage.records import (
     OffsetCommitKey,
     decode_key,
     decode_offset_commit_value,
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
-from storage.record_batch import decode_records, iter_record_tuples
 
 CONFIG = LogConfig(segment_bytes=100 << 20, cleanup_policy="compact", retention_ms=-1)
 
@@ -130,7 +130,7 @@ def write_data_dir(data_dir: Path, n: int, groups: int, per_batch: int) -> dict[
     probe group per offsets partition (a key stands for a group's (topic, partition))."""
     from coordinator.config import Settings, offsets_log_config
     from storage.local.manager import LogManager
-    from storage.offsets_format import OFFSETS_TOPIC, partition_for
+    from storage.records import OFFSETS_TOPIC, partition_for
 
     settings = Settings(data_dir=data_dir)
     nparts = settings.offsets_topic_num_partitions
@@ -182,7 +182,7 @@ def serve_once(
     from coordinator.tools.client import Connection
     from protocol.errors import ErrorCode
     from protocol.messages import offset_fetch
-    from storage.offsets_format import OFFSETS_TOPIC, partition_for
+    from storage.records import OFFSETS_TOPIC, partition_for
 
     groups = sorted({k.split("/")[0] for k in expected})
     by_worker: dict[int, list[str]] = {0: groups}

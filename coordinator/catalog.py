@@ -48,7 +48,7 @@ from storage.local.manager import (
     read_topic_id,
     write_topic_id,
 )
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.catalog")
 

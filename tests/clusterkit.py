@@ -38,7 +38,7 @@ from kgc_process import KgcProcess, free_port
 
 from coordinator.tools.client import Connection
 from protocol.messages import api_versions, find_coordinator, metadata, offset_fetch
-from storage.offsets_format import partition_for
+from storage.records import partition_for
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

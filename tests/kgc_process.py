@@ -95,7 +95,7 @@ class KgcProcess:
         from coordinator.tools.client import Connection
         from protocol.errors import ErrorCode
         from protocol.messages import offset_fetch
-        from storage.offsets_format import partition_for
+        from storage.records import partition_for
 
         n = 50
         if "--offsets-topic-num-partitions" in self.extra:

@@ -3,7 +3,7 @@
 How this works
 --------------
 ``storage`` holds the scalar codec the server and the audit share (``storage.record_batch``,
-``storage.offsets_format``); this module is the audit's bulk path over the same bytes, and the
+``storage.records``); this module is the audit's bulk path over the same bytes, and the
 only place numpy meets the record formats.  Each function reads what is regular with numpy
 and hands everything else to the scalar decoder, so both agree on every input:
 
@@ -27,7 +27,6 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from storage.offsets_format import OffsetsFormatError, decode_offset_commit_value
 from storage.record_batch import (
     ATTR_COMPRESSION_MASK,
     ATTRIBUTES_POS,
@@ -39,6 +38,7 @@ from storage.record_batch import (
     iter_record_tuples,
     read_varint,
 )
+from storage.records import OffsetsFormatError, decode_offset_commit_value
 
 __all__ = [
     "BatchError",

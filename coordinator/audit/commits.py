@@ -24,7 +24,7 @@ from coordinator.audit.columns import (
     decode_offset_commit_values,
 )
 from coordinator.audit.schema import CommitKey, Finding, Ints, Row, finding_row, value_finding_row
-from storage.offsets_format import (
+from storage.records import (
     OffsetsFormatError,
 )
 

@@ -3,7 +3,7 @@
 How this works
 --------------
 A consumer group lives in ``__consumer_offsets`` as records of types 3-8 and 16
-(``storage.consumer_group_format``): the group epoch (3), each member's subscription (5),
+(``storage.records``): the group epoch (3), each member's subscription (5),
 the target assignment (6: its epoch, 7: each member's target partitions) and each member's
 current assignment (8: epoch, state, assigned partitions and partitions pending revocation).
 
@@ -39,7 +39,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.consumer_group_format import (
+from storage.local.manager import kafka_uuid
+from storage.records import (
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupKey,
     ConsumerGroupMemberMetadataValue,
@@ -52,7 +53,6 @@ from storage.consumer_group_format import (
     ConsumerGroupValue,
     TopicPartitions,
 )
-from storage.local.manager import kafka_uuid
 
 __all__ = [
     "CONSUMER_GROUP_CHECKS",

@@ -4,7 +4,7 @@ How this works
 --------------
 Spark's ``binaryFile`` source hands ``mapInArrow`` Arrow batches of (path, content) rows, one
 file per task.  ``decode_batches`` walks each file with kgc's own codec
-(``storage.record_batch`` / ``storage.offsets_format``, shared with the server, and the audit's
+(``storage.record_batch`` / ``storage.records``, shared with the server, and the audit's
 columnar decoders over it in ``columns``) and, instead of shipping one row per record back to
 the JVM, *combines* inside the task:
 
@@ -84,7 +84,9 @@ from coordinator.audit.schema import (
     finding_row,
     value_finding_row,
 )
-from storage.consumer_group_format import (
+from storage.record_batch import CorruptBatchError, iter_batches, verify_crc
+from storage.records import (
+    OFFSETS_TOPIC,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupKey,
     ConsumerGroupMemberMetadataKey,
@@ -93,20 +95,16 @@ from storage.consumer_group_format import (
     ConsumerGroupRegularExpressionKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMetadataKey,
-    decode_consumer_group_value,
-)
-from storage.offsets_format import (
-    OFFSETS_TOPIC,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetsFormatError,
     UnknownKey,
+    decode_consumer_group_value,
     decode_group_metadata_value,
     decode_key,
     partition_for,
 )
-from storage.record_batch import CorruptBatchError, iter_batches, verify_crc
 
 __all__ = [
     "CATALOG_NAME",

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from storage.local.manager import parse_partition_dir
 from storage.local.segment import parse_segment_name
-from storage.offsets_format import (
+from storage.records import (
     OffsetsFormatError,
 )
 

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from coordinator.audit.consumer_groups import report_group
 from coordinator.audit.schema import OUT_NAMES, OUT_SCHEMA, OUT_SPARK_SCHEMA
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 __all__ = [
     "OUT_SCHEMA",

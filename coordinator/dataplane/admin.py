@@ -101,7 +101,7 @@ from protocol.messages.describe_log_dirs import (
     DescribeLogDirsTopic,
 )
 from storage.interface import Logs, PartitionLog
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 __all__ = ["MAX_NEW_PARTITIONS_PER_REQUEST", "PartitionAdmin"]
 

@@ -3,8 +3,8 @@
 How this works
 --------------
 kgc keeps every group's metadata and committed offsets in an offsets log whose partitions
-hold Kafka record batches with Kafka's key and value layouts (``storage/offsets_format.py``,
-``storage/consumer_group_format.py``). Tools such as Burrow, kminion (offsets-topic mode)
+hold Kafka record batches with Kafka's key and value layouts (``storage/records/offsets.py``,
+``storage/records/consumer_group.py``). Tools such as Burrow, kminion (offsets-topic mode)
 and ``kafka-console-consumer --formatter`` read Kafka's ``__consumer_offsets`` topic to
 follow commits, so kgc serves the same log under the same name:
 
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from coordinator.catalog import TopicInfo
 from protocol.errors import ErrorCode
 from storage.interface import kafka_uuid
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.runtime.group_runtime import GroupRuntime

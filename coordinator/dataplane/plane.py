@@ -116,12 +116,12 @@ from storage.interface import (
     RecordTooLargeError,
     wall_clock_ms,
 )
-from storage.offsets_format import OFFSETS_TOPIC
 from storage.record_batch import (
     ATTR_TRANSACTIONAL,
     CorruptBatchError,
     UnsupportedCompressionError,
 )
+from storage.records import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.data")
 

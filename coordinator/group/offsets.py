@@ -96,7 +96,7 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )
-from storage.offsets_format import (
+from storage.records import (
     OffsetCommitKey,
     decode_offset_commit_value,
     encode_offset_commit_key,

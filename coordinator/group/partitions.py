@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import Enum
 
 from protocol.errors import ErrorCode
-from storage.offsets_format import partition_for
+from storage.records import partition_for
 
 __all__ = ["LOADED", "PartitionStatus", "Partitions"]
 

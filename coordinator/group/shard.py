@@ -70,8 +70,14 @@ from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
-from storage.consumer_group_format import ConsumerGroupMetadataKey, decode_consumer_group_value
-from storage.offsets_format import GroupMetadataKey, OffsetCommitKey, UnknownKey, decode_key
+from storage.records import (
+    ConsumerGroupMetadataKey,
+    GroupMetadataKey,
+    OffsetCommitKey,
+    UnknownKey,
+    decode_consumer_group_value,
+    decode_key,
+)
 
 __all__ = ["GroupConfig", "GroupShard", "RequestContext", "Result"]
 

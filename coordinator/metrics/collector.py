@@ -57,7 +57,7 @@ from coordinator.metrics.requests import (
     Slot,
     error_label,
 )
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")

@@ -75,7 +75,7 @@ from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.cluster import Cluster  # imports asyncpg: cluster mode only

@@ -77,7 +77,7 @@ from protocol.messages import (
     txn_offset_commit,
 )
 from storage.interface import Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.groups")
 _new_ctx = tuple.__new__

@@ -26,8 +26,8 @@ from typing import Any
 
 from coordinator.group.offsets import OffsetEntry, OffsetMetadataManager
 from storage.interface import CorruptLogError, PartitionLog
-from storage.offsets_format import decode_offset_commit_value
 from storage.record_batch import key_values
+from storage.records import decode_offset_commit_value
 
 __all__ = ["CorruptOffsetsLog", "replay_partition", "verified_batches"]
 

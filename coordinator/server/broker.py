@@ -67,7 +67,7 @@ from protocol.messages.metadata import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.dataplane import DataPlane

@@ -79,7 +79,7 @@ from protocol.messages.describe_configs import (
     DescribeConfigsResult,
     DescribeConfigsSynonym,
 )
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.catalog import SharedCatalog

@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 __all__ = [
     "BrokerNode",

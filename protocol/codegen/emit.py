@@ -25,10 +25,11 @@ ZERO_UUID = "b'\\x00' * 16"
 class Module:
     """Accumulates the text of one generated module."""
 
-    def __init__(self, strict_utf8: bool = False) -> None:
+    def __init__(self, records: bool = False) -> None:
         # Wire messages decode strings as Java's new String(bytes, UTF_8) does (malformed
-        # input replaced); stored records refuse malformed input as corrupt instead.
-        self.strict_utf8 = strict_utf8
+        # input replaced); stored records refuse malformed input as corrupt instead. Records
+        # also give one class to the fields of a struct that name the same common struct.
+        self.records = records
         self.structs: dict[str, str] = {}  # format -> Struct variable name
         self.classes: list[str] = []
         self.functions: list[str] = []
@@ -153,7 +154,7 @@ class Decoder:
             # Java's new String(bytes, UTF_8), which Kafka uses, replaces malformed input.
             dec = ""
             if is_str:
-                dec = ".decode()" if self.mod.strict_utf8 else ".decode('utf-8', 'replace')"
+                dec = ".decode()" if self.mod.records else ".decode('utf-8', 'replace')"
             self.w(ind + 1, f"{target} = b[p:e]{dec}; p = e")
         elif typ == "uuid":
             self.w(ind, f"{target} = b[p:p + 16]; p += 16")
@@ -212,7 +213,10 @@ class Decoder:
         elif f.struct:
             fn = self.mod.ref(f"_dec_{f.struct}_{v}")
             if nullable:
-                self.w(ind, f"if {self.mod.struct('>b')}.unpack_from(b, p)[0] < 0:")
+                # The presence byte: -1 is null, 1 present. A stored record's 0 is read as
+                # null too, as kgc's record readers always have.
+                cmp = "<= 0" if self.mod.records else "< 0"
+                self.w(ind, f"if {self.mod.struct('>b')}.unpack_from(b, p)[0] {cmp}:")
                 self.w(ind + 1, f"p += 1; {target} = None")
                 self.w(ind, "else:")
                 self.w(ind + 1, f"{target}, p = {fn}(b, p + 1)")
@@ -439,7 +443,7 @@ def emit_message(
     mod: Module, schema: dict[str, Any], struct_names: dict[str, str]
 ) -> dict[str, Any]:
     name = schema["name"]
-    fields = build_fields(schema["fields"], struct_names, name)
+    fields = build_fields(schema["fields"], struct_names, name, share=mod.records)
     flex = Versions.parse(schema.get("flexibleVersions"))
     structs = collect_structs(name, fields)
     # A common struct used by several fields of one message is emitted once.

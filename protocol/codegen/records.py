@@ -128,7 +128,7 @@ def generate_records() -> dict[Path, str]:
         by_family.setdefault(family_of(schema["name"]), []).append(schema)
     files: dict[Path, str] = {}
     for module, doc, _ in FAMILIES:
-        mod = Module(strict_utf8=True)
+        mod = Module(records=True)
         struct_names: dict[str, str] = {}
         tables = []
         types = []

@@ -269,7 +269,7 @@ def parse_default(f: dict[str, Any], typ: str, nullable: Versions) -> Any:
 
 
 def build_fields(
-    raw: list[dict[str, Any]], struct_names: dict[str, str], owner: str
+    raw: list[dict[str, Any]], struct_names: dict[str, str], owner: str, share: bool = False
 ) -> list[Field]:
     out: list[Field] = []
     for f in raw:
@@ -290,9 +290,12 @@ def build_fields(
         )
         if "fields" in f:
             base = fld.elem
-            cls = base if base not in struct_names else f"{owner}{base}"
+            # A struct name already taken gets its owner's prefix; with ``share``, fields of
+            # one owner that name the same struct share its class.
+            taken = base in struct_names and not (share and struct_names[base] == owner)
+            cls = f"{owner}{base}" if taken else base
             struct_names[cls] = owner
             fld.struct = cls
-            fld.fields = build_fields(f["fields"], struct_names, cls)
+            fld.fields = build_fields(f["fields"], struct_names, cls, share)
         out.append(fld)
     return out

@@ -22,8 +22,8 @@ from typing import Any
 
 import asyncpg
 
-from storage.offsets_format import OFFSETS_TOPIC
 from storage.postgres import StartupRefused
+from storage.records import OFFSETS_TOPIC
 
 __all__ = [
     "OFFSETS_TOPIC",

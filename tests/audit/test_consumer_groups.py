@@ -1,5 +1,5 @@
 """The audit's consumer-group (KIP-848) report without Spark: decode hand-built segments of
-records written by ``storage.consumer_group_format``'s encoders, then stitch and report them
+records written by ``storage.records``'s encoders, then stitch and report them
 as the Spark job's reduce step does (``stitch.report_rows``).
 
 Expected figures are worked out by hand from the records listed in each test.
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from storage.consumer_group_format import (
+from storage.record_batch import encode_batch
+from storage.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupKey,
@@ -29,10 +30,10 @@ from storage.consumer_group_format import (
     TopicPartitions,
     encode_consumer_group_key,
     encode_consumer_group_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
 )
-from storage.offsets_format import encode_offset_commit_key, encode_offset_commit_value
-from storage.offsets_format import partition_for as kafka_partition
-from storage.record_batch import encode_batch
+from storage.records import partition_for as kafka_partition
 
 pytest.importorskip("numpy")
 pytest.importorskip("pyarrow")

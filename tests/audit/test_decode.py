@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from storage.offsets_format import (
+from storage.record_batch import encode_batch
+from storage.records import (
     MemberMetadata,
     encode_group_metadata_key,
     encode_group_metadata_value,
@@ -21,7 +22,6 @@ from storage.offsets_format import (
     encode_offset_commit_value,
     partition_for,
 )
-from storage.record_batch import encode_batch
 
 pytest.importorskip("numpy")
 pytest.importorskip("pyarrow")

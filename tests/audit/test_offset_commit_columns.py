@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.primitives import uvarint
-from storage.offsets_format import OffsetsFormatError, decode_offset_commit_value
+from storage.records import OffsetsFormatError, decode_offset_commit_value
 
 pytest.importorskip("numpy")
 

@@ -38,7 +38,8 @@ from protocol.messages import (
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
-from storage.offsets_format import (
+from storage.record_batch import encode_batch, iter_batches, iter_record_tuples
+from storage.records import (
     GroupMetadataKey,
     OffsetCommitKey,
     decode_group_metadata_value,
@@ -46,7 +47,6 @@ from storage.offsets_format import (
     decode_offset_commit_value,
     partition_for,
 )
-from storage.record_batch import encode_batch, iter_batches, iter_record_tuples
 
 CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 TOPIC = "__consumer_offsets"

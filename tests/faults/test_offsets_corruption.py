@@ -23,7 +23,7 @@ from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
-from storage.offsets_format import partition_for
+from storage.records import partition_for
 
 pytestmark = pytest.mark.integration
 

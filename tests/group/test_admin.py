@@ -7,7 +7,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
-from storage.offsets_format import GroupMetadataKey, OffsetCommitKey, decode_key
+from storage.records import GroupMetadataKey, OffsetCommitKey, decode_key
 
 
 def describe(

@@ -11,7 +11,7 @@ from protocol.messages.offset_fetch import (
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
 )
-from storage.offsets_format import decode_key, decode_offset_commit_value
+from storage.records import decode_key, decode_offset_commit_value
 
 T0 = ("t", 0)
 

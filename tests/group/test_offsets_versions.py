@@ -43,7 +43,7 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequestTopic,
     TxnOffsetCommitResponse,
 )
-from storage.offsets_format import OffsetCommitKey, decode_key
+from storage.records import OffsetCommitKey, decode_key
 
 ZERO = bytes(16)
 UNKNOWN_ID = b"\x42" * 16

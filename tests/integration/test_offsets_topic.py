@@ -38,7 +38,7 @@ from kgc_process import KgcProcess, free_port
 from coordinator.tools.client import ClientSecurity, Connection
 from protocol.errors import ErrorCode
 from protocol.messages import fetch, list_offsets, metadata
-from storage.offsets_format import partition_for
+from storage.records import partition_for
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from tools_setup import committed, create_topic, group_settled, wait_until
 
 from coordinator.tools.client import Connection
 from protocol.messages import list_offsets
-from storage.offsets_format import partition_for
+from storage.records import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

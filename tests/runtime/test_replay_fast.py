@@ -24,14 +24,12 @@ from hypothesis import strategies as st
 from coordinator.group import GroupShard
 from coordinator.runtime import replay as replay_mod
 from coordinator.runtime.replay import replay_partition
-from storage.consumer_group_format import (
+from storage.local.log import LogConfig, PartitionLog
+from storage.records import (
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
     encode_consumer_group_key,
     encode_consumer_group_value,
-)
-from storage.local.log import LogConfig, PartitionLog
-from storage.offsets_format import (
     encode_group_metadata_key,
     encode_group_metadata_value,
     encode_offset_commit_key,

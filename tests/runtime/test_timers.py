@@ -24,7 +24,7 @@ from protocol.messages.offset_commit import (
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig
 from storage.local.manager import LogManager
-from storage.offsets_format import (
+from storage.records import (
     OFFSETS_TOPIC,
     MemberMetadata,
     encode_group_metadata_key,

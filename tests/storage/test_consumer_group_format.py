@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.consumer_group_format import (
+from storage.records import (
     ClassicMemberMetadata,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
@@ -28,15 +28,17 @@ from storage.consumer_group_format import (
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
     ConsumerGroupValue,
+    OffsetsFormatError,
     PartitionMetadata,
     TopicMetadata,
     TopicPartitions,
+    UnknownKey,
     decode_consumer_group_key,
     decode_consumer_group_value,
+    decode_key,
     encode_consumer_group_key,
     encode_consumer_group_value,
 )
-from storage.offsets_format import OffsetsFormatError, UnknownKey, decode_key
 
 
 def i8(n: int) -> bytes:

@@ -50,7 +50,7 @@ for name in modules:
     importlib.import_module(name)
 assert "storage.record_batch" in modules and "storage.local.log" in modules, modules
 
-from storage.offsets_format import (
+from storage.records import (
     decode_offset_commit_value,
     encode_offset_commit_key,
     encode_offset_commit_value,

@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from storage.offsets_format import (
+from storage.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

@@ -36,7 +36,7 @@ from workerskit import Workers, free_ports, group_on, pid_alive, report, wait_fo
 from coordinator.node.workers.worker import lock_holder
 from coordinator.server.placement import worker_of
 from coordinator.tools.client import Connection
-from storage.offsets_format import OFFSETS_TOPIC, partition_for
+from storage.records import OFFSETS_TOPIC, partition_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -31,7 +31,7 @@ from coordinator.node.workers.shared import (
 from coordinator.server.placement import worker_of
 from storage.local.log import LogConfig
 from storage.local.manager import DataDirLockedError, LogManager
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 JOURNALED = LogConfig(journaled=True, cleanup_policy="compact")
 

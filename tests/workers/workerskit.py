@@ -21,7 +21,7 @@ from coordinator.server.placement import worker_of
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import metadata, offset_fetch
-from storage.offsets_format import OFFSETS_TOPIC, partition_for
+from storage.records import OFFSETS_TOPIC, partition_for
 
 OFFSETS_PARTITIONS = 50
 

@@ -41,7 +41,7 @@ from coordinator.group.types import GroupConfig, Record, Result
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse, JoinGroupResponseMember
 from protocol.messages.sync_group import SyncGroupResponse
-from storage.offsets_format import (
+from storage.records import (
     MemberMetadata,
     decode_group_metadata_value,
     encode_group_metadata_key,

@@ -55,8 +55,7 @@ from protocol.messages.leave_group import (
     MemberResponse,
 )
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
-from storage.consumer_group_format import ClassicMemberMetadata
-from storage.offsets_format import encode_group_metadata_key
+from storage.records import ClassicMemberMetadata, encode_group_metadata_key
 
 if TYPE_CHECKING:
     from coordinator.group.consumer.manager import ConsumerGroupManager

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import IntEnum
 
-from storage.consumer_group_format import ClassicMemberMetadata
+from storage.records import ClassicMemberMetadata
 
 __all__ = [
     "EMPTY",

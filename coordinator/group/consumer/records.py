@@ -1,7 +1,7 @@
 """The records of a consumer group, and how each one changes the group when applied.
 
 How this works: the heartbeat and every other write build ``TypedRecord``s -- (key, value)
-pairs of ``storage.consumer_group_format``, value None for a tombstone. ``apply_all``
+pairs of ``storage.records``, value None for a tombstone. ``apply_all``
 encodes each for the offsets log and applies it to the in-memory group with ``replay``,
 the same function the log's replay at start-up calls: a group's state is, by construction,
 what replaying its records gives. The per-member tombstone order (current assignment,
@@ -15,7 +15,7 @@ from typing import Any
 from coordinator.group.consumer.group import ConsumerGroup, ResolvedRegex
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
 from coordinator.group.types import Result
-from storage.consumer_group_format import (
+from storage.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 TypedRecord = tuple[Any, Any]
-"""(key, value): a key of storage.consumer_group_format and its value (None: a tombstone),
+"""(key, value): a key of storage.records and its value (None: a tombstone),
 or already-encoded (key bytes, value bytes) of another group type's record."""
 
 

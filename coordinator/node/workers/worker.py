@@ -67,7 +67,7 @@ from coordinator.server.placement import Placement, WorkerPlacement, worker_of
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.node import Node

@@ -14,7 +14,7 @@ from typing import Any
 
 from coordinator.tools.commands.common import EXIT_ERROR, EXIT_OK, admin_for, leaf
 from coordinator.tools.output import Output, records
-from storage.offsets_format import OFFSETS_TOPIC
+from storage.records import OFFSETS_TOPIC
 
 
 def cmd_cluster_describe(args: argparse.Namespace) -> int:

@@ -126,19 +126,12 @@ class TopicPartitions:
 
 
 @dataclass(slots=True)
-class ConsumerGroupCurrentMemberAssignmentValueTopicPartitions:
-    topic_id: bytes = b'\x00' * 16
-    partitions: list[int] = field(default_factory=list)
-    assignment_epochs: list[int] | None = None
-
-
-@dataclass(slots=True)
 class ConsumerGroupCurrentMemberAssignmentValue:
     member_epoch: int = 0
     previous_member_epoch: int = 0
     state: int = 0
     assigned_partitions: list[TopicPartitions] = field(default_factory=list)
-    partitions_pending_revocation: list[ConsumerGroupCurrentMemberAssignmentValueTopicPartitions] = field(default_factory=list)
+    partitions_pending_revocation: list[TopicPartitions] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -523,7 +516,7 @@ def _dec_ConsumerGroupMemberMetadataValue_0(b: bytes, p: int) -> tuple[ConsumerG
         size, p = read_uvarint(b, p)
         end = p + size
         if tag == 0:
-            if _S_b.unpack_from(b, p)[0] < 0:
+            if _S_b.unpack_from(b, p)[0] <= 0:
                 p += 1; t11 = None
             else:
                 t11, p = _dec_ClassicMemberMetadata_0(b, p + 1)
@@ -801,61 +794,6 @@ def _enc_TopicPartitions_0(o: TopicPartitions, out: bytearray) -> None:
         out += uvarint(tag); out += uvarint(len(data)); out += data
 
 
-def _dec_ConsumerGroupCurrentMemberAssignmentValueTopicPartitions_0(b: bytes, p: int) -> tuple[ConsumerGroupCurrentMemberAssignmentValueTopicPartitions, int]:
-    t1 = b[p:p + 16]; p += 16
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable Partitions')
-    else:
-        if n > len(b) - p: raise DecodeError('array too long')
-        t2 = list(unpack_from('>%di' % n, b, p)); p += n * 4
-    t3 = None
-    nt = b[p]
-    if nt < 128: p += 1
-    else: nt, p = read_uvarint(b, p)
-    for _ in range(nt):
-        tag, p = read_uvarint(b, p)
-        size, p = read_uvarint(b, p)
-        end = p + size
-        if tag == 0:
-            n = b[p]
-            if n < 128: p += 1
-            else: n, p = read_uvarint(b, p)
-            n -= 1
-            if n < 0:
-                t3 = None
-            else:
-                if n > len(b) - p: raise DecodeError('array too long')
-                t3 = list(unpack_from('>%di' % n, b, p)); p += n * 4
-            if p != end: raise DecodeError('bad tagged field size')
-        else:
-            p = end
-    return ConsumerGroupCurrentMemberAssignmentValueTopicPartitions(t1, t2, t3), p
-
-
-def _enc_ConsumerGroupCurrentMemberAssignmentValueTopicPartitions_0(o: ConsumerGroupCurrentMemberAssignmentValueTopicPartitions, out: bytearray) -> None:
-    out += o.topic_id
-    n = len(o.partitions) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    out += pack('>%di' % len(o.partitions), *o.partitions)
-    tags: list[tuple[int, bytearray]] = []
-    if o.assignment_epochs != None:
-        saved, out = out, bytearray()
-        if o.assignment_epochs is None:
-            out += b'\x00'
-        else:
-            n = len(o.assignment_epochs) + 1
-            out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-            out += pack('>%di' % len(o.assignment_epochs), *o.assignment_epochs)
-        tags.append((0, out)); out = saved
-    out += uvarint(len(tags))
-    for tag, data in tags:
-        out += uvarint(tag); out += uvarint(len(data)); out += data
-
-
 def _dec_ConsumerGroupCurrentMemberAssignmentValue_0(b: bytes, p: int) -> tuple[ConsumerGroupCurrentMemberAssignmentValue, int]:
     t1, t2, t3 = _S_iib.unpack_from(b, p); p += 9
     n = b[p]
@@ -879,9 +817,9 @@ def _dec_ConsumerGroupCurrentMemberAssignmentValue_0(b: bytes, p: int) -> tuple[
         raise DecodeError('null for non-nullable PartitionsPendingRevocation')
     else:
         if n > len(b) - p: raise DecodeError('array too long')
-        t8: list[ConsumerGroupCurrentMemberAssignmentValueTopicPartitions] = []
+        t8: list[TopicPartitions] = []
         for _ in range(n):
-            t9, p = _dec_ConsumerGroupCurrentMemberAssignmentValueTopicPartitions_0(b, p)
+            t9, p = _dec_TopicPartitions_0(b, p)
             t8.append(t9)
         t7 = t8
     n = b[p]
@@ -899,7 +837,7 @@ def _enc_ConsumerGroupCurrentMemberAssignmentValue_0(o: ConsumerGroupCurrentMemb
     n = len(o.partitions_pending_revocation) + 1
     out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
     for t2 in o.partitions_pending_revocation:
-        _enc_ConsumerGroupCurrentMemberAssignmentValueTopicPartitions_0(t2, out)
+        _enc_TopicPartitions_0(t2, out)
     out += b'\x00'
 
 

@@ -103,13 +103,6 @@ class TopicPartitionsInfo:
 
 
 @dataclass(slots=True)
-class ShareGroupStatePartitionMetadataValueTopicPartitionsInfo:
-    topic_id: bytes = b'\x00' * 16
-    topic_name: str = ''
-    partitions: list[int] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class TopicInfo:
     topic_id: bytes = b'\x00' * 16
     topic_name: str = ''
@@ -118,7 +111,7 @@ class TopicInfo:
 @dataclass(slots=True)
 class ShareGroupStatePartitionMetadataValue:
     initializing_topics: list[TopicPartitionsInfo] = field(default_factory=list)
-    initialized_topics: list[ShareGroupStatePartitionMetadataValueTopicPartitionsInfo] = field(default_factory=list)
+    initialized_topics: list[TopicPartitionsInfo] = field(default_factory=list)
     deleting_topics: list[TopicInfo] = field(default_factory=list)
 
 
@@ -529,45 +522,6 @@ def _enc_TopicPartitionsInfo_0(o: TopicPartitionsInfo, out: bytearray) -> None:
     out += b'\x00'
 
 
-def _dec_ShareGroupStatePartitionMetadataValueTopicPartitionsInfo_0(b: bytes, p: int) -> tuple[ShareGroupStatePartitionMetadataValueTopicPartitionsInfo, int]:
-    t1 = b[p:p + 16]; p += 16
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable TopicName')
-    else:
-        e = p + n
-        if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable Partitions')
-    else:
-        if n > len(b) - p: raise DecodeError('array too long')
-        t3 = list(unpack_from('>%di' % n, b, p)); p += n * 4
-    n = b[p]
-    if n == 0: p += 1
-    else: p = skip_tagged_fields(b, p)
-    return ShareGroupStatePartitionMetadataValueTopicPartitionsInfo(t1, t2, t3), p
-
-
-def _enc_ShareGroupStatePartitionMetadataValueTopicPartitionsInfo_0(o: ShareGroupStatePartitionMetadataValueTopicPartitionsInfo, out: bytearray) -> None:
-    out += o.topic_id
-    t1 = o.topic_name.encode()
-    n = len(t1) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    out += t1
-    n = len(o.partitions) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    out += pack('>%di' % len(o.partitions), *o.partitions)
-    out += b'\x00'
-
-
 def _dec_TopicInfo_0(b: bytes, p: int) -> tuple[TopicInfo, int]:
     t1 = b[p:p + 16]; p += 16
     n = b[p]
@@ -617,9 +571,9 @@ def _dec_ShareGroupStatePartitionMetadataValue_0(b: bytes, p: int) -> tuple[Shar
         raise DecodeError('null for non-nullable InitializedTopics')
     else:
         if n > len(b) - p: raise DecodeError('array too long')
-        t5: list[ShareGroupStatePartitionMetadataValueTopicPartitionsInfo] = []
+        t5: list[TopicPartitionsInfo] = []
         for _ in range(n):
-            t6, p = _dec_ShareGroupStatePartitionMetadataValueTopicPartitionsInfo_0(b, p)
+            t6, p = _dec_TopicPartitionsInfo_0(b, p)
             t5.append(t6)
         t4 = t5
     n = b[p]
@@ -649,7 +603,7 @@ def _enc_ShareGroupStatePartitionMetadataValue_0(o: ShareGroupStatePartitionMeta
     n = len(o.initialized_topics) + 1
     out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
     for t2 in o.initialized_topics:
-        _enc_ShareGroupStatePartitionMetadataValueTopicPartitionsInfo_0(t2, out)
+        _enc_TopicPartitionsInfo_0(t2, out)
     n = len(o.deleting_topics) + 1
     out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
     for t3 in o.deleting_topics:

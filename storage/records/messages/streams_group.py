@@ -97,16 +97,10 @@ class TaskIds:
 
 
 @dataclass(slots=True)
-class StreamsGroupTargetAssignmentMemberValueTaskIds:
-    subtopology_id: str = ''
-    partitions: list[int] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class StreamsGroupTargetAssignmentMemberValue:
     active_tasks: list[TaskIds] = field(default_factory=list)
-    standby_tasks: list[StreamsGroupTargetAssignmentMemberValueTaskIds] = field(default_factory=list)
-    warmup_tasks: list[StreamsGroupTargetAssignmentMemberValueTaskIds] = field(default_factory=list)
+    standby_tasks: list[TaskIds] = field(default_factory=list)
+    warmup_tasks: list[TaskIds] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -155,20 +149,6 @@ class TopicInfo:
 
 
 @dataclass(slots=True)
-class SubtopologyTopicInfoTopicConfig:
-    key: str = ''
-    value: str = ''
-
-
-@dataclass(slots=True)
-class SubtopologyTopicInfo:
-    name: str = ''
-    partitions: int = 0
-    replication_factor: int = 0
-    topic_configs: list[SubtopologyTopicInfoTopicConfig] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class CopartitionGroup:
     source_topics: list[int] = field(default_factory=list)
     source_topic_regex: list[int] = field(default_factory=list)
@@ -182,7 +162,7 @@ class Subtopology:
     source_topic_regex: list[str] = field(default_factory=list)
     state_changelog_topics: list[TopicInfo] = field(default_factory=list)
     repartition_sink_topics: list[str] = field(default_factory=list)
-    repartition_source_topics: list[SubtopologyTopicInfo] = field(default_factory=list)
+    repartition_source_topics: list[TopicInfo] = field(default_factory=list)
     copartition_groups: list[CopartitionGroup] = field(default_factory=list)
 
 
@@ -439,7 +419,7 @@ def _dec_StreamsGroupMemberMetadataValue_0(b: bytes, p: int) -> tuple[StreamsGro
         e = p + n
         if e > len(b): raise DecodeError('truncated')
         t7 = b[p:e].decode(); p = e
-    if _S_b.unpack_from(b, p)[0] < 0:
+    if _S_b.unpack_from(b, p)[0] <= 0:
         p += 1; t8 = None
     else:
         t8, p = _dec_Endpoint_0(b, p + 1)
@@ -613,43 +593,6 @@ def _enc_TaskIds_0(o: TaskIds, out: bytearray) -> None:
     out += b'\x00'
 
 
-def _dec_StreamsGroupTargetAssignmentMemberValueTaskIds_0(b: bytes, p: int) -> tuple[StreamsGroupTargetAssignmentMemberValueTaskIds, int]:
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable SubtopologyId')
-    else:
-        e = p + n
-        if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable Partitions')
-    else:
-        if n > len(b) - p: raise DecodeError('array too long')
-        t2 = list(unpack_from('>%di' % n, b, p)); p += n * 4
-    n = b[p]
-    if n == 0: p += 1
-    else: p = skip_tagged_fields(b, p)
-    return StreamsGroupTargetAssignmentMemberValueTaskIds(t1, t2), p
-
-
-def _enc_StreamsGroupTargetAssignmentMemberValueTaskIds_0(o: StreamsGroupTargetAssignmentMemberValueTaskIds, out: bytearray) -> None:
-    t1 = o.subtopology_id.encode()
-    n = len(t1) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    out += t1
-    n = len(o.partitions) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    out += pack('>%di' % len(o.partitions), *o.partitions)
-    out += b'\x00'
-
-
 def _dec_StreamsGroupTargetAssignmentMemberValue_0(b: bytes, p: int) -> tuple[StreamsGroupTargetAssignmentMemberValue, int]:
     n = b[p]
     if n < 128: p += 1
@@ -672,9 +615,9 @@ def _dec_StreamsGroupTargetAssignmentMemberValue_0(b: bytes, p: int) -> tuple[St
         raise DecodeError('null for non-nullable StandbyTasks')
     else:
         if n > len(b) - p: raise DecodeError('array too long')
-        t5: list[StreamsGroupTargetAssignmentMemberValueTaskIds] = []
+        t5: list[TaskIds] = []
         for _ in range(n):
-            t6, p = _dec_StreamsGroupTargetAssignmentMemberValueTaskIds_0(b, p)
+            t6, p = _dec_TaskIds_0(b, p)
             t5.append(t6)
         t4 = t5
     n = b[p]
@@ -685,9 +628,9 @@ def _dec_StreamsGroupTargetAssignmentMemberValue_0(b: bytes, p: int) -> tuple[St
         raise DecodeError('null for non-nullable WarmupTasks')
     else:
         if n > len(b) - p: raise DecodeError('array too long')
-        t8: list[StreamsGroupTargetAssignmentMemberValueTaskIds] = []
+        t8: list[TaskIds] = []
         for _ in range(n):
-            t9, p = _dec_StreamsGroupTargetAssignmentMemberValueTaskIds_0(b, p)
+            t9, p = _dec_TaskIds_0(b, p)
             t8.append(t9)
         t7 = t8
     n = b[p]
@@ -704,11 +647,11 @@ def _enc_StreamsGroupTargetAssignmentMemberValue_0(o: StreamsGroupTargetAssignme
     n = len(o.standby_tasks) + 1
     out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
     for t2 in o.standby_tasks:
-        _enc_StreamsGroupTargetAssignmentMemberValueTaskIds_0(t2, out)
+        _enc_TaskIds_0(t2, out)
     n = len(o.warmup_tasks) + 1
     out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
     for t3 in o.warmup_tasks:
-        _enc_StreamsGroupTargetAssignmentMemberValueTaskIds_0(t3, out)
+        _enc_TaskIds_0(t3, out)
     out += b'\x00'
 
 
@@ -1021,89 +964,6 @@ def _enc_TopicInfo_0(o: TopicInfo, out: bytearray) -> None:
     out += b'\x00'
 
 
-def _dec_SubtopologyTopicInfoTopicConfig_0(b: bytes, p: int) -> tuple[SubtopologyTopicInfoTopicConfig, int]:
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable key')
-    else:
-        e = p + n
-        if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable value')
-    else:
-        e = p + n
-        if e > len(b): raise DecodeError('truncated')
-        t2 = b[p:e].decode(); p = e
-    n = b[p]
-    if n == 0: p += 1
-    else: p = skip_tagged_fields(b, p)
-    return SubtopologyTopicInfoTopicConfig(t1, t2), p
-
-
-def _enc_SubtopologyTopicInfoTopicConfig_0(o: SubtopologyTopicInfoTopicConfig, out: bytearray) -> None:
-    t1 = o.key.encode()
-    n = len(t1) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    out += t1
-    t2 = o.value.encode()
-    n = len(t2) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    out += t2
-    out += b'\x00'
-
-
-def _dec_SubtopologyTopicInfo_0(b: bytes, p: int) -> tuple[SubtopologyTopicInfo, int]:
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable Name')
-    else:
-        e = p + n
-        if e > len(b): raise DecodeError('truncated')
-        t1 = b[p:e].decode(); p = e
-    t2, t3 = _S_ih.unpack_from(b, p); p += 6
-    n = b[p]
-    if n < 128: p += 1
-    else: n, p = read_uvarint(b, p)
-    n -= 1
-    if n < 0:
-        raise DecodeError('null for non-nullable TopicConfigs')
-    else:
-        if n > len(b) - p: raise DecodeError('array too long')
-        t5: list[SubtopologyTopicInfoTopicConfig] = []
-        for _ in range(n):
-            t6, p = _dec_SubtopologyTopicInfoTopicConfig_0(b, p)
-            t5.append(t6)
-        t4 = t5
-    n = b[p]
-    if n == 0: p += 1
-    else: p = skip_tagged_fields(b, p)
-    return SubtopologyTopicInfo(t1, t2, t3, t4), p
-
-
-def _enc_SubtopologyTopicInfo_0(o: SubtopologyTopicInfo, out: bytearray) -> None:
-    t1 = o.name.encode()
-    n = len(t1) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    out += t1
-    out += _S_ih.pack(o.partitions, o.replication_factor)
-    n = len(o.topic_configs) + 1
-    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
-    for t2 in o.topic_configs:
-        _enc_SubtopologyTopicInfoTopicConfig_0(t2, out)
-    out += b'\x00'
-
-
 def _dec_CopartitionGroup_0(b: bytes, p: int) -> tuple[CopartitionGroup, int]:
     n = b[p]
     if n < 128: p += 1
@@ -1249,9 +1109,9 @@ def _dec_Subtopology_0(b: bytes, p: int) -> tuple[Subtopology, int]:
         raise DecodeError('null for non-nullable RepartitionSourceTopics')
     else:
         if n > len(b) - p: raise DecodeError('array too long')
-        t15: list[SubtopologyTopicInfo] = []
+        t15: list[TopicInfo] = []
         for _ in range(n):
-            t16, p = _dec_SubtopologyTopicInfo_0(b, p)
+            t16, p = _dec_TopicInfo_0(b, p)
             t15.append(t16)
         t14 = t15
     n = b[p]
@@ -1306,7 +1166,7 @@ def _enc_Subtopology_0(o: Subtopology, out: bytearray) -> None:
     n = len(o.repartition_source_topics) + 1
     out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
     for t9 in o.repartition_source_topics:
-        _enc_SubtopologyTopicInfo_0(t9, out)
+        _enc_TopicInfo_0(t9, out)
     n = len(o.copartition_groups) + 1
     out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
     for t10 in o.copartition_groups:

@@ -1,7 +1,7 @@
 """Write kgc data directories for the audit tests with kgc's own storage code.
 
 How this works: ``DataDir`` wraps a ``LogManager``; ``commit`` / ``group`` / ``tombstone``
-append ``__consumer_offsets`` records encoded by ``storage.offsets_format`` to the partition
+append ``__consumer_offsets`` records encoded by ``storage.records`` to the partition
 Kafka would use (``partition_for``) unless told otherwise, ``records`` any encoded records
 (consumer-group ones); ``topic`` writes a topic's records
 and the ``topics.json`` catalog entry. ``close`` closes the logs cleanly.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
-from storage.offsets_format import (
+from storage.records import (
     MemberMetadata,
     encode_group_metadata_key,
     encode_group_metadata_value,

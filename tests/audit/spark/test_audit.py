@@ -19,12 +19,12 @@ from pyspark.testing import assertDataFrameEqual
 from coordinator.audit.job import AuditOptions, run_audit
 from coordinator.tools import cli
 from storage.local.files import write_checkpoint
-from storage.offsets_format import (
+from storage.record_batch import encode_batch
+from storage.records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
     partition_for,
 )
-from storage.record_batch import encode_batch
 
 pytestmark = pytest.mark.spark
 
@@ -332,29 +332,29 @@ def test_consumer_group_members_and_assignment_anomalies(
     member a gets pay-0/1, b pay-2 then a new target moves pay-1 to b, a is still revoking it
     but b's current assignment already has it (owned twice), and nobody targets pay-2 any more
     (unassigned).  A third member c joins and leaves (tombstones) in a later segment."""
-    from storage.consumer_group_format import (
+    from storage.records import (
         ConsumerGroupCurrentMemberAssignmentKey as CurKey,
     )
-    from storage.consumer_group_format import (
+    from storage.records import (
         ConsumerGroupCurrentMemberAssignmentValue as Cur,
     )
-    from storage.consumer_group_format import ConsumerGroupMemberMetadataKey as MemberKey
-    from storage.consumer_group_format import ConsumerGroupMemberMetadataValue as Member
-    from storage.consumer_group_format import ConsumerGroupMetadataKey as EpochKey
-    from storage.consumer_group_format import ConsumerGroupMetadataValue as Epoch
-    from storage.consumer_group_format import ConsumerGroupTargetAssignmentMemberKey as TargetKey
-    from storage.consumer_group_format import (
+    from storage.records import ConsumerGroupMemberMetadataKey as MemberKey
+    from storage.records import ConsumerGroupMemberMetadataValue as Member
+    from storage.records import ConsumerGroupMetadataKey as EpochKey
+    from storage.records import ConsumerGroupMetadataValue as Epoch
+    from storage.records import ConsumerGroupTargetAssignmentMemberKey as TargetKey
+    from storage.records import (
         ConsumerGroupTargetAssignmentMemberValue as Target,
     )
-    from storage.consumer_group_format import (
+    from storage.records import (
         ConsumerGroupTargetAssignmentMetadataKey as TargetEpochKey,
     )
-    from storage.consumer_group_format import (
+    from storage.records import (
         ConsumerGroupTargetAssignmentMetadataValue as TargetEpoch,
     )
-    from storage.consumer_group_format import TopicPartitions as TP
-    from storage.consumer_group_format import encode_consumer_group_key as ek
-    from storage.consumer_group_format import encode_consumer_group_value as ev
+    from storage.records import TopicPartitions as TP
+    from storage.records import encode_consumer_group_key as ek
+    from storage.records import encode_consumer_group_value as ev
 
     pay = bytes(range(1, 17))
 

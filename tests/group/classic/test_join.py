@@ -145,7 +145,7 @@ def test_new_member_rejected_when_stable_group_is_full() -> None:
 
 
 def test_last_joiners_kicked_when_rejoining_group_over_max_size() -> None:
-    from storage.offsets_format import (
+    from storage.records import (
         MemberMetadata,
         encode_group_metadata_key,
         encode_group_metadata_value,

@@ -7,7 +7,7 @@ from coordinator.group.events import JoinPhaseExtended
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse
 from protocol.messages.sync_group import SyncGroupResponse
-from storage.offsets_format import decode_group_metadata_value
+from storage.records import decode_group_metadata_value
 
 RANGE = ("range", subscription("t"))
 RR = ("roundrobin", subscription("t"))

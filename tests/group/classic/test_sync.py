@@ -7,7 +7,7 @@ from coordinator.group.events import RebalanceStarted
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse
 from protocol.messages.sync_group import SyncGroupResponse
-from storage.offsets_format import decode_group_metadata_value, decode_key
+from storage.records import decode_group_metadata_value, decode_key
 
 
 def sr(h: Harness, handle: int) -> SyncGroupResponse:

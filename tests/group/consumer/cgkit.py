@@ -218,7 +218,7 @@ def settle(members: list[Member], rounds: int = 10) -> None:
 
 def decode(records: list[tuple[int, bytes, bytes | None]]) -> list[tuple[Any, Any]]:
     """The consumer-group records among ``records``, decoded: (key, value or None)."""
-    from storage.consumer_group_format import (
+    from storage.records import (
         CONSUMER_GROUP_RECORD_TYPES,
         decode_consumer_group_key,
         decode_consumer_group_value,

@@ -25,7 +25,7 @@ from coordinator.group.consumer.group import ResolvedRegex
 from coordinator.group.types import RequestContext
 from protocol.errors import ErrorCode
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
-from storage.consumer_group_format import (
+from storage.records import (
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupPartitionMetadataValue,
     encode_consumer_group_key,

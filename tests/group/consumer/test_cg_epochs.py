@@ -15,7 +15,7 @@ from cgkit import Cluster, Mark, Member, kinds, list_groups, settle
 from coordinator.group.consumer.group import ConsumerGroupState
 from coordinator.group.consumer.member import MemberState
 from coordinator.group.consumer.metadata_hash import group_hash
-from storage.consumer_group_format import (
+from storage.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,

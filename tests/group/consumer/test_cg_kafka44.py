@@ -41,7 +41,7 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequestTopic,
     TxnOffsetCommitResponse,
 )
-from storage.consumer_group_format import (
+from storage.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMetadataValue,

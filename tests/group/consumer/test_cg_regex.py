@@ -10,7 +10,7 @@ from __future__ import annotations
 from cgkit import Cluster, Mark, Member, kinds, settle
 
 from coordinator.group.consumer.manager import regex_key
-from storage.consumer_group_format import (
+from storage.records import (
     ConsumerGroupRegularExpressionKey,
     ConsumerGroupRegularExpressionValue,
 )

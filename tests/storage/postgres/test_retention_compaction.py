@@ -27,10 +27,10 @@ from storage.interface import Lease
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
-from storage.offsets_format import encode_offset_commit_key, encode_offset_commit_value
 from storage.postgres.journal import MAX_ROW_BYTES, PgJournal
 from storage.postgres.materialize import materialize
 from storage.record_batch import iter_batches, iter_record_tuples
+from storage.records import encode_offset_commit_key, encode_offset_commit_value
 
 pytestmark = pytest.mark.postgres
 

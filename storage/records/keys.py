@@ -1,0 +1,47 @@
+"""The one switch on the record type of a ``__consumer_offsets`` key.
+
+How this works: a key starts with its int16 record type (Kafka's ``apiKey`` of the key
+schema), and ``decode_key`` dispatches on it in one place, the shape of Kafka's
+``GroupCoordinatorShard.replay``: 0-1 offset commits, 2 classic group metadata, 3-8 and 16
+KIP-848 consumer groups; any other type (share and streams groups, which kgc does not run
+yet) comes back as ``UnknownKey`` so a replay can skip it. The offset-commit key is tested
+first, by two byte comparisons: it is nearly every record of a replay.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TypeAlias
+
+from storage.records.consumer_group import (
+    CONSUMER_GROUP_RECORD_TYPES,
+    ConsumerGroupKey,
+    decode_consumer_group_key,
+)
+from storage.records.errors import OffsetsFormatError
+from storage.records.offsets import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    UnknownKey,
+    decode_group_metadata_key,
+    decode_offset_commit_key,
+)
+
+__all__ = ["RecordKey", "decode_key"]
+
+RecordKey: TypeAlias = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | UnknownKey
+
+_I16 = struct.Struct(">h")
+
+
+def decode_key(data: bytes) -> RecordKey:
+    if len(data) < 2:
+        raise OffsetsFormatError("key shorter than its version field")
+    if data[0] == 0 and data[1] <= 1:
+        return decode_offset_commit_key(data)
+    (rtype,) = _I16.unpack_from(data, 0)
+    if rtype == 2:
+        return decode_group_metadata_key(data)
+    if rtype in CONSUMER_GROUP_RECORD_TYPES:
+        return decode_consumer_group_key(data)
+    return UnknownKey(rtype, bytes(data))
