@@ -1,4 +1,9 @@
-"""DataPlane handlers in process: real logs and flusher, no sockets."""
+"""DataPlane handlers in process: real logs and flusher, no sockets.
+
+The ``node`` fixture runs each test on both engines, the in-memory one (storage/memory.py)
+and the local disk; the tests about the disk itself (a restart, segments, deleted
+directories) build a ``Node`` on the local engine.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +23,10 @@ from coordinator.server.handler import NO_RESPONSE, ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, init_producer_id, list_offsets, produce
+from storage.interface import Durability, Logs
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
+from storage.memory import MemoryDurability, MemoryLogs
 from storage.record_batch import (
     ATTR_TRANSACTIONAL,
     decode_records,
@@ -32,10 +39,17 @@ CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 
 
 class Node:
-    def __init__(self, data_dir: Path, **settings: Any) -> None:
+    def __init__(self, data_dir: Path, *, engine: str = "local", **settings: Any) -> None:
         self.settings = Settings(data_dir=data_dir, **settings)
-        self.flusher = Flusher()
-        self.logs = LogManager(data_dir, flusher=self.flusher)
+        self.flusher: Durability
+        self.logs: Logs
+        if engine == "memory":
+            data_dir.mkdir(parents=True)  # the catalog and the producer ids stay on disk
+            self.flusher = MemoryDurability()
+            self.logs = MemoryLogs()
+        else:
+            self.flusher = Flusher()
+            self.logs = LogManager(data_dir, flusher=self.flusher)
         self.catalog = TopicCatalog(data_dir / "topics.json")
         self.dp = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
         self.h = self.dp.handlers()
@@ -106,8 +120,15 @@ class Node:
         self.logs.close_all()
 
 
+@pytest.fixture(params=["memory", "local"])
+async def node(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Node]:
+    n = Node(tmp_path / "data", engine=request.param)
+    yield n
+    await n.close()
+
+
 @pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
+async def disk_node(tmp_path: Path) -> AsyncIterator[Node]:
     n = Node(tmp_path / "data")
     yield n
     await n.close()
@@ -432,19 +453,21 @@ async def test_log_append_time_topic(node: Node) -> None:
     assert h.max_timestamp == r.log_append_time_ms and h.attributes & 0x08
 
 
-async def test_retention_advances_log_start(node: Node) -> None:
+async def test_retention_advances_log_start(disk_node: Node) -> None:
+    node = disk_node
     node.create("t", 1, {"segment.bytes": "1024", "retention.bytes": "2048"})
     for i in range(40):
         await node.produce("t", 0, batch([b"x" * 200], pid=9, epoch=0, seq=i))
     plog = node.logs.get("t", 0)
-    assert plog is not None and len(plog.segments) > 4
+    assert plog is not None and plog.segment_count > 4
     assert node.dp.run_retention() > 0
     assert plog.log_start_offset > 0
     resp = await node.call(fetch.API_KEY, 12, node.fetch_req("t", [(0, 0)]))
     assert resp.responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-async def test_delete_topic_removes_data_and_wakes_fetches(node: Node) -> None:
+async def test_delete_topic_removes_data_and_wakes_fetches(disk_node: Node) -> None:
+    node = disk_node
     info = node.create("t", 1)
     await node.produce("t", 0, batch([b"a"]))
     task = asyncio.ensure_future(
@@ -457,3 +480,25 @@ async def test_delete_topic_removes_data_and_wakes_fetches(node: Node) -> None:
     resp = await asyncio.wait_for(task, 2)
     assert resp.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert not (node.logs.data_dir / "t-0").exists()
+
+
+async def test_a_failed_round_answers_storage_error_and_the_offset_is_reused(
+    tmp_path: Path,
+) -> None:
+    n = Node(tmp_path / "data", engine="memory")
+    try:
+        n.create("t", 1)
+        assert (await n.produce("t", 0, batch([b"a"]))).base_offset == 0
+        assert isinstance(n.flusher, MemoryDurability)
+        n.flusher.failing = OSError(5, "Input/output error")
+        r = await n.produce("t", 0, batch([b"lost"]))
+        assert r.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        plog = n.logs.get("t", 0)
+        assert plog is not None and plog.log_end_offset == plog.durable_end == 1
+        n.flusher.failing = None
+        r = await n.produce("t", 0, batch([b"b"]))
+        assert (r.error_code, r.base_offset) == (0, 1)
+        resp = await n.call(fetch.API_KEY, 12, n.fetch_req("t", [(0, 0)]))
+        assert values_of(resp.responses[0].partitions[0].records) == [b"a", b"b"]
+    finally:
+        await n.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from coordinator.group.shard import GroupConfig, GroupShard
@@ -11,19 +10,17 @@ from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import sync_group
-from storage.local.durability import Flusher
-from storage.local.log import LogConfig
-from storage.local.manager import LogManager
+from storage.interface import LogConfig
+from storage.memory import MemoryDurability, MemoryLogs
 
 CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 
 
-async def runtime(tmp_path: Path) -> GroupRuntime:
-    flusher = Flusher()
+async def runtime() -> GroupRuntime:
     rt = GroupRuntime(
         GroupShard(GroupConfig(offsets_topic_num_partitions=1)),
-        LogManager(tmp_path, flusher=flusher),
-        flusher,
+        MemoryLogs(),
+        MemoryDurability(),
         num_partitions=1,
         log_config=LogConfig(cleanup_policy="compact", journaled=True),
     )
@@ -46,12 +43,10 @@ def _sync(protocol_type: str | None, protocol_name: str | None) -> sync_group.Sy
     )
 
 
-async def test_sync_group_v5_without_protocol_type_or_name_is_inconsistent(
-    tmp_path: Path,
-) -> None:
+async def test_sync_group_v5_without_protocol_type_or_name_is_inconsistent() -> None:
     # KafkaApis.handleSyncGroupRequest: from v5 both fields are mandatory; answered before
     # the coordinator looks at the group (an unknown one here).
-    rt = await runtime(tmp_path)
+    rt = await runtime()
     for ptype, pname in ((None, None), ("consumer", None), (None, "range")):
         resp = await call(rt, sync_group.API_KEY, 5, _sync(ptype, pname))
         assert resp.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL, (ptype, pname)

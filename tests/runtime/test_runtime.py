@@ -1,4 +1,9 @@
-"""The group runtime around the pure shard: durability before replies, and failed appends."""
+"""The group runtime around the pure shard: durability before replies, and failed appends.
+
+Most tests run on the in-memory engine (storage/memory.py): what they check is the
+runtime's contract with any engine. The ones about the disk itself (a corrupt segment file,
+the Flusher's real fsync rounds) run on the local engine in ``tmp_path``.
+"""
 
 from __future__ import annotations
 
@@ -20,9 +25,10 @@ from protocol.messages.offset_commit import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
+from storage.interface import Durability, LogConfig, Logs
 from storage.local.durability import Flusher
-from storage.local.log import LogConfig
 from storage.local.manager import LogManager
+from storage.memory import MemoryDurability, MemoryLogs
 from storage.record_batch import iter_record_tuples
 
 CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
@@ -45,18 +51,36 @@ def commit(group: str, offset: int) -> OffsetCommitRequest:
     )
 
 
-async def runtime(tmp_path: Path) -> tuple[GroupRuntime, Flusher, LogManager]:
-    flusher = Flusher()
-    logs = LogManager(tmp_path, flusher=flusher)
+OFFSETS_LOG = LogConfig(cleanup_policy="compact", journaled=True)
+
+
+async def started(
+    logs: Logs, flusher: Durability, log_config: LogConfig = OFFSETS_LOG, **shard: Any
+) -> GroupRuntime:
     rt = GroupRuntime(
-        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS)),
+        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS), **shard),
         logs,
         flusher,
         num_partitions=PARTITIONS,
-        log_config=LogConfig(cleanup_policy="compact", journaled=True),
+        log_config=log_config,
     )
     await rt.load()
-    return rt, flusher, logs
+    return rt
+
+
+async def runtime(
+    logs: MemoryLogs | None = None,
+) -> tuple[GroupRuntime, MemoryDurability, MemoryLogs]:
+    """A runtime on the in-memory engine (on ``logs``, e.g. reopened after a crash)."""
+    flusher = MemoryDurability()
+    logs = logs or MemoryLogs()
+    return await started(logs, flusher), flusher, logs
+
+
+async def disk_runtime(tmp_path: Path) -> tuple[GroupRuntime, Flusher, LogManager]:
+    flusher = Flusher()
+    logs = LogManager(tmp_path, flusher=flusher)
+    return await started(logs, flusher), flusher, logs
 
 
 async def call(rt: GroupRuntime, api_key: int, version: int, body: Any) -> Any:
@@ -75,18 +99,27 @@ def fetched(rt: GroupRuntime, group: str) -> int:
     return parts[0].committed_offset if parts else -1
 
 
-async def test_commit_reply_waits_for_the_log_and_is_replayable(tmp_path: Path) -> None:
-    rt, flusher, logs = await runtime(tmp_path)
+async def test_commit_reply_waits_for_the_log_and_is_replayable() -> None:
+    rt, _, logs = await runtime()
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
     assert resp.topics[0].partitions[0].error_code == 0
     plog = rt.partitions[rt.shard.partition_of("g")]
     assert plog.durable_end == plog.log_end_offset > 0  # durable before the reply left
-    await flusher.stop()
-    logs.close_all()
-    rt2, flusher2, logs2 = await runtime(tmp_path)
+    rt2, _, _ = await runtime(logs.reopen())  # a crash keeps what is durable
     assert fetched(rt2, "g") == 5
-    await flusher2.stop()
-    logs2.close_all()
+
+
+async def test_a_reply_waits_until_its_round_made_the_commit_durable() -> None:
+    flusher = MemoryDurability(auto=False)
+    rt = await started(MemoryLogs(), flusher)
+    reply = asyncio.ensure_future(call(rt, offset_commit.API_KEY, 8, commit("g", 5)))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    plog = rt.partitions[rt.shard.partition_of("g")]
+    assert not reply.done() and plog.log_end_offset == 1 and plog.durable_end == 0
+    flusher.run_round()
+    resp = await reply
+    assert resp.topics[0].partitions[0].error_code == 0 and plog.durable_end == 1
 
 
 def groups_on_distinct_partitions(rt: GroupRuntime, n: int) -> list[str]:
@@ -110,9 +143,9 @@ def fetch_error(rt: GroupRuntime, group: str) -> int:
 
 
 async def test_failed_append_answers_not_coordinator_and_rebuilds_from_the_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rt, flusher, logs = await runtime(tmp_path)
+    rt, flusher, logs = await runtime()
     await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
     plog = rt.partitions[rt.shard.partition_of("g")]
 
@@ -134,9 +167,9 @@ async def test_failed_append_answers_not_coordinator_and_rebuilds_from_the_log(
 
 
 async def test_failed_append_fails_only_replies_of_that_partition(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rt, flusher, logs = await runtime(tmp_path)
+    rt, flusher, logs = await runtime()
     bad, good = groups_on_distinct_partitions(rt, 2)
     plog = rt.partitions[rt.shard.partition_of(bad)]
 
@@ -157,21 +190,13 @@ async def test_failed_append_fails_only_replies_of_that_partition(
     logs.close_all()
 
 
-async def test_failed_fsync_answers_not_coordinator_and_keeps_only_what_the_log_holds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rt, flusher, logs = await runtime(tmp_path)
+async def test_failed_fsync_answers_not_coordinator_and_keeps_only_what_the_log_holds() -> None:
+    rt, flusher, logs = await runtime()
     await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
-
-    def broken(fd: int) -> None:
-        raise OSError(5, "Input/output error")
-
-    # The offsets log is journaled: its records are made durable by the journal's fdatasync.
-    monkeypatch.setattr(os, "fsync", broken)
-    monkeypatch.setattr(os, "fdatasync", broken)
+    flusher.failing = OSError(5, "Input/output error")
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 9))
     assert resp.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
-    monkeypatch.undo()
+    flusher.failing = None
     # Whatever the failed fsync left in the log, the shard holds exactly that.
     plog = rt.partitions[rt.shard.partition_of("g")]
     shadow = GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS))
@@ -188,8 +213,8 @@ async def test_failed_fsync_answers_not_coordinator_and_keeps_only_what_the_log_
     logs.close_all()
 
 
-async def test_unencodable_group_id_is_an_error_code_and_leaves_no_offset(tmp_path: Path) -> None:
-    rt, flusher, logs = await runtime(tmp_path)
+async def test_unencodable_group_id_is_an_error_code_and_leaves_no_offset() -> None:
+    rt, flusher, logs = await runtime()
     group = "x" * 40000
     resp = await call(rt, offset_commit.API_KEY, 8, commit(group, 5))
     assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN
@@ -198,24 +223,16 @@ async def test_unencodable_group_id_is_an_error_code_and_leaves_no_offset(tmp_pa
     logs.close_all()
 
 
-async def test_commit_to_a_topic_that_does_not_exist(tmp_path: Path) -> None:
-    flusher = Flusher()
-    logs = LogManager(tmp_path, flusher=flusher)
-    rt = GroupRuntime(
-        GroupShard(
-            GroupConfig(offsets_topic_num_partitions=PARTITIONS), topic_partitions={"u": 1}.get
-        ),
-        logs,
-        flusher,
-        num_partitions=PARTITIONS,
-        log_config=LogConfig(cleanup_policy="compact"),
+async def test_commit_to_a_topic_that_does_not_exist() -> None:
+    rt = await started(
+        MemoryLogs(),
+        MemoryDurability(),
+        LogConfig(cleanup_policy="compact"),
+        topic_partitions={"u": 1}.get,
     )
-    await rt.load()
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 5))  # topic "t"
     assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert fetched(rt, "g") == -1
-    await flusher.stop()
-    logs.close_all()
 
 
 def flip_byte_in_first_batch(plog_dir: Path) -> Path:
@@ -227,7 +244,7 @@ def flip_byte_in_first_batch(plog_dir: Path) -> Path:
 
 
 async def test_a_corrupt_offsets_partition_fails_alone(tmp_path: Path) -> None:
-    rt, flusher, logs = await runtime(tmp_path)
+    rt, flusher, logs = await disk_runtime(tmp_path)
     groups = groups_on_distinct_partitions(rt, PARTITIONS)
     for n in range(3):  # batches after the damaged one: damage, not a torn tail
         for i, g in enumerate(groups):
@@ -237,7 +254,7 @@ async def test_a_corrupt_offsets_partition_fails_alone(tmp_path: Path) -> None:
     logs.close_all()
     flip_byte_in_first_batch(tmp_path / f"__consumer_offsets-{damaged}")
 
-    rt2, flusher2, logs2 = await runtime(tmp_path)  # load() returns: every partition tried
+    rt2, flusher2, logs2 = await disk_runtime(tmp_path)  # load() returns: every partition tried
     assert rt2.loaded.is_set()
     for i, g in enumerate(groups):
         if rt2.shard.partition_of(g) == damaged:
@@ -253,11 +270,11 @@ async def test_a_corrupt_offsets_partition_fails_alone(tmp_path: Path) -> None:
     logs2.close_all()
 
 
-async def test_a_turn_over_max_message_bytes_is_split_between_results(tmp_path: Path) -> None:
+async def test_a_turn_over_max_message_bytes_is_split_between_results() -> None:
     """Many commits landing in one loop turn are written as several batches, each under
     max.message.bytes and each holding whole requests; every commit succeeds (before the
     split, the turn's one oversized batch was refused and every request failed)."""
-    rt, flusher, logs = await runtime(tmp_path)
+    rt, flusher, logs = await runtime()
     gid = "big"
     plog = rt.partitions[rt.shard.partition_of(gid)]
     limit = plog.config.max_message_bytes
@@ -281,7 +298,7 @@ async def test_a_turn_over_max_message_bytes_is_split_between_results(tmp_path: 
 async def test_commits_of_the_turns_during_an_fsync_are_appended_once_before_the_next_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rt, flusher, logs = await runtime(tmp_path)
+    rt, flusher, logs = await disk_runtime(tmp_path)
     [group] = groups_on_distinct_partitions(rt, 1)
     plog = rt.partitions[rt.shard.partition_of(group)]
     gate = asyncio.Event()  # the journal's fdatasync blocks in its thread until set
@@ -324,17 +341,10 @@ async def test_commits_of_the_turns_during_an_fsync_are_appended_once_before_the
     logs.close_all()
 
 
-async def test_flush_policy_none_appends_at_the_end_of_each_turn(tmp_path: Path) -> None:
-    flusher = Flusher()
-    logs = LogManager(tmp_path, flusher=flusher)
-    rt = GroupRuntime(
-        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS)),
-        logs,
-        flusher,
-        num_partitions=PARTITIONS,
-        log_config=LogConfig(cleanup_policy="compact", flush_policy="none"),
-    )
-    await rt.load()
+async def test_flush_policy_none_appends_at_the_end_of_each_turn() -> None:
+    flusher = MemoryDurability()
+    logs = MemoryLogs()
+    rt = await started(logs, flusher, LogConfig(cleanup_policy="compact", flush_policy="none"))
     assert not rt.gather_during_rounds
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 3))
     assert resp.topics[0].partitions[0].error_code == 0
@@ -344,13 +354,13 @@ async def test_flush_policy_none_appends_at_the_end_of_each_turn(tmp_path: Path)
     logs.close_all()
 
 
-async def test_offsets_batches_carry_the_partitions_leader_epoch(tmp_path: Path) -> None:
+async def test_offsets_batches_carry_the_partitions_leader_epoch() -> None:
     """Kafka's coordinator appends to __consumer_offsets as its leader, which stamps the
     leader epoch into each batch; tools reading the topic (kminion with franz-go) see 0
     on a single node, and in cluster mode the epoch of the lease the node holds."""
     from storage.record_batch import iter_batches
 
-    rt, flusher, logs = await runtime(tmp_path)
+    rt, flusher, logs = await runtime()
     await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
     p = rt.shard.partition_of("g")
     plog = rt.partitions[p]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from coordinator.group import ClassicGroupState
@@ -21,9 +20,8 @@ from protocol.messages.offset_commit import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-from storage.local.durability import Flusher
-from storage.local.log import LogConfig
-from storage.local.manager import LogManager
+from storage.interface import LogConfig
+from storage.memory import MemoryDurability, MemoryLogs
 from storage.records import (
     OFFSETS_TOPIC,
     MemberMetadata,
@@ -42,15 +40,15 @@ LOG_CONFIG = LogConfig(cleanup_policy="compact", journaled=True)
 
 
 async def runtime(
-    tmp_path: Path,
     *,
     records: list[tuple[bytes, bytes]] = (),
     log_config: LogConfig = LOG_CONFIG,
     **config: int,
-) -> tuple[GroupRuntime, Flusher, LogManager]:
-    """A loaded runtime; ``records`` are written to group "g"'s offsets partition first."""
-    flusher = Flusher()
-    logs = LogManager(tmp_path, flusher=flusher)
+) -> tuple[GroupRuntime, MemoryDurability, MemoryLogs]:
+    """A loaded runtime on the in-memory engine; ``records`` are written to group "g"'s
+    offsets partition first."""
+    flusher = MemoryDurability()
+    logs = MemoryLogs()
     if records:
         plog = logs.get_or_create(OFFSETS_TOPIC, partition_for("g", PARTITIONS), log_config)
         plog.append_records(list(records), timestamp_ms=0)
@@ -116,10 +114,8 @@ def state(rt: GroupRuntime) -> ClassicGroupState | None:
     return None if group is None else group.state
 
 
-async def test_session_expires_on_the_loop_and_heartbeats_keep_the_member(
-    tmp_path: Path,
-) -> None:
-    rt, flusher, logs = await runtime(tmp_path)
+async def test_session_expires_on_the_loop_and_heartbeats_keep_the_member() -> None:
+    rt, flusher, logs = await runtime()
     # The join is answered by a timer: the initial rebalance delay (0 ms) ending.
     r = await join(rt, rebalance=SESSION_MS)
     member = r.member_id
@@ -140,7 +136,7 @@ async def test_session_expires_on_the_loop_and_heartbeats_keep_the_member(
     logs.close_all()
 
 
-async def test_a_timer_that_re_arms_for_now_does_not_starve_the_loop(tmp_path: Path) -> None:
+async def test_a_timer_that_re_arms_for_now_does_not_starve_the_loop() -> None:
     """A join phase that waits only for static members that do not rejoin, with a rebalance
     timeout of 0, re-arms its deadline for "now" until their sessions end (Kafka's
     behaviour); requests are served meanwhile, and the sessions do end."""
@@ -170,7 +166,6 @@ async def test_a_timer_that_re_arms_for_now_does_not_starve_the_loop(tmp_path: P
     # to turn (what this test is about), not for a disk that a busy machine can hold for
     # longer than the members' sessions.
     rt, flusher, logs = await runtime(
-        tmp_path,
         records=[(encode_group_metadata_key("g"), value)],
         log_config=LogConfig(cleanup_policy="compact", flush_policy="none"),
         group_max_size=1,

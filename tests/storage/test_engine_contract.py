@@ -1,5 +1,6 @@
-"""The storage contract, run against both engines: the local journal (LogManager, Flusher,
-storage/local/journal.py) and PostgreSQL (PgJournal, materialize).
+"""The storage contract, run against every engine: the local journal (LogManager, Flusher,
+storage/local/journal.py), PostgreSQL (PgJournal, materialize) and the in-memory engine the
+runtime and data plane tests use (storage/memory.py).
 
 What the runtime and the data plane rely on: an appended batch reads back byte for byte
 once ``wait_durable`` returned; ``durable_end`` covers only what a round made durable; a
@@ -25,6 +26,7 @@ from storage.interface import FlushError
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
+from storage.memory import MemoryDurability, MemoryLog, MemoryLogs
 
 JOURNALED = LogConfig(journaled=True)
 
@@ -120,16 +122,45 @@ class PostgresEngine:
         await self.journal.close()
 
 
-Engine = LocalEngine | PostgresEngine
+class MemoryEngine:
+    def __init__(self) -> None:
+        self.flusher = MemoryDurability()
+        self.logs = MemoryLogs()
+
+    async def start(self) -> None:
+        return None
+
+    async def make_log(self, p: int) -> MemoryLog:
+        return self.logs.get_or_create("t", p, JOURNALED)
+
+    async def fail(self) -> None:
+        self.flusher.failing = OSError(5, "simulated EIO")
+
+    async def heal(self) -> None:
+        self.flusher.failing = None
+
+    async def rebuilt(self, log: MemoryLog, p: int) -> MemoryLog:
+        again = self.logs.reopen().get("t", p)
+        assert again is not None
+        return again
+
+    async def close(self) -> None:
+        await self.flusher.stop()
+        self.logs.close_all()
 
 
-@pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
+Engine = LocalEngine | PostgresEngine | MemoryEngine
+
+
+@pytest.fixture(params=["local", "memory", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def engine(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Engine]:
     eng: Engine
     if request.param == "local":
         eng = LocalEngine(tmp_path, monkeypatch)
+    elif request.param == "memory":
+        eng = MemoryEngine()
     else:
         eng = PostgresEngine(
             tmp_path, request.getfixturevalue("pg_server"), request.getfixturevalue("pg_url")
