@@ -5,7 +5,8 @@ How this works
 The group core needs timers for session timeouts, join and sync deadlines, KIP-394
 pending members and the periodic offset expiration.  Each is a ``Timer`` in one table,
 keyed by a string that names what it is for (``heartbeat-<group>-<member>``,
-``join-<group>``...), with its deadline and the ``TimerAction`` to take.  The runtime
+``join-<group>``, ``consumer-session-<group>-<member>``...: every key is built by a
+function below, for classic and consumer groups alike), with its deadline and the ``TimerAction`` to take.  The runtime
 keeps no timer of its own: it holds a single wake-up on its event loop for
 ``next_deadline()`` and, when that fires, takes ``pop_due(now)`` timers one by one and
 hands each to ``GroupShard.on_timer``.  A test drives the same table with a fake clock.
@@ -40,6 +41,11 @@ __all__ = [
     "TimerAction",
     "TimerKind",
     "Timers",
+    "consumer_classic_join_key",
+    "consumer_classic_sync_key",
+    "consumer_rebalance_key",
+    "consumer_regex_key",
+    "consumer_session_key",
     "heartbeat_key",
     "join_key",
     "pending_key",
@@ -106,6 +112,31 @@ def pending_key(group_id: str, member_id: str) -> str:
 
 
 EXPIRE_OFFSETS_KEY = "expire-offsets"
+
+
+# Consumer groups (KIP-848).
+
+
+def consumer_session_key(group_id: str, member_id: str) -> str:
+    return f"consumer-session-{group_id}-{member_id}"
+
+
+def consumer_rebalance_key(group_id: str, member_id: str) -> str:
+    return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+def consumer_regex_key(group_id: str) -> str:
+    return f"consumer-regex-{group_id}"
+
+
+def consumer_classic_join_key(group_id: str, member_id: str) -> str:
+    """A classic-protocol member of a consumer group must join by then."""
+    return f"consumer-group-join-{group_id}-{member_id}"
+
+
+def consumer_classic_sync_key(group_id: str, member_id: str) -> str:
+    """A classic-protocol member of a consumer group must sync by then."""
+    return f"consumer-group-sync-{group_id}-{member_id}"
 
 
 class Timers:

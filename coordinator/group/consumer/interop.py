@@ -44,7 +44,12 @@ from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
 from coordinator.group.consumer.metadata_hash import group_hash
 from coordinator.group.events import GroupConversionRefused
-from coordinator.group.timers import TimerAction, TimerKind
+from coordinator.group.timers import (
+    TimerAction,
+    TimerKind,
+    consumer_classic_join_key,
+    consumer_classic_sync_key,
+)
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -66,14 +71,6 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 _E = ClassicGroupState.EMPTY
 _UNREVOKED = MemberState.UNREVOKED_PARTITIONS
 _UNRELEASED = MemberState.UNRELEASED_PARTITIONS
-
-
-def join_key(gid: str, mid: str) -> str:
-    return f"consumer-group-join-{gid}-{mid}"
-
-
-def sync_key(gid: str, mid: str) -> str:
-    return f"consumer-group-sync-{gid}-{mid}"
 
 
 class _Refused(Exception):
@@ -373,11 +370,11 @@ class ClassicInterop:
         member = self.consumer.reconcile_member(
             out, writes, group, old, updated, replaced, is_new, owned, now_ms, "join"
         )
-        self.timers.cancel(join_key(gid, member.member_id))
+        self.timers.cancel(consumer_classic_join_key(gid, member.member_id))
         self.consumer.schedule_session(out, gid, member.member_id, now_ms, req.session_timeout_ms)
         self.timers.schedule(
             out,
-            sync_key(gid, member.member_id),
+            consumer_classic_sync_key(gid, member.member_id),
             now_ms + req.rebalance_timeout_ms,
             TimerAction(TimerKind.CONSUMER_CLASSIC_SYNC, gid, member.member_id),
         )
@@ -437,7 +434,7 @@ class ClassicInterop:
             out.replies.append((ctx.reply_to, SyncGroupResponse(error_code=e.code)))
             return out
         gid = group.group_id
-        self.timers.cancel(sync_key(gid, m.member_id))
+        self.timers.cancel(consumer_classic_sync_key(gid, m.member_id))
         self.consumer.schedule_session(out, gid, m.member_id, now_ms, meta.session_timeout_ms)
         out.replies.append(
             (
@@ -489,7 +486,7 @@ class ClassicInterop:
     def _arm_join_timer(
         self, out: Result, group: ConsumerGroup, m: ConsumerGroupMember, now_ms: int
     ) -> None:
-        key = join_key(group.group_id, m.member_id)
+        key = consumer_classic_join_key(group.group_id, m.member_id)
         if key not in self.timers:
             self.timers.schedule(
                 out,
@@ -582,8 +579,8 @@ class ClassicInterop:
         )
 
     def cancel_classic_timers(self, gid: str, member_id: str) -> None:
-        self.timers.cancel(join_key(gid, member_id))
-        self.timers.cancel(sync_key(gid, member_id))
+        self.timers.cancel(consumer_classic_join_key(gid, member_id))
+        self.timers.cancel(consumer_classic_sync_key(gid, member_id))
 
     # ------------------------------------------------------------ downgrade
 

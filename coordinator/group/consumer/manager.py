@@ -60,7 +60,14 @@ from coordinator.group.events import (
     FenceKind,
 )
 from coordinator.group.partitions import Partitions
-from coordinator.group.timers import TimerAction, TimerKind, Timers
+from coordinator.group.timers import (
+    TimerAction,
+    TimerKind,
+    Timers,
+    consumer_rebalance_key,
+    consumer_regex_key,
+    consumer_session_key,
+)
 from coordinator.group.topics import StaticTopics, TopicsImage
 from coordinator.group.types import GroupConfig, RequestContext, Result
 from protocol.errors import ErrorCode
@@ -80,18 +87,6 @@ REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
 def new_member_id() -> str:
     """A member id as Kafka generates one (a random Uuid in URL-safe base64, 22 chars)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def session_key(group_id: str, member_id: str) -> str:
-    return f"consumer-session-{group_id}-{member_id}"
-
-
-def rebalance_key(group_id: str, member_id: str) -> str:
-    return f"consumer-rebalance-{group_id}-{member_id}"
-
-
-def regex_key(group_id: str) -> str:
-    return f"consumer-regex-{group_id}"
 
 
 def _owned(req: cgh.ConsumerGroupHeartbeatRequest) -> dict[bytes, frozenset[int]] | None:
@@ -590,14 +585,14 @@ class ConsumerGroupManager:
             if member.state is _UNREVOKED and not member.same_assignment(old):
                 self.timers.schedule(
                     out,
-                    rebalance_key(gid, member.member_id),
+                    consumer_rebalance_key(gid, member.member_id),
                     now_ms + member.rebalance_timeout_ms,
                     TimerAction(
                         TimerKind.CONSUMER_REBALANCE, gid, member.member_id, member.member_epoch
                     ),
                 )
             elif member.state is not _UNREVOKED:
-                self.timers.cancel(rebalance_key(gid, member.member_id))
+                self.timers.cancel(consumer_rebalance_key(gid, member.member_id))
             self.schedule_session(out, gid, member.member_id, now_ms)
         if refresh_regex or new_regex or group.regex_count:
             self._maybe_refresh_regexes(out, group, now_ms, refresh_regex)
@@ -613,7 +608,7 @@ class ConsumerGroupManager:
         )
         timer = self.timers.schedule(
             out,
-            session_key(gid, member_id),
+            consumer_session_key(gid, member_id),
             now_ms + t,
             TimerAction(TimerKind.CONSUMER_SESSION, gid, member_id),
         )
@@ -622,12 +617,12 @@ class ConsumerGroupManager:
             group.session_timers[member_id] = timer
 
     def _cancel_member_timers(self, gid: str, member_id: str) -> None:
-        self.timers.cancel(session_key(gid, member_id))
+        self.timers.cancel(consumer_session_key(gid, member_id))
         group = self.groups.get(gid)
         if group is not None:
             group.session_timers.pop(member_id, None)
             group.steady_responses.pop(member_id, None)
-        self.timers.cancel(rebalance_key(gid, member_id))
+        self.timers.cancel(consumer_rebalance_key(gid, member_id))
         if self.interop is not None:
             self.interop.cancel_classic_timers(gid, member_id)
 
@@ -670,7 +665,7 @@ class ConsumerGroupManager:
             rec.apply_all(
                 out, self.partitions.partition_of(gid), group, [rec.current_assignment(gid, m)]
             )
-            self.timers.cancel(rebalance_key(gid, m.member_id))
+            self.timers.cancel(consumer_rebalance_key(gid, m.member_id))
             return cgh.ConsumerGroupHeartbeatResponse(
                 member_id=holder.member_id, member_epoch=TEMPORARY_LEAVE_EPOCH
             )
@@ -761,7 +756,7 @@ class ConsumerGroupManager:
         self, out: Result, group: ConsumerGroup, now_ms: int, required: bool
     ) -> None:
         """Arm the resolution timer when Kafka would start a resolution."""
-        key = regex_key(group.group_id)
+        key = consumer_regex_key(group.group_id)
         if key in self.timers or not group.regex_count:
             return
         last = min((r.timestamp_ms for r in group.resolved_regexes.values()), default=None)
@@ -855,7 +850,7 @@ class ConsumerGroupManager:
                 if m.state is _UNREVOKED:
                     self.timers.schedule(
                         out,
-                        rebalance_key(group.group_id, m.member_id),
+                        consumer_rebalance_key(group.group_id, m.member_id),
                         now_ms + m.rebalance_timeout_ms,
                         TimerAction(
                             TimerKind.CONSUMER_REBALANCE,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from cgkit import Cluster, Mark, Member, kinds, settle
 
-from coordinator.group.consumer.manager import regex_key
+from coordinator.group.timers import consumer_regex_key
 from storage.records import (
     ConsumerGroupRegularExpressionKey,
     ConsumerGroupRegularExpressionValue,
@@ -22,7 +22,7 @@ def test_new_regex_resolves_through_the_timer_then_bumps() -> None:
     m = Member(c, "g", "m", regex="fo.*")
     r = m.join()
     assert r.member_epoch == 1 and m.partitions() == set()  # not resolved yet
-    assert c.shard.pending_timers()[regex_key("g")] == c.now  # due at once
+    assert c.shard.pending_timers()[consumer_regex_key("g")] == c.now  # due at once
     mark = Mark(c)
     c.advance(0)
     recs = mark.new()
@@ -59,7 +59,7 @@ def test_a_member_picking_up_an_existing_resolved_regex_bumps_at_once() -> None:
     r = b.join()
     assert r.member_epoch == epoch + 1
     assert "16" not in kinds(mark.new())
-    assert regex_key("g") not in c.shard.pending_timers()
+    assert consumer_regex_key("g") not in c.shard.pending_timers()
     settle([a, b])
     assert len(a.partitions()) == len(b.partitions()) == 2
 
@@ -75,10 +75,10 @@ def test_a_topic_created_later_is_picked_up() -> None:
     c.take(c.shard.topics_changed(["fox"], created=True, now_ms=c.now))
     # Kafka resolves a group's regexes at most every 10 s.
     m.beat()
-    assert regex_key("g") not in c.shard.pending_timers()
+    assert consumer_regex_key("g") not in c.shard.pending_timers()
     c.advance(10_001)
     m.beat()
-    assert regex_key("g") in c.shard.pending_timers()
+    assert consumer_regex_key("g") in c.shard.pending_timers()
     mark = Mark(c)
     c.advance(0)
     assert kinds(mark.new()) == ["16", "3"]

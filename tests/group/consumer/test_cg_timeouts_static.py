@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from cgkit import Cluster, Mark, Member, kinds, settle
 
-from coordinator.group.consumer.manager import rebalance_key, session_key
 from coordinator.group.consumer.member import MemberState
-from coordinator.group.timers import TimerKind
+from coordinator.group.timers import TimerKind, consumer_rebalance_key, consumer_session_key
 from protocol.errors import ErrorCode
 
 SESSION = 45_000
@@ -27,7 +26,7 @@ def test_session_timer_is_rearmed_by_every_heartbeat() -> None:
     c = Cluster(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
-    key = session_key("g", "a")
+    key = consumer_session_key("g", "a")
     assert c.shard.pending_timers()[key] == SESSION
     c.advance(30_000)
     a.beat()
@@ -48,7 +47,7 @@ def test_session_timers_are_rearmed_in_full_on_load() -> None:
     a.join()
     c.advance(40_000)  # 5 s before a's timer
     other = c.replayed()  # loaded at 40 s: a full session from now
-    key = session_key("g", "a")
+    key = consumer_session_key("g", "a")
     assert other.pending_timers()[key] == 40_000 + SESSION
     assert other.timers.pop_due(40_000 + SESSION - 1) is None
     timer = other.timers.pop_due(40_000 + SESSION)
@@ -88,7 +87,7 @@ def test_rebalance_timer_exists_only_while_unrevoked() -> None:
     c = Cluster(foo=4)
     a = Member(c, "g", "a", ["foo"], rebalance_timeout_ms=10_000)
     a.join()
-    key = rebalance_key("g", "a")
+    key = consumer_rebalance_key("g", "a")
     assert key not in c.shard.pending_timers()
     b = Member(c, "g", "b", ["foo"])
     b.join()
@@ -132,8 +131,8 @@ def test_rebalance_timer_is_rearmed_on_load_for_unrevoked_members() -> None:
     c, _, _ = _unrevoked()
     c.advance(5_000)
     other = c.replayed()
-    assert other.pending_timers()[rebalance_key("g", "a")] == 15_000
-    assert rebalance_key("g", "b") not in other.pending_timers()
+    assert other.pending_timers()[consumer_rebalance_key("g", "a")] == 15_000
+    assert consumer_rebalance_key("g", "b") not in other.pending_timers()
 
 
 # ------------------------------------------------------------ items 35-38: static members
