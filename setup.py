@@ -62,6 +62,7 @@ COMPILED = [
     "coordinator/runtime/replay.py",
     "coordinator/group/types.py",
     "coordinator/group/timers.py",
+    "coordinator/group/records.py",
     "coordinator/group/partitions.py",
     "coordinator/group/events.py",
     "coordinator/group/topics.py",

@@ -65,6 +65,7 @@ from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.events import TopicOffsetsDeleted
 from coordinator.group.partitions import Partitions
+from coordinator.group.records import offset_commit_record, offset_commit_tombstone
 from coordinator.group.topics import TopicsImage
 from coordinator.group.types import GroupConfig, Record, RequestContext, Result
 from protocol.errors import ErrorCode
@@ -96,12 +97,7 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )
-from storage.records import (
-    OffsetCommitKey,
-    decode_offset_commit_value,
-    encode_offset_commit_key,
-    encode_offset_commit_value,
-)
+from storage.records import OffsetCommitKey, decode_offset_commit_value
 
 __all__ = ["OffsetEntry", "OffsetGroup", "OffsetMetadataManager"]
 
@@ -443,16 +439,16 @@ class OffsetMetadataManager:
                         rp.committed_offset, rp.committed_leader_epoch, metadata, ts, expire
                     )
                     records.append(
-                        (
+                        offset_commit_record(
                             p,
-                            encode_offset_commit_key(gid, name, index),
-                            encode_offset_commit_value(
-                                rp.committed_offset,
-                                metadata,
-                                ts,
-                                leader_epoch=rp.committed_leader_epoch,
-                                expire_timestamp=expire,
-                            ),
+                            gid,
+                            name,
+                            index,
+                            rp.committed_offset,
+                            metadata,
+                            ts,
+                            rp.committed_leader_epoch,
+                            expire,
                         )
                     )
                     stored.append(((name, index), entry))
@@ -593,16 +589,16 @@ class OffsetMetadataManager:
     def _offset_record(
         self, group_id: str, topic: str, partition: int, entry: OffsetEntry
     ) -> Record:
-        return (
+        return offset_commit_record(
             self.partitions.partition_of(group_id),
-            encode_offset_commit_key(group_id, topic, partition),
-            encode_offset_commit_value(
-                entry.offset,
-                entry.metadata,
-                entry.commit_timestamp_ms,
-                leader_epoch=entry.leader_epoch,
-                expire_timestamp=entry.expire_timestamp_ms,
-            ),
+            group_id,
+            topic,
+            partition,
+            entry.offset,
+            entry.metadata,
+            entry.commit_timestamp_ms,
+            entry.leader_epoch,
+            entry.expire_timestamp_ms,
         )
 
     def _store_offset(
@@ -616,10 +612,8 @@ class OffsetMetadataManager:
         offsets = self.offsets.get(group_id)
         if offsets is not None and offsets.pop((topic, partition), None) is not None:
             out.records.append(
-                (
-                    self.partitions.partition_of(group_id),
-                    encode_offset_commit_key(group_id, topic, partition),
-                    None,
+                offset_commit_tombstone(
+                    self.partitions.partition_of(group_id), group_id, topic, partition
                 )
             )
             if not offsets:

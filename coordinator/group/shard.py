@@ -15,9 +15,11 @@ The shard is a thin façade over Kafka's split of the coordinator:
 * ``OffsetMetadataManager`` (``offsets.py``) owns committed offsets: OffsetCommit,
   TxnOffsetCommit, OffsetFetch, OffsetDelete, retention.
 * The shard itself owns what they share -- the load status of each offsets-log partition
-  (``partitions.py``), the one timer table (``timers.py``) -- and does what spans both:
-  ListGroups and DeleteGroups, the periodic offset expiration (which deletes groups left
-  without offsets), replaying the log into both managers, and partition load/unload.
+  (``partitions.py``), the one timer table and every timer key (``timers.py``) -- and does
+  what spans both: ListGroups and DeleteGroups, the periodic offset expiration (which
+  deletes groups left without offsets), replaying the log into the managers (one switch on
+  the record's key type; every record is built by ``records.py``), and partition
+  load/unload.
 
 Each API is an attribute named after it (``shard.join_group(ctx, req, now_ms)``...),
 bound at construction straight to the function that handles it, so a request costs no
@@ -396,32 +398,34 @@ class GroupShard:
         self.partitions[partition] = PartitionStatus.LOADING
 
     def replay(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Apply one record of the offsets log, in log order."""
+        """Apply one record of the offsets log, in log order: one switch on its key's type."""
         k = decode_key(key)
-        if isinstance(k, OffsetCommitKey):
-            self.offset_manager.replay(k, value)
-        elif isinstance(k, GroupMetadataKey):
-            self.classic.replay(k.group, value)
-            if value is None and k.group in self.offsets and k.group not in self.consumer.groups:
-                # Offsets outlived their group's metadata: keep them reachable.
-                self.classic.get_or_create_group(k.group)
-        elif not isinstance(k, UnknownKey):
-            gid = k.group
-            if isinstance(k, ConsumerGroupMetadataKey) and value is not None:
-                # A consumer group replaces the offsets-only classic group of its id.
-                self.groups.pop(gid, None)
-            self.consumer.replay(
-                k,
-                None if value is None else decode_consumer_group_value(k, value),
-            )
-            if (
-                isinstance(k, ConsumerGroupMetadataKey)
-                and value is None
-                and gid in self.offsets
-                and gid not in self.groups
-            ):
-                self.classic.get_or_create_group(gid)
-        # Other key types belong to share and streams groups; nothing to do.
+        match k:
+            case OffsetCommitKey():
+                self.offset_manager.replay(k, value)
+            case GroupMetadataKey():
+                self.classic.replay(k.group, value)
+                if value is None:
+                    self._keep_offsets_reachable(k.group)
+            case UnknownKey():
+                pass  # share and streams groups' records: nothing to do
+            case ConsumerGroupMetadataKey():
+                if value is None:
+                    self.consumer.replay(k, None)
+                    self._keep_offsets_reachable(k.group)
+                else:
+                    # A consumer group replaces the offsets-only classic group of its id.
+                    self.groups.pop(k.group, None)
+                    self.consumer.replay(k, decode_consumer_group_value(k, value))
+            case _:  # the other consumer group records
+                self.consumer.replay(
+                    k, None if value is None else decode_consumer_group_value(k, value)
+                )
+
+    def _keep_offsets_reachable(self, gid: str) -> None:
+        """A group's metadata is gone but its offsets outlived it: a classic group holds them."""
+        if gid in self.offsets and gid not in self.groups and gid not in self.consumer.groups:
+            self.classic.get_or_create_group(gid)
 
     def topics_changed(self, names: list[str], created: bool, now_ms: int) -> Result:
         """Topics were created, grew or were deleted (Kafka's onNewMetadataImage)."""

@@ -29,6 +29,7 @@ when nothing else is written, as Kafka does.
 
 from __future__ import annotations
 
+from coordinator.group import records
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember, Protocol
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.rebalance import (
@@ -99,7 +100,11 @@ def join_group(
         _join_existing_member(m, out, ctx, req, group, now_ms)
 
     if new_group and not out.records:
-        out.records.append(m.empty_group_metadata_record(group, now_ms))
+        out.records.append(
+            records.empty_group_metadata_record(
+                m.partitions.partition_of(group.group_id), group, now_ms
+            )
+        )
     return out
 
 
@@ -390,7 +395,9 @@ def _replace_static_member(
     if group.is_in(_S):
         if (group.protocol_name or "") == group.select_protocol():
             # No rebalance: persist the new member id and hand back the current generation.
-            out.records.append(m.group_metadata_record(group))
+            out.records.append(
+                records.group_metadata_record(m.partitions.partition_of(group.group_id), group)
+            )
             if ctx.api_version >= 9:
                 leader = group.is_leader(new_id)
                 resp = m.current_generation_response(

@@ -4,9 +4,10 @@ How this works
 --------------
 The manager holds every classic group of the shard by id, the rebalance counters, and
 the primitives all classic handlers share: answering parked requests, arming and
-cancelling a member's timers, removing a member, building the group's log records,
-replaying them, and unloading a partition's groups.  The protocol itself lives beside
-it, one module per concern, as functions that take the manager as their first argument:
+cancelling a member's timers, removing a member, replaying the group's log records
+(``coordinator/group/records.py`` builds them), and unloading a partition's groups.
+The protocol itself lives beside it, one module per concern, as functions that take
+the manager as their first argument:
 
 * ``join.py``      JoinGroup (KIP-394 pending members, KIP-345 static members)
 * ``sync.py``      SyncGroup
@@ -26,6 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+from coordinator.group import records
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.events import REBALANCE_CAUSES, RebalanceCause
@@ -37,16 +39,11 @@ from coordinator.group.timers import (
     heartbeat_key,
     pending_key,
 )
-from coordinator.group.types import GroupConfig, Record, Result
+from coordinator.group.types import GroupConfig, Result
 from protocol.errors import ErrorCode
 from protocol.messages.join_group import JoinGroupResponse, JoinGroupResponseMember
 from protocol.messages.sync_group import SyncGroupResponse
-from storage.records import (
-    MemberMetadata,
-    decode_group_metadata_value,
-    encode_group_metadata_key,
-    encode_group_metadata_value,
-)
+from storage.records import decode_group_metadata_value
 
 __all__ = ["ClassicGroupManager"]
 
@@ -167,67 +164,11 @@ class ClassicGroupManager:
 
     def delete_group(self, out: Result, group: ClassicGroup, now_ms: int) -> None:
         """Tombstone a group's metadata and forget it (its offsets are the caller's)."""
-        out.records.append(self.group_tombstone(group.group_id))
+        gid = group.group_id
+        out.records.append(records.group_metadata_tombstone(self.partitions.partition_of(gid), gid))
         group.transition_to(ClassicGroupState.DEAD, now_ms)
         self.timers.cancel_group(group.group_id)
         del self.groups[group.group_id]
-
-    # ------------------------------------------------------------ records
-
-    def group_metadata_record(
-        self, group: ClassicGroup, assignment: dict[str, bytes] | None = None
-    ) -> Record:
-        members = [
-            MemberMetadata(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                rebalance_timeout=m.rebalance_timeout_ms,
-                session_timeout=m.session_timeout_ms,
-                subscription=m.metadata(group.protocol_name),
-                assignment=(
-                    m.assignment if assignment is None else assignment.get(m.member_id, b"")
-                ),
-            )
-            for m in group.members.values()
-        ]
-        value = encode_group_metadata_value(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation,
-            protocol=group.protocol_name,
-            leader=group.leader_id,
-            current_state_timestamp=(
-                -1 if group.state_timestamp_ms is None else group.state_timestamp_ms
-            ),
-            members=members,
-        )
-        return (
-            self.partitions.partition_of(group.group_id),
-            encode_group_metadata_key(group.group_id),
-            value,
-        )
-
-    def empty_group_metadata_record(self, group: ClassicGroup, now_ms: int) -> Record:
-        # What Kafka writes to make a freshly created group exist in the log.
-        value = encode_group_metadata_value(
-            protocol_type="",
-            generation=0,
-            protocol=None,
-            leader=None,
-            current_state_timestamp=(
-                now_ms if group.state_timestamp_ms is None else group.state_timestamp_ms
-            ),
-            members=[],
-        )
-        return (
-            self.partitions.partition_of(group.group_id),
-            encode_group_metadata_key(group.group_id),
-            value,
-        )
-
-    def group_tombstone(self, group_id: str) -> Record:
-        return (self.partitions.partition_of(group_id), encode_group_metadata_key(group_id), None)
 
     # ------------------------------------------------------------ replay and loading
 

@@ -34,6 +34,7 @@ completeClassicGroupJoin, expirePendingSync, ...).
 
 from __future__ import annotations
 
+from coordinator.group import records
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
@@ -192,7 +193,9 @@ def _complete_join(m: ClassicGroupManager, out: Result, group: ClassicGroup, now
     reason = group.rebalance_reason or "rebalance"
     if group.is_in(_E):
         out.events.append(GroupEmptied(gid, group.generation, reason))
-        out.records.append(m.group_metadata_record(group, {}))
+        out.records.append(
+            records.group_metadata_record(m.partitions.partition_of(group.group_id), group, {})
+        )
         return
 
     out.events.append(

@@ -18,6 +18,7 @@ member's current assignment.
 
 from __future__ import annotations
 
+from coordinator.group import records
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.rebalance import (
     remove_pending_sync_member,
@@ -105,7 +106,9 @@ def sync_group(
         assignment[mid] = b""
     # Written before the transition, like Kafka: the record's state timestamp
     # is when the group entered CompletingRebalance.
-    out.records.append(m.group_metadata_record(group, assignment))
+    out.records.append(
+        records.group_metadata_record(m.partitions.partition_of(group.group_id), group, assignment)
+    )
     set_and_propagate_assignment(m, out, group, assignment, now_ms)
     group.transition_to(_S, now_ms)
     out.events.append(

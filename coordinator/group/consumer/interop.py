@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coordinator.group import records as rec
 from coordinator.group.classic import join, rebalance
 from coordinator.group.classic.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.classic.manager import ClassicGroupManager
@@ -38,7 +39,7 @@ from coordinator.group.classic.subscription import (
     parse_assignment,
     parse_subscription,
 )
-from coordinator.group.consumer import records as rec
+from coordinator.group.consumer import replay as cg_replay
 from coordinator.group.consumer.errors import HeartbeatError
 from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
@@ -60,7 +61,7 @@ from protocol.messages.leave_group import (
     MemberResponse,
 )
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
-from storage.records import ClassicMemberMetadata, encode_group_metadata_key
+from storage.records import ClassicMemberMetadata
 
 if TYPE_CHECKING:
     from coordinator.group.consumer.manager import ConsumerGroupManager
@@ -131,7 +132,7 @@ class ClassicInterop:
         classic group is dropped once they are applied (``after_apply``).
         """
         classic = self.classic.groups[gid]
-        key = encode_group_metadata_key(gid)
+        key, _ = rec.classic_group_tombstone(gid)
         group = ConsumerGroup(gid)
         if classic.is_in(_E):
             writes.append((key, None))
@@ -169,14 +170,14 @@ class ClassicInterop:
         h = group_hash(names, self.consumer.topics, self.consumer.topic_hash_cache)
         for m in members:
             converted.append(rec.member_subscription(gid, m))
-        converted.append(rec.group_metadata(gid, classic.generation, h))
+        converted.append(rec.consumer_group_metadata(gid, classic.generation, h))
         for m in members:
             converted.append(rec.target_member(gid, m.member_id, targets[m.member_id]))
         converted.append(rec.target_metadata(gid, classic.generation))
         for m in members:
             converted.append(rec.current_assignment(gid, m))
         for key_, value in converted:
-            rec.apply(group, key_, value)
+            cg_replay.apply(group, key_, value)
         writes.extend(converted)
         self._pending_removal = gid
         self._upgraded = classic
@@ -602,7 +603,7 @@ class ClassicInterop:
         if len(remaining) > self.config.group_max_size:
             return False
         gid = group.group_id
-        writes = rec.group_tombstones(group)
+        writes = rec.consumer_group_tombstones(group)
         classic = ClassicGroup(gid, state_timestamp_ms=now_ms)
         classic.generation = group.group_epoch
         classic.protocol_type = CONSUMER_PROTOCOL_TYPE
@@ -626,9 +627,9 @@ class ClassicInterop:
         # Kafka builds the classic group Stable at once (ClassicGroup.fromConsumerGroup).
         classic.state = ClassicGroupState.STABLE
         p = self.consumer.partitions.partition_of(gid)
-        record = self.classic.group_metadata_record(classic)
+        record = rec.group_metadata_record(p, classic)
         writes.append((record[1], record[2]))
-        rec.apply_all(out, p, group, writes)
+        cg_replay.apply_all(out, p, group, writes)
         self.timers.cancel_group(gid)
         self.consumer.groups.pop(gid, None)
         self.classic.groups[gid] = classic

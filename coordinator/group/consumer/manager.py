@@ -34,7 +34,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from coordinator.group.consumer import records as rec
+from coordinator.group import records as rec
+from coordinator.group.consumer import replay as cg_replay
 from coordinator.group.consumer.assignors import BUILTIN_ASSIGNORS
 from coordinator.group.consumer.assignors.spec import PartitionAssignorError
 from coordinator.group.consumer.errors import HeartbeatError
@@ -513,7 +514,7 @@ class ConsumerGroupManager:
                 bump = True
             if bump:
                 group_epoch += 1
-                writes.append(rec.group_metadata(gid, group_epoch, metadata_hash))
+                writes.append(rec.consumer_group_metadata(gid, group_epoch, metadata_hash))
             if group.has_legacy_partition_metadata:
                 writes.append(rec.legacy_partition_metadata_tombstone(gid))
 
@@ -567,7 +568,7 @@ class ConsumerGroupManager:
         # Apply: from here on nothing can fail.
         if gid not in self.groups:
             self.groups[gid] = group
-        rec.apply_all(out, self.partitions.partition_of(gid), group, writes)
+        cg_replay.apply_all(out, self.partitions.partition_of(gid), group, writes)
         if self.interop is not None:
             self.interop.after_apply(out, now_ms)
         if refreshed:
@@ -662,7 +663,7 @@ class ConsumerGroupManager:
             m = holder.copy()
             m.member_epoch = TEMPORARY_LEAVE_EPOCH
             m.pending_revocation = {}
-            rec.apply_all(
+            cg_replay.apply_all(
                 out, self.partitions.partition_of(gid), group, [rec.current_assignment(gid, m)]
             )
             self.timers.cancel(consumer_rebalance_key(gid, m.member_id))
@@ -706,12 +707,12 @@ class ConsumerGroupManager:
             if resolved is not None:
                 names |= resolved.topics
         metadata_hash = group_hash(names, self.topics, self.topic_hash_cache)
-        writes.append(rec.group_metadata(gid, group.group_epoch + 1, metadata_hash))
+        writes.append(rec.consumer_group_metadata(gid, group.group_epoch + 1, metadata_hash))
         if removed_ids.issuperset(group.members):
             # Nobody is left to compute a target: the empty one is current at the new epoch
             # (Kafka 4.4, KAFKA-20442).
             writes.append(rec.target_metadata(gid, group.group_epoch + 1))
-        rec.apply_all(out, self.partitions.partition_of(gid), group, writes)
+        cg_replay.apply_all(out, self.partitions.partition_of(gid), group, writes)
         group.set_metadata_refresh_deadline(now_ms, group.group_epoch)
         for mid in removed_ids:
             self._cancel_member_timers(gid, mid)
@@ -799,8 +800,8 @@ class ConsumerGroupManager:
         if metadata_hash != group.metadata_hash:
             bump = True
         if bump:
-            writes.append(rec.group_metadata(gid, group.group_epoch + 1, metadata_hash))
-        rec.apply_all(out, self.partitions.partition_of(gid), group, writes)
+            writes.append(rec.consumer_group_metadata(gid, group.group_epoch + 1, metadata_hash))
+        cg_replay.apply_all(out, self.partitions.partition_of(gid), group, writes)
         if bump:
             group.set_metadata_refresh_deadline(now_ms, group.group_epoch)
             out.events.append(
@@ -868,14 +869,14 @@ class ConsumerGroupManager:
             del self.groups[gid]
 
     def replay(self, key: Any, value: Any) -> None:
-        rec.replay(self.groups, key, value)
+        cg_replay.replay(self.groups, key, value)
 
     # ------------------------------------------------------------ deletion
 
     def delete_group(self, out: Result, group: ConsumerGroup) -> None:
         """Tombstone every record of an empty group and forget it (offsets are the caller's)."""
-        writes = rec.group_tombstones(group)
-        rec.apply_all(out, self.partitions.partition_of(group.group_id), group, writes)
+        writes = rec.consumer_group_tombstones(group)
+        cg_replay.apply_all(out, self.partitions.partition_of(group.group_id), group, writes)
         self.timers.cancel_group(group.group_id)
         self.groups.pop(group.group_id, None)
 
