@@ -12,7 +12,7 @@ The shard is a thin façade over Kafka's split of the coordinator:
 * ``ConsumerGroupManager`` (``consumer/manager.py``) owns the consumer groups of KIP-848:
   ConsumerGroupHeartbeat and ConsumerGroupDescribe. A group id names one group of one type:
   the shard routes the classic APIs aimed at a consumer group (and back) as Kafka does.
-* ``OffsetMetadataManager`` (``offsets.py``) owns committed offsets: OffsetCommit,
+* ``OffsetMetadataManager`` (``offsets/``) owns committed offsets: OffsetCommit,
   TxnOffsetCommit, OffsetFetch, OffsetDelete, retention.
 * The shard itself owns what they share -- the load status of each offsets-log partition
   (``partitions.py``), the one timer table and every timer key (``timers.py``) -- and does
@@ -49,6 +49,10 @@ from coordinator.group.offsets import (
     OffsetGroup,
     OffsetMetadataManager,
     TopicPartition,
+    commit,
+    delete,
+    fetch,
+    txn,
 )
 from coordinator.group.partitions import Partitions, PartitionStatus
 from coordinator.group.timers import EXPIRE_OFFSETS_KEY, Timer, TimerAction, TimerKind, Timers
@@ -169,10 +173,10 @@ class GroupShard:
         self.describe_groups = self._describe_groups  # classic/describe.py
         self.consumer_group_heartbeat = self.consumer.consumer_group_heartbeat
         self.consumer_group_describe = self.consumer.consumer_group_describe
-        self.offset_commit = offsets.offset_commit
-        self.txn_offset_commit = offsets.txn_offset_commit
-        self.offset_fetch = offsets.offset_fetch
-        self.offset_delete = offsets.offset_delete
+        self.offset_commit = partial(commit.offset_commit, offsets)  # offsets/commit.py
+        self.txn_offset_commit = partial(txn.txn_offset_commit, offsets)  # offsets/txn.py
+        self.offset_fetch = partial(fetch.offset_fetch, offsets)  # offsets/fetch.py
+        self.offset_delete = partial(delete.offset_delete, offsets)  # offsets/delete.py
 
     # ------------------------------------------------------------ routing between group types
 
@@ -330,7 +334,7 @@ class GroupShard:
 
     def end_transaction(self, producer_id: int, committed: bool, now_ms: int) -> Result:
         """The transaction of ``producer_id`` ended: write its offsets if it committed."""
-        return self.offset_manager.end_transaction(producer_id, committed, now_ms)
+        return txn.end_transaction(self.offset_manager, producer_id, committed, now_ms)
 
     def topic_deleted(self, topic: str, now_ms: int) -> Result:
         """Tombstone every group's offsets of a deleted topic (Kafka's onPartitionsDeleted)."""

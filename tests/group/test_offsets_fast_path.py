@@ -5,12 +5,14 @@ duplicates, long metadata, every version, valid and invalid members, retention).
 from __future__ import annotations
 
 import random
+from functools import partial
 from typing import Any
 
 import pytest
 from kgc_group_harness import Harness
 
 from coordinator.group import GroupConfig
+from coordinator.group.offsets import commit
 from protocol.messages.offset_commit import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -75,7 +77,7 @@ def test_fast_path_matches_general_path(seed: int) -> None:
     probe = Harness(config=config, topic_partitions=_topic_partitions)
     taken = []
     # The general path alone on one side.
-    slow.shard.offset_commit = slow.shard.offset_manager._commit
+    slow.shard.offset_commit = partial(commit.commit_general, slow.shard.offset_manager)
     members: dict[str, tuple[str, int]] = {}
     for h in (fast, slow, probe):
         (a, b), gen = h.stable_group("g", 2, session=60000)
@@ -96,9 +98,11 @@ def test_fast_path_matches_general_path(seed: int) -> None:
         assert _state(fast) == _state(slow)
         ctx = probe.ctx(version)
         manager = probe.shard.offset_manager
-        quick = manager._commit_fast(ctx, req, probe.now) if 1 <= version < 10 else None
+        quick = commit.commit_fast(manager, ctx, req, probe.now) if 1 <= version < 10 else None
         taken.append(quick is not None)
-        probe.apply(quick if quick is not None else manager._commit(ctx, req, probe.now))
+        probe.apply(
+            quick if quick is not None else commit.commit_general(manager, ctx, req, probe.now)
+        )
         assert _state(probe) == _state(fast)
         moved += _state(fast)[2] != sessions
         if rng.random() < 0.3:  # time passes: commits move session deadlines, members expire

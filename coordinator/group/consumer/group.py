@@ -197,7 +197,7 @@ class ConsumerGroup:
 
     # ------------------------------------------------------------ offsets (OffsetGroup)
     # Kafka's ConsumerGroup.validateOffsetCommit / validateOffsetFetch /
-    # validateOffsetDelete / offsetExpirationCondition (see coordinator/group/offsets.py).
+    # validateOffsetDelete / offsetExpirationCondition (see coordinator/group/offsets/group.py).
 
     def validate_offset_commit(
         self,
