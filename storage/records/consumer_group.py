@@ -272,14 +272,6 @@ def _run(decoder: Callable[[bytes, int], tuple[_T, int]], data: bytes, what: str
     return value
 
 
-def _kstr(s: str) -> str:
-    """A key string, checked to fit its int16 length."""
-    n = len(s.encode())
-    if n > 0x7FFF:
-        raise ValueError(f"string of {n} bytes does not fit an int16 length")
-    return s
-
-
 def _uuid(topic_id: bytes) -> bytes:
     if len(topic_id) != 16:
         raise ValueError(f"a topic id is 16 bytes, not {len(topic_id)}")
@@ -292,27 +284,32 @@ def _uuid(topic_id: bytes) -> bytes:
 def encode_consumer_group_key(key: ConsumerGroupKey) -> bytes:
     """Key bytes: int16 record type + the non-flexible key struct."""
     out = bytearray(_I16.pack(_KEY_TYPE[type(key)]))
-    group = _kstr(key.group)
-    if isinstance(key, ConsumerGroupMetadataKey):
-        gen.CONSUMER_GROUP_METADATA_KEY_ENCODERS[0](gen.ConsumerGroupMetadataKey(group), out)
-    elif isinstance(key, ConsumerGroupPartitionMetadataKey):
-        k4 = gen.ConsumerGroupPartitionMetadataKey(group)
-        gen.CONSUMER_GROUP_PARTITION_METADATA_KEY_ENCODERS[0](k4, out)
-    elif isinstance(key, ConsumerGroupMemberMetadataKey):
-        k5 = gen.ConsumerGroupMemberMetadataKey(group, _kstr(key.member_id))
-        gen.CONSUMER_GROUP_MEMBER_METADATA_KEY_ENCODERS[0](k5, out)
-    elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
-        k6 = gen.ConsumerGroupTargetAssignmentMetadataKey(group)
-        gen.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_ENCODERS[0](k6, out)
-    elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
-        k7 = gen.ConsumerGroupTargetAssignmentMemberKey(group, _kstr(key.member_id))
-        gen.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_ENCODERS[0](k7, out)
-    elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
-        k8 = gen.ConsumerGroupCurrentMemberAssignmentKey(group, _kstr(key.member_id))
-        gen.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_ENCODERS[0](k8, out)
-    else:
-        k16 = gen.ConsumerGroupRegularExpressionKey(group, _kstr(key.regular_expression))
-        gen.CONSUMER_GROUP_REGULAR_EXPRESSION_KEY_ENCODERS[0](k16, out)
+    try:
+        if isinstance(key, ConsumerGroupMetadataKey):
+            k3 = gen.ConsumerGroupMetadataKey(key.group)
+            gen.CONSUMER_GROUP_METADATA_KEY_ENCODERS[0](k3, out)
+        elif isinstance(key, ConsumerGroupPartitionMetadataKey):
+            k4 = gen.ConsumerGroupPartitionMetadataKey(key.group)
+            gen.CONSUMER_GROUP_PARTITION_METADATA_KEY_ENCODERS[0](k4, out)
+        elif isinstance(key, ConsumerGroupMemberMetadataKey):
+            k5 = gen.ConsumerGroupMemberMetadataKey(key.group, key.member_id)
+            gen.CONSUMER_GROUP_MEMBER_METADATA_KEY_ENCODERS[0](k5, out)
+        elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+            k6 = gen.ConsumerGroupTargetAssignmentMetadataKey(key.group)
+            gen.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_ENCODERS[0](k6, out)
+        elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+            k7 = gen.ConsumerGroupTargetAssignmentMemberKey(key.group, key.member_id)
+            gen.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_ENCODERS[0](k7, out)
+        elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
+            k8 = gen.ConsumerGroupCurrentMemberAssignmentKey(key.group, key.member_id)
+            gen.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_ENCODERS[0](k8, out)
+        else:
+            k16 = gen.ConsumerGroupRegularExpressionKey(key.group, key.regular_expression)
+            gen.CONSUMER_GROUP_REGULAR_EXPRESSION_KEY_ENCODERS[0](k16, out)
+    except struct.error:
+        # A key string's int16 length overflowed.
+        longest = max(len(s.encode()) for s in key if isinstance(s, str))
+        raise ValueError(f"string of {longest} bytes does not fit an int16 length") from None
     return bytes(out)
 
 

@@ -16,10 +16,11 @@ version), followed by the fields of the matching schema of Kafka's group coordin
   current_state_timestamp, v3 group_instance_id, v4 is flexible.
 
 The values callers see are the NamedTuples and dataclasses below (kgc's names and
-defaults); the functions convert to and from the generated classes. Two paths skip the
-generated codec because they run once per commit and once per replayed record: the offset
-commit key, and the version-3 offset commit value kgc writes (empty metadata is the norm);
-the tests compare both with the generated codec over random values.
+defaults); the functions convert to and from the generated classes. Two records skip the
+generated codec because they are written once per committed partition and read once per
+replayed record: the offset commit key (read in ``storage.records.keys``) and the
+version-3 offset commit value kgc writes; tests/storage/test_records_roundtrip.py
+compares both with the generated codec over random values.
 
 The offsets audit decodes offset-commit values many at a time with its own columnar
 decoder (``coordinator.audit.columns``), which hands anything but the plain classic layouts
@@ -53,7 +54,6 @@ __all__ = [
     "UnknownKey",
     "decode_group_metadata_key",
     "decode_group_metadata_value",
-    "decode_offset_commit_key",
     "decode_offset_commit_value",
     "encode_group_metadata_key",
     "encode_group_metadata_value",
@@ -161,30 +161,6 @@ def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     return b"".join((b"\x00\x01", _I16.pack(len(g)), g, _I16.pack(len(t)), t, _I32.pack(partition)))
 
 
-def decode_offset_commit_key(data: bytes) -> OffsetCommitKey:
-    """A key of record type 0 or 1 (the caller checked the prefix).
-
-    Runs for nearly every record of a replay, so lengths are read by indexing instead of
-    the generated codec's struct calls; the layout is the same.
-    """
-    try:
-        gend = 4 + ((data[2] << 8) | data[3])
-        tend = gend + 2 + ((data[gend] << 8) | data[gend + 1])
-    except IndexError:
-        raise OffsetsFormatError("truncated offset commit key") from None
-    if tend + 4 != len(data):
-        raise OffsetsFormatError("offset commit key has trailing or missing bytes")
-    return _new(
-        OffsetCommitKey,
-        (
-            data[4:gend].decode(),
-            data[gend + 2 : tend].decode(),
-            _I32.unpack_from(data, tend)[0],
-            data[1],
-        ),
-    )
-
-
 def encode_group_metadata_key(group: str) -> bytes:
     out = bytearray(_PREFIX[2])
     gen.GROUP_METADATA_KEY_ENCODERS[0](gen.GroupMetadataKey(group), out)
@@ -212,17 +188,22 @@ def encode_offset_commit_value(
     leader_epoch: int = -1,
     expire_timestamp: int | None = None,
 ) -> bytes:
-    """Write v3, or v1 when an expire timestamp is given (v1 alone has the field)."""
-    if expire_timestamp is None:
-        if not metadata:  # the usual commit: one pack of the whole value
-            return _V3_EMPTY.pack(3, offset, leader_epoch, 0, commit_timestamp)
-        version, expire = 3, -1
-    else:
-        version, expire = 1, expire_timestamp
-    out = bytearray(_PREFIX[version])
-    value = gen.OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp, expire)
-    gen.OFFSET_COMMIT_VALUE_ENCODERS[version](value, out)
-    return bytes(out)
+    """Write v3, or v1 when an expire timestamp is given (v1 alone has the field).
+
+    Version 3 is written by hand, once per committed partition: one pack of the whole value
+    when the metadata is empty (the usual commit), one join otherwise.
+    """
+    if expire_timestamp is not None:
+        out = bytearray(_PREFIX[1])
+        value = gen.OffsetCommitValue(offset, -1, metadata, commit_timestamp, expire_timestamp)
+        gen.OFFSET_COMMIT_VALUE_ENCODERS[1](value, out)
+        return bytes(out)
+    m = metadata.encode()
+    if not m:
+        return _V3_EMPTY.pack(3, offset, leader_epoch, 0, commit_timestamp)
+    return b"".join(
+        (_V3_FIXED.pack(3, offset, leader_epoch, len(m)), m, _I64.pack(commit_timestamp))
+    )
 
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
