@@ -42,10 +42,10 @@ from coordinator.config import Settings
 from coordinator.security.principal_mapping import SslPrincipalMapper
 from coordinator.security.sasl import SaslListener
 from coordinator.security.tls import SslConfig, TlsConfigError, server_context, tls_alert
+from coordinator.server.connection import KafkaConnection, ServerContext
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import RequestHook
 from coordinator.server.memory import RequestQueue
-from coordinator.server.transport import KafkaConnection, ServerContext
 
 log = logging.getLogger("kgc.server")
 
