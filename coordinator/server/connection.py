@@ -1,14 +1,25 @@
-"""The connection protocol: framing, ordering, backpressure, bad input.
+"""A client connection's rules: framing, ordering, backpressure, the SASL gate, bad input.
 
-How this works: each connection is an ``asyncio.Protocol``. ``data_received`` cuts the
-stream into size-prefixed frames, decodes each and calls the handler the ``Dispatcher``
-has for its API key. The handler's result (``handler``: the contract) is a response, sent
-at once (most requests), a ``Deferred`` answered when its future completes (a JoinGroup
-parked until the group rebalances, a commit waiting for its fsync, a long-polling Fetch),
-or an ``Outcome`` (no response; close the connection). Kafka clients match responses to
-requests by order as well as correlation id, so every request takes a slot in a
-per-connection queue and responses are written strictly in request order, however they
-complete. A connection that closes cancels the deferred answers it still waits for.
+Rule 1: every decision about a connection's bytes lives here -- where a frame ends, whether
+it may be read now, who answers it, in which order answers leave, when the connection
+closes. Rule 2: this module does no I/O and imports no event loop. It writes, pauses and
+closes through ``transport`` (anything with ``write``, ``close``, ``abort``,
+``pause_reading``, ``resume_reading``) and schedules through ``ctx.loop`` (``call_soon``,
+``call_later``). ``transport.KafkaConnection`` is the asyncio protocol over it (socket
+options, the peer's address, the TLS principal, the server's bookkeeping), the way
+asyncpg's ``BaseProtocol`` sits over its ``CoreProtocol``; tests drive a ``Connection``
+with bytes and a recording transport, without a socket.
+
+Theory of operation: ``data_received`` appends to the buffer and cuts it into size-prefixed
+frames (``_read_frames``); each is decoded and handed to the handler the ``Dispatcher`` has
+for its API key and version (one dict lookup, ``routes``). The handler's result
+(``handler``: the contract) is a response, sent at once (most requests), a ``Deferred``
+answered when its future completes (a JoinGroup parked until the group rebalances, a commit
+waiting for its fsync, a long-polling Fetch), or an ``Outcome`` (no response; close the
+connection). Kafka clients match responses to requests by order as well as correlation id,
+so every request takes a slot in a per-connection queue and responses are written strictly
+in request order, however they complete. A connection that closes cancels the deferred
+answers it still waits for.
 
 Writes are gathered, not made per response: everything a connection sends goes to its
 ``out`` list, written with one ``transport.write`` at the end of the read that produced it
@@ -24,24 +35,27 @@ log line); other connections never notice. A slow reader pauses our reading from
 Memory for requests is bounded across connections (``memory.RequestQueue``): a frame is
 reserved from the shared pool before its body is buffered, and a connection whose next
 frame does not fit is not read until memory is given back.
+
+On a SASL listener every frame goes to the connection's ``SaslSession`` (``sasl``) until it
+has authenticated; a SaslHandshake on an authenticated connection whose session has a
+lifetime starts re-authentication (KIP-368), and any other request after the lifetime
+closes the connection. A failed authentication stops reading, and after
+``connection.failed.authentication.delay.ms`` sends the failure answer and closes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import ipaddress
 import logging
-import socket
 import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from coordinator.security import ANONYMOUS
-from coordinator.security.principal_mapping import SslPrincipalMapper, principal_from_certificate
+from coordinator.security.principal_mapping import SslPrincipalMapper
 from coordinator.security.sasl import SaslListener
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import (
@@ -50,7 +64,6 @@ from coordinator.server.handler import (
     ClientInfo,
     Deferred,
     Outcome,
-    Pending,
     RequestHook,
 )
 from coordinator.server.memory import LARGE_REQUEST_BYTES, RequestQueue
@@ -76,12 +89,50 @@ MAX_IN_FLIGHT = 1000  # per connection; beyond this we stop reading until respon
 PURGATORY_APIS = frozenset({join_group.API_KEY, sync_group.API_KEY, fetch.API_KEY})
 
 
+class Transport(Protocol):
+    """What a connection does to its socket (an asyncio transport has all of it)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Loop(Protocol):
+    """What a connection schedules (an asyncio event loop has both)."""
+
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> Any: ...
+
+    def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> Timer: ...
+
+
+class AnswerFuture(Protocol):
+    """A ``Deferred``'s future as the connection uses it (``asyncio.Future`` or ``Pending``)."""
+
+    def result(self) -> Answer: ...
+
+    def cancelled(self) -> bool: ...
+
+    def cancel(self) -> bool: ...
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ServerContext:
     """What a connection is given by the server that accepted it (``listener.KafkaServer``):
     the listener it came on, what every connection of the server shares, and the server's
-    hooks. The connection reads its server through this alone, so the transport imports
-    nothing of the listener."""
+    hooks. The connection reads its server through this alone, so it imports nothing of
+    the listener."""
 
     # The listener: its name and security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT,
     # SASL_SSL), whether it is TLS (``principal_mapper`` then maps a client certificate's
@@ -94,10 +145,11 @@ class ServerContext:
     idle_ms: int
     sasl: SaslListener | None
     # Shared by every connection of the server.
+    loop: Loop
     queue: RequestQueue
     dispatch: Dispatcher
     max_request_size: int  # socket.request.max.bytes
-    connections: set[KafkaConnection]  # the live ones (the idle sweep, stop, metrics)
+    connections: set[Connection]  # the live ones (the idle sweep, stop, metrics)
     conn_ids: Iterator[int]  # a connection's id, unique in the server
     # Hooks: a request answered (metrics; None skips the clock read), a connection
     # opened (+1) or closed (-1), and closed (a listener paused for descriptors may go on).
@@ -113,32 +165,17 @@ class _Slot:
 
     def __init__(self) -> None:
         self.data: bytes | None = None
-        self.future: asyncio.Future[Answer] | Pending | None = None  # a Deferred's, until answered
+        self.future: AnswerFuture | None = None  # a Deferred's, until answered
         self.done = False
         self.close = False
         self.nbytes = 0  # bytes this request holds in the RequestQueue until answered
         self.queued = False  # it holds a place in the RequestQueue until answered
 
 
-def java_host_address(host: str) -> str:
-    """A peer address as Java's ``InetAddress.getHostAddress`` writes it, which is what
-    Kafka compares an ACL's host with and reports as a member's client host: IPv6 in full
-    without zero compression (``0:0:0:0:0:0:0:1``, not ``::1``), an IPv4-mapped IPv6
-    address as the IPv4 address it maps."""
-    if ":" not in host:
-        return host
-    address, _, scope = host.partition("%")
-    try:
-        ip = ipaddress.IPv6Address(address)
-    except ValueError:
-        return host
-    if ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    text = ":".join(f"{int.from_bytes(ip.packed[i : i + 2], 'big'):x}" for i in range(0, 16, 2))
-    return f"{text}%{scope}" if scope else text
+class Connection:
+    """One client connection's state and rules (Rule 1 above); its socket is ``transport``,
+    attached by whoever accepted it (``transport.KafkaConnection.connection_made``)."""
 
-
-class KafkaConnection(asyncio.Protocol):
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         # The listener the connection came on (its SASL ones must authenticate before
@@ -147,7 +184,8 @@ class KafkaConnection(asyncio.Protocol):
         self.listener = ctx.listener
         self.security_protocol = ctx.security_protocol
         self.principal = ANONYMOUS
-        self.transport: asyncio.Transport | None = None
+        self.transport: Transport | None = None
+        self.loop = ctx.loop
         self.buf = bytearray()
         self.slots: deque[_Slot] = deque()
         self.write_paused = False
@@ -169,13 +207,12 @@ class KafkaConnection(asyncio.Protocol):
         self.frame_size = 0
         self.waiting = False  # for room in the queue; not read meanwhile
         # SASL listeners: every frame goes to the connection's SaslSession until it has
-        # authenticated (``sasl``). A SASL listener without
-        # its SASL settings offers no mechanism: nobody gets in unauthenticated.
+        # authenticated (``sasl``).
         self.sasl: SaslSession | None = None
         self.authenticating = False  # (re-)authenticating: frames go to the session
         self.auth_failed = False  # closing after connection.failed.authentication.delay.ms
         self.auth_max_size = 0  # sasl.server.max.receive.size
-        self.timer: asyncio.TimerHandle | None = None  # the delayed close after a failure
+        self.timer: Timer | None = None  # the delayed close after a failure
         # connections.max.idle.ms: ``KafkaServer``'s sweep closes a connection quiet for this
         # long. Reads and written answers only raise ``active``; the sweep turns that into
         # ``quiet_since``, so the request path pays one attribute store.
@@ -187,60 +224,14 @@ class KafkaConnection(asyncio.Protocol):
             self.authenticating = True
             self.auth_max_size = ctx.sasl.max_receive_size
 
-    # -- asyncio callbacks
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transport is not a subclass
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple):
-            self.host, self.port = java_host_address(str(peer[0])), int(peer[1])
-        self.quiet_since = time.monotonic()  # a TLS handshake before this is not idleness
-        self.ctx.connections.add(self)
-        self.ctx.on_connection(+1)
-        if self.ctx.tls:
-            self._tls_principal(transport)
-
-    def _tls_principal(self, transport: asyncio.BaseTransport) -> None:
-        """The principal of a TLS client: its certificate's subject through the listener's
-        ``ssl.principal.mapping.rules`` (ANONYMOUS without a certificate). A subject no
-        rule maps fails the authentication: the connection closes (Kafka's behaviour)."""
-        ssl_object = transport.get_extra_info("ssl_object")
-        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        if not der:
-            return
-        mapper = self.ctx.principal_mapper or SslPrincipalMapper()
-        try:
-            self.principal = principal_from_certificate(der, mapper)
-        except Exception as exc:
-            log.warning(
-                "closing connection from %s:%d on listener %s: no principal from the client "
-                "certificate: %s",
-                self.host,
-                self.port,
-                self.listener,
-                exc,
-            )
-            self.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._cancel_timer()
-        self.ctx.connections.discard(self)
-        self.ctx.on_connection(-1)
-        # Everything this connection held in the queue goes back: its partial frame and
-        # its unanswered requests (they will never be answered now).
-        for held in (self.frame_bytes, self.held):
-            if held:
-                self.queue.give_back(held)
-        self.frame_bytes = self.held = 0
-        for slot in self.slots:
-            if slot.future is not None:
-                slot.future.cancel()  # nobody will read its answer (see handler: Deferred)
-            self._release(slot)
-        self.ctx.on_closed()
+    # -- input and flow control
+    def data_received(self, data: bytes) -> None:
+        if self.auth_failed:
+            return  # closing after the failed-authentication delay: nothing more is read
+        self.buf += data
+        self.active = True
+        if not self.waiting:  # else at most one read arrived before the pause took effect
+            self._read_frames()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -249,14 +240,6 @@ class KafkaConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.write_paused = False
         self._update_reading()
-
-    def data_received(self, data: bytes) -> None:
-        if self.auth_failed:
-            return  # closing after the failed-authentication delay: nothing more is read
-        self.buf += data
-        self.active = True
-        if not self.waiting:  # else at most one read arrived before the pause took effect
-            self._read_frames()
 
     def resume(self) -> None:
         """Called by the queue when there may be room for the frame we wait on."""
@@ -348,61 +331,21 @@ class KafkaConnection(asyncio.Protocol):
                 self._sasl_frame(frame)
                 return
             if sasl.expired():
-                log.info(
-                    "closing connection from %s:%d on listener %s: the SASL session of %s "
-                    "expired (it did not re-authenticate)",
-                    self.host,
-                    self.port,
-                    self.listener,
-                    self.principal,
-                )
-                self.abort()
+                self._session_expired()
                 return
         try:
             header, body = decode_request(frame)
-        except UnknownApi as exc:
-            if len(frame) >= 8 and struct.unpack_from(">h", frame)[0] == API_VERSIONS_KEY:
-                self._unsupported_api_versions(frame)
-                return
-            log.warning("closing connection from %s:%d: %s", self.host, self.port, exc)
-            self.abort()
-            return
-        except DecodeError as exc:
-            log.warning(
-                "closing connection from %s:%d: malformed request (api key %s): %s; frame starts %s",
-                self.host,
-                self.port,
-                struct.unpack_from(">h", frame)[0] if len(frame) >= 2 else "?",
-                exc,
-                frame[:256].hex(),
-            )
-            self.abort()
+        except (UnknownApi, DecodeError) as exc:
+            self._undecodable(frame, exc)
             return
         key, version = header.api_key, header.api_version
         handler = self.routes.get((key << 16) | (version & 0xFFFF))
         if handler is None:
-            if key == API_VERSIONS_KEY:
-                self._unsupported_api_versions(frame)
-                return
-            log.warning(
-                "closing connection from %s:%d: unsupported api key %d version %d",
-                self.host,
-                self.port,
-                key,
-                version,
-            )
-            self.abort()
+            self._unroutable(frame, key, version)
             return
         info = self.info
         if info is None or info.client_id != (header.client_id or ""):
-            info = self.info = ClientInfo(
-                header.client_id or "",
-                self.host,
-                self.port,
-                self.conn_id,
-                principal=self.principal,
-                listener=self.listener,
-            )
+            info = self.info = self._client_info(header.client_id or "")
         on_request = self.ctx.on_request
         started = _perf_counter() if on_request is not None else 0.0
         try:
@@ -428,12 +371,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         if type(result) is Outcome:
             if result is CLOSE_CONNECTION:
-                if not self.slots:
-                    self._close_gracefully()
-                    return
-                slot = _Slot()
-                slot.done = slot.close = True
-                self.slots.append(slot)
+                self._close_in_order()
                 return
             data = None  # NO_RESPONSE
         else:
@@ -446,6 +384,61 @@ class KafkaConnection(asyncio.Protocol):
             return
         slot = _Slot()
         slot.data, slot.done = data, True
+        self.slots.append(slot)
+
+    def _client_info(self, client_id: str) -> ClientInfo:
+        """What handlers know of the connection, rebuilt when the client id or the
+        principal changes."""
+        return ClientInfo(
+            client_id,
+            self.host,
+            self.port,
+            self.conn_id,
+            principal=self.principal,
+            listener=self.listener,
+        )
+
+    def _undecodable(self, frame: bytes, exc: UnknownApi | DecodeError) -> None:
+        """A frame that does not decode closes the connection, except an ApiVersions at a
+        version we do not know: answered so the client can retry lower."""
+        if isinstance(exc, UnknownApi):
+            if len(frame) >= 8 and _KEY.unpack_from(frame)[0] == API_VERSIONS_KEY:
+                self._unsupported_api_versions(frame)
+                return
+            log.warning("closing connection from %s:%d: %s", self.host, self.port, exc)
+        else:
+            log.warning(
+                "closing connection from %s:%d: malformed request (api key %s): %s; frame starts %s",
+                self.host,
+                self.port,
+                _KEY.unpack_from(frame)[0] if len(frame) >= 2 else "?",
+                exc,
+                frame[:256].hex(),
+            )
+        self.abort()
+
+    def _unroutable(self, frame: bytes, key: int, version: int) -> None:
+        """An API key or version we do not serve closes the connection (Kafka's answer),
+        except ApiVersions, answered UNSUPPORTED_VERSION with the versions we do serve."""
+        if key == API_VERSIONS_KEY:
+            self._unsupported_api_versions(frame)
+            return
+        log.warning(
+            "closing connection from %s:%d: unsupported api key %d version %d",
+            self.host,
+            self.port,
+            key,
+            version,
+        )
+        self.abort()
+
+    def _close_in_order(self) -> None:
+        """``CLOSE_CONNECTION`` answered at once: close after the answers still owed."""
+        if not self.slots:
+            self._close_gracefully()
+            return
+        slot = _Slot()
+        slot.done = slot.close = True
         self.slots.append(slot)
 
     def _park(self, slot: _Slot, key: int) -> None:
@@ -465,22 +458,18 @@ class KafkaConnection(asyncio.Protocol):
             slot.nbytes, slot.queued = 0, False
 
     def _complete(
-        self,
-        slot: _Slot,
-        header: RequestHeader,
-        started: float,
-        fut: asyncio.Future[Answer] | Pending,
+        self, slot: _Slot, header: RequestHeader, started: float, fut: AnswerFuture
     ) -> None:
         if self.closed:
-            return  # connection_lost gave back what the slot held
+            return  # ``_give_back_all`` gave back what the slot held
         # One call for the three outcomes: ``result()`` raises CancelledError (a
         # BaseException) for a cancelled future and the handler's error for a failed one.
         try:
             result = fut.result()
-        except asyncio.CancelledError:
-            self._release(slot)
-            return
-        except BaseException as exc:  # what the old exception() check saw, too
+        except BaseException as exc:
+            if fut.cancelled():
+                self._release(slot)
+                return
             log.error(
                 "handler for api key %d v%d failed (%r); closing connection",
                 header.api_key,
@@ -508,13 +497,26 @@ class KafkaConnection(asyncio.Protocol):
         self.active = True
         self._flush()
 
+    def _give_back_all(self) -> None:
+        """The connection is gone: everything it held in the queue goes back, its partial
+        frame and its unanswered requests (they will never be answered now)."""
+        for held in (self.frame_bytes, self.held):
+            if held:
+                self.queue.give_back(held)
+        self.frame_bytes = self.held = 0
+        for slot in self.slots:
+            if slot.future is not None:
+                slot.future.cancel()  # nobody will read its answer (see handler: Deferred)
+            self._release(slot)
+
+    # -- output
     def _write(self, data: bytes) -> None:
         """Queue ``data`` for sending: with the read in progress, else at the turn's end."""
         out = self.out
         out.append(data)
         if not self.reading and not self.send_scheduled:
             self.send_scheduled = True
-            asyncio.get_running_loop().call_soon(self._send)
+            self.loop.call_soon(self._send)
 
     def _send(self) -> None:
         """Write everything queued with one call (end of a read, or of the loop turn)."""
@@ -527,6 +529,15 @@ class KafkaConnection(asyncio.Protocol):
             return
         self.transport.write(b"".join(out) if len(out) > 1 else out[0])
         out.clear()
+
+    def _write_in_order(self, data: bytes) -> None:
+        """An answer made here (not by a handler): now, or behind the answers still owed."""
+        if not self.slots:
+            self._write(data)
+        else:
+            slot = _Slot()
+            slot.data, slot.done = data, True
+            self.slots.append(slot)
 
     def _flush(self) -> None:
         slots = self.slots
@@ -566,14 +577,29 @@ class KafkaConnection(asyncio.Protocol):
             self.read_paused = False
             self.transport.resume_reading()
 
+    def _unsupported_api_versions(self, frame: bytes) -> None:
+        correlation_id = struct.unpack_from(">i", frame, 4)[0] if len(frame) >= 8 else 0
+        self._write_in_order(self.ctx.dispatch.unsupported_api_versions(correlation_id))
+
+    def abort(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.abort()
+
+    def close(self) -> None:
+        """Close once what is written has gone out (the server stopping)."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def idle(self) -> bool:
+        return not self.slots
+
     # -- SASL
     def _sasl_frame(self, frame: bytes) -> None:
         """A frame of a connection still (re-)authenticating: its session answers."""
         sasl = self.sasl
         assert sasl is not None
-        info = self.info or ClientInfo(
-            "", self.host, self.port, self.conn_id, principal=self.principal, listener=self.listener
-        )
+        info = self.info or self._client_info("")
         step = sasl.receive(frame, info)
         if step.next is Next.CLOSE:
             log.info(
@@ -589,12 +615,8 @@ class KafkaConnection(asyncio.Protocol):
             self._sasl_failed(step.reply, step.reason)
             return
         if step.reply is not None:
-            if not self.slots:
-                self._write(step.reply)
-            else:  # re-authenticating behind answers still pending: keep the order
-                slot = _Slot()
-                slot.data, slot.done = step.reply, True
-                self.slots.append(slot)
+            # Re-authenticating behind answers still pending keeps the order.
+            self._write_in_order(step.reply)
         if sasl.authenticated:
             self.authenticating = False
             self._cancel_timer()
@@ -631,8 +653,7 @@ class KafkaConnection(asyncio.Protocol):
         if delay_ms <= 0:
             self._close_after_failure(reply)
         else:
-            loop = asyncio.get_running_loop()
-            self.timer = loop.call_later(delay_ms / 1000, self._close_after_failure, reply)
+            self.timer = self.loop.call_later(delay_ms / 1000, self._close_after_failure, reply)
 
     def _close_after_failure(self, reply: bytes | None) -> None:
         self.timer = None
@@ -642,6 +663,23 @@ class KafkaConnection(asyncio.Protocol):
             self._write(reply)
         self._close_gracefully()
 
+    def _session_expired(self) -> None:
+        log.info(
+            "closing connection from %s:%d on listener %s: the SASL session of %s "
+            "expired (it did not re-authenticate)",
+            self.host,
+            self.port,
+            self.listener,
+            self.principal,
+        )
+        self.abort()
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    # -- idleness
     def expire_if_idle(self, now: float) -> None:
         """The server's sweep: close the connection if it has been quiet (nothing read, no
         answer written, none awaited) for connections.max.idle.ms, as Kafka's Selector does."""
@@ -670,26 +708,3 @@ class KafkaConnection(asyncio.Protocol):
                 idle_ms,
             )
         self.abort()
-
-    def _cancel_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def _unsupported_api_versions(self, frame: bytes) -> None:
-        correlation_id = struct.unpack_from(">i", frame, 4)[0] if len(frame) >= 8 else 0
-        data = self.ctx.dispatch.unsupported_api_versions(correlation_id)
-        if not self.slots:
-            self._write(data)
-        else:
-            slot = _Slot()
-            slot.data, slot.done = data, True
-            self.slots.append(slot)
-
-    def abort(self) -> None:
-        if not self.closed and self.transport is not None:
-            self.closed = True
-            self.transport.abort()
-
-    def idle(self) -> bool:
-        return not self.slots

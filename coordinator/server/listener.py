@@ -7,8 +7,9 @@ for the logs; if accept() itself fails with EMFILE, a spare descriptor is given 
 moment to accept and close the waiting connection (the classic trick), so clients learn at
 once instead of hanging in the backlog. Refusals are logged once per episode and counted;
 connections are accepted again as soon as descriptors free up. Each accepted socket becomes
-a ``KafkaConnection`` (``transport``), given a ``ServerContext``: its listener, the parts all
-connections share and the server's hooks, so the connection never reads the server itself.
+a ``KafkaConnection`` (``transport``, over the rules of ``connection``), given a
+``ServerContext``: its listener, the parts all connections share and the server's hooks, so
+the connection never reads the server itself.
 
 A server may have several listeners (Kafka's ``listeners``), each a ``Listening``: its
 sockets, its name and security protocol, and for SSL/SASL_SSL the TLS context and the
@@ -42,10 +43,11 @@ from coordinator.config import Settings
 from coordinator.security.principal_mapping import SslPrincipalMapper
 from coordinator.security.sasl import SaslListener
 from coordinator.security.tls import SslConfig, TlsConfigError, server_context, tls_alert
-from coordinator.server.connection import KafkaConnection, ServerContext
+from coordinator.server.connection import Connection, ServerContext
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import RequestHook
 from coordinator.server.memory import RequestQueue
+from coordinator.server.transport import KafkaConnection
 
 log = logging.getLogger("kgc.server")
 
@@ -281,7 +283,7 @@ class KafkaServer:
         # The SASL side of each SASL_PLAINTEXT/SASL_SSL listener, by listener name
         # (coordinator.security.sasl.SaslListener): its connections authenticate first.
         self.sasl: dict[str, SaslListener] = {}
-        self.connections: set[KafkaConnection] = set()
+        self.connections: set[Connection] = set()
         self.listeners: list[_Listener] = []
         self.refused = 0
         self._short = False  # refusing since the shortage was logged
@@ -308,6 +310,7 @@ class KafkaServer:
             principal_mapper=listening.principal_mapper,
             idle_ms=listening.idle_ms,
             sasl=sasl,
+            loop=asyncio.get_running_loop(),
             queue=self.queue,
             dispatch=self.dispatch,
             max_request_size=self.max_request_size,
@@ -478,8 +481,7 @@ class KafkaServer:
                 break
             await asyncio.sleep(0.01)
         for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close()
         # close() sends what is buffered first; a client that does not read is cut off.
         deadline = asyncio.get_running_loop().time() + 1.0
         while self.connections and asyncio.get_running_loop().time() < deadline:

@@ -12,7 +12,7 @@ so a request larger than the whole pool is still served. Requests parked in a pu
 JoinGroup waiting for the rebalance, a SyncGroup waiting for the leader, a long-polling
 Fetch) give their place back when their handler returns, as in Kafka, where such a request
 has left the request queue: they wait on other clients, and holding their place could
-stall a large rebalance (``transport.PURGATORY_APIS``).
+stall a large rebalance (``connection.PURGATORY_APIS``).
 
 A waiter is anything ``Resumable`` (a connection): the queue only offers it room again, so
 this module knows nothing of the server above it.

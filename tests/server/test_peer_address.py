@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.server.connection import java_host_address
+from coordinator.server.transport import java_host_address
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from coordinator.server.connection import KafkaConnection
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import (
     ClientInfo,
@@ -23,6 +22,7 @@ from coordinator.server.handler import (
     Pending,
 )
 from coordinator.server.listener import KafkaServer, listen
+from coordinator.server.transport import KafkaConnection
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import heartbeat
 
