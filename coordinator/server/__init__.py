@@ -4,7 +4,8 @@ How this works, in the order a request meets it:
 
 * ``listener`` -- listening sockets and accepting connections, with a reserve of file
   descriptors kept for the logs; the TLS listeners wrap the accepted sockets here.
-* ``transport`` -- one ``KafkaConnection`` per socket: framing, responses in request order,
+* ``transport`` -- one ``KafkaConnection`` per socket: the asyncio protocol over
+  ``connection``, which holds the rules and no I/O: framing, responses in request order,
   backpressure, bad input; ``memory`` bounds the request bytes queued across connections;
   on a SASL listener ``sasl`` answers every frame until the connection has authenticated.
 * ``dispatch`` -- the API table: which handler answers each API key, the versions
