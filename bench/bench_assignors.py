@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from results import record  # bench/ is this script's sys.path[0]
+from results import record  # a sibling: bench/ is where this script runs from
 
 from coordinator.group.consumer.assignors import BUILTIN_ASSIGNORS
 from coordinator.group.consumer.assignors.spec import (

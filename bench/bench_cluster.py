@@ -1,7 +1,7 @@
 """Cluster mode on PostgreSQL against the local engine: commits, failover, load.
 
-How this works: the script starts its own PostgreSQL (``tests/pgserver.py``, fsync on) and
-kgc processes (``tests/clusterkit.py``), then measures, in one run:
+How this works: the script starts its own PostgreSQL (``tests/support/pgserver.py``, fsync on) and
+kgc processes (``tests/support/clusterkit.py``), then measures, in one run:
 
 (a) durable OffsetCommits/s and p50/p99 with one partition per request: M concurrent
     simple committers (generation -1, one group and one connection each, one request in
@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -44,14 +43,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from aioclient import AsyncConn
-from clusterkit import Cluster
-from kgc_process import KgcProcess
 from loadgen import run_load
-from pgserver import PgServer
+from support.clusterkit import Cluster
+from support.kgc_process import KgcProcess
+from support.pgserver import PgServer
 
 from coordinator.tools.client import Connection
 from protocol.framing import RequestHeader, encode_request

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from results import record  # bench/ is this script's sys.path[0]
+from results import record  # a sibling: bench/ is where this script runs from
 
 from protocol.framing import RequestHeader, decode_request, encode_request, encode_response
 from protocol.messages import heartbeat, join_group, offset_commit

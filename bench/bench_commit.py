@@ -18,21 +18,14 @@ import argparse
 import asyncio
 import re
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-# The repository root before tests/: tests/storage (a namespace package of test modules)
-# would otherwise shadow the storage package, which is found through the editable install's
-# finder only after every sys.path entry has been tried.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from aioclient import AsyncConn
-from kgc_process import KgcProcess
 from results import record
+from support.kgc_process import KgcProcess
 
 from coordinator.config import Settings, offsets_log_config
 from coordinator.tools.client import Connection

@@ -2,7 +2,7 @@
 
 How this works
 --------------
-Every server is a real ``kgc serve`` (``tests/kgc_process.py``) with default settings (fsync
+Every server is a real ``kgc serve`` (``tests/support/kgc_process.py``) with default settings (fsync
 per write batch, session timeout 45 s, heartbeat interval 5 s); the only flag is
 ``--group-initial-rebalance-delay-ms 0``, as ``bench_groups.py`` runs the classic path (it
 touches classic groups only). Server CPU is the kgc process's user+system time from
@@ -55,15 +55,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from aioclient import AsyncConn
 from bench_assignors import TARGET_MS, Topics, build_spec, time_ms
 from bench_groups import heartbeat_frames, rebalance_latency, setup_groups
-from kgc_process import KgcProcess
 from loadgen import LoadResult, run_load
 from results import record
+from support.kgc_process import KgcProcess
 
 from coordinator.group.consumer.assignors import BUILTIN_ASSIGNORS
 from coordinator.tools.client import Connection

@@ -38,13 +38,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from kgc_process import free_port
 from results import record
+from support.kgc_process import free_port
 
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import produce as produce_api

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import record  # bench/ is this script's sys.path[0]
+from results import record  # a sibling: bench/ is where this script runs from
 
 
 def percentile(sorted_ms: list[float], q: float) -> float:

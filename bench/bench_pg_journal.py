@@ -4,7 +4,7 @@ N concurrent appenders each append one offset-commit-sized batch (one ~100-byte 
 to one of the 50 offsets partitions and await ``Flusher.wait_durable``, in a loop, for a
 fixed time. Prints durable appends/s, p50/p99 latency and the rounds (statements or
 fdatasyncs) per engine and concurrency. Without ``--url`` a throwaway PostgreSQL is started
-from Debian's binaries (tests/pgserver.py), on this machine.
+from Debian's binaries (tests/support/pgserver.py), on this machine.
 
     python bench/bench_pg_journal.py [--url postgresql://...] [--appenders 1,20,200] [--seconds 5]
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sys
 import tempfile
 import time
 import uuid
@@ -22,7 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
-from results import record  # bench/ is this script's sys.path[0]
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
+from results import record  # a sibling: bench/ is where this script runs from
 
 from storage.interface import Lease
 from storage.local.durability import Flusher
@@ -39,8 +39,7 @@ RECORD = (b"k" * 40, b"v" * 60)
 
 @contextlib.contextmanager
 def local_postgres() -> Iterator[str]:
-    sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
-    from pgserver import PgServer  # type: ignore[import-not-found]
+    from support.pgserver import PgServer
 
     server = PgServer(Path(tempfile.mkdtemp(prefix="kgc-bench-pg-"))).start()
     try:

@@ -16,17 +16,15 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from groupkit import commit_offset, fetch_offset
-from kgc_process import KgcProcess
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from results import record
+from support.groupkit import commit_offset, fetch_offset
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

@@ -42,15 +42,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from aioclient import AsyncConn, Security, open_stream
 from bench_groups import HOST, heartbeat_frames, setup_groups
-from certkit import make_pki
-from kgc_process import KgcProcess, free_port
 from loadgen import LoadResult, run_load
 from results import record
+from support.certkit import make_pki
+from support.kgc_process import KgcProcess, free_port
 
 from coordinator.security.acl import (
     AclBinding,

@@ -17,12 +17,10 @@ import textwrap
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from kgc_process import KgcProcess, free_port
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from loadgen import run_load
 from results import record
+from support.kgc_process import KgcProcess, free_port
 
 from coordinator.tools.client import Connection
 from protocol.framing import RequestHeader, encode_request

@@ -28,12 +28,12 @@ import inspect
 import re
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from results import record  # bench/ is this script's sys.path[0]
+import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
+from results import record  # a sibling: bench/ is where this script runs from
 
 from coordinator.group import GroupShard
 from coordinator.runtime.replay import replay_partition
@@ -173,10 +173,7 @@ def serve_once(
     """Spawn ``kgc serve``; seconds until OffsetFetch answers every probe group with the
     offsets written, and kgc's own load time from its log (the slowest worker's, with
     ``workers`` > 1: each loads its share of the offsets partitions, in parallel)."""
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "tests"))
-    sys.path.insert(0, str(root / "tests" / "workers"))
-    from kgc_process import KgcProcess
+    from support.kgc_process import KgcProcess
 
     from coordinator.config import Settings
     from coordinator.tools.client import Connection
@@ -189,7 +186,7 @@ def serve_once(
     if workers == 1:  # (a tree from before kgc.workers has neither import below)
         kgc = KgcProcess(data_dir, "--kgc-log-level", "INFO")
     else:
-        from workerskit import Workers
+        from support.workerskit import Workers
 
         from coordinator.server.placement import worker_of
 

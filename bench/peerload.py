@@ -40,7 +40,6 @@ import itertools
 import multiprocessing as mp
 import os
 import struct
-import sys
 import threading
 import time
 from array import array
@@ -49,9 +48,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen import run_load
 

@@ -31,8 +31,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import bench_peer
 from flamegraph import compare, read_collapsed, render_svg, top_table
 from peerload import Window, run_closed

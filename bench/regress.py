@@ -6,8 +6,8 @@ Two kgc trees (``--tree NAME=PATH[:PYTHON]``, as in bench_peer; ``bench/trees.py
 an old revision or the compiled venv) are compared with the *current* benchmark scripts, so
 both sides are measured by the same harness. For each tree a harness directory
 (``/tmp/kgc-trees/harness-<name>``) holds a copy of this checkout's ``bench/*.py`` and
-``tests/*.py`` (the helpers the benchmarks import: kgc_process, pgserver, groupkit, certkit,
-... -- not the test packages, so ``tests/storage`` shadows nothing) and symlinks
+``tests/support/*.py`` (the helpers the benchmarks import: kgc_process, pgserver, groupkit,
+certkit, ... -- not the test folders, so ``tests/storage`` shadows nothing) and symlinks
 ``coordinator``, ``storage`` and ``protocol`` to the tree's (none for a ``:PYTHON`` tree:
 its site-packages hold kgc). A benchmark runs as ``PYTHON harness/bench/<bench>.py`` with
 cwd = the harness and PYTHONPATH = the harness alone, so both the benchmark's in-process
@@ -32,7 +32,7 @@ Not run (printed with the reason): bench_peer (its own interleaved before/after 
 reads the logs offline, off the server's paths), bench_cluster (three kgc nodes, failover
 and a 1M-record load on PostgreSQL: many minutes; its commit path, the PostgreSQL journal,
 is measured by bench_pg_journal), bench_fsync (the disk's latency, not kgc's), and the
-tools (loadgen, peerload, aioclient, profile_commit, flamegraph, trees, results).
+tools (loadgen, peerload, aioclient, profile_commit, flamegraph, trees, results, checkout).
 
 Sizes are small (the whole run ~20-25 min with 3 rounds on 2 shared cores): the figures
 find regressions, they are not the benchmarks' headline sizes. ``--scale smoke`` is a
@@ -55,8 +55,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results import ENV
 from trees import RENAMED, ROOT, TREES, Tree
@@ -121,11 +119,11 @@ def harness(tree: Tree) -> tuple[Path, dict[str, str]]:
     if h.exists():
         shutil.rmtree(h)
     (h / "bench").mkdir(parents=True)
-    (h / "tests").mkdir()
+    (h / "tests" / "support").mkdir(parents=True)
     for f in (ROOT / "bench").glob("*.py"):
         shutil.copy2(f, h / "bench" / f.name)
-    for f in (ROOT / "tests").glob("*.py"):
-        shutil.copy2(f, h / "tests" / f.name)
+    for f in (ROOT / "tests" / "support").glob("*.py"):
+        shutil.copy2(f, h / "tests" / "support" / f.name)
     if tree.path is not None:
         for package in ("coordinator", "storage", "protocol"):
             (h / package).symlink_to(tree.path / package, target_is_directory=True)

@@ -8,7 +8,7 @@ sources (``PATH``) run by a Python (``PYTHON``, default this one). ``--tree NAME
 Python whose own site-packages hold kgc (the compiled venv below).
 
 A server from a tree runs with ``cwd`` = the tree (``python -m`` puts the cwd first on
-``sys.path``: running from /work/main would import the checkout's sources) and
+the import path: running from /work/main would import the checkout's sources) and
 ``PYTHONPATH`` = the tree alone (replacing any PYTHONPATH of the caller). The checkout's
 editable install does not shadow it: its finder (``__editable___kgc_*_finder``) is
 *appended* to ``sys.meta_path``, after the path finder that finds the tree on
@@ -51,10 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT / "tests"))
-
-from kgc_process import KgcProcess  # noqa: E402
+from checkout import ROOT
+from support.kgc_process import KgcProcess
 
 TREES = Path(tempfile.gettempdir()) / "kgc-trees"
 COMPILED_VENV = TREES / "compiled-venv"
@@ -179,7 +177,7 @@ class Tree:
 
 
 class TreeKgcProcess(KgcProcess):
-    """``KgcProcess`` (tests/kgc_process.py) with the server from ``tree``: its Python, cwd,
+    """``KgcProcess`` (tests/support/kgc_process.py) with the server from ``tree``: its Python, cwd,
     PYTHONPATH and flags (adapted); the client side (``wait_loaded``, metrics) is ours."""
 
     def __init__(self, tree: Tree, data_dir: Path, *extra: str) -> None:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from kafkaserver import KafkaServer, running_broker
-from kgc_process import KgcProcess
-from pgserver import PgServer, available
+from support.kafkaserver import KafkaServer, running_broker
+from support.kgc_process import KgcProcess
+from support.pgserver import PgServer, available
 
 
 @pytest.fixture

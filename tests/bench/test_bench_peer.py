@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_peer import ratio_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-from bench_peer import ratio_pairs  # noqa: E402
 
 WORKLOADS = ["commit1", "commit50", "fetch", "heartbeat", "mixed", "paced"]
 

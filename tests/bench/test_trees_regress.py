@@ -15,13 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import trees
+from bench_peer import ratio_pairs
+from regress import verdict
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import trees  # noqa: E402
-from bench_peer import ratio_pairs  # noqa: E402
-from regress import verdict  # noqa: E402
 
 
 @pytest.fixture(scope="module")

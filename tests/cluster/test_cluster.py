@@ -8,20 +8,15 @@ not above every earlier one or if one node ran two transitions of a partition at
 from __future__ import annotations
 
 import logging
-import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import asyncpg
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from groupkit import async_wait_until
-from nodekit import OFFSETS, Ledger, Node, lease_rows, owners, settled
+from support.groupkit import async_wait_until
+from support.nodekit import OFFSETS, Ledger, Node, lease_rows, owners, settled
 
 from coordinator.cluster import NodeIdInUseError
 from storage.postgres import catalog, registry, schema

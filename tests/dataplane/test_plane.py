@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from groupkit import async_wait_until
+from support.groupkit import async_wait_until
 
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings

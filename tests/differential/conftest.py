@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from diffkit import OUTCOMES, Outcome, Runner, Side, api_name, run_both
-from kafkaserver import KafkaServer
-from kgc_process import KgcProcess
+from support.diffkit import OUTCOMES, Outcome, Runner, Side, api_name, run_both
+from support.kafkaserver import KafkaServer
+from support.kgc_process import KgcProcess
 
 
 def _kafka_bootstrap(request: pytest.FixtureRequest) -> str:
     """The session's Kafka broker; or, with ``KGC_DIFF_KAFKA=host:port``, a broker already
-    running with tests/kafkaserver.py's settings (quicker rounds while writing scenarios)."""
+    running with tests/support/kafkaserver.py's settings (quicker rounds while writing scenarios)."""
     external = os.environ.get("KGC_DIFF_KAFKA")
     if external:
         return external

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diffkit import Side, run_both
-from kafkaserver import KafkaServer, running_broker
-from kgc_process import KgcProcess
+from support.diffkit import Side, run_both
+from support.kafkaserver import KafkaServer, running_broker
+from support.kgc_process import KgcProcess
 
 from protocol.messages import (
     alter_user_scram_credentials as alter_scram,

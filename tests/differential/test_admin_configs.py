@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from diffkit import Runner, Side
+from support.diffkit import Runner, Side
 
 from protocol.messages import (
     alter_configs,

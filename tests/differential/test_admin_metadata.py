@@ -14,7 +14,7 @@ import struct
 import time
 
 import pytest
-from diffkit import Runner, Side
+from support.diffkit import Runner, Side
 
 from coordinator.server.apis import SUPPORTED
 from protocol.messages import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from diffkit import Runner, Side
+from support.diffkit import Runner, Side
 
 from protocol.messages import (
     create_partitions,

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from diffkit import Runner, Side
+from support.diffkit import Runner, Side
 
 from protocol.framing import decode_response
 from protocol.messages import BY_KEY, api_versions, metadata, produce

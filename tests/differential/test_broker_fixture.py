@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kafkaserver import KafkaServer
+from support.kafkaserver import KafkaServer
 
 from coordinator.tools.client import Connection
 from protocol.messages import api_versions, metadata

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from diffkit import Runner, Side
+from support.diffkit import Runner, Side
 
 from protocol.messages import heartbeat, join_group, leave_group, sync_group
 

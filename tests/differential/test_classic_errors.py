@@ -4,8 +4,8 @@ and which one wins when a request has several faults."""
 from __future__ import annotations
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     HEARTBEAT,
     JOIN,
     LEAVE,

@@ -8,8 +8,8 @@ alike on both sides.
 from __future__ import annotations
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     JOIN,
     LEAVE,
     SYNC,

@@ -5,8 +5,8 @@ instance id, a replacement with a changed protocol."""
 from __future__ import annotations
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     JOIN,
     LEAVE,
     SYNC,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     HEARTBEAT,
     JOIN,
     assign_all,

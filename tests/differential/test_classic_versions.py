@@ -5,8 +5,8 @@ Heartbeat v0-4, LeaveGroup v0-5 -- and the errors whose shape changes with the v
 from __future__ import annotations
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     HEARTBEAT,
     JOIN,
     LEAVE,

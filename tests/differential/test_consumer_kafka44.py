@@ -15,8 +15,8 @@ turn that off for their groups (``synchronous_assignment``).
 from __future__ import annotations
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     CG_DESCRIBE,
     CG_HEARTBEAT,
     OFFSET_COMMIT,

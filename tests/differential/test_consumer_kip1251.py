@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     CG_HEARTBEAT,
     OFFSET_COMMIT,
     OFFSET_FETCH,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     CG_DESCRIBE,
     CG_HEARTBEAT,
     cg_describe_req,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,

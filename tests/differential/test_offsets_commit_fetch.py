@@ -5,8 +5,8 @@ metadata limits, all-partitions and multi-group fetches, OffsetDelete."""
 from __future__ import annotations
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from support.diffkit import Runner, Side
+from support.groupops import (
     JOIN,
     OFFSET_COMMIT,
     OFFSET_DELETE,

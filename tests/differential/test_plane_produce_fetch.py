@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from diffkit import Runner, Side
+from support.diffkit import Runner, Side
 
 from protocol.messages import fetch, init_producer_id, list_offsets, metadata, produce
 from storage.record_batch import encode_batch

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from diffkit import Runner, Side
-from groupops import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.diffkit import Runner, Side
+from support.groupops import (
     CG_DESCRIBE,
     CG_HEARTBEAT,
     HEARTBEAT,
@@ -39,8 +41,6 @@ from groupops import (
     synchronous_assignment,
     wait_topic_assignable,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

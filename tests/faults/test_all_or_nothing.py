@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faultkit import report
-from groupkit import create_topic
-from kgc_process import KgcProcess
+from support.faultkit import report
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

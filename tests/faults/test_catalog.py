@@ -18,11 +18,9 @@ import uuid
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from crashkit import read_all_confluent
-from faultkit import report
-from kgc_process import KgcProcess
-from test_second_process import produce_acked, second_serve
-from test_topic_configs import metadata_of
+from support.crashkit import read_all_confluent
+from support.faultkit import metadata_of, produce_acked, report, second_serve
+from support.kgc_process import KgcProcess
 
 from protocol.errors import ErrorCode
 

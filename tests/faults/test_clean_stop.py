@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import report
-from groupkit import create_topic
 from kafka import KafkaConsumer
 from kafka.structs import OffsetAndMetadata, TopicPartition
-from kgc_process import KgcProcess, free_port
+from support.faultkit import report
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
 

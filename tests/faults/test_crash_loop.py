@@ -14,7 +14,7 @@ import time
 from collections import Counter
 
 import pytest
-from crashkit import (
+from support.crashkit import (
     BackgroundProducer,
     Committer,
     check_log_integrity,
@@ -22,9 +22,9 @@ from crashkit import (
     read_all_confluent,
     wait_acked,
 )
-from faultkit import report
-from groupkit import create_topic
-from kgc_process import KgcProcess
+from support.faultkit import report
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 TOPIC_PARTITIONS = 4

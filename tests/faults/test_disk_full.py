@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
-from crashkit import read_all_confluent
-from faultkit import report
-from groupkit import commit_offset, create_topic
-from kgc_process import KgcProcess
+from support.crashkit import read_all_confluent
+from support.faultkit import report
+from support.groupkit import commit_offset, create_topic
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.messages import api_versions, offset_fetch

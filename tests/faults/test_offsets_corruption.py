@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faultkit import report
-from groupkit import commit_offset, create_topic, fetch_offset, wait_until
-from kgc_process import KgcProcess
+from support.faultkit import report
+from support.groupkit import commit_offset, create_topic, fetch_offset, wait_until
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import report
-from groupkit import Member, commit_offset, create_topic, fetch_offset, wait_until
-from kgc_process import KgcProcess
+from support.faultkit import report
+from support.groupkit import Member, commit_offset, create_topic, fetch_offset, wait_until
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

@@ -8,66 +8,13 @@ acknowledged before and after the attempt is still there after a SIGKILL and res
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from confluent_kafka import Producer
-from crashkit import read_all_confluent
-from faultkit import report
-from groupkit import create_topic
-from kgc_process import KgcProcess, free_port
+from support.crashkit import read_all_confluent
+from support.faultkit import produce_acked, report, second_serve
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
-
-
-def produce_acked(
-    bootstrap: str, topic: str, values: list[bytes], partition: int = 0
-) -> list[bytes]:
-    """Produce with acks=all; returns the values the server acknowledged."""
-    acked: list[bytes] = []
-
-    def on_delivery(err: object, msg: object) -> None:
-        if err is None:
-            acked.append(msg.value())  # type: ignore[attr-defined]
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    for v in values:
-        p.produce(topic, v, partition=partition, on_delivery=on_delivery)
-    assert p.flush(30) == 0
-    return acked
-
-
-def second_serve(data_dir: Path, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    """Run another ``kgc serve`` on ``data_dir``; it must exit by itself."""
-    args = [
-        sys.executable,
-        "-m",
-        "coordinator",
-        "serve",
-        "--data-dir",
-        str(data_dir),
-        "--port",
-        str(free_port()),
-        "--metrics-port",
-        "0",
-    ]
-    proc = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"a second kgc started on a data directory in use:\n{err[-3000:]}")
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def test_second_server_on_same_directory_is_refused(kgc: KgcProcess) -> None:

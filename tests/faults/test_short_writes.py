@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from faultkit import report
+from support.faultkit import report
 
 from storage.local.durability import Flusher, FlushError
 from storage.local.log import LogConfig, PartitionLog

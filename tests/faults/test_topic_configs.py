@@ -15,16 +15,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from crashkit import read_all_confluent
-from faultkit import report
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KpNewTopic
-from kgc_process import KgcProcess
-from test_second_process import produce_acked
+from support.crashkit import read_all_confluent
+from support.faultkit import metadata_of, produce_acked, report
+from support.kgc_process import KgcProcess
 
-from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
-from protocol.messages import metadata
 
 pytestmark = pytest.mark.integration
 
@@ -142,18 +139,6 @@ def test_invalid_configs_refused_by_create_topics(kgc: KgcProcess) -> None:
         "validate_only",
         verified="INVALID_CONFIG with Kafka's message each time, nothing stored, restart works",
     )
-
-
-def metadata_of(bootstrap: str, topic: str) -> metadata.MetadataResponseTopic:
-    with Connection.to(bootstrap) as c:
-        _, resp = c.request(
-            metadata.API_KEY,
-            metadata.Request(
-                topics=[metadata.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
-            ),
-        )
-    [t] = resp.topics
-    return t
 
 
 def edit_catalog(

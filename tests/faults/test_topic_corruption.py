@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from faultkit import report
-from kgc_process import KgcProcess
+from support.faultkit import report
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from crashkit import committed, read_all_confluent
-from faultkit import report
-from groupkit import create_topic
-from kgc_process import KgcProcess
+from support.crashkit import committed, read_all_confluent
+from support.faultkit import report
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess
 
 from storage.local.log import CLEAN_SHUTDOWN_FILE, LogConfig, PartitionLog
 from storage.record_batch import iter_record_tuples

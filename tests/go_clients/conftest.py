@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 REPO = Path(__file__).resolve().parents[2]
 ENSURE = REPO / "scripts" / "ensure-go-deps"

@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafkaserver import KafkaServer
-from kgc_process import KgcProcess
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "differential"))
-
-from diffkit import Difference, load_known
+from support.diffkit import Difference, load_known
+from support.kafkaserver import KafkaServer
+from support.kgc_process import KgcProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

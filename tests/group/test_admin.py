@@ -1,6 +1,6 @@
 """DescribeGroups, ListGroups, DeleteGroups."""
 
-from kgc_group_harness import Harness
+from support.kgc_group_harness import Harness
 
 from coordinator.group import ClassicGroupState
 from protocol.errors import ErrorCode

@@ -9,7 +9,7 @@ per partition, as Kafka's KafkaApis does before the coordinator sees the request
 
 from __future__ import annotations
 
-from kgc_group_harness import Harness, offset_delete, txn_commit
+from support.kgc_group_harness import Harness, offset_delete, txn_commit
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, decode_request, encode_request

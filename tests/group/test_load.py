@@ -1,6 +1,6 @@
 """Partition loading, replay of the offsets log and timers after a restart."""
 
-from kgc_group_harness import Harness
+from support.kgc_group_harness import Harness
 
 from coordinator.group import ClassicGroupState, GroupShard
 from protocol.errors import ErrorCode

@@ -1,6 +1,6 @@
 """OffsetCommit / TxnOffsetCommit / OffsetFetch / OffsetDelete and retention."""
 
-from kgc_group_harness import Harness, offset_delete, subscription, txn_commit
+from support.kgc_group_harness import Harness, offset_delete, subscription, txn_commit
 
 from coordinator.group import ClassicGroupState, GroupConfig
 from coordinator.group.events import OffsetsExpired

@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from kgc_group_harness import Harness
+from support.kgc_group_harness import Harness
 
 from coordinator.group import GroupConfig
 from coordinator.group.offsets import commit

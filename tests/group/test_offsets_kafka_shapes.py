@@ -4,7 +4,7 @@ coordinator error on OffsetDelete replaces the per-partition answers."""
 
 from __future__ import annotations
 
-from kgc_group_harness import Harness, offset_delete
+from support.kgc_group_harness import Harness, offset_delete
 
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import (

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgc_group_harness import Harness, offset_delete, subscription
+from support.kgc_group_harness import Harness, offset_delete, subscription
 
 from coordinator.group import ClassicGroupState, GroupConfig, Result
 from coordinator.group.classic import describe as classic_describe

@@ -1,4 +1,4 @@
-from kgc_group_harness import Harness
+from support.kgc_group_harness import Harness
 
 from coordinator.group import ClassicGroupState
 from protocol.errors import ErrorCode

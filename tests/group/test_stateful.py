@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from kgc_group_harness import Harness, subscription
+from support.kgc_group_harness import Harness, subscription
 
 from coordinator.group import ClassicGroupState
 from protocol.errors import ErrorCode

@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 
@@ -288,8 +288,8 @@ def test_retention_change_applies_to_the_log(kgc: KgcProcess) -> None:
 def test_cluster_mode_changes_reach_every_node(tmp_path: Path, pg_url: str) -> None:
     """A topic's and a group's configs altered through node 1 are what node 2 describes,
     and survive both nodes' restart (kgc_topic, kgc_group_config)."""
-    from clusterkit import Cluster
-    from groupkit import wait_until
+    from support.clusterkit import Cluster
+    from support.groupkit import wait_until
 
     from coordinator.tools.client import Connection
     from protocol.messages import describe_configs

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterkit import Cluster
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 from kafka import KafkaProducer
@@ -22,7 +21,8 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KNewTopic
 from kafka.errors import InvalidPartitionsError, OffsetOutOfRangeError
-from kgc_process import KgcProcess
+from support.clusterkit import Cluster
+from support.kgc_process import KgcProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 TOPIC = "aio-tools"

@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kgc_process import KgcProcess, free_port
+from support.kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
 JAAS = (

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.messages import create_topics

@@ -8,18 +8,13 @@ order: no partition may be assigned to one member while another still holds it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kgc_process import KgcProcess
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from consumer848kit import (
+from support.consumer848kit import (
     TP,
     Member,
     OwnershipLog,
@@ -32,6 +27,7 @@ from consumer848kit import (
     start_kgc,
     wait_until,
 )
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from groupkit import create_topic, wait_until
-from kgc_process import KgcProcess
+from support.groupkit import create_topic, wait_until
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kgc_process import free_port
+from support.kgc_process import free_port
 
 pytestmark = pytest.mark.integration
 

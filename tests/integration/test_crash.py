@@ -14,9 +14,9 @@ import random
 import time
 
 import pytest
-from crashkit import Committer, check_log_integrity, committed
-from groupkit import create_topic
-from kgc_process import KgcProcess
+from support.crashkit import Committer, check_log_integrity, committed
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 4

@@ -16,20 +16,17 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kgc_process import KgcProcess
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_dataplane import (
+from support.dataplanekit import (
     JS_DIR,
     check_order,
     create_topic,
     keyed_messages,
     produce_confluent,
 )
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
-from groupkit import async_wait_until, create_topic
-from kgc_process import KgcProcess
+from support.groupkit import async_wait_until, create_topic
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 TOPIC_PARTITIONS = 6

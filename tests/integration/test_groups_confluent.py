@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from groupkit import Member, create_topic, wait_until
-from kgc_process import KgcProcess
+from support.groupkit import Member, create_topic, wait_until
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from groupkit import Member, create_topic, wait_until
-from kgc_process import KgcProcess
+from support.groupkit import Member, create_topic, wait_until
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 JS_DIR = Path(__file__).resolve().parents[1] / "js"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from groupkit import async_wait_until, create_topic
-from kgc_process import KgcProcess
+from support.groupkit import async_wait_until, create_topic
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 JS_DIR = Path(__file__).resolve().parents[1] / "js"

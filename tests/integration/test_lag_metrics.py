@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from groupkit import wait_until
-from kgc_process import KgcProcess
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from support.groupkit import wait_until
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.admin import Admin
 

@@ -8,9 +8,9 @@ import urllib.request
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata
-from groupkit import async_wait_until
-from kgc_process import KgcProcess
 from prometheus_client.parser import text_string_to_metric_families
+from support.groupkit import async_wait_until
+from support.kgc_process import KgcProcess
 
 from coordinator.group.events import (
     GenerationCompleted,

@@ -16,19 +16,16 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from certkit import make_pki
-from groupkit import async_wait_until
-from kgc_process import KgcProcess, free_port
+from aioclient import AsyncConn, AuthenticationFailed, Security
 from prometheus_client.parser import text_string_to_metric_families
+from support.certkit import make_pki
+from support.groupkit import async_wait_until
+from support.kgc_process import KgcProcess, free_port
 
 from protocol.errors import ErrorCode
 from protocol.messages import describe_acls, heartbeat
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from aioclient import AsyncConn, AuthenticationFailed, Security
 
 pytestmark = pytest.mark.integration
 USER, PASSWORD = "bob", "bob-secret"

@@ -23,13 +23,13 @@ from typing import Any
 
 import jwt
 import pytest
-from certkit import Pki, make_pki
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography.hazmat.primitives.asymmetric import rsa
-from groupkit import wait_until
 from jwt.algorithms import RSAAlgorithm
-from kgc_process import KgcProcess, free_port
+from support.certkit import Pki, make_pki
+from support.groupkit import wait_until
+from support.kgc_process import KgcProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ISSUER = "https://idp.kgc.test"

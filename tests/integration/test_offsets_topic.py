@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterkit import Cluster, groups_on_distinct_nodes
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
@@ -32,8 +31,9 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from groupkit import commit_offset, create_topic
-from kgc_process import KgcProcess, free_port
+from support.clusterkit import Cluster, groups_on_distinct_nodes
+from support.groupkit import commit_offset, create_topic
+from support.kgc_process import KgcProcess, free_port
 
 from coordinator.tools.client import ClientSecurity, Connection
 from protocol.errors import ErrorCode

@@ -16,8 +16,8 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from groupkit import create_topic, wait_until
-from kgc_process import KgcProcess
+from support.groupkit import create_topic, wait_until
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Producer, TopicPartition
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.messages import create_topics

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from groupkit import create_topic
-from kgc_process import KgcProcess, free_port
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
 MESSAGES = 20

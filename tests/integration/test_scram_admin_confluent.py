@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 from coordinator.security.credentials import LocalCredentialStore, scram_credential
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kgc_process import free_port
+from support.kgc_process import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -30,11 +30,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from certkit import Pki, make_pki
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from groupkit import create_topic
-from kgc_process import KgcProcess, free_port
+from support.certkit import Pki, make_pki
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess, free_port
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, decode_response, encode_request

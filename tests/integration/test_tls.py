@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from certkit import Pki, make_pki
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from groupkit import create_topic, wait_until
-from kgc_process import KgcProcess, free_port
+from support.certkit import Pki, make_pki
+from support.groupkit import create_topic, wait_until
+from support.kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 3

@@ -3,16 +3,12 @@ killed at its end) and ``topics`` (topics made through kgc's own admin client)."
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from javakit import Clients
-from kgc_process import KgcProcess
+from support.javakit import Clients
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.admin import Admin
 

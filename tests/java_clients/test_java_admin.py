@@ -5,20 +5,18 @@ with an authorizer."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from javakit import AdminSession, Clients
-from kafkaserver import KafkaServer
-from kgc_process import KgcProcess
 
 # The one list of argued differences, and its matching rules, are the differential suite's.
-sys.path.insert(0, str(Path(__file__).parent.parent / "differential"))
-from diffkit import Difference, load_known
+from support.diffkit import Difference, load_known
+from support.javakit import AdminSession, Clients
+from support.kafkaserver import KafkaServer
+from support.kgc_process import KgcProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

@@ -9,8 +9,8 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from javakit import Clients, JavaClient, Partition, wait_assignments
-from kgc_process import KgcProcess
+from support.javakit import Clients, JavaClient, Partition, wait_assignments
+from support.kgc_process import KgcProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

@@ -7,9 +7,9 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from javakit import Clients, JavaClient, Partition, assignment, status, wait_assignments
-from kafkaserver import KafkaServer
-from kgc_process import KgcProcess
+from support.javakit import Clients, JavaClient, Partition, assignment, status, wait_assignments
+from support.kafkaserver import KafkaServer
+from support.kgc_process import KgcProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

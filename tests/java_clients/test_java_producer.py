@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from javakit import Clients, Event
-from kafkaserver import KafkaServer
-from kgc_process import KgcProcess
+from support.javakit import Clients, Event
+from support.kafkaserver import KafkaServer
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.messages import fetch

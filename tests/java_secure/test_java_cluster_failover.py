@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from clusterkit import Cluster
-from groupkit import create_topic, wait_until
-from kafkaserver import java_command
+from support.clusterkit import Cluster
+from support.groupkit import create_topic, wait_until
+from support.kafkaserver import java_command
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

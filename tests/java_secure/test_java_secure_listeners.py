@@ -45,14 +45,14 @@ from typing import Any
 
 import jwt
 import pytest
-from certkit import Pki, make_pki
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import pkcs12
 from jwt.algorithms import RSAAlgorithm
-from kafkaserver import java_command
-from kgc_process import KgcProcess, free_port
+from support.certkit import Pki, make_pki
+from support.kafkaserver import java_command
+from support.kgc_process import KgcProcess, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

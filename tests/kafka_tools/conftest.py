@@ -8,18 +8,13 @@ tools_setup.py sets up the same state on both with real clients.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from kafkaserver import KafkaServer
-from kgc_process import KgcProcess
-from tools_kit import Server
-from tools_setup import LiveMembers
+from support.kafkaserver import KafkaServer
+from support.kgc_process import KgcProcess
+from support.tools_kit import Server
+from support.tools_setup import LiveMembers
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafkaserver import KafkaServer
-from kgc_process import KgcProcess
-from tools_kit import ACL, Server, compare, run_pair
+from support.kafkaserver import KafkaServer
+from support.kgc_process import KgcProcess
+from support.tools_kit import ACL, Server, compare, run_pair
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tools_kit import (
+from support.tools_kit import (
     CONSOLE_CONSUMER,
     CONSOLE_PRODUCER,
     Server,
@@ -24,7 +24,7 @@ from tools_kit import (
     compare_records,
     run_pair,
 )
-from tools_setup import committed, create_topic, group_settled, wait_until
+from support.tools_setup import committed, create_topic, group_settled, wait_until
 
 from coordinator.tools.client import Connection
 from protocol.messages import list_offsets

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tools_kit import CONSUMER_GROUPS, Server, compare, run_pair
-from tools_setup import (
+from support.tools_kit import CONSUMER_GROUPS, Server, compare, run_pair
+from support.tools_setup import (
     BASE_TS,
     LiveMembers,
     committed,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from tools_kit import DELETE_RECORDS, GET_OFFSETS, LOG_DIRS, Server, compare, run_pair
-from tools_setup import BASE_TS, create_topic
+from support.tools_kit import DELETE_RECORDS, GET_OFFSETS, LOG_DIRS, Server, compare, run_pair
+from support.tools_setup import BASE_TS, create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable
 
 import pytest
-from tools_kit import CONFIGS, TOPICS, Server, ToolRun, compare, run_pair
-from tools_setup import consume_and_commit, create_topic, produce
+from support.tools_kit import CONFIGS, TOPICS, Server, ToolRun, compare, run_pair
+from support.tools_setup import consume_and_commit, create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

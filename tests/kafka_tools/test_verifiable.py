@@ -23,10 +23,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import pytest
-from kafkaserver import java_command
-from kgc_process import KgcProcess
-from tools_kit import VERIFIABLE_CONSUMER, VERIFIABLE_PRODUCER
-from tools_setup import committed, create_topic, wait_until
+from support.kafkaserver import java_command
+from support.kgc_process import KgcProcess
+from support.tools_kit import VERIFIABLE_CONSUMER, VERIFIABLE_PRODUCER
+from support.tools_setup import committed, create_topic, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

@@ -9,20 +9,17 @@ The endpoint is a real HTTP server on 127.0.0.1 in a thread; tests wait on its e
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 # The keys, claims and helpers of the unit tests (this directory has no conftest to share
 # them; the repository runs pytest with --import-mode=importlib).
-sys.path.insert(0, str(Path(__file__).parent))
-from test_oauthbearer import (
+from support.oauthkit import (
     AUDIENCE,
     ISSUER,
     OTHER_RSA_KEY,

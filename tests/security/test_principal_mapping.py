@@ -167,8 +167,8 @@ def test_multi_valued_rdn_joined_with_plus() -> None:
 
 
 def test_principal_is_user_with_the_mapped_name(tmp_path: object) -> None:
-    from certkit import make_cert
     from cryptography.hazmat.primitives.asymmetric import ec
+    from support.certkit import make_cert
 
     from coordinator.security.principal_mapping import principal_from_certificate
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import uvloop
-from certkit import Pki, make_pki
+from support.certkit import Pki, make_pki
 
 from coordinator.security.tls import SslConfig, server_context
 from coordinator.server.dispatch import Dispatcher

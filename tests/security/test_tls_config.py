@@ -6,7 +6,7 @@ import ssl
 from pathlib import Path
 
 import pytest
-from certkit import KEY_PASSWORD, Pki, make_pki
+from support.certkit import KEY_PASSWORD, Pki, make_pki
 
 from coordinator.config import ListenerSpec, Settings, properties
 from coordinator.security.settings_check import check_settings
@@ -303,7 +303,7 @@ def test_cipher_suites_by_java_name(pki: Pki) -> None:
 
 
 def test_tls13_suites_are_restricted_as_listed(pki: Pki) -> None:
-    from certkit import handshake
+    from support.certkit import handshake
 
     from coordinator.security.tls import set_tls13_suites
 
@@ -327,7 +327,7 @@ def test_tls13_suites_are_restricted_as_listed(pki: Pki) -> None:
 
 
 def test_a_list_without_tls13_suites_means_tls12_as_in_java(pki: Pki) -> None:
-    from certkit import handshake
+    from support.certkit import handshake
 
     ctx = server_context(
         _cfg(
@@ -341,7 +341,7 @@ def test_a_list_without_tls13_suites_means_tls12_as_in_java(pki: Pki) -> None:
 
 
 def test_a_list_of_tls13_suites_only_means_tls13(pki: Pki) -> None:
-    from certkit import handshake
+    from support.certkit import handshake
 
     ctx = server_context(
         _cfg(

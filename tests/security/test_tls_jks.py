@@ -13,13 +13,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from certkit import Pki, handshake, make_pki, server_cn
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import (
     BestAvailableEncryption,
     load_pem_private_key,
     pkcs12,
 )
+from support.certkit import Pki, handshake, make_pki, server_cn
 
 from coordinator.security.tls import SslConfig, TlsConfigError, server_context
 

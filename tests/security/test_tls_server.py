@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from certkit import Pki, make_pki
+from support.certkit import Pki, make_pki
 
 from coordinator.security import ANONYMOUS, KafkaPrincipal
 from coordinator.security.principal_mapping import SslPrincipalMapper

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.append(str(Path(__file__).parent / "postgres"))
 
 from storage.interface import FlushError
 from storage.local.durability import Flusher
@@ -76,13 +73,13 @@ class PostgresEngine:
         self.journal: Any = None
 
     async def start(self) -> None:
-        from pgjournal_kit import make_leases, started_journal
+        from support.pgjournal_kit import make_leases, started_journal
 
         await make_leases(self.url, "t", 4)
         self.journal = await started_journal(self.url)
 
     async def make_log(self, p: int) -> PartitionLog:
-        from pgjournal_kit import attached_log
+        from support.pgjournal_kit import attached_log
 
         return attached_log(self.journal, self.dir, "t", p)
 
@@ -105,7 +102,7 @@ class PostgresEngine:
 
     async def rebuilt(self, log: PartitionLog, p: int) -> PartitionLog:
         import asyncpg
-        from pgjournal_kit import lease_row
+        from support.pgjournal_kit import lease_row
 
         from storage.postgres.materialize import materialize
 

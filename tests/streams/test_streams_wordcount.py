@@ -55,7 +55,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 from kafka.partitioner.default import murmur2
-from kafkaserver import java_command
+from support.kafkaserver import java_command
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 

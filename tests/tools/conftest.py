@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from clikit import CLI, run_cli
+from support.clikit import CLI, run_cli
 
 
 @pytest.fixture

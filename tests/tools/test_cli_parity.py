@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from clikit import Run, run_cli
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kgc_process import KgcProcess
+from support.clikit import Run, run_cli
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 

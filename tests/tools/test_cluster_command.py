@@ -6,9 +6,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from clikit import CLI
-from groupkit import create_topic, wait_until
-from kgc_process import KgcProcess
+from support.clikit import CLI
+from support.groupkit import create_topic, wait_until
+from support.kgc_process import KgcProcess
 
 
 def metric_samples(node: KgcProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

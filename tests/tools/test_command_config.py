@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from certkit import Pki, make_pki
-from clikit import Run, run_cli
-from kgc_process import KgcProcess, free_port
+from support.certkit import Pki, make_pki
+from support.clikit import Run, run_cli
+from support.kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import ssl
 from pathlib import Path
 
 import pytest
-from certkit import make_pki
+from support.certkit import make_pki
 
 from coordinator.security import ScramCredential
 from coordinator.security.sasl.scram import ScramFormatter, ScramSaslServer

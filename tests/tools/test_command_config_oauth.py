@@ -27,10 +27,10 @@ from pathlib import Path
 
 import jwt
 import pytest
-from clikit import Run, run_cli
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
-from kgc_process import KgcProcess, free_port
+from support.clikit import Run, run_cli
+from support.kgc_process import KgcProcess, free_port
 
 from coordinator.tools.client import AuthenticationFailed, ClientSecurity, Connection
 from protocol.messages import list_groups

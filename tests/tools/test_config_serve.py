@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from kgc_process import free_port
+from support.kgc_process import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
-from clikit import Run, run_cli
-from kgc_process import KgcProcess
-from kip848kit import CONSUMER_FLAGS, Member, wait_until
+from support.clikit import Run, run_cli
+from support.kgc_process import KgcProcess
+from support.kip848kit import CONSUMER_FLAGS, Member, wait_until
 
 pytestmark = pytest.mark.integration
 

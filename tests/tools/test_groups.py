@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
-from clikit import Run, run_cli
-from groupkit import async_wait_until
-from kgc_process import KgcProcess
+from support.clikit import Run, run_cli
+from support.groupkit import async_wait_until
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kgc_process import KgcProcess
-from kip848kit import CONSUMER_FLAGS, Member, wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from support.kgc_process import KgcProcess
+from support.kip848kit import CONSUMER_FLAGS, Member, wait_until
 
 pytestmark = pytest.mark.integration
 

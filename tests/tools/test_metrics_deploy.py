@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
-from groupkit import wait_until
-from kgc_process import KgcProcess, free_port
 from prometheus_client.parser import text_string_to_metric_families
+from support.groupkit import wait_until
+from support.kgc_process import KgcProcess, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"

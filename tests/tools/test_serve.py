@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from clikit import run_cli
-from kgc_process import KgcProcess, free_port
+from support.clikit import run_cli
+from support.kgc_process import KgcProcess, free_port
 
 from coordinator.config import Settings, kafka_name
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from clikit import CLI
-from kgc_process import KgcProcess, free_port
+from support.clikit import CLI
+from support.kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from clikit import CLI
-from kgc_process import KgcProcess
+from support.clikit import CLI
+from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
 

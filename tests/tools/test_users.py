@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clikit import CLI, Run
 from confluent_kafka.admin import AdminClient
-from kgc_process import KgcProcess
+from support.clikit import CLI, Run
+from support.kgc_process import KgcProcess
 
 from coordinator.security.credentials import LocalCredentialStore, scram_credential
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from workerskit import Workers, group_on
+from support.workerskit import Workers, group_on
 
 from coordinator.server.placement import worker_of
 

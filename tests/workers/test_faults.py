@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from crashkit import (
+from support.crashkit import (
     BackgroundProducer,
     Committer,
     check_log_integrity,
@@ -29,9 +29,9 @@ from crashkit import (
     read_all_confluent,
     wait_acked,
 )
-from groupkit import commit_offset, create_topic
-from kgc_process import KgcProcess
-from workerskit import Workers, free_ports, group_on, pid_alive, report, wait_for
+from support.groupkit import commit_offset, create_topic
+from support.kgc_process import KgcProcess
+from support.workerskit import Workers, free_ports, group_on, pid_alive, report, wait_for
 
 from coordinator.node.workers.worker import lock_holder
 from coordinator.server.placement import worker_of

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from groupkit import commit_offset, create_topic
-from workerskit import Workers, group_on, partition_on
+from support.groupkit import commit_offset, create_topic
+from support.workerskit import Workers, group_on, partition_on
 
 from coordinator.server.placement import worker_of
 from coordinator.tools.client import Connection

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from groupkit import commit_offset, fetch_offset
-from workerskit import Workers, free_ports, group_on, partition_on, wait_for
+from support.groupkit import commit_offset, fetch_offset
+from support.workerskit import Workers, free_ports, group_on, partition_on, wait_for
 
 from coordinator.security.credentials import salted_password
 from coordinator.server.placement import worker_of

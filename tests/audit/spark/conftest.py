@@ -9,15 +9,11 @@ reuses it through ``getOrCreate``. Everything here is skipped when pyspark or Ja
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 pyspark = pytest.importorskip("pyspark")
 if shutil.which("java") is None:  # pragma: no cover

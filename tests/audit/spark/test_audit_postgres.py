@@ -26,10 +26,9 @@ from typing import Any
 
 import asyncpg
 import pytest
-from logbuilder import OFFSETS, DataDir
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
-from test_audit import (
+from support.auditkit import (
     FINDING_SCHEMA,
     GROUP_SCHEMA,
     N_OPARTS,
@@ -48,6 +47,7 @@ from test_audit import (
     inject_truncated_batch,
     inject_wrong_partition,
 )
+from support.logbuilder import OFFSETS, DataDir
 
 import coordinator.audit
 from coordinator.audit.job import AuditOptions, run_audit

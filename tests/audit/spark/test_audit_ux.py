@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_audit import NOW, build, inject_truncated_batch
+from support.auditkit import NOW, build, inject_truncated_batch
 
 pytestmark = pytest.mark.spark
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from logbuilder import DataDir
+from support.logbuilder import DataDir
 
 import coordinator.audit
 from coordinator.audit.job import AuditOptions, run_audit

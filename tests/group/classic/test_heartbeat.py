@@ -1,6 +1,6 @@
 """Heartbeat, session timeouts and LeaveGroup."""
 
-from kgc_group_harness import Harness
+from support.kgc_group_harness import Harness
 
 from coordinator.group import ClassicGroupState
 from coordinator.group.events import RebalanceStarted

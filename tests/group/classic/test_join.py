@@ -1,6 +1,6 @@
 """JoinGroup scenarios from Kafka's checklist: validation, KIP-394, max size, delays, completion."""
 
-from kgc_group_harness import Harness, subscription
+from support.kgc_group_harness import Harness, subscription
 
 from coordinator.group import ClassicGroupState, GroupConfig
 from coordinator.group.events import MembersRemoved, RebalanceStarted

@@ -1,7 +1,7 @@
 """States, subscription parsing and observability."""
 
 import pytest
-from kgc_group_harness import Harness, subscription
+from support.kgc_group_harness import Harness, subscription
 
 from coordinator.group import ClassicGroupState, IllegalStateTransition
 from coordinator.group.classic.group import ClassicGroup

@@ -1,6 +1,6 @@
 """KIP-345 static membership."""
 
-from kgc_group_harness import Harness, subscription
+from support.kgc_group_harness import Harness, subscription
 
 from coordinator.group import ClassicGroupState
 from coordinator.group.events import JoinPhaseExtended

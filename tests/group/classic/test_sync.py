@@ -1,6 +1,6 @@
 """SyncGroup scenarios: parking, assignment propagation, errors, pending-sync expiry."""
 
-from kgc_group_harness import Harness
+from support.kgc_group_harness import Harness
 
 from coordinator.group import ClassicGroupState
 from coordinator.group.events import RebalanceStarted

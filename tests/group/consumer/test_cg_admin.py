@@ -8,7 +8,7 @@ testConsumerGroupDescribe*, testReplayConsumerGroup*, testSubscriptionUpgradeToM
 
 from __future__ import annotations
 
-from cgkit import (
+from support.cgkit import (
     Cluster,
     Mark,
     Member,

@@ -4,7 +4,7 @@ differential scenarios: a member asked to give a partition back was described wi
 
 from __future__ import annotations
 
-from cgkit import Cluster, Member
+from support.cgkit import Cluster, Member
 
 from coordinator.group.consumer.member import MemberState
 

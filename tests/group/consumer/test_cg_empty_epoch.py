@@ -4,7 +4,7 @@ assignment epoch = group epoch, kgc kept the last computed one)."""
 
 from __future__ import annotations
 
-from cgkit import Cluster, Member, settle
+from support.cgkit import Cluster, Member, settle
 
 
 def test_last_member_leaving_moves_the_assignment_epoch_along() -> None:

@@ -10,7 +10,7 @@ so its first member subscribing to topics joins at 2 (test_cg_kafka44.py).
 
 from __future__ import annotations
 
-from cgkit import Cluster, Mark, Member, kinds, list_groups, settle
+from support.cgkit import Cluster, Mark, Member, kinds, list_groups, settle
 
 from coordinator.group.consumer.group import ConsumerGroupState
 from coordinator.group.consumer.member import MemberState

@@ -19,7 +19,7 @@ test_consumer_kafka44.py compares the answers).
 
 from __future__ import annotations
 
-from cgkit import Cluster, Mark, Member, kinds
+from support.cgkit import Cluster, Mark, Member, kinds
 
 from coordinator.group.types import GroupConfig
 from protocol.errors import ErrorCode

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from cgkit import Cluster, Member, settle
+from support.cgkit import Cluster, Member, settle
 
 from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState
 from coordinator.group.consumer.member import ConsumerGroupMember, MemberState

@@ -7,7 +7,7 @@ testResolvedRegularExpressionsRemovedWhen... (semantics note §3.6, §10 items 3
 
 from __future__ import annotations
 
-from cgkit import Cluster, Mark, Member, kinds, settle
+from support.cgkit import Cluster, Mark, Member, kinds, settle
 
 from coordinator.group.timers import consumer_regex_key
 from storage.records import (

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from cgkit import Cluster, Member, group_state
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support.cgkit import Cluster, Member, group_state
 
 from coordinator.group.consumer.group import ConsumerGroupState
 from coordinator.group.consumer.member import MemberState

@@ -10,7 +10,7 @@ Semantics note §4.6, §5.1-§5.4, §10 items 32-38.
 
 from __future__ import annotations
 
-from cgkit import Cluster, Mark, Member, kinds, settle
+from support.cgkit import Cluster, Mark, Member, kinds, settle
 
 from coordinator.group.consumer.member import MemberState
 from coordinator.group.timers import TimerKind, consumer_rebalance_key, consumer_session_key

@@ -9,7 +9,7 @@ items 1-11).
 from __future__ import annotations
 
 import pytest
-from cgkit import Cluster, Member, settle
+from support.cgkit import Cluster, Member, settle
 
 from coordinator.group.consumer.member import MemberState
 from coordinator.group.types import GroupConfig

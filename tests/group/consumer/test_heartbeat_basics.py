@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cgkit import Cluster, Member, settle
+from support.cgkit import Cluster, Member, settle
 
 from coordinator.group.consumer.group import ConsumerGroupState
 from protocol.errors import ErrorCode

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cgkit import Cluster, Member, settle
+from support.cgkit import Cluster, Member, settle
 
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.classic.subscription import encode_subscription, parse_assignment

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from cgkit import Cluster, Member, settle
 from prometheus_client.parser import text_string_to_metric_families
+from support.cgkit import Cluster, Member, settle
 
 from coordinator.group.consumer.group import ConsumerGroupState
 from coordinator.group.events import ConsumerGroupEpochBumped, ConsumerMembersFenced

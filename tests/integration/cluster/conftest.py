@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterkit import Cluster
+from support.clusterkit import Cluster
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from groupkit import commit_offset, create_topic, wait_until
-from kgc_process import KgcProcess
+from support.groupkit import commit_offset, create_topic, wait_until
+from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.messages import find_coordinator, metadata

@@ -24,8 +24,8 @@ from typing import Any
 import asyncpg
 import pytest
 from confluent_kafka import Consumer, Producer
-from groupkit import wait_until
-from kgc_process import KgcProcess, free_port
+from support.groupkit import wait_until
+from support.kgc_process import KgcProcess, free_port
 
 from coordinator.security.credentials import salted_password
 from coordinator.tools.client import AuthenticationFailed, ClientSecurity, Connection

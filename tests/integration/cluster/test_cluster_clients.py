@@ -12,17 +12,13 @@ import asyncio
 import json
 import shutil
 import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
-from clusterkit import Cluster, GroupMember, Ledger, groups_on_distinct_nodes
-from crashkit import committed
-from groupkit import create_topic, wait_until
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_dataplane import JS_DIR, keyed_messages, produce_confluent
+from support.clusterkit import Cluster, GroupMember, Ledger, groups_on_distinct_nodes
+from support.crashkit import committed
+from support.dataplanekit import JS_DIR, keyed_messages, produce_confluent
+from support.groupkit import create_topic, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

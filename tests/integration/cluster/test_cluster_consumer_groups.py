@@ -9,16 +9,13 @@ at any time. About 20 s.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from clusterkit import Cluster
-from groupkit import create_topic, wait_until
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from consumer848kit import Member, OwnershipLog, described_assignment, settled
+from support.clusterkit import Cluster
+from support.consumer848kit import Member, OwnershipLog, described_assignment, settled
+from support.groupkit import create_topic, wait_until
 
 from coordinator.tools.client import Connection
 from protocol.messages import consumer_group_describe as cgd

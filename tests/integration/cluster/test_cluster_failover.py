@@ -20,21 +20,20 @@ About 25-40 s each on two cores.
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from clusterkit import Cluster, GroupMember, Ledger, groups_on_distinct_nodes
-from crashkit import (
+from support.clusterkit import Cluster, GroupMember, Ledger, groups_on_distinct_nodes
+from support.crashkit import (
     BackgroundProducer,
     Committer,
     committed,
     read_all_confluent,
     wait_acked,
 )
-from groupkit import create_topic, wait_until
-from pgserver import PgServer
+from support.dataplanekit import keyed_messages, produce_confluent
+from support.groupkit import create_topic, wait_until
+from support.pgserver import PgServer
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
@@ -43,9 +42,6 @@ from protocol.messages.offset_commit import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_dataplane import keyed_messages, produce_confluent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from clusterkit import Cluster
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from groupkit import wait_until
-from kgc_process import KgcProcess
+from support.clusterkit import Cluster
+from support.groupkit import wait_until
+from support.kgc_process import KgcProcess
 
 from coordinator.security.credentials import salted_password
 from coordinator.tools.client import Connection

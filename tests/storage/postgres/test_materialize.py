@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from pgjournal_kit import attached_log, lease_row, make_leases, started_journal
+from support.pgjournal_kit import attached_log, lease_row, make_leases, started_journal
 
 from storage.interface import Lease
 from storage.local.durability import Flusher

@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from pgjournal_kit import (
+from support.pgjournal_kit import (
     BROKER_EPOCH,
     SwallowingProxy,
     attached_log,

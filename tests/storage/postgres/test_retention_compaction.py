@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from pgjournal_kit import lease_row, make_leases, started_journal, wait_until_blocked
+from support.pgjournal_kit import lease_row, make_leases, started_journal, wait_until_blocked
 
 from coordinator.audit.source_pg import _LogRow, row_checks
 from coordinator.runtime.replay import replay_partition

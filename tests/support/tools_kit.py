@@ -25,15 +25,12 @@ import fnmatch
 import json
 import re
 import subprocess
-import sys
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # kafkaserver
-
-from kafkaserver import java_command
+from support.kafkaserver import java_command
 
 __all__ = [
     "ACL",

@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from confluent_kafka import Consumer
-from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.messages import create_topics, offset_commit, offset_fetch
+from support.kgc_process import KgcProcess
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:

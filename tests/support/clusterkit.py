@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from groupkit import wait_until
-from kgc_process import KgcProcess, free_port
 
 from coordinator.tools.client import Connection
 from protocol.messages import api_versions, find_coordinator, metadata, offset_fetch
 from storage.records import partition_for
+from support.groupkit import wait_until
+from support.kgc_process import KgcProcess, free_port
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

@@ -39,7 +39,7 @@ __all__ = [
     "running_broker",
 ]
 
-JVM_DIR = Path(__file__).resolve().parent / "jvm"
+JVM_DIR = Path(__file__).resolve().parent.parent / "jvm"
 CLASSPATH_FILE = JVM_DIR / "target" / "classpath.txt"
 CLASSES_DIR = JVM_DIR / "target" / "classes"
 LOG4J_CONFIG = JVM_DIR / "log4j2.properties"

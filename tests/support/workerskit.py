@@ -14,14 +14,13 @@ import socket
 import time
 from pathlib import Path
 
-from kgc_process import KgcProcess
-
 from coordinator.node.workers.worker import lock_holder
 from coordinator.server.placement import worker_of
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import metadata, offset_fetch
 from storage.records import OFFSETS_TOPIC, partition_for
+from support.kgc_process import KgcProcess
 
 OFFSETS_PARTITIONS = 50
 

@@ -13,8 +13,6 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from diffkit import Member, Side
-
 from protocol.messages import (
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -29,6 +27,7 @@ from protocol.messages import (
     offset_fetch,
     sync_group,
 )
+from support.diffkit import Member, Side
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN, HEARTBEAT, LEAVE, SYNC = 11, 12, 13, 14

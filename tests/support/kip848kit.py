@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kgc_process import KgcProcess
+from support.kgc_process import KgcProcess
 
 CONSUMER_FLAGS = (
     "--group-consumer-min-heartbeat-interval-ms",

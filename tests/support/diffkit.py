@@ -60,7 +60,9 @@ __all__ = [
     "run_both",
 ]
 
-KNOWN_DIFFERENCES = Path(__file__).with_name("known_differences.toml")
+KNOWN_DIFFERENCES = (
+    Path(__file__).resolve().parent.parent / "differential" / "known_differences.toml"
+)
 
 # Fields whose values are generated ids, by name -> the kind of id.
 ID_FIELDS = {

@@ -27,10 +27,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
 from protocol.messages import consumer_group_describe as cgd
+from support.kgc_process import KgcProcess
 
 TP = tuple[str, int]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from kafkaserver import java_command
+from support.kafkaserver import java_command
 
 Event = dict[str, Any]
 Partition = tuple[str, int]

@@ -1,6 +1,0 @@
-"""Make the consumer-group harness (cgkit) importable from these tests."""
-
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(__file__))
