@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-# The keys, claims and helpers of the unit tests (this directory has no conftest to share
-# them; the repository runs pytest with --import-mode=importlib).
 from support.oauthkit import (
     AUDIENCE,
     ISSUER,

@@ -1,4 +1,4 @@
-"""CLI test fixtures; the helpers live in ``clikit`` (importable from the test modules)."""
+"""CLI test fixtures; the helpers live in ``support.clikit``."""
 
 from __future__ import annotations
 
