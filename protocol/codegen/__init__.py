@@ -13,7 +13,7 @@ from __future__ import annotations
 from protocol.codegen.apis import APIS, OUT_DIR, generate
 from protocol.codegen.cli import main
 from protocol.codegen.emit import EMPTY_AS_NULL, Module, emit_message, versions_of
-from protocol.codegen.records import generate_records, record_schemas
+from protocol.codegen.records import family_of, generate_records, record_schemas
 from protocol.codegen.schema import (
     KAFKA_39_REF,
     OLD_SCHEMAS,
@@ -40,6 +40,7 @@ __all__ = [
     "_read_schema",
     "build_fields",
     "emit_message",
+    "family_of",
     "generate",
     "generate_records",
     "load_schema",
