@@ -10,7 +10,8 @@ The shard is a thin façade over Kafka's split of the coordinator:
   DescribeGroups ``classic/describe.py``; the rebalance engine is
   ``classic/rebalance.py``.
 * ``ConsumerGroupManager`` (``consumer/manager.py``) owns the consumer groups of KIP-848:
-  ConsumerGroupHeartbeat and ConsumerGroupDescribe. A group id names one group of one type:
+  ConsumerGroupHeartbeat ``consumer/heartbeat.py`` and ConsumerGroupDescribe
+  ``consumer/describe.py``. A group id names one group of one type:
   the shard routes the classic APIs aimed at a consumer group (and back) as Kafka does.
 * ``OffsetMetadataManager`` (``offsets/``) owns committed offsets: OffsetCommit,
   TxnOffsetCommit, OffsetFetch, OffsetDelete, retention.
@@ -41,6 +42,8 @@ from coordinator.group.classic import describe, heartbeat, join, rebalance, sync
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.classic.state import ClassicGroupState
+from coordinator.group.consumer import describe as cg_describe
+from coordinator.group.consumer import heartbeat as cg_heartbeat
 from coordinator.group.consumer.interop import ClassicInterop
 from coordinator.group.consumer.manager import ConsumerGroupManager
 from coordinator.group.events import GroupDeleted, OffsetsExpired, PartitionLoaded
@@ -171,8 +174,9 @@ class GroupShard:
         self.heartbeat = self._routed(partial(heartbeat.heartbeat, classic), "heartbeat")
         self.leave_group = self._routed(partial(heartbeat.leave_group, classic), "leave_group")
         self.describe_groups = self._describe_groups  # classic/describe.py
-        self.consumer_group_heartbeat = self.consumer.consumer_group_heartbeat
-        self.consumer_group_describe = self.consumer.consumer_group_describe
+        consumer = self.consumer
+        self.consumer_group_heartbeat = partial(cg_heartbeat.consumer_group_heartbeat, consumer)
+        self.consumer_group_describe = partial(cg_describe.consumer_group_describe, consumer)
         self.offset_commit = partial(commit.offset_commit, offsets)  # offsets/commit.py
         self.txn_offset_commit = partial(txn.txn_offset_commit, offsets)  # offsets/txn.py
         self.offset_fetch = partial(fetch.offset_fetch, offsets)  # offsets/fetch.py

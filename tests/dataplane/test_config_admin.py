@@ -633,7 +633,7 @@ async def test_group_configs_validated_stored_and_honoured(tmp_path: Path) -> No
         ("group.consumer.session.timeout.ms", "45000", DEFAULT_CONFIG),
     ]
     # A consumer-protocol member of the group gets the group's interval.
-    out = n.shard.consumer.consumer_group_heartbeat(
+    out = n.shard.consumer_group_heartbeat(
         _ctx(),
         cgh.ConsumerGroupHeartbeatRequest(
             group_id="g",

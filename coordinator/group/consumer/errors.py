@@ -2,7 +2,7 @@
 
 How this works: the heartbeat's steps (validation, the classic-group conversion in
 ``interop.py``, the target and the reconciliation) raise it with the error code and message
-the answer carries; ``ConsumerGroupManager.consumer_group_heartbeat`` catches it and answers.
+the answer carries; ``heartbeat.consumer_group_heartbeat`` catches it and answers.
 Nothing has been applied when it is raised, so the answer is all that happens.
 """
 

@@ -39,6 +39,7 @@ from coordinator.group.classic.subscription import (
     parse_assignment,
     parse_subscription,
 )
+from coordinator.group.consumer import heartbeat as cg_heartbeat
 from coordinator.group.consumer import replay as cg_replay
 from coordinator.group.consumer.errors import HeartbeatError
 from coordinator.group.consumer.group import ConsumerGroup
@@ -368,8 +369,8 @@ class ClassicInterop:
             req.session_timeout_ms, [(p.name, p.metadata) for p in req.protocols]
         )
         owned = self._to_ids(sub.owned_partitions)
-        member = self.consumer.reconcile_member(
-            out, writes, group, old, updated, replaced, is_new, owned, now_ms, "join"
+        member = cg_heartbeat.reconcile_member(
+            self.consumer, out, writes, group, old, updated, replaced, is_new, owned, now_ms, "join"
         )
         self.timers.cancel(consumer_classic_join_key(gid, member.member_id))
         self.consumer.schedule_session(out, gid, member.member_id, now_ms, req.session_timeout_ms)
