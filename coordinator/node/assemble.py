@@ -10,7 +10,7 @@ nothing else. The steps:
 1. the TLS contexts of SSL/SASL_SSL listeners, before anything is opened:
    a certificate that does not load stops start-up before a file is touched;
 2. the stores (``Deployment.open_stores``), whose first act is to take the data
-   directory's lock, before anything there is read: the flusher and the ``LogManager``,
+   directory's lock (``lock_data_dir``), before anything there is read: the flusher and the ``LogManager``,
    the topic catalog, the SCRAM credentials, the ACLs, the group configs;
 3. the logs this process serves opened (recovered if the last stop was not clean), and the
    flusher started;
@@ -27,6 +27,10 @@ nothing else. The steps:
    config admin APIs), each wrapped by its authorization check, and the server accepting;
 8. the deployment's background work (``Deployment.started``: cluster membership, the
    workers' shared-file poll), compaction, and the metrics endpoint.
+
+A refusal to start names the setting and its value in one line (``SettingRefused``): the
+listeners' (``listeners`` or ``port``), ``metrics.port``, ``data.dir`` (locked by another
+process, not a usable directory), the TLS files (``tls_contexts``), ``storage.url``.
 
 A background task (``Compaction``) runs the log cleaner on compacted logs in bounded steps.
 """
@@ -74,7 +78,7 @@ from coordinator.server.placement import Placement
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
-from storage.local.manager import LogManager
+from storage.local.manager import DataDirLockedError, LogManager
 from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
@@ -244,6 +248,36 @@ def kafka_server(
     )
 
 
+class SettingRefused(OSError):
+    """Start-up refused because of one setting: ``<setting> <value>: <why>``, one line (the
+    CLI prints it after ``kgc: error:`` and exits 1)."""
+
+    def __init__(self, setting: str, value: object, why: str) -> None:
+        super().__init__(f"{setting} {value}: {why}")
+
+
+def data_dir_refused(s: Settings, exc: OSError) -> SettingRefused:
+    """The one line for a data directory that cannot be locked or used."""
+    if isinstance(exc, DataDirLockedError):
+        return SettingRefused("data.dir", s.data_dir, str(exc))
+    why = f"cannot use it as the data directory: {(exc.strerror or str(exc)).lower()}"
+    return SettingRefused("data.dir", s.data_dir, why)
+
+
+def lock_data_dir(s: Settings, flusher: Flusher, worker: int | None = None) -> LogManager:
+    """Step 2's first act: the ``LogManager`` takes the data directory's lock (worker i:
+    ``.lock.w<i>``) before anything there is read, recovered or deleted."""
+    try:
+        return LogManager(s.data_dir, flusher=flusher, worker=worker)
+    except OSError as exc:  # locked by another process, not a directory, not writable, ...
+        raise data_dir_refused(s, exc) from exc
+
+
+def listener_setting(s: Settings) -> tuple[str, object]:
+    """The setting the listeners come from, and its value."""
+    return ("listeners", s.listeners) if s.listeners is not None else ("port", s.port)
+
+
 def merged(tables: Sequence[Mapping[int, Handler]]) -> dict[int, Handler]:
     """The handler tables as one, a key served twice refused as ``Dispatcher`` refuses it."""
     handlers: dict[int, Handler] = {}
@@ -371,7 +405,10 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
 
     # Step 6: listen. In cluster mode before any lease is taken (``started``): until they
     # are taken and loaded, answers send clients to the owners.
-    listening = await listen_all(s, tls)
+    try:
+        listening = await listen_all(s, tls)
+    except OSError as exc:  # the address is taken, the host has no such address, ...
+        raise SettingRefused(*listener_setting(s), exc.strerror or str(exc)) from exc
     endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
     placement, advertised_port = deployment.placement(s, core, endpoints, listening[0].port)
     broker = Broker(
@@ -434,7 +471,11 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
     # cluster membership are built after the metrics, which the group runtime reports to.
     metrics.follow(data, cluster)
     if s.metrics_port:
-        port = await metrics.serve(s.host, s.metrics_port)
+        try:
+            port = await metrics.serve(s.host, s.metrics_port)
+        except OSError as exc:
+            why = f"cannot listen on {s.host}:{s.metrics_port}: {exc.strerror or exc}".lower()
+            raise SettingRefused("metrics.port", s.metrics_port, why) from exc
         log.info("metrics on http://%s:%d/metrics", s.host, port)
     deployment.announce(s, describe_listeners(listening, endpoints))
     return Node(

@@ -49,7 +49,7 @@ from coordinator.dataplane import DataPlane
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.group_configs import PgGroupConfigs
 from coordinator.node import Node
-from coordinator.node.assemble import Core, Stores, assemble
+from coordinator.node.assemble import Core, SettingRefused, Stores, assemble, lock_data_dir
 from coordinator.runtime.group_runtime import GroupRuntime
 from coordinator.security.acl_store import PgAclStore
 from coordinator.security.credentials import PgCredentialStore
@@ -205,7 +205,7 @@ class ClusterNode:
     async def open_stores(self, s: Settings) -> Stores:
         flusher = Flusher(remote_only=True, journal=self.journal)
         # First: the LogManager takes the data directory's lock before anything there is read.
-        logs = LogManager(s.data_dir, flusher=flusher)
+        logs = lock_data_dir(s, flusher)
         logs.drop_cache()  # nothing local is trusted: partitions are filled from the database
         try:
             pool = self.pool = await asyncpg.create_pool(
@@ -215,9 +215,8 @@ class ClusterNode:
                 server_settings={"application_name": f"{self.name}-reads"},
             )
         except (OSError, asyncpg.PostgresError) as exc:
-            raise OSError(
-                f"cannot reach the cluster's database {redact_url(self.url)}: {exc}"
-            ) from exc
+            why = f"cannot reach the cluster's database: {exc}"
+            raise SettingRefused("storage.url", redact_url(self.url), why) from exc
         async with pool.acquire() as conn:
             await migrate(conn)
         await self.journal.start()

@@ -17,14 +17,13 @@ from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
 from coordinator.node import Node
-from coordinator.node.assemble import Core, Stores, assemble, log_config_for
+from coordinator.node.assemble import Core, Stores, assemble, lock_data_dir, log_config_for
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl_store import LocalAclStore
 from coordinator.security.credentials import LocalCredentialStore
 from coordinator.server.broker import Broker
 from coordinator.server.placement import Placement
 from storage.local.durability import Flusher
-from storage.local.manager import LogManager
 
 log = logging.getLogger("kgc")
 
@@ -37,7 +36,7 @@ class Embedded:
     async def open_stores(self, s: Settings) -> Stores:
         flusher = Flusher()
         # First: the LogManager takes the data directory's lock before anything there is read.
-        logs = LogManager(s.data_dir, flusher=flusher)
+        logs = lock_data_dir(s, flusher)
         catalog = TopicCatalog(s.data_dir / "topics.json")
         # Before any log is opened, recovered or removed, the catalog and the partition
         # directories must agree.

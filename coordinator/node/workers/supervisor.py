@@ -51,7 +51,7 @@ from types import FrameType
 
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
-from coordinator.node.assemble import log_config_for
+from coordinator.node.assemble import data_dir_refused, log_config_for
 from coordinator.node.workers.layout import worker_nodes
 from coordinator.node.workers.worker import CHANGED, ERROR, POLL, READY, worker_main
 from storage.local.manager import JOURNAL_DIR, DataDirLock, LogManager
@@ -141,8 +141,11 @@ class Supervisor:
     # -- the whole life
     def run(self) -> None:
         s = self.settings
-        s.data_dir.mkdir(parents=True, exist_ok=True)
-        lock = DataDirLock.acquire(s.data_dir)
+        try:
+            s.data_dir.mkdir(parents=True, exist_ok=True)
+            lock = DataDirLock.acquire(s.data_dir)
+        except OSError as exc:
+            raise data_dir_refused(s, exc) from exc
         try:
             prepare(s)
             self._install_signals()

@@ -43,7 +43,7 @@ from coordinator.dataplane.plane import PRODUCER_ID_FILE
 from coordinator.group_configs import GROUP_CONFIGS_FILE
 from coordinator.logs import JsonFormatter
 from coordinator.metrics import Metrics
-from coordinator.node.assemble import Core, Stores, assemble, log_config_for
+from coordinator.node.assemble import Core, Stores, assemble, lock_data_dir, log_config_for
 from coordinator.node.process import (
     STOP_SIGNALS,
     freeze_when_loaded,
@@ -219,7 +219,7 @@ class Worker:
         files = self.files
         flusher = Flusher()
         # First: this worker's lock (.lock.w<i>) before anything there is read.
-        logs = LogManager(s.data_dir, flusher=flusher, worker=self.index)
+        logs = lock_data_dir(s, flusher, self.index)
         catalog = WorkerCatalog(s.data_dir / "topics.json", files)
         self.partitions = WorkerPartitions(s, self.index, self.count, catalog, logs)
         return Stores(
