@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from coordinator.node.assemble import Compaction
     from coordinator.runtime import GroupRuntime
     from coordinator.security.acl import Authorizer
-    from coordinator.security.scram_admin import AlterableCredentialStore
     from coordinator.server.listener import KafkaServer
+    from coordinator.stores import ScramCredentialStore
     from storage.local.durability import Flusher
     from storage.local.manager import LogManager
 
@@ -45,7 +45,7 @@ class Node:
         server: KafkaServer,
         metrics: Metrics,
         compaction: Compaction,
-        credentials: AlterableCredentialStore,
+        credentials: ScramCredentialStore,
         authorizer: Authorizer | None,
         closers: Sequence[Callable[[], Awaitable[None]]] = (),
         cluster: Cluster | None = None,

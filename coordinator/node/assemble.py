@@ -53,15 +53,13 @@ from coordinator.dataplane.admin import PartitionAdmin
 from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.group.shard import GroupConfig, GroupShard
-from coordinator.group_configs import LocalGroupConfigs, PgGroupConfigs
 from coordinator.metrics import Metrics
 from coordinator.node import Node
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl import Authorizer
 from coordinator.security.acl_admin import acl_security
-from coordinator.security.acl_store import AclStore
 from coordinator.security.sasl import attach_sasl
-from coordinator.security.scram_admin import AlterableCredentialStore, ScramAdmin
+from coordinator.security.scram_admin import ScramAdmin
 from coordinator.server.authz import ApiAuthorizer, cluster_authorize
 from coordinator.server.broker import Broker, advertised_endpoints
 from coordinator.server.config_admin import ConfigAdmin
@@ -75,6 +73,7 @@ from coordinator.server.listener import (
     tls_contexts,
 )
 from coordinator.server.placement import Placement
+from coordinator.stores import AclStore, GroupConfigStore, ScramCredentialStore
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
@@ -296,9 +295,9 @@ class Stores:
     flusher: Flusher
     logs: LogManager
     catalog: TopicCatalog
-    credentials: AlterableCredentialStore
+    credentials: ScramCredentialStore
     acls: AclStore | None  # None without authorizer.class.name
-    group_configs: LocalGroupConfigs | PgGroupConfigs
+    group_configs: GroupConfigStore
     # Where producer ids come from when other processes take them too (None: this one's
     # own counter file).
     producer_ids: ClusterProducerIds | None = None

@@ -84,8 +84,8 @@ from storage.records import OFFSETS_TOPIC
 if TYPE_CHECKING:
     from coordinator.catalog import SharedCatalog
     from coordinator.dataplane import DataPlane
-    from coordinator.group_configs import LocalGroupConfigs, PgGroupConfigs
     from coordinator.runtime import GroupRuntime
+    from coordinator.stores import GroupConfigStore
 
 __all__ = ["ConfigAdmin", "apply_topic_configs", "broker_entries"]
 
@@ -472,7 +472,7 @@ class ConfigAdmin:
         self,
         settings: Settings,
         catalog: TopicCatalog,
-        groups: LocalGroupConfigs | PgGroupConfigs,
+        groups: GroupConfigStore,
         *,
         shared_topics: SharedCatalog | None = None,
         authorizer: Authorizer | None = None,
@@ -497,7 +497,7 @@ class ConfigAdmin:
         catalog: TopicCatalog,
         data: DataPlane,
         runtime: GroupRuntime,
-        groups: LocalGroupConfigs | PgGroupConfigs,
+        groups: GroupConfigStore,
         *,
         shared_topics: SharedCatalog | None = None,
         authorizer: Authorizer | None = None,

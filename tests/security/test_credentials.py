@@ -91,17 +91,6 @@ def test_local_store_persists_and_reloads(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_local_store_delete_reports_missing(tmp_path: Path) -> None:
-    store = LocalCredentialStore.in_data_dir(tmp_path)
-    alice = scram_credential("SCRAM-SHA-512", "a")
-    store.apply([ScramChange("alice", alice.mechanism, alice)])
-    missing = store.apply(
-        [ScramChange("alice", "SCRAM-SHA-512"), ScramChange("carol", "SCRAM-SHA-512")]
-    )
-    assert missing == {1}
-    assert LocalCredentialStore.in_data_dir(tmp_path).users() == {}
-
-
 def test_nothing_changed_writes_nothing(tmp_path: Path) -> None:
     store = LocalCredentialStore.in_data_dir(tmp_path)
     assert store.apply([ScramChange("nobody", "SCRAM-SHA-512")]) == {0}

@@ -24,7 +24,6 @@ from coordinator.node.workers.layout import shift_listeners, worker_nodes, worke
 from coordinator.node.workers.shared import (
     SharedFiles,
     WorkerCatalog,
-    WorkerCredentialStore,
     shared_producer_ids,
     stat_key,
 )
@@ -145,19 +144,6 @@ def test_changes_of_the_same_size_in_one_instant_are_all_seen(
     # poll compares moves even when the file system reuses the inode within a clock tick.
     mtimes = [k[2] for k in keys if k is not None]
     assert len(mtimes) == 3 and mtimes[0] < mtimes[1] < mtimes[2]
-
-
-def test_credentials_added_through_one_worker_are_the_others(tmp_path: Path) -> None:
-    from coordinator.security.credentials import ScramChange, scram_credential
-
-    path = tmp_path / "scram-credentials.json"
-    a = WorkerCredentialStore(path, SharedFiles(tmp_path))
-    b = WorkerCredentialStore(path, SharedFiles(tmp_path))
-    cred = scram_credential("SCRAM-SHA-256", "pw", b"salt-salt-salt", 4096)
-    a.apply([ScramChange("alice", "SCRAM-SHA-256", cred)])
-    assert b.get("alice", "SCRAM-SHA-256") is None
-    b.files.poll()
-    assert b.get("alice", "SCRAM-SHA-256") == cred
 
 
 async def test_producer_id_blocks_never_overlap(tmp_path: Path) -> None:
