@@ -1,6 +1,6 @@
 """DescribeGroups, ListGroups, DeleteGroups."""
 
-from support.kgc_group_harness import Harness
+from support.group_context import GroupContext
 
 from coordinator.group import ClassicGroupState
 from protocol.errors import ErrorCode
@@ -11,7 +11,7 @@ from storage.records import GroupMetadataKey, OffsetCommitKey, decode_key
 
 
 def describe(
-    h: Harness, *groups: str, version: int = 5, ops: bool = False
+    h: GroupContext, *groups: str, version: int = 5, ops: bool = False
 ) -> DescribeGroupsResponse:
     ctx = h.ctx(version)
     h.apply(h.shard.describe_groups(ctx, DescribeGroupsRequest(list(groups), ops), h.now))
@@ -21,7 +21,10 @@ def describe(
 
 
 def list_groups(
-    h: Harness, states: list[str] | None = None, types: list[str] | None = None, version: int = 5
+    h: GroupContext,
+    states: list[str] | None = None,
+    types: list[str] | None = None,
+    version: int = 5,
 ) -> ListGroupsResponse:
     ctx = h.ctx(version)
     h.apply(h.shard.list_groups(ctx, ListGroupsRequest(states or [], types or []), h.now))
@@ -30,7 +33,7 @@ def list_groups(
     return r
 
 
-def delete(h: Harness, *groups: str) -> dict[str, int]:
+def delete(h: GroupContext, *groups: str) -> dict[str, int]:
     ctx = h.ctx(2)
     h.apply(h.shard.delete_groups(ctx, DeleteGroupsRequest(list(groups)), h.now))
     r = h.reply(ctx.reply_to)
@@ -39,13 +42,13 @@ def delete(h: Harness, *groups: str) -> dict[str, int]:
 
 
 def test_describe_unknown_group_is_dead_without_error() -> None:
-    h = Harness()
+    h = GroupContext()
     g = describe(h, "nope").groups[0]
     assert (g.group_id, g.group_state, g.error_code, g.members) == ("nope", "Dead", 0, [])
 
 
 def test_describe_stable_group_has_metadata_and_protocol() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), _ = h.stable_group("g", 2)
     g = describe(h, "g").groups[0]
     assert (g.group_state, g.protocol_type, g.protocol_data) == ("Stable", "consumer", "range")
@@ -56,7 +59,7 @@ def test_describe_stable_group_has_metadata_and_protocol() -> None:
 
 
 def test_describe_during_rebalance_omits_metadata_and_protocol() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, _b), _ = h.stable_group("g", 2)
     h.join("g", a)
     g = describe(h, "g").groups[0]
@@ -66,7 +69,7 @@ def test_describe_during_rebalance_omits_metadata_and_protocol() -> None:
 
 
 def test_describe_authorized_operations_v3() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("g", 1)
     assert (
         describe(h, "g", version=3, ops=True).groups[0].authorized_operations == 3400
@@ -75,7 +78,7 @@ def test_describe_authorized_operations_v3() -> None:
 
 
 def test_list_groups_by_state_and_type() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("stable", 1)
     h.commit("simple", {("t", 0): 1})
     h.join_new("preparing")
@@ -95,14 +98,14 @@ def test_list_groups_by_state_and_type() -> None:
 
 
 def test_delete_non_empty_group_is_non_empty_group() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("g", 1)
     assert delete(h, "g") == {"g": ErrorCode.NON_EMPTY_GROUP}
     assert h.state("g") is ClassicGroupState.STABLE
 
 
 def test_delete_empty_group_with_offsets_tombstones_offsets_then_metadata() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1)
     h.commit("g", {("t", 0): 1, ("t", 1): 2}, member_id=a, generation=gen)
     h.leave("g", (a, None))
@@ -118,13 +121,13 @@ def test_delete_empty_group_with_offsets_tombstones_offsets_then_metadata() -> N
 
 
 def test_empty_group_id_is_served_by_describe_and_delete() -> None:
-    h = Harness()
+    h = GroupContext()
     assert describe(h, "").groups[0].group_state == "Dead"
     assert delete(h, "") == {"": ErrorCode.GROUP_ID_NOT_FOUND}
 
 
 def test_snapshot_reports_each_group() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("g", 2)
     h.commit("s", {("t", 0): 1})
     assert sorted(h.shard.groups_snapshot()) == [

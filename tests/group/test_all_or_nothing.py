@@ -9,7 +9,7 @@ per partition, as Kafka's KafkaApis does before the coordinator sees the request
 
 from __future__ import annotations
 
-from support.kgc_group_harness import Harness, offset_delete, txn_commit
+from support.group_context import GroupContext, offset_delete, txn_commit
 
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, decode_request, encode_request
@@ -21,7 +21,7 @@ T0 = ("t", 0)
 
 
 def test_commit_with_unencodable_group_id_changes_nothing() -> None:
-    h = Harness()
+    h = GroupContext()
     before = len(h.records)
     assert h.commit(TOO_LONG, {T0: 5, ("t", 1): 6}) == {
         T0: ErrorCode.UNKNOWN,
@@ -35,7 +35,7 @@ def test_commit_with_unencodable_group_id_changes_nothing() -> None:
 
 
 def test_commit_with_one_unencodable_topic_stores_no_partition() -> None:
-    h = Harness()
+    h = GroupContext()
     assert h.commit("g", {T0: 1}) == {T0: 0}
     codes = h.commit("g", {T0: 9, (TOO_LONG, 0): 9})
     assert set(codes.values()) == {ErrorCode.UNKNOWN}
@@ -44,7 +44,7 @@ def test_commit_with_one_unencodable_topic_stores_no_partition() -> None:
 
 
 def test_txn_commit_with_unencodable_group_id_holds_nothing() -> None:
-    h = Harness()
+    h = GroupContext()
     resp = txn_commit(h, TOO_LONG, 7, {T0: 3})
     assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN
     assert TOO_LONG not in h.shard.pending_txn_offsets
@@ -53,7 +53,7 @@ def test_txn_commit_with_unencodable_group_id_holds_nothing() -> None:
 
 
 def test_join_with_unencodable_group_id_creates_no_group() -> None:
-    h = Harness()
+    h = GroupContext()
     handle = h.join(TOO_LONG, version=3)
     r = h.reply(handle)
     assert isinstance(r, JoinGroupResponse)
@@ -64,7 +64,7 @@ def test_join_with_unencodable_group_id_creates_no_group() -> None:
 def test_join_whose_member_id_would_be_unencodable_is_refused_before_any_change() -> None:
     # The member id is "<client id>-<uuid>": a 32767-byte client id makes it too long for
     # the group metadata record that the rebalance writes later.
-    h = Harness()
+    h = GroupContext()
     handle = h.join("g", version=3, client_id="c" * 32767)
     r = h.reply(handle)
     assert isinstance(r, JoinGroupResponse)
@@ -74,7 +74,7 @@ def test_join_whose_member_id_would_be_unencodable_is_refused_before_any_change(
 
 
 def test_join_with_unencodable_instance_id_is_refused() -> None:
-    h = Harness()
+    h = GroupContext()
     handle = h.join("g", instance=TOO_LONG)
     r = h.reply(handle)
     assert isinstance(r, JoinGroupResponse)
@@ -83,7 +83,7 @@ def test_join_with_unencodable_instance_id_is_refused() -> None:
 
 
 def test_commit_to_unknown_topic_or_partition_is_refused_per_partition() -> None:
-    h = Harness(topic_partitions={"t": 2}.get)
+    h = GroupContext(topic_partitions={"t": 2}.get)
     codes = h.commit("g", {T0: 5, ("t", 2): 5, ("nope", 0): 5})
     assert codes == {
         T0: 0,
@@ -95,7 +95,7 @@ def test_commit_to_unknown_topic_or_partition_is_refused_per_partition() -> None
 
 
 def test_simple_commit_to_only_unknown_topics_creates_no_group() -> None:
-    h = Harness(topic_partitions={}.get)
+    h = GroupContext(topic_partitions={}.get)
     before = len(h.records)
     assert h.commit("simple", {("nope", 0): 1}) == {
         ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -104,7 +104,7 @@ def test_simple_commit_to_only_unknown_topics_creates_no_group() -> None:
 
 
 def test_member_commit_to_unknown_topic_is_refused_before_group_checks() -> None:
-    h = Harness(topic_partitions={"t": 1}.get)
+    h = GroupContext(topic_partitions={"t": 1}.get)
     ids, gen = h.stable_group("g", 1)
     # Kafka filters unknown partitions before the coordinator: no ILLEGAL_GENERATION here.
     assert h.commit("g", {("nope", 0): 1}, member_id=ids[0], generation=gen + 5) == {
@@ -117,7 +117,7 @@ def test_member_commit_to_unknown_topic_is_refused_before_group_checks() -> None
 
 
 def test_txn_commit_and_offset_delete_check_topics_too() -> None:
-    h = Harness(topic_partitions={"t": 1}.get)
+    h = GroupContext(topic_partitions={"t": 1}.get)
     resp = txn_commit(h, "g", 7, {("nope", 0): 3})
     assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert "g" not in h.shard.pending_txn_offsets
@@ -134,7 +134,7 @@ def test_group_id_that_is_not_utf8_is_decoded_as_kafka_does() -> None:
     bad = frame.replace(b"g\x01", b"g\xff")
     _header, decoded = decode_request(bad)
     assert decoded.group_id == "g\ufffd"
-    h = Harness()
+    h = GroupContext()
     assert h.commit(decoded.group_id, {T0: 4}) == {T0: 0}
     assert h.committed("g\ufffd", "t", 0) == 4
     h.assert_replay_equivalent()

@@ -1,6 +1,6 @@
 """Partition loading, replay of the offsets log and timers after a restart."""
 
-from support.kgc_group_harness import Harness
+from support.group_context import GroupContext
 
 from coordinator.group import ClassicGroupState, GroupShard
 from protocol.errors import ErrorCode
@@ -10,9 +10,9 @@ from protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from protocol.messages.sync_group import SyncGroupResponse
 
 
-def restart(h: Harness) -> Harness:
+def restart(h: GroupContext) -> GroupContext:
     """A new harness whose shard is loaded from everything ``h`` wrote."""
-    h2 = Harness(h.config, now=h.now)
+    h2 = GroupContext(h.config, now=h.now)
     shard = GroupShard(h.config)
     h2.shard = shard
     parts = sorted({p for p, _, _ in h.records})
@@ -28,7 +28,7 @@ def restart(h: Harness) -> Harness:
 
 
 def test_requests_while_loading_answer_coordinator_load_in_progress() -> None:
-    h = Harness()
+    h = GroupContext()
     p = h.shard.partition_of("g")
     h.shard.begin_load(p)
     r = h.reply(h.join("g"))
@@ -62,13 +62,13 @@ def test_requests_while_loading_answer_coordinator_load_in_progress() -> None:
 
 def test_unowned_partition_answers_not_coordinator() -> None:
     shard = GroupShard()
-    h = Harness()
+    h = GroupContext()
     h.shard = shard
     assert h.heartbeat("g", "m", 1) == ErrorCode.NOT_COORDINATOR
 
 
 def test_replaying_records_rebuilds_groups_and_offsets() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     h.commit("g", {("t", 0): 5}, member_id=a, generation=gen)
     h.stable_group("h", 1)
@@ -91,7 +91,7 @@ def test_replaying_records_rebuilds_groups_and_offsets() -> None:
 
 
 def test_load_rearms_session_timers_and_stable_group_survives_with_heartbeats() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2, session=10000)
     h2 = restart(h)
     assert f"heartbeat-g-{a}" in h2.timers and h2.timers[f"heartbeat-g-{a}"] == h2.now + 10000
@@ -110,7 +110,7 @@ def test_load_rearms_session_timers_and_stable_group_survives_with_heartbeats() 
 
 
 def test_unload_answers_parked_requests_with_not_coordinator() -> None:
-    h = Harness()
+    h = GroupContext()
     _, hj = h.join_new("g")
     assert "join-g" in h.timers
     h.apply(h.shard.unload(h.shard.partition_of("g"), h.now))

@@ -1,6 +1,6 @@
 """OffsetCommit / TxnOffsetCommit / OffsetFetch / OffsetDelete and retention."""
 
-from support.kgc_group_harness import Harness, offset_delete, subscription, txn_commit
+from support.group_context import GroupContext, offset_delete, subscription, txn_commit
 
 from coordinator.group import ClassicGroupState, GroupConfig
 from coordinator.group.events import OffsetsExpired
@@ -17,7 +17,7 @@ T0 = ("t", 0)
 
 
 def test_simple_commit_without_member_id_creates_empty_group() -> None:
-    h = Harness()
+    h = GroupContext()
     assert h.commit("s", {T0: 42, ("t", 1): 7}, metadata="m") == {T0: 0, ("t", 1): 0}
     g = h.shard.groups["s"]
     assert g.state is ClassicGroupState.EMPTY and g.protocol_type is None
@@ -42,7 +42,7 @@ def test_simple_commit_without_member_id_creates_empty_group() -> None:
 def test_commit_to_unknown_group_with_generation_is_illegal_generation_or_group_id_not_found() -> (
     None
 ):
-    h = Harness()
+    h = GroupContext()
     assert h.commit("x", {T0: 1}, member_id="m", generation=1, version=8) == {
         T0: ErrorCode.ILLEGAL_GENERATION
     }
@@ -53,13 +53,13 @@ def test_commit_to_unknown_group_with_generation_is_illegal_generation_or_group_
 
 
 def test_commit_without_member_id_on_non_empty_group_is_unknown_member_id() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("g", 1)
     assert h.commit("g", {T0: 1}) == {T0: ErrorCode.UNKNOWN_MEMBER_ID}
 
 
 def test_commit_with_stale_generation_or_unknown_member() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1)
     assert h.commit("g", {T0: 1}, member_id=a, generation=gen - 1) == {
         T0: ErrorCode.ILLEGAL_GENERATION
@@ -71,7 +71,7 @@ def test_commit_with_stale_generation_or_unknown_member() -> None:
 
 
 def test_commit_during_completing_rebalance_is_rebalance_in_progress() -> None:
-    h = Harness()
+    h = GroupContext()
     a, ha = h.join_new("g")
     h.advance_until_answered([ha])
     assert h.state("g") is ClassicGroupState.COMPLETING_REBALANCE
@@ -81,7 +81,7 @@ def test_commit_during_completing_rebalance_is_rebalance_in_progress() -> None:
 
 
 def test_commit_during_preparing_rebalance_with_previous_generation_is_accepted() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     h.join("g", a)
     assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
@@ -89,7 +89,7 @@ def test_commit_during_preparing_rebalance_with_previous_generation_is_accepted(
 
 
 def test_offset_metadata_too_large_is_per_partition() -> None:
-    h = Harness(GroupConfig(offset_metadata_max_bytes=10))
+    h = GroupContext(GroupConfig(offset_metadata_max_bytes=10))
     from protocol.messages.offset_commit import (
         OffsetCommitRequest,
         OffsetCommitRequestPartition,
@@ -123,7 +123,7 @@ def test_offset_metadata_too_large_is_per_partition() -> None:
 
 
 def test_retention_time_writes_value_v1_with_expire_timestamp() -> None:
-    h = Harness()
+    h = GroupContext()
     h.advance(1000)
     h.commit("s", {T0: 3}, retention=5000, version=2)
     value = h.records[-1][2]
@@ -138,7 +138,7 @@ def test_retention_time_writes_value_v1_with_expire_timestamp() -> None:
 
 
 def test_fetch_null_topics_returns_all_committed_offsets() -> None:
-    h = Harness()
+    h = GroupContext()
     h.commit("s", {("b", 1): 11, ("a", 0): 10, ("b", 0): 12})
     r = h.fetch("s", None)
     got = {(t.name, p.partition_index): p.committed_offset for t in r.topics for p in t.partitions}
@@ -148,7 +148,7 @@ def test_fetch_null_topics_returns_all_committed_offsets() -> None:
 
 
 def test_fetch_v8_multiple_groups() -> None:
-    h = Harness()
+    h = GroupContext()
     h.commit("g1", {T0: 1})
     h.commit("g2", {T0: 2})
     ctx = h.ctx(8)
@@ -178,7 +178,7 @@ def test_fetch_v8_multiple_groups() -> None:
 
 
 def test_pending_transactional_offsets_unstable_until_committed() -> None:
-    h = Harness()
+    h = GroupContext()
     h.commit("g", {T0: 1})
     r = txn_commit(h, "g", 77, {T0: 5})
     assert r.topics[0].partitions[0].error_code == 0
@@ -197,7 +197,7 @@ def test_pending_transactional_offsets_unstable_until_committed() -> None:
 
 def test_expired_offsets_of_empty_group_are_cleaned_up_and_group_deleted() -> None:
     cfg = GroupConfig(offsets_retention_minutes=1, offsets_retention_check_interval_ms=10_000)
-    h = Harness(cfg)
+    h = GroupContext(cfg)
     (a,), gen = h.stable_group("g", 1)
     h.commit("g", {T0: 3}, member_id=a, generation=gen)
     for _ in range(24):  # committed long ago, but the group is not Empty: kept
@@ -220,7 +220,7 @@ def test_expired_offsets_of_empty_group_are_cleaned_up_and_group_deleted() -> No
 
 def test_simple_group_offsets_expire_after_commit_timestamp() -> None:
     cfg = GroupConfig(offsets_retention_minutes=1, offsets_retention_check_interval_ms=10_000)
-    h = Harness(cfg)
+    h = GroupContext(cfg)
     h.commit("s", {T0: 1})
     h.advance(30_000)
     h.commit("s", {("t", 1): 2})
@@ -233,7 +233,7 @@ def test_simple_group_offsets_expire_after_commit_timestamp() -> None:
 
 def test_explicit_expire_timestamp_is_honoured() -> None:
     cfg = GroupConfig(offsets_retention_check_interval_ms=10_000)
-    h = Harness(cfg)
+    h = GroupContext(cfg)
     h.commit("s", {T0: 1}, retention=15_000, version=2)
     h.advance(10_000)
     assert h.committed("s", "t", 0) == 1
@@ -243,7 +243,7 @@ def test_explicit_expire_timestamp_is_honoured() -> None:
 
 def test_stable_consumer_group_expires_offsets_of_unsubscribed_topics_only() -> None:
     cfg = GroupConfig(offsets_retention_minutes=1, offsets_retention_check_interval_ms=10_000)
-    h = Harness(cfg)
+    h = GroupContext(cfg)
     (a,), gen = h.stable_group("g", 1, session=30000)
     h.commit("g", {T0: 1, ("old", 0): 2}, member_id=a, generation=gen)
     for _ in range(10):
@@ -254,7 +254,7 @@ def test_stable_consumer_group_expires_offsets_of_unsubscribed_topics_only() -> 
 
 
 def test_offset_delete_on_subscribed_topic_is_rejected() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1, protocols=(("range", subscription("t")),))
     h.commit("g", {T0: 1, ("u", 0): 2}, member_id=a, generation=gen)
     r = offset_delete(h, "g", {"t": [0], "u": [0]})
@@ -266,7 +266,7 @@ def test_offset_delete_on_subscribed_topic_is_rejected() -> None:
 
 
 def test_offset_delete_with_unparseable_subscription_assumes_subscribed() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1, protocols=(("range", b"\x00\x00garbage"),))
     h.commit("g", {("u", 0): 2}, member_id=a, generation=gen)
     r = offset_delete(h, "g", {"u": [0]})
@@ -274,14 +274,14 @@ def test_offset_delete_with_unparseable_subscription_assumes_subscribed() -> Non
 
 
 def test_offset_delete_on_non_consumer_group_is_non_empty_group() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("g", 1, protocol_type="connect")
     assert offset_delete(h, "g", {"t": [0]}).error_code == ErrorCode.NON_EMPTY_GROUP
     assert offset_delete(h, "nope", {"t": [0]}).error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
 
 def test_offset_delete_on_empty_group_removes_offsets() -> None:
-    h = Harness()
+    h = GroupContext()
     h.commit("s", {T0: 1, ("t", 1): 2})
     r = offset_delete(h, "s", {"t": [0, 5]})
     assert [p.error_code for p in r.topics[0].partitions] == [0, 0]
@@ -290,7 +290,7 @@ def test_offset_delete_on_empty_group_removes_offsets() -> None:
 
 
 def test_topic_deletion_tombstones_its_offsets_in_every_group() -> None:
-    h = Harness()
+    h = GroupContext()
     h.commit("a", {("gone", 0): 1, ("kept", 0): 2})
     h.commit("b", {("gone", 3): 4})
     res = h.apply(h.shard.topic_deleted("gone", h.now))
@@ -300,7 +300,7 @@ def test_topic_deletion_tombstones_its_offsets_in_every_group() -> None:
 
 
 def test_commit_request_errors_precede_group_logic() -> None:
-    h = Harness()
+    h = GroupContext()
     # The empty group id is served: Kafka keeps it for backward compatibility.
     assert h.commit("", {T0: 1}) == {T0: 0}
     p = h.shard.partition_of("g")
@@ -309,7 +309,7 @@ def test_commit_request_errors_precede_group_logic() -> None:
 
 
 def test_commit_from_member_keeps_its_session_alive() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1, session=10000)
     for _ in range(5):
         h.advance(6000)

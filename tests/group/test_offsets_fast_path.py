@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from support.kgc_group_harness import Harness
+from support.group_context import GroupContext
 
 from coordinator.group import GroupConfig
 from coordinator.group.offsets import commit
@@ -55,7 +55,7 @@ def _request(rng: random.Random, members: dict[str, tuple[str, int]]) -> OffsetC
     )
 
 
-def _state(h: Harness) -> Any:
+def _state(h: GroupContext) -> Any:
     offsets = {g: dict(tps) for g, tps in h.shard.offsets.items()}
     # Session deadlines (a commit moves them in place) and the group states.
     sessions = {
@@ -70,11 +70,11 @@ def _state(h: Harness) -> Any:
 @pytest.mark.parametrize("seed", range(8))
 def test_fast_path_matches_general_path(seed: int) -> None:
     config = GroupConfig(offset_metadata_max_bytes=1000)
-    fast = Harness(config=config, topic_partitions=_topic_partitions)
-    slow = Harness(config=config, topic_partitions=_topic_partitions)
+    fast = GroupContext(config=config, topic_partitions=_topic_partitions)
+    slow = GroupContext(config=config, topic_partitions=_topic_partitions)
     # A third copy takes the fast path explicitly, to count the requests it answers (no
     # method is replaced: the group core may be compiled, and compiled methods cannot be).
-    probe = Harness(config=config, topic_partitions=_topic_partitions)
+    probe = GroupContext(config=config, topic_partitions=_topic_partitions)
     taken = []
     # The general path alone on one side.
     slow.shard.offset_commit = partial(commit.commit_general, slow.shard.offset_manager)

@@ -4,7 +4,7 @@ coordinator error on OffsetDelete replaces the per-partition answers."""
 
 from __future__ import annotations
 
-from support.kgc_group_harness import Harness, offset_delete
+from support.group_context import GroupContext, offset_delete
 
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import (
@@ -17,7 +17,7 @@ from protocol.messages.offset_commit import (
 UNKNOWN = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _commit(h: Harness, group: str, topics: list[tuple[str, list[int]]], **kw: int) -> list:  # type: ignore[type-arg]
+def _commit(h: GroupContext, group: str, topics: list[tuple[str, list[int]]], **kw: int) -> list:  # type: ignore[type-arg]
     ctx = h.ctx(9)
     req = OffsetCommitRequest(
         group_id=group,
@@ -40,7 +40,7 @@ def _commit(h: Harness, group: str, topics: list[tuple[str, list[int]]], **kw: i
 def test_commit_answers_refused_partitions_first() -> None:
     # Kafka's OffsetCommitResponse.Builder: KafkaApis adds the unknown topics and partitions,
     # then merges the coordinator's answer (appended to a topic already there).
-    h = Harness(topic_partitions={"a": 2, "b": 1}.get)
+    h = GroupContext(topic_partitions={"a": 2, "b": 1}.get)
     got = _commit(h, "g", [("b", [0]), ("a", [0, 5, 1]), ("nope", [3]), ("a", [])])
     assert got == [("a", [(5, UNKNOWN), (0, 0), (1, 0)]), ("nope", [(3, UNKNOWN)]), ("b", [(0, 0)])]
     # A coordinator error goes on the partitions it saw, after the refused ones.
@@ -51,13 +51,13 @@ def test_commit_answers_refused_partitions_first() -> None:
 def test_commit_with_the_empty_group_id_is_served() -> None:
     # GroupCoordinatorService.commitOffsets: "for backwards compatibility, we support offset
     # commits for the empty groupId" (fetches too).
-    h = Harness()
+    h = GroupContext()
     assert h.commit("", {("t", 0): 42}) == {("t", 0): 0}
     assert h.committed("", "t", 0) == 42
 
 
 def test_offset_delete_orders_refused_partitions_first_and_group_errors_win() -> None:
-    h = Harness(topic_partitions={"a": 2, "b": 1}.get)
+    h = GroupContext(topic_partitions={"a": 2, "b": 1}.get)
     h.commit("g", {("a", 0): 1, ("b", 0): 1})
     resp = offset_delete(h, "g", {"b": [0], "a": [0, 9]})
     assert resp.error_code == 0

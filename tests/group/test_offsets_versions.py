@@ -1,6 +1,6 @@
 """The offset APIs at Kafka 4.1's versions: topic ids (v10), member epochs, DescribeGroups v6.
 
-How this works: each test drives a real ``GroupShard`` with the fake-clock ``Harness``. Topic
+How this works: each test drives a real ``GroupShard`` with the fake-clock ``GroupContext``. Topic
 ids are resolved through a ``StaticTopics`` image handed to the offsets manager; member-epoch
 rules are checked through a tiny consumer group (``EpochGroup``) that implements the
 ``OffsetGroup`` protocol the way Kafka's ConsumerGroup does, found by the manager's
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from support.kgc_group_harness import Harness, offset_delete, subscription
+from support.group_context import GroupContext, offset_delete, subscription
 
 from coordinator.group import ClassicGroupState, GroupConfig, Result
 from coordinator.group.classic import describe as classic_describe
@@ -57,7 +57,7 @@ def roundtrip(module: Any, response: Any, version: int) -> Any:
     return decoded
 
 
-def with_topics(h: Harness, **partitions: int) -> StaticTopics:
+def with_topics(h: GroupContext, **partitions: int) -> StaticTopics:
     image = StaticTopics()
     for name, n in partitions.items():
         image.add(name, n)
@@ -75,7 +75,7 @@ def tid(image: StaticTopics, name: str) -> bytes:
 
 
 def commit_by_id(
-    h: Harness,
+    h: GroupContext,
     group: str,
     offsets: dict[bytes, dict[int, int]],
     *,
@@ -103,7 +103,7 @@ def commit_by_id(
 
 
 def commit_by_name(
-    h: Harness,
+    h: GroupContext,
     group: str,
     offsets: dict[str, dict[int, int]],
     *,
@@ -136,7 +136,7 @@ def codes_by_id(resp: OffsetCommitResponse) -> dict[tuple[bytes, int], int]:
 
 
 def fetch_group(
-    h: Harness,
+    h: GroupContext,
     group: str,
     topics: list[OffsetFetchRequestTopics] | None,
     *,
@@ -171,7 +171,11 @@ def fetched(g: OffsetFetchResponseGroup) -> list[tuple[bytes, str, int, int, int
 
 
 def txn_commit_member(
-    h: Harness, group: str, member_id: str, generation: int, offsets: dict[tuple[str, int], int]
+    h: GroupContext,
+    group: str,
+    member_id: str,
+    generation: int,
+    offsets: dict[tuple[str, int], int],
 ) -> TxnOffsetCommitResponse:
     ctx = h.ctx(5)
     req = TxnOffsetCommitRequest(
@@ -257,7 +261,7 @@ class EpochGroup:
         return not self.members
 
 
-def with_consumer_group(h: Harness, group: EpochGroup) -> EpochGroup:
+def with_consumer_group(h: GroupContext, group: EpochGroup) -> EpochGroup:
     """Make ``group`` findable by the offsets manager, next to the classic groups."""
     checked: OffsetGroup = group  # mypy: the fake satisfies the contract
     classic = h.shard.classic.groups
@@ -289,7 +293,7 @@ def test_kafka_4_1_versions_are_advertised_and_decodable() -> None:
 
 
 def test_v10_commit_by_topic_id_is_stored_by_name_and_echoes_the_id() -> None:
-    h = Harness()
+    h = GroupContext()
     image = with_topics(h, orders=3)
     orders = tid(image, "orders")
     resp = commit_by_id(h, "g", {orders: {0: 10, 2: 30}})
@@ -308,7 +312,7 @@ def test_v10_commit_by_topic_id_is_stored_by_name_and_echoes_the_id() -> None:
 
 
 def test_v10_unknown_topic_id_is_unknown_topic_id_per_partition_and_writes_nothing() -> None:
-    h = Harness()
+    h = GroupContext()
     with_topics(h, orders=3)
     resp = commit_by_id(h, "g", {UNKNOWN_ID: {0: 1, 1: 2}, ZERO: {0: 3}})
     assert codes_by_id(resp) == {
@@ -322,7 +326,7 @@ def test_v10_unknown_topic_id_is_unknown_topic_id_per_partition_and_writes_nothi
 
 
 def test_v10_mixed_request_commits_known_topics_and_keeps_unknown_codes() -> None:
-    h = Harness()
+    h = GroupContext()
     image = with_topics(h, orders=2)
     orders = tid(image, "orders")
     resp = commit_by_id(h, "g", {UNKNOWN_ID: {0: 1}, orders: {0: 5, 7: 6}})
@@ -335,7 +339,7 @@ def test_v10_mixed_request_commits_known_topics_and_keeps_unknown_codes() -> Non
 
 
 def test_v10_request_level_error_does_not_overwrite_unknown_topic_id() -> None:
-    h = Harness()
+    h = GroupContext()
     image = with_topics(h, orders=1)
     orders = tid(image, "orders")
     # A generation for a group that does not exist: GROUP_ID_NOT_FOUND (v9+) for the rest.
@@ -347,13 +351,13 @@ def test_v10_request_level_error_does_not_overwrite_unknown_topic_id() -> None:
 
 
 def test_v10_topic_ids_without_an_image_are_unknown() -> None:
-    h = Harness()  # no TopicsImage: nothing can resolve an id
+    h = GroupContext()  # no TopicsImage: nothing can resolve an id
     resp = commit_by_id(h, "g", {b"\x01" * 16: {0: 1}})
     assert codes_by_id(resp) == {(b"\x01" * 16, 0): ErrorCode.UNKNOWN_TOPIC_ID}
 
 
 def test_partition_counts_come_from_the_image_when_given() -> None:
-    h = Harness()
+    h = GroupContext()
     with_topics(h, orders=2)
     assert commit_by_name(h, "g", {"orders": {1: 1, 2: 2}, "ghost": {0: 1}}) == {
         ("orders", 1): 0,
@@ -364,7 +368,7 @@ def test_partition_counts_come_from_the_image_when_given() -> None:
 
 def test_image_falls_back_to_topic_partitions_for_names_it_does_not_know() -> None:
     # The offsets topic is in the catalog lookup but not in a topics image.
-    h = Harness(topic_partitions=lambda t: 50 if t == "__consumer_offsets" else None)
+    h = GroupContext(topic_partitions=lambda t: 50 if t == "__consumer_offsets" else None)
     with_topics(h, orders=1)
     assert commit_by_name(h, "g", {"__consumer_offsets": {3: 1}, "orders": {0: 1}}) == {
         ("__consumer_offsets", 3): 0,
@@ -376,7 +380,7 @@ def test_image_falls_back_to_topic_partitions_for_names_it_does_not_know() -> No
 
 
 def test_v10_fetch_by_id_answers_by_id_with_unknown_ids_last() -> None:
-    h = Harness()
+    h = GroupContext()
     image = with_topics(h, orders=2, audit=1)
     orders, audit = tid(image, "orders"), tid(image, "audit")
     commit_by_id(h, "g", {orders: {0: 10, 1: 11}, audit: {0: 20}})
@@ -403,7 +407,7 @@ def test_v10_fetch_by_id_answers_by_id_with_unknown_ids_last() -> None:
 
 
 def test_v10_fetch_of_all_topics_answers_by_id_and_leaves_out_topics_without_one() -> None:
-    h = Harness()
+    h = GroupContext()
     image = with_topics(h, orders=1, gone=1)
     orders = tid(image, "orders")
     commit_by_id(h, "g", {orders: {0: 1}, tid(image, "gone"): {0: 2}})
@@ -416,7 +420,7 @@ def test_v10_fetch_of_all_topics_answers_by_id_and_leaves_out_topics_without_one
 
 
 def test_v10_fetch_unknown_group_answers_minus_one_and_unknown_ids() -> None:
-    h = Harness()
+    h = GroupContext()
     image = with_topics(h, orders=1)
     orders = tid(image, "orders")
     g = fetch_group(
@@ -435,7 +439,7 @@ def test_v10_fetch_unknown_group_answers_minus_one_and_unknown_ids() -> None:
 
 
 def test_dead_classic_group_is_fetched_as_absent() -> None:
-    h = Harness()
+    h = GroupContext()
     commit_by_name(h, "g", {"t": {0: 5}})
     h.shard.groups["g"].state = ClassicGroupState.DEAD  # as while being deleted
     g = fetch_group(h, "g", [OffsetFetchRequestTopics(name="t", partition_indexes=[0])], version=9)
@@ -447,7 +451,7 @@ def test_dead_classic_group_is_fetched_as_absent() -> None:
 
 
 def test_consumer_group_commit_checks_member_and_epoch() -> None:
-    h = Harness()
+    h = GroupContext()
     with_consumer_group(h, EpochGroup("cg", members={"m1": 5}))
     t0 = {"t": {0: 1}}
     assert commit_by_name(h, "cg", t0, member_id="m1", epoch=4) == {
@@ -471,7 +475,7 @@ def test_consumer_group_commit_checks_member_and_epoch() -> None:
 
 
 def test_consumer_group_classic_member_stale_epoch_is_illegal_generation() -> None:
-    h = Harness()
+    h = GroupContext()
     with_consumer_group(h, EpochGroup("cg", members={"old": 3}, classic_members={"old"}))
     # Classic-protocol members commit with any version, and are told ILLEGAL_GENERATION.
     assert commit_by_name(h, "cg", {"t": {0: 1}}, member_id="old", epoch=2, version=8) == {
@@ -483,7 +487,7 @@ def test_consumer_group_classic_member_stale_epoch_is_illegal_generation() -> No
 
 
 def test_consumer_group_v10_commit_by_id_with_epoch() -> None:
-    h = Harness()
+    h = GroupContext()
     image = with_topics(h, orders=1)
     orders = tid(image, "orders")
     with_consumer_group(h, EpochGroup("cg", members={"m1": 7}))
@@ -497,14 +501,14 @@ def test_consumer_group_v10_commit_by_id_with_epoch() -> None:
 
 
 def test_empty_consumer_group_accepts_admin_commits() -> None:
-    h = Harness()
+    h = GroupContext()
     with_consumer_group(h, EpochGroup("cg"))
     assert commit_by_name(h, "cg", {"t": {0: 3}}) == {("t", 0): 0}
     assert "cg" not in h.shard.groups  # not turned into a simple classic group
 
 
 def test_txn_commit_stale_member_epoch_is_illegal_generation() -> None:
-    h = Harness()
+    h = GroupContext()
     with_consumer_group(h, EpochGroup("cg", members={"m1": 5}))
     stale = txn_commit_member(h, "cg", "m1", 4, {("t", 0): 1})
     assert stale.topics[0].partitions[0].error_code == ErrorCode.ILLEGAL_GENERATION
@@ -522,7 +526,7 @@ def test_txn_commit_stale_member_epoch_is_illegal_generation() -> None:
 
 
 def test_consumer_group_fetch_checks_member_and_epoch() -> None:
-    h = Harness()
+    h = GroupContext()
     with_consumer_group(h, EpochGroup("cg", members={"m1": 5}))
     commit_by_name(h, "cg", {"t": {0: 8}}, member_id="m1", epoch=5)
     want = [OffsetFetchRequestTopics(name="t", partition_indexes=[0])]
@@ -539,7 +543,7 @@ def test_consumer_group_fetch_checks_member_and_epoch() -> None:
 
 
 def test_v10_fetch_with_a_group_error_answers_no_topics_at_all() -> None:
-    h = Harness()
+    h = GroupContext()
     image = with_topics(h, orders=1)
     with_consumer_group(h, EpochGroup("cg", members={"m1": 5}))
     g = fetch_group(
@@ -556,7 +560,7 @@ def test_v10_fetch_with_a_group_error_answers_no_topics_at_all() -> None:
 
 
 def test_consumer_group_offset_delete_refuses_only_subscribed_topics() -> None:
-    h = Harness()
+    h = GroupContext()
     with_consumer_group(h, EpochGroup("cg", members={"m1": 5}, subscribed={"in-use"}))
     commit_by_name(h, "cg", {"in-use": {0: 1}, "old": {0: 2}}, member_id="m1", epoch=5)
     r = offset_delete(h, "cg", {"in-use": [0], "old": [0]})
@@ -570,7 +574,7 @@ def test_consumer_group_offset_delete_refuses_only_subscribed_topics() -> None:
 
 
 def test_consumer_group_offsets_expire_by_commit_time_whatever_the_state() -> None:
-    h = Harness(config=GroupConfig(offsets_retention_minutes=1))
+    h = GroupContext(config=GroupConfig(offsets_retention_minutes=1))
     with_consumer_group(h, EpochGroup("cg", members={"m1": 5}, subscribed={"in-use"}))
     commit_by_name(h, "cg", {"in-use": {0: 1}, "old": {0: 2}}, member_id="m1", epoch=5)
     h.advance(30_000)
@@ -588,7 +592,7 @@ def test_consumer_group_offsets_expire_by_commit_time_whatever_the_state() -> No
 
 
 def test_offsets_replayed_for_a_consumer_group_make_no_classic_group() -> None:
-    h = Harness()
+    h = GroupContext()
     with_consumer_group(h, EpochGroup("cg"))
     commit_by_name(h, "cg", {"t": {0: 4}})
     (_, key, value), *_ = h.records
@@ -604,7 +608,7 @@ def test_offsets_replayed_for_a_consumer_group_make_no_classic_group() -> None:
 
 
 def test_classic_group_satisfies_the_protocol_unchanged() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1, protocols=(("range", subscription("t")),))
     group: OffsetGroup = h.shard.groups["g"]
     assert group.validate_offset_commit(a, None, gen, transactional=False, api_version=8) is None
@@ -623,7 +627,7 @@ def test_classic_group_satisfies_the_protocol_unchanged() -> None:
 
 
 def describe(
-    h: Harness,
+    h: GroupContext,
     groups: list[str],
     version: int,
     *,
@@ -641,7 +645,7 @@ def describe(
 
 
 def test_describe_v6_unknown_group_is_group_id_not_found() -> None:
-    h = Harness()
+    h = GroupContext()
     (g,) = describe(h, ["nope"], 6, ops=True).groups
     assert (g.group_id, g.group_state, g.error_code, g.error_message) == (
         "nope",
@@ -660,7 +664,7 @@ def test_describe_v6_unknown_group_is_group_id_not_found() -> None:
 
 
 def test_describe_v6_of_a_group_of_another_type() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("classic", 1)
     resp = describe(h, ["cg", "classic"], 6, non_classic=lambda gid: gid == "cg")
     cg, classic = resp.groups
@@ -677,7 +681,7 @@ def test_describe_v6_of_a_group_of_another_type() -> None:
 # ------------------------------------------------------------------ ListGroups v5
 
 
-def list_groups(h: Harness, types: list[str], states: list[str] | None = None) -> list[str]:
+def list_groups(h: GroupContext, types: list[str], states: list[str] | None = None) -> list[str]:
     ctx = h.ctx(5)
     req = ListGroupsRequest(states_filter=states or [], types_filter=types)
     h.apply(h.shard.list_groups(ctx, req, h.now))
@@ -687,7 +691,7 @@ def list_groups(h: Harness, types: list[str], states: list[str] | None = None) -
 
 
 def test_list_groups_type_filter_is_case_insensitive_and_unknown_types_match_nothing() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("a", 1)
     commit_by_name(h, "b", {"t": {0: 1}})
     assert list_groups(h, ["CLASSIC"]) == ["a", "b"]
@@ -700,7 +704,7 @@ def test_list_groups_type_filter_is_case_insensitive_and_unknown_types_match_not
 
 
 def test_empty_commit_never_reaches_the_group() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1)
     deadlines = h.shard.pending_timers()
     h.advance(1000)
@@ -711,7 +715,7 @@ def test_empty_commit_never_reaches_the_group() -> None:
 
 
 def test_txn_commit_v0_v1_while_loading_is_coordinator_not_available() -> None:
-    h = Harness()
+    h = GroupContext()
     partition = h.shard.partition_of("g")
     h.shard.begin_load(partition)
 
@@ -736,7 +740,7 @@ def test_txn_commit_v0_v1_while_loading_is_coordinator_not_available() -> None:
 
 
 def _commit_v1(
-    h: Harness, group: str, timestamp: int, *, generation: int = -1, member: str = ""
+    h: GroupContext, group: str, timestamp: int, *, generation: int = -1, member: str = ""
 ) -> int:
     ctx = h.ctx(1)
     part = OffsetCommitRequestPartition(0, 42, commit_timestamp=timestamp)
@@ -754,7 +758,7 @@ def _commit_v1(
 
 def test_v1_commit_keeps_the_partitions_commit_timestamp() -> None:
     """Kafka's OffsetAndMetadata.fromRequest: v1's per-partition timestamp, -1 meaning now."""
-    h = Harness()
+    h = GroupContext()
     assert _commit_v1(h, "old", 1_500_000_000_000) == ErrorCode.NO_ERROR
     entry = h.shard.offset_manager.offsets["old"][("t", 0)]
     assert (entry.offset, entry.commit_timestamp_ms) == (42, 1_500_000_000_000)
@@ -767,7 +771,7 @@ def test_v0_commit_is_a_memberless_commit_and_v0_fetch_reads_it() -> None:
     """v0 has no generation or member (ZooKeeper offsets in Kafka's day): kgc stores it in the
     coordinator as a generation -1 commit, accepted for a group without members and refused
     (UNKNOWN_MEMBER_ID) for a group with members, as Kafka refuses any member-less commit."""
-    h = Harness()
+    h = GroupContext()
     assert h.commit("old", {("t", 0): 7}, version=0) == {("t", 0): ErrorCode.NO_ERROR}
     resp = h.fetch("old", {"t": [0]}, version=0)
     p = resp.topics[0].partitions[0]

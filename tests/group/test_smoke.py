@@ -1,11 +1,11 @@
-from support.kgc_group_harness import Harness
+from support.group_context import GroupContext
 
 from coordinator.group import ClassicGroupState
 from protocol.errors import ErrorCode
 
 
 def test_two_members_reach_stable_and_replay_matches() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, gen = h.stable_group("g", 2)
     assert gen == 1
     assert h.state("g") is ClassicGroupState.STABLE

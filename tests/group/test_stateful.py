@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from support.kgc_group_harness import Harness, subscription
+from support.group_context import GroupContext, subscription
 
 from coordinator.group import ClassicGroupState
 from protocol.errors import ErrorCode
@@ -48,7 +48,7 @@ class Client:
 class GroupMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.h = Harness()
+        self.h = GroupContext()
         self.clients = [
             Client("g0", None),
             Client("g0", None),

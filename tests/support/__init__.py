@@ -14,7 +14,8 @@ What is where:
 * clients and load: ``groupkit`` (topics, waiting, consumers), ``dataplanekit`` (keyed
   messages, order), ``crashkit`` (acknowledged load and what survived), ``consumer848kit`` and
   ``kip848kit`` (KIP-848 librdkafka members), ``javakit`` (the Java test clients);
-* the pure group core: ``kgc_group_harness`` (classic, fake clock), ``cgkit`` (consumer groups);
+* the pure group core: ``group_context`` (GroupContext: both group types, fake clock) and
+  ``consumer_member`` (a KIP-848 client over it);
 * per suite: ``diffkit`` and ``groupops`` (differential), ``faultkit`` (faults), ``tools_kit``
   and ``tools_setup`` (Kafka's tools), ``clikit`` (the CLI), ``nodekit`` (cluster objects),
   ``pgjournal_kit`` (the PostgreSQL journal), ``oauthkit`` (OAUTHBEARER), ``logbuilder`` and

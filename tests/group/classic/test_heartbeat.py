@@ -1,6 +1,6 @@
 """Heartbeat, session timeouts and LeaveGroup."""
 
-from support.kgc_group_harness import Harness
+from support.group_context import GroupContext
 
 from coordinator.group import ClassicGroupState
 from coordinator.group.events import RebalanceStarted
@@ -11,7 +11,7 @@ from protocol.messages.sync_group import SyncGroupResponse
 
 
 def test_heartbeat_answer_in_each_state() -> None:
-    h = Harness()
+    h = GroupContext()
     assert h.heartbeat("g", "m", 0) == ErrorCode.UNKNOWN_MEMBER_ID  # unknown group
     a, ha = h.join_new("g")
     assert h.heartbeat("g", a, 0) == ErrorCode.REBALANCE_IN_PROGRESS  # PreparingRebalance
@@ -28,14 +28,14 @@ def test_heartbeat_answer_in_each_state() -> None:
 
 
 def test_heartbeat_with_illegal_generation() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1)
     assert h.heartbeat("g", a, gen + 1) == ErrorCode.ILLEGAL_GENERATION
     assert h.heartbeat("g", a, gen - 1) == ErrorCode.ILLEGAL_GENERATION
 
 
 def test_heartbeat_keeps_member_alive_and_session_expiry_rebalances() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2, session=10000)
     for _ in range(5):
         h.advance(6000)
@@ -63,7 +63,7 @@ def test_heartbeat_keeps_member_alive_and_session_expiry_rebalances() -> None:
 
 
 def test_heartbeat_moves_the_deadline_without_timer_work_and_the_timer_re_arms() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1, session=10000)
     key = f"heartbeat-g-{a}"
     armed = h.timers[key]
@@ -81,7 +81,7 @@ def test_heartbeat_moves_the_deadline_without_timer_work_and_the_timer_re_arms()
 
 
 def test_session_timeout_during_rebalance_completes_join_without_the_member() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, _b), gen = h.stable_group("g", 2, session=10000, rebalance=60000)
     ha = h.join("g", a)  # leader rejoins; b never does and never heartbeats
     h.advance(9999)
@@ -94,7 +94,7 @@ def test_session_timeout_during_rebalance_completes_join_without_the_member() ->
 
 
 def test_parked_member_is_not_expired_by_session_timeout() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2, session=10000, rebalance=60000)
     ha = h.join("g", a)
     for _ in range(8):  # 40 s: a's session deadline passes while it is parked
@@ -108,7 +108,7 @@ def test_parked_member_is_not_expired_by_session_timeout() -> None:
 
 
 def test_last_member_leaving_empties_group_and_writes_metadata() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1)
     resp = h.leave("g", (a, None))
     assert resp.members[0].error_code == 0
@@ -122,7 +122,7 @@ def test_last_member_leaving_empties_group_and_writes_metadata() -> None:
 
 
 def test_leave_v0_single_member_uses_top_level_error() -> None:
-    h = Harness()
+    h = GroupContext()
     (_a, b), _gen = h.stable_group("g", 2)
     assert h.leave("g", ("ghost", None), version=0).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.leave("g", (b, None), version=2).error_code == 0
@@ -130,7 +130,7 @@ def test_leave_v0_single_member_uses_top_level_error() -> None:
 
 
 def test_leave_unknown_group_is_unknown_member_id() -> None:
-    h = Harness()
+    h = GroupContext()
     # v3+: Kafka's coordinator service answers every member UNKNOWN_MEMBER_ID, the whole
     # request NONE (an empty batch: no members, no error).
     resp = h.leave("nope", ("m", None), ("", "i1"))
@@ -146,7 +146,7 @@ def test_leave_unknown_group_is_unknown_member_id() -> None:
 
 
 def test_leave_of_pending_member() -> None:
-    h = Harness()
+    h = GroupContext()
     r = h.reply(h.join("g"))
     assert isinstance(r, JoinGroupResponse)
     resp = h.leave("g", (r.member_id, None))
@@ -156,7 +156,7 @@ def test_leave_of_pending_member() -> None:
 
 
 def test_leave_during_preparing_rebalance_can_complete_join() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     ha = h.join("g", a)
     assert h.reply(ha) is None
@@ -166,7 +166,7 @@ def test_leave_during_preparing_rebalance_can_complete_join() -> None:
 
 
 def test_leave_answers_removed_members_parked_requests() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     ha = h.join("g", a)
     hb = h.join("g", b)

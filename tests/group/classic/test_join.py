@@ -1,6 +1,6 @@
 """JoinGroup scenarios from Kafka's checklist: validation, KIP-394, max size, delays, completion."""
 
-from support.kgc_group_harness import Harness, subscription
+from support.group_context import GroupContext, subscription
 
 from coordinator.group import ClassicGroupState, GroupConfig
 from coordinator.group.events import MembersRemoved, RebalanceStarted
@@ -11,37 +11,37 @@ RANGE = ("range", subscription("t"))
 RR = ("roundrobin", subscription("t"))
 
 
-def jr(h: Harness, handle: int) -> JoinGroupResponse:
+def jr(h: GroupContext, handle: int) -> JoinGroupResponse:
     r = h.reply(handle)
     assert isinstance(r, JoinGroupResponse), r
     return r
 
 
 def test_session_timeout_below_minimum_is_invalid_session_timeout() -> None:
-    h = Harness()
+    h = GroupContext()
     assert jr(h, h.join("g", session=5999)).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
     assert "g" not in h.shard.groups
 
 
 def test_session_timeout_above_maximum_is_invalid_session_timeout() -> None:
-    h = Harness()
+    h = GroupContext()
     assert jr(h, h.join("g", session=1800001)).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
 
 
 def test_empty_group_id_is_invalid_group_id_before_session_timeout_check() -> None:
-    h = Harness()
+    h = GroupContext()
     assert jr(h, h.join("", session=1)).error_code == ErrorCode.INVALID_GROUP_ID
 
 
 def test_unknown_member_id_on_unknown_group_is_unknown_member_id() -> None:
-    h = Harness()
+    h = GroupContext()
     r = jr(h, h.join("g", "ghost"))
     assert r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert "g" not in h.shard.groups
 
 
 def test_unknown_member_id_on_existing_group_is_unknown_member_id() -> None:
-    h = Harness()
+    h = GroupContext()
     h.stable_group("g", 1)
     r = jr(h, h.join("g", "ghost"))
     assert r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
@@ -50,13 +50,13 @@ def test_unknown_member_id_on_existing_group_is_unknown_member_id() -> None:
 
 
 def test_empty_protocol_type_is_inconsistent_group_protocol() -> None:
-    h = Harness()
+    h = GroupContext()
     assert jr(h, h.join("g", protocol_type="")).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     assert jr(h, h.join("g2", protocols=())).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_new_group_is_persisted_with_an_empty_metadata_record() -> None:
-    h = Harness()
+    h = GroupContext()
     h.join("g")
     assert len(h.records) == 1
     assert h.mirror.groups["g"].generation == 0
@@ -64,7 +64,7 @@ def test_new_group_is_persisted_with_an_empty_metadata_record() -> None:
 
 
 def test_other_protocol_type_or_unsupported_protocol_is_inconsistent() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, _ = h.stable_group("g", 1)
     assert jr(h, h.join("g", protocol_type="connect")).error_code == (
         ErrorCode.INCONSISTENT_GROUP_PROTOCOL
@@ -77,7 +77,7 @@ def test_other_protocol_type_or_unsupported_protocol_is_inconsistent() -> None:
 
 
 def test_member_id_required_from_v4_and_generated_from_client_id() -> None:
-    h = Harness()
+    h = GroupContext()
     r = jr(h, h.join("g", version=4, client_id="app"))
     assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED
     assert r.member_id.startswith("app-")
@@ -86,7 +86,7 @@ def test_member_id_required_from_v4_and_generated_from_client_id() -> None:
 
 
 def test_v3_join_without_member_id_is_admitted_directly() -> None:
-    h = Harness()
+    h = GroupContext()
     handle = h.join("g", version=3, client_id="old")
     assert h.reply(handle) is None  # parked for the initial delay
     h.advance(3000)
@@ -96,7 +96,7 @@ def test_v3_join_without_member_id_is_admitted_directly() -> None:
 
 
 def test_first_generation_is_one_and_only_leader_gets_members() -> None:
-    h = Harness()
+    h = GroupContext()
     a, ha = h.join_new("g")
     b, hb = h.join_new("g")
     h.advance_until_answered([ha, hb])
@@ -110,7 +110,7 @@ def test_first_generation_is_one_and_only_leader_gets_members() -> None:
 
 
 def test_protocol_selected_by_vote() -> None:
-    h = Harness()
+    h = GroupContext()
     handles = [
         h.join_new("g", protocols=(RR, RANGE))[1],
         h.join_new("g", protocols=(RANGE, RR))[1],
@@ -121,7 +121,7 @@ def test_protocol_selected_by_vote() -> None:
 
 
 def test_max_size_counts_parked_members_not_pending_ones() -> None:
-    h = Harness(GroupConfig(group_max_size=3))
+    h = GroupContext(GroupConfig(group_max_size=3))
     pending = [jr(h, h.join("g")).member_id for _ in range(5)]  # Empty group: all get ids
     handles = [h.join("g", mid) for mid in pending]
     errors = [h.reply(x).error_code if h.reply(x) else None for x in handles]
@@ -137,7 +137,7 @@ def test_max_size_counts_parked_members_not_pending_ones() -> None:
 
 
 def test_new_member_rejected_when_stable_group_is_full() -> None:
-    h = Harness(GroupConfig(group_max_size=2))
+    h = GroupContext(GroupConfig(group_max_size=2))
     h.stable_group("g", 2)
     r = jr(h, h.join("g"))
     assert r.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
@@ -151,8 +151,8 @@ def test_last_joiners_kicked_when_rejoining_group_over_max_size() -> None:
         encode_group_metadata_value,
     )
 
-    h = Harness(GroupConfig(group_max_size=3))
-    h2 = Harness(GroupConfig(group_max_size=3))
+    h = GroupContext(GroupConfig(group_max_size=3))
+    h2 = GroupContext(GroupConfig(group_max_size=3))
     members = [
         MemberMetadata(f"m{i}", None, "c", "h", 30000, 10000, subscription("t"), b"")
         for i in range(5)
@@ -179,7 +179,7 @@ def test_last_joiners_kicked_when_rejoining_group_over_max_size() -> None:
 def test_initial_rebalance_delay_extended_while_members_arrive_capped_by_rebalance_timeout() -> (
     None
 ):
-    h = Harness()
+    h = GroupContext()
     _, ha = h.join_new("g", rebalance=10000)
     h.advance(2000)
     _, hb = h.join_new("g", rebalance=10000)
@@ -202,7 +202,7 @@ def test_initial_rebalance_delay_extended_while_members_arrive_capped_by_rebalan
 
 
 def test_initial_rebalance_completes_after_delay_when_nobody_else_joins() -> None:
-    h = Harness()
+    h = GroupContext()
     _, ha = h.join_new("g")
     h.advance(2999)
     assert h.reply(ha) is None
@@ -211,7 +211,7 @@ def test_initial_rebalance_completes_after_delay_when_nobody_else_joins() -> Non
 
 
 def test_join_completes_when_pending_member_joins() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1)
     pending = jr(h, h.join("g")).member_id
     ha = h.join("g", a)  # leader rejoin starts a rebalance
@@ -223,7 +223,7 @@ def test_join_completes_when_pending_member_joins() -> None:
 
 
 def test_join_completes_when_pending_member_times_out() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1)
     pending = jr(h, h.join("g", session=7000)).member_id
     ha = h.join("g", a)
@@ -235,7 +235,7 @@ def test_join_completes_when_pending_member_times_out() -> None:
 
 
 def test_unchanged_follower_join_in_stable_does_not_rebalance() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     r = jr(h, h.join("g", b))
     assert r.error_code == 0 and r.generation_id == gen and r.members == [] and r.leader == a
@@ -243,7 +243,7 @@ def test_unchanged_follower_join_in_stable_does_not_rebalance() -> None:
 
 
 def test_changed_follower_metadata_in_stable_rebalances() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     hb = h.join("g", b, protocols=(("range", subscription("t", "u")),))
     assert h.reply(hb) is None
@@ -254,7 +254,7 @@ def test_changed_follower_metadata_in_stable_rebalances() -> None:
 
 
 def test_unchanged_leader_join_in_stable_rebalances() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     ha = h.join("g", a)
     assert h.reply(ha) is None
@@ -266,7 +266,7 @@ def test_unchanged_leader_join_in_stable_rebalances() -> None:
 
 
 def test_unchanged_join_in_completing_rebalance_returns_current_generation() -> None:
-    h = Harness()
+    h = GroupContext()
     a, ha = h.join_new("g")
     b, hb = h.join_new("g")
     h.advance_until_answered([ha, hb])
@@ -278,7 +278,7 @@ def test_unchanged_join_in_completing_rebalance_returns_current_generation() -> 
 
 
 def test_not_rejoined_dynamic_members_removed_at_join_completion() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b, c), gen = h.stable_group("g", 3, session=10000, rebalance=30000)
     ha = h.join("g", a)
     hb = h.join("g", b)
@@ -296,7 +296,7 @@ def test_not_rejoined_dynamic_members_removed_at_join_completion() -> None:
 
 
 def test_new_member_join_timeout_expires_parked_new_member() -> None:
-    h = Harness()
+    h = GroupContext()
     (a,), gen = h.stable_group("g", 1, rebalance=600000, session=10000)
     b, hb = h.join_new("g", rebalance=600000)
     # a keeps heartbeating but never rejoins; b is parked and new.

@@ -1,7 +1,7 @@
 """States, subscription parsing and observability."""
 
 import pytest
-from support.kgc_group_harness import Harness, subscription
+from support.group_context import GroupContext, subscription
 
 from coordinator.group import ClassicGroupState, IllegalStateTransition
 from coordinator.group.classic.group import ClassicGroup
@@ -74,7 +74,7 @@ def test_garbage_subscription_is_unknown_not_an_error(data: bytes) -> None:
 
 
 def test_events_and_counters_explain_each_rebalance() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     assert h.shard.rebalances["join"] == 1
     done = [e for e in h.events if isinstance(e, GenerationCompleted)]

@@ -1,6 +1,6 @@
 """KIP-345 static membership."""
 
-from support.kgc_group_harness import Harness, subscription
+from support.group_context import GroupContext, subscription
 
 from coordinator.group import ClassicGroupState
 from coordinator.group.events import JoinPhaseExtended
@@ -13,13 +13,15 @@ RANGE = ("range", subscription("t"))
 RR = ("roundrobin", subscription("t"))
 
 
-def jr(h: Harness, handle: int) -> JoinGroupResponse:
+def jr(h: GroupContext, handle: int) -> JoinGroupResponse:
     r = h.reply(handle)
     assert isinstance(r, JoinGroupResponse), r
     return r
 
 
-def static_stable(h: Harness, instances: list[str], **kw: object) -> tuple[dict[str, str], int]:
+def static_stable(
+    h: GroupContext, instances: list[str], **kw: object
+) -> tuple[dict[str, str], int]:
     handles = {i: h.join("g", instance=i, **kw) for i in instances}  # type: ignore[arg-type]
     h.advance_until_answered(list(handles.values()))
     ids = {i: jr(h, x).member_id for i, x in handles.items()}
@@ -30,7 +32,7 @@ def static_stable(h: Harness, instances: list[str], **kw: object) -> tuple[dict[
 
 
 def test_static_member_as_first_member_needs_no_member_id_round_trip() -> None:
-    h = Harness()
+    h = GroupContext()
     x = h.join("g", instance="i1")
     assert h.reply(x) is None  # parked directly, no MEMBER_ID_REQUIRED
     h.advance(3000)
@@ -42,7 +44,7 @@ def test_static_member_as_first_member_needs_no_member_id_round_trip() -> None:
 
 
 def test_static_follower_replacement_in_stable_does_not_rebalance() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, gen = static_stable(h, ["a", "b"])
     n = len(h.records)
     r = jr(h, h.join("g", instance="b"))
@@ -64,7 +66,7 @@ def test_static_follower_replacement_in_stable_does_not_rebalance() -> None:
 
 
 def test_static_leader_replacement_v9_gets_skip_assignment() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, _gen = static_stable(h, ["a", "b"])
     r = jr(h, h.join("g", instance="a", version=9))
     assert r.skip_assignment and r.leader == r.member_id
@@ -73,7 +75,7 @@ def test_static_leader_replacement_v9_gets_skip_assignment() -> None:
 
 
 def test_static_leader_replacement_before_v9_names_old_leader() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, _gen = static_stable(h, ["a", "b"])
     r = jr(h, h.join("g", instance="a", version=8))
     assert not r.skip_assignment and r.members == []
@@ -82,7 +84,7 @@ def test_static_leader_replacement_before_v9_names_old_leader() -> None:
 
 
 def test_old_static_member_id_is_fenced_after_replacement() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, gen = static_stable(h, ["a", "b"])
     new = jr(h, h.join("g", instance="b")).member_id
     old = ids["b"]
@@ -98,7 +100,7 @@ def test_old_static_member_id_is_fenced_after_replacement() -> None:
 
 
 def test_duplicate_static_follower_parked_join_is_fenced() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, _gen = static_stable(h, ["a", "b"])
     h.join("g", ids["a"], instance="a")  # leader rejoin: PreparingRebalance
     old_join = h.join("g", ids["b"], instance="b")
@@ -116,7 +118,7 @@ def test_duplicate_static_follower_parked_join_is_fenced() -> None:
 
 
 def test_static_replacement_during_completing_rebalance_forces_rebalance() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, gen = static_stable(h, ["a", "b"])
     a, b = ids["a"], ids["b"]
     h.join("g", a, instance="a")  # leader rejoin; both rejoin -> CompletingRebalance
@@ -138,7 +140,7 @@ def test_static_replacement_during_completing_rebalance_forces_rebalance() -> No
 
 
 def test_static_rejoin_with_changed_protocol_rebalances() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, gen = static_stable(h, ["a", "b"], protocols=(RANGE, RR))
     assert h.shard.groups["g"].protocol_name == "range"
     x = h.join("g", instance="b", protocols=(RR,))
@@ -150,7 +152,7 @@ def test_static_rejoin_with_changed_protocol_rebalances() -> None:
 
 
 def test_static_rejoin_with_unchanged_selection_but_new_metadata_does_not_rebalance() -> None:
-    h = Harness()
+    h = GroupContext()
     _ids, gen = static_stable(h, ["a", "b"], protocols=(RANGE, RR))
     r = jr(h, h.join("g", instance="b", protocols=(RANGE,)))
     assert r.error_code == 0 and r.generation_id == gen
@@ -158,7 +160,7 @@ def test_static_rejoin_with_unchanged_selection_but_new_metadata_does_not_rebala
 
 
 def test_group_waits_for_non_rejoined_static_member_until_rebalance_timeout() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, gen = static_stable(h, ["a", "b"], session=10000, rebalance=30000)
     ha = h.join("g", ids["a"], instance="a", session=10000, rebalance=30000)
     for _ in range(6):  # b keeps heartbeating but does not rejoin
@@ -173,7 +175,7 @@ def test_group_waits_for_non_rejoined_static_member_until_rebalance_timeout() ->
 
 
 def test_group_stuck_while_only_non_rejoined_static_members_remain() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, gen = static_stable(h, ["a", "b"], session=10000, rebalance=20000)
     h.leave("g", (ids["a"], "a"))
     assert h.state("g") is ClassicGroupState.PREPARING_REBALANCE
@@ -188,7 +190,7 @@ def test_group_stuck_while_only_non_rejoined_static_members_remain() -> None:
 
 
 def test_static_member_removed_by_session_timeout() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, gen = static_stable(h, ["a", "b"], session=10000)
     for _ in range(3):
         h.advance(5000)
@@ -198,7 +200,7 @@ def test_static_member_removed_by_session_timeout() -> None:
 
 
 def test_batch_leave_of_static_members() -> None:
-    h = Harness()
+    h = GroupContext()
     ids, _gen = static_stable(h, ["a", "b", "c", "d"])
     resp = h.leave(
         "g",

@@ -1,6 +1,6 @@
 """SyncGroup scenarios: parking, assignment propagation, errors, pending-sync expiry."""
 
-from support.kgc_group_harness import Harness
+from support.group_context import GroupContext
 
 from coordinator.group import ClassicGroupState
 from coordinator.group.events import RebalanceStarted
@@ -10,13 +10,13 @@ from protocol.messages.sync_group import SyncGroupResponse
 from storage.records import decode_group_metadata_value, decode_key
 
 
-def sr(h: Harness, handle: int) -> SyncGroupResponse:
+def sr(h: GroupContext, handle: int) -> SyncGroupResponse:
     r = h.reply(handle)
     assert isinstance(r, SyncGroupResponse), r
     return r
 
 
-def completing(h: Harness, n: int, **kw: object) -> tuple[list[str], int]:
+def completing(h: GroupContext, n: int, **kw: object) -> tuple[list[str], int]:
     ids, handles = [], []
     for _ in range(n):
         mid, hd = h.join_new("g", **kw)  # type: ignore[arg-type]
@@ -30,7 +30,7 @@ def completing(h: Harness, n: int, **kw: object) -> tuple[list[str], int]:
 
 
 def test_follower_sync_parked_until_leader_assignment_then_released_with_record() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b, c), gen = completing(h, 3)
     hb = h.sync("g", b, gen)
     hc = h.sync("g", c, gen)
@@ -54,7 +54,7 @@ def test_follower_sync_parked_until_leader_assignment_then_released_with_record(
 
 
 def test_follower_sync_after_leader_gets_assignment_immediately() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = completing(h, 2)
     ha = h.sync("g", a, gen, {a: b"1", b: b"2"})
     assert sr(h, ha).error_code == 0
@@ -62,14 +62,14 @@ def test_follower_sync_after_leader_gets_assignment_immediately() -> None:
 
 
 def test_sync_with_illegal_generation() -> None:
-    h = Harness()
+    h = GroupContext()
     (_a, b), gen = completing(h, 2)
     assert sr(h, h.sync("g", b, gen + 1)).error_code == ErrorCode.ILLEGAL_GENERATION
     assert sr(h, h.sync("g", b, gen - 1)).error_code == ErrorCode.ILLEGAL_GENERATION
 
 
 def test_sync_with_inconsistent_protocol_name_or_type_v5() -> None:
-    h = Harness()
+    h = GroupContext()
     (_a, b), gen = completing(h, 2)
     assert sr(h, h.sync("g", b, gen, protocol_name="roundrobin")).error_code == (
         ErrorCode.INCONSISTENT_GROUP_PROTOCOL
@@ -82,21 +82,21 @@ def test_sync_with_inconsistent_protocol_name_or_type_v5() -> None:
 
 
 def test_sync_unknown_member_and_unknown_group() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, _b), gen = completing(h, 2)
     assert sr(h, h.sync("g", "ghost", gen)).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert sr(h, h.sync("nope", a, gen)).error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_sync_during_preparing_rebalance_is_rebalance_in_progress() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = h.stable_group("g", 2)
     h.join("g", a)
     assert sr(h, h.sync("g", b, gen)).error_code == ErrorCode.REBALANCE_IN_PROGRESS
 
 
 def test_rejoin_during_completing_rebalance_fails_parked_syncs() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = completing(h, 2)
     hb = h.sync("g", b, gen)
     h.join("g", a, protocols=(("range", b"changed"),))  # changed metadata -> rebalance
@@ -106,7 +106,7 @@ def test_rejoin_during_completing_rebalance_fails_parked_syncs() -> None:
 
 
 def test_leader_failure_during_sync_removes_leader_and_rebalances() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b, c), gen = completing(h, 3, rebalance=20000, session=30000)
     hb = h.sync("g", b, gen)
     hc = h.sync("g", c, gen)
@@ -128,7 +128,7 @@ def test_leader_failure_during_sync_removes_leader_and_rebalances() -> None:
 
 
 def test_leader_leaving_during_sync_rebalances_and_reelects() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b), gen = completing(h, 2)
     hb = h.sync("g", b, gen)
     h.leave("g", (a, None))
@@ -139,7 +139,7 @@ def test_leader_leaving_during_sync_rebalances_and_reelects() -> None:
 
 
 def test_followers_that_never_sync_are_removed_after_rebalance_timeout() -> None:
-    h = Harness()
+    h = GroupContext()
     (a, b, c), gen = completing(h, 3, rebalance=20000, session=30000)
     h.sync("g", a, gen, {a: b"x", b: b"y", c: b"z"})
     assert h.state("g") is ClassicGroupState.STABLE
@@ -157,7 +157,7 @@ def test_followers_that_never_sync_are_removed_after_rebalance_timeout() -> None
 
 
 def test_sync_in_stable_returns_current_assignment() -> None:
-    h = Harness()
+    h = GroupContext()
     (_a, b), gen = h.stable_group("g", 2)
     r = sr(h, h.sync("g", b, gen))
     assert r.error_code == 0 and r.assignment == b.encode()

@@ -8,18 +8,8 @@ testConsumerGroupDescribe*, testReplayConsumerGroup*, testSubscriptionUpgradeToM
 
 from __future__ import annotations
 
-from support.cgkit import (
-    Cluster,
-    Mark,
-    Member,
-    decode,
-    delete_groups,
-    describe_groups,
-    group_state,
-    kinds,
-    list_groups,
-    settle,
-)
+from support.consumer_member import Mark, Member, decode, group_state, kinds, settle
+from support.group_context import GroupContext, delete_groups, describe_groups, list_groups
 
 from coordinator.group.consumer.group import ResolvedRegex
 from coordinator.group.types import RequestContext
@@ -36,7 +26,7 @@ from storage.records import (
 
 
 def test_delete_groups_refuses_a_non_empty_consumer_group() -> None:
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     Member(c, "g", "a", ["foo"]).join()
     mark = Mark(c)
     assert delete_groups(c, "g") == {"g": ErrorCode.NON_EMPTY_GROUP}
@@ -45,11 +35,11 @@ def test_delete_groups_refuses_a_non_empty_consumer_group() -> None:
 
 
 def test_delete_groups_tombstones_an_empty_consumer_group_in_kafkas_order() -> None:
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     a = Member(c, "g", "a", regex="f.*")
     b = Member(c, "g", "b", ["foo"])
     a.join()
-    c.advance(0)
+    c.sleep(0)
     b.join()
     settle([a, b])
     b.leave()
@@ -65,7 +55,7 @@ def test_delete_groups_tombstones_an_empty_consumer_group_in_kafkas_order() -> N
 
 def test_delete_tombstones_a_resolved_regex_left_behind() -> None:
     """A regex record whose subscribers are gone (replayed from an older log) is tombstoned too."""
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     a.leave()
@@ -80,7 +70,7 @@ def test_delete_tombstones_a_resolved_regex_left_behind() -> None:
 
 
 def test_list_groups_type_and_state_filters() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     Member(c, "g", "a", ["foo"]).join()
     (listed,) = list_groups(c)
     assert (listed.group_id, listed.protocol_type, listed.group_state, listed.group_type) == (
@@ -102,7 +92,7 @@ def test_list_groups_type_and_state_filters() -> None:
 
 
 def test_describe_groups_sees_a_consumer_group_as_dead() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     Member(c, "g", "a", ["foo"]).join()
     (v6,) = describe_groups(c, "g", version=6)
     assert (v6.group_state, v6.error_code, v6.error_message) == (
@@ -119,16 +109,16 @@ def test_describe_groups_sees_a_consumer_group_as_dead() -> None:
 
 
 def test_consumer_group_describe_fields() -> None:
-    c = Cluster(foo=2, bar=1)
+    c = GroupContext.with_topics(foo=2, bar=1)
     a = Member(c, "g", "a", ["foo", "bar"], instance_id="i1", rack="r1", assignor="range")
     b = Member(c, "g", "b", ["foo"], assignor="range")
     x = Member(c, "g", "x", regex="ba.*")
     a.join()
     b.join()
     x.join()
-    c.advance(0)
+    c.sleep(0)
     settle([a, b, x])
-    (d,) = c.describe("g")
+    (d,) = c.consumer_group_describe("g")
     g = c.shard.consumer.groups["g"]
     assert d.error_code == 0 and d.group_id == "g"
     assert (d.group_state, d.group_epoch, d.assignment_epoch) == (
@@ -152,13 +142,13 @@ def test_consumer_group_describe_fields() -> None:
     assert tgt == own
     assert members["x"].subscribed_topic_regex == "ba.*"
     assert members["x"].subscribed_topic_names == []
-    (d0,) = c.describe("g", version=0)
+    (d0,) = c.consumer_group_describe("g", version=0)
     assert {m.member_type for m in d0.members} == {-1}
 
 
 def test_consumer_group_describe_errors() -> None:
-    c = Cluster()
-    empty, unknown = c.describe("", "nope")
+    c = GroupContext.with_topics()
+    empty, unknown = c.consumer_group_describe("", "nope")
     assert (empty.group_id, empty.error_code) == ("", ErrorCode.INVALID_GROUP_ID)
     assert (unknown.error_code, unknown.error_message) == (
         ErrorCode.GROUP_ID_NOT_FOUND,
@@ -167,11 +157,11 @@ def test_consumer_group_describe_errors() -> None:
 
 
 def test_consumer_group_describe_leaves_out_deleted_topics() -> None:
-    c = Cluster(foo=2, bar=1)
+    c = GroupContext.with_topics(foo=2, bar=1)
     a = Member(c, "g", "a", ["foo", "bar"])
     a.join()
     c.topics.remove("bar")
-    (d,) = c.describe("g")
+    (d,) = c.consumer_group_describe("g")
     assert [tp.topic_name for tp in d.members[0].assignment.topic_partitions] == ["foo"]
 
 
@@ -179,7 +169,7 @@ def test_consumer_group_describe_leaves_out_deleted_topics() -> None:
 
 
 def test_replay_of_every_record_and_tombstone_rebuilds_the_same_state() -> None:
-    c = Cluster(foo=4, bar=2)
+    c = GroupContext.with_topics(foo=4, bar=2)
     checked: list[str] = []
 
     def same(what: str) -> None:
@@ -200,7 +190,7 @@ def test_replay_of_every_record_and_tombstone_rebuilds_the_same_state() -> None:
     a.beat(ack=False)
     same("unrevoked")
     x.join()
-    c.advance(0)
+    c.sleep(0)
     same("regex resolved: 16")
     settle([a, s, x])
     same("settled")
@@ -211,7 +201,7 @@ def test_replay_of_every_record_and_tombstone_rebuilds_the_same_state() -> None:
     same("static replacement")
     x.leave()
     same("leave with regex tombstone")
-    c.advance(45_000)
+    c.sleep(45_000)
     same("session expiry of everyone")
     assert c.shard.consumer.groups["g"].is_empty()
     delete_groups(c, "g")
@@ -235,7 +225,7 @@ def test_replay_of_every_record_and_tombstone_rebuilds_the_same_state() -> None:
 
 
 def test_a_legacy_partition_metadata_record_is_tombstoned_on_the_next_heartbeat() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     key = ConsumerGroupPartitionMetadataKey("g")

@@ -4,20 +4,21 @@ assignment epoch = group epoch, kgc kept the last computed one)."""
 
 from __future__ import annotations
 
-from support.cgkit import Cluster, Member, settle
+from support.consumer_member import Member, settle
+from support.group_context import GroupContext
 
 
 def test_last_member_leaving_moves_the_assignment_epoch_along() -> None:
-    c = Cluster(t=2)
+    c = GroupContext.with_topics(t=2)
     a, b = Member(c, "g", "a", ["t"]), Member(c, "g", "b", ["t"])
     a.join()
     b.join()
     settle([a, b])
     b.leave()
-    (before,) = c.describe("g")
+    (before,) = c.consumer_group_describe("g")
     assert before.group_state == "Reconciling" or before.group_epoch > before.assignment_epoch
     a.leave()
-    (after,) = c.describe("g")
+    (after,) = c.consumer_group_describe("g")
     assert after.group_state == "Empty"
     assert after.assignment_epoch == after.group_epoch == before.group_epoch + 1
     # ... and survives a replay of the log.
@@ -26,11 +27,11 @@ def test_last_member_leaving_moves_the_assignment_epoch_along() -> None:
 
 
 def test_a_member_leaving_a_non_empty_group_leaves_the_target_to_the_next_heartbeat() -> None:
-    c = Cluster(t=2)
+    c = GroupContext.with_topics(t=2)
     a, b = Member(c, "g", "a", ["t"]), Member(c, "g", "b", ["t"])
     a.join()
     b.join()
     settle([a, b])
     b.leave()
-    (d,) = c.describe("g")
+    (d,) = c.consumer_group_describe("g")
     assert d.group_epoch == d.assignment_epoch + 1

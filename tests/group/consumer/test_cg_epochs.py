@@ -10,7 +10,8 @@ so its first member subscribing to topics joins at 2 (test_cg_kafka44.py).
 
 from __future__ import annotations
 
-from support.cgkit import Cluster, Mark, Member, kinds, list_groups, settle
+from support.consumer_member import Mark, Member, kinds, settle
+from support.group_context import GroupContext, list_groups
 
 from coordinator.group.consumer.group import ConsumerGroupState
 from coordinator.group.consumer.member import MemberState
@@ -32,7 +33,7 @@ from storage.records import (
 Parts = dict[bytes, frozenset[int]]
 
 
-def parts(c: Cluster, **topics: list[int]) -> Parts:
+def parts(c: GroupContext, **topics: list[int]) -> Parts:
     return {c.tid(t): frozenset(ps) for t, ps in topics.items()}
 
 
@@ -41,7 +42,7 @@ def tps(value_parts: list[TopicPartitions]) -> Parts:
 
 
 def test_first_member_joining_writes_exactly_kafkas_records() -> None:
-    c = Cluster(foo=6, bar=3)
+    c = GroupContext.with_topics(foo=6, bar=3)
     mark = Mark(c)
     m = Member(c, "g", "m1", ["foo", "bar"])
     r = m.join()
@@ -84,7 +85,7 @@ def test_first_member_joining_writes_exactly_kafkas_records() -> None:
 
 
 def test_empty_subscription_first_join_is_at_the_new_groups_epoch_1() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     mark = Mark(c)
     r = Member(c, "g", "m1", []).join()
     assert r.member_epoch == 1 and r.assignment is not None
@@ -93,7 +94,7 @@ def test_empty_subscription_first_join_is_at_the_new_groups_epoch_1() -> None:
 
 
 def test_new_member_bumps_epoch_and_new_target_revokes_from_the_others() -> None:
-    c = Cluster(foo=6)
+    c = GroupContext.with_topics(foo=6)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     mark = Mark(c)
@@ -124,7 +125,7 @@ def test_new_member_bumps_epoch_and_new_target_revokes_from_the_others() -> None
 
 
 def test_subscription_change_bumps_and_recomputes_the_target() -> None:
-    c = Cluster(foo=2, bar=2)
+    c = GroupContext.with_topics(foo=2, bar=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     mark = Mark(c)
@@ -139,7 +140,7 @@ def test_subscription_change_bumps_and_recomputes_the_target() -> None:
 
 
 def test_field_changes_other_than_topic_names_write_the_member_but_do_not_bump() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     for change in (
@@ -156,7 +157,7 @@ def test_field_changes_other_than_topic_names_write_the_member_but_do_not_bump()
 
 
 def test_leave_writes_tombstones_and_bumps_without_a_new_target() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
@@ -177,7 +178,7 @@ def test_leave_writes_tombstones_and_bumps_without_a_new_target() -> None:
 
 
 def test_full_request_returns_the_assignment_and_partial_returns_none() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     partial = a.beat()
@@ -195,7 +196,7 @@ def test_full_request_returns_the_assignment_and_partial_returns_none() -> None:
 
 
 def test_epoch_bump_with_unchanged_partitions_returns_new_epoch_and_no_assignment() -> None:
-    c = Cluster(foo=2, bar=1)
+    c = GroupContext.with_topics(foo=2, bar=1)
     a = Member(c, "g", "a", ["foo"])
     b = Member(c, "g", "b", ["bar"])
     a.join()
@@ -208,14 +209,14 @@ def test_epoch_bump_with_unchanged_partitions_returns_new_epoch_and_no_assignmen
 
 
 def test_states_empty_assigning_reconciling_stable() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     seen: list[str] = []
 
     def state() -> ConsumerGroupState:
         s = c.shard.consumer.groups["g"].state
         (listed,) = list_groups(c)
         assert listed.group_state == s.value
-        (d,) = c.describe("g")
+        (d,) = c.consumer_group_describe("g")
         assert d.group_state == s.value
         seen.append(s.value)
         return s
@@ -240,7 +241,7 @@ def test_states_empty_assigning_reconciling_stable() -> None:
 
 
 def test_partition_growth_bumps_the_epoch_and_assigns_the_new_partitions() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
@@ -250,7 +251,7 @@ def test_partition_growth_bumps_the_epoch_and_assigns_the_new_partitions() -> No
     c.topics.add("foo", 6)
     # Nothing happens until the shard is told and a member heartbeats.
     assert a.beat().member_epoch == epoch
-    c.take(c.shard.topics_changed(["foo"], created=False, now_ms=c.now))
+    c.apply(c.shard.topics_changed(["foo"], created=False, now_ms=c.now))
     mark = Mark(c)
     r = a.beat()
     assert r.error_code == 0
@@ -263,23 +264,23 @@ def test_partition_growth_bumps_the_epoch_and_assigns_the_new_partitions() -> No
 
 
 def test_unrelated_topic_change_does_not_bump() -> None:
-    c = Cluster(foo=2, bar=1)
+    c = GroupContext.with_topics(foo=2, bar=1)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     c.topics.add("bar", 4)
-    c.take(c.shard.topics_changed(["bar"], created=False, now_ms=c.now))
+    c.apply(c.shard.topics_changed(["bar"], created=False, now_ms=c.now))
     mark = Mark(c)
     assert a.beat().member_epoch == 2
     assert mark.new() == []
 
 
 def test_subscribing_to_a_topic_created_later() -> None:
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     a = Member(c, "g", "a", ["foo", "later"])
     a.join()
     assert a.partitions() == {("foo", 0)}
     c.topics.add("later", 2)
-    c.take(c.shard.topics_changed(["later"], created=True, now_ms=c.now))
+    c.apply(c.shard.topics_changed(["later"], created=True, now_ms=c.now))
     r = a.beat()
     assert r.member_epoch == 3
     assert a.partitions() == {("foo", 0), ("later", 0), ("later", 1)}

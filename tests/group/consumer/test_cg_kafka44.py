@@ -19,7 +19,8 @@ test_consumer_kafka44.py compares the answers).
 
 from __future__ import annotations
 
-from support.cgkit import Cluster, Mark, Member, kinds
+from support.consumer_member import Mark, Member, kinds
+from support.group_context import GroupContext
 
 from coordinator.group.types import GroupConfig
 from protocol.errors import ErrorCode
@@ -54,7 +55,7 @@ from storage.records import (
 
 
 def commit(
-    c: Cluster,
+    c: GroupContext,
     group: str,
     member: str,
     epoch: int,
@@ -72,14 +73,14 @@ def commit(
         member_id=member,
         topics=[OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
     )
-    out = c.take(c.shard.offset_commit(ctx, req, c.now))
+    out = c.apply(c.shard.offset_commit(ctx, req, c.now))
     (resp,) = [r for h, r in out.replies if h == ctx.reply_to]
     assert isinstance(resp, OffsetCommitResponse)
     return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
 
 
 def txn_commit(
-    c: Cluster, group: str, member: str, epoch: int, parts: list[tuple[str, int]]
+    c: GroupContext, group: str, member: str, epoch: int, parts: list[tuple[str, int]]
 ) -> dict[tuple[str, int], int]:
     ctx = c.ctx(3)
     req = TxnOffsetCommitRequest(
@@ -94,13 +95,13 @@ def txn_commit(
             for t, p in parts
         ],
     )
-    out = c.take(c.shard.txn_offset_commit(ctx, req, c.now))
+    out = c.apply(c.shard.txn_offset_commit(ctx, req, c.now))
     (resp,) = [r for h, r in out.replies if h == ctx.reply_to]
     assert isinstance(resp, TxnOffsetCommitResponse)
     return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
 
 
-def fetch_error(c: Cluster, group: str, member: str, epoch: int, topic: str) -> int:
+def fetch_error(c: GroupContext, group: str, member: str, epoch: int, topic: str) -> int:
     ctx = c.ctx(9)
     req = OffsetFetchRequest(
         groups=[
@@ -118,7 +119,7 @@ def fetch_error(c: Cluster, group: str, member: str, epoch: int, topic: str) -> 
     return resp.groups[0].error_code
 
 
-def epochs_of(c: Cluster, group: str, member: str) -> dict[tuple[str, int], int]:
+def epochs_of(c: GroupContext, group: str, member: str) -> dict[tuple[str, int], int]:
     """The assignment epoch of every partition the member holds, by topic name."""
     m = c.shard.consumer.groups[group].members[member]
     return {(c.name(t), p): e for t, ps in m.held_epochs().items() for p, e in ps.items()}
@@ -128,7 +129,7 @@ def epochs_of(c: Cluster, group: str, member: str) -> dict[tuple[str, int], int]
 
 
 def test_a_first_member_subscribing_to_nothing_joins_a_new_group_at_epoch_1() -> None:
-    c = Cluster(t=2)
+    c = GroupContext.with_topics(t=2)
     mark = Mark(c)
     a = Member(c, "g", "a", [])
     r = a.join()
@@ -145,7 +146,7 @@ def test_a_first_member_subscribing_to_nothing_joins_a_new_group_at_epoch_1() ->
 
 
 def test_a_first_member_subscribing_to_topics_moves_a_new_group_to_epoch_2() -> None:
-    c = Cluster(t=2)
+    c = GroupContext.with_topics(t=2)
     mark = Mark(c)
     r = Member(c, "g", "a", ["t"]).join()
     assert (r.error_code, r.member_epoch) == (0, 2)
@@ -159,7 +160,7 @@ def test_a_first_member_subscribing_to_topics_moves_a_new_group_to_epoch_2() -> 
 
 
 def test_a_first_member_naming_another_assignor_moves_a_new_group_to_epoch_2() -> None:
-    c = Cluster(t=2)
+    c = GroupContext.with_topics(t=2)
     r = Member(c, "g", "a", [], assignor="range").join()
     assert r.member_epoch == 2
     # Naming the default assignor (the first configured) changes nothing.
@@ -171,7 +172,7 @@ def test_a_first_member_naming_another_assignor_moves_a_new_group_to_epoch_2() -
 
 
 def test_a_member_changing_the_preferred_assignor_bumps_the_group_epoch() -> None:
-    c = Cluster(t=2)
+    c = GroupContext.with_topics(t=2)
     a = Member(c, "g", "a", [])
     assert a.join().member_epoch == 1
     a.topics = ["t"]
@@ -190,7 +191,7 @@ def test_a_member_changing_the_preferred_assignor_bumps_the_group_epoch() -> Non
 
 
 def test_a_member_switching_assignor_bumps_only_when_the_preferred_one_changes() -> None:
-    c = Cluster(t=2)
+    c = GroupContext.with_topics(t=2)
     a = Member(c, "g", "a", ["t"], assignor="range")
     assert a.join().member_epoch == 2  # subscription and assignor: one bump from 1
     b = Member(c, "g", "b", [], assignor="range")
@@ -211,7 +212,7 @@ def test_a_member_switching_assignor_bumps_only_when_the_preferred_one_changes()
 # ------------------------------------------------------------ KIP-1251 assignment epochs
 
 
-def _two_members(c: Cluster) -> tuple[Member, Member]:
+def _two_members(c: GroupContext) -> tuple[Member, Member]:
     """m holds t-0 and t-1 since epoch 2; other joins for u: the group and m move to 3."""
     m = Member(c, "g", "m", [])
     m.join()
@@ -226,14 +227,14 @@ def _two_members(c: Cluster) -> tuple[Member, Member]:
 
 
 def test_reconciliation_keeps_the_epoch_a_partition_was_assigned_at() -> None:
-    c = Cluster(t=2, u=1)
+    c = GroupContext.with_topics(t=2, u=1)
     _two_members(c)
     assert epochs_of(c, "g", "m") == {("t", 0): 2, ("t", 1): 2}
     assert epochs_of(c, "g", "other") == {("u", 0): 3}
 
 
 def test_a_commit_with_an_older_epoch_is_accepted_for_partitions_held_since() -> None:
-    c = Cluster(t=2, u=1)
+    c = GroupContext.with_topics(t=2, u=1)
     _two_members(c)
     # The member is at 3; its commit sent at 2 (before it learnt 3) is for partitions it
     # was assigned at 2: accepted (Kafka 4.1-4.2: STALE_MEMBER_EPOCH).
@@ -253,7 +254,7 @@ def test_a_commit_with_an_older_epoch_is_accepted_for_partitions_held_since() ->
 
 
 def test_a_partition_new_at_an_epoch_is_not_committed_with_an_earlier_one() -> None:
-    c = Cluster(t=4)
+    c = GroupContext.with_topics(t=4)
     a = Member(c, "g", "a", ["t"])
     assert a.join().member_epoch == 2
     b = Member(c, "g", "b", ["t"])
@@ -274,7 +275,7 @@ def test_a_partition_new_at_an_epoch_is_not_committed_with_an_earlier_one() -> N
 
 
 def test_partitions_pending_revocation_keep_their_epoch_for_commits() -> None:
-    c = Cluster(t=4)
+    c = GroupContext.with_topics(t=4)
     a = Member(c, "g", "a", ["t"])
     a.join()  # epoch 2, all four
     b = Member(c, "g", "b", [])
@@ -295,7 +296,7 @@ def test_partitions_pending_revocation_keep_their_epoch_for_commits() -> None:
 
 
 def test_a_txn_offset_commit_with_an_older_epoch_is_accepted_too() -> None:
-    c = Cluster(t=2, u=1)
+    c = GroupContext.with_topics(t=2, u=1)
     _two_members(c)
     assert txn_commit(c, "g", "m", 2, [("t", 0)]) == {("t", 0): 0}
     # Refused ones answer ILLEGAL_GENERATION on TxnOffsetCommit, as Kafka maps them.
@@ -304,14 +305,14 @@ def test_a_txn_offset_commit_with_an_older_epoch_is_accepted_too() -> None:
 
 
 def test_an_offset_fetch_still_wants_the_member_epoch_exactly() -> None:
-    c = Cluster(t=2, u=1)
+    c = GroupContext.with_topics(t=2, u=1)
     _two_members(c)
     assert fetch_error(c, "g", "m", 3, "t") == 0
     assert fetch_error(c, "g", "m", 2, "t") == ErrorCode.STALE_MEMBER_EPOCH
 
 
 def test_assignment_epochs_are_kept_in_the_log_and_replayed() -> None:
-    c = Cluster(t=2, u=1)
+    c = GroupContext.with_topics(t=2, u=1)
     _two_members(c)
     other = c.replayed()
     m = other.consumer.groups["g"].members["m"]
@@ -325,7 +326,7 @@ def test_assignment_epochs_are_kept_in_the_log_and_replayed() -> None:
 
 def test_a_record_without_assignment_epochs_gives_each_partition_the_member_epoch() -> None:
     """Records of Kafka 4.2 and before (and of kgc before this): no AssignmentEpochs."""
-    c = Cluster(t=2)
+    c = GroupContext.with_topics(t=2)
     tid = c.tid("t")
     shard = c.shard
     key = encode_consumer_group_key(ConsumerGroupCurrentMemberAssignmentKey("g", "m"))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from support.cgkit import Cluster, Member, settle
+from support.consumer_member import Member, settle
+from support.group_context import GroupContext
 
 from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState
 from coordinator.group.consumer.member import ConsumerGroupMember, MemberState
@@ -205,7 +206,7 @@ def test_unknown_state_fences_unless_it_owns_nothing() -> None:
 
 
 def test_unknown_state_from_the_log_is_fenced_on_heartbeat() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     m = Member(c, "g", "m", ["foo"])
     m.join()
     g = c.shard.consumer.groups["g"]
@@ -223,7 +224,7 @@ def test_unknown_state_from_the_log_is_fenced_on_heartbeat() -> None:
 
 
 def test_reconciliation_walk_through_of_three_members() -> None:
-    c = Cluster(foo=6)
+    c = GroupContext.with_topics(foo=6)
     m1, m2, m3 = (Member(c, "g", f"m{i}", ["foo"]) for i in (1, 2, 3))
     m1.join()
     m2.join()

@@ -7,7 +7,8 @@ testResolvedRegularExpressionsRemovedWhen... (semantics note §3.6, §10 items 3
 
 from __future__ import annotations
 
-from support.cgkit import Cluster, Mark, Member, kinds, settle
+from support.consumer_member import Mark, Member, kinds, settle
+from support.group_context import GroupContext
 
 from coordinator.group.timers import consumer_regex_key
 from storage.records import (
@@ -17,14 +18,14 @@ from storage.records import (
 
 
 def test_new_regex_resolves_through_the_timer_then_bumps() -> None:
-    c = Cluster(foo=2, food=1, bar=1)
-    c.advance(20_000)
+    c = GroupContext.with_topics(foo=2, food=1, bar=1)
+    c.sleep(20_000)
     m = Member(c, "g", "m", regex="fo.*")
     r = m.join()
     assert r.member_epoch == 1 and m.partitions() == set()  # not resolved yet
     assert c.shard.pending_timers()[consumer_regex_key("g")] == c.now  # due at once
     mark = Mark(c)
-    c.advance(0)
+    c.sleep(0)
     recs = mark.new()
     assert kinds(recs) == ["16", "3"]
     k16, v16 = recs[0]
@@ -38,20 +39,20 @@ def test_new_regex_resolves_through_the_timer_then_bumps() -> None:
 
 
 def test_regex_is_a_full_match() -> None:
-    c = Cluster(topic=1)
+    c = GroupContext.with_topics(topic=1)
     c.topics.add("topic-1", 1)
     m = Member(c, "g", "m", regex="topic")
     m.join()
-    c.advance(0)
+    c.sleep(0)
     settle([m])
     assert m.partitions() == {("topic", 0)}
 
 
 def test_a_member_picking_up_an_existing_resolved_regex_bumps_at_once() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     a = Member(c, "g", "a", regex="f.*")
     a.join()
-    c.advance(0)
+    c.sleep(0)
     settle([a])
     epoch = c.shard.consumer.groups["g"].group_epoch
     mark = Mark(c)
@@ -65,32 +66,32 @@ def test_a_member_picking_up_an_existing_resolved_regex_bumps_at_once() -> None:
 
 
 def test_a_topic_created_later_is_picked_up() -> None:
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     m = Member(c, "g", "m", regex="f.*")
     m.join()
-    c.advance(0)
+    c.sleep(0)
     settle([m])
     assert m.partitions() == {("foo", 0)}
     c.topics.add("fox", 2)
-    c.take(c.shard.topics_changed(["fox"], created=True, now_ms=c.now))
+    c.apply(c.shard.topics_changed(["fox"], created=True, now_ms=c.now))
     # Kafka resolves a group's regexes at most every 10 s.
     m.beat()
     assert consumer_regex_key("g") not in c.shard.pending_timers()
-    c.advance(10_001)
+    c.sleep(10_001)
     m.beat()
     assert consumer_regex_key("g") in c.shard.pending_timers()
     mark = Mark(c)
-    c.advance(0)
+    c.sleep(0)
     assert kinds(mark.new()) == ["16", "3"]
     settle([m])
     assert m.partitions() == {("foo", 0), ("fox", 0), ("fox", 1)}
 
 
 def test_regex_is_tombstoned_when_its_last_subscriber_leaves() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a, b = Member(c, "g", "a", regex="f.*"), Member(c, "g", "b", regex="f.*")
     a.join()
-    c.advance(0)
+    c.sleep(0)
     b.join()
     settle([a, b])
     mark = Mark(c)
@@ -105,20 +106,20 @@ def test_regex_is_tombstoned_when_its_last_subscriber_leaves() -> None:
 
 
 def test_regex_is_tombstoned_when_its_last_subscriber_is_fenced() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", regex="f.*")
     a.join()
-    c.advance(0)
+    c.sleep(0)
     mark = Mark(c)
-    c.advance(45_000)
+    c.sleep(45_000)
     assert kinds(mark.new()) == ["8✝", "7✝", "5✝", "16✝", "3", "6"]
 
 
 def test_switching_from_a_regex_to_names_tombstones_it_and_bumps() -> None:
-    c = Cluster(foo=2, bar=1)
+    c = GroupContext.with_topics(foo=2, bar=1)
     a = Member(c, "g", "a", regex="f.*")
     a.join()
-    c.advance(0)
+    c.sleep(0)
     settle([a])
     epoch = c.shard.consumer.groups["g"].group_epoch
     mark = Mark(c)

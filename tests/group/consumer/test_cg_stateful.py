@@ -22,7 +22,8 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from support.cgkit import Cluster, Member, group_state
+from support.consumer_member import Member, group_state
+from support.group_context import GroupContext
 
 from coordinator.group.consumer.group import ConsumerGroupState
 from coordinator.group.consumer.member import MemberState
@@ -36,7 +37,7 @@ REBALANCE_TIMEOUT = 20_000
 class ConsumerGroupMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.c = Cluster(t0=2, t1=3)
+        self.c = GroupContext.with_topics(t0=2, t1=3)
         self.members = [
             Member(self.c, "g", "d0", rebalance_timeout_ms=REBALANCE_TIMEOUT),
             Member(self.c, "g", "d1", rebalance_timeout_ms=REBALANCE_TIMEOUT),
@@ -126,21 +127,21 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
 
     @rule(ms=st.sampled_from([1_000, 10_000, 25_000, 46_000]))
     def advance(self, ms: int) -> None:
-        self.c.advance(ms)
+        self.c.sleep(ms)
         self.sync_membership()
 
     @rule(name=st.sampled_from(["t2", "t3"]), n=st.integers(1, 3))
     def create_topic(self, name: str, n: int) -> None:
         if self.c.topics.topic(name) is None:
             self.c.topics.add(name, n)
-            self.c.take(self.c.shard.topics_changed([name], created=True, now_ms=self.c.now))
+            self.c.apply(self.c.shard.topics_changed([name], created=True, now_ms=self.c.now))
 
     @rule(name=st.sampled_from(TOPICS), more=st.integers(1, 2))
     def grow_topic(self, name: str, more: int) -> None:
         t = self.c.topics.topic(name)
         if t is not None:
             self.c.topics.add(name, t.num_partitions + more)
-            self.c.take(self.c.shard.topics_changed([name], created=False, now_ms=self.c.now))
+            self.c.apply(self.c.shard.topics_changed([name], created=False, now_ms=self.c.now))
 
     @precondition(lambda self: any(self.joined))
     @rule()

@@ -10,7 +10,8 @@ Semantics note §4.6, §5.1-§5.4, §10 items 32-38.
 
 from __future__ import annotations
 
-from support.cgkit import Cluster, Mark, Member, kinds, settle
+from support.consumer_member import Mark, Member, kinds, settle
+from support.group_context import GroupContext
 
 from coordinator.group.consumer.member import MemberState
 from coordinator.group.timers import TimerKind, consumer_rebalance_key, consumer_session_key
@@ -23,18 +24,18 @@ SESSION = 45_000
 
 
 def test_session_timer_is_rearmed_by_every_heartbeat() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     key = consumer_session_key("g", "a")
     assert c.shard.pending_timers()[key] == SESSION
-    c.advance(30_000)
+    c.sleep(30_000)
     a.beat()
     assert c.shard.pending_timers()[key] == 30_000 + SESSION
-    c.advance(SESSION - 1)
+    c.sleep(SESSION - 1)
     assert "a" in c.shard.consumer.groups["g"].members
     mark = Mark(c)
-    c.advance(1)
+    c.sleep(1)
     g = c.shard.consumer.groups["g"]
     assert "a" not in g.members and key not in c.shard.pending_timers()
     assert kinds(mark.new()) == ["8✝", "7✝", "5✝", "3", "6"]  # 6: emptied, KAFKA-20442
@@ -42,10 +43,10 @@ def test_session_timer_is_rearmed_by_every_heartbeat() -> None:
 
 
 def test_session_timers_are_rearmed_in_full_on_load() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
-    c.advance(40_000)  # 5 s before a's timer
+    c.sleep(40_000)  # 5 s before a's timer
     other = c.replayed()  # loaded at 40 s: a full session from now
     key = consumer_session_key("g", "a")
     assert other.pending_timers()[key] == 40_000 + SESSION
@@ -57,7 +58,7 @@ def test_session_timers_are_rearmed_in_full_on_load() -> None:
 
 
 def test_a_timer_for_a_member_already_gone_does_nothing() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
@@ -65,15 +66,15 @@ def test_a_timer_for_a_member_already_gone_does_nothing() -> None:
     assert timer is not None
     a.leave()
     mark = Mark(c)
-    c.take(c.shard.on_timer(timer, SESSION))
+    c.apply(c.shard.on_timer(timer, SESSION))
     assert mark.new() == []
 
 
 # ------------------------------------------------------------ item 33: rebalance timeout
 
 
-def _unrevoked(timeout: int = 10_000) -> tuple[Cluster, Member, Member]:
-    c = Cluster(foo=4)
+def _unrevoked(timeout: int = 10_000) -> tuple[GroupContext, Member, Member]:
+    c = GroupContext.with_topics(foo=4)
     a = Member(c, "g", "a", ["foo"], rebalance_timeout_ms=timeout)
     b = Member(c, "g", "b", ["foo"])
     a.join()
@@ -84,7 +85,7 @@ def _unrevoked(timeout: int = 10_000) -> tuple[Cluster, Member, Member]:
 
 
 def test_rebalance_timer_exists_only_while_unrevoked() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     a = Member(c, "g", "a", ["foo"], rebalance_timeout_ms=10_000)
     a.join()
     key = consumer_rebalance_key("g", "a")
@@ -94,7 +95,7 @@ def test_rebalance_timer_exists_only_while_unrevoked() -> None:
     a.beat(ack=False)
     assert c.shard.pending_timers()[key] == 10_000
     a.beat(ack=False)  # still unrevoked, nothing changed: the timer is not pushed back
-    c.advance(1_000)
+    c.sleep(1_000)
     a.beat(ack=False)
     assert c.shard.pending_timers()[key] == 10_000
     a.beat()  # acknowledges: the timer goes
@@ -105,7 +106,7 @@ def test_rebalance_timeout_fences_a_member_that_does_not_revoke() -> None:
     c, a, b = _unrevoked()
     epoch = c.shard.consumer.groups["g"].group_epoch
     mark = Mark(c)
-    c.advance(10_000)
+    c.sleep(10_000)
     g = c.shard.consumer.groups["g"]
     assert "a" not in g.members
     assert kinds(mark.new()) == ["8✝", "7✝", "5✝", "3"]
@@ -123,13 +124,13 @@ def test_rebalance_timeout_fences_only_at_the_epoch_it_was_armed_for() -> None:
     g.replay_current_assignment(
         "a", m.member_epoch + 1, m.member_epoch, m.state, m.assigned, m.pending_revocation
     )
-    c.advance(10_000)
+    c.sleep(10_000)
     assert "a" in g.members
 
 
 def test_rebalance_timer_is_rearmed_on_load_for_unrevoked_members() -> None:
     c, _, _ = _unrevoked()
-    c.advance(5_000)
+    c.sleep(5_000)
     other = c.replayed()
     assert other.pending_timers()[consumer_rebalance_key("g", "a")] == 15_000
     assert consumer_rebalance_key("g", "b") not in other.pending_timers()
@@ -139,7 +140,7 @@ def test_rebalance_timer_is_rearmed_on_load_for_unrevoked_members() -> None:
 
 
 def test_new_static_member_bumps_the_epoch() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     Member(c, "g", "a", ["foo"]).join()
     r = Member(c, "g", "s", ["foo"], instance_id="i1").join()
     assert r.member_epoch == 3
@@ -147,7 +148,7 @@ def test_new_static_member_bumps_the_epoch() -> None:
 
 
 def test_temporary_leave_writes_epoch_minus_2_without_a_bump_and_keeps_the_partitions() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     s = Member(c, "g", "s", ["foo"], instance_id="i1")
     d = Member(c, "g", "d", ["foo"])
     s.join()
@@ -172,7 +173,7 @@ def test_temporary_leave_writes_epoch_minus_2_without_a_bump_and_keeps_the_parti
 
 
 def test_static_rejoin_with_a_new_member_id_gets_its_assignment_back_without_a_bump() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     s = Member(c, "g", "s1", ["foo"], instance_id="i1")
     d = Member(c, "g", "d", ["foo"])
     s.join()
@@ -200,7 +201,7 @@ def test_static_rejoin_with_a_new_member_id_gets_its_assignment_back_without_a_b
 
 
 def test_static_rejoin_with_new_topics_bumps() -> None:
-    c = Cluster(foo=2, bar=2)
+    c = GroupContext.with_topics(foo=2, bar=2)
     s = Member(c, "g", "s1", ["foo"], instance_id="i1")
     s.join()
     s.leave(epoch=-2)
@@ -209,7 +210,7 @@ def test_static_rejoin_with_new_topics_bumps() -> None:
 
 
 def test_static_leave_minus_1_bumps() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     s = Member(c, "g", "s", ["foo"], instance_id="i1")
     s.join()
     mark = Mark(c)
@@ -219,7 +220,7 @@ def test_static_leave_minus_1_bumps() -> None:
 
 
 def test_second_live_static_joiner_is_unreleased_instance_id() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     Member(c, "g", "s1", ["foo"], instance_id="i1").join()
     r = Member(c, "g", "s2", ["foo"], instance_id="i1").join()
     assert r.error_code == ErrorCode.UNRELEASED_INSTANCE_ID
@@ -227,7 +228,7 @@ def test_second_live_static_joiner_is_unreleased_instance_id() -> None:
 
 
 def test_unknown_instance_id_is_unknown_member_id_on_heartbeat_and_leave() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     Member(c, "g", "s1", ["foo"], instance_id="i1").join()
     x = Member(c, "g", "s1", ["foo"], instance_id="other")
     x.epoch = 1
@@ -237,7 +238,7 @@ def test_unknown_instance_id_is_unknown_member_id_on_heartbeat_and_leave() -> No
 
 
 def test_member_id_mismatch_is_fenced_instance_id_on_heartbeat_and_leave() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     Member(c, "g", "s1", ["foo"], instance_id="i1").join()
     x = Member(c, "g", "imposter", ["foo"], instance_id="i1")
     x.epoch = 1
@@ -251,7 +252,7 @@ def test_member_id_mismatch_is_fenced_instance_id_on_heartbeat_and_leave() -> No
 
 
 def test_static_member_epoch_is_validated_like_a_dynamic_one() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     s = Member(c, "g", "s1", ["foo"], instance_id="i1")
     s.join()
     r = s.beat(instance_id="i1", member_epoch=5)
@@ -259,19 +260,19 @@ def test_static_member_epoch_is_validated_like_a_dynamic_one() -> None:
 
 
 def test_session_expiry_removes_a_temporarily_left_static_member() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     s = Member(c, "g", "s", ["foo"], instance_id="i1")
     d = Member(c, "g", "d", ["foo"])
     s.join()
     d.join()
     settle([s, d])
-    c.advance(10_000)
+    c.sleep(10_000)
     s.leave(epoch=-2)
     epoch = c.shard.consumer.groups["g"].group_epoch
-    c.advance(SESSION - 10_000 - 1)
+    c.sleep(SESSION - 10_000 - 1)
     d.beat()
     assert "s" in c.shard.consumer.groups["g"].members
-    c.advance(1)  # s's session, armed by its last heartbeat, expires
+    c.sleep(1)  # s's session, armed by its last heartbeat, expires
     g = c.shard.consumer.groups["g"]
     assert "s" not in g.members and g.static_members == {}
     assert g.group_epoch == epoch + 1

@@ -9,7 +9,8 @@ items 1-11).
 from __future__ import annotations
 
 import pytest
-from support.cgkit import Cluster, Member, settle
+from support.consumer_member import Member, settle
+from support.group_context import GroupContext
 
 from coordinator.group.consumer.member import MemberState
 from coordinator.group.types import GroupConfig
@@ -36,7 +37,7 @@ def join_req(**kw: object) -> ConsumerGroupHeartbeatRequest:
     return ConsumerGroupHeartbeatRequest(**base)  # type: ignore[arg-type]
 
 
-def state_of(c: Cluster, member_id: str) -> MemberState:
+def state_of(c: GroupContext, member_id: str) -> MemberState:
     return c.shard.consumer.groups["g"].members[member_id].state
 
 
@@ -54,51 +55,60 @@ def err(r: ConsumerGroupHeartbeatResponse) -> tuple[int, str | None]:
 def test_blank_member_id_is_invalid_for_v1_positive_epochs_and_leave(
     version: int, epoch: int
 ) -> None:
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     for mid in ("", "   "):
-        r = c.heartbeat(join_req(member_id=mid, member_epoch=epoch), version)
+        r = c.consumer_group_heartbeat(join_req(member_id=mid, member_epoch=epoch), version)
         assert err(r) == (BAD, "MemberId can't be empty.")
 
 
 def test_v0_join_and_minus_2_skip_the_member_id_check() -> None:
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     # v0, epoch -2, blank id: not a MemberId error (the group is looked up instead)
-    r = c.heartbeat(join_req(member_id="", member_epoch=-2, instance_id="i"), 0)
+    r = c.consumer_group_heartbeat(join_req(member_id="", member_epoch=-2, instance_id="i"), 0)
     assert r.error_code == ErrorCode.GROUP_ID_NOT_FOUND
     # v0, epoch 0, blank id: the server makes one up, epoch 1, a non-null empty assignment
-    c2 = Cluster()
-    r = c2.heartbeat(join_req(member_id="", subscribed_topic_names=[]), 0)
+    c2 = GroupContext.with_topics()
+    r = c2.consumer_group_heartbeat(join_req(member_id="", subscribed_topic_names=[]), 0)
     assert r.error_code == 0 and r.member_id == "gen-1" and r.member_epoch == 1
     assert r.assignment is not None and r.assignment.topic_partitions == []
 
 
 def test_member_id_is_checked_before_group_id() -> None:
-    c = Cluster()
-    r = c.heartbeat(join_req(member_id="", group_id=""), 1)
+    c = GroupContext.with_topics()
+    r = c.consumer_group_heartbeat(join_req(member_id="", group_id=""), 1)
     assert err(r) == (BAD, "MemberId can't be empty.")
 
 
 @pytest.mark.parametrize("gid", ["", "  "])
 def test_blank_group_id(gid: str) -> None:
-    c = Cluster()
-    assert err(c.heartbeat(join_req(group_id=gid))) == (BAD, "GroupId can't be empty.")
+    c = GroupContext.with_topics()
+    assert err(c.consumer_group_heartbeat(join_req(group_id=gid))) == (
+        BAD,
+        "GroupId can't be empty.",
+    )
 
 
 def test_blank_instance_id_and_rack_id() -> None:
-    c = Cluster()
-    assert err(c.heartbeat(join_req(instance_id=""))) == (BAD, "InstanceId can't be empty.")
-    assert err(c.heartbeat(join_req(instance_id=" "))) == (BAD, "InstanceId can't be empty.")
-    assert err(c.heartbeat(join_req(rack_id=""))) == (BAD, "RackId can't be empty.")
+    c = GroupContext.with_topics()
+    assert err(c.consumer_group_heartbeat(join_req(instance_id=""))) == (
+        BAD,
+        "InstanceId can't be empty.",
+    )
+    assert err(c.consumer_group_heartbeat(join_req(instance_id=" "))) == (
+        BAD,
+        "InstanceId can't be empty.",
+    )
+    assert err(c.consumer_group_heartbeat(join_req(rack_id=""))) == (BAD, "RackId can't be empty.")
     # instance id before rack id
-    assert err(c.heartbeat(join_req(instance_id="", rack_id=""))) == (
+    assert err(c.consumer_group_heartbeat(join_req(instance_id="", rack_id=""))) == (
         BAD,
         "InstanceId can't be empty.",
     )
 
 
 def test_join_requires_rebalance_timeout() -> None:
-    c = Cluster()
-    assert err(c.heartbeat(join_req(rebalance_timeout_ms=-1))) == (
+    c = GroupContext.with_topics()
+    assert err(c.consumer_group_heartbeat(join_req(rebalance_timeout_ms=-1))) == (
         BAD,
         "RebalanceTimeoutMs must be provided in first request.",
     )
@@ -106,39 +116,45 @@ def test_join_requires_rebalance_timeout() -> None:
 
 @pytest.mark.parametrize("tps", [None, [TopicPartitions(topic_id=b"\x01" * 16, partitions=[0])]])
 def test_join_requires_empty_topic_partitions(tps: list[TopicPartitions] | None) -> None:
-    c = Cluster()
-    assert err(c.heartbeat(join_req(topic_partitions=tps))) == (
+    c = GroupContext.with_topics()
+    assert err(c.consumer_group_heartbeat(join_req(topic_partitions=tps))) == (
         BAD,
         "TopicPartitions must be empty when (re-)joining.",
     )
 
 
 def test_join_requires_names_or_regex() -> None:
-    c = Cluster()
-    r = c.heartbeat(join_req(subscribed_topic_names=None, subscribed_topic_regex=None))
+    c = GroupContext.with_topics()
+    r = c.consumer_group_heartbeat(
+        join_req(subscribed_topic_names=None, subscribed_topic_regex=None)
+    )
     assert err(r) == (
         BAD,
         "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.",
     )
     # an empty list, or "" as the regex, is a valid (empty) subscription
-    assert c.heartbeat(join_req(subscribed_topic_names=[])).error_code == 0
-    r = c.heartbeat(
+    assert c.consumer_group_heartbeat(join_req(subscribed_topic_names=[])).error_code == 0
+    r = c.consumer_group_heartbeat(
         join_req(member_id="m2", subscribed_topic_names=None, subscribed_topic_regex="")
     )
     assert r.error_code == 0
 
 
 def test_temporary_leave_needs_instance_id_and_epoch_below_minus_2_is_invalid() -> None:
-    c = Cluster()
-    r = c.heartbeat(ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=-2))
+    c = GroupContext.with_topics()
+    r = c.consumer_group_heartbeat(
+        ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=-2)
+    )
     assert err(r) == (BAD, "InstanceId can't be null.")
-    r = c.heartbeat(ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=-3))
+    r = c.consumer_group_heartbeat(
+        ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=-3)
+    )
     assert err(r) == (BAD, "MemberEpoch is invalid.")
 
 
 def test_unknown_server_assignor_lists_the_supported_ones_also_on_leave() -> None:
-    c = Cluster(foo=1)
-    r = c.heartbeat(join_req(server_assignor="sticky"))
+    c = GroupContext.with_topics(foo=1)
+    r = c.consumer_group_heartbeat(join_req(server_assignor="sticky"))
     assert err(r) == (
         ErrorCode.UNSUPPORTED_ASSIGNOR,
         "ServerAssignor sticky is not supported. Supported assignors: uniform, range.",
@@ -147,14 +163,19 @@ def test_unknown_server_assignor_lists_the_supported_ones_also_on_leave() -> Non
     leave = ConsumerGroupHeartbeatRequest(
         group_id="g", member_id="m", member_epoch=-1, server_assignor="sticky"
     )
-    assert c.heartbeat(leave).error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
+    assert c.consumer_group_heartbeat(leave).error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
     assert "m" in c.shard.consumer.groups["g"].members
-    assert c.heartbeat(join_req(member_id="m3", server_assignor="range")).error_code == 0
+    assert (
+        c.consumer_group_heartbeat(join_req(member_id="m3", server_assignor="range")).error_code
+        == 0
+    )
 
 
 def test_invalid_regex_then_valid_regex_then_back_to_names() -> None:
-    c = Cluster(foo=2, bar=1)
-    r = c.heartbeat(join_req(subscribed_topic_names=None, subscribed_topic_regex="["))
+    c = GroupContext.with_topics(foo=2, bar=1)
+    r = c.consumer_group_heartbeat(
+        join_req(subscribed_topic_names=None, subscribed_topic_regex="[")
+    )
     assert err(r) == (
         ErrorCode.INVALID_REGULAR_EXPRESSION,
         "SubscribedTopicRegex `[` is not a valid regular expression: missing closing ].",
@@ -182,8 +203,10 @@ def test_invalid_regex_then_valid_regex_then_back_to_names() -> None:
 )
 def test_invalid_regex_message_is_re2j_description(regex: str, description: str) -> None:
     """Kafka puts RE2/J's PatternSyntaxException.getDescription() in the message."""
-    c = Cluster()
-    r = c.heartbeat(join_req(subscribed_topic_names=None, subscribed_topic_regex=regex))
+    c = GroupContext.with_topics()
+    r = c.consumer_group_heartbeat(
+        join_req(subscribed_topic_names=None, subscribed_topic_regex=regex)
+    )
     assert err(r) == (
         ErrorCode.INVALID_REGULAR_EXPRESSION,
         f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {description}.",
@@ -194,10 +217,14 @@ def test_invalid_regex_message_is_re2j_description(regex: str, description: str)
 
 
 def test_unknown_group_with_positive_epoch_or_leave_is_group_id_not_found() -> None:
-    c = Cluster()
-    r = c.heartbeat(ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=1))
+    c = GroupContext.with_topics()
+    r = c.consumer_group_heartbeat(
+        ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=1)
+    )
     assert err(r) == (ErrorCode.GROUP_ID_NOT_FOUND, "Consumer group g not found.")
-    r = c.heartbeat(ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=-1))
+    r = c.consumer_group_heartbeat(
+        ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=-1)
+    )
     # The leave path words it as Kafka's consumerGroupLeave does (seen on Kafka 4.4).
     assert err(r) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group g not found.")
     assert "g" not in c.shard.consumer.groups
@@ -205,21 +232,25 @@ def test_unknown_group_with_positive_epoch_or_leave_is_group_id_not_found() -> N
 
 
 def test_unknown_member_with_positive_epoch_or_leave_is_unknown_member_id() -> None:
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     Member(c, "g", "a", ["foo"]).join()
-    r = c.heartbeat(ConsumerGroupHeartbeatRequest(group_id="g", member_id="x", member_epoch=1))
+    r = c.consumer_group_heartbeat(
+        ConsumerGroupHeartbeatRequest(group_id="g", member_id="x", member_epoch=1)
+    )
     assert err(r) == (ErrorCode.UNKNOWN_MEMBER_ID, "Member x is not a member of group g.")
-    r = c.heartbeat(ConsumerGroupHeartbeatRequest(group_id="g", member_id="x", member_epoch=-1))
+    r = c.consumer_group_heartbeat(
+        ConsumerGroupHeartbeatRequest(group_id="g", member_id="x", member_epoch=-1)
+    )
     assert err(r) == (ErrorCode.UNKNOWN_MEMBER_ID, "Member x is not a member of group g.")
 
 
 # ------------------------------------------------------------ §10 items 9-10: member epochs
 
 
-def _a_at_epoch_2() -> tuple[Cluster, Member, Member]:
+def _a_at_epoch_2() -> tuple[GroupContext, Member, Member]:
     """a at epoch 3 (previous 2) owning foo 0-2 after b joined; b owns foo 3-5 (a new group
     starts at epoch 1, a's subscription moves it to 2, b's joining to 3)."""
-    c = Cluster(foo=6)
+    c = GroupContext.with_topics(foo=6)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
@@ -240,7 +271,7 @@ def test_epoch_ahead_is_fenced() -> None:
 
 
 def test_epoch_behind_and_not_the_previous_is_fenced() -> None:
-    c = Cluster(foo=6)
+    c = GroupContext.with_topics(foo=6)
     ms = [Member(c, "g", f"m{i}", ["foo"]) for i in range(3)]
     for m in ms:
         m.join()
@@ -290,7 +321,7 @@ def test_rejoin_at_epoch_0_from_stable_gets_the_assignment_back() -> None:
 
 
 def test_rejoin_at_epoch_0_from_unrevoked_partitions() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
@@ -305,7 +336,7 @@ def test_rejoin_at_epoch_0_from_unrevoked_partitions() -> None:
 
 
 def test_rejoin_at_epoch_0_from_unreleased_partitions() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
@@ -324,7 +355,7 @@ def test_rejoin_at_epoch_0_from_unreleased_partitions() -> None:
 
 
 def test_full_group_rejects_new_members_and_keeps_serving_the_others() -> None:
-    c = Cluster(GroupConfig(consumer_group_max_size=2), foo=4)
+    c = GroupContext.with_topics(GroupConfig(consumer_group_max_size=2), foo=4)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
@@ -336,7 +367,10 @@ def test_full_group_rejects_new_members_and_keeps_serving_the_others() -> None:
     )
     assert len(c.records) == n
     # v0 with a blank id is a new member too
-    assert c.heartbeat(join_req(member_id=""), 0).error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
+    assert (
+        c.consumer_group_heartbeat(join_req(member_id=""), 0).error_code
+        == ErrorCode.GROUP_MAX_SIZE_REACHED
+    )
     settle([a, b])
     assert a.beat().error_code == 0
     assert a.join().error_code == 0  # an existing member id always passes

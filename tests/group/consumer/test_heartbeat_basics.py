@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from support.cgkit import Cluster, Member, settle
+from support.consumer_member import Member, settle
+from support.group_context import GroupContext
 
 from coordinator.group.consumer.group import ConsumerGroupState
 from protocol.errors import ErrorCode
@@ -10,7 +11,7 @@ from protocol.errors import ErrorCode
 
 def test_first_member_gets_every_partition_at_epoch_2() -> None:
     """A new group is at epoch 1; its first member's subscription moves it to 2 (Kafka 4.4)."""
-    c = Cluster(foo=6)
+    c = GroupContext.with_topics(foo=6)
     m = Member(c, "g", "m1", ["foo"])
     r = m.join()
     assert r.error_code == 0
@@ -23,7 +24,7 @@ def test_first_member_gets_every_partition_at_epoch_2() -> None:
 
 
 def test_three_members_settle_disjoint_and_balanced_and_replay_rebuilds() -> None:
-    c = Cluster(foo=6)
+    c = GroupContext.with_topics(foo=6)
     ms = [Member(c, "g", f"m{i}", ["foo"]) for i in range(3)]
     for m in ms:
         m.join()
@@ -44,7 +45,7 @@ def test_three_members_settle_disjoint_and_balanced_and_replay_rebuilds() -> Non
 
 
 def test_partition_is_never_given_before_its_owner_revoked_it() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     b = Member(c, "g", "b", ["foo"])
@@ -62,7 +63,7 @@ def test_partition_is_never_given_before_its_owner_revoked_it() -> None:
 
 
 def test_leave_bumps_epoch_and_the_others_take_over() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     a, b = Member(c, "g", "a", ["foo"]), Member(c, "g", "b", ["foo"])
     a.join()
     b.join()
@@ -76,18 +77,18 @@ def test_leave_bumps_epoch_and_the_others_take_over() -> None:
 
 
 def test_session_timeout_fences_member() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
-    c.advance(44_999)
+    c.sleep(44_999)
     assert "a" in c.shard.consumer.groups["g"].members
-    c.advance(1)
+    c.sleep(1)
     assert "a" not in c.shard.consumer.groups["g"].members
     assert a.beat().error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_validation_errors() -> None:
-    c = Cluster(foo=1)
+    c = GroupContext.with_topics(foo=1)
     m = Member(c, "g", "", ["foo"])
     assert m.join().error_code == ErrorCode.INVALID_REQUEST
     assert m.last is not None and m.last.error_message == "MemberId can't be empty."
@@ -97,14 +98,14 @@ def test_validation_errors() -> None:
 
 
 def test_describe_and_list() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
-    (d,) = c.describe("g")
+    (d,) = c.consumer_group_describe("g")
     assert d.group_state == "Stable"
     assert d.assignor_name == "uniform"
     assert d.members[0].member_id == "a"
     assert d.members[0].member_type == 1
     assert [tp.topic_name for tp in d.members[0].assignment.topic_partitions] == ["foo"]
-    (missing,) = c.describe("nope")
+    (missing,) = c.consumer_group_describe("nope")
     assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND

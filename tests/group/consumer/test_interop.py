@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from support.cgkit import Cluster, Member, settle
+from support.consumer_member import Member, settle
+from support.group_context import GroupContext
 
 from coordinator.group.classic.state import ClassicGroupState
 from coordinator.group.classic.subscription import encode_subscription, parse_assignment
@@ -20,7 +21,7 @@ from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 class ClassicClient:
     """A classic consumer (cooperative-sticky, as librdkafka's group.protocol=classic)."""
 
-    def __init__(self, c: Cluster, group_id: str, topics: list[str]) -> None:
+    def __init__(self, c: GroupContext, group_id: str, topics: list[str]) -> None:
         self.c, self.group_id, self.topics = c, group_id, topics
         self.member_id = ""
         self.generation = -1
@@ -29,10 +30,10 @@ class ClassicClient:
     def _call(self, api: str, req: object, version: int) -> object:
         """Send ``req``; a request the classic group parks is answered by a later timer."""
         ctx = self.c.ctx(version)
-        out = self.c.take(getattr(self.c.shard, api)(ctx, req, self.c.now))
+        out = self.c.apply(getattr(self.c.shard, api)(ctx, req, self.c.now))
         replies = [r for h, r in out.replies if h == ctx.reply_to]
         while not replies:
-            fired = self.c.advance(1000)
+            fired = self.c.sleep(1000)
             replies = [r for res in fired for h, r in res.replies if h == ctx.reply_to]
         return replies[0]
 
@@ -85,7 +86,7 @@ class ClassicClient:
 
 
 def test_classic_member_joins_a_consumer_group_and_shares_the_partitions() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     b = ClassicClient(c, "g", ["foo"])
@@ -107,12 +108,12 @@ def test_classic_member_joins_a_consumer_group_and_shares_the_partitions() -> No
 
 
 def test_empty_classic_group_is_replaced_by_a_consumer_group() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     b = ClassicClient(c, "g", ["foo"])
     b.join()
     b.sync()
     leave = LeaveGroupRequest(group_id="g", members=[MemberIdentity(member_id=b.member_id)])
-    c.take(c.shard.leave_group(c.ctx(5), leave, c.now))
+    c.apply(c.shard.leave_group(c.ctx(5), leave, c.now))
     assert c.shard.groups["g"].is_in(ClassicGroupState.EMPTY)
     a = Member(c, "g", "a", ["foo"])
     assert a.join().error_code == 0
@@ -122,7 +123,7 @@ def test_empty_classic_group_is_replaced_by_a_consumer_group() -> None:
 
 
 def test_online_upgrade_keeps_the_classic_members_assignment() -> None:
-    c = Cluster(foo=4)
+    c = GroupContext.with_topics(foo=4)
     b = ClassicClient(c, "g", ["foo"])
     b.join()  # answered after the initial rebalance delay
     # the classic leader assigns everything to itself
@@ -143,7 +144,7 @@ def test_online_upgrade_keeps_the_classic_members_assignment() -> None:
             SyncGroupRequestAssignment(member_id=b.member_id, assignment=leader_assignment)
         ],
     )
-    c.take(c.shard.sync_group(ctx, req, c.now))
+    c.apply(c.shard.sync_group(ctx, req, c.now))
     assert c.shard.groups["g"].is_in(ClassicGroupState.STABLE)
     a = Member(c, "g", "a", ["foo"])
     assert a.join().error_code == 0
@@ -156,7 +157,7 @@ def test_online_upgrade_keeps_the_classic_members_assignment() -> None:
 
 
 def test_last_consumer_member_leaving_downgrades_to_classic() -> None:
-    c = Cluster(foo=2)
+    c = GroupContext.with_topics(foo=2)
     a = Member(c, "g", "a", ["foo"])
     a.join()
     b = ClassicClient(c, "g", ["foo"])

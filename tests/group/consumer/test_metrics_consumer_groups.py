@@ -1,6 +1,6 @@
 """The consumer-group (KIP-848) metrics, fed by the real shard with a fake clock.
 
-A ``Metrics`` is wired to a cgkit ``Cluster``'s shard as the app wires it: every result's
+A ``Metrics`` is wired to a ``GroupContext``'s shard as the app wires it: every result's
 events go to ``group_events`` and every heartbeat answer to ``on_request``, as the runtime
 and the server do. Each test scrapes the exposition text and checks the series it names.
 """
@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from support.cgkit import Cluster, Member, settle
+from support.consumer_member import Member, settle
+from support.group_context import GroupContext
 
 from coordinator.group.consumer.group import ConsumerGroupState
 from coordinator.group.events import ConsumerGroupEpochBumped, ConsumerMembersFenced
@@ -22,10 +23,10 @@ from protocol.messages import consumer_group_heartbeat as cgh
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def wired(**topics: int) -> tuple[Cluster, Metrics]:
-    c = Cluster(None, **topics)
+def wired(**topics: int) -> tuple[GroupContext, Metrics]:
+    c = GroupContext.with_topics(None, **topics)
     m = Metrics(process_metrics=False, shard=c.shard)
-    take, heartbeat = c.take, c.heartbeat
+    take, heartbeat = c.apply, c.consumer_group_heartbeat
 
     def take_and_report(result: Result) -> Result:
         m.group_events(result.events, c.now)
@@ -37,8 +38,8 @@ def wired(**topics: int) -> tuple[Cluster, Metrics]:
         m.on_request(cgh.API_KEY, version, reply, started)
         return reply
 
-    c.take = take_and_report  # type: ignore[method-assign]
-    c.heartbeat = heartbeat_and_count  # type: ignore[method-assign]
+    c.apply = take_and_report  # type: ignore[method-assign]
+    c.consumer_group_heartbeat = heartbeat_and_count  # type: ignore[method-assign]
     return c, m
 
 
@@ -127,7 +128,7 @@ def test_fenced_members_by_reason() -> None:
     c_.join()
     # a never acknowledges the revocation: fenced at its rebalance timeout.
     a.beat(ack=False)
-    c.advance(1001)
+    c.sleep(1001)
     assert a.member_id not in c.shard.consumer.groups["g"].members
     s = scrape(m)
     assert value(s, "kgc_consumer_group_members_fenced_total", reason="rebalance_timeout") == 1
@@ -135,7 +136,7 @@ def test_fenced_members_by_reason() -> None:
     # b leaves; c stops heartbeating and its session expires.
     settle([b, c_])
     b.leave()
-    c.advance(c.shard.config.consumer_group_session_timeout_ms + 1)
+    c.sleep(c.shard.config.consumer_group_session_timeout_ms + 1)
     s = scrape(m)
     assert value(s, "kgc_consumer_group_members_fenced_total", reason="left") == 1
     assert value(s, "kgc_consumer_group_members_fenced_total", reason="session_timeout") == 1

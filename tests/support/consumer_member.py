@@ -1,106 +1,27 @@
-"""A consumer-group (KIP-848) test harness over the pure shard with a fake clock.
+"""A consumer-protocol client over a GroupContext, and readers of the records it makes write.
 
-``Cluster`` holds a shard with a ``StaticTopics`` image; ``Member`` plays a consumer the way
-librdkafka and the Java client do: a full heartbeat to join, partial heartbeats after, the
-owned partitions re-sent after each local reconciliation (which is how a revocation is
-acknowledged). Every record the shard writes is kept, so a test can replay them into a
-second shard and compare.
+How this works: ``Member`` plays a consumer the way librdkafka and the Java client do: a
+full heartbeat to join, partial heartbeats after, the owned partitions re-sent after each
+local reconciliation (which is how a revocation is acknowledged); ``settle`` heartbeats
+members until their assignments stop moving.  ``Mark``, ``decode`` and ``kinds`` read the
+consumer group records a context has written since a point, as Kafka's tests name them;
+``group_state`` is everything persistent about a group, to compare a shard with its replay.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
-from coordinator.group.shard import GroupShard
-from coordinator.group.timers import Timer
-from coordinator.group.topics import StaticTopics
-from coordinator.group.types import GroupConfig, RequestContext, Result
+from coordinator.group import GroupShard
 from protocol.errors import ErrorCode
-from protocol.messages.consumer_group_describe import (
-    ConsumerGroupDescribeRequest,
-    DescribedGroup,
-)
 from protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
     TopicPartitions,
 )
+from support.group_context import GroupContext
 
 Owned = dict[str, set[int]]
-
-
-class Cluster:
-    def __init__(self, config: GroupConfig | None = None, **topics: int) -> None:
-        self.topics = StaticTopics()
-        for name, n in topics.items():
-            self.topics.add(name, n)
-        self.ids = itertools.count(1)
-        self.shard = GroupShard(
-            config or GroupConfig(),
-            topics=self.topics,
-            consumer_member_id=lambda: f"gen-{next(self.ids)}",
-        )
-        self.now = 0
-        self.records: list[tuple[int, bytes, bytes | None]] = []
-        self.results: list[Result] = []
-        self._handle = itertools.count(1)
-        self.take(self.shard.mark_all_loaded(0))
-
-    def take(self, result: Result) -> Result:
-        self.records.extend(result.records)
-        self.results.append(result)
-        return result
-
-    def ctx(self, version: int = 1, client_id: str = "client") -> RequestContext:
-        return RequestContext(version, client_id, "/127.0.0.1", next(self._handle))
-
-    def heartbeat(
-        self, req: ConsumerGroupHeartbeatRequest, version: int = 1
-    ) -> ConsumerGroupHeartbeatResponse:
-        ctx = self.ctx(version)
-        out = self.take(self.shard.consumer_group_heartbeat(ctx, req, self.now))
-        (reply,) = [r for h, r in out.replies if h == ctx.reply_to]
-        assert isinstance(reply, ConsumerGroupHeartbeatResponse)
-        return reply
-
-    def describe(self, *group_ids: str, version: int = 1) -> list[DescribedGroup]:
-        ctx = self.ctx(version)
-        out = self.shard.consumer_group_describe(
-            ctx, ConsumerGroupDescribeRequest(group_ids=list(group_ids)), self.now
-        )
-        return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
-
-    def advance(self, ms: int) -> list[Result]:
-        """Move the clock, firing every timer that comes due."""
-        self.now += ms
-        fired = []
-        while True:
-            timer: Timer | None = self.shard.timers.pop_due(self.now)
-            if timer is None:
-                return fired
-            fired.append(self.take(self.shard.on_timer(timer, self.now)))
-
-    def tid(self, name: str) -> bytes:
-        t = self.topics.topic(name)
-        assert t is not None
-        return t.topic_id
-
-    def name(self, topic_id: bytes) -> str:
-        t = self.topics.topic_by_id(topic_id)
-        assert t is not None
-        return t.name
-
-    def replayed(self) -> GroupShard:
-        """A second shard rebuilt from every record written so far."""
-        other = GroupShard(GroupConfig(), topics=self.topics)
-        for p in range(other.config.offsets_topic_num_partitions):
-            other.begin_load(p)
-        for p, k, v in self.records:
-            other.replay(p, k, v)
-        for p in range(other.config.offsets_topic_num_partitions):
-            other.load_complete(p, self.now)
-        return other
 
 
 class Member:
@@ -108,7 +29,7 @@ class Member:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: GroupContext,
         group_id: str,
         member_id: str,
         topics: list[str] | None = None,
@@ -142,7 +63,7 @@ class Member:
     def send(
         self, req: ConsumerGroupHeartbeatRequest, version: int = 1
     ) -> ConsumerGroupHeartbeatResponse:
-        resp = self.c.heartbeat(req, version)
+        resp = self.c.consumer_group_heartbeat(req, version)
         self.last = resp
         if resp.error_code == ErrorCode.NO_ERROR:
             if resp.member_id:
@@ -278,38 +199,9 @@ def group_state(shard: GroupShard, group_id: str) -> dict[str, Any]:
 class Mark:
     """A position in a cluster's record list: ``new()`` decodes what was written after it."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: GroupContext) -> None:
         self.c = cluster
         self.at = len(cluster.records)
 
     def new(self) -> list[tuple[Any, Any]]:
         return decode(self.c.records[self.at :])
-
-
-def list_groups(
-    cluster: Cluster,
-    version: int = 5,
-    states: list[str] | None = None,
-    types: list[str] | None = None,
-) -> list[Any]:
-    from protocol.messages.list_groups import ListGroupsRequest
-
-    req = ListGroupsRequest(states_filter=states or [], types_filter=types or [])
-    out = cluster.take(cluster.shard.list_groups(cluster.ctx(version), req, cluster.now))
-    return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
-
-
-def delete_groups(cluster: Cluster, *group_ids: str) -> dict[str, int]:
-    from protocol.messages.delete_groups import DeleteGroupsRequest
-
-    req = DeleteGroupsRequest(groups_names=list(group_ids))
-    out = cluster.take(cluster.shard.delete_groups(cluster.ctx(2), req, cluster.now))
-    return {r.group_id: r.error_code for r in out.replies[0][1].results}  # type: ignore[attr-defined]
-
-
-def describe_groups(cluster: Cluster, *group_ids: str, version: int = 6) -> list[Any]:
-    from protocol.messages.describe_groups import DescribeGroupsRequest
-
-    req = DescribeGroupsRequest(groups=list(group_ids))
-    out = cluster.shard.describe_groups(cluster.ctx(version), req, cluster.now)
-    return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]

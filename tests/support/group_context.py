@@ -1,14 +1,29 @@
-"""A fake-clock driver for GroupShard.
+"""GroupContext: one test context for the pure group core, classic and consumer groups alike.
 
 How this works
 --------------
-``Harness`` plays the runtime: it hands out reply handles, collects replies
-(asserting none is answered twice) and events, and on ``advance(ms)`` takes
-every due timer from the shard's timer table in deadline order, feeding each
-Result back in.  Every record the shard emits is also replayed into a
-second, "mirror" shard; ``assert_replay_equivalent`` checks that the mirror
-rebuilt the same persisted state (offsets, and groups in Stable or Empty --
-the states whose last metadata record describes them fully).
+The context plays the runtime around a ``GroupShard`` (Kafka's
+GroupMetadataManagerTestContext): it hands out reply handles, applies every ``Result``
+(collecting replies -- asserting none is answered twice --, events and records) and
+replays every record into a second, "mirror" shard as it is written, so a test can check
+that the log rebuilds what the live shard holds (``assert_replay_equivalent`` for classic
+groups, ``replayed()`` and ``group_state`` for consumer groups).  Time is a fake clock:
+
+* ``sleep(ms)`` is Kafka's MockTime.sleep: the clock jumps, then every timer due by then
+  fires, at the new time; it returns the fired timers' Results;
+* ``advance(ms)`` walks the clock from one deadline to the next, each timer firing at its
+  own deadline (what the classic tests were written against);
+* ``assert_timer(key, in_ms)`` checks a timer is armed that much later than now (keys from
+  ``coordinator.group.timers``).
+
+A context is built with ``GroupContext.builder()`` (``with_config``, ``with_topic``,
+``with_topic_partitions``, ``with_time``, ``with_client``, ``build``), or directly:
+``GroupContext(config)`` (every topic exists, no topics image: the offsets and classic
+tests) and ``GroupContext.with_topics(foo=2)`` (a topics image: the consumer group tests).
+Request helpers speak both protocols: ``join``/``sync``/``heartbeat``/``leave``/``commit``/
+``fetch`` for classic groups and offsets, ``consumer_group_heartbeat``/
+``consumer_group_describe`` for consumer groups, whose client, ``Member``, is in
+``support.consumer_member``.
 """
 
 from __future__ import annotations
@@ -16,12 +31,21 @@ from __future__ import annotations
 import itertools
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.group import ClassicGroupState, GroupConfig, GroupShard, RequestContext, Result
 from coordinator.group.events import GroupEvent, render
+from coordinator.group.timers import Timer
+from coordinator.group.topics import StaticTopics
 from protocol.errors import ErrorCode
+from protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    DescribedGroup,
+)
+from protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from protocol.messages.join_group import (
     JoinGroupRequest,
@@ -58,6 +82,10 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponse,
 )
 
+# The client the requests come from, unless a request says otherwise: (client id, host).
+CLASSIC_CLIENT = ("c", "/10.0.0.1")
+CONSUMER_CLIENT = ("client", "/127.0.0.1")
+
 
 def subscription(*topics: str, user_data: bytes | None = None, version: int = 0) -> bytes:
     """A ConsumerProtocolSubscription (v0 prefix, optionally a v1+ tail)."""
@@ -82,34 +110,117 @@ def subscription(*topics: str, user_data: bytes | None = None, version: int = 0)
 DEFAULT_PROTOCOLS: tuple[tuple[str, bytes], ...] = (("range", subscription("t")),)
 
 
-@dataclass
-class Harness:
-    config: GroupConfig = field(default_factory=GroupConfig)
-    now: int = 0
-    # Partition count of a topic, None if it does not exist (None: every topic exists).
-    topic_partitions: Callable[[str], int | None] | None = None
+class GroupContextBuilder:
+    """Kafka's GroupMetadataManagerTestContext.Builder: what the context starts from."""
 
-    def __post_init__(self) -> None:
-        ids = itertools.count()
+    def __init__(self) -> None:
+        self._config: GroupConfig | None = None
+        self._topics: StaticTopics | None = None
+        self._topic_partitions: Callable[[str], int | None] | None = None
+        self._now = 0
+        self._client = CLASSIC_CLIENT
+
+    def with_config(self, config: GroupConfig | None) -> GroupContextBuilder:
+        self._config = config
+        return self
+
+    def with_topics(self, **topics: int) -> GroupContextBuilder:
+        """A topics image holding these topics (partition counts), possibly none."""
+        if self._topics is None:
+            self._topics = StaticTopics()
+        for name, n in topics.items():
+            self._topics.add(name, n)
+        return self
+
+    def with_topic(self, name: str, partitions: int) -> GroupContextBuilder:
+        return self.with_topics(**{name: partitions})
+
+    def with_topic_partitions(self, lookup: Callable[[str], int | None]) -> GroupContextBuilder:
+        """A topic's partition count, None if it does not exist (the catalog's answer)."""
+        self._topic_partitions = lookup
+        return self
+
+    def with_time(self, now_ms: int) -> GroupContextBuilder:
+        self._now = now_ms
+        return self
+
+    def with_client(self, client_id: str, client_host: str) -> GroupContextBuilder:
+        self._client = (client_id, client_host)
+        return self
+
+    def build(self) -> GroupContext:
+        return GroupContext(
+            self._config,
+            topics=self._topics,
+            topic_partitions=self._topic_partitions,
+            now=self._now,
+            client=self._client,
+        )
+
+
+class GroupContext:
+    def __init__(
+        self,
+        config: GroupConfig | None = None,
+        *,
+        topics: StaticTopics | None = None,
+        topic_partitions: Callable[[str], int | None] | None = None,
+        now: int = 0,
+        client: tuple[str, str] = CLASSIC_CLIENT,
+    ) -> None:
+        # topics: the topics image (None: no image, every topic exists unless
+        # topic_partitions says otherwise).
+        self.config = config if config is not None else GroupConfig()
+        self.now = now
+        self.topics = topics
+        self.topic_partitions = topic_partitions
+        self.client_id, self.client_host = client
+        classic_ids = itertools.count()
+        consumer_ids = itertools.count(1)
         self.shard = GroupShard(
             self.config,
-            member_id_suffix=lambda: f"id{next(ids)}",
-            topic_partitions=self.topic_partitions,
+            member_id_suffix=lambda: f"id{next(classic_ids)}",
+            topic_partitions=topic_partitions,
+            topics=topics,
+            consumer_member_id=lambda: f"gen-{next(consumer_ids)}",
         )
-        self.mirror = GroupShard(self.config)
+        self.mirror = GroupShard(self.config, topics=topics)
         self.mirror.mark_all_loaded(0)
         self.replies: dict[int, Any] = {}
         self.records: list[tuple[int, bytes, bytes | None]] = []
+        self.results: list[Result] = []
         self.events: list[GroupEvent] = []
         self._handles = itertools.count(1)
         self.apply(self.shard.mark_all_loaded(self.now))
 
+    @staticmethod
+    def builder() -> GroupContextBuilder:
+        return GroupContextBuilder()
+
+    @classmethod
+    def with_topics(cls, config: GroupConfig | None = None, **topics: int) -> GroupContext:
+        """The consumer group tests' context: a topics image with these topics."""
+        return (
+            cls.builder()
+            .with_config(config)
+            .with_topics(**topics)
+            .with_client(*CONSUMER_CLIENT)
+            .build()
+        )
+
     # ------------------------------------------------------------ plumbing
 
-    def ctx(self, version: int, client_id: str = "c") -> RequestContext:
-        return RequestContext(version, client_id, "/10.0.0.1", next(self._handles))
+    def ctx(self, version: int = 1, client_id: str | None = None) -> RequestContext:
+        return RequestContext(
+            version,
+            self.client_id if client_id is None else client_id,
+            self.client_host,
+            next(self._handles),
+        )
 
     def apply(self, result: Result) -> Result:
+        """What the runtime does with a Result: keep its records (and replay them into the
+        mirror), its replies and its events."""
         for rec in result.records:
             self.records.append(rec)
             self.mirror.replay(*rec)
@@ -117,6 +228,7 @@ class Harness:
             assert handle not in self.replies, f"reply handle {handle} answered twice"
             self.replies[handle] = resp
         self.events.extend(result.events)
+        self.results.append(result)
         return result
 
     @property
@@ -127,7 +239,18 @@ class Harness:
     def event_lines(self) -> list[str]:
         return [render(e) for e in self.events]
 
+    def sleep(self, ms: int) -> list[Result]:
+        """Kafka's sleep: move the clock, then fire every timer due by now, at the new time."""
+        self.now += ms
+        fired: list[Result] = []
+        while True:
+            timer: Timer | None = self.shard.timers.pop_due(self.now)
+            if timer is None:
+                return fired
+            fired.append(self.apply(self.shard.on_timer(timer, self.now)))
+
     def advance(self, ms: int) -> None:
+        """Move the clock timer by timer: each fires at its own deadline."""
         target = self.now + ms
         timers = self.shard.timers
         while (deadline := timers.next_deadline()) is not None and deadline <= target:
@@ -146,11 +269,61 @@ class Harness:
             self.advance(step)
             waited += step
 
+    def assert_timer(self, key: str, in_ms: int) -> None:
+        """The timer ``key`` is armed, due ``in_ms`` from now."""
+        deadline = self.shard.pending_timers().get(key)
+        assert deadline is not None, f"no timer {key!r} armed"
+        assert deadline - self.now == in_ms, (key, deadline - self.now, in_ms)
+
+    def assert_no_timer(self, key: str) -> None:
+        assert key not in self.shard.pending_timers(), f"timer {key!r} is armed"
+
     def reply(self, handle: int) -> Any:
         return self.replies.get(handle)
 
     def state(self, group: str) -> ClassicGroupState:
         return self.shard.groups[group].state
+
+    def tid(self, name: str) -> bytes:
+        assert self.topics is not None
+        t = self.topics.topic(name)
+        assert t is not None
+        return t.topic_id
+
+    def name(self, topic_id: bytes) -> str:
+        assert self.topics is not None
+        t = self.topics.topic_by_id(topic_id)
+        assert t is not None
+        return t.name
+
+    def replayed(self) -> GroupShard:
+        """A second shard loaded from every record written so far (begin, replay, complete)."""
+        other = GroupShard(GroupConfig(), topics=self.topics)
+        for p in range(other.config.offsets_topic_num_partitions):
+            other.begin_load(p)
+        for p, k, v in self.records:
+            other.replay(p, k, v)
+        for p in range(other.config.offsets_topic_num_partitions):
+            other.load_complete(p, self.now)
+        return other
+
+    # ------------------------------------------------------------ consumer group requests
+
+    def consumer_group_heartbeat(
+        self, req: ConsumerGroupHeartbeatRequest, version: int = 1
+    ) -> ConsumerGroupHeartbeatResponse:
+        ctx = self.ctx(version)
+        self.apply(self.shard.consumer_group_heartbeat(ctx, req, self.now))
+        reply = self.replies[ctx.reply_to]
+        assert isinstance(reply, ConsumerGroupHeartbeatResponse)
+        return reply
+
+    def consumer_group_describe(self, *group_ids: str, version: int = 1) -> list[DescribedGroup]:
+        ctx = self.ctx(version)
+        out = self.shard.consumer_group_describe(
+            ctx, ConsumerGroupDescribeRequest(group_ids=list(group_ids)), self.now
+        )
+        return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
 
     # ------------------------------------------------------------ requests
 
@@ -385,7 +558,9 @@ class Harness:
                 raise AssertionError(f"group {gid} resurrected by replay")
 
 
-def offset_delete(h: Harness, group: str, topics: dict[str, list[int]]) -> OffsetDeleteResponse:
+def offset_delete(
+    h: GroupContext, group: str, topics: dict[str, list[int]]
+) -> OffsetDeleteResponse:
     ctx = h.ctx(0)
     req = OffsetDeleteRequest(
         group,
@@ -401,7 +576,7 @@ def offset_delete(h: Harness, group: str, topics: dict[str, list[int]]) -> Offse
 
 
 def txn_commit(
-    h: Harness, group: str, producer_id: int, offsets: dict[tuple[str, int], int]
+    h: GroupContext, group: str, producer_id: int, offsets: dict[tuple[str, int], int]
 ) -> TxnOffsetCommitResponse:
     ctx = h.ctx(3)
     req = TxnOffsetCommitRequest(
@@ -419,3 +594,32 @@ def txn_commit(
     r = h.reply(ctx.reply_to)
     assert isinstance(r, TxnOffsetCommitResponse)
     return r
+
+
+def list_groups(
+    cluster: GroupContext,
+    version: int = 5,
+    states: list[str] | None = None,
+    types: list[str] | None = None,
+) -> list[Any]:
+    from protocol.messages.list_groups import ListGroupsRequest
+
+    req = ListGroupsRequest(states_filter=states or [], types_filter=types or [])
+    out = cluster.apply(cluster.shard.list_groups(cluster.ctx(version), req, cluster.now))
+    return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
+
+
+def delete_groups(cluster: GroupContext, *group_ids: str) -> dict[str, int]:
+    from protocol.messages.delete_groups import DeleteGroupsRequest
+
+    req = DeleteGroupsRequest(groups_names=list(group_ids))
+    out = cluster.apply(cluster.shard.delete_groups(cluster.ctx(2), req, cluster.now))
+    return {r.group_id: r.error_code for r in out.replies[0][1].results}  # type: ignore[attr-defined]
+
+
+def describe_groups(cluster: GroupContext, *group_ids: str, version: int = 6) -> list[Any]:
+    from protocol.messages.describe_groups import DescribeGroupsRequest
+
+    req = DescribeGroupsRequest(groups=list(group_ids))
+    out = cluster.shard.describe_groups(cluster.ctx(version), req, cluster.now)
+    return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
