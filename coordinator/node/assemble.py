@@ -57,7 +57,7 @@ from coordinator.metrics import Metrics
 from coordinator.node import Node
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl import Authorizer
-from coordinator.security.acl_admin import acl_security
+from coordinator.security.acl_admin import AclAdmin, acl_security
 from coordinator.security.sasl import attach_sasl
 from coordinator.security.scram_admin import ScramAdmin
 from coordinator.server.authz import ApiAuthorizer, cluster_authorize
@@ -68,6 +68,7 @@ from coordinator.server.handler import Handler
 from coordinator.server.listener import (
     KafkaServer,
     Listening,
+    TlsContexts,
     describe_listeners,
     listen_all,
     tls_contexts,
@@ -368,18 +369,9 @@ class Deployment(Protocol):
         ...
 
 
-async def assemble(s: Settings, deployment: Deployment) -> Node:
-    """Build and start every part of a node, in the order of the module docstring."""
-    # Step 1: TLS before anything is opened, so a bad certificate stops start-up here.
-    tls = tls_contexts(s)
-    # Step 2: the data directory's lock, then the stores.
-    stores = await deployment.open_stores(s)
-    acls = acl_security(s, stores.acls)
-    # Step 3: the logs this process serves from the start.
-    deployment.open_logs(s, stores)
-    stores.flusher.start()
-
-    # Step 4: the group core; step 5: the data plane, this process's partitions.
+def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
+    """Steps 4 and 5: the group core and its runtime, the data plane, and this process's
+    partitions handed to both."""
     compaction, metrics, groups = group_core(
         s, stores.catalog, stores.logs, stores.flusher, hosted=deployment.hosted
     )
@@ -401,13 +393,24 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
     data.start()
     core = Core(stores, compaction, metrics, groups, data)
     deployment.serve_partitions(s, core)
+    return core
 
-    # Step 6: listen. In cluster mode before any lease is taken (``started``): until they
-    # are taken and loaded, answers send clients to the owners.
+
+async def listen_step(s: Settings, tls: TlsContexts) -> list[Listening]:
+    """Step 6: every listener bound, or one line naming the listeners' setting."""
     try:
-        listening = await listen_all(s, tls)
+        return await listen_all(s, tls)
     except OSError as exc:  # the address is taken, the host has no such address, ...
         raise SettingRefused(*listener_setting(s), exc.strerror or str(exc)) from exc
+
+
+async def api_server(
+    s: Settings, deployment: Deployment, core: Core, acls: AclAdmin, listening: list[Listening]
+) -> tuple[KafkaServer, dict[str, tuple[str, int]]]:
+    """Step 7: who leads what, the broker, every API's handler behind its authorization
+    check, SASL on its listeners; the server accepting, and each listener's advertised
+    (host, port)."""
+    stores, data, groups = core.stores, core.data, core.groups
     endpoints = advertised_endpoints(s, {li.name: li.port for li in listening})
     placement, advertised_port = deployment.placement(s, core, endpoints, listening[0].port)
     broker = Broker(
@@ -421,7 +424,6 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
         topics=stores.shared_topics,
         endpoints=endpoints,
     )
-    # Step 7: the broker, the API handlers, the server accepting.
     config_admin = await ConfigAdmin.start(
         s,
         stores.catalog,
@@ -438,7 +440,7 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
         broker,
         groups,
         data,
-        metrics,
+        core.metrics,
         [
             ScramAdmin(stores.credentials, cluster_authorize(acls.authorizer)).handlers(),
             acls.handlers(),
@@ -452,26 +454,45 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
                 authorizer=acls.authorizer,
                 shared=stores.shared_topics,
                 pool=stores.pool,
-                journal=journal,
+                journal=stores.journal,
             ).handlers(),
             config_admin.handlers(),  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
         ],
         authorizer=acls.authorizer,
     )
     attach_sasl(server, s, stores.credentials)
-    metrics.watch(server)  # connections per listener, SASL authentications
+    core.metrics.watch(server)  # connections per listener, SASL authentications
     server.start()
+    return server, endpoints
 
+
+async def assemble(s: Settings, deployment: Deployment) -> Node:
+    """Build and start every part of a node, in the order of the module docstring."""
+    # Step 1: TLS before anything is opened, so a bad certificate stops start-up here.
+    tls = tls_contexts(s)
+    # Step 2: the data directory's lock, then the stores.
+    stores = await deployment.open_stores(s)
+    acls = acl_security(s, stores.acls)
+    # Step 3: the logs this process serves from the start.
+    deployment.open_logs(s, stores)
+    stores.flusher.start()
+    # Steps 4 and 5: the group core, the data plane, this process's partitions.
+    core = core_and_data(s, deployment, stores)
+    # Step 6: listen. In cluster mode before any lease is taken (``started``): until they
+    # are taken and loaded, answers send clients to the owners.
+    listening = await listen_step(s, tls)
+    # Step 7: the broker, the API handlers, the server accepting.
+    server, endpoints = await api_server(s, deployment, core, acls, listening)
     # Step 8: background work, the metrics endpoint.
     await deployment.started(s, core)
-    compaction.start()
+    core.compaction.start()
     cluster = deployment.membership()
     # The lag is measured in the partitions the data plane serves; both it and the
     # cluster membership are built after the metrics, which the group runtime reports to.
-    metrics.follow(data, cluster)
+    core.metrics.follow(core.data, cluster)
     if s.metrics_port:
         try:
-            port = await metrics.serve(s.host, s.metrics_port)
+            port = await core.metrics.serve(s.host, s.metrics_port)
         except OSError as exc:
             why = f"cannot listen on {s.host}:{s.metrics_port}: {exc.strerror or exc}".lower()
             raise SettingRefused("metrics.port", s.metrics_port, why) from exc
@@ -480,11 +501,11 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
     return Node(
         flusher=stores.flusher,
         logs=stores.logs,
-        groups=groups,
-        data=data,
+        groups=core.groups,
+        data=core.data,
         server=server,
-        metrics=metrics,
-        compaction=compaction,
+        metrics=core.metrics,
+        compaction=core.compaction,
         credentials=stores.credentials,
         authorizer=acls.authorizer,
         closers=stores.closers,
