@@ -38,7 +38,7 @@ from typing import Any
 
 from coordinator.group.topics import TopicImage
 from coordinator.topic_configs import InvalidConfigError, validate
-from storage.local.files import fsync_dir
+from storage.files import fsync_dir
 from storage.local.manager import (
     DataDirError,
     LogManager,

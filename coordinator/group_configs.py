@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.topic_configs import InvalidConfigError, TopicConfigDef, to_string
-from storage.local.files import fsync_dir
-from storage.local.manager import DataDirError
+from storage.files import DataDirError, fsync_dir
 
 if TYPE_CHECKING:
     from coordinator.config import Settings

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.errors import ErrorCode
-from storage.local.files import read_checkpoint, write_checkpoint
+from storage.files import read_checkpoint, write_checkpoint
 from storage.record_batch import BatchHeader
 
 INT32_MAX = 2**31 - 1

@@ -40,8 +40,7 @@ from coordinator.security.acl import (
     PatternType,
     ResourceType,
 )
-from storage.local.files import fsync_dir
-from storage.local.manager import DataDirError
+from storage.files import DataDirError, fsync_dir
 
 __all__ = [
     "ACL_CHANNEL",

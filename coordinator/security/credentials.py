@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.security import ScramCredential
-from storage.local.files import fsync_dir
-from storage.local.manager import DataDirError
+from storage.files import DataDirError, fsync_dir
 
 __all__ = [
     "CREDENTIALS_FILE",

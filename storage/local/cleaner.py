@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage.local.files import fsync_dir, read_checkpoint, write_at, write_checkpoint
+from storage.files import fsync_dir, read_checkpoint, write_at, write_checkpoint
 from storage.local.recovery import (
     CLEANED_SUFFIX,
     SWAP_SUFFIX,

@@ -55,7 +55,7 @@ was lost fails its waiters with ``NotOwnerError``: the error a journal puts in `
 for a log is the one its waiters get when it cuts that log back.
 
 The file primitives (``write_at``, ``fsync_dir``, checkpoints) live in
-``storage/local/files.py``, below this module, so the log, the journal and the cleaner
+``storage/files.py``, below this module, so the log, the journal and the cleaner
 import them without importing the flusher.
 """
 
@@ -67,6 +67,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
+from storage.files import in_sync_thread
 from storage.interface import (
     Clock,
     DurabilityStats,
@@ -76,7 +77,6 @@ from storage.interface import (
     WriteAheadJournal,
     wall_clock_ms,
 )
-from storage.local.files import in_sync_thread
 from storage.local.flush import FlushTicket, run_tickets
 
 if TYPE_CHECKING:

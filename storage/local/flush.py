@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from storage.local.files import fsync_dir, write_checkpoint
+from storage.files import fsync_dir, write_checkpoint
 from storage.local.recovery import RECOVERY_POINT_FILE
 
 __all__ = ["RECOVERY_CHECKPOINT_INTERVAL_S", "FlushTicket", "FlushedLog", "run_tickets"]

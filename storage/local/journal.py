@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, cast
 
 import crc32c
 
+from storage.files import fsync_dir, in_sync_thread, write_at
 from storage.interface import JournalStats, PartitionLog
-from storage.local.files import fsync_dir, in_sync_thread, write_at
 from storage.local.flush import run_tickets
 from storage.record_batch import CorruptBatchError, parse_header
 

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from storage.files import fsync_dir, write_checkpoint
 from storage.interface import (
     Clock,
     CorruptLogError,
@@ -48,7 +49,6 @@ from storage.interface import (
     wall_clock_ms,
 )
 from storage.local import scan
-from storage.local.files import fsync_dir, write_checkpoint
 from storage.local.flush import FlushTicket
 from storage.local.recovery import (
     CLEAN_SHUTDOWN_FILE,

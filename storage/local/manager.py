@@ -53,8 +53,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from storage.files import DataDirError, fsync_dir
 from storage.local.durability import Flusher
-from storage.local.files import fsync_dir
 from storage.local.journal import Journal
 from storage.local.log import Clock, LogConfig, PartitionLog, wall_clock_ms
 
@@ -79,14 +79,6 @@ JOURNAL_DIR = "journal"
 PARTITION_METADATA_FILE = "partition.metadata"
 PARTITION_METADATA_VERSION = 0
 _FIELD_SEP = re.compile(r":\s+")
-
-
-class DataDirError(OSError):
-    """The data directory cannot be used as it is; the message says why and what to do.
-
-    An ``OSError`` so that ``kgc serve`` reports it as it reports every start-up failure of
-    the environment: one line, no traceback, exit status 1.
-    """
 
 
 class DataDirLockedError(DataDirError):

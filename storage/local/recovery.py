@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.local.files import fsync_dir, read_checkpoint
+from storage.files import fsync_dir, read_checkpoint
 from storage.local.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,

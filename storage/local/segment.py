@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from storage.local.files import write_at
+from storage.files import write_at
 from storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,

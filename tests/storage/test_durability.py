@@ -9,8 +9,8 @@ from typing import Any as FakeClock
 
 import pytest
 
+from storage.files import fsync_dir, read_checkpoint, write_checkpoint
 from storage.local.durability import Flusher, FlushError
-from storage.local.files import fsync_dir, read_checkpoint, write_checkpoint
 from storage.local.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
 
 

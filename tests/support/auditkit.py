@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from storage.local.files import write_checkpoint
+from storage.files import write_checkpoint
 from storage.record_batch import encode_batch
 from storage.records import (
     encode_offset_commit_key,

@@ -53,7 +53,7 @@ from coordinator.group_configs import LocalGroupConfigs
 from coordinator.security.acl import AclBinding, AclBindingFilter
 from coordinator.security.acl_store import ACL_FILE, LocalAclStore
 from coordinator.security.credentials import LocalCredentialStore, ScramChange
-from storage.local.files import read_checkpoint, write_checkpoint
+from storage.files import read_checkpoint, write_checkpoint
 
 __all__ = [
     "POLL_MS",

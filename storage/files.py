@@ -1,12 +1,15 @@
-"""Small file primitives of the local engine: checked writes, directory fsync, checkpoints.
+"""File primitives of everything kgc keeps in its data directory: checked writes, directory
+fsync, checkpoints, and the error a data directory that cannot be used raises.
 
 How this works: every byte the local engine writes goes through ``write_at``, which loops on
 short writes and raises the OSError of a write that fails, so no caller can take a partial
 write for a whole one. It calls ``os.pwrite`` at call time, the one point fault tests
 replace. Checkpoint files (small integers) are written to a temp file and renamed, so a
 reader sees either the old or the new value; ``sync=True`` also fsyncs the file and its
-directory. These sit below the log, the journal, the cleaner and the flusher, which all
-import them, so none of those imports another for a helper.
+directory. These sit below the local log engine (the log, the journal, the cleaner and the flusher)
+and the file-backed metadata stores (topic catalog, SCRAM credentials, ACLs, group configs,
+producer ids), which all import them: none of those imports another, nor a store the log
+engine, for a helper.
 
 ``in_sync_thread(fn, *args)`` runs a blocking call (the journal's fdatasync, once per group-
 commit round) on one dedicated daemon thread and returns an asyncio future of its result.
@@ -31,21 +34,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from storage.interface import Clock, wall_clock_ms
-
 __all__ = [
-    "Clock",
+    "DataDirError",
     "fsync_dir",
     "in_sync_thread",
     "read_checkpoint",
-    "wall_clock_ms",
     "write_at",
     "write_checkpoint",
 ]
 
-logger = logging.getLogger(__name__)
+# The name these lines have always had in operators' logs.
+logger = logging.getLogger("storage.local.files")
 
 _tmp_counter = itertools.count()
+
+
+class DataDirError(OSError):
+    """The data directory cannot be used as it is; the message says why and what to do.
+
+    An ``OSError`` so that ``kgc serve`` reports it as it reports every start-up failure of
+    the environment: one line, no traceback, exit status 1.
+    """
 
 
 def write_at(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
