@@ -1,5 +1,5 @@
 """``python -m coordinator`` is ``kgc``."""
 
-from coordinator.tools.cli import main
+from coordinator.cli import main
 
 raise SystemExit(main())

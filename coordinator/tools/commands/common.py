@@ -2,7 +2,7 @@
 
 How this works: ``common_options`` is the parent parser of every operator subcommand
 (``--bootstrap-server``, ``--command-config``, ``--output``, ``--timeout``); ``leaf``
-registers one subcommand with them and marks it as an operator command, which ``tools.cli``
+registers one subcommand with them and marks it as an operator command, which ``coordinator.cli``
 runs through ``run_admin`` so every failure ends in one line and one of the exit codes below.
 
 ``--command-config FILE`` is Kafka's tools' option: a ``client.properties`` with the

@@ -32,8 +32,8 @@ from support.auditkit import (
 )
 from support.logbuilder import DataDir
 
+from coordinator import cli
 from coordinator.audit.job import AuditOptions, run_audit
-from coordinator.tools import cli
 from storage.records import (
     partition_for,
 )

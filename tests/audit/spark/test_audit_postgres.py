@@ -50,9 +50,9 @@ from support.auditkit import (
 from support.logbuilder import OFFSETS, DataDir
 
 import coordinator.audit
+from coordinator import cli
 from coordinator.audit.job import AuditOptions, run_audit
 from coordinator.audit.source_pg import jdbc_target, redact_url, row_checks
-from coordinator.tools import cli
 from storage.local.manager import parse_partition_dir
 from storage.postgres.schema import migrate
 from storage.record_batch import iter_batches
