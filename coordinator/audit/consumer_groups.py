@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.local.manager import kafka_uuid
+from storage.interface import kafka_uuid
 from storage.records import (
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupKey,
