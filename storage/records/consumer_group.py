@@ -51,8 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, TypeAlias, TypeVar, overload
 
-from protocol.primitives import DecodeError
-from storage.records.errors import OffsetsFormatError
+from storage.records.errors import OffsetsFormatError, parse_body
 from storage.records.messages import consumer_group as gen
 
 __all__ = [
@@ -260,16 +259,7 @@ _T = TypeVar("_T")
 
 
 def _run(decoder: Callable[[bytes, int], tuple[_T, int]], data: bytes, what: str) -> _T:
-    """A generated decoder over ``data`` after its int16 prefix; every failure is ours."""
-    try:
-        value, end = decoder(data, 2)
-    except (DecodeError, struct.error, IndexError, UnicodeDecodeError) as e:
-        raise OffsetsFormatError(f"malformed {what}: {e}") from None
-    if end != len(data):
-        if end > len(data):
-            raise OffsetsFormatError(f"truncated {what}")
-        raise OffsetsFormatError(f"{len(data) - end} trailing bytes in {what}")
-    return value
+    return parse_body(decoder, data, what, utf8_errors_are_corrupt=True)
 
 
 def _uuid(topic_id: bytes) -> bytes:

@@ -39,8 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
-from protocol.primitives import DecodeError
-from storage.records.errors import OffsetsFormatError
+from storage.records.errors import OffsetsFormatError, parse_body
 from storage.records.messages import offsets as gen
 
 __all__ = [
@@ -132,20 +131,9 @@ class GroupMetadataValue:
 _T = TypeVar("_T")
 
 
-def decode_body(decoder: Callable[[bytes, int], tuple[_T, int]], data: bytes, what: str) -> _T:
-    """Run a generated decoder over ``data`` after its int16 prefix; all of it must parse.
-
-    A string that is not UTF-8 raises UnicodeDecodeError (see storage.records.errors).
-    """
-    try:
-        value, end = decoder(data, 2)
-    except (DecodeError, struct.error, IndexError) as e:
-        raise OffsetsFormatError(f"truncated or malformed {what}: {e}") from None
-    if end != len(data):
-        if end > len(data):
-            raise OffsetsFormatError(f"truncated {what}")
-        raise OffsetsFormatError(f"{len(data) - end} trailing bytes in {what}")
-    return value
+def _parse(decoder: Callable[[bytes, int], tuple[_T, int]], data: bytes, what: str) -> _T:
+    # A string that is not UTF-8 raises UnicodeDecodeError here (see storage.records.errors).
+    return parse_body(decoder, data, what, utf8_errors_are_corrupt=False)
 
 
 _PREFIX = tuple(_I16.pack(v) for v in range(5))
@@ -169,7 +157,7 @@ def encode_group_metadata_key(group: str) -> bytes:
 
 def decode_group_metadata_key(data: bytes) -> GroupMetadataKey:
     """A key of record type 2 (the caller checked the prefix)."""
-    key = decode_body(gen.GROUP_METADATA_KEY_DECODERS[0], data, "group metadata key")
+    key = _parse(gen.GROUP_METADATA_KEY_DECODERS[0], data, "group metadata key")
     return GroupMetadataKey(key.group, 2)
 
 
@@ -225,7 +213,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     decoder = gen.OFFSET_COMMIT_VALUE_DECODERS.get(version)
     if decoder is None:
         raise OffsetsFormatError(f"unknown OffsetCommitValue version {version}")
-    v = decode_body(decoder, data, "OffsetCommitValue")
+    v = _parse(decoder, data, "OffsetCommitValue")
     return OffsetCommitValue(
         v.offset, v.metadata, v.commit_timestamp, v.leader_epoch, v.expire_timestamp, version
     )
@@ -275,7 +263,7 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     decoder = gen.GROUP_METADATA_VALUE_DECODERS.get(version)
     if decoder is None:
         raise OffsetsFormatError(f"unknown GroupMetadataValue version {version}")
-    v = decode_body(decoder, data, "GroupMetadataValue")
+    v = _parse(decoder, data, "GroupMetadataValue")
     members = tuple(
         MemberMetadata(
             m.member_id,
