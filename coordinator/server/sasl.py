@@ -15,7 +15,7 @@ Kafka's:
   unframed (a size-prefixed token each way, no request header: Kafka 0.10 clients);
 * SaslAuthenticate carries the mechanism's tokens; any other request fails the exchange.
   A failed exchange answers SASL_AUTHENTICATION_FAILED with Kafka's message that says only
-  which mechanism failed (unframed: no answer), and the transport sends it and closes after
+  which mechanism failed (unframed: no answer), and the connection sends it and closes after
   ``connection.failed.authentication.delay.ms`` (the connection is not read meanwhile);
 * on success the session lifetime (KIP-368) is the smaller of the credential's own
   (OAUTHBEARER's token) and ``connections.max.reauth.ms`` for the mechanism, 0 meaning none;
@@ -25,7 +25,7 @@ Kafka's:
   most once a second, as Kafka), which must use the same mechanism and end with the same
   principal.
 
-The session never touches the socket; the transport (``transport.py``) sends, delays and
+The session never touches the socket; the connection (``connection.py``) sends, delays and
 closes. Nothing here blocks: the mechanisms (``coordinator/security/sasl``: what a listener
 authenticates with) look credentials up in memory.
 
@@ -34,7 +34,7 @@ SaslAuthenticate go to their handlers like any other request and are answered as
 KafkaApis answers them (``sasl_handshake_after_authentication``,
 ``sasl_authenticate_after_authentication``): SaslHandshake with ILLEGAL_SASL_STATE,
 SaslAuthenticate with ILLEGAL_SASL_STATE and "SaslAuthenticate request received after
-successful authentication" (a KIP-368 re-authentication starts in the transport before any
+successful authentication" (a KIP-368 re-authentication starts in the connection before any
 handler sees the request).
 """
 
@@ -169,7 +169,7 @@ class SaslSession:
         self.last_reauth_ns = 0
         self.reauthentications = 0
 
-    # -- what the transport asks
+    # -- what the connection asks
     @property
     def authenticated(self) -> bool:
         return self.state is _State.COMPLETE
