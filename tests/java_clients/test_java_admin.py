@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# The one list of argued differences, and its matching rules, are the differential suite's.
-from support.diffkit import Difference, load_known
+from support.diffkit import Difference, load_known  # the differential suite's argued list
 from support.javakit import AdminSession, Clients
 from support.kafkaserver import KafkaServer
 from support.kgc_process import KgcProcess
