@@ -4,11 +4,10 @@
   its Result (records appended, replies released once durable, the one timer wake-up) and
   rebuilds a partition from its log when a write fails;
 * ``replay.py``: reading an offsets partition back into the shard, every batch checked;
-* ``responses.py``: the answers the runtime makes up itself (a failed handler, a failed
-  append or fsync).
+* ``responses.py``: the answers the runtime makes up itself for a failed append or fsync
+  (a failed handler is answered in its API's error shape, ``protocol/error_responses.py``).
 """
 
 from coordinator.runtime.group_runtime import GroupRuntime
-from coordinator.runtime.responses import error_response
 
-__all__ = ["GroupRuntime", "error_response"]
+__all__ = ["GroupRuntime"]

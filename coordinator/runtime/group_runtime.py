@@ -57,25 +57,11 @@ from coordinator.group.events import render
 from coordinator.group.partitions import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
-from coordinator.runtime.responses import error_response, storage_error_reply
+from coordinator.runtime.responses import storage_error_reply
 from coordinator.server.handler import ClientInfo, Deferred, Pending
+from protocol.error_responses import error_response
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import (
-    consumer_group_describe,
-    consumer_group_heartbeat,
-    delete_groups,
-    describe_groups,
-    heartbeat,
-    join_group,
-    leave_group,
-    list_groups,
-    offset_commit,
-    offset_delete,
-    offset_fetch,
-    sync_group,
-    txn_offset_commit,
-)
 from storage.interface import Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
 from storage.records import OFFSETS_TOPIC
 
@@ -119,20 +105,6 @@ def _batches(
         cut = end
     if start < len(records):
         yield records[start:]
-
-
-def _sync_group_checked(
-    inner: Callable[[RequestHeader, Any, ClientInfo], Any],
-    header: RequestHeader,
-    body: Any,
-    client: ClientInfo,
-) -> Any:
-    """SyncGroup as Kafka's API layer takes it (KafkaApis.handleSyncGroupRequest): from v5
-    the protocol type and name are mandatory, else INCONSISTENT_GROUP_PROTOCOL before any
-    group check."""
-    if header.api_version >= 5 and (body.protocol_type is None or body.protocol_name is None):
-        return sync_group.Response(error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-    return inner(header, body, client)
 
 
 class GroupRuntime:
@@ -195,32 +167,6 @@ class GroupRuntime:
             plog.on_cut_back.append(functools.partial(self._cut_back, p))
 
     # -- wiring
-    def handlers(self) -> dict[int, Callable[[RequestHeader, Any, ClientInfo], Any]]:
-        s = self.shard
-        table: dict[int, Callable[..., Result]] = {
-            join_group.API_KEY: s.join_group,
-            sync_group.API_KEY: s.sync_group,
-            heartbeat.API_KEY: s.heartbeat,
-            leave_group.API_KEY: s.leave_group,
-            offset_commit.API_KEY: s.offset_commit,
-            txn_offset_commit.API_KEY: s.txn_offset_commit,
-            offset_fetch.API_KEY: s.offset_fetch,
-            offset_delete.API_KEY: s.offset_delete,
-            describe_groups.API_KEY: s.describe_groups,
-            list_groups.API_KEY: s.list_groups,
-            delete_groups.API_KEY: s.delete_groups,
-            consumer_group_heartbeat.API_KEY: s.consumer_group_heartbeat,
-            consumer_group_describe.API_KEY: s.consumer_group_describe,
-        }
-
-        handlers: dict[int, Callable[[RequestHeader, Any, ClientInfo], Any]] = {
-            key: functools.partial(self.call, method) for key, method in table.items()
-        }
-        handlers[sync_group.API_KEY] = functools.partial(
-            _sync_group_checked, handlers[sync_group.API_KEY]
-        )
-        return handlers
-
     # -- requests
     def call(
         self, method: Callable[..., Result], header: RequestHeader, body: Any, client: ClientInfo

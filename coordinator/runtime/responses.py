@@ -2,7 +2,7 @@
 
 How this works: the group core prepares every answer, but two failures happen outside it.
 A request whose handler raised (a bug) is answered ``error_response(..., UNKNOWN)`` in its
-API's shape. Replies whose records could not be appended or made durable are turned into
+API's shape (``protocol/error_responses.py``). Replies whose records could not be appended or made durable are turned into
 ``storage_error_reply``: NOT_COORDINATOR where the records went to a failed partition
 (Kafka's coordinator maps KAFKA_STORAGE_ERROR to it), the rest kept as prepared.
 """
@@ -15,22 +15,18 @@ from typing import Any
 
 from protocol.errors import ErrorCode
 from protocol.messages import (
-    consumer_group_describe,
     consumer_group_heartbeat,
     delete_groups,
-    describe_groups,
     heartbeat,
     join_group,
     leave_group,
-    list_groups,
     offset_commit,
     offset_delete,
-    offset_fetch,
     sync_group,
     txn_offset_commit,
 )
 
-__all__ = ["STORAGE_FAILED", "error_response", "storage_error_reply"]
+__all__ = ["STORAGE_FAILED", "storage_error_reply"]
 
 STORAGE_FAILED = ErrorCode.NOT_COORDINATOR  # Kafka: KAFKA_STORAGE_ERROR -> NOT_COORDINATOR
 
@@ -78,95 +74,3 @@ def storage_error_reply(reply: Any, failed: set[int], partition_of: Callable[[st
     if isinstance(reply, consumer_group_heartbeat.Response):
         return consumer_group_heartbeat.Response(error_code=code)
     return reply  # answers that never depend on records (fetch, describe, list)
-
-
-def error_response(api_key: int, version: int, req: Any, code: ErrorCode) -> Any:
-    """The answer of a group API to ``req`` failing as a whole with ``code``."""
-    if api_key == offset_commit.API_KEY:
-        return offset_commit.Response(
-            topics=[
-                offset_commit.OffsetCommitResponseTopic(
-                    name=t.name,
-                    topic_id=t.topic_id,
-                    partitions=[
-                        offset_commit.OffsetCommitResponsePartition(
-                            partition_index=p.partition_index, error_code=code
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ]
-        )
-    if api_key == txn_offset_commit.API_KEY:
-        return txn_offset_commit.Response(
-            topics=[
-                txn_offset_commit.TxnOffsetCommitResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        txn_offset_commit.TxnOffsetCommitResponsePartition(
-                            partition_index=p.partition_index, error_code=code
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ]
-        )
-    if api_key == offset_fetch.API_KEY:
-        if version >= 8:
-            return offset_fetch.Response(
-                groups=[
-                    offset_fetch.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code)
-                    for g in req.groups
-                ]
-            )
-        if version >= 2:
-            return offset_fetch.Response(error_code=code)
-        return offset_fetch.Response(
-            topics=[
-                offset_fetch.OffsetFetchResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        offset_fetch.OffsetFetchResponsePartition(
-                            partition_index=p, committed_offset=-1, error_code=code
-                        )
-                        for p in t.partition_indexes
-                    ],
-                )
-                for t in req.topics or []
-            ]
-        )
-    if api_key == join_group.API_KEY:
-        return join_group.Response(error_code=code, member_id=req.member_id)
-    if api_key == sync_group.API_KEY:
-        return sync_group.Response(error_code=code)
-    if api_key == heartbeat.API_KEY:
-        return heartbeat.Response(error_code=code)
-    if api_key == leave_group.API_KEY:
-        return leave_group.Response(error_code=code)
-    if api_key == offset_delete.API_KEY:
-        return offset_delete.Response(error_code=code)
-    if api_key == describe_groups.API_KEY:
-        return describe_groups.Response(
-            groups=[describe_groups.DescribedGroup(error_code=code, group_id=g) for g in req.groups]
-        )
-    if api_key == list_groups.API_KEY:
-        return list_groups.Response(error_code=code)
-    if api_key == delete_groups.API_KEY:
-        return delete_groups.Response(
-            results=[
-                delete_groups.DeletableGroupResult(group_id=g, error_code=code)
-                for g in req.groups_names
-            ]
-        )
-    if api_key == consumer_group_heartbeat.API_KEY:
-        return consumer_group_heartbeat.Response(error_code=code)
-    if api_key == consumer_group_describe.API_KEY:
-        return consumer_group_describe.Response(
-            groups=[
-                consumer_group_describe.DescribedGroup(error_code=code, group_id=g)
-                for g in req.group_ids
-            ]
-        )
-    raise ValueError(f"no error response for api key {api_key}")

@@ -47,11 +47,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from coordinator.runtime.responses import error_response
 from coordinator.security import AuthenticationError, KafkaPrincipal, SaslServer
 from coordinator.security.sasl import SaslListener
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import ClientInfo
+from protocol.error_responses import COORDINATOR_KEYS, error_response
 from protocol.errors import ErrorCode
 from protocol.framing import (
     API_VERSIONS_KEY,
@@ -388,9 +388,9 @@ class SaslSession:
             _, req = decode_request(frame)
         except (UnknownApi, DecodeError):
             return None
-        try:
+        if key in COORDINATOR_KEYS:
             body = error_response(key, version, req, code)
-        except ValueError:  # not a group API
+        else:
             response = BY_KEY[key].Response
             if "error_code" not in response.__dataclass_fields__:
                 return None
