@@ -188,7 +188,7 @@ def serve_once(
     else:
         from support.workerskit import Workers
 
-        from coordinator.server.placement import worker_of
+        from coordinator.placement import worker_of
 
         nparts = Settings(data_dir=data_dir).offsets_topic_num_partitions
         by_worker = {}

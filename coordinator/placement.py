@@ -18,10 +18,12 @@ while the node runs.
 
 from __future__ import annotations
 
+import socket
 import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from coordinator.config import Settings, parse_listeners
 from storage.records import OFFSETS_TOPIC
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "NodeAddress",
     "Placement",
     "WorkerPlacement",
+    "advertised_address",
+    "advertised_endpoints",
     "endpoint",
     "parse_endpoints",
     "worker_of",
@@ -169,3 +173,36 @@ class WorkerPlacement:
 
     def serves(self, topic: str, partition: int) -> bool:
         return True  # each worker opens its own partitions before it listens
+
+
+def advertised_endpoints(
+    settings: Settings, bound_ports: dict[str, int]
+) -> dict[str, tuple[str, int]]:
+    """The host and port given to clients of each listener, by listener name:
+    ``advertised.listeners`` (only the listeners it names are advertised, as in Kafka),
+    else every listener's own address, with ``advertised.host``/``advertised.port`` over
+    the first one's. A wildcard or empty host is replaced by this host's name, as Kafka
+    does; port 0 by the port bound (``bound_ports``)."""
+    out: dict[str, tuple[str, int]] = {}
+    if settings.advertised_listeners is not None:
+        for name, host, port in parse_listeners(
+            settings.advertised_listeners, "advertised.listeners"
+        ):
+            wildcard = host in ("", "0.0.0.0", "::")
+            out[name] = (socket.getfqdn() if wildcard else host, port or bound_ports.get(name, 0))
+        return out
+    for i, spec in enumerate(settings.listener_specs):
+        wildcard = spec.host in ("", "0.0.0.0", "::")
+        host = settings.advertised_host or (socket.getfqdn() if wildcard else spec.host)
+        port = bound_ports.get(spec.name, spec.port)
+        if i == 0 and settings.advertised_port:
+            port = settings.advertised_port
+        out[spec.name] = (host, port)
+    return out
+
+
+def advertised_address(settings: Settings, bound_port: int) -> tuple[str, int]:
+    """The host and port given to clients of the first listener (see advertised_endpoints)."""
+    first = settings.listener_specs[0].name
+    endpoints = advertised_endpoints(settings, {first: bound_port})
+    return endpoints.get(first) or next(iter(endpoints.values()))

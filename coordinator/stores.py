@@ -25,7 +25,7 @@ the base class both engines already extend, ``security.acl_store.AclStore`` (the
 admin APIs, below this module, type against it), re-exported here. The topic catalog is
 not among them: on one process it is the in-memory image itself (``catalog.TopicCatalog``,
 changed synchronously) and in a cluster an asynchronous writer over that image
-(``catalog.SharedCatalog``, ``server.broker.SharedTopics``).
+(``catalog.SharedCatalog``, ``apis.topics.SharedTopics``).
 """
 
 from __future__ import annotations

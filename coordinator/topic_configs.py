@@ -22,7 +22,7 @@ silently ignored.
 for a topic), each with its broker synonyms (``ServerTopicConfigSynonyms``) and whether
 kgc honours it; ``effective`` is every config's value for a topic (its own, else the
 broker's default, else Kafka's); ``apply_incremental`` is the KRaft controller's
-SET/DELETE/APPEND/SUBTRACT on a topic's configs (coordinator/server/config_admin.py).
+SET/DELETE/APPEND/SUBTRACT on a topic's configs (coordinator/apis/configs.py).
 """
 
 from __future__ import annotations

@@ -1,16 +1,38 @@
-"""The API versions kgc serves, and nothing it does not.
+"""Every Kafka API kgc serves, in one table: its versions, its handler, its authorization.
 
-How this works: this table is what ApiVersions advertises and what the server accepts; a
-request outside it closes the connection, as Kafka does. The ranges are Kafka 4.x's, cut
-where kgc deliberately stops (topic-id-based versions, OffsetCommit/OffsetFetch v10 among
-them, are served because Metadata reports topic ids). ConsumerGroupHeartbeat and
-ConsumerGroupDescribe serve KIP-848 consumer groups beside the classic APIs. The group,
-offset and data-plane APIs (and CreateTopics/DeleteTopics) also serve the versions Kafka 4
-dropped (KIP-896) from Kafka 3.9's first one, so clients from before Kafka 0.11 work.
+How this works: ``API_TABLE`` maps each API key to an ``Api``: the version range kgc
+advertises (and accepts: a request outside it closes the connection, as Kafka does), the
+factory of its handler (which part of the node answers it, ``parts.Parts``), how its
+handler is authorized (a check beside the handler in its family module, bound in front of
+it) and Kafka's authorization decision in words (what KafkaApis asks the authorizer).
+``build(parts)`` makes the ``Dispatcher`` the transport routes through: one dict lookup
+and one pre-bound call per request. Adding an API is one entry here and one handler.
+
+The ranges are Kafka 4.x's, cut where kgc deliberately stops (topic-id-based versions,
+OffsetCommit/OffsetFetch v10 among them, are served because Metadata reports topic ids).
+ConsumerGroupHeartbeat and ConsumerGroupDescribe serve KIP-848 consumer groups beside the
+classic APIs. The group, offset and data-plane APIs (and CreateTopics/DeleteTopics) also
+serve the versions Kafka 4 dropped (KIP-896) from Kafka 3.9's first one, so clients from
+before Kafka 0.11 work.
+
+The families: ``groups.py`` (the group coordinator's 13 APIs), ``data.py`` (Produce, Fetch,
+ListOffsets, InitProducerId), ``topics.py`` (Metadata, Create/DeleteTopics),
+``cluster.py`` (ApiVersions, FindCoordinator, SASL), ``partitions.py`` (CreatePartitions,
+DeleteRecords, DescribeCluster, DescribeLogDirs), ``configs.py``, ``acls.py``,
+``scram.py``; ``authorize.py`` holds what their checks share.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from coordinator.apis import cluster, data, groups, topics
+from coordinator.apis.authorize import ApiAuthorizer, Check
+from coordinator.apis.parts import Factory, MissingPart, Parts, need
+from coordinator.server.dispatch import Dispatcher
+from coordinator.server.handler import Handler
+from protocol.framing import API_VERSIONS_KEY
 from protocol.messages import (
     alter_configs,
     alter_user_scram_credentials,
@@ -51,49 +73,294 @@ from protocol.messages import (
     txn_offset_commit,
 )
 
-# api key -> (min, max) advertised.
-SUPPORTED: dict[int, tuple[int, int]] = {
+__all__ = [
+    "API_TABLE",
+    "SUPPORTED",
+    "Api",
+    "Parts",
+    "authorized",
+    "before_authentication",
+    "build",
+    "checked",
+    "dispatcher",
+    "handlers",
+    "in_handler",
+    "read_group",
+]
+
+# (checks, handler) -> the handler with its authorization in front.
+Authorize = Callable[[ApiAuthorizer, Handler], Handler]
+
+
+def checked(check: Check) -> Authorize:
+    """Authorized by ``check`` (a function beside the handler) before the handler runs."""
+    return lambda checks, handler: checks.bind(check, handler)
+
+
+def read_group(checks: ApiAuthorizer, handler: Handler) -> Handler:
+    """READ on the request's group, remembered per connection (every heartbeat's check)."""
+    return checks.group_read(handler)
+
+
+def in_handler(checks: ApiAuthorizer, handler: Handler) -> Handler:
+    """The handler authorizes itself (where in the request a check falls shapes the
+    answer); bound only to count its denials under its API."""
+    return checks.counted(handler)
+
+
+def before_authentication(checks: ApiAuthorizer, handler: Handler) -> Handler:
+    """Answered before anyone is known, as in Kafka: nothing to check."""
+    return handler
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    versions: tuple[int, int]  # (min, max) advertised
+    # None for ApiVersions alone: ``dispatcher`` answers it from what the others serve.
+    handler: Factory | None
+    authorize: Authorize
+    # What KafkaApis asks the authorizer, "OPERATION RESOURCE_TYPE" each (none: before
+    # authentication).
+    acl: tuple[str, ...]
+
+
+_shard = groups.on_shard
+
+API_TABLE: dict[int, Api] = {
     # Kafka 3.9's ranges below Kafka 4's (KIP-896): magic 0/1 message sets for Produce
     # v0-2 and Fetch v0-3, ListOffsets v0's offset lists (dataplane/legacy.py).
-    produce.API_KEY: (0, 12),
-    fetch.API_KEY: (0, 17),
-    list_offsets.API_KEY: (0, 10),
-    metadata.API_KEY: (0, 12),
-    offset_commit.API_KEY: (0, 10),
-    offset_fetch.API_KEY: (0, 10),
-    find_coordinator.API_KEY: (0, 6),
-    join_group.API_KEY: (0, 9),
-    heartbeat.API_KEY: (0, 4),
-    leave_group.API_KEY: (0, 5),
-    sync_group.API_KEY: (0, 5),
-    describe_groups.API_KEY: (0, 6),
-    list_groups.API_KEY: (0, 5),
-    sasl_handshake.API_KEY: (0, 1),
-    api_versions.API_KEY: (0, 4),
-    create_topics.API_KEY: (0, 7),
-    delete_topics.API_KEY: (0, 6),
-    init_producer_id.API_KEY: (0, 5),
-    txn_offset_commit.API_KEY: (0, 5),
-    delete_groups.API_KEY: (0, 3),
-    sasl_authenticate.API_KEY: (0, 2),
-    offset_delete.API_KEY: (0, 0),
-    consumer_group_heartbeat.API_KEY: (0, 1),
-    consumer_group_describe.API_KEY: (0, 1),
-    describe_user_scram_credentials.API_KEY: (0, 0),
-    alter_user_scram_credentials.API_KEY: (0, 0),
+    produce.API_KEY: Api(
+        (0, 12),
+        lambda p: need(p.data, "data").produce,
+        checked(data.authorize_produce),
+        ("WRITE TRANSACTIONAL_ID", "WRITE TOPIC"),
+    ),
+    fetch.API_KEY: Api(
+        (0, 17),
+        lambda p: need(p.data, "data").fetch,
+        checked(data.authorize_fetch),
+        ("READ TOPIC",),
+    ),
+    list_offsets.API_KEY: Api(
+        (0, 10),
+        lambda p: need(p.data, "data").list_offsets,
+        checked(data.authorize_list_offsets),
+        ("DESCRIBE TOPIC",),
+    ),
+    metadata.API_KEY: Api(
+        (0, 12),
+        lambda p: need(p.broker, "broker").metadata,
+        checked(topics.authorize_metadata),
+        ("DESCRIBE TOPIC", "CREATE CLUSTER", "CREATE TOPIC", "DESCRIBE CLUSTER"),
+    ),
+    offset_commit.API_KEY: Api(
+        (0, 10),
+        _shard(lambda s: s.offset_commit),
+        checked(groups.authorize_offset_commit),
+        ("READ GROUP", "READ TOPIC"),
+    ),
+    offset_fetch.API_KEY: Api(
+        (0, 10),
+        _shard(lambda s: s.offset_fetch),
+        checked(groups.authorize_offset_fetch),
+        ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
+    ),
+    find_coordinator.API_KEY: Api(
+        (0, 6),
+        cluster.find_coordinator_handler,
+        checked(cluster.authorize_find_coordinator),
+        ("DESCRIBE GROUP", "DESCRIBE TRANSACTIONAL_ID"),
+    ),
+    join_group.API_KEY: Api((0, 9), _shard(lambda s: s.join_group), read_group, ("READ GROUP",)),
+    heartbeat.API_KEY: Api((0, 4), _shard(lambda s: s.heartbeat), read_group, ("READ GROUP",)),
+    leave_group.API_KEY: Api((0, 5), _shard(lambda s: s.leave_group), read_group, ("READ GROUP",)),
+    sync_group.API_KEY: Api((0, 5), groups.sync_group_handler, read_group, ("READ GROUP",)),
+    describe_groups.API_KEY: Api(
+        (0, 6),
+        _shard(lambda s: s.describe_groups),
+        checked(groups.authorize_describe_groups),
+        ("DESCRIBE GROUP",),
+    ),
+    list_groups.API_KEY: Api(
+        (0, 5),
+        _shard(lambda s: s.list_groups),
+        checked(groups.authorize_list_groups),
+        ("DESCRIBE CLUSTER", "DESCRIBE GROUP"),
+    ),
+    sasl_handshake.API_KEY: Api((0, 1), cluster.sasl_handshake_handler, before_authentication, ()),
+    api_versions.API_KEY: Api((0, 4), None, before_authentication, ()),
+    create_topics.API_KEY: Api(
+        (0, 7),
+        lambda p: need(p.broker, "broker").create_topics,
+        checked(topics.authorize_create_topics),
+        ("CREATE CLUSTER", "CREATE TOPIC"),
+    ),
+    delete_topics.API_KEY: Api(
+        (0, 6),
+        lambda p: need(p.broker, "broker").delete_topics,
+        checked(topics.authorize_delete_topics),
+        ("DELETE TOPIC",),
+    ),
+    init_producer_id.API_KEY: Api(
+        (0, 5),
+        lambda p: need(p.data, "data").init_producer_id,
+        checked(data.authorize_init_producer_id),
+        ("WRITE TRANSACTIONAL_ID", "IDEMPOTENT_WRITE CLUSTER", "WRITE TOPIC"),
+    ),
+    txn_offset_commit.API_KEY: Api(
+        (0, 5),
+        _shard(lambda s: s.txn_offset_commit),
+        checked(groups.authorize_txn_offset_commit),
+        ("WRITE TRANSACTIONAL_ID", "READ GROUP", "READ TOPIC"),
+    ),
+    delete_groups.API_KEY: Api(
+        (0, 3),
+        _shard(lambda s: s.delete_groups),
+        checked(groups.authorize_delete_groups),
+        ("DELETE GROUP",),
+    ),
+    sasl_authenticate.API_KEY: Api(
+        (0, 2), cluster.sasl_authenticate_handler, before_authentication, ()
+    ),
+    offset_delete.API_KEY: Api(
+        (0, 0),
+        _shard(lambda s: s.offset_delete),
+        checked(groups.authorize_offset_delete),
+        ("DELETE GROUP", "READ TOPIC"),
+    ),
+    consumer_group_heartbeat.API_KEY: Api(
+        (0, 1),
+        _shard(lambda s: s.consumer_group_heartbeat),
+        checked(groups.authorize_consumer_group_heartbeat),
+        ("READ GROUP", "DESCRIBE TOPIC"),
+    ),
+    consumer_group_describe.API_KEY: Api(
+        (0, 1),
+        _shard(lambda s: s.consumer_group_describe),
+        checked(groups.authorize_consumer_group_describe),
+        ("DESCRIBE GROUP",),
+    ),
+    describe_user_scram_credentials.API_KEY: Api(
+        (0, 0),
+        lambda p: need(p.scram, "scram").describe_user_scram_credentials,
+        in_handler,
+        ("DESCRIBE CLUSTER",),
+    ),
+    alter_user_scram_credentials.API_KEY: Api(
+        (0, 0),
+        lambda p: need(p.scram, "scram").alter_user_scram_credentials,
+        in_handler,
+        ("ALTER CLUSTER",),
+    ),
     # Kafka 4 serves the ACL APIs from v1 (v0 knew only LITERAL patterns).
-    describe_acls.API_KEY: (1, 3),
-    create_acls.API_KEY: (1, 3),
-    delete_acls.API_KEY: (1, 3),
-    # The admin APIs tools call (issue 17), at Kafka 4.x's ranges.
-    describe_configs.API_KEY: (1, 4),
-    alter_configs.API_KEY: (0, 2),
-    incremental_alter_configs.API_KEY: (0, 1),
-    create_partitions.API_KEY: (0, 3),
-    delete_records.API_KEY: (0, 2),
-    describe_cluster.API_KEY: (0, 2),
-    describe_log_dirs.API_KEY: (1, 5),
+    describe_acls.API_KEY: Api(
+        (1, 3), lambda p: need(p.acls, "acls").describe_acls, in_handler, ("DESCRIBE CLUSTER",)
+    ),
+    create_acls.API_KEY: Api(
+        (1, 3), lambda p: need(p.acls, "acls").create_acls, in_handler, ("ALTER CLUSTER",)
+    ),
+    delete_acls.API_KEY: Api(
+        (1, 3), lambda p: need(p.acls, "acls").delete_acls, in_handler, ("ALTER CLUSTER",)
+    ),
+    # The admin APIs tools call, at Kafka 4.x's ranges.
+    describe_configs.API_KEY: Api(
+        (1, 4),
+        lambda p: need(p.configs, "configs").describe_configs,
+        in_handler,
+        ("DESCRIBE_CONFIGS TOPIC", "DESCRIBE_CONFIGS GROUP", "DESCRIBE_CONFIGS CLUSTER"),
+    ),
+    alter_configs.API_KEY: Api(
+        (0, 2),
+        lambda p: need(p.configs, "configs").alter_configs,
+        in_handler,
+        ("ALTER_CONFIGS TOPIC", "ALTER_CONFIGS GROUP", "ALTER_CONFIGS CLUSTER"),
+    ),
+    incremental_alter_configs.API_KEY: Api(
+        (0, 1),
+        lambda p: need(p.configs, "configs").incremental_alter_configs,
+        in_handler,
+        ("ALTER_CONFIGS TOPIC", "ALTER_CONFIGS GROUP", "ALTER_CONFIGS CLUSTER"),
+    ),
+    create_partitions.API_KEY: Api(
+        (0, 3),
+        lambda p: need(p.partitions, "partitions").create_partitions,
+        in_handler,
+        ("ALTER TOPIC",),
+    ),
+    delete_records.API_KEY: Api(
+        (0, 2),
+        lambda p: need(p.partitions, "partitions").delete_records,
+        in_handler,
+        ("DELETE TOPIC",),
+    ),
+    describe_cluster.API_KEY: Api(
+        (0, 2),
+        lambda p: need(p.partitions, "partitions").describe_cluster,
+        in_handler,
+        ("DESCRIBE CLUSTER",),
+    ),
+    describe_log_dirs.API_KEY: Api(
+        (1, 5),
+        lambda p: need(p.partitions, "partitions").describe_log_dirs,
+        in_handler,
+        ("DESCRIBE CLUSTER",),
+    ),
     # kafka-configs asks which groups have configs (KIP-1142; v0 was
     # ListClientMetricsResources).
-    list_config_resources.API_KEY: (0, 1),
+    list_config_resources.API_KEY: Api(
+        (0, 1),
+        lambda p: need(p.configs, "configs").list_config_resources,
+        in_handler,
+        ("DESCRIBE_CONFIGS CLUSTER",),
+    ),
 }
+
+# api key -> (min, max) advertised.
+SUPPORTED: dict[int, tuple[int, int]] = {k: api.versions for k, api in API_TABLE.items()}
+
+
+def handlers(parts: Parts) -> dict[int, Handler]:
+    """The handler of every API whose part is among ``parts``, authorization bound in."""
+    out: dict[int, Handler] = {}
+    for key, api in API_TABLE.items():
+        if api.handler is None:
+            continue  # ApiVersions: made by ``dispatcher``, from what the others serve
+        try:
+            handler = api.handler(parts)
+        except MissingPart:
+            continue
+        out[key] = handler if parts.checks is None else api.authorize(parts.checks, handler)
+    return out
+
+
+def authorized(checks: ApiAuthorizer, table: Mapping[int, Handler]) -> dict[int, Handler]:
+    """``table``'s handlers with each API's authorization in front (tests: stand-ins).
+    Fails closed: an API the table does not know has no check, and is refused."""
+    unchecked = sorted(set(table) - set(API_TABLE))
+    if unchecked:
+        raise ValueError(f"api keys served without an authorization check: {unchecked}")
+    return {key: API_TABLE[key].authorize(checks, h) for key, h in table.items()}
+
+
+def dispatcher(*tables: Mapping[int, Handler]) -> Dispatcher:
+    """The dispatcher of these handlers (an API key may have one only), with ApiVersions
+    advertising exactly them, at the table's versions."""
+    merged: dict[int, Handler] = {}
+    for table in tables:
+        for key, handler in table.items():
+            if key in merged or key == API_VERSIONS_KEY:
+                raise ValueError(f"api key {key} has two handlers")
+            merged[key] = handler
+    supported = {k: v for k, v in SUPPORTED.items() if k in merged or k == API_VERSIONS_KEY}
+    merged[API_VERSIONS_KEY] = cluster.ApiVersions(supported)
+    return Dispatcher(merged, supported)
+
+
+def build(parts: Parts) -> Dispatcher:
+    """A node's dispatcher: every API in the table answered by ``parts``. Start-up fails
+    here if one lacks its part: an advertised API would have no handler."""
+    table = handlers(parts)
+    missing = sorted(set(API_TABLE) - set(table) - {API_VERSIONS_KEY})
+    if missing:
+        raise ValueError(f"api keys without a handler: {missing}")
+    return dispatcher(table)

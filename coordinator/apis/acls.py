@@ -51,10 +51,9 @@ from coordinator.security.acl import (
     parse_super_users,
 )
 from coordinator.security.acl_store import AclStore
-from coordinator.server.handler import CLOSE_CONNECTION, ClientInfo, Deferred, Handler, Outcome
+from coordinator.server.handler import CLOSE_CONNECTION, ClientInfo, Deferred, Outcome
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import create_acls, delete_acls, describe_acls
 from protocol.messages.create_acls import (
     AclCreationResult,
     CreateAclsRequest,
@@ -106,13 +105,6 @@ class AclAdmin:
     def __init__(self, store: AclStore | None, authorizer: Authorizer | None) -> None:
         self.store = store
         self.authorizer = authorizer
-
-    def handlers(self) -> dict[int, Handler]:
-        return {
-            create_acls.API_KEY: self.create_acls,
-            describe_acls.API_KEY: self.describe_acls,
-            delete_acls.API_KEY: self.delete_acls,
-        }
 
     def _cluster_allowed(self, client: ClientInfo, operation: AclOperation) -> bool:
         if self.authorizer is None:

@@ -52,23 +52,49 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any
 
 from coordinator import group_configs, topic_configs
-from coordinator.catalog import MAX_NAME_LENGTH, TopicCatalog, TopicInfo
-from coordinator.config import Settings, kafka_name, offsets_log_config
+from coordinator.catalog import TopicCatalog, TopicInfo
+from coordinator.config import Settings, offsets_log_config
+from coordinator.config_resources import (
+    BROKER,
+    BROKER_LOGGER,
+    CLIENT_METRICS,
+    CONFIG_TYPES,
+    DEFAULT_CONFIG,
+    DEFAULT_MESSAGES,
+    DELETE,
+    DYNAMIC_BROKER_LOGGER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    GROUP,
+    GROUP_CONFIG,
+    KNOWN_TYPES,
+    OP_NAMES,
+    SET,
+    TOPIC,
+    BrokerSetting,
+    ConfigApiError,
+    alter_loggers,
+    broker_entries,
+    broker_synonyms,
+    check_broker_change,
+    config_synonyms,
+    denied,
+    invalid_request,
+    java_int,
+    kafka_topic_error,
+    loggers,
+)
 from coordinator.security.acl import AclOperation, Authorizer, ResourceType
-from coordinator.server.handler import ClientInfo, Deferred, Handler
+from coordinator.server.handler import ClientInfo, Deferred
 from coordinator.topic_configs import InvalidConfigError
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import (
     alter_configs,
-    describe_configs,
     incremental_alter_configs,
     list_config_resources,
 )
@@ -87,351 +113,14 @@ if TYPE_CHECKING:
     from coordinator.runtime import GroupRuntime
     from coordinator.stores import GroupConfigStore
 
-__all__ = ["ConfigAdmin", "apply_topic_configs", "broker_entries"]
+__all__ = ["ConfigAdmin", "apply_topic_configs"]
 
 log = logging.getLogger("kgc.config_admin")
 
-# ConfigResource.Type
-UNKNOWN, TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 0, 2, 4, 8, 16, 32
-_KNOWN_TYPES = (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
-# DescribeConfigsResponse.ConfigSource
-DYNAMIC_TOPIC_CONFIG = 1
-DYNAMIC_BROKER_CONFIG = 2
-DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
-DYNAMIC_BROKER_LOGGER_CONFIG = 6
-GROUP_CONFIG = 8
-# DescribeConfigsResponse.ConfigType
-CONFIG_TYPES = {
-    "BOOLEAN": 1,
-    "STRING": 2,
-    "INT": 3,
-    "SHORT": 4,
-    "LONG": 5,
-    "DOUBLE": 6,
-    "LIST": 7,
-    "CLASS": 8,
-    "PASSWORD": 9,
-}
-# AlterConfigOp.OpType
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-_OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
-
-# Errors.message() of the codes answered with Kafka's default message.
-_DEFAULT_MESSAGES = {
-    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
-    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
-    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
-    ErrorCode.INVALID_REQUEST: (
-        "This most likely occurs because of a request being malformed by the client "
-        "library or the message was sent to an incompatible broker. See the broker logs "
-        "for more details."
-    ),
-}
 CLUSTER_NAME = "kafka-cluster"
 
 # The configs Kafka's __consumer_offsets is created with (GroupCoordinator.groupMetadataTopicConfigs).
 _OFFSETS_TOPIC_OVERRIDES = ("cleanup.policy", "compression.type", "segment.bytes")
-
-
-class ConfigApiError(Exception):
-    """A resource's answer: ``code`` and Kafka's message (None: no message)."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _denied(code: ErrorCode) -> ConfigApiError:
-    return ConfigApiError(code, _DEFAULT_MESSAGES[code])
-
-
-def _invalid_request(message: str) -> ConfigApiError:
-    return ConfigApiError(ErrorCode.INVALID_REQUEST, message)
-
-
-def kafka_topic_error(name: str) -> str | None:
-    """Why ``name`` is not a legal topic name, in Kafka's Topic.validate words, or None."""
-    if not name:
-        why = "the empty string is not allowed"
-    elif name == ".":
-        why = "'.' is not allowed"
-    elif name == "..":
-        why = "'..' is not allowed"
-    elif len(name) > MAX_NAME_LENGTH:
-        why = f"the length of '{name}' is longer than the max allowed length {MAX_NAME_LENGTH}"
-    elif not re.fullmatch(r"[a-zA-Z0-9._-]+", name):
-        why = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
-    else:
-        return None
-    return f"Topic name is invalid: {why}"
-
-
-# -------------------------------------------------------------------- broker settings
-
-# Kafka's types of the broker settings kgc has, where not plain INT/STRING/BOOLEAN.
-_LONG = frozenset(
-    {
-        "log.roll.ms",
-        "log.retention.ms",
-        "log.retention.bytes",
-        "log.cleaner.delete.retention.ms",
-        "log.cleaner.backoff.ms",
-        "log.flush.interval.ms",
-        "log.flush.interval.messages",
-        "offsets.retention.check.interval.ms",
-        "queued.max.request.bytes",
-        "connections.max.idle.ms",
-        "connections.max.reauth.ms",
-        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
-        "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
-        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
-    }
-)
-_LIST = frozenset(
-    {
-        "listeners",
-        "advertised.listeners",
-        "sasl.enabled.mechanisms",
-        "ssl.enabled.protocols",
-        "ssl.cipher.suites",
-        "group.consumer.assignors",
-        "sasl.oauthbearer.expected.audience",
-    }
-)
-# PASSWORD-typed (Kafka) or holding a secret (storage.url's password): sensitive, never shown.
-_PASSWORD = frozenset(
-    {
-        "ssl.keystore.password",
-        "ssl.key.password",
-        "ssl.truststore.password",
-        "ssl.keystore.key",
-        "ssl.keystore.certificate.chain",
-        "ssl.truststore.certificates",
-        "sasl.jaas.config",
-        "storage.url",
-    }
-)
-# Kafka's ListenerMechanismConfigs: listener.name.<l>.<mechanism>.<config> has <config> as synonym.
-_MECHANISM_CONFIGS = (
-    "sasl.jaas.config",
-    "sasl.server.callback.handler.class",
-    "sasl.login.class",
-    "sasl.login.callback.handler.class",
-    "connections.max.reauth.ms",
-    "sasl.server.max.receive.size",
-)
-_LISTENER_CONFIG = re.compile(r"listener\.name\.[^.]*\.(.*)")
-
-
-def _base_name(name: str) -> str:
-    """The unprefixed name of a listener-scoped setting (``listener.name.x.ssl.a`` -> ``ssl.a``)."""
-    m = _LISTENER_CONFIG.fullmatch(name)
-    if m is None:
-        return name
-    base = m.group(1)
-    return next((c for c in _MECHANISM_CONFIGS if base.endswith(c)), base)
-
-
-def broker_synonyms(name: str) -> list[str]:
-    """DynamicBrokerConfig.brokerConfigSynonyms(name, matchListenerOverride = true)."""
-    families = (
-        ("log.roll.ms", "log.roll.hours"),
-        ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-        ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-        ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    )
-    for family in families:
-        if name in family:
-            return list(family)
-    if _LISTENER_CONFIG.fullmatch(name):
-        return [name, _base_name(name)]
-    return [name]
-
-
-def _kafka_type(name: str, annotation: Any) -> str:
-    base = _base_name(name)
-    if base in _PASSWORD:
-        return "PASSWORD"
-    if base in _LIST:
-        return "LIST"
-    if base in _LONG:
-        return "LONG"
-    args = get_args(annotation) if get_origin(annotation) in (Union, type(int | None)) else ()
-    kinds = [a for a in args if a is not type(None)] or [annotation]
-    if bool in kinds:
-        return "BOOLEAN"
-    if int in kinds:
-        return "INT"
-    if get_origin(kinds[0]) is Literal or kinds[0] in (str, Path):
-        return "STRING"
-    return "STRING"
-
-
-def _as_string(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerSetting:
-    """One broker setting as DescribeConfigs reports it."""
-
-    name: str  # Kafka's name
-    value: str | None
-    type: str  # Kafka's ConfigDef.Type name
-    doc: str
-    default: str | None  # its default (DEFAULT_CONFIG synonym), None if it has none
-    static: bool  # given explicitly (STATIC_BROKER_CONFIG)
-
-    @property
-    def sensitive(self) -> bool:
-        return self.type == "PASSWORD"
-
-
-def broker_entries(settings: Settings) -> dict[str, BrokerSetting]:
-    """Every kgc setting under its Kafka name (listener-scoped ones included)."""
-    fields = type(settings).model_fields
-    given = settings.model_fields_set
-    out: dict[str, BrokerSetting] = {}
-    for field, info in fields.items():
-        if field == "listener_name_configs":
-            continue
-        name = kafka_name(field)
-        default = info.get_default(call_default_factory=True)
-        out[name] = BrokerSetting(
-            name=name,
-            value=_as_string(getattr(settings, field)),
-            type=_kafka_type(name, info.annotation),
-            doc=info.description or "",
-            default=_as_string(default),
-            static=field in given,
-        )
-    for name, value in sorted(settings.listener_name_configs.items()):
-        base = _base_name(name)
-        field = base.replace(".", "_")
-        annotation = fields[field].annotation if field in fields else str
-        doc = fields[field].description or "" if field in fields else ""
-        out[name] = BrokerSetting(
-            name=name,
-            value=_as_string(value),
-            type=_kafka_type(name, annotation),
-            doc=f"{doc} (on listener {name.split('.')[2].upper()})",
-            default=None,
-            static=True,
-        )
-    return out
-
-
-# Kafka's static defaults (KafkaConfig.defaultValues) of the broker settings that give topics
-# their defaults, for the ones kgc does not have (None: Kafka defines no default).
-_KAFKA_BROKER_DEFAULTS: dict[str, str | None] = {
-    "log.roll.ms": None,
-    "log.roll.hours": "168",
-    "log.roll.jitter.ms": None,
-    "log.roll.jitter.hours": "0",
-    "log.index.size.max.bytes": "10485760",
-    "log.flush.interval.messages": str(topic_configs.LONG_MAX),
-    "log.flush.interval.ms": None,
-    "log.flush.scheduler.interval.ms": str(topic_configs.LONG_MAX),
-    "log.retention.ms": None,
-    "log.retention.minutes": None,
-    "log.retention.hours": "168",
-    "log.index.interval.bytes": "4096",
-    "log.cleaner.min.compaction.lag.ms": "0",
-    "log.cleaner.max.compaction.lag.ms": str(topic_configs.LONG_MAX),
-    "log.segment.delete.delay.ms": "60000",
-    "log.cleaner.min.cleanable.ratio": "0.5",
-    "log.cleanup.policy": "delete",
-    "unclean.leader.election.enable": "false",
-    "min.insync.replicas": "1",
-    "compression.type": "producer",
-    "compression.gzip.level": "-1",
-    "compression.lz4.level": "9",
-    "compression.zstd.level": "3",
-    "log.preallocate": "false",
-    "log.message.timestamp.type": "CreateTime",
-    "log.message.timestamp.before.max.ms": str(topic_configs.LONG_MAX),
-    "log.message.timestamp.after.max.ms": "3600000",  # Kafka 4's default (KIP-937)
-    "log.local.retention.ms": "-2",
-    "log.local.retention.bytes": "-2",
-    "log.remote.copy.lag.bytes": "-1",
-    "log.remote.copy.lag.ms": "0",
-    "max.decompressed.message.bytes": "2147483639",
-}
-
-
-def config_synonyms(
-    name: str, names: list[str], sensitive: bool, broker: dict[str, BrokerSetting]
-) -> list[DescribeConfigsSynonym]:
-    """ConfigHelper.configSynonyms: ``names``'s values by source, from ``name`` on."""
-    out: list[DescribeConfigsSynonym] = []
-    # kgc has no dynamic broker configs: DYNAMIC_BROKER_CONFIG and
-    # DYNAMIC_DEFAULT_BROKER_CONFIG never appear.
-    for n in names:
-        s = broker.get(n)
-        if s is not None and s.static and s.value is not None:
-            out.append(_synonym(n, s.value, STATIC_BROKER_CONFIG, sensitive))
-    for n in names:
-        s = broker.get(n)
-        # A Kafka setting's default is reported where Kafka defines one; kgc's own default
-        # stands for it when kgc has the setting (and a Kafka default to stand for).
-        kafka_default = _KAFKA_BROKER_DEFAULTS.get(n, "" if s is not None else None)
-        if kafka_default is None:
-            continue
-        default = s.default if s is not None else kafka_default
-        if default is not None:
-            out.append(_synonym(n, default, DEFAULT_CONFIG, sensitive))
-    # Drop what comes before the name itself (e.g. listener overrides of a base config).
-    while out and out[0].name != name:
-        out.pop(0)
-    return out
-
-
-def _synonym(name: str, value: str | None, source: int, sensitive: bool) -> DescribeConfigsSynonym:
-    return DescribeConfigsSynonym(name=name, value=None if sensitive else value, source=source)
-
-
-# -------------------------------------------------------------------- loggers
-
-_ROOT = "root"
-_KAFKA_LEVELS = ("DEBUG", "ERROR", "FATAL", "INFO", "TRACE", "WARN")  # sorted, as Kafka lists them
-_TO_PYTHON = {
-    "TRACE": 5,
-    "DEBUG": logging.DEBUG,
-    "INFO": logging.INFO,
-    "WARN": logging.WARNING,
-    "ERROR": logging.ERROR,
-    "FATAL": logging.CRITICAL,
-}
-
-
-def _kafka_level(level: int) -> str:
-    for name, number in sorted(_TO_PYTHON.items(), key=lambda kv: -kv[1]):
-        if level >= number:
-            return name
-    return "TRACE"
-
-
-def _logger(name: str) -> logging.Logger | None:
-    if name == _ROOT:
-        return logging.getLogger()
-    existing = logging.Logger.manager.loggerDict.get(name)
-    return existing if isinstance(existing, logging.Logger) else None
-
-
-def loggers() -> dict[str, str]:
-    """Log4jController.loggers: every logger with its (effective) level, root first."""
-    out = {_ROOT: _kafka_level(logging.getLogger().level)}
-    for name, logger in sorted(logging.Logger.manager.loggerDict.items()):
-        if isinstance(logger, logging.Logger):
-            out[name] = _kafka_level(logger.getEffectiveLevel())
-    return out
 
 
 # -------------------------------------------------------------------- applying topic configs
@@ -528,14 +217,6 @@ class ConfigAdmin:
             nodes=nodes,
         )
 
-    def handlers(self) -> dict[int, Handler]:
-        return {
-            describe_configs.API_KEY: self.describe_configs,
-            alter_configs.API_KEY: self.alter_configs,
-            incremental_alter_configs.API_KEY: self.incremental_alter_configs,
-            list_config_resources.API_KEY: self.list_config_resources,
-        }
-
     def _allowed(self, client: ClientInfo, op: AclOperation, rtype: int, name: str) -> bool:
         if self.authorizer is None:
             return True
@@ -554,10 +235,10 @@ class ConfigAdmin:
     @staticmethod
     def _denial(rtype: int) -> ConfigApiError:
         if rtype == TOPIC:
-            return _denied(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            return denied(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         if rtype == GROUP:
-            return _denied(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-        return _denied(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            return denied(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        return denied(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
     # ---------------------------------------------------------------- ListConfigResources
 
@@ -600,14 +281,14 @@ class ConfigAdmin:
     def describe_configs(
         self, header: RequestHeader, req: DescribeConfigsRequest, client: ClientInfo
     ) -> DescribeConfigsResponse:
-        if any(r.resource_type not in _KNOWN_TYPES for r in req.resources):
+        if any(r.resource_type not in KNOWN_TYPES for r in req.resources):
             # KafkaApis fails the whole request (getErrorResponse) on an unknown type.
             code = ErrorCode.INVALID_REQUEST
             return DescribeConfigsResponse(
                 results=[
                     DescribeConfigsResult(
                         error_code=code,
-                        error_message=_DEFAULT_MESSAGES[code],
+                        error_message=DEFAULT_MESSAGES[code],
                         resource_type=r.resource_type,
                         resource_name=r.resource_name,
                     )
@@ -674,16 +355,16 @@ class ConfigAdmin:
             if not name:
                 return []  # the cluster-wide dynamic defaults: kgc has none
             if self._broker_id(name, "Broker id") != self.settings.node_id:
-                raise _invalid_request(
+                raise invalid_request(
                     f"Unexpected broker id, expected {self.settings.node_id} or empty string, "
                     f"but received {name}"
                 )
             return [self._broker_entry(s, synonyms, docs, broker) for s in broker.values()]
         if rtype == BROKER_LOGGER:
             if not name:
-                raise _invalid_request("Broker id must not be empty")
+                raise invalid_request("Broker id must not be empty")
             if self._broker_id(name, "Broker id") != self.settings.node_id:
-                raise _invalid_request(
+                raise invalid_request(
                     f"Unexpected broker id, expected {self.settings.node_id} but received {name}"
                 )
             return [
@@ -699,19 +380,19 @@ class ConfigAdmin:
             ]
         if rtype == CLIENT_METRICS:
             if not name:
-                raise _invalid_request("Client metrics subscription name must not be empty")
+                raise invalid_request("Client metrics subscription name must not be empty")
             return []  # kgc has no client metrics subscriptions (KIP-714)
         # GROUP
         if not name:
-            raise _invalid_request("Group name must not be empty")
+            raise invalid_request("Group name must not be empty")
         return self._describe_group(name, synonyms, docs, broker)
 
     @staticmethod
     def _broker_id(name: str, what: str) -> int:
         try:
-            return _java_int(name)
+            return java_int(name)
         except ValueError:
-            raise _invalid_request(f"{what} must be an integer, but it is: {name}") from None
+            raise invalid_request(f"{what} must be an integer, but it is: {name}") from None
 
     def _describe_topic(
         self, name: str, synonyms: bool, docs: bool, broker: dict[str, BrokerSetting]
@@ -852,7 +533,7 @@ class ConfigAdmin:
             first = seen.setdefault((rtype, name), i)
             results.append(None)
             if first != i:
-                dup = _invalid_request("Each resource must appear at most once.")
+                dup = invalid_request("Each resource must appear at most once.")
                 results[first] = results[i] = dup
         for i, (rtype, name, ops) in enumerate(resources):
             if results[i] is not None:
@@ -912,124 +593,33 @@ class ConfigAdmin:
         # ConfigAdminManager.preprocess
         names = [n for n, _, _ in ops]
         if len(set(names)) != len(names):
-            raise _invalid_request("Error due to duplicate config keys")
+            raise invalid_request("Error due to duplicate config keys")
         nulls = [n for n, op, v in ops if v is None and op != DELETE]
         if nulls:
-            raise _invalid_request("Null value not supported for : " + ", ".join(nulls))
+            raise invalid_request("Null value not supported for : " + ", ".join(nulls))
         if rtype == BROKER_LOGGER and incremental:
-            self._alter_loggers(name, ops, client, validate_only)
+            # RuntimeLoggerManager: ALTER_CONFIGS on the cluster first.
+            if not self._allowed(client, AclOperation.ALTER_CONFIGS, BROKER_LOGGER, name):
+                raise ConfigApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+            alter_loggers(self.settings.node_id, name, ops, validate_only)
             return None
         if rtype == BROKER:
-            self._check_broker_change(name, ops, incremental)
+            check_broker_change(self.settings, name, ops)
         elif rtype not in (TOPIC, GROUP, CLIENT_METRICS):
-            raise _invalid_request(f"Unknown resource type {rtype}")
+            raise invalid_request(f"Unknown resource type {rtype}")
         for _name, op, _value in ops:
-            if op not in _OP_NAMES:
-                raise _invalid_request(f"Unknown operations type {op}")
+            if op not in OP_NAMES:
+                raise invalid_request(f"Unknown operations type {op}")
         # ControllerApis.authorizeAlterResource
         if not self._allowed(client, AclOperation.ALTER_CONFIGS, rtype, name):
             raise self._denial(rtype)
         if rtype == BROKER:
             return None  # only DELETEs got here: kgc has no dynamic broker config to remove
         if rtype == CLIENT_METRICS:
-            raise _invalid_request("kgc does not serve client metrics subscriptions (KIP-714)")
+            raise invalid_request("kgc does not serve client metrics subscriptions (KIP-714)")
         if rtype == GROUP:
             return self._group_change(name, ops, incremental)
         return self._topic_change(name, ops, incremental)
-
-    def _check_broker_change(
-        self, name: str, ops: list[tuple[str, int, str | None]], incremental: bool
-    ) -> None:
-        """ConfigAdminManager.validateBrokerConfigChange: every setting kgc has is
-        read-only, so any SET (or list change) is refused as a non-dynamic config."""
-        if name:
-            try:
-                node = _java_int(name)
-            except ValueError:
-                raise _invalid_request(f"Node id must be an integer, but it is: {name}") from None
-            if node != self.settings.node_id:
-                raise _invalid_request(
-                    f"Unexpected broker id, expected {self.settings.node_id}, but received {name}"
-                )
-        broker = broker_entries(self.settings)
-        changed = []
-        for n, op, _ in ops:
-            if op not in _OP_NAMES:
-                raise _invalid_request(f"Unknown operations type {op}")
-            if op in (APPEND, SUBTRACT):
-                setting = broker.get(n)
-                if setting is None:
-                    raise ConfigApiError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {n}")
-                if setting.type != "LIST":
-                    verb = "append" if op == APPEND else "subtract"
-                    raise ConfigApiError(
-                        ErrorCode.INVALID_CONFIG,
-                        f"Config value {verb} is not allowed for config key: {n}",
-                    )
-            if op != DELETE:
-                changed.append(n)
-        if changed:
-            # Kafka 4.4 prints a Java list (3.x printed a Scala Set).
-            raise _invalid_request(
-                "Cannot update these configs dynamically: [" + ", ".join(changed) + "]"
-            )
-
-    def _alter_loggers(
-        self,
-        name: str,
-        ops: list[tuple[str, int, str | None]],
-        client: ClientInfo,
-        validate_only: bool,
-    ) -> None:
-        """RuntimeLoggerManager.applyChangesForResource: every op checked, then applied at
-        once (not persisted: a restart goes back to the configured levels, as in Kafka)."""
-        if not self._allowed(client, AclOperation.ALTER_CONFIGS, BROKER_LOGGER, name):
-            raise ConfigApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
-        try:
-            node = _java_int(name)
-        except ValueError:
-            raise _invalid_request(f"Node id must be an integer, but it is: {name}") from None
-        if node != self.settings.node_id:
-            # Kafka's message names its own id twice.
-            raise _invalid_request(
-                f"Unexpected node id. Expected {self.settings.node_id}, but received "
-                f"{self.settings.node_id}"
-            )
-        for logger, op, level in ops:
-            if op in (SET, DELETE) and _logger(logger) is None:
-                raise ConfigApiError(ErrorCode.INVALID_CONFIG, f"Logger {logger} does not exist!")
-            if op == SET:
-                if level not in _KAFKA_LEVELS:
-                    raise ConfigApiError(
-                        ErrorCode.INVALID_CONFIG,
-                        f"Cannot set the log level of {logger} to {level} as it is not a "
-                        f"supported log level. Valid log levels are {', '.join(_KAFKA_LEVELS)}",
-                    )
-            elif op == DELETE:
-                if logger == _ROOT:
-                    raise _invalid_request(
-                        f"Removing the log level of the {_ROOT} logger is not allowed"
-                    )
-            elif op in (APPEND, SUBTRACT):
-                raise _invalid_request(
-                    f"{_OP_NAMES[op]} operation is not allowed for the BROKER_LOGGER resource"
-                )
-            else:
-                raise _invalid_request(
-                    f"Unknown operation type {op} is not allowed for the BROKER_LOGGER resource"
-                )
-        if validate_only:
-            return
-        for logger_name, op, level in ops:
-            target = _logger(logger_name)
-            assert target is not None
-            if op == SET:
-                assert level is not None
-                target.setLevel(_TO_PYTHON[level])
-                log.warning("Updated the log level of %s to %s", logger_name, level)
-            else:
-                target.setLevel(logging.NOTSET)  # inherits its parent's again
-                log.warning("Unset the log level of %s", logger_name)
 
     def _topic_change(
         self, name: str, ops: list[tuple[str, int, str | None]], incremental: bool
@@ -1045,7 +635,7 @@ class ConfigAdmin:
             new = {n: v for n, _, v in ops if v is not None}
         # ControllerConfigurationValidator, then the existence check.
         if not name:
-            raise _invalid_request("Default topic resources are not allowed.")
+            raise invalid_request("Default topic resources are not allowed.")
         why = kafka_topic_error(name)
         if why is not None:
             raise ConfigApiError(ErrorCode.INVALID_TOPIC, why)
@@ -1090,7 +680,7 @@ class ConfigAdmin:
         else:
             new = {n: v for n, _, v in ops if v is not None}
         if not name:
-            raise _invalid_request("Default group resources are not allowed.")
+            raise invalid_request("Default group resources are not allowed.")
         try:
             group_configs.validate(self.settings, dict(new))
         except InvalidConfigError as e:
@@ -1122,13 +712,3 @@ class ConfigAdmin:
                 )
             self.catalog.alter_configs(change.name, change.configs)
         log.info("configs of topic %s are now %s", change.name, change.configs or "{}")
-
-
-def _java_int(text: str) -> int:
-    """Integer.parseInt: an optional sign and ASCII digits, in int range; else ValueError."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise ValueError(text)
-    value = int(text)
-    if not -(2**31) <= value < 2**31:
-        raise ValueError(text)
-    return value

@@ -3,10 +3,10 @@
 How this works
 --------------
 ``PartitionAdmin`` answers the four APIs admin tools call about partitions and the cluster,
-as Kafka 4.x (KRaft) answers them; its ``handlers()`` is one more table for the
-dispatcher. Each API does its own authorization (with an authorizer configured), exactly
-as ``KafkaApis``/``ControllerApis`` do, because the error shape depends on where in the
-request the check falls (``server/authz.py`` lists them as checked by their handler).
+as Kafka 4.x (KRaft) answers them (the API table, ``coordinator/apis``, routes them here).
+Each API does its own authorization (with an authorizer configured), exactly as
+``KafkaApis``/``ControllerApis`` do, because the error shape depends on where in the
+request the check falls.
 
 * **CreatePartitions** (v0-3): a name given twice is INVALID_REQUEST ("Duplicate topic
   name.") before anything else; then ALTER on the topic (TOPIC_AUTHORIZATION_FAILED); then
@@ -70,12 +70,11 @@ from coordinator.config import Settings
 from coordinator.dataplane.offsets_topic import admin_refusal
 from coordinator.dataplane.plane import DataPlane
 from coordinator.dataplane.reads import high_watermark
+from coordinator.placement import Placement, endpoint, parse_endpoints
 from coordinator.security.acl import AclOperation, Authorizer, ResourceType, all_operations
-from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
-from coordinator.server.placement import Placement, endpoint, parse_endpoints
+from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import create_partitions, delete_records, describe_cluster, describe_log_dirs
 from protocol.messages.create_partitions import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -152,14 +151,6 @@ class PartitionAdmin:
         self.shared = shared
         self.pool = pool
         self.journal = journal
-
-    def handlers(self) -> dict[int, Handler]:
-        return {
-            create_partitions.API_KEY: self.create_partitions,
-            delete_records.API_KEY: self.delete_records,
-            describe_cluster.API_KEY: self.describe_cluster,
-            describe_log_dirs.API_KEY: self.describe_log_dirs,
-        }
 
     def _allowed(
         self,

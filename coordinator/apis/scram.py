@@ -40,11 +40,9 @@ from coordinator.security.credentials import (
     ScramChange,
     credential_from_salted,
 )
-from coordinator.server.handler import ClientInfo, Deferred, Handler
+from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import alter_user_scram_credentials as alter_api
-from protocol.messages import describe_user_scram_credentials as describe_api
 from protocol.messages.alter_user_scram_credentials import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
@@ -107,12 +105,6 @@ class ScramAdmin:
     ) -> None:
         self.store = store
         self.authorize = authorize
-
-    def handlers(self) -> dict[int, Handler]:
-        return {
-            describe_api.API_KEY: self.describe_user_scram_credentials,
-            alter_api.API_KEY: self.alter_user_scram_credentials,
-        }
 
     def _allowed(self, client: ClientInfo, operation: str) -> bool:
         return self.authorize is None or self.authorize(client, operation)

@@ -1,50 +1,54 @@
-"""The cluster-level APIs: Metadata, FindCoordinator, CreateTopics, DeleteTopics, SASL.
+"""The topic APIs: Metadata, CreateTopics, DeleteTopics, answered by the ``Broker``.
 
-How this works: a single-node cluster answered from the topic catalog. Metadata lists this
-node as the leader and only replica of every partition (a damaged partition's replica as
-offline, ``__consumer_offsets`` partitions whose load failed as leaderless), with the
-advertised host and port; ``__consumer_offsets`` is listed as Kafka lists it (an internal
-topic, in all-topics answers too; see ``dataplane/offsets_topic``) and is never created,
-deleted or grown as a data topic; FindCoordinator names this node for every group. CreateTopics
-and DeleteTopics change the catalog and the data plane's partitions (data first, so a crash
-in between is finished at the next start). SASL is answered as Kafka answers it on a
-PLAINTEXT listener; authentication will take its place. ``handlers()`` is this part's entry
-in the dispatch table (``dispatch``); the group runtime and the data plane have theirs.
+How this works: answers come from the topic catalog and the placement (which node leads
+what). Metadata lists every partition's leader (a damaged partition's replica as offline,
+``__consumer_offsets`` partitions whose load failed as leaderless) at the address of the
+listener the request came on; ``__consumer_offsets`` is listed as Kafka lists it (an
+internal topic, see ``dataplane/offsets_topic``) and is never created, deleted or grown as
+a data topic. CreateTopics and DeleteTopics change the catalog and the data plane's
+partitions (data first, so a crash in between is finished at the next start). Each API is
+bound to its check below, KafkaApis': DESCRIBE on each topic named, CREATE on the cluster
+or the topic, DELETE on each topic. The broker also knows where each group's coordinator
+is (``cluster.py`` answers FindCoordinator from it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import socket
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator import topic_configs
+from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, append_topics, then
 from coordinator.catalog import (
-    MAX_NAME_LENGTH,
     TopicCatalog,
     TopicExistsError,
     TopicInfo,
     topic_name_error,
 )
-from coordinator.config import Settings, parse_listeners
+from coordinator.config import Settings
+from coordinator.config_resources import kafka_topic_error
 from coordinator.dataplane.offsets_topic import admin_refusal, offsets_topic_id
-from coordinator.security.acl import ResourceType, all_operations
-from coordinator.server import sasl as sasl_handlers
-from coordinator.server.handler import ClientInfo, Deferred, Handler
-from coordinator.server.placement import LocalPlacement, NodeAddress, Placement, endpoint
+from coordinator.placement import (
+    LocalPlacement,
+    NodeAddress,
+    Placement,
+    advertised_address,
+    endpoint,
+)
+from coordinator.security.acl import AclOperation, ResourceType, all_operations
+from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader, encode_body
 from protocol.messages import (
     create_topics,
     delete_topics,
-    find_coordinator,
     metadata,
-    sasl_authenticate,
-    sasl_handshake,
 )
 from protocol.messages.create_topics import (
+    CreatableTopic,
     CreatableTopicConfigs,
     CreatableTopicResult,
     CreateTopicsRequest,
@@ -54,11 +58,6 @@ from protocol.messages.delete_topics import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
-)
-from protocol.messages.find_coordinator import (
-    Coordinator,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
 )
 from protocol.messages.metadata import (
     MetadataRequest,
@@ -77,39 +76,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgc.broker")
 
 
-def advertised_endpoints(
-    settings: Settings, bound_ports: dict[str, int]
-) -> dict[str, tuple[str, int]]:
-    """The host and port given to clients of each listener, by listener name:
-    ``advertised.listeners`` (only the listeners it names are advertised, as in Kafka),
-    else every listener's own address, with ``advertised.host``/``advertised.port`` over
-    the first one's. A wildcard or empty host is replaced by this host's name, as Kafka
-    does; port 0 by the port bound (``bound_ports``)."""
-    out: dict[str, tuple[str, int]] = {}
-    if settings.advertised_listeners is not None:
-        for name, host, port in parse_listeners(
-            settings.advertised_listeners, "advertised.listeners"
-        ):
-            wildcard = host in ("", "0.0.0.0", "::")
-            out[name] = (socket.getfqdn() if wildcard else host, port or bound_ports.get(name, 0))
-        return out
-    for i, spec in enumerate(settings.listener_specs):
-        wildcard = spec.host in ("", "0.0.0.0", "::")
-        host = settings.advertised_host or (socket.getfqdn() if wildcard else spec.host)
-        port = bound_ports.get(spec.name, spec.port)
-        if i == 0 and settings.advertised_port:
-            port = settings.advertised_port
-        out[spec.name] = (host, port)
-    return out
-
-
-def advertised_address(settings: Settings, bound_port: int) -> tuple[str, int]:
-    """The host and port given to clients of the first listener (see advertised_endpoints)."""
-    first = settings.listener_specs[0].name
-    endpoints = advertised_endpoints(settings, {first: bound_port})
-    return endpoints.get(first) or next(iter(endpoints.values()))
-
-
 class SharedTopics(Protocol):
     """Cluster mode: the topic catalog in the database, shared by every node.
 
@@ -125,33 +91,9 @@ class SharedTopics(Protocol):
 
 # Authorized-operations "not requested" marker (Integer.MIN_VALUE), as Kafka sends it.
 AUTH_OPS_OMITTED = -2147483648
-# Topic configs kgc accepts on CreateTopics, with Kafka's defaults (see topic_configs).
-COORDINATOR_KEY_GROUP = 0
-COORDINATOR_KEY_TRANSACTION = 1
-# Errors.INVALID_REQUEST.message(), Kafka's answer to a coordinator key type it does not know.
-INVALID_REQUEST_MESSAGE = (
-    "This most likely occurs because of a request being malformed by the client library or "
-    "the message was sent to an incompatible broker. See the broker logs for more details."
-)
 
 
 _NO_TOPIC_ID = bytes(16)
-
-
-def kafka_topic_name_message(name: str) -> str:
-    """Kafka's InvalidTopicException message for an illegal name (Topic.validate)."""
-    if not name:
-        detail = "the empty string is not allowed"
-    elif name in (".", ".."):
-        detail = f"'{name}' is not allowed"
-    elif len(name) > MAX_NAME_LENGTH:
-        detail = f"the length of '{name}' is longer than the max allowed length {MAX_NAME_LENGTH}"
-    else:
-        detail = (
-            f"'{name}' contains one or more characters other than ASCII alphanumerics, "
-            "'.', '_' and '-'"
-        )
-    return f"Topic name is invalid: {detail}"
 
 
 def with_authorized_operations(resp: MetadataResponse, req: MetadataRequest, version: int) -> None:
@@ -211,16 +153,6 @@ class Broker:
         self._metadata_cache: dict[tuple[int, tuple[str, ...] | None, str], bytes] = {}
         self._metadata_cache_at: tuple[int, int] = (-1, 0)
 
-    def handlers(self) -> dict[int, Handler]:
-        return {
-            metadata.API_KEY: self.metadata,
-            find_coordinator.API_KEY: self.find_coordinator,
-            create_topics.API_KEY: self.create_topics,
-            delete_topics.API_KEY: self.delete_topics,
-            sasl_handshake.API_KEY: self.sasl_handshake,
-            sasl_authenticate.API_KEY: self.sasl_authenticate,
-        }
-
     # -- Metadata
     def metadata(
         self, header: RequestHeader, req: MetadataRequest, client: ClientInfo
@@ -244,7 +176,7 @@ class Broker:
         ):
             # Admin describe calls (librdkafka's describe_cluster / describe_topics): rare,
             # answered fresh, with the operations (every one without an authorizer;
-            # server/authz.py puts the authorizer's in).
+            # ``authorize_metadata`` puts the authorizer's in).
             resp = self._metadata(header, req, client.listener)
             if not isinstance(resp, Deferred):
                 with_authorized_operations(resp, req, header.api_version)
@@ -556,59 +488,9 @@ class Broker:
             results.append(res)
             raw_configs = {c.name: c.value for c in t.configs}
             configs = {k: v for k, v in raw_configs.items() if v is not None}
-            err = topic_name_error(t.name)
-            if err is not None:
-                res.error_code = ErrorCode.INVALID_TOPIC
-                res.error_message = kafka_topic_name_message(t.name)
-                continue
-            if self.catalog.get(t.name) is not None or t.name == OFFSETS_TOPIC:
-                res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
-                res.error_message = f"Topic '{t.name}' already exists."
-                continue
-            if t.assignments:
-                nodes = {n for a in t.assignments for n in a.broker_ids}
-                if t.num_partitions != -1 or t.replication_factor != -1:
-                    res.error_code = ErrorCode.INVALID_REQUEST
-                    res.error_message = (
-                        "Both numPartitions or replicationFactor and replicasAssignments were set."
-                    )
-                    continue
-                if nodes - {self.node_id}:
-                    res.error_code = ErrorCode.INVALID_REPLICATION_ASSIGNMENT
-                    res.error_message = (
-                        "The manual partition assignment includes broker "
-                        f"{min(nodes - {self.node_id})}, but no such broker is registered."
-                    )
-                    continue
-                num_partitions = len(t.assignments)
-            else:
-                num_partitions = (
-                    self.settings.num_partitions if t.num_partitions == -1 else t.num_partitions
-                )
-            if num_partitions <= 0:
-                res.error_code = ErrorCode.INVALID_PARTITIONS
-                res.error_message = "Number of partitions was set to an invalid non-positive value."
-                continue
-            if t.replication_factor == 0 or t.replication_factor < -1:
-                res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
-                res.error_message = (
-                    "Replication factor must be larger than 0, or -1 to use the default value."
-                )
-                continue
-            if t.replication_factor not in (-1, 1) and not t.assignments:
-                res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
-                res.error_message = (
-                    f"Unable to replicate the partition {t.replication_factor} time(s): "
-                    f"The target replication factor of {t.replication_factor} cannot be reached "
-                    "because only 1 broker(s) are registered or some brokers have all their log "
-                    "directories cordoned."
-                )
-                continue
-            try:
-                # Kafka's LogConfig.validate: nothing is stored unless every config is valid.
-                topic_configs.validate(raw_configs)
-            except topic_configs.InvalidConfigError as e:
-                res.error_code, res.error_message = ErrorCode.INVALID_CONFIG, str(e)
+            num_partitions, code, message = self._check_new_topic(t, raw_configs)
+            if code:
+                res.error_code, res.error_message = code, message
                 continue
             res.num_partitions, res.replication_factor = num_partitions, 1
             # Kafka lists its whole topic config table, by name: the topic's own values
@@ -647,6 +529,67 @@ class Broker:
         if shared:
             return Deferred.task(self._create_shared(resp, shared))
         return resp
+
+    def _check_new_topic(
+        self, t: CreatableTopic, raw_configs: dict[str, str | None]
+    ) -> tuple[int, ErrorCode, str | None]:
+        """CreateTopics' checks of one topic, in Kafka's order: (its partition count,
+        NO_ERROR, None) when it may be created, else (-1, the error, Kafka's message)."""
+        if topic_name_error(t.name) is not None:
+            return -1, ErrorCode.INVALID_TOPIC, kafka_topic_error(t.name)
+        if self.catalog.get(t.name) is not None or t.name == OFFSETS_TOPIC:
+            return -1, ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists."
+        if t.assignments:
+            nodes = {n for a in t.assignments for n in a.broker_ids}
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                return (
+                    -1,
+                    ErrorCode.INVALID_REQUEST,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set.",
+                )
+            if nodes - {self.node_id}:
+                return (
+                    -1,
+                    ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
+                    (
+                        "The manual partition assignment includes broker "
+                        f"{min(nodes - {self.node_id})}, but no such broker is registered."
+                    ),
+                )
+            num_partitions = len(t.assignments)
+        else:
+            num_partitions = (
+                self.settings.num_partitions if t.num_partitions == -1 else t.num_partitions
+            )
+        if num_partitions <= 0:
+            return (
+                -1,
+                ErrorCode.INVALID_PARTITIONS,
+                "Number of partitions was set to an invalid non-positive value.",
+            )
+        if t.replication_factor == 0 or t.replication_factor < -1:
+            return (
+                -1,
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            )
+        if t.replication_factor not in (-1, 1) and not t.assignments:
+            return (
+                -1,
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                (
+                    f"Unable to replicate the partition {t.replication_factor} time(s): "
+                    f"The target replication factor of {t.replication_factor} cannot be reached "
+                    "because only 1 broker(s) are registered or some brokers have all their log "
+                    "directories cordoned."
+                ),
+            )
+        try:
+            # Kafka's LogConfig.validate: nothing is stored unless every config is valid.
+            topic_configs.validate(raw_configs)
+        except topic_configs.InvalidConfigError as e:
+            return -1, ErrorCode.INVALID_CONFIG, str(e)
+        return num_partitions, ErrorCode.NO_ERROR, None
 
     async def _create_shared(
         self,
@@ -748,73 +691,110 @@ class Broker:
         self.groups.topic_deleted(info.name)
         log.info("deleted topic %s", info.name)
 
-    # -- FindCoordinator
-    def find_coordinator(
-        self, header: RequestHeader, req: FindCoordinatorRequest, client: ClientInfo
-    ) -> FindCoordinatorResponse:
-        version = header.api_version
-        if version >= 4:
-            coordinators = [
-                self._coordinator(k, req.key_type, client.listener) for k in req.coordinator_keys
-            ]
-            return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-        c = self._coordinator(req.key, req.key_type, client.listener)
-        return FindCoordinatorResponse(
-            throttle_time_ms=0,
-            error_code=c.error_code,
-            # Kafka's single-key answer carries Errors.message(), "NONE" for success.
-            error_message=c.error_message if c.error_code else "NONE",
-            node_id=c.node_id,
-            host=c.host,
-            port=c.port,
+
+# -- authorization
+
+_O = AclOperation
+_R = ResourceType
+_TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def authorize_metadata(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    v = header.api_version
+    named = req.topics is not None and not (v == 0 and not req.topics)
+    if named:
+        order = [a.topic_of(t) for t in req.topics]
+        denied = {n for n in order if not a.allowed(client, _O.DESCRIBE, _R.TOPIC, n)}
+        allowed = [t for t, n in zip(req.topics, order, strict=True) if n not in denied]
+        creatable = a.quietly(client, _O.CREATE, _R.CLUSTER, CLUSTER) or all(
+            a.quietly(client, _O.CREATE, _R.TOPIC, a.topic_of(t)) for t in allowed
+        )
+        inner = dataclasses.replace(
+            req,
+            topics=allowed,
+            allow_auto_topic_creation=req.allow_auto_topic_creation and creatable,
+        )
+        if v < 4 and not creatable:
+            inner = dataclasses.replace(inner, allow_auto_topic_creation=False)
+    else:
+        denied = set()
+        inner = req
+
+    def filtered(resp: Any) -> Any:
+        if type(resp) is bytes:
+            resp, _ = metadata.RESPONSE_DECODERS[v](resp, 0)
+        topics = [t for t in resp.topics if a.quietly(client, _O.DESCRIBE, _R.TOPIC, t.name or "")]
+        topics += [
+            metadata.MetadataResponseTopic(error_code=_TOPIC_DENIED, name=n, partitions=[])
+            for n in sorted(denied)
+        ]
+        return _metadata_operations(a, dataclasses.replace(resp, topics=topics), req, v, client)
+
+    return then(handler(header, inner, client), filtered)
+
+
+def _metadata_operations(a: ApiAuthorizer, resp: Any, req: Any, v: int, client: ClientInfo) -> Any:
+    """Metadata v8+'s authorized operations as KafkaApis computes them: the cluster's
+    (v8-10) only with DESCRIBE on it (else 0), each listed topic's."""
+    if v < 8:
+        return resp
+    if v <= 10 and req.include_cluster_authorized_operations:
+        ops = 0
+        if a.allowed(client, _O.DESCRIBE, _R.CLUSTER, CLUSTER):
+            ops = a.authorizer.authorized_operations(
+                client.principal, client.host, _R.CLUSTER, CLUSTER
+            )
+        resp = dataclasses.replace(resp, cluster_authorized_operations=ops)
+    if req.include_topic_authorized_operations:
+        for t in resp.topics:
+            t.topic_authorized_operations = a.authorizer.authorized_operations(
+                client.principal, client.host, _R.TOPIC, t.name or ""
+            )
+    return resp
+
+
+def authorize_create_topics(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    if a.quietly(client, _O.CREATE, _R.CLUSTER, CLUSTER):
+        return handler(header, req, client)
+
+    def refuse(t: Any) -> Any:
+        return create_topics.CreatableTopicResult(
+            name=t.name, error_code=_TOPIC_DENIED, error_message=None
         )
 
-    def _coordinator(self, key: str, key_type: int, listener: str) -> Coordinator:
-        if key_type == COORDINATOR_KEY_GROUP:
-            owner = self.placement.owner(
-                OFFSETS_TOPIC, self.groups.shard.partitions.partition_of(key)
-            )
-            # The owner as the request's listener reaches it; a node without that
-            # listener cannot be the client's coordinator (Kafka: not available).
-            address = endpoint(owner, listener) if owner is not None else None
-            if owner is None or address is None:
-                # No live node holds the group's offsets partition yet (a failover in
-                # progress): Kafka's answer while the partition has no leader.
-                return Coordinator(
-                    key=key,
-                    node_id=-1,
-                    host="",
-                    port=-1,
-                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    error_message="The coordinator is not available.",
-                )
-            return Coordinator(
-                key=key, node_id=owner.node_id, host=address[0], port=address[1], error_code=0
-            )
-        if key_type == COORDINATOR_KEY_TRANSACTION:
-            # No transaction coordinator runs here; this is Kafka's answer when none is available.
-            return Coordinator(
-                key=key,
-                node_id=-1,
-                host="",
-                port=-1,
-                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                error_message="Transactions are not supported by kgc",
-            )
-        return Coordinator(
-            key=key,
-            node_id=-1,
-            host="",
-            port=-1,
-            error_code=ErrorCode.INVALID_REQUEST,
-            error_message=INVALID_REQUEST_MESSAGE,  # Kafka's default message, as it answers
+    merge = append_topics(create_topics.Response)
+
+    return a.split_topics(handler, header, req, client, _O.CREATE, refuse, merge)
+
+
+def authorize_delete_topics(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    field = "topics" if header.api_version >= 6 else "topic_names"
+    entries = getattr(req, field)
+
+    def name_of(e: Any) -> str:
+        return e if isinstance(e, str) else (e.name or a.topic_name(e.topic_id) or "")
+
+    denied = [e for e in entries if not a.allowed(client, _O.DELETE, _R.TOPIC, name_of(e))]
+    if not denied:
+        return handler(header, req, client)
+    refused = [
+        delete_topics.DeletableTopicResult(
+            name=name_of(e),
+            topic_id=getattr(e, "topic_id", bytes(16)),
+            error_code=_TOPIC_DENIED,
         )
-
-    # -- SASL: a connection authenticating never gets here (its SaslSession answers, see
-    # coordinator/security/sasl); these are the answers after authentication or on a
-    # listener without SASL, Kafka's KafkaApis ones.
-    def sasl_handshake(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
-        return sasl_handlers.sasl_handshake_after_authentication(header, req, client)
-
-    def sasl_authenticate(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
-        return sasl_handlers.sasl_authenticate_after_authentication(header, req, client)
+        for e in denied
+    ]
+    allowed = [e for e in entries if e not in denied]
+    if not allowed:
+        return delete_topics.Response(responses=refused)
+    return then(
+        handler(header, dataclasses.replace(req, **{field: allowed}), client),
+        lambda r: dataclasses.replace(r, responses=[*r.responses, *refused]),
+    )

@@ -53,7 +53,7 @@ import asyncpg
 
 from coordinator.cluster import events as ev
 from coordinator.cluster.ownership import assign
-from coordinator.server.placement import parse_endpoints
+from coordinator.placement import parse_endpoints
 from storage.interface import Lease
 from storage.postgres import catalog, registry, schema
 from storage.postgres.registry import HeartbeatView, LeaseRow, NodeIdInUseError

@@ -29,11 +29,12 @@ follow commits, so kgc serves the same log under the same name:
   internal topic"). Kafka's controller would delete the topic, or add partitions to it;
   kgc keeps every group there and places groups by the partition count, so DeleteTopics
   and CreatePartitions get POLICY_VIOLATION with a message saying why (``admin_refusal``;
-  CreatePartitions and DeleteRecords are answered in ``dataplane/admin``). It is never
+  CreatePartitions and DeleteRecords are answered in ``apis/partitions``). It is never
   created as a data topic.
 
-Authorization is the data plane's and the broker's (``server/authz.py``): READ on TOPIC
-``__consumer_offsets`` for Fetch, DESCRIBE for Metadata and ListOffsets, as in Kafka.
+Authorization is the data plane's and the broker's (``apis/data.py``, ``apis/topics.py``):
+READ on TOPIC ``__consumer_offsets`` for Fetch, DESCRIBE for Metadata and ListOffsets, as
+in Kafka.
 """
 
 from __future__ import annotations

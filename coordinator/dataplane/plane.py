@@ -81,12 +81,10 @@ from coordinator.server.handler import (
     NO_RESPONSE,
     ClientInfo,
     Deferred,
-    Handler,
     HandlerResult,
 )
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import fetch, init_producer_id, list_offsets, produce
 from protocol.messages.fetch import (
     FetchableTopicResponse,
     FetchRequest,
@@ -321,14 +319,6 @@ class DataPlane:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.tasks.clear()
-
-    def handlers(self) -> dict[int, Handler]:
-        return {
-            produce.API_KEY: self.produce,
-            fetch.API_KEY: self.fetch,
-            list_offsets.API_KEY: self.list_offsets,
-            init_producer_id.API_KEY: self.init_producer_id,
-        }
 
     # ------------------------------------------------------------ Produce
 

@@ -41,30 +41,30 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from coordinator import topic_configs
+from coordinator import apis, topic_configs
+from coordinator.apis.acls import AclAdmin, acl_security
+from coordinator.apis.authorize import ApiAuthorizer, cluster_authorize
+from coordinator.apis.configs import ConfigAdmin
+from coordinator.apis.partitions import PartitionAdmin
+from coordinator.apis.parts import Parts, need
+from coordinator.apis.scram import ScramAdmin
+from coordinator.apis.topics import Broker
 from coordinator.catalog import CatalogTopics, SharedCatalog, TopicCatalog
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
-from coordinator.dataplane.admin import PartitionAdmin
 from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.node import Node
+from coordinator.placement import Placement, advertised_endpoints
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl import Authorizer
-from coordinator.security.acl_admin import AclAdmin, acl_security
 from coordinator.security.sasl import attach_sasl
-from coordinator.security.scram_admin import ScramAdmin
-from coordinator.server.authz import ApiAuthorizer, cluster_authorize
-from coordinator.server.broker import Broker, advertised_endpoints
-from coordinator.server.config_admin import ConfigAdmin
-from coordinator.server.dispatch import Dispatcher
-from coordinator.server.handler import Handler
 from coordinator.server.listener import (
     KafkaServer,
     Listening,
@@ -73,7 +73,6 @@ from coordinator.server.listener import (
     listen_all,
     tls_contexts,
 )
-from coordinator.server.placement import Placement
 from coordinator.stores import AclStore, GroupConfigStore, ScramCredentialStore
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
@@ -205,25 +204,16 @@ def group_core(
 def kafka_server(
     s: Settings,
     listening: Listening | list[Listening],
-    broker: Broker,
-    groups: GroupRuntime,
-    data: DataPlane,
+    parts: Parts,
     metrics: Metrics,
-    more_handlers: Sequence[Mapping[int, Handler]] = (),
     authorizer: Authorizer | None = None,
 ) -> KafkaServer:
-    """The server over the handler tables of the broker, the group runtime, the data plane
-    and ``more_handlers``, each handler behind its authorization check when ``authorizer``
-    is given; not accepting yet."""
-    tables: list[Mapping[int, Handler]] = [
-        broker.handlers(),
-        groups.handlers(),
-        data.handlers(),
-        *more_handlers,
-    ]
+    """The server answering every API of the table (``coordinator.apis``) with ``parts``,
+    each handler behind its authorization check when ``authorizer`` is given; not
+    accepting yet."""
     if authorizer is not None:
         # Every API checks what Kafka's KafkaApis checks before its handler runs.
-        catalog = broker.catalog
+        catalog = need(parts.broker, "broker").catalog
         offsets_id = offsets_topic_id(s.cluster_id)
 
         def topic_name(topic_id: bytes) -> str | None:
@@ -232,12 +222,11 @@ def kafka_server(
             info = catalog.by_id.get(topic_id)
             return None if info is None else info.name
 
-        api_authorizer = ApiAuthorizer(authorizer, topic_name)
-        tables = [api_authorizer.wrap(merged(tables))]
-        metrics.count_denials(authorizer, lambda: api_authorizer.api_key)
+        checks = parts.checks = ApiAuthorizer(authorizer, topic_name)
+        metrics.count_denials(authorizer, lambda: checks.api_key)
     return KafkaServer(
         listening,
-        Dispatcher(*tables),
+        apis.build(parts),
         max_request_size=s.socket_request_max_bytes,
         queued_max_requests=s.queued_max_requests,
         queued_max_request_bytes=s.queued_max_request_bytes,
@@ -276,17 +265,6 @@ def lock_data_dir(s: Settings, flusher: Flusher, worker: int | None = None) -> L
 def listener_setting(s: Settings) -> tuple[str, object]:
     """The setting the listeners come from, and its value."""
     return ("listeners", s.listeners) if s.listeners is not None else ("port", s.port)
-
-
-def merged(tables: Sequence[Mapping[int, Handler]]) -> dict[int, Handler]:
-    """The handler tables as one, a key served twice refused as ``Dispatcher`` refuses it."""
-    handlers: dict[int, Handler] = {}
-    for table in tables:
-        for key, handler in table.items():
-            if key in handlers:
-                raise ValueError(f"api key {key} has two handlers")
-            handlers[key] = handler
-    return handlers
 
 
 @dataclass
@@ -434,32 +412,27 @@ async def api_server(
         authorizer=acls.authorizer,
         nodes=deployment.broker_nodes(broker),
     )
-    server = kafka_server(
-        s,
-        listening,
-        broker,
-        groups,
-        data,
-        core.metrics,
-        [
-            ScramAdmin(stores.credentials, cluster_authorize(acls.authorizer)).handlers(),
-            acls.handlers(),
-            # CreatePartitions, DeleteRecords, DescribeCluster, DescribeLogDirs.
-            PartitionAdmin(
-                s,
-                stores.catalog,
-                stores.logs,
-                data,
-                broker.placement,
-                authorizer=acls.authorizer,
-                shared=stores.shared_topics,
-                pool=stores.pool,
-                journal=stores.journal,
-            ).handlers(),
-            config_admin.handlers(),  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
-        ],
-        authorizer=acls.authorizer,
+    parts = Parts(
+        broker=broker,
+        groups=groups,
+        data=data,
+        # CreatePartitions, DeleteRecords, DescribeCluster, DescribeLogDirs.
+        partitions=PartitionAdmin(
+            s,
+            stores.catalog,
+            stores.logs,
+            data,
+            broker.placement,
+            authorizer=acls.authorizer,
+            shared=stores.shared_topics,
+            pool=stores.pool,
+            journal=stores.journal,
+        ),
+        configs=config_admin,  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+        acls=acls,
+        scram=ScramAdmin(stores.credentials, cluster_authorize(acls.authorizer)),
     )
+    server = kafka_server(s, listening, parts, core.metrics, authorizer=acls.authorizer)
     attach_sasl(server, s, stores.credentials)
     core.metrics.watch(server)  # connections per listener, SASL authentications
     server.start()

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from coordinator import topic_configs
+from coordinator.apis.topics import Broker
 from coordinator.catalog import SharedCatalog, TopicCatalog
 from coordinator.cluster import Cluster
 from coordinator.config import Settings, offsets_log_config
@@ -50,11 +51,10 @@ from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.group_configs import PgGroupConfigs
 from coordinator.node import Node
 from coordinator.node.assemble import Core, SettingRefused, Stores, assemble, lock_data_dir
+from coordinator.placement import ClusterPlacement, Placement
 from coordinator.runtime.group_runtime import GroupRuntime
 from coordinator.security.acl_store import PgAclStore
 from coordinator.security.credentials import PgCredentialStore
-from coordinator.server.broker import Broker
-from coordinator.server.placement import ClusterPlacement, Placement
 from storage.interface import Lease
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager

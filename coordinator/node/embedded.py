@@ -13,16 +13,16 @@ import functools
 import logging
 from collections.abc import Callable
 
+from coordinator.apis.topics import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
 from coordinator.node import Node
 from coordinator.node.assemble import Core, Stores, assemble, lock_data_dir, log_config_for
+from coordinator.placement import Placement
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl_store import LocalAclStore
 from coordinator.security.credentials import LocalCredentialStore
-from coordinator.server.broker import Broker
-from coordinator.server.placement import Placement
 from storage.local.durability import Flusher
 
 log = logging.getLogger("kgc")

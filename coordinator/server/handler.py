@@ -229,7 +229,7 @@ class ClientInfo:
     principal: KafkaPrincipal = ANONYMOUS
     listener: str = "PLAINTEXT"
     # READ-on-group decisions for this connection's principal and host, valid while the
-    # authorizer's epoch is ``acl_epoch`` (server/authz.py: one dict lookup per heartbeat).
+    # authorizer's epoch is ``acl_epoch`` (apis/authorize.py: one dict lookup per heartbeat).
     group_reads: dict[str, bool] | None = None
     acl_epoch: int = -1
 

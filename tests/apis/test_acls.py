@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from coordinator.apis.acls import AclAdmin
 from coordinator.security import ANONYMOUS, KafkaPrincipal
 from coordinator.security.acl import (
     AclOperation,
@@ -14,7 +15,6 @@ from coordinator.security.acl import (
     PatternType,
     ResourceType,
 )
-from coordinator.security.acl_admin import AclAdmin
 from coordinator.security.acl_store import LocalAclStore
 from coordinator.server.handler import CLOSE_CONNECTION, ClientInfo, Deferred
 from protocol.errors import ErrorCode

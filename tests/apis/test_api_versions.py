@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.server.dispatch import Dispatcher
+from coordinator.apis import dispatcher
 from coordinator.server.handler import ClientInfo
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
@@ -15,7 +15,7 @@ CLIENT = ClientInfo(client_id="t", host="127.0.0.1", port=1, conn_id=1)
 
 
 def _ask(version: int, name: str, software_version: str) -> api_versions.ApiVersionsResponse:
-    dispatch = Dispatcher()
+    dispatch = dispatcher()
     body = dispatch.api_versions(
         RequestHeader(api_versions.API_KEY, version, 1, "t"),
         api_versions.ApiVersionsRequest(

@@ -3,7 +3,7 @@ Kafka 4.4 serves DeleteGroups v3, KIP-1043's per-group ErrorMessage)."""
 
 from __future__ import annotations
 
-from coordinator.server.apis import SUPPORTED
+from coordinator.apis import SUPPORTED
 from protocol.framing import encode_body
 from protocol.messages import delete_groups
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from coordinator.apis import authorized
+from coordinator.apis.authorize import ApiAuthorizer
 from coordinator.security import KafkaPrincipal
 from coordinator.security.acl import (
     AclBinding,
@@ -21,7 +23,6 @@ from coordinator.security.acl import (
     PatternType,
     ResourceType,
 )
-from coordinator.server.authz import ApiAuthorizer
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
@@ -44,7 +45,7 @@ def allow(
 
 
 def wrapped(handlers: dict[int, Any], *bindings: AclBinding) -> dict[int, Any]:
-    return ApiAuthorizer(Authorizer(bindings)).wrap(handlers)
+    return authorized(ApiAuthorizer(Authorizer(bindings)), handlers)
 
 
 def call(handlers: dict[int, Any], key: int, version: int, body: Any) -> Any:
@@ -206,8 +207,9 @@ def test_group_read_decisions_follow_acl_changes_on_a_connection() -> None:
     authorizer = Authorizer([allow(ResourceType.GROUP, "g", AclOperation.READ)])
     denied: list[str] = []
     authorizer.on_denied = lambda p, h, op, rt, name: denied.append(name)
-    handlers = ApiAuthorizer(authorizer).wrap(
-        {heartbeat.API_KEY: lambda h, b, c: heartbeat.Response(error_code=0)}
+    handlers = authorized(
+        ApiAuthorizer(authorizer),
+        {heartbeat.API_KEY: lambda h, b, c: heartbeat.Response(error_code=0)},
     )
     client = dataclasses.replace(ALICE)
     req = heartbeat.Request(group_id="g", generation_id=1, member_id="m")

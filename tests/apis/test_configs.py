@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 
 from coordinator import topic_configs
+from coordinator.apis import Parts, authorized, handlers
+from coordinator.apis.authorize import ApiAuthorizer
+from coordinator.apis.configs import ConfigAdmin, apply_topic_configs
 from coordinator.catalog import SharedCatalog, TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
@@ -32,8 +35,6 @@ from coordinator.security.acl import (
     PatternType,
     ResourceType,
 )
-from coordinator.server.authz import ApiAuthorizer
-from coordinator.server.config_admin import ConfigAdmin, apply_topic_configs
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import (
@@ -91,9 +92,9 @@ class Node:
             self.store,
             authorizer=authorizer,
         )
-        self.handlers = admin.handlers()
+        self.handlers = handlers(Parts(configs=admin))
         if authorizer is not None:
-            self.handlers = ApiAuthorizer(authorizer).wrap(self.handlers)
+            self.handlers = authorized(ApiAuthorizer(authorizer), self.handlers)
         return self
 
     def create(

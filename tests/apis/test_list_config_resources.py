@@ -13,6 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from coordinator.apis import Parts, authorized, handlers
+from coordinator.apis.authorize import ApiAuthorizer
+from coordinator.apis.configs import ConfigAdmin
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
@@ -27,8 +30,6 @@ from coordinator.security.acl import (
     PatternType,
     ResourceType,
 )
-from coordinator.server.authz import ApiAuthorizer
-from coordinator.server.config_admin import ConfigAdmin
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import (
@@ -72,8 +73,8 @@ async def _admin(data_dir: Path, authorizer: Authorizer | None = None) -> Any:
         authorizer=authorizer,  # type: ignore[arg-type]
     )
     await store.set("billing", {"consumer.session.timeout.ms": "50000"})
-    handlers = admin.handlers()
-    return ApiAuthorizer(authorizer).wrap(handlers) if authorizer else handlers
+    table = handlers(Parts(configs=admin))
+    return authorized(ApiAuthorizer(authorizer), table) if authorizer else table
 
 
 async def _call(handlers: Any, version: int, types: list[int], client: ClientInfo = ALICE) -> Any:

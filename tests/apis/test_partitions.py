@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 
+from coordinator.apis import Parts, authorized, handlers
+from coordinator.apis.authorize import ApiAuthorizer
+from coordinator.apis.partitions import PartitionAdmin
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
-from coordinator.dataplane.admin import PartitionAdmin
+from coordinator.placement import LocalPlacement, NodeAddress
 from coordinator.security import KafkaPrincipal
 from coordinator.security.acl import (
     AclBinding,
@@ -29,9 +32,7 @@ from coordinator.security.acl import (
     ResourceType,
     all_operations,
 )
-from coordinator.server.authz import ApiAuthorizer
 from coordinator.server.handler import ClientInfo, Deferred
-from coordinator.server.placement import LocalPlacement, NodeAddress
 from protocol.errors import ErrorCode
 from protocol.framing import (
     RequestHeader,
@@ -82,9 +83,9 @@ class Node:
             self.placement,
             authorizer=authorizer,
         )
-        self.handlers = {**self.dp.handlers(), **self.admin.handlers()}
+        self.handlers = handlers(Parts(data=self.dp, partitions=self.admin))
         if authorizer is not None:
-            self.handlers = ApiAuthorizer(authorizer).wrap(self.handlers)
+            self.handlers = authorized(ApiAuthorizer(authorizer), self.handlers)
         self.changes: list[tuple[list[str], bool]] = []
         self.catalog.on_change.append(lambda names, created: self.changes.append((names, created)))
 
@@ -593,7 +594,7 @@ def test_metadata_authorized_operations_with_acls() -> None:
             allow(ResourceType.TOPIC, "mine", AclOperation.READ),
         ]
     )
-    hs = ApiAuthorizer(acls).wrap({metadata.API_KEY: stand_in})
+    hs = authorized(ApiAuthorizer(acls), {metadata.API_KEY: stand_in})
     req = metadata.Request(
         topics=[metadata.MetadataRequestTopic(name="mine")],
         include_cluster_authorized_operations=True,

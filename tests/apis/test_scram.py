@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.apis.scram import ScramAdmin
 from coordinator.security.credentials import (
     LocalCredentialStore,
     ScramChange,
     salted_password,
     scram_credential,
 )
-from coordinator.security.scram_admin import ScramAdmin
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader

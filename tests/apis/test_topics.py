@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from coordinator import topic_configs
+from coordinator.apis import Parts, handlers
+from coordinator.apis.topics import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.node.assemble import group_core, log_config_for
-from coordinator.server.broker import Broker
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
@@ -52,7 +53,7 @@ class Node:
         self.broker = Broker(
             s, self.catalog, self.logs, self.groups, self.data, advertised_port=9092
         )
-        self.h = self.broker.handlers()
+        self.h = handlers(Parts(broker=self.broker))
 
     async def call(self, key: int, version: int, body: Any) -> Any:
         res = self.h[key](RequestHeader(key, version, 1, "test"), body, CLIENT)

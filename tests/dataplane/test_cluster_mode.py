@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from coordinator.apis import Parts, handlers
+from coordinator.apis.topics import Broker
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.node.assemble import group_core
-from coordinator.server.broker import Broker
+from coordinator.placement import NodeAddress
 from coordinator.server.handler import ClientInfo, Deferred
-from coordinator.server.placement import NodeAddress
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, metadata, produce
@@ -53,7 +54,9 @@ async def produce_one(dp: DataPlane, partition: int) -> produce.PartitionProduce
             )
         ],
     )
-    res = dp.handlers()[produce.API_KEY](RequestHeader(produce.API_KEY, 9, 1, "t"), req, CLIENT)
+    res = handlers(Parts(data=dp))[produce.API_KEY](
+        RequestHeader(produce.API_KEY, 9, 1, "t"), req, CLIENT
+    )
     if isinstance(res, Deferred):
         res = await res
     return res.responses[0].partition_responses[0]
@@ -65,7 +68,7 @@ async def test_a_log_being_taken_over_is_not_served(tmp_path: Path) -> None:
     pr = await produce_one(dp, 0)
     assert pr.error_code == ErrorCode.NOT_LEADER_FOR_PARTITION
     assert plog.log_end_offset == 0  # nothing was appended, so nothing acknowledged
-    fetched = dp.handlers()[fetch.API_KEY](
+    fetched = handlers(Parts(data=dp))[fetch.API_KEY](
         RequestHeader(fetch.API_KEY, 12, 2, "t"),
         fetch.Request(
             max_wait_ms=0,
@@ -135,7 +138,7 @@ async def test_metadata_names_no_leader_while_this_node_is_still_loading(tmp_pat
 
     async def leaders() -> list[tuple[int, int, int]]:
         req = metadata.Request(topics=[metadata.MetadataRequestTopic(name="t")])
-        res = broker.handlers()[metadata.API_KEY](
+        res = handlers(Parts(broker=broker))[metadata.API_KEY](
             RequestHeader(metadata.API_KEY, 12, 3, "t"), req, CLIENT
         )
         if isinstance(res, Deferred):

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from support.groupkit import async_wait_until
 
+from coordinator.apis import Parts, handlers
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
@@ -52,7 +53,7 @@ class Node:
             self.logs = LogManager(data_dir, flusher=self.flusher)
         self.catalog = TopicCatalog(data_dir / "topics.json")
         self.dp = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
-        self.h = self.dp.handlers()
+        self.h = handlers(Parts(data=self.dp))
 
     def create(
         self, name: str, partitions: int, configs: dict[str, str] | None = None

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.apis import Parts, handlers
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
@@ -53,7 +54,7 @@ class Node:
                 )
             ],
         )
-        res = self.dp.handlers()[produce.API_KEY](
+        res = handlers(Parts(data=self.dp))[produce.API_KEY](
             RequestHeader(produce.API_KEY, 9, 1, "t"), req, CLIENT
         )
         if isinstance(res, Deferred):
@@ -117,7 +118,9 @@ async def test_fetch_of_an_unknown_topic_or_partition_has_an_empty_aborted_list(
             for topic, p in (("t", 5), ("nope", 0))
         ],
     )
-    res = node.dp.handlers()[fetch.API_KEY](RequestHeader(fetch.API_KEY, 12, 1, "t"), req, CLIENT)
+    res = handlers(Parts(data=node.dp))[fetch.API_KEY](
+        RequestHeader(fetch.API_KEY, 12, 1, "t"), req, CLIENT
+    )
     if isinstance(res, Deferred):
         res = await res
     got = [(p.error_code, p.aborted_transactions) for t in res.responses for p in t.partitions]

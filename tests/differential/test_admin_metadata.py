@@ -16,7 +16,7 @@ import time
 import pytest
 from support.diffkit import Runner, Side
 
-from coordinator.server.apis import SUPPORTED
+from coordinator.apis import SUPPORTED
 from protocol.messages import (
     BY_KEY,
     api_versions,

@@ -15,11 +15,11 @@ from typing import Any
 
 from support.group_context import GroupContext, offset_delete, subscription
 
+from coordinator.apis import SUPPORTED
 from coordinator.group import ClassicGroupState, GroupConfig, Result
 from coordinator.group.classic import describe as classic_describe
 from coordinator.group.offsets import OffsetGroup
 from coordinator.group.topics import StaticTopics
-from coordinator.server.apis import SUPPORTED
 from protocol.errors import ErrorCode
 from protocol.messages import describe_groups, offset_commit, offset_fetch, txn_offset_commit
 from protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse

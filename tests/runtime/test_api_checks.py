@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.apis import Parts, handlers
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.runtime import GroupRuntime
 from coordinator.server.handler import ClientInfo, Deferred
@@ -29,7 +30,9 @@ async def runtime() -> GroupRuntime:
 
 
 async def call(rt: GroupRuntime, api_key: int, version: int, body: Any) -> Any:
-    result = rt.handlers()[api_key](RequestHeader(api_key, version, 1, "test"), body, CLIENT)
+    result = handlers(Parts(groups=rt))[api_key](
+        RequestHeader(api_key, version, 1, "test"), body, CLIENT
+    )
     return await result if isinstance(result, Deferred) else result
 
 

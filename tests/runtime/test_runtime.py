@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.apis import Parts, handlers
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.runtime import GroupRuntime
 from coordinator.server.handler import ClientInfo, Deferred
@@ -84,7 +85,9 @@ async def disk_runtime(tmp_path: Path) -> tuple[GroupRuntime, Flusher, LogManage
 
 
 async def call(rt: GroupRuntime, api_key: int, version: int, body: Any) -> Any:
-    result = rt.handlers()[api_key](RequestHeader(api_key, version, 1, "test"), body, CLIENT)
+    result = handlers(Parts(groups=rt))[api_key](
+        RequestHeader(api_key, version, 1, "test"), body, CLIENT
+    )
     return await result if isinstance(result, Deferred) else result
 
 
@@ -92,7 +95,7 @@ def fetched(rt: GroupRuntime, group: str) -> int:
     req = offset_fetch.Request(
         groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
     )
-    resp = rt.handlers()[offset_fetch.API_KEY](
+    resp = handlers(Parts(groups=rt))[offset_fetch.API_KEY](
         RequestHeader(offset_fetch.API_KEY, 8, 1, "t"), req, CLIENT
     )
     parts = [p for t in resp.groups[0].topics for p in t.partitions]
@@ -136,7 +139,7 @@ def fetch_error(rt: GroupRuntime, group: str) -> int:
     req = offset_fetch.Request(
         groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
     )
-    resp = rt.handlers()[offset_fetch.API_KEY](
+    resp = handlers(Parts(groups=rt))[offset_fetch.API_KEY](
         RequestHeader(offset_fetch.API_KEY, 8, 1, "t"), req, CLIENT
     )
     return int(resp.groups[0].error_code)
@@ -310,7 +313,7 @@ async def test_commits_of_the_turns_during_an_fsync_are_appended_once_before_the
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", slow)
-    handler = rt.handlers()[offset_commit.API_KEY]
+    handler = handlers(Parts(groups=rt))[offset_commit.API_KEY]
     header = RequestHeader(offset_commit.API_KEY, 8, 1, "test")
     first = handler(header, commit(group, 1), CLIENT)
     await asyncio.sleep(0)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from coordinator.apis import Parts, handlers
 from coordinator.group import ClassicGroupState
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.runtime import GroupRuntime
@@ -69,7 +70,9 @@ async def runtime(
 
 
 async def call(rt: GroupRuntime, api_key: int, version: int, body: Any) -> Any:
-    result = rt.handlers()[api_key](RequestHeader(api_key, version, 1, "test"), body, CLIENT)
+    result = handlers(Parts(groups=rt))[api_key](
+        RequestHeader(api_key, version, 1, "test"), body, CLIENT
+    )
     return await result if isinstance(result, Deferred) else result
 
 

@@ -22,11 +22,11 @@ import time
 import jwt
 import pytest
 
+from coordinator.apis import dispatcher
 from coordinator.security import AuthenticationError
 from coordinator.security.oauthbearer import OAuthBearerMechanism
 from coordinator.security.oauthbearer_unsecured import UnsecuredJwtValidator
 from coordinator.security.sasl import SaslListener
-from coordinator.server.dispatch import Dispatcher
 from coordinator.server.listener import KafkaServer, listen
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import sasl_authenticate, sasl_handshake
@@ -103,7 +103,7 @@ async def test_the_listener_sends_the_json_as_the_error_message() -> None:
     listening = await listen(
         "127.0.0.1", 0, name="SASL_PLAINTEXT", security_protocol="SASL_PLAINTEXT"
     )
-    server = KafkaServer([listening], Dispatcher({}), max_request_size=1 << 20)
+    server = KafkaServer([listening], dispatcher({}), max_request_size=1 << 20)
     server.sasl["SASL_PLAINTEXT"] = SaslListener(
         listener="SASL_PLAINTEXT",
         mechanisms={"OAUTHBEARER": mechanism(unsecuredValidatorRequiredScope="admin")},

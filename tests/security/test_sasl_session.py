@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from coordinator.apis import dispatcher
 from coordinator.security import KafkaPrincipal, ScramCredential
 from coordinator.security.jaas import parse_single
 from coordinator.security.sasl import SaslListener
 from coordinator.security.sasl.plain import PlainMechanism
 from coordinator.security.sasl.scram import ScramFormatter, ScramMechanism, credential
 from coordinator.server import sasl as sasl_handlers
-from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import ClientInfo
 from coordinator.server.listener import KafkaServer, listen
 from protocol.errors import ErrorCode
@@ -77,7 +77,7 @@ async def start(reauth_ms: int = 0) -> Served:
         "127.0.0.1", 0, name=LISTENER, security_protocol=LISTENER, idle_ms=IDLE_MS
     )
     served = Served(None)  # type: ignore[arg-type]
-    dispatch = Dispatcher(
+    dispatch = dispatcher(
         {
             heartbeat.API_KEY: served.heartbeat,
             sasl_handshake.API_KEY: sasl_handlers.sasl_handshake_after_authentication,

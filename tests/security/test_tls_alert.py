@@ -24,8 +24,8 @@ import pytest
 import uvloop
 from support.certkit import Pki, make_pki
 
+from coordinator.apis import dispatcher
 from coordinator.security.tls import SslConfig, server_context
-from coordinator.server.dispatch import Dispatcher
 from coordinator.server.listener import KafkaServer, listen
 
 API_VERSIONS = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
@@ -68,7 +68,7 @@ async def refusals(pki: Pki) -> dict[str, str]:
     tls = await listen(
         "127.0.0.1", 0, name="SSL", security_protocol="SSL", ssl_context=server_context(cfg)
     )
-    server = KafkaServer([tls], Dispatcher({}), max_request_size=1 << 20)
+    server = KafkaServer([tls], dispatcher({}), max_request_size=1 << 20)
     server.start()
     seen: dict[str, str] = {}
     try:

@@ -9,9 +9,9 @@ import pytest
 from support.certkit import KEY_PASSWORD, Pki, make_pki
 
 from coordinator.config import ListenerSpec, Settings, properties
+from coordinator.placement import advertised_endpoints
 from coordinator.security.settings_check import check_settings
 from coordinator.security.tls import SslConfig, TlsConfigError, server_context
-from coordinator.server.broker import advertised_endpoints
 
 
 @pytest.fixture(scope="module")

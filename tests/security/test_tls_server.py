@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from support.certkit import Pki, make_pki
 
+from coordinator.apis import dispatcher
 from coordinator.security import ANONYMOUS, KafkaPrincipal
 from coordinator.security.principal_mapping import SslPrincipalMapper
 from coordinator.security.tls import SslConfig, server_context
-from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import ClientInfo, HandlerResult
 from coordinator.server.listener import KafkaServer, listen
 from protocol.framing import RequestHeader, encode_request
@@ -66,7 +66,7 @@ async def serve(pki: Pki, rules: str, client_auth: str) -> tuple[KafkaServer, Se
         principal_mapper=SslPrincipalMapper(rules),
     )
     server = KafkaServer(
-        [plain, tls], Dispatcher({heartbeat.API_KEY: seen.heartbeat}), max_request_size=1 << 20
+        [plain, tls], dispatcher({heartbeat.API_KEY: seen.heartbeat}), max_request_size=1 << 20
     )
     server.start()
     return server, seen, plain.port, tls.port

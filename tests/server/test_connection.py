@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from coordinator.apis import dispatcher
 from coordinator.security import KafkaPrincipal
 from coordinator.security.jaas import parse_single
 from coordinator.security.sasl import SaslListener
 from coordinator.security.sasl.plain import PlainMechanism
 from coordinator.server.connection import MAX_IN_FLIGHT, Connection, ServerContext
-from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import (
     CLOSE_CONNECTION,
     NO_RESPONSE,
@@ -148,7 +148,7 @@ def connect(
         sasl=sasl,
         loop=turns,
         queue=queue or RequestQueue(500, -1),
-        dispatch=Dispatcher(handlers),
+        dispatch=dispatcher(handlers),
         max_request_size=1 << 20,
         connections=set(),
         conn_ids=itertools.count(1),

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.server.dispatch import Dispatcher
+from coordinator.apis import dispatcher
 from coordinator.server.handler import (
     CLOSE_CONNECTION,
     NO_RESPONSE,
@@ -60,7 +60,7 @@ async def served() -> AsyncIterator[tuple[Handlers, int]]:
     listening = await listen("127.0.0.1", 0)
     server = KafkaServer(
         listening,
-        Dispatcher({heartbeat.API_KEY: handlers.heartbeat}),
+        dispatcher({heartbeat.API_KEY: handlers.heartbeat}),
         max_request_size=1 << 20,
     )
     server.start()
@@ -169,33 +169,27 @@ def test_dispatch_advertises_exactly_the_apis_with_a_handler() -> None:
     def answer(header: RequestHeader, req: Any, client: ClientInfo) -> HandlerResult:
         return heartbeat.Response()
 
-    dispatch = Dispatcher({heartbeat.API_KEY: answer})
+    dispatch = dispatcher({heartbeat.API_KEY: answer})
     assert set(dispatch.supported) == {heartbeat.API_KEY, api_versions.API_KEY}
     with pytest.raises(ValueError, match="two handlers"):
-        Dispatcher({heartbeat.API_KEY: answer}, {heartbeat.API_KEY: answer})
+        dispatcher({heartbeat.API_KEY: answer}, {heartbeat.API_KEY: answer})
     with pytest.raises(ValueError, match="two handlers"):
-        Dispatcher({api_versions.API_KEY: answer})
+        dispatcher({api_versions.API_KEY: answer})
     assert sync_group.API_KEY not in dispatch.supported
 
 
-def test_dispatch_routes_follow_replaced_handlers() -> None:
-    """The transport's per-version routes are rebuilt when the handlers are replaced (the
-    authorizer wraps them after the dispatcher is built): no request reaches an unwrapped
-    handler, and versions outside the supported range have no route."""
+def test_dispatch_routes_cover_exactly_the_supported_versions() -> None:
+    """The transport's per-version routes: one per supported version of each API, none
+    outside the range."""
 
     def plain(header: RequestHeader, req: Any, client: ClientInfo) -> HandlerResult:
         return heartbeat.Response()
 
-    def wrapped(header: RequestHeader, req: Any, client: ClientInfo) -> HandlerResult:
-        return heartbeat.Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
-
-    dispatch = Dispatcher({heartbeat.API_KEY: plain})
-    routes = dispatch.routes  # connections keep this dict
+    dispatch = dispatcher({heartbeat.API_KEY: plain})
+    routes = dispatch.routes
     lo, hi = dispatch.supported[heartbeat.API_KEY]
-    assert routes[heartbeat.API_KEY << 16 | hi] is plain
+    assert all(routes[heartbeat.API_KEY << 16 | v] is plain for v in range(lo, hi + 1))
     assert (heartbeat.API_KEY << 16 | (hi + 1)) not in routes
-    dispatch.handlers = {**dispatch.handlers, heartbeat.API_KEY: wrapped}
-    assert all(routes[heartbeat.API_KEY << 16 | v] is wrapped for v in range(lo, hi + 1))
     assert routes[api_versions.API_KEY << 16] == dispatch.api_versions
 
 

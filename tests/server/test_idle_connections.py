@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.server.dispatch import Dispatcher
+from coordinator.apis import dispatcher
 from coordinator.server.handler import ClientInfo, Deferred
 from coordinator.server.listener import KafkaServer, listen
 from protocol.framing import RequestHeader, decode_response, encode_request
@@ -42,7 +42,7 @@ class Served:
 async def served() -> AsyncIterator[Served]:
     s = Served()
     listening = await listen("127.0.0.1", 0, idle_ms=IDLE_MS)
-    dispatch = Dispatcher({heartbeat.API_KEY: s.heartbeat, join_group.API_KEY: s.join_group})
+    dispatch = dispatcher({heartbeat.API_KEY: s.heartbeat, join_group.API_KEY: s.join_group})
     s.server = KafkaServer(listening, dispatch, max_request_size=1 << 20)
     s.server.start()
     yield s

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.server.dispatch import Dispatcher
+from coordinator.apis import dispatcher
 from coordinator.server.handler import (
     ClientInfo,
     Deferred,
@@ -75,7 +75,7 @@ async def conn() -> AsyncIterator[tuple[KafkaConnection, RecordingTransport, Lat
     later = Later()
     listening = await listen("127.0.0.1", 0)
     server = KafkaServer(
-        listening, Dispatcher({heartbeat.API_KEY: later}), max_request_size=1 << 20
+        listening, dispatcher({heartbeat.API_KEY: later}), max_request_size=1 << 20
     )
     c = KafkaConnection(server.context(listening))
     t = RecordingTransport()

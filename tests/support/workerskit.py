@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from coordinator.node.workers.worker import lock_holder
-from coordinator.server.placement import worker_of
+from coordinator.placement import worker_of
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import metadata, offset_fetch

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.workerskit import Workers, group_on
 
-from coordinator.server.placement import worker_of
+from coordinator.placement import worker_of
 
 pytestmark = pytest.mark.integration
 

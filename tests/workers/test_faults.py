@@ -34,7 +34,7 @@ from support.kgc_process import KgcProcess
 from support.workerskit import Workers, free_ports, group_on, pid_alive, report, wait_for
 
 from coordinator.node.workers.worker import lock_holder
-from coordinator.server.placement import worker_of
+from coordinator.placement import worker_of
 from coordinator.tools.client import Connection
 from storage.records import OFFSETS_TOPIC, partition_for
 

@@ -15,7 +15,7 @@ import pytest
 from support.groupkit import commit_offset, create_topic
 from support.workerskit import Workers, group_on, partition_on
 
-from coordinator.server.placement import worker_of
+from coordinator.placement import worker_of
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import find_coordinator, join_group, metadata, produce

@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from support.groupkit import commit_offset, fetch_offset
 from support.workerskit import Workers, free_ports, group_on, partition_on, wait_for
 
+from coordinator.placement import worker_of
 from coordinator.security.credentials import salted_password
-from coordinator.server.placement import worker_of
 from coordinator.tools.client import AuthenticationFailed, ClientSecurity, Connection
 from protocol.messages import (
     alter_user_scram_credentials,

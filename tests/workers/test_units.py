@@ -27,7 +27,7 @@ from coordinator.node.workers.shared import (
     shared_producer_ids,
     stat_key,
 )
-from coordinator.server.placement import worker_of
+from coordinator.placement import worker_of
 from storage.local.log import LogConfig
 from storage.local.manager import DataDirLockedError, LogManager
 from storage.records import OFFSETS_TOPIC

@@ -12,8 +12,7 @@ each worker can list all of them (``worker_nodes``) without asking the others.
 from __future__ import annotations
 
 from coordinator.config import Settings, parse_listeners
-from coordinator.server.broker import advertised_address, advertised_endpoints
-from coordinator.server.placement import NodeAddress
+from coordinator.placement import NodeAddress, advertised_address, advertised_endpoints
 
 __all__ = ["shift_listeners", "worker_node", "worker_nodes", "worker_settings"]
 

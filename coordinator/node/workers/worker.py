@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from coordinator.apis.topics import Broker
 from coordinator.catalog import TopicInfo
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
@@ -60,10 +61,9 @@ from coordinator.node.workers.shared import (
     WorkerGroupConfigs,
     shared_producer_ids,
 )
+from coordinator.placement import Placement, WorkerPlacement, worker_of
 from coordinator.runtime import GroupRuntime
 from coordinator.security.credentials import CREDENTIALS_FILE
-from coordinator.server.broker import Broker
-from coordinator.server.placement import Placement, WorkerPlacement, worker_of
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager

@@ -1,0 +1,211 @@
+"""The cluster's APIs: ApiVersions, FindCoordinator, DescribeCluster, DescribeLogDirs, SASL.
+
+How this works: ApiVersions answers the table of what this node serves (each API's version
+range, exactly the APIs that have a handler), once encoded per version; from v3 a client
+software name or version outside KIP-511's pattern is answered INVALID_REQUEST without a
+table, as ApiVersionsRequest.isValid decides. FindCoordinator is the broker's (``topics.py``:
+it knows where each offsets partition is led), checked below as KafkaApis checks it:
+DESCRIBE on each group (or transactional id) asked for. DescribeCluster and DescribeLogDirs
+are the partition admin's (``partitions.py``), which checks DESCRIBE on the cluster itself.
+SaslHandshake and SaslAuthenticate reach a handler only after authentication or on a
+listener without SASL (the connection's SASL session answers them before), and need no
+authorization, as in Kafka: they come before anyone is known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from coordinator.apis.authorize import ApiAuthorizer, answer, then
+from coordinator.apis.parts import Parts, need
+from coordinator.apis.topics import Broker
+from coordinator.placement import endpoint
+from coordinator.security.acl import AclOperation, ResourceType
+from coordinator.server import sasl as sasl_handlers
+from coordinator.server.handler import ClientInfo, Handler, HandlerResult
+from protocol.errors import ErrorCode
+from protocol.framing import API_VERSIONS_KEY, RequestHeader, encode_body
+from protocol.messages import find_coordinator
+from protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
+from protocol.messages.find_coordinator import (
+    Coordinator,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+from storage.records import OFFSETS_TOPIC
+
+_O = AclOperation
+_R = ResourceType
+_GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+# KIP-511: from v3 the client names its software and version; Kafka answers INVALID_REQUEST
+# (and no table) unless both match this pattern (ApiVersionsRequest.isValid).
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+class ApiVersions:
+    """The ApiVersions handler over the versions this node advertises."""
+
+    def __init__(self, supported: Mapping[int, tuple[int, int]]) -> None:
+        self.supported = supported
+        self._bodies: dict[int, bytes] = {}  # encoded bodies by version
+
+    def __call__(self, header: RequestHeader, req: Any, client: ClientInfo) -> bytes:
+        if header.api_version >= 3 and not (
+            SOFTWARE_NAME_VERSION.fullmatch(req.client_software_name)
+            and SOFTWARE_NAME_VERSION.fullmatch(req.client_software_version)
+        ):
+            return encode_body(
+                API_VERSIONS_KEY,
+                header.api_version,
+                ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[]),
+            )
+        cached = self._bodies.get(header.api_version)
+        if cached is None:
+            keys = [
+                ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                for k, (lo, hi) in sorted(self.supported.items())
+            ]
+            body = ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+            cached = self._bodies[header.api_version] = encode_body(
+                API_VERSIONS_KEY, header.api_version, body
+            )
+        return cached
+
+
+# -- handlers
+
+
+def find_coordinator_handler(parts: Parts) -> Handler:
+    return functools.partial(find_coordinator_of, need(parts.broker, "broker"))
+
+
+# A connection authenticating never gets these (its SaslSession answers them, see
+# coordinator/security/sasl); these are the answers after authentication or on a listener
+# without SASL, KafkaApis' ones.
+def sasl_handshake_handler(parts: Parts) -> Handler:
+    need(parts.broker, "broker")  # served beside the broker's APIs
+    return sasl_handlers.sasl_handshake_after_authentication
+
+
+def sasl_authenticate_handler(parts: Parts) -> Handler:
+    need(parts.broker, "broker")
+    return sasl_handlers.sasl_authenticate_after_authentication
+
+
+# -- FindCoordinator
+
+COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
+# Errors.INVALID_REQUEST.message(), Kafka's answer to a coordinator key type it does not know.
+INVALID_REQUEST_MESSAGE = (
+    "This most likely occurs because of a request being malformed by the client library or "
+    "the message was sent to an incompatible broker. See the broker logs for more details."
+)
+
+
+def find_coordinator_of(
+    broker: Broker, header: RequestHeader, req: FindCoordinatorRequest, client: ClientInfo
+) -> FindCoordinatorResponse:
+    """FindCoordinator: the node leading the group's offsets partition, as the request's
+    listener reaches it."""
+    version = header.api_version
+    if version >= 4:
+        coordinators = [
+            _coordinator(broker, k, req.key_type, client.listener) for k in req.coordinator_keys
+        ]
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    c = _coordinator(broker, req.key, req.key_type, client.listener)
+    return FindCoordinatorResponse(
+        throttle_time_ms=0,
+        error_code=c.error_code,
+        # Kafka's single-key answer carries Errors.message(), "NONE" for success.
+        error_message=c.error_message if c.error_code else "NONE",
+        node_id=c.node_id,
+        host=c.host,
+        port=c.port,
+    )
+
+
+def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> Coordinator:
+    if key_type == COORDINATOR_KEY_GROUP:
+        owner = broker.placement.owner(
+            OFFSETS_TOPIC, broker.groups.shard.partitions.partition_of(key)
+        )
+        # The owner as the request's listener reaches it; a node without that
+        # listener cannot be the client's coordinator (Kafka: not available).
+        address = endpoint(owner, listener) if owner is not None else None
+        if owner is None or address is None:
+            # No live node holds the group's offsets partition yet (a failover in
+            # progress): Kafka's answer while the partition has no leader.
+            return Coordinator(
+                key=key,
+                node_id=-1,
+                host="",
+                port=-1,
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message="The coordinator is not available.",
+            )
+        return Coordinator(
+            key=key, node_id=owner.node_id, host=address[0], port=address[1], error_code=0
+        )
+    if key_type == COORDINATOR_KEY_TRANSACTION:
+        # No transaction coordinator runs here; this is Kafka's answer when none is available.
+        return Coordinator(
+            key=key,
+            node_id=-1,
+            host="",
+            port=-1,
+            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            error_message="Transactions are not supported by kgc",
+        )
+    return Coordinator(
+        key=key,
+        node_id=-1,
+        host="",
+        port=-1,
+        error_code=ErrorCode.INVALID_REQUEST,
+        error_message=INVALID_REQUEST_MESSAGE,  # Kafka's default message, as it answers
+    )
+
+
+# -- authorization
+
+
+def authorize_find_coordinator(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    if req.key_type == 1:
+        rtype, denied_code = (
+            _R.TRANSACTIONAL_ID,
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        )
+    else:
+        rtype, denied_code = _R.GROUP, _GROUP_DENIED
+    if header.api_version < 4:
+        if not a.allowed(client, _O.DESCRIBE, rtype, req.key):
+            return find_coordinator.Response(
+                error_code=denied_code, error_message=None, node_id=-1, host="", port=-1
+            )
+        return handler(header, req, client)
+    keys = list(req.coordinator_keys)
+    denied = {k for k in keys if not a.allowed(client, _O.DESCRIBE, rtype, k)}
+    if not denied:
+        return handler(header, req, client)
+
+    def merge(resp: Any) -> Any:
+        got = {c.key: c for c in resp.coordinators}
+        for k in denied:
+            got[k] = find_coordinator.Coordinator(
+                key=k, node_id=-1, host="", port=-1, error_code=denied_code, error_message=None
+            )
+        return dataclasses.replace(resp, coordinators=[got[k] for k in keys if k in got])
+
+    allowed = [k for k in keys if k not in denied]
+    if not allowed:
+        return answer(merge(find_coordinator.Response()))
+    return then(handler(header, dataclasses.replace(req, coordinator_keys=allowed), client), merge)

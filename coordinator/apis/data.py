@@ -1,0 +1,136 @@
+"""The data plane's APIs: Produce, Fetch, ListOffsets, InitProducerId, and their authorization.
+
+How this works: the handlers are the data plane's own (``DataPlane.produce``...), called
+directly; with an authorizer each is bound to its check below, as KafkaApis checks it:
+WRITE on each topic (and on the transactional id) for Produce, READ on each topic for
+Fetch, DESCRIBE on each topic for ListOffsets, WRITE on the transactional id or
+IDEMPOTENT_WRITE on the cluster for InitProducerId. Refused topics are answered with
+TOPIC_AUTHORIZATION_FAILED per partition beside the data plane's answer for the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, append_topics, then
+from coordinator.security.acl import AclOperation, ResourceType
+from coordinator.server.handler import ClientInfo, Handler, HandlerResult
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import fetch, init_producer_id, list_offsets, produce
+
+_O = AclOperation
+_R = ResourceType
+_TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+# -- authorization
+
+
+def authorize_produce(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    if req.transactional_id and not a.allowed(
+        client, _O.WRITE, _R.TRANSACTIONAL_ID, req.transactional_id
+    ):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        denied_all = True
+    else:
+        code = _TOPIC_DENIED
+        denied_all = False
+    topics = req.topic_data
+    denied = [
+        t for t in topics if denied_all or not a.allowed(client, _O.WRITE, _R.TOPIC, a.topic_of(t))
+    ]
+    if not denied:
+        return handler(header, req, client)
+    refused = [
+        produce.TopicProduceResponse(
+            name=t.name,
+            topic_id=t.topic_id,
+            partition_responses=[
+                produce.PartitionProduceResponse(index=p.index, error_code=code)
+                for p in t.partition_data
+            ],
+        )
+        for t in denied
+    ]
+    allowed = [t for t in topics if t not in denied]
+    if not allowed:
+        return produce.Response(responses=refused)
+    return then(
+        handler(header, dataclasses.replace(req, topic_data=allowed), client),
+        lambda r: (
+            r
+            if not hasattr(r, "responses")
+            else dataclasses.replace(r, responses=[*r.responses, *refused])
+        ),
+    )
+
+
+def authorize_fetch(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    topics = req.topics
+    names = [t.topic or a.topic_name(t.topic_id) or "" for t in topics]
+    denied = [
+        t for t, n in zip(topics, names, strict=True) if not a.allowed(client, _O.READ, _R.TOPIC, n)
+    ]
+    if not denied:
+        return handler(header, req, client)
+    refused = [
+        fetch.FetchableTopicResponse(
+            topic=t.topic,
+            topic_id=t.topic_id,
+            partitions=[
+                fetch.PartitionData(
+                    partition_index=p.partition, error_code=_TOPIC_DENIED, records=None
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in denied
+    ]
+    allowed = [t for t in topics if t not in denied]
+    return then(
+        handler(header, dataclasses.replace(req, topics=allowed), client),
+        lambda r: dataclasses.replace(r, responses=[*r.responses, *refused]),
+    )
+
+
+def authorize_list_offsets(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    def refuse(t: Any) -> Any:
+        return list_offsets.ListOffsetsTopicResponse(
+            name=t.name,
+            partitions=[
+                list_offsets.ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, error_code=_TOPIC_DENIED
+                )
+                for p in t.partitions
+            ],
+        )
+
+    merge = append_topics(list_offsets.Response)
+
+    return a.split_topics(handler, header, req, client, _O.DESCRIBE, refuse, merge)
+
+
+def authorize_init_producer_id(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    if req.transactional_id:
+        if not a.allowed(client, _O.WRITE, _R.TRANSACTIONAL_ID, req.transactional_id):
+            return init_producer_id.Response(
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            )
+    elif not (
+        a.quietly(client, _O.IDEMPOTENT_WRITE, _R.CLUSTER, CLUSTER)
+        or a.authorizer.authorize_by_resource_type(
+            client.principal, client.host, _O.WRITE, _R.TOPIC
+        )
+    ):
+        return init_producer_id.Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    return handler(header, req, client)
