@@ -39,8 +39,8 @@ from coordinator.group.classic.subscription import (
     parse_assignment,
     parse_subscription,
 )
-from coordinator.group.consumer import heartbeat as cg_heartbeat
 from coordinator.group.consumer import replay as cg_replay
+from coordinator.group.consumer import update as cg_update
 from coordinator.group.consumer.errors import HeartbeatError
 from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
@@ -297,20 +297,7 @@ class ClassicInterop:
             member_id not in group.members
         ):
             raise _Refused(ErrorCode.GROUP_MAX_SIZE_REACHED)
-        names = [p.name for p in req.protocols]
-        if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not names:
-            raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        classic_members = [
-            m for m in group.members.values() if m.classic_member_metadata is not None
-        ]
-        if classic_members:
-            common = set(names)
-            for m in classic_members:
-                meta = m.classic_member_metadata
-                assert meta is not None
-                common &= {n for n, _ in meta.supported_protocols}
-            if not common:
-                raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        _check_protocols(group, req)
         if unknown and req.group_instance_id is None and ctx.api_version >= 4:
             out.replies.append(
                 (
@@ -323,29 +310,8 @@ class ClassicInterop:
         if sub is None:
             raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
 
-        replaced: ConsumerGroupMember | None = None
         iid = req.group_instance_id
-        if iid is None:
-            old = group.members.get(member_id)
-            is_new = old is None
-            if old is None:
-                old = ConsumerGroupMember(member_id)
-        else:
-            holder = group.member_by_instance(iid)
-            if not unknown:
-                if holder is None:
-                    raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID)
-                if holder.member_id != member_id:
-                    raise _Refused(ErrorCode.FENCED_INSTANCE_ID)
-                old, is_new = holder, False
-            elif holder is None:
-                old, is_new = ConsumerGroupMember(member_id), True
-            else:
-                old = holder.copy(member_id)
-                old.member_epoch = 0
-                old.previous_member_epoch = 0
-                old.pending_revocation = {}
-                replaced, is_new = holder, False
+        old, replaced, is_new = _joining_member(group, member_id, iid, unknown)
         writes: list[rec.TypedRecord] = []
         if replaced is not None:
             writes.extend(rec.member_removed(gid, replaced.member_id))
@@ -369,7 +335,7 @@ class ClassicInterop:
             req.session_timeout_ms, [(p.name, p.metadata) for p in req.protocols]
         )
         owned = self._to_ids(sub.owned_partitions)
-        member = cg_heartbeat.reconcile_member(
+        member = cg_update.reconcile_member(
             self.consumer, out, writes, group, old, updated, replaced, is_new, owned, now_ms, "join"
         )
         self.timers.cancel(consumer_classic_join_key(gid, member.member_id))
@@ -646,3 +612,45 @@ class ClassicInterop:
             now_ms,
         )
         return True
+
+
+def _check_protocols(group: ConsumerGroup, req: JoinGroupRequest) -> None:
+    """The joining member speaks the consumer protocol, with an assignor every classic
+    member of the group supports too."""
+    names = [p.name for p in req.protocols]
+    if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not names:
+        raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+    classic_members = [m for m in group.members.values() if m.classic_member_metadata is not None]
+    if classic_members:
+        common = set(names)
+        for m in classic_members:
+            meta = m.classic_member_metadata
+            assert meta is not None
+            common &= {n for n, _ in meta.supported_protocols}
+        if not common:
+            raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+
+
+def _joining_member(
+    group: ConsumerGroup, member_id: str, iid: str | None, unknown: bool
+) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None, bool]:
+    """(the member to update, the static member it replaces, whether it is new)."""
+    if iid is None:
+        old = group.members.get(member_id)
+        if old is None:
+            return ConsumerGroupMember(member_id), None, True
+        return old, None, False
+    holder = group.member_by_instance(iid)
+    if not unknown:
+        if holder is None:
+            raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID)
+        if holder.member_id != member_id:
+            raise _Refused(ErrorCode.FENCED_INSTANCE_ID)
+        return holder, None, False
+    if holder is None:
+        return ConsumerGroupMember(member_id), None, True
+    old = holder.copy(member_id)
+    old.member_epoch = 0
+    old.previous_member_epoch = 0
+    old.pending_revocation = {}
+    return old, holder, False

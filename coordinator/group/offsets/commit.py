@@ -263,15 +263,16 @@ def commit_fast(
     return out
 
 
-def commit_general(
-    mgr: OffsetMetadataManager, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int
-) -> Result:
-    out = Result()
-    v = ctx.api_version
-    # Topics are resolved and unknown partitions answered first, as Kafka's KafkaApis
-    # does before the coordinator sees the request; the coordinator's codes fill in the
-    # rest. Codes are keyed by (topic's index in the request, partition): on v10 two
-    # unknown ids share the empty name.
+def _refused_before_coordinator(
+    mgr: OffsetMetadataManager, req: OffsetCommitRequest, v: int
+) -> tuple[list[str | None], dict[tuple[int, int], ErrorCode], int]:
+    """(each topic's name, the codes of the partitions refused, how many partitions).
+
+    Topics are resolved and unknown partitions answered first, as Kafka's KafkaApis does
+    before the coordinator sees the request; the coordinator's codes fill in the rest.
+    Codes are keyed by (topic's index in the request, partition): on v10 two unknown ids
+    share the empty name.
+    """
     names: list[str | None] = [t.name if v < 10 else mgr.topic_name(t.topic_id) for t in req.topics]
     codes: dict[tuple[int, int], ErrorCode] = {}
     wanted = 0
@@ -282,7 +283,15 @@ def commit_general(
                 codes[(i, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_ID
             elif mgr.unknown_partition(name, p.partition_index):
                 codes[(i, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return names, codes, wanted
 
+
+def commit_general(
+    mgr: OffsetMetadataManager, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int
+) -> Result:
+    out = Result()
+    v = ctx.api_version
+    names, codes, wanted = _refused_before_coordinator(mgr, req, v)
     reply_to = ctx.reply_to
     if len(codes) == wanted:
         # Nothing left for the coordinator (an empty request included): Kafka answers
