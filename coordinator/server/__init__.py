@@ -8,12 +8,12 @@ How this works, in the order a request meets it:
   ``connection``, which holds the rules and no I/O: framing, responses in request order,
   backpressure, bad input; ``memory`` bounds the request bytes queued across connections;
   on a SASL listener ``sasl`` answers every frame until the connection has authenticated.
-* ``dispatch`` -- the API table: which handler answers each API key, the versions
-  advertised (``apis``), ApiVersions itself.
+* ``dispatch`` -- the routes: which handler answers each API key and version, built from
+  the API table of ``coordinator.apis``.
 * ``handler`` -- the contract between the transport and whoever answers an API: what a
   handler is given and the one typed result it returns.
-* ``broker`` -- the cluster-level APIs (Metadata, FindCoordinator, topic admin, SASL).
 
-The group runtime (``coordinator.runtime``) and the data plane (``coordinator.dataplane``)
-answer the other APIs under the same contract; ``coordinator.node`` assembles them.
+The handlers are ``coordinator.apis``' (over the group runtime, the data plane and the
+stores), all under that contract; ``coordinator.node`` assembles them. Nothing here imports
+them: the server is the transport only.
 """
