@@ -35,6 +35,7 @@ from coordinator.server.handler import (
     Pending,
 )
 from coordinator.server.memory import RequestQueue
+from coordinator.server.transport import KafkaConnection
 from protocol.framing import RequestHeader, decode_response, encode_request
 from protocol.messages import heartbeat, metadata, sasl_authenticate, sasl_handshake
 
@@ -136,6 +137,7 @@ def connect(
     sasl: SaslListener | None = None,
     queue: RequestQueue | None = None,
     idle_ms: int = 600000,
+    kind: type[Connection] = Connection,
 ) -> tuple[Connection, Wire, Turns]:
     turns = Turns()
     protocol = "PLAINTEXT" if sasl is None else "SASL_PLAINTEXT"
@@ -156,7 +158,7 @@ def connect(
         on_connection=lambda delta: None,
         on_closed=lambda: None,
     )
-    conn = Connection(ctx)
+    conn = kind(ctx)
     wire = Wire()
     conn.transport = wire  # what the asyncio protocol's connection_made attaches
     return conn, wire, turns
@@ -423,6 +425,22 @@ def test_a_handshake_within_the_lifetime_reauthenticates_behind_the_answers_owed
     assert answered(wire.sent[: 4 + size]) == [(3, 0)]
     assert sasl_errors(wire.sent[4 + size :]) == [0]
     assert conn.authenticating
+
+
+# -- the asyncio protocol's bookkeeping, still without a socket
+
+
+def test_a_lost_connection_cancels_what_it_waits_for_and_gives_its_memory_back() -> None:
+    beats = Beats()
+    queue = RequestQueue(500, -1)
+    conn, _, _ = connect({heartbeat.API_KEY: beats}, queue=queue, kind=KafkaConnection)
+    assert isinstance(conn, KafkaConnection)
+    conn.ctx.connections.add(conn)
+    conn.data_received(beat(1, "later-1") + HB7[:10])  # one owed, one frame half read
+    assert (queue.requests, queue.small) == (1, len(HB7) - 4 + len(beat(1, "later-1")) - 4)
+    conn.connection_lost(None)
+    assert beats.pending["later-1"].cancelled()
+    assert (queue.requests, queue.small, conn.ctx.connections) == (0, 0, set())
 
 
 # -- idleness
