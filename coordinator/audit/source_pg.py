@@ -48,8 +48,8 @@ import pyarrow as pa
 from coordinator.audit.decode import OFFSETS_TOPIC, Piece, decode_offsets
 from coordinator.audit.schema import SCHEMA, Row
 from coordinator.audit.stitch import Context, TopicLog, row_name
-from storage.postgres import redact_url
 from storage.record_batch import HEADER_SIZE, LOG_OVERHEAD
+from storage.urls import redact_url
 
 __all__ = [
     "CONTEXT_SQL",

@@ -14,7 +14,7 @@ from typing import Any
 
 from coordinator.config.properties import kafka_name
 from coordinator.config.settings import Settings
-from storage.postgres import redact_url
+from storage.urls import redact_url
 
 log = logging.getLogger("kgc.config")
 

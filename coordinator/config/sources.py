@@ -22,7 +22,7 @@ from coordinator.config import properties
 from coordinator.config.properties import _SYNONYM_OF, DEPRECATED_NAMES, ConfigNotes, kafka_name
 from coordinator.config.settings import Settings
 from coordinator.kafka_broker_configs import is_kafka_broker_config
-from storage.postgres import redact_url
+from storage.urls import redact_url
 
 # Environment variables kgc's operator commands read (tools.commands.common), not settings.
 TOOL_ENVIRONMENT = frozenset({"KGC_BOOTSTRAP_SERVER", "KGC_COMMAND_CONFIG"})

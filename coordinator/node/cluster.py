@@ -59,11 +59,11 @@ from storage.interface import Lease
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 from storage.postgres import catalog as pg_catalog
-from storage.postgres import redact_url
 from storage.postgres.journal import PgJournal
 from storage.postgres.materialize import materialize
 from storage.postgres.schema import migrate
 from storage.records import OFFSETS_TOPIC
+from storage.urls import redact_url
 
 if TYPE_CHECKING:
     from storage.local.log import PartitionLog
