@@ -11,10 +11,10 @@ the catalog only says which topics exist, and it can never delete data on its ow
 * An entry that cannot be read, or whose configs Kafka would refuse (``topic_configs``),
   keeps that one topic offline (one ERROR line; its data untouched, its entry written back
   verbatim on every save) while the rest of the server runs.
-* ``reconcile`` (start-up, before any log is opened) compares the catalog with the partition
-  directories, each of which names its topic id in Kafka's ``partition.metadata``. A
-  deletion a crash interrupted (directories already renamed ``*.<topic id>-delete``) is
-  finished. A directory of a topic the catalog lacks (the whole file missing, or an entry
+* ``reconcile`` (``node/reconcile.py``, at start-up, before any log is opened) compares the
+  catalog with the partition directories, each of which names its topic id in Kafka's
+  ``partition.metadata``. A deletion a crash interrupted (directories already renamed
+  ``*.<topic id>-delete``) is finished. A directory of a topic the catalog lacks (the whole file missing, or an entry
   removed by hand) is adopted: name and partitions from the directories, id from
   ``partition.metadata``, configs lost, so retention is off until they are set again rather
   than deleting data by a default. A directory whose id disagrees with the catalog's stops
@@ -24,8 +24,6 @@ the catalog only says which topics exist, and it can never delete data on its ow
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -38,17 +36,8 @@ from typing import Any
 
 from coordinator.group.topics import TopicImage
 from coordinator.topic_configs import InvalidConfigError, validate
-from storage.files import fsync_dir
-from storage.local.manager import (
-    DataDirError,
-    LogManager,
-    PartitionMetadataError,
-    TopicIdMismatchError,
-    kafka_uuid,
-    read_topic_id,
-    write_topic_id,
-)
-from storage.records import OFFSETS_TOPIC
+from storage.files import DataDirError, fsync_dir
+from storage.interface import kafka_uuid
 
 log = logging.getLogger("kgc.catalog")
 
@@ -262,7 +251,7 @@ class TopicCatalog:
         info = TopicInfo(name, topic_id, num_partitions, dict(configs or {}))
         self.topics[name] = info
         self.by_id[topic_id] = info
-        self._save()
+        self.save()
         self._changed([name], True)
         return info
 
@@ -274,7 +263,7 @@ class TopicCatalog:
             raise ValueError(f"topic {name!r} cannot grow to {num_partitions} partitions")
         before, info.num_partitions = info.num_partitions, num_partitions
         try:
-            self._save()
+            self.save()
         except BaseException:
             info.num_partitions = before  # not saved: the topic did not grow
             raise
@@ -287,7 +276,7 @@ class TopicCatalog:
         info = self.topics[name]
         before, info.configs = info.configs, dict(configs)
         try:
-            self._save()
+            self.save()
         except BaseException:
             info.configs = before  # not saved: nothing changed
             raise
@@ -304,132 +293,11 @@ class TopicCatalog:
                 self._kept = [
                     e for e in self._kept if not (isinstance(e, dict) and e.get("name") == name)
                 ]
-            self._save()
+            self.save()
             self._changed([name], False)
         return info
 
     # ------------------------------------------------------------ start-up
-
-    def reconcile(self, logs: LogManager) -> None:
-        """Agree with the partition directories before any log is opened (see module doc)."""
-        changed = self._finish_deletions(logs)
-        dirs = {t: parts for t, parts in logs.topic_dirs().items() if not t.startswith("__")}
-        if not self.loaded and dirs:
-            log.warning(
-                "topic catalog %s is missing: rebuilding it from the partition directories "
-                "of %d topic(s)",
-                self.path,
-                len(dirs),
-            )
-        for topic, parts in sorted(dirs.items()):
-            ids = self._dir_ids(parts)
-            info = self.topics.get(topic)
-            if info is None:
-                info = self._adopt(topic, parts, ids)
-                changed = True
-            elif info.topic_id != ZERO_ID:
-                for p, path in sorted(parts.items()):
-                    found = ids[p]
-                    if found is not None and found != info.topic_id:
-                        raise TopicIdMismatchError(
-                            f"partition directory {path} holds topic id {kafka_uuid(found)} "
-                            f"but {self.path} says topic '{topic}' has id "
-                            f"{kafka_uuid(info.topic_id)}; refusing to start rather than "
-                            "serve or delete the wrong data. Restore the right catalog entry, "
-                            "or move the directory aside"
-                        )
-            if info.topic_id != ZERO_ID:
-                missing = [path for p, path in sorted(parts.items()) if ids[p] is None]
-                for path in missing:  # written by an older kgc, or unreadable
-                    write_topic_id(path, info.topic_id)
-                if missing:
-                    log.info(
-                        "wrote partition.metadata (topic id %s) for %d partition(s) of topic '%s'",
-                        kafka_uuid(info.topic_id),
-                        len(missing),
-                        topic,
-                    )
-            beyond = sorted(p for p in parts if p >= info.num_partitions)
-            if beyond and info.offline is None:
-                log.warning(
-                    "topic '%s' has %d partitions but directories for partitions %s too; "
-                    "they are kept and not served",
-                    topic,
-                    info.num_partitions,
-                    beyond,
-                )
-        if changed:
-            self._save()
-
-    def _finish_deletions(self, logs: LogManager) -> bool:
-        changed = False
-        for topic, topic_id in sorted(logs.pending_deletions()):
-            info = self.topics.get(topic)
-            if info is None or info.topic_id != topic_id:
-                continue  # the catalog already forgot it; open_all removes the leftovers
-            left = logs.topic_dirs().get(topic, {})
-            ids = self._dir_ids(left)
-            for p, path in sorted(left.items()):
-                if ids[p] not in (None, topic_id):
-                    raise TopicIdMismatchError(
-                        f"topic '{topic}' (id {kafka_uuid(topic_id)}) was being deleted, but "
-                        f"partition directory {path} holds topic id {kafka_uuid(ids[p] or b'')}; "
-                        "refusing to start rather than delete it. Move the directory aside"
-                    )
-            logs.delete_topic(topic, topic_id)
-            self.topics.pop(topic)
-            if self.by_id.get(topic_id) is info:
-                del self.by_id[topic_id]
-            log.info(
-                "finished deleting topic '%s' (id %s), interrupted by a crash",
-                topic,
-                kafka_uuid(topic_id),
-            )
-            changed = True
-        return changed
-
-    def _dir_ids(self, parts: dict[int, Path]) -> dict[int, bytes | None]:
-        ids: dict[int, bytes | None] = {}
-        for p, path in parts.items():
-            try:
-                ids[p] = read_topic_id(path)
-            except PartitionMetadataError as e:
-                log.warning("ignoring unreadable partition metadata: %s", e)
-                ids[p] = None
-        return ids
-
-    def _adopt(self, topic: str, parts: dict[int, Path], ids: dict[int, bytes | None]) -> TopicInfo:
-        known = {i for i in ids.values() if i is not None}
-        if len(known) > 1:
-            raise TopicIdMismatchError(
-                f"the partition directories of topic '{topic}' hold different topic ids ("
-                + ", ".join(
-                    f"{parts[p].name}: {kafka_uuid(i)}" for p, i in sorted(ids.items()) if i
-                )
-                + "); refusing to start rather than guess which is the topic. "
-                "Move the stray directories aside"
-            )
-        topic_id = known.pop() if known else uuid.uuid4().bytes
-        other = self.by_id.get(topic_id)
-        if other is not None:
-            raise TopicIdMismatchError(
-                f"partition directories of topic '{topic}' hold topic id {kafka_uuid(topic_id)}, "
-                f"which {self.path} gives to topic '{other.name}'; refusing to start"
-            )
-        info = TopicInfo(topic, topic_id, max(parts) + 1, dict(REBUILT_CONFIGS))
-        self.topics[topic] = info
-        self.by_id[topic_id] = info
-        log.warning(
-            "topic '%s' (id %s, %d partitions) is not in %s: restored from its partition "
-            "directories. Its configs were lost, so retention is off (%s) until they are set "
-            "again",
-            topic,
-            kafka_uuid(topic_id),
-            info.num_partitions,
-            self.path,
-            ", ".join(f"{k}={v}" for k, v in REBUILT_CONFIGS.items()),
-        )
-        return info
 
     # ------------------------------------------------------------ persistence
 
@@ -442,7 +310,7 @@ class TopicCatalog:
             "configs": t.configs,
         }
 
-    def _save(self) -> None:
+    def save(self) -> None:
         self.changes += 1
         if self.path is None:
             return  # cluster mode: the database holds the catalog
@@ -460,139 +328,6 @@ class TopicCatalog:
 
 class TopicExistsError(Exception):
     """CreateTopics of a name the cluster already has (TOPIC_ALREADY_EXISTS)."""
-
-
-class SharedCatalog:
-    """Cluster mode: the topic catalog lives in the database, ``catalog`` mirrors it.
-
-    ``create``/``delete`` change the database (one transaction each, which also bumps the
-    cluster's catalog version) and then refresh the mirror, so the node that answered
-    CreateTopics knows the topic at once; every other node refreshes when its heartbeat sees
-    the version move (``refresh``). ``on_deleted`` is told each topic that disappeared (the
-    group runtime forgets its offsets).
-    """
-
-    def __init__(self, catalog: TopicCatalog, pool: Any) -> None:
-        self.catalog = catalog
-        self.pool = pool  # asyncpg pool
-        self.on_deleted: list[Any] = []
-        self._listener: Any = None  # a dedicated connection LISTENing for changes
-        self._refreshing: asyncio.Task[None] | None = None
-        self._again = False
-
-    async def listen(self, url: str, application_name: str) -> None:
-        """Refresh as soon as another node changes the catalog (a hint: PostgreSQL's
-        NOTIFY reaches only connected listeners, so the heartbeat's poll of the catalog
-        version stays the truth; this only spares clients the wait for it: a topic created
-        on one node is known to the others within milliseconds, not a heartbeat later)."""
-        import asyncpg
-
-        self._listener = await asyncpg.connect(
-            url, server_settings={"application_name": application_name}
-        )
-        await self._listener.add_listener(CATALOG_CHANNEL, self._notified)
-
-    def _notified(self, *_args: Any) -> None:
-        if self._refreshing is not None and not self._refreshing.done():
-            self._again = True  # one more refresh after the running one
-            return
-        self._refreshing = asyncio.get_running_loop().create_task(self._refresh_hinted())
-
-    async def _refresh_hinted(self) -> None:
-        while True:
-            self._again = False
-            try:
-                await self.refresh()
-            except Exception as exc:  # the heartbeat's poll catches up
-                log.warning("catalog refresh after a change notice failed: %r", exc)
-            if not self._again:
-                return
-
-    async def close(self) -> None:
-        if self._listener is not None:
-            with contextlib.suppress(Exception):
-                await self._listener.close(timeout=2)
-            self._listener = None
-
-    async def _announce(self, name: str) -> None:
-        with contextlib.suppress(Exception):  # only a hint: the version bump is the truth
-            async with self.pool.acquire() as conn:
-                await conn.execute("SELECT pg_notify($1, $2)", CATALOG_CHANNEL, name)
-
-    async def refresh(self) -> None:
-        from storage.postgres import catalog as pg
-
-        async with self.pool.acquire() as conn:
-            rows = await pg.list_topics(conn)
-        infos = [
-            TopicInfo(
-                r.name, r.topic_id.bytes, r.partitions, {k: str(v) for k, v in r.configs.items()}
-            )
-            for r in rows
-            if r.name != OFFSETS_TOPIC
-        ]
-        before = {(t.name, t.topic_id) for t in self.catalog.topics.values()}
-        self.catalog.install(infos)
-        after = {(t.name, t.topic_id) for t in infos}
-        for name, _tid in before - after:
-            for callback in self.on_deleted:
-                callback(name)
-
-    async def create(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
-        from storage.postgres import catalog as pg
-
-        topic_id = uuid.uuid4()
-        while kafka_uuid(topic_id.bytes).startswith("-"):
-            topic_id = uuid.uuid4()
-        try:
-            async with self.pool.acquire() as conn:
-                await pg.create_topic(conn, name, topic_id, num_partitions, dict(configs))
-        except pg.TopicExistsError:
-            raise TopicExistsError(name) from None
-        await self._announce(name)
-        await self.refresh()
-        info = self.catalog.get(name)
-        assert info is not None
-        return info
-
-    async def create_partitions(self, name: str, num_partitions: int) -> TopicInfo:
-        """Grow a topic for every node (its new lease rows, unowned, in the same
-        transaction); ``storage.postgres.catalog`` raises UnknownTopicError / ValueError."""
-        from storage.postgres import catalog as pg
-
-        async with self.pool.acquire() as conn:
-            await pg.create_partitions(conn, name, num_partitions)
-        await self._announce(name)
-        await self.refresh()
-        info = self.catalog.get(name)
-        if info is None:  # deleted right after, by another request
-            raise pg.UnknownTopicError(f"unknown topic {name!r}")
-        return info
-
-    async def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
-        """Replace a topic's configs for every node (one transaction, which bumps the
-        catalog version); ``storage.postgres.catalog`` raises UnknownTopicError."""
-        from storage.postgres import catalog as pg
-
-        async with self.pool.acquire() as conn:
-            await pg.alter_topic_configs(conn, name, dict(configs))
-        await self._announce(name)
-        await self.refresh()
-        info = self.catalog.get(name)
-        if info is None:  # deleted right after, by another request
-            raise pg.UnknownTopicError(f"unknown topic {name!r}")
-        return info
-
-    async def delete(self, info: TopicInfo) -> None:
-        from storage.postgres import catalog as pg
-
-        async with self.pool.acquire() as conn:
-            await pg.delete_topic(conn, info.name)
-        await self._announce(info.name)
-        await self.refresh()
-
-
-CATALOG_CHANNEL = "kgc_catalog"
 
 
 class CatalogTopics:

@@ -13,9 +13,9 @@ share groups.
 The store keeps every group's configs durably: embedded, ``group_configs.json`` in the data
 directory, rewritten whole and atomically on each change (like the topic catalog); in
 cluster mode, the ``kgc_group_config`` table, each change bumping the cluster's change
-version so every node reloads it (``PgGroupConfigs.refresh``). After every change the
-store tells ``on_change`` the resolved (session timeout, heartbeat interval) of every
-configured group; the consumer-group core reads them on each heartbeat
+version so every node reloads it (``node/pg_stores.PgGroupConfigs.refresh``). After
+every change the store tells ``on_change`` the resolved (session timeout, heartbeat
+interval) of every configured group; the consumer-group core reads them on each heartbeat
 (``ConsumerGroupManager.group_configs``).
 """
 
@@ -26,7 +26,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from coordinator.topic_configs import InvalidConfigError, TopicConfigDef, to_string
 from storage.files import DataDirError, fsync_dir
@@ -38,7 +38,7 @@ __all__ = [
     "GROUP_CONFIGS",
     "GROUP_CONFIGS_FILE",
     "LocalGroupConfigs",
-    "PgGroupConfigs",
+    "StoredGroupConfigs",
     "resolved",
     "validate",
 ]
@@ -150,7 +150,7 @@ def effective(settings: Settings, configs: dict[str, str]) -> dict[str, str]:
 OnChange = Callable[[dict[str, tuple[int, int]]], None]
 
 
-class _Store:
+class StoredGroupConfigs:
     """What both stores share: the configs by group, and telling ``on_change``."""
 
     def __init__(self, settings: Settings) -> None:
@@ -175,7 +175,7 @@ class _Store:
             callback(timeouts)
 
 
-class LocalGroupConfigs(_Store):
+class LocalGroupConfigs(StoredGroupConfigs):
     """Embedded: ``group_configs.json`` in the data directory, rewritten atomically."""
 
     def __init__(self, settings: Settings, path: Path) -> None:
@@ -214,28 +214,3 @@ class LocalGroupConfigs(_Store):
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
         self._install(new)
-
-
-class PgGroupConfigs(_Store):
-    """Cluster mode: the ``kgc_group_config`` table, shared by every node."""
-
-    def __init__(self, settings: Settings, pool: Any) -> None:
-        super().__init__(settings)
-        self.pool = pool
-
-    async def refresh(self) -> None:
-        """Reload the table (at start, and whenever the cluster's change version moves)."""
-        from storage.postgres import group_configs as pg
-
-        async with self.pool.acquire() as conn:
-            self._install(await pg.load(conn))
-
-    async def load(self) -> None:
-        await self.refresh()
-
-    async def set(self, group: str, configs: dict[str, str]) -> None:
-        from storage.postgres import group_configs as pg
-
-        async with self.pool.acquire() as conn:
-            await pg.store(conn, group, configs)
-        await self.refresh()

@@ -22,22 +22,40 @@ A change made through one store is seen by the others of the same engine at thei
 These are Protocols over the value types of ``coordinator.security`` (credentials, ACL
 bindings), so they live above ``storage``, which knows none of them. The ACL stores' is
 the base class both engines already extend, ``security.acl_store.AclStore`` (the ACL
-admin APIs, below this module, type against it), re-exported here. The topic catalog is
-not among them: on one process it is the in-memory image itself (``catalog.TopicCatalog``,
-changed synchronously) and in a cluster an asynchronous writer over that image
-(``catalog.SharedCatalog``, ``apis.topics.SharedTopics``).
+admin APIs, below this module, type against it), re-exported here.
+
+The topic catalog is read on the hot paths (Metadata, Produce, Fetch), so every engine
+keeps it whole in memory as a ``catalog.TopicCatalog`` that is read synchronously: on one
+process changed synchronously in ``topics.json``, by the workers in the same file under
+their lock (``node/workers/shared.WorkerCatalog``). A cluster writes it asynchronously
+through a ``TopicStore`` (``node/pg_stores.SharedCatalog``), whose changes are one
+database transaction each and whose failures name a vanished topic
+(``storage.interface.UnknownTopicError``) or a grown one (``ValueError``). The admin APIs
+ask the cluster about its nodes and leases through a ``ClusterView``. Both are given to
+the handlers at construction, so no handler imports a storage engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from coordinator.security import ScramCredential
 from coordinator.security.acl_store import AclStore
 from coordinator.security.credentials import ScramChange
 
-__all__ = ["AclStore", "GroupConfigStore", "ProducerIdBlocks", "ScramCredentialStore"]
+if TYPE_CHECKING:
+    from coordinator.catalog import TopicCatalog, TopicInfo
+    from storage.interface import RegisteredNode
+
+__all__ = [
+    "AclStore",
+    "ClusterView",
+    "GroupConfigStore",
+    "ProducerIdBlocks",
+    "ScramCredentialStore",
+    "TopicStore",
+]
 
 
 class ScramCredentialStore(Protocol):
@@ -77,3 +95,44 @@ class GroupConfigStore(Protocol):
 
 # (block size, floor) -> the first id of a block no other taker gets, above ``floor``.
 ProducerIdBlocks = Callable[[int, int], Awaitable[int]]
+
+
+class TopicStore(Protocol):
+    """A topic catalog changed asynchronously for every node (cluster mode).
+
+    ``catalog`` is the in-memory image every read uses; each change is durable and seen by
+    ``catalog`` when the call returns, and by the other nodes at their next ``refresh``.
+    """
+
+    catalog: TopicCatalog
+
+    async def refresh(self) -> None:
+        """Catch up with changes made by other nodes."""
+        ...
+
+    async def create(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
+        """Create a topic; ``catalog.TopicExistsError`` when the name is taken."""
+        ...
+
+    async def create_partitions(self, name: str, num_partitions: int) -> TopicInfo:
+        """Grow a topic to ``num_partitions``; ``UnknownTopicError`` when it is gone,
+        ``ValueError`` when it has that many already."""
+        ...
+
+    async def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        """Replace a topic's configs; ``UnknownTopicError`` when it is gone."""
+        ...
+
+    async def delete(self, info: TopicInfo) -> None: ...
+
+
+class ClusterView(Protocol):
+    """What the admin APIs ask about the cluster beyond the live nodes (``Placement``)."""
+
+    async def registered_nodes(self) -> list[RegisteredNode]:
+        """Every node ever registered, live or fenced."""
+        ...
+
+    async def lease_log_start(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(epoch, log start offset) of a partition's lease; None when it has none."""
+        ...

@@ -70,6 +70,8 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionLog",
     "RecordTooLargeError",
+    "RegisteredNode",
+    "UnknownTopicError",
     "WriteAheadJournal",
     "kafka_uuid",
     "wall_clock_ms",
@@ -86,6 +88,23 @@ def wall_clock_ms() -> int:
 def kafka_uuid(raw: bytes) -> str:
     """Kafka's ``Uuid.toString``: URL-safe base64 without padding (topic ids)."""
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+class UnknownTopicError(RuntimeError):
+    """No topic of that name (Kafka's UNKNOWN_TOPIC_OR_PARTITION): raised by a shared
+    catalog's writes, answered by the admin APIs."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredNode:
+    """A node of a cluster as the admin APIs report it (DescribeCluster's fenced brokers,
+    CreatePartitions' manual assignments): every node ever registered, live or not."""
+
+    node_id: int
+    host: str
+    port: int
+    listeners: str
+    rack: str | None
 
 
 @dataclass(frozen=True, slots=True)

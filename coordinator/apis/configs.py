@@ -105,13 +105,13 @@ from protocol.messages.describe_configs import (
     DescribeConfigsResult,
     DescribeConfigsSynonym,
 )
+from storage.interface import UnknownTopicError
 from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
-    from coordinator.catalog import SharedCatalog
     from coordinator.dataplane import DataPlane
     from coordinator.runtime import GroupRuntime
-    from coordinator.stores import GroupConfigStore
+    from coordinator.stores import GroupConfigStore, TopicStore
 
 __all__ = ["ConfigAdmin", "apply_topic_configs"]
 
@@ -163,7 +163,7 @@ class ConfigAdmin:
         catalog: TopicCatalog,
         groups: GroupConfigStore,
         *,
-        shared_topics: SharedCatalog | None = None,
+        shared_topics: TopicStore | None = None,
         authorizer: Authorizer | None = None,
         nodes: Callable[[], list[int]] | None = None,
     ) -> None:
@@ -188,7 +188,7 @@ class ConfigAdmin:
         runtime: GroupRuntime,
         groups: GroupConfigStore,
         *,
-        shared_topics: SharedCatalog | None = None,
+        shared_topics: TopicStore | None = None,
         authorizer: Authorizer | None = None,
         nodes: Callable[[], list[int]] | None = None,
     ) -> ConfigAdmin:
@@ -695,8 +695,6 @@ class ConfigAdmin:
             log.info("configs of group %s are now %s", change.name, change.configs)
             return
         if self.shared_topics is not None:
-            from storage.postgres.catalog import UnknownTopicError
-
             try:
                 await self.shared_topics.alter_configs(change.name, change.configs)
             except UnknownTopicError:

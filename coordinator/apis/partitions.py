@@ -19,7 +19,7 @@ request the check falls.
   nothing. Embedded: the new partitions' logs are created first, then the catalog is
   saved (a crash in between leaves empty directories that the catalog does not serve and
   that a retry takes over); cluster mode: one transaction adds the partitions and their
-  unowned lease rows (``storage.postgres.catalog``), nodes claim them at their next
+  unowned lease rows (``node/pg_stores.SharedCatalog``), nodes claim them at their next
   heartbeat. Either way the catalog's ``on_change`` tells the group runtime, so consumer
   groups (KIP-848) subscribed to the topic compute a new target assignment; classic groups
   notice through Metadata (their leader's client sees the new count and rejoins). kgc's
@@ -63,7 +63,7 @@ import dataclasses
 import logging
 import os
 from collections import Counter
-from typing import Any, Protocol
+from typing import Protocol
 
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
@@ -73,6 +73,7 @@ from coordinator.dataplane.reads import high_watermark
 from coordinator.placement import Placement, endpoint, parse_endpoints
 from coordinator.security.acl import AclOperation, Authorizer, ResourceType, all_operations
 from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
+from coordinator.stores import ClusterView, TopicStore
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages.create_partitions import (
@@ -99,7 +100,7 @@ from protocol.messages.describe_log_dirs import (
     DescribeLogDirsResult,
     DescribeLogDirsTopic,
 )
-from storage.interface import Logs, PartitionLog
+from storage.interface import Logs, PartitionLog, UnknownTopicError
 from storage.records import OFFSETS_TOPIC
 
 __all__ = ["MAX_NEW_PARTITIONS_PER_REQUEST", "PartitionAdmin"]
@@ -136,12 +137,13 @@ class PartitionAdmin:
         placement: Placement,
         *,
         authorizer: Authorizer | None = None,
-        shared: Any = None,
-        pool: Any = None,
+        shared: TopicStore | None = None,
+        cluster: ClusterView | None = None,
         journal: Maintainable | None = None,
     ) -> None:
-        """Cluster mode passes ``shared`` (the ``SharedCatalog``), ``pool`` (asyncpg) and
-        ``journal`` (the PostgreSQL journal whose trims DeleteRecords waits for)."""
+        """Cluster mode passes ``shared`` (the catalog in the database), ``cluster`` (its
+        registered nodes and leases) and ``journal`` (the PostgreSQL journal whose trims
+        DeleteRecords waits for)."""
         self.settings = settings
         self.catalog = catalog
         self.logs = logs
@@ -149,7 +151,7 @@ class PartitionAdmin:
         self.placement = placement
         self.authorizer = authorizer
         self.shared = shared
-        self.pool = pool
+        self.cluster = cluster
         self.journal = journal
 
     def _allowed(
@@ -290,14 +292,12 @@ class PartitionAdmin:
         validate_only: bool,
     ) -> CreatePartitionsResponse:
         """Cluster mode: each topic grows in its own transaction, answered once committed."""
-        from storage.postgres import catalog as pg
-
         active = {n.node_id for n in self.placement.nodes()}
         registered = set(active)
         if any(t.assignments for _, t in todo):
+            assert self.cluster is not None
             try:
-                async with self.pool.acquire() as conn:
-                    registered = {n.node_id for n in await pg.registered_nodes(conn)}
+                registered = {n.node_id for n in await self.cluster.registered_nodes()}
             except Exception as exc:
                 log.error("reading the cluster's nodes failed: %r", exc)
                 for res, _t in todo:
@@ -313,13 +313,12 @@ class PartitionAdmin:
         return resp
 
     async def _grow_in_database(self, t: CreatePartitionsTopic) -> Problem | None:
-        from storage.postgres import catalog as pg
-
+        assert self.shared is not None
         info = self.catalog.get(t.name)
         before = info.num_partitions if info is not None else 0
         try:
             await self.shared.create_partitions(t.name, t.count)
-        except pg.UnknownTopicError:
+        except UnknownTopicError:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
         except ValueError:
             # Grown (or deleted) by another node since this node's catalog was read.
@@ -427,9 +426,7 @@ class PartitionAdmin:
         partition: int,
         deadline: float,
     ) -> None:
-        from storage.postgres import catalog as pg
-
-        assert self.journal is not None
+        assert self.journal is not None and self.cluster is not None
         loop = asyncio.get_running_loop()
         epoch = self.data.leader_epochs.get(plog)
         wanted = r.low_watermark
@@ -437,8 +434,7 @@ class PartitionAdmin:
         while True:
             try:
                 await self.journal.maintain()  # the trim runs now, not at its next turn
-                async with self.pool.acquire() as conn:
-                    found = await pg.lease_log_start(conn, topic, partition)
+                found = await self.cluster.lease_log_start(topic, partition)
             except Exception as exc:  # the database is away: retried until the deadline
                 log.warning("DeleteRecords on %s-%d: %r", topic, partition, exc)
             else:
@@ -486,7 +482,7 @@ class PartitionAdmin:
                 )
             else:
                 ops = 0
-        if v >= 2 and req.include_fenced_brokers and self.pool is not None:
+        if v >= 2 and req.include_fenced_brokers and self.cluster is not None:
             return Deferred.task(self._describe_with_fenced(client.listener, ops))
         return self._cluster(client.listener, ops, [])
 
@@ -521,13 +517,11 @@ class PartitionAdmin:
 
     async def _describe_with_fenced(self, listener: str, ops: int) -> DescribeClusterResponse:
         """Cluster mode, include_fenced_brokers: registered nodes that are not live too."""
-        from storage.postgres import catalog as pg
-
+        assert self.cluster is not None
         live = {n.node_id for n in self.placement.nodes()}
         fenced: list[DescribeClusterBroker] = []
         try:
-            async with self.pool.acquire() as conn:
-                nodes = await pg.registered_nodes(conn)
+            nodes = await self.cluster.registered_nodes()
         except Exception as exc:  # the live ones are known without the database
             log.warning("DescribeCluster: reading the registered nodes failed: %r", exc)
             nodes = []

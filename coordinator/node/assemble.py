@@ -43,7 +43,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from coordinator import apis, topic_configs
 from coordinator.apis.acls import AclAdmin, acl_security
@@ -53,7 +53,7 @@ from coordinator.apis.partitions import PartitionAdmin
 from coordinator.apis.parts import Parts, need
 from coordinator.apis.scram import ScramAdmin
 from coordinator.apis.topics import Broker
-from coordinator.catalog import CatalogTopics, SharedCatalog, TopicCatalog
+from coordinator.catalog import CatalogTopics, TopicCatalog
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
@@ -73,7 +73,13 @@ from coordinator.server.listener import (
     listen_all,
     tls_contexts,
 )
-from coordinator.stores import AclStore, GroupConfigStore, ScramCredentialStore
+from coordinator.stores import (
+    AclStore,
+    ClusterView,
+    GroupConfigStore,
+    ScramCredentialStore,
+    TopicStore,
+)
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
@@ -281,10 +287,10 @@ class Stores:
     # own counter file).
     producer_ids: ClusterProducerIds | None = None
     # Cluster mode: where topics are created and deleted for the whole cluster, the
-    # database pool (asyncpg) and the journal there, whose leases the reads of
-    # __consumer_offsets follow and whose trims DeleteRecords waits for.
-    shared_topics: SharedCatalog | None = None
-    pool: Any = None
+    # cluster's registered nodes and leases, and the journal in the database, whose leases
+    # the reads of __consumer_offsets follow and whose trims DeleteRecords waits for.
+    shared_topics: TopicStore | None = None
+    cluster: ClusterView | None = None
     journal: PgJournal | None = None
     # Run after the parts stop, in order (database pools, journals, followers).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -425,7 +431,7 @@ async def api_server(
             broker.placement,
             authorizer=acls.authorizer,
             shared=stores.shared_topics,
-            pool=stores.pool,
+            cluster=stores.cluster,
             journal=stores.journal,
         ),
         configs=config_admin,  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs

@@ -43,14 +43,14 @@ import asyncpg
 
 from coordinator import topic_configs
 from coordinator.apis.topics import Broker
-from coordinator.catalog import SharedCatalog, TopicCatalog
+from coordinator.catalog import TopicCatalog
 from coordinator.cluster import Cluster
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.producers import ClusterProducerIds
-from coordinator.group_configs import PgGroupConfigs
 from coordinator.node import Node
 from coordinator.node.assemble import Core, SettingRefused, Stores, assemble, lock_data_dir
+from coordinator.node.pg_stores import PgClusterView, PgGroupConfigs, SharedCatalog
 from coordinator.placement import ClusterPlacement, Placement
 from coordinator.runtime.group_runtime import GroupRuntime
 from coordinator.security.acl_store import PgAclStore
@@ -240,7 +240,7 @@ class ClusterNode:
             group_configs=group_configs,
             producer_ids=ClusterProducerIds(self._take_producer_ids),
             shared_topics=shared,
-            pool=pool,
+            cluster=PgClusterView(pool),
             journal=self.journal,
             closers=[acl_store.close, *closers] if acl_store is not None else closers,
         )

@@ -19,6 +19,7 @@ from coordinator.config import Settings
 from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
 from coordinator.node import Node
 from coordinator.node.assemble import Core, Stores, assemble, lock_data_dir, log_config_for
+from coordinator.node.reconcile import reconcile
 from coordinator.placement import Placement
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl_store import LocalAclStore
@@ -40,7 +41,7 @@ class Embedded:
         catalog = TopicCatalog(s.data_dir / "topics.json")
         # Before any log is opened, recovered or removed, the catalog and the partition
         # directories must agree.
-        catalog.reconcile(logs)
+        reconcile(catalog, logs)
         return Stores(
             flusher=flusher,
             logs=logs,

@@ -22,12 +22,14 @@ from typing import Any
 
 import asyncpg
 
+from storage.interface import RegisteredNode, UnknownTopicError
 from storage.postgres import StartupRefused
 from storage.records import OFFSETS_TOPIC
 
 __all__ = [
     "OFFSETS_TOPIC",
     "OffsetsTopicMismatchError",
+    "RegisteredNode",
     "TopicExistsError",
     "TopicRow",
     "UnknownTopicError",
@@ -47,10 +49,6 @@ _VERSION_RETRIES = 10
 
 class TopicExistsError(RuntimeError):
     """A topic of that name exists already (Kafka's TOPIC_ALREADY_EXISTS)."""
-
-
-class UnknownTopicError(RuntimeError):
-    """No topic of that name (Kafka's UNKNOWN_TOPIC_OR_PARTITION)."""
 
 
 class OffsetsTopicMismatchError(StartupRefused):
@@ -195,18 +193,6 @@ async def create_partitions(conn: Any, name: str, new_total: int) -> None:
     raise ValueError(
         f"topic {name!r} has {current} partitions; the new total must be larger, not {new_total}"
     )
-
-
-@dataclass(frozen=True, slots=True)
-class RegisteredNode:
-    """A ``kgc_node`` row as the admin APIs report it (DescribeCluster's fenced brokers,
-    CreatePartitions' manual assignments): every node ever registered, live or not."""
-
-    node_id: int
-    host: str
-    port: int
-    listeners: str
-    rack: str | None
 
 
 async def registered_nodes(conn: Any) -> list[RegisteredNode]:

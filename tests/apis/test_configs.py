@@ -21,11 +21,13 @@ from coordinator import topic_configs
 from coordinator.apis import Parts, authorized, handlers
 from coordinator.apis.authorize import ApiAuthorizer
 from coordinator.apis.configs import ConfigAdmin, apply_topic_configs
-from coordinator.catalog import SharedCatalog, TopicCatalog, TopicInfo
+from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupShard
-from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs, PgGroupConfigs
+from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
+from coordinator.node.pg_stores import PgGroupConfigs, SharedCatalog
+from coordinator.node.reconcile import reconcile
 from coordinator.security import KafkaPrincipal
 from coordinator.security.acl import (
     AclBinding,
@@ -75,7 +77,7 @@ class Node:
         self.flusher = Flusher()
         self.logs = LogManager(data_dir, flusher=self.flusher)
         self.catalog = TopicCatalog(data_dir / "topics.json")
-        self.catalog.reconcile(self.logs)
+        reconcile(self.catalog, self.logs)
         self.logs.open_all()
         self.dp = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
         self.shard = GroupShard()

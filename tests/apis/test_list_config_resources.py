@@ -21,6 +21,7 @@ from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.group.shard import GroupShard
 from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
+from coordinator.node.reconcile import reconcile
 from coordinator.security import KafkaPrincipal
 from coordinator.security.acl import (
     AclBinding,
@@ -57,7 +58,7 @@ async def _admin(data_dir: Path, authorizer: Authorizer | None = None) -> Any:
     flusher = Flusher()
     logs = LogManager(data_dir, flusher=flusher)
     catalog = TopicCatalog(data_dir / "topics.json")
-    catalog.reconcile(logs)
+    reconcile(catalog, logs)
     logs.open_all()
     dp = DataPlane(settings, catalog, logs, flusher)
     dp.create_partitions(catalog.create("orders", 1, {}))

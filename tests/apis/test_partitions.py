@@ -21,6 +21,7 @@ from coordinator.apis.partitions import PartitionAdmin
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
+from coordinator.node.reconcile import reconcile
 from coordinator.placement import LocalPlacement, NodeAddress
 from coordinator.security import KafkaPrincipal
 from coordinator.security.acl import (
@@ -69,7 +70,7 @@ class Node:
         self.flusher = Flusher()
         self.logs = LogManager(data_dir, flusher=self.flusher)
         self.catalog = TopicCatalog(data_dir / "topics.json")
-        self.catalog.reconcile(self.logs)
+        reconcile(self.catalog, self.logs)
         self.logs.open_all()
         self.dp = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
         self.placement = LocalPlacement(

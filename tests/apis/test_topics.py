@@ -22,6 +22,7 @@ from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.node.assemble import group_core, log_config_for
+from coordinator.node.reconcile import reconcile
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
@@ -45,7 +46,7 @@ class Node:
         self.flusher = Flusher()
         self.logs = LogManager(data_dir, flusher=self.flusher)
         self.catalog = TopicCatalog(data_dir / "topics.json")
-        self.catalog.reconcile(self.logs)
+        reconcile(self.catalog, self.logs)
         self.logs.open_all(functools.partial(log_config_for, s, self.catalog))
         _, _, self.groups = group_core(s, self.catalog, self.logs, self.flusher, hosted=True)
         self.offsets = OffsetsTopic(self.groups, s.cluster_id)

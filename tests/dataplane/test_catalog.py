@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.catalog import REBUILT_CONFIGS, CatalogUnreadableError, TopicCatalog
+from coordinator.node.reconcile import reconcile
 from storage.local.manager import LogManager, TopicIdMismatchError, read_topic_id
 
 
@@ -52,7 +53,7 @@ def test_rebuild_adopts_directories_with_retention_off(tmp_path: Path) -> None:
         logs.get_or_create("orders", p, topic_id=topic_id)
     logs.get_or_create("legacy", 0)  # an older kgc's directory: no partition.metadata
     catalog = TopicCatalog(tmp_path / "topics.json")
-    catalog.reconcile(logs)
+    reconcile(catalog, logs)
     orders = catalog.topics["orders"]
     assert (orders.topic_id, orders.num_partitions, orders.configs) == (
         topic_id,
@@ -70,7 +71,7 @@ def test_directories_with_different_ids_are_refused(tmp_path: Path) -> None:
     logs.get_or_create("orders", 0, topic_id=uuid.uuid4().bytes)
     logs.get_or_create("orders", 1, topic_id=uuid.uuid4().bytes)
     with pytest.raises(TopicIdMismatchError, match="orders-0"):
-        TopicCatalog(tmp_path / "topics.json").reconcile(logs)
+        reconcile(TopicCatalog(tmp_path / "topics.json"), logs)
     assert (tmp_path / "orders-0").is_dir() and (tmp_path / "orders-1").is_dir()
     logs.close_all()
 
@@ -81,6 +82,6 @@ def test_unreadable_partition_metadata_is_rewritten_from_the_catalog(tmp_path: P
     info = catalog.create("t", 1)
     logs.get_or_create("t", 0, topic_id=info.topic_id)
     (tmp_path / "t-0" / "partition.metadata").write_text("garbage")
-    catalog.reconcile(logs)
+    reconcile(catalog, logs)
     assert read_topic_id(tmp_path / "t-0") == info.topic_id
     logs.close_all()

@@ -18,6 +18,7 @@ from coordinator.apis import Parts, handlers
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
+from coordinator.node.reconcile import reconcile
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
@@ -38,7 +39,7 @@ class Node:
         self.flusher = Flusher()
         self.logs = LogManager(data_dir, flusher=self.flusher)
         self.catalog = TopicCatalog(data_dir / "topics.json")
-        self.catalog.reconcile(self.logs)
+        reconcile(self.catalog, self.logs)
         self.logs.open_all()
         self.dp = DataPlane(self.settings, self.catalog, self.logs, self.flusher, clock=lambda: NOW)
         info = self.catalog.create("t", 1, {})

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from coordinator.config import Settings
-from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs, PgGroupConfigs
+from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
+from coordinator.node.pg_stores import PgGroupConfigs
 from coordinator.node.workers.shared import (
     SharedFiles,
     WorkerAclStore,

@@ -126,13 +126,13 @@ def test_changes_of_the_same_size_in_one_instant_are_all_seen(
     # A file system whose timestamps do not move between the changes (a coarse clock):
     # every save leaves the same mtime.
     tick = time.time_ns() + 10**10
-    save = WorkerCatalog._save
+    save = WorkerCatalog.save
 
     def coarse_save(self: WorkerCatalog) -> None:
         save(self)
         os.utime(tmp_path / "topics.json", ns=(tick, tick))
 
-    monkeypatch.setattr(WorkerCatalog, "_save", coarse_save)
+    monkeypatch.setattr(WorkerCatalog, "save", coarse_save)
     keys = []
     for value in ("1000", "2000", "3000"):  # same size, same tick of a coarse clock
         a.alter_configs("t", {"retention.ms": value})

@@ -52,6 +52,7 @@ from types import FrameType
 from coordinator.catalog import TopicCatalog
 from coordinator.config import Settings
 from coordinator.node.assemble import data_dir_refused, log_config_for
+from coordinator.node.reconcile import reconcile
 from coordinator.node.workers.layout import worker_nodes
 from coordinator.node.workers.worker import CHANGED, ERROR, POLL, READY, worker_main
 from storage.local.manager import JOURNAL_DIR, DataDirLock, LogManager
@@ -90,7 +91,7 @@ def prepare(s: Settings) -> None:
     logs = LogManager(s.data_dir)  # the same lock, held once more by this process
     try:
         catalog = TopicCatalog(s.data_dir / "topics.json")
-        catalog.reconcile(logs)
+        reconcile(catalog, logs)
         if leftover_journals(s.data_dir):
             log.info(
                 "the last stop was not clean: replaying every journal into the logs before "
