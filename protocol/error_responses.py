@@ -258,7 +258,8 @@ def _find_coordinator(version: int, req: Any, code: ErrorCode) -> Any:
 def _create_topics(version: int, req: Any, code: ErrorCode) -> Any:
     return create_topics.Response(
         topics=[
-            create_topics.CreatableTopicResult(name=t.name, error_code=code) for t in req.topics
+            create_topics.CreatableTopicResult(name=t.name, error_code=code, error_message=None)
+            for t in req.topics
         ]
     )
 

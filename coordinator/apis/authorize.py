@@ -41,6 +41,7 @@ __all__ = [
     "append_topics",
     "cluster_authorize",
     "error",
+    "refusal",
     "then",
 ]
 
@@ -58,6 +59,14 @@ def answer(x: Any) -> HandlerResult:
 def error(header: RequestHeader, req: Any, code: ErrorCode) -> HandlerResult:
     """The whole request refused with ``code``, in the API's shape."""
     return answer(error_response(header.api_key, header.api_version, req, code))
+
+
+def refusal(header: RequestHeader, req: Any, code: ErrorCode, **part: Any) -> Any:
+    """The API's answer to the refused ``part`` of ``req`` (e.g. ``topics=denied``): its
+    whole-request error shape for a request of that part alone."""
+    return error_response(
+        header.api_key, header.api_version, dataclasses.replace(req, **part), code
+    )
 
 
 def append_topics(response: Callable[..., Any]) -> Callable[[Any, list[Any]], Any]:
@@ -187,11 +196,13 @@ class ApiAuthorizer:
         req: Any,
         client: ClientInfo,
         op: AclOperation,
-        refuse: Callable[[Any], Any],
         merge_into: Callable[[Any, list[Any]], Any],
+        refuse: Callable[[Any], Any] | None = None,
         field: str = "topics",
     ) -> HandlerResult:
-        """Pass the topics allowed ``op`` to the handler; answer the others with ``refuse``."""
+        """Pass the topics allowed ``op`` to the handler; answer the others with ``refuse``,
+        by default as the API answers a request of them alone failing with
+        TOPIC_AUTHORIZATION_FAILED (its error shape)."""
         topics = getattr(req, field)
         denied = [
             t for t in topics if not self.allowed(client, op, ResourceType.TOPIC, self.topic_of(t))
@@ -199,7 +210,11 @@ class ApiAuthorizer:
         if not denied:
             return handler(header, req, client)
         allowed = [t for t in topics if t not in denied]
-        refused = [refuse(t) for t in denied]
+        if refuse is None:
+            shape = refusal(header, req, ErrorCode.TOPIC_AUTHORIZATION_FAILED, **{field: denied})
+            refused = list(getattr(shape, field))
+        else:
+            refused = [refuse(t) for t in denied]
         if not allowed:
             return answer(merge_into(None, refused))
         return then(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, append_topics, then
+from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, append_topics, refusal, then
 from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
 from protocol.errors import ErrorCode
@@ -45,17 +45,7 @@ def authorize_produce(
     ]
     if not denied:
         return handler(header, req, client)
-    refused = [
-        produce.TopicProduceResponse(
-            name=t.name,
-            topic_id=t.topic_id,
-            partition_responses=[
-                produce.PartitionProduceResponse(index=p.index, error_code=code)
-                for p in t.partition_data
-            ],
-        )
-        for t in denied
-    ]
+    refused = refusal(header, req, code, topic_data=denied).responses
     allowed = [t for t in topics if t not in denied]
     if not allowed:
         return produce.Response(responses=refused)
@@ -102,20 +92,9 @@ def authorize_fetch(
 def authorize_list_offsets(
     a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
 ) -> HandlerResult:
-    def refuse(t: Any) -> Any:
-        return list_offsets.ListOffsetsTopicResponse(
-            name=t.name,
-            partitions=[
-                list_offsets.ListOffsetsPartitionResponse(
-                    partition_index=p.partition_index, error_code=_TOPIC_DENIED
-                )
-                for p in t.partitions
-            ],
-        )
-
     merge = append_topics(list_offsets.Response)
 
-    return a.split_topics(handler, header, req, client, _O.DESCRIBE, refuse, merge)
+    return a.split_topics(handler, header, req, client, _O.DESCRIBE, merge)
 
 
 def authorize_init_producer_id(

@@ -115,21 +115,9 @@ def authorize_offset_commit(
     if not a.allowed(client, _O.READ, _R.GROUP, req.group_id):
         return error(header, req, _GROUP_DENIED)
 
-    def refuse(t: Any) -> Any:
-        return offset_commit.OffsetCommitResponseTopic(
-            name=t.name,
-            topic_id=t.topic_id,
-            partitions=[
-                offset_commit.OffsetCommitResponsePartition(
-                    partition_index=p.partition_index, error_code=_TOPIC_DENIED
-                )
-                for p in t.partitions
-            ],
-        )
-
     merge = append_topics(offset_commit.Response)
 
-    return a.split_topics(handler, header, req, client, _O.READ, refuse, merge)
+    return a.split_topics(handler, header, req, client, _O.READ, merge)
 
 
 def authorize_txn_offset_commit(
@@ -140,20 +128,9 @@ def authorize_txn_offset_commit(
     if not a.allowed(client, _O.READ, _R.GROUP, req.group_id):
         return error(header, req, _GROUP_DENIED)
 
-    def refuse(t: Any) -> Any:
-        return txn_offset_commit.TxnOffsetCommitResponseTopic(
-            name=t.name,
-            partitions=[
-                txn_offset_commit.TxnOffsetCommitResponsePartition(
-                    partition_index=p.partition_index, error_code=_TOPIC_DENIED
-                )
-                for p in t.partitions
-            ],
-        )
-
     merge = append_topics(txn_offset_commit.Response)
 
-    return a.split_topics(handler, header, req, client, _O.READ, refuse, merge)
+    return a.split_topics(handler, header, req, client, _O.READ, merge)
 
 
 def authorize_offset_fetch(
@@ -288,4 +265,5 @@ def authorize_offset_delete(
 
     merge = append_topics(offset_delete.Response)
 
-    return a.split_topics(handler, header, req, client, _O.READ, refuse, merge)
+    # OffsetDelete's error shape is its top-level code: the refused topics are listed.
+    return a.split_topics(handler, header, req, client, _O.READ, merge, refuse)

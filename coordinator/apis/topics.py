@@ -761,14 +761,9 @@ def authorize_create_topics(
     if a.quietly(client, _O.CREATE, _R.CLUSTER, CLUSTER):
         return handler(header, req, client)
 
-    def refuse(t: Any) -> Any:
-        return create_topics.CreatableTopicResult(
-            name=t.name, error_code=_TOPIC_DENIED, error_message=None
-        )
-
     merge = append_topics(create_topics.Response)
 
-    return a.split_topics(handler, header, req, client, _O.CREATE, refuse, merge)
+    return a.split_topics(handler, header, req, client, _O.CREATE, merge)
 
 
 def authorize_delete_topics(

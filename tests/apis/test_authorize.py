@@ -1,4 +1,5 @@
-"""Each API's authorization in front of its handler (coordinator/server/authz.py).
+"""Each API's authorization in front of its handler (coordinator/apis: each check beside its
+handler, bound by the API table).
 
 The handlers here are stand-ins that answer what they were asked (so a test sees which part
 of a request reached them); the authorizer is the real one with real bindings.
@@ -24,15 +25,21 @@ from coordinator.security.acl import (
     ResourceType,
 )
 from coordinator.server.handler import ClientInfo, Deferred
+from protocol.error_responses import error_response
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import (
+    BY_KEY,
+    create_topics,
     describe_groups,
     heartbeat,
     join_group,
     list_groups,
+    list_offsets,
     metadata,
     offset_commit,
+    produce,
+    txn_offset_commit,
 )
 
 ALICE = ClientInfo("c", "10.0.0.1", 1, 1, principal=KafkaPrincipal("User", "alice"))
@@ -225,3 +232,67 @@ def test_group_read_decisions_follow_acl_changes_on_a_connection() -> None:
     assert denied == ["g", "g"]  # every denial is logged and counted, remembered or not
     authorizer.update([allow(ResourceType.GROUP, "g", AclOperation.READ)])
     assert beat() == 0
+
+
+def _two_topics(key: int) -> Any:
+    """A request of ``key`` naming topics "a" (allowed) and "b" (refused), partition 0."""
+    if key == produce.API_KEY:
+        part = produce.PartitionProduceData(index=0)
+        return produce.Request(
+            transactional_id=None,
+            topic_data=[produce.TopicProduceData(name=n, partition_data=[part]) for n in "ab"],
+        )
+    if key == create_topics.API_KEY:
+        return create_topics.Request(topics=[create_topics.CreatableTopic(name=n) for n in "ab"])
+    mod = {
+        list_offsets.API_KEY: (list_offsets, "ListOffsetsTopic", "ListOffsetsPartition"),
+        offset_commit.API_KEY: (offset_commit, "OffsetCommitRequestTopic", None),
+        txn_offset_commit.API_KEY: (txn_offset_commit, "TxnOffsetCommitRequestTopic", None),
+    }[key]
+    module, topic_cls, part_cls = mod
+    if part_cls is None:
+        part_cls = next(n for n in dir(module) if n.endswith("RequestPartition"))
+    part = getattr(module, part_cls)(partition_index=0)
+    topics = [getattr(module, topic_cls)(name=n, partitions=[part]) for n in "ab"]
+    fields = {f.name for f in dataclasses.fields(module.Request)}
+    ids = {"group_id": "g", "transactional_id": "t"}
+    return module.Request(topics=topics, **{k: v for k, v in ids.items() if k in fields})
+
+
+@pytest.mark.parametrize(
+    ("key", "op"),
+    [
+        (produce.API_KEY, AclOperation.WRITE),
+        (list_offsets.API_KEY, AclOperation.DESCRIBE),
+        (offset_commit.API_KEY, AclOperation.READ),
+        (txn_offset_commit.API_KEY, AclOperation.READ),
+        (create_topics.API_KEY, AclOperation.CREATE),
+    ],
+)
+def test_refused_topics_are_answered_in_the_apis_error_shape(key: int, op: AclOperation) -> None:
+    reached: list[list[str]] = []
+
+    def stand_in(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+        names = [t.name for t in (req.topic_data if key == produce.API_KEY else req.topics)]
+        reached.append(names)
+        return error_response(key, h.api_version, req, ErrorCode.NO_ERROR)
+
+    bindings = [
+        allow(ResourceType.TOPIC, "a", op),
+        allow(ResourceType.GROUP, "g", AclOperation.READ),
+        allow(ResourceType.TRANSACTIONAL_ID, "t", AclOperation.WRITE),
+    ]
+    version = max(v for v in BY_KEY[key].REQUEST_DECODERS if v <= 5)
+    resp = call(wrapped({key: stand_in}, *bindings), key, version, _two_topics(key))
+    assert reached == [["a"]]
+    entries = resp.responses if key == produce.API_KEY else resp.topics
+    assert [t.name for t in entries] == ["a", "b"]
+    refused = entries[1]
+    if key == create_topics.API_KEY:
+        assert (refused.error_code, refused.error_message) == (
+            ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            None,
+        )
+        return
+    parts = refused.partition_responses if key == produce.API_KEY else refused.partitions
+    assert [p.error_code for p in parts] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
