@@ -1,7 +1,7 @@
 """HeartbeatError: how a consumer-group heartbeat is refused, for every module that refuses one.
 
 How this works: the heartbeat's steps (validation, the classic-group conversion in
-``interop.py``, the target and the reconciliation) raise it with the error code and message
+``conversion.py``, the target and the reconciliation) raise it with the error code and message
 the answer carries; ``heartbeat.consumer_group_heartbeat`` catches it and answers.
 Nothing has been applied when it is raised, so the answer is all that happens.
 """

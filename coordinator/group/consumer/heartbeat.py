@@ -21,8 +21,8 @@ Kafka:
    sends the answer only once the records are durable.
 
 Steps 2 and 3 are ``update.reconcile_member``, shared with the classic members of a
-consumer group (``interop.py``).  Leaving (epoch -1) and a static member's temporary leave (epoch -2) end
-in the manager's ``fence_members``.
+consumer group (``interop.py``).  Leaving (epoch -1) and a static member's temporary leave
+(epoch -2) end in the manager's ``fence_members``.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class ConsumerGroupManager:
         # version are resolved again (Kafka compares its metadata image offset).
         self.topics_version = 0
         self.topics_changes = 0  # any change: cached topic lookups are stale
-        # Set by the shard for conversions to and from classic groups (``interop.py``).
+        # Set by the shard for classic members and conversions (``interop.py``).
         self.interop: Any = None
         # For the metrics: current-assignment (type 8) records written by heartbeats. The
         # target builder is an attribute so that the metrics can time it from outside:
