@@ -3,7 +3,7 @@
 How this works: each function returns one record (or the tombstones of one thing) for
 the offsets log, and the managers call them; none changes any state.
 
-* Offsets and classic groups: ``offset_commit_record``/``offset_commit_tombstone`` and
+* Offsets and classic groups: ``offset_commit_record(s)``/``offset_commit_tombstone`` and
   ``group_metadata_record``/``empty_group_metadata_record``/``group_metadata_tombstone``
   return a ``Record`` -- (offsets partition, key bytes, value bytes or None) -- ready to
   append.  Every value is encoded before anything changes, so a record that cannot be
@@ -20,6 +20,7 @@ type and hands each record to its manager.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.group.classic.group import ClassicGroup
@@ -49,6 +50,7 @@ from storage.records import (
 )
 
 __all__ = [
+    "OffsetEntry",
     "TypedRecord",
     "classic_group_tombstone",
     "consumer_group_metadata",
@@ -61,6 +63,7 @@ __all__ = [
     "member_removed",
     "member_subscription",
     "offset_commit_record",
+    "offset_commit_records",
     "offset_commit_tombstone",
     "regex",
     "target_member",
@@ -75,29 +78,55 @@ or already-encoded (key bytes, value bytes) of another group type's record."""
 # ------------------------------------------------------------ offsets
 
 
+@dataclass(slots=True)
+class OffsetEntry:
+    """A committed offset as the offsets manager holds it: its OffsetCommit record's value."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int | None = None
+
+
 def offset_commit_record(
-    partition: int,
-    group_id: str,
-    topic: str,
-    partition_index: int,
-    offset: int,
-    metadata: str,
-    commit_timestamp_ms: int,
-    leader_epoch: int,
-    expire_timestamp_ms: int | None,
+    partition: int, group_id: str, topic: str, partition_index: int, entry: OffsetEntry
 ) -> Record:
     """A committed offset (v3, or v1 when it carries an expire timestamp)."""
     return (
         partition,
         encode_offset_commit_key(group_id, topic, partition_index),
         encode_offset_commit_value(
-            offset,
-            metadata,
-            commit_timestamp_ms,
-            leader_epoch=leader_epoch,
-            expire_timestamp=expire_timestamp_ms,
+            entry.offset,
+            entry.metadata,
+            entry.commit_timestamp_ms,
+            leader_epoch=entry.leader_epoch,
+            expire_timestamp=entry.expire_timestamp_ms,
         ),
     )
+
+
+def offset_commit_records(
+    partition: int, group_id: str, commits: list[tuple[tuple[str, int], OffsetEntry]]
+) -> list[Record]:
+    """The records of one OffsetCommit, in order: one call a request on the hot path."""
+    key, value = encode_offset_commit_key, encode_offset_commit_value
+    out: list[Record] = []
+    for (topic, index), e in commits:
+        out.append(
+            (
+                partition,
+                key(group_id, topic, index),
+                value(
+                    e.offset,
+                    e.metadata,
+                    e.commit_timestamp_ms,
+                    leader_epoch=e.leader_epoch,
+                    expire_timestamp=e.expire_timestamp_ms,
+                ),
+            )
+        )
+    return out
 
 
 def offset_commit_tombstone(

@@ -4,9 +4,9 @@ How this works: ``offset_commit`` tries ``commit_fast`` first -- a v1-v9 request
 topics and partitions to a loaded, existing group that accepts it, every metadata short --
 which answers without the per-partition code table, and returns None, having changed
 nothing, for anything else; ``commit_general`` then decides.  Both validate the member
-through ``validate_commit`` and keep a classic member alive through ``keep_alive``, so the
-two paths give the same answers and the same records (tests/group check them against each
-other).  Every record is encoded before anything changes: a commit is all-or-nothing.
+through ``validate_commit``, and the two paths give the same answers and the same records
+(tests/group check them against each other).  Every record is encoded before anything
+changes: a commit is all-or-nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from coordinator.group.offsets.manager import (
     OffsetMetadataManager,
     TopicPartition,
 )
-from coordinator.group.records import offset_commit_record
+from coordinator.group.records import offset_commit_records
 from coordinator.group.types import Record, RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages.offset_commit import (
@@ -37,9 +37,7 @@ __all__ = [
     "BEFORE_COORDINATOR",
     "commit_fast",
     "commit_general",
-    "expire_timestamp",
     "java_length",
-    "keep_alive",
     "metadata_too_large",
     "offset_commit",
     "response_code",
@@ -103,23 +101,6 @@ def validate_commit(
         api_version=api_version,
         partitions=partitions,
     )
-
-
-def expire_timestamp(req: OffsetCommitRequest, api_version: int, now_ms: int) -> int | None:
-    """v2-v4 may set a retention time: the offsets then expire at a fixed time (v1 values)."""
-    if 2 <= api_version <= 4 and req.retention_time_ms != -1:
-        return now_ms + req.retention_time_ms
-    return None
-
-
-def keep_alive(
-    mgr: OffsetMetadataManager, out: Result, group: OffsetGroup, member_id: str, now_ms: int
-) -> None:
-    """With the classic protocol a commit also proves the member is alive."""
-    if isinstance(group, ClassicGroup) and (group.state is _S or group.state is _P):
-        member = group.members.get(member_id)
-        if member is not None:
-            mgr.classic.reschedule_heartbeat(out, group, member, now_ms)
 
 
 def _commit_response(
@@ -203,10 +184,11 @@ def commit_fast(
     v = ctx.api_version
     if validate_commit(group, req, v) is not None:
         return None
-    expire = expire_timestamp(req, v, now_ms)
+    expire: int | None = None
+    if 2 <= v <= 4 and req.retention_time_ms != -1:
+        expire = now_ms + req.retention_time_ms
     half_limit = mgr.config.offset_metadata_max_bytes // 2
     stored: list[tuple[TopicPartition, OffsetEntry]] = []
-    records: list[Record] = []
     answer = []
     bound = mgr.partition_bound
     try:
@@ -231,28 +213,20 @@ def commit_fast(
                 entry = OffsetEntry(
                     rp.committed_offset, rp.committed_leader_epoch, metadata, ts, expire
                 )
-                records.append(
-                    offset_commit_record(
-                        p,
-                        gid,
-                        name,
-                        index,
-                        rp.committed_offset,
-                        metadata,
-                        ts,
-                        rp.committed_leader_epoch,
-                        expire,
-                    )
-                )
                 stored.append(((name, index), entry))
                 parts.append(OffsetCommitResponsePartition(index, _OK))
             if parts:  # Kafka's API layer does not pass a topic without partitions on
                 answer.append(OffsetCommitResponseTopic(name, t.topic_id, parts))
+        records = offset_commit_records(p, gid, stored)
     except (struct.error, ValueError):
         return None  # a record that cannot be serialized: the general path answers
     out = Result()
     if stored:
-        keep_alive(mgr, out, group, req.member_id, now_ms)
+        if isinstance(group, ClassicGroup) and (group.state is _S or group.state is _P):
+            # With the classic protocol a commit also proves the member is alive.
+            member = group.members.get(req.member_id)
+            if member is not None:
+                mgr.classic.reschedule_heartbeat(out, group, member, now_ms)
         by_group = mgr.offsets.get(gid)
         if by_group is None:
             by_group = mgr.offsets[gid] = {}
@@ -335,7 +309,9 @@ def commit_general(
         return _commit_response(out, reply_to, req, names, codes, err)
 
     # Encode every record before changing anything: a commit is all-or-nothing.
-    expire = expire_timestamp(req, v, now_ms)
+    expire: int | None = None
+    if 2 <= v <= 4 and req.retention_time_ms != -1:
+        expire = now_ms + req.retention_time_ms
     stored: list[tuple[str, int, OffsetEntry]] = []
     records: list[Record] = []
     for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
@@ -366,7 +342,11 @@ def commit_general(
             codes[key] = ErrorCode.NO_ERROR
     if simple is not None and stored:
         mgr.classic.groups[gid] = simple
-    keep_alive(mgr, out, group, req.member_id, now_ms)
+    if isinstance(group, ClassicGroup) and group.is_in(_S, _P):
+        # With the classic protocol a commit also proves the member is alive.
+        member = group.members.get(req.member_id)
+        if member is not None:
+            mgr.classic.reschedule_heartbeat(out, group, member, now_ms)
     by_group = mgr.offsets.setdefault(gid, {}) if stored else None
     for topic, partition, entry in stored:
         assert by_group is not None

@@ -12,13 +12,12 @@ bound by the shard; this module imports none of them.  Retention is here too:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from coordinator.group.classic.manager import ClassicGroupManager
 from coordinator.group.events import TopicOffsetsDeleted
 from coordinator.group.offsets.group import OffsetGroup
 from coordinator.group.partitions import Partitions
-from coordinator.group.records import offset_commit_record, offset_commit_tombstone
+from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
 from coordinator.group.topics import TopicsImage
 from coordinator.group.types import GroupConfig, Record, Result
 from storage.records import OffsetCommitKey, decode_offset_commit_value
@@ -28,15 +27,6 @@ __all__ = ["ZERO_ID", "OffsetEntry", "OffsetMetadataManager", "TopicPartition"]
 ZERO_ID = bytes(16)  # Kafka's Uuid.ZERO_UUID: "no topic id"
 
 TopicPartition = tuple[str, int]
-
-
-@dataclass(slots=True)
-class OffsetEntry:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp_ms: int
-    expire_timestamp_ms: int | None = None
 
 
 class OffsetMetadataManager:
@@ -105,15 +95,7 @@ class OffsetMetadataManager:
         self, group_id: str, topic: str, partition: int, entry: OffsetEntry
     ) -> Record:
         return offset_commit_record(
-            self.partitions.partition_of(group_id),
-            group_id,
-            topic,
-            partition,
-            entry.offset,
-            entry.metadata,
-            entry.commit_timestamp_ms,
-            entry.leader_epoch,
-            entry.expire_timestamp_ms,
+            self.partitions.partition_of(group_id), group_id, topic, partition, entry
         )
 
     def store_offset(
