@@ -37,10 +37,11 @@ from typing import Any
 from coordinator.group.topics import TopicImage
 from coordinator.topic_configs import InvalidConfigError, validate
 from storage.files import DataDirError, fsync_dir
-from storage.interface import kafka_uuid
+from storage.interface import UnknownTopicError, kafka_uuid
 
 log = logging.getLogger("kgc.catalog")
 
+CATALOG_FILE = "topics.json"  # in the data directory
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 ZERO_ID = bytes(16)
@@ -297,8 +298,6 @@ class TopicCatalog:
             self._changed([name], False)
         return info
 
-    # ------------------------------------------------------------ start-up
-
     # ------------------------------------------------------------ persistence
 
     @staticmethod
@@ -328,6 +327,51 @@ class TopicCatalog:
 
 class TopicExistsError(Exception):
     """CreateTopics of a name the cluster already has (TOPIC_ALREADY_EXISTS)."""
+
+
+class LocalTopicStore:
+    """The ``stores.TopicStore`` of a catalog kept in the data directory.
+
+    Each change is the catalog's own synchronous write, durable when it returns; the checks
+    a shared catalog makes in its transaction are made first against the image, so every
+    engine fails alike. ``poll`` reads what other writers saved: the workers' shared files
+    (``node/workers/shared.py``); one process is the only writer and needs none.
+    """
+
+    def __init__(self, catalog: TopicCatalog, poll: Callable[[], object] | None = None) -> None:
+        self.catalog = catalog
+        self._poll = poll
+
+    async def refresh(self) -> None:
+        if self._poll is not None:
+            self._poll()
+
+    def _existing(self, name: str) -> TopicInfo:
+        info = self.catalog.get(name)
+        if info is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return info
+
+    async def create(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
+        if self.catalog.get(name) is not None:
+            raise TopicExistsError(name)
+        return self.catalog.create(name, num_partitions, configs)
+
+    async def create_partitions(self, name: str, num_partitions: int) -> TopicInfo:
+        info = self._existing(name)
+        if info.num_partitions >= num_partitions:
+            raise ValueError(
+                f"topic {name!r} has {info.num_partitions} partitions; the new total must be "
+                f"larger, not {num_partitions}"
+            )
+        return self.catalog.create_partitions(name, num_partitions)
+
+    async def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        self._existing(name)
+        return self.catalog.alter_configs(name, configs)
+
+    async def delete(self, info: TopicInfo) -> None:
+        self.catalog.delete(info.name)
 
 
 class CatalogTopics:

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from coordinator import topic_configs
 from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, append_topics, then
@@ -71,22 +71,10 @@ from storage.records import OFFSETS_TOPIC
 if TYPE_CHECKING:
     from coordinator.dataplane import DataPlane
     from coordinator.runtime import GroupRuntime
+    from coordinator.stores import TopicStore
     from storage.interface import Logs
 
 log = logging.getLogger("kgc.broker")
-
-
-class SharedTopics(Protocol):
-    """Cluster mode: the topic catalog in the database, shared by every node.
-
-    ``create``/``delete`` return once the change is committed there and this node's catalog
-    shows it; other nodes see it at their next heartbeat."""
-
-    async def create(
-        self, name: str, num_partitions: int, configs: dict[str, str]
-    ) -> TopicInfo: ...
-
-    async def delete(self, info: TopicInfo) -> None: ...
 
 
 # Authorized-operations "not requested" marker (Integer.MIN_VALUE), as Kafka sends it.
@@ -117,7 +105,7 @@ class Broker:
         *,
         advertised_port: int,
         placement: Placement | None = None,
-        topics: SharedTopics | None = None,
+        topics: TopicStore | None = None,
         endpoints: dict[str, tuple[str, int]] | None = None,
     ) -> None:
         """``advertised_port``: the port given to clients (the one bound unless configured);

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from coordinator.apis.topics import Broker
-from coordinator.catalog import TopicCatalog
+from coordinator.catalog import CATALOG_FILE, TopicCatalog
 from coordinator.config import Settings
 from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
 from coordinator.node import Node
@@ -38,7 +38,7 @@ class Embedded:
         flusher = Flusher()
         # First: the LogManager takes the data directory's lock before anything there is read.
         logs = lock_data_dir(s, flusher)
-        catalog = TopicCatalog(s.data_dir / "topics.json")
+        catalog = TopicCatalog(s.data_dir / CATALOG_FILE)
         # Before any log is opened, recovered or removed, the catalog and the partition
         # directories must agree.
         reconcile(catalog, logs)

@@ -6,7 +6,8 @@ What the node relies on: a change made through one store is durable and seen at 
 its writer; another store of the same engine -- the next start on local files, another
 worker after its poll, another node after its refresh -- sees exactly the same state;
 a change that changes nothing tells nobody; deletions report what they did not find;
-producer-id blocks never overlap and stay above the floor they were asked for.
+producer-id blocks never overlap and stay above the floor they were asked for; a topic
+change refused (a name taken, a topic gone, a count not larger) is refused alike.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ from typing import Any
 
 import pytest
 
+from coordinator.catalog import (
+    CATALOG_FILE,
+    LocalTopicStore,
+    TopicCatalog,
+    TopicExistsError,
+    TopicInfo,
+)
 from coordinator.config import Settings
 from coordinator.group_configs import GROUP_CONFIGS_FILE, LocalGroupConfigs
-from coordinator.node.pg_stores import PgGroupConfigs
+from coordinator.node.pg_stores import PgGroupConfigs, SharedCatalog
 from coordinator.node.workers.shared import (
     SharedFiles,
     WorkerAclStore,
+    WorkerCatalog,
     WorkerCredentialStore,
     WorkerGroupConfigs,
     shared_producer_ids,
@@ -43,7 +52,14 @@ from coordinator.security.credentials import (
     ScramChange,
     scram_credential,
 )
-from coordinator.stores import AclStore, GroupConfigStore, ProducerIdBlocks, ScramCredentialStore
+from coordinator.stores import (
+    AclStore,
+    GroupConfigStore,
+    ProducerIdBlocks,
+    ScramCredentialStore,
+    TopicStore,
+)
+from storage.interface import UnknownTopicError
 
 READ_ORDERS = AclBinding(
     ResourceType.TOPIC,
@@ -102,6 +118,12 @@ class LocalEngine:
     async def group_configs_elsewhere(self) -> GroupConfigStore:
         return await self.group_configs()
 
+    async def topics(self) -> TopicStore:
+        return LocalTopicStore(TopicCatalog(self.dir / CATALOG_FILE))
+
+    async def topics_elsewhere(self) -> TopicStore:
+        return await self.topics()
+
     def producer_ids(self) -> ProducerIdBlocks | None:
         return None  # one process: the data plane's own counter, no blocks
 
@@ -152,6 +174,16 @@ class WorkersEngine:
 
     async def group_configs_elsewhere(self) -> GroupConfigStore:
         store: GroupConfigStore = await self._elsewhere("group_configs")
+        return store
+
+    async def topics(self) -> TopicStore:
+        path = self.dir / CATALOG_FILE
+        other = WorkerCatalog(path, self.other_files)
+        self.other["topics"] = LocalTopicStore(other, self.other_files.poll)
+        return LocalTopicStore(WorkerCatalog(path, self.files), self.files.poll)
+
+    async def topics_elsewhere(self) -> TopicStore:
+        store: TopicStore = await self._elsewhere("topics")
         return store
 
     def producer_ids(self) -> ProducerIdBlocks | None:
@@ -214,6 +246,18 @@ class PostgresEngine:
 
     async def group_configs_elsewhere(self) -> GroupConfigStore:
         store: PgGroupConfigs = self.other["group_configs"]
+        await store.refresh()
+        return store
+
+    async def topics(self) -> TopicStore:
+        self.other["topics"] = other = SharedCatalog(TopicCatalog(None), self.pools[1])
+        await other.refresh()
+        store = SharedCatalog(TopicCatalog(None), self.pools[0])
+        await store.refresh()
+        return store
+
+    async def topics_elsewhere(self) -> TopicStore:
+        store: SharedCatalog = self.other["topics"]
         await store.refresh()
         return store
 
@@ -331,3 +375,37 @@ async def test_producer_id_blocks_never_overlap_and_stay_above_the_floor(engine:
     third = await take(10, floor)
     assert third > floor
     assert await take(10, -1) >= third + 10
+
+
+async def test_topics_created_grown_altered_and_deleted_reach_every_store(engine: Engine) -> None:
+    store = await engine.topics()
+    assert store.catalog.topics == {}
+    info = await store.create("orders", 3, {"retention.ms": "60000"})
+    assert store.catalog.get("orders") is info
+    assert (info.num_partitions, info.configs) == (3, {"retention.ms": "60000"})
+    assert len(info.topic_id) == 16 and info.topic_id != bytes(16)
+    with pytest.raises(TopicExistsError):
+        await store.create("orders", 1, {})
+    seen = (await engine.topics_elsewhere()).catalog
+    assert seen.by_id[info.topic_id] == info
+
+    grown = await store.create_partitions("orders", 5)
+    assert grown.num_partitions == 5 and grown.topic_id == info.topic_id
+    with pytest.raises(ValueError):  # Kafka never shrinks a topic, nor grows it by nothing
+        await store.create_partitions("orders", 5)
+    altered = await store.alter_configs("orders", {"cleanup.policy": "compact"})
+    assert altered.configs == {"cleanup.policy": "compact"}
+    seen = (await engine.topics_elsewhere()).catalog
+    assert seen.get("orders") == TopicInfo(
+        "orders", info.topic_id, 5, {"cleanup.policy": "compact"}
+    )
+
+    with pytest.raises(UnknownTopicError):
+        await store.create_partitions("payments", 2)
+    with pytest.raises(UnknownTopicError):
+        await store.alter_configs("payments", {})
+
+    await store.delete(altered)
+    assert store.catalog.get("orders") is None
+    seen = (await engine.topics_elsewhere()).catalog
+    assert seen.topics == {} and seen.by_id == {}

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from coordinator.catalog import TopicCatalog
+from coordinator.catalog import CATALOG_FILE, TopicCatalog
 from coordinator.config import Settings
 from coordinator.node.assemble import data_dir_refused, log_config_for
 from coordinator.node.reconcile import reconcile
@@ -90,7 +90,7 @@ def prepare(s: Settings) -> None:
     """Step 2 of the module doc; the caller holds ``.lock``."""
     logs = LogManager(s.data_dir)  # the same lock, held once more by this process
     try:
-        catalog = TopicCatalog(s.data_dir / "topics.json")
+        catalog = TopicCatalog(s.data_dir / CATALOG_FILE)
         reconcile(catalog, logs)
         if leftover_journals(s.data_dir):
             log.info(

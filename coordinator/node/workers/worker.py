@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coordinator.apis.topics import Broker
-from coordinator.catalog import TopicInfo
+from coordinator.catalog import CATALOG_FILE, TopicInfo
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.plane import PRODUCER_ID_FILE
@@ -220,7 +220,7 @@ class Worker:
         flusher = Flusher()
         # First: this worker's lock (.lock.w<i>) before anything there is read.
         logs = lock_data_dir(s, flusher, self.index)
-        catalog = WorkerCatalog(s.data_dir / "topics.json", files)
+        catalog = WorkerCatalog(s.data_dir / CATALOG_FILE, files)
         self.partitions = WorkerPartitions(s, self.index, self.count, catalog, logs)
         return Stores(
             flusher=flusher,
