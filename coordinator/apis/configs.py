@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator import group_configs, topic_configs
-from coordinator.catalog import TopicCatalog, TopicInfo
+from coordinator.catalog import LocalTopicStore, TopicCatalog, TopicInfo
 from coordinator.config import Settings, offsets_log_config
 from coordinator.config_resources import (
     BROKER,
@@ -167,12 +167,14 @@ class ConfigAdmin:
         authorizer: Authorizer | None = None,
         nodes: Callable[[], list[int]] | None = None,
     ) -> None:
-        """``shared_topics``: cluster mode's catalog in the database (None: the local one);
-        ``nodes``: the live brokers' ids (None: this node alone)."""
+        """``shared_topics``: cluster mode's catalog in the database (None: ``catalog``'s
+        own file); ``nodes``: the live brokers' ids (None: this node alone)."""
         self.settings = settings
         self.catalog = catalog
         self.groups = groups
-        self.shared_topics = shared_topics
+        self.topics: TopicStore = (
+            LocalTopicStore(catalog) if shared_topics is None else shared_topics
+        )
         self.authorizer = authorizer
         self.nodes = nodes or (lambda: [settings.node_id])
         # One alter at a time on this node, so that read-modify-write of a resource's
@@ -694,19 +696,11 @@ class ConfigAdmin:
             await self.groups.set(change.name, change.configs)
             log.info("configs of group %s are now %s", change.name, change.configs)
             return
-        if self.shared_topics is not None:
-            try:
-                await self.shared_topics.alter_configs(change.name, change.configs)
-            except UnknownTopicError:
-                raise ConfigApiError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"The topic '{change.name}' does not exist.",
-                ) from None
-        else:
-            if self.catalog.get(change.name) is None:  # deleted meanwhile
-                raise ConfigApiError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"The topic '{change.name}' does not exist.",
-                )
-            self.catalog.alter_configs(change.name, change.configs)
+        try:
+            await self.topics.alter_configs(change.name, change.configs)
+        except UnknownTopicError:  # deleted meanwhile
+            raise ConfigApiError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"The topic '{change.name}' does not exist.",
+            ) from None
         log.info("configs of topic %s are now %s", change.name, change.configs or "{}")

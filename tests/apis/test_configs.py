@@ -828,7 +828,7 @@ async def test_cluster_mode_configs_reach_every_node(tmp_path: Path, pg_url: str
             dp,
             _Runtime(GroupShard()),
             store_a,
-            shared_topics=shared_a,  # type: ignore[arg-type]
+            shared_topics=shared_a,
         )
         header = RequestHeader(incremental_alter_configs.API_KEY, 1, 1, "c")
         req = incremental_alter_configs.Request(
