@@ -21,11 +21,11 @@ if TYPE_CHECKING:
     from coordinator.cluster import Cluster
     from coordinator.dataplane import DataPlane
     from coordinator.metrics import Metrics
-    from coordinator.node.assemble import Compaction
     from coordinator.runtime import GroupRuntime
     from coordinator.security.acl import Authorizer
     from coordinator.server.listener import KafkaServer
     from coordinator.stores import ScramCredentialStore
+    from storage.local.compaction import Compaction
     from storage.local.durability import Flusher
     from storage.local.manager import LogManager
 

@@ -32,13 +32,11 @@ A refusal to start names the setting and its value in one line (``SettingRefused
 listeners' (``listeners`` or ``port``), ``metrics.port``, ``data.dir`` (locked by another
 process, not a usable directory), the TLS files (``tls_contexts``), ``storage.url``.
 
-A background task (``Compaction``) runs the log cleaner on compacted logs in bounded steps.
+A background task (``storage.local.compaction.Compaction``) runs the log cleaner on compacted logs in bounded steps.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -80,9 +78,9 @@ from coordinator.stores import (
     ScramCredentialStore,
     TopicStore,
 )
-from storage.local.cleaner import LogCleaner
+from storage.local.compaction import Compaction
 from storage.local.durability import Flusher
-from storage.local.log import LogConfig, PartitionLog
+from storage.local.log import LogConfig
 from storage.local.manager import DataDirLockedError, LogManager
 from storage.records import OFFSETS_TOPIC
 
@@ -91,8 +89,6 @@ if TYPE_CHECKING:
     from storage.postgres.journal import PgJournal
 
 log = logging.getLogger("kgc")
-
-CLEANER_STEP_BYTES = 1 << 20  # work per step, so a step never holds the loop for long
 
 
 def log_config_for(
@@ -135,42 +131,6 @@ def group_config(s: Settings) -> GroupConfig:
         consumer_group_assignors=s.consumer_group_assignors,
         consumer_group_migration_policy=s.group_consumer_migration_policy,
     )
-
-
-class Compaction:
-    """Runs the log cleaner over every compacted log, a bounded step at a time."""
-
-    def __init__(self, logs: LogManager, backoff_ms: int) -> None:
-        self.logs = logs
-        self.backoff_s = backoff_ms / 1000
-        self.cleaners: dict[PartitionLog, LogCleaner] = {}  # one per compacted log
-        self.task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.backoff_s)
-            for gone in [plog for plog in self.cleaners if plog.closed]:
-                del self.cleaners[gone]  # a deleted topic's log
-            for plog in self.logs.logs():
-                if not plog.config.compact or plog.closed:
-                    continue
-                cleaner = self.cleaners.get(plog)
-                if cleaner is None:
-                    cleaner = self.cleaners[plog] = LogCleaner(plog)
-                try:
-                    while cleaner.clean_step(CLEANER_STEP_BYTES):
-                        await asyncio.sleep(0)  # let requests through between steps
-                except Exception:
-                    log.exception("compaction of %s failed; will retry", plog.dir)
 
 
 def group_core(
