@@ -1,6 +1,6 @@
 """The metadata stores behind one interface: what the node needs of each, whatever the engine.
 
-How this works: besides its partition logs, a node keeps four kinds of metadata, each in
+How this works: besides its partition logs, a node keeps five kinds of metadata, each in
 one of three engines -- local files in the data directory (one process), the same files
 shared by the workers of a kgc.workers node (changed under one ``flock``, polled by every
 worker: ``node/workers/shared.py``), and PostgreSQL tables shared by the nodes of a cluster
@@ -13,6 +13,8 @@ SCRAM credentials   ``LocalCredentialStore``      ``WorkerCredentialStore``     
 ACLs                ``LocalAclStore``             ``WorkerAclStore``              ``PgAclStore``
 group configs       ``LocalGroupConfigs``         ``WorkerGroupConfigs``          ``PgGroupConfigs``
 producer id blocks  (the data plane's counter)    ``shared_producer_ids``         ``take_producer_ids``
+topic catalog       ``LocalTopicStore``           ``LocalTopicStore``             ``SharedCatalog``
+                                                  over a ``WorkerCatalog``
 ==================  ============================  ==============================  =========================
 
 A change made through one store is seen by the others of the same engine at their next

@@ -127,11 +127,8 @@ class SharedCatalog:
         assert info is not None
         return info
 
-    async def create_partitions(self, name: str, num_partitions: int) -> TopicInfo:
-        """Grow a topic for every node (its new lease rows, unowned, in the same
-        transaction); the database raises UnknownTopicError / ValueError."""
-        async with self.pool.acquire() as conn:
-            await pg.create_partitions(conn, name, num_partitions)
+    async def _changed(self, name: str) -> TopicInfo:
+        """The topic as this node sees it once the change committed (announced, reloaded)."""
         await self._announce(name)
         await self.refresh()
         info = self.catalog.get(name)
@@ -139,17 +136,19 @@ class SharedCatalog:
             raise UnknownTopicError(f"unknown topic {name!r}")
         return info
 
+    async def create_partitions(self, name: str, num_partitions: int) -> TopicInfo:
+        """Grow a topic for every node (its new lease rows, unowned, in the same
+        transaction); the database raises UnknownTopicError / ValueError."""
+        async with self.pool.acquire() as conn:
+            await pg.create_partitions(conn, name, num_partitions)
+        return await self._changed(name)
+
     async def alter_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
         """Replace a topic's configs for every node (one transaction, which bumps the
         catalog version); the database raises UnknownTopicError."""
         async with self.pool.acquire() as conn:
             await pg.alter_topic_configs(conn, name, dict(configs))
-        await self._announce(name)
-        await self.refresh()
-        info = self.catalog.get(name)
-        if info is None:  # deleted right after, by another request
-            raise UnknownTopicError(f"unknown topic {name!r}")
-        return info
+        return await self._changed(name)
 
     async def delete(self, info: TopicInfo) -> None:
         async with self.pool.acquire() as conn:

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from storage.files import DataDirError, fsync_dir
+from storage.interface import kafka_uuid
 from storage.local.durability import Flusher
 from storage.local.journal import Journal
 from storage.local.log import Clock, LogConfig, PartitionLog, wall_clock_ms
@@ -91,11 +92,6 @@ class TopicIdMismatchError(DataDirError):
 
 class PartitionMetadataError(ValueError):
     """A ``partition.metadata`` file that cannot be read."""
-
-
-def kafka_uuid(raw: bytes) -> str:
-    """Kafka's ``Uuid.toString``: URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def _parse_kafka_uuid(text: str) -> bytes:
