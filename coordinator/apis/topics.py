@@ -673,7 +673,7 @@ class Broker:
     def delete_topic(self, info: TopicInfo) -> None:
         # Data first: its directories are renamed "*.<topic id>-delete" (durably) before the
         # catalog forgets the topic, so a crash in between is finished at the next start
-        # (TopicCatalog.reconcile) instead of leaving data no catalog entry accounts for.
+        # (node/reconcile.py) instead of leaving data no catalog entry accounts for.
         self.data.delete_topic(info)
         self.catalog.delete(info.name)
         self.groups.topic_deleted(info.name)

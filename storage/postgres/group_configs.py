@@ -4,7 +4,7 @@ How this works: one ``kgc_group_config`` row per group that has configs (a jsonb
 Kafka names to values). A change replaces the group's row (or deletes it when no config is
 left) and appends a ``kgc_cluster_change`` row in the same statement, so every node sees
 the cluster's change version move at its next heartbeat and reloads the table
-(``coordinator.group_configs.PgGroupConfigs``).
+(``coordinator.node.pg_stores.PgGroupConfigs``).
 """
 
 from __future__ import annotations
