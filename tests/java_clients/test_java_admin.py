@@ -5,6 +5,7 @@ with an authorizer."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,20 @@ from support.kafkaserver import KafkaServer
 from support.kgc_process import KgcProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+
+def wait_for_partitions(
+    admin: AdminSession, topic: str, count: int, timeout_s: float = 15.0
+) -> None:
+    """Poll describeTopics until ``topic`` has ``count`` partitions or the time is up (then the
+    recorded call that follows shows what the server still answers)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = admin("describeTopics", topics=[topic])
+        found = r["result"].get(topic, {}) if r["ok"] else {}
+        if len(found.get("partitions", [])) == count:
+            return
+        time.sleep(0.1)
 
 
 def scenario(admin: AdminSession, p: str) -> list[tuple[str, Any]]:
@@ -62,6 +77,10 @@ def scenario(admin: AdminSession, p: str) -> list[tuple[str, Any]]:
     call("grow partitions", "createPartitions", counts={a: 5})
     call("shrink partitions", "createPartitions", counts={b: 1})
     call("grow a missing topic", "createPartitions", counts={gone: 3})
+    # Kafka's broker learns of new partitions from the controller's metadata a moment after
+    # CreatePartitions answers: wait (unrecorded) until the topic shows them, as a client that
+    # just grew a topic would, so the comparison is of the grown topic on both sides.
+    wait_for_partitions(admin, a, 5)
     call("describe grown", "describeTopics", topics=[a])
 
     # Records, offsets, log dirs.
