@@ -46,13 +46,13 @@ APIS = [
     "OffsetDelete",
     "ConsumerGroupHeartbeat",
     "ConsumerGroupDescribe",
-    # Security (issue 16): ACLs and SCRAM credentials, managed online.
+    # Security: ACLs and SCRAM credentials, managed online.
     "CreateAcls",
     "DescribeAcls",
     "DeleteAcls",
     "DescribeUserScramCredentials",
     "AlterUserScramCredentials",
-    # Admin APIs that Kafka's tools call (issue 17).
+    # Admin APIs that Kafka's tools call.
     "DescribeConfigs",
     "AlterConfigs",
     "IncrementalAlterConfigs",
