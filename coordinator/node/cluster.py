@@ -334,5 +334,5 @@ class ClusterNode:
 
 
 async def start_cluster_node(settings: Settings) -> Node:
-    """Cluster mode: the same parts over the PostgreSQL engine (README "Cluster mode")."""
+    """Cluster mode: the same parts over the PostgreSQL engine (docs/cluster.md)."""
     return await assemble(settings, ClusterNode(settings))

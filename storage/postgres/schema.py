@@ -6,7 +6,7 @@ version applied; each entry of ``MIGRATIONS`` moves it up by one, in one transac
 database whose version is newer than this kgc knows is refused (an older binary must not
 write into a layout it does not understand).
 
-Tables (version 1); the README's "Cluster mode" section documents them for operators:
+Tables (version 1); docs/cluster.md documents them for operators:
 
 * ``kgc_node``: one row per ``node.id``. ``broker_epoch`` is bumped at each registration
   (Kafka's broker epoch, KIP-380/631); ``last_heartbeat`` is set from the database clock
