@@ -1,0 +1,179 @@
+"""Membership and queue checkers over recorded histories (real-time and version-order rules).
+
+How this works. Both checkers take the ``Op`` list of ``history.pair_ops`` and return the
+anomalies found, each with its kind and the ops that show it.
+
+Membership ops (key ``(group, "", -1)``), written by raw-protocol members:
+- ``view`` ok: a JoinGroup/SyncGroup or ConsumerGroupHeartbeat answer, value
+  ``{"member": id, "generation": g, "assignment": [[topic, partition], ...]}`` where g is the
+  classic generation or the KIP-848 group epoch the assignment belongs to;
+- ``fenced`` ok: the coordinator fenced ``{"member": id, "generation": g}``;
+- ``commit``: an OffsetCommit carrying ``{"member": id, "generation": g}``.
+Rules: ``double-owner`` (two members handed one partition in one generation), ``generation-
+back`` (a member's views, in completion order, go to a lower generation), ``fenced-commit`` (a
+commit acknowledged with generation g although, before it was invoked, a view of a later
+generation had completed, or that member at g had been fenced).
+
+Queue ops, Jepsen's Kafka model: keys are partitions (strings in JSON), values unique ints.
+- ``send`` of value v to key k (op key ``(topic, "", partition)`` or value ``{"key": k,
+  "value": v}``), ok value ``[offset, v]``;
+- ``poll`` ok value ``{k: [[offset, v], ...]}``;
+- ``assign``/``subscribe``/``rebalance`` by a process: its positions restart (skips and
+  rewinds across them are allowed, as in Jepsen).
+Rules: ``inconsistent-offsets``, ``duplicate``, ``lost-write``, ``unseen``, ``poll-skip``,
+``nonmonotonic-poll`` (and their ``int-`` forms inside one poll), ``nonmonotonic-send`` and
+``aborted-read`` (a failed send's value polled). Skips are judged in the version order: the
+sorted set of every offset any send or poll saw for the key.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .history import FAIL, OK, Op
+
+
+@dataclass
+class Anomaly:
+    kind: str
+    ops: list[Op]
+    detail: str = ""
+
+
+def kinds(anomalies: Iterable[Anomaly]) -> set[str]:
+    return {a.kind for a in anomalies}
+
+
+def _group(op: Op) -> str:
+    return op.key[0] if op.key is not None else ""
+
+
+def check_membership(ops: list[Op]) -> list[Anomaly]:
+    found: list[Anomaly] = []
+    views = sorted((op for op in ops if op.f == "view" and op.ok), key=lambda o: o.end)
+    owners: dict[tuple[str, int, str, int], Op] = {}
+    last: dict[tuple[str, str], Op] = {}
+    for v in views:
+        member, gen = v.value["member"], v.value["generation"]
+        for topic, partition in v.value.get("assignment", []):
+            slot = (_group(v), gen, topic, partition)
+            other = owners.setdefault(slot, v)
+            if other.value["member"] != member:
+                found.append(Anomaly("double-owner", [other, v], f"{topic}-{partition} gen {gen}"))
+        prev = last.get((_group(v), member))
+        if prev is not None and gen < prev.value["generation"]:
+            found.append(Anomaly("generation-back", [prev, v]))
+        last[(_group(v), member)] = v
+    fenced = [op for op in ops if op.f == "fenced" and op.ok]
+    for c in (op for op in ops if op.f == "commit" and op.ok):
+        member, gen = c.invoke_value["member"], c.invoke_value["generation"]
+        newer = [
+            v
+            for v in views
+            if _group(v) == _group(c) and v.end < c.start and v.value["generation"] > gen
+        ]
+        gone = [
+            f
+            for f in fenced
+            if _group(f) == _group(c)
+            and f.end < c.start
+            and f.value["member"] == member
+            and f.value["generation"] >= gen
+        ]
+        if newer or gone:
+            found.append(Anomaly("fenced-commit", [*(newer or gone)[:1], c]))
+    return found
+
+
+def _send_key(op: Op) -> str:
+    if isinstance(op.invoke_value, dict):
+        return str(op.invoke_value["key"])
+    return str(op.key[2]) if op.key is not None else ""
+
+
+def _send_value(op: Op) -> Any:
+    return op.invoke_value["value"] if isinstance(op.invoke_value, dict) else op.invoke_value
+
+
+def check_queue(ops: list[Op]) -> list[Anomaly]:
+    found: list[Anomaly] = []
+    sends = [op for op in ops if op.f == "send"]
+    polls = [op for op in ops if op.f == "poll" and op.ok]
+    seen: dict[tuple[str, int], dict[Any, Op]] = defaultdict(dict)
+    where: dict[Any, dict[tuple[str, int], Op]] = defaultdict(dict)
+    read_values: set[Any] = set()
+    max_read: dict[str, int] = {}
+    for s in sends:
+        if s.ok:
+            offset, value = s.value
+            seen[(_send_key(s), offset)].setdefault(value, s)
+            where[value].setdefault((_send_key(s), offset), s)
+    for p in polls:
+        for k, records in p.value.items():
+            for offset, value in records:
+                seen[(k, offset)].setdefault(value, p)
+                where[value].setdefault((k, offset), p)
+                read_values.add(value)
+                max_read[k] = max(max_read.get(k, -1), offset)
+    for (k, offset), values in seen.items():
+        if len(values) > 1:
+            found.append(Anomaly("inconsistent-offsets", list(values.values()), f"{k}@{offset}"))
+    for value, places in where.items():
+        if len(places) > 1:
+            found.append(Anomaly("duplicate", list(places.values()), f"value {value}"))
+    for s in sends:
+        if s.status == FAIL and _send_value(s) in read_values:
+            found.append(Anomaly("aborted-read", [s], f"value {_send_value(s)}"))
+        if not s.ok or s.value[1] in read_values:
+            continue
+        kind = "lost-write" if s.value[0] <= max_read.get(_send_key(s), -1) else "unseen"
+        found.append(Anomaly(kind, [s], f"{_send_key(s)}@{s.value[0]}"))
+    order: dict[str, list[int]] = defaultdict(list)
+    for k, offset in sorted(seen):
+        order[k].append(offset)
+    found.extend(_poll_order(ops, order))
+    found.extend(_send_order(sends))
+    return found
+
+
+def _poll_order(ops: list[Op], order: dict[str, list[int]]) -> list[Anomaly]:
+    """Per process and key, consecutive polled offsets must be adjacent in the version order."""
+    found: list[Anomaly] = []
+    last: dict[tuple[int, str], tuple[int, Op]] = {}
+    for op in sorted(ops, key=lambda o: o.start):
+        if op.f in ("assign", "subscribe", "rebalance"):
+            for pk in [pk for pk in last if pk[0] == op.process]:
+                del last[pk]
+            continue
+        if op.f != "poll" or not op.ok:
+            continue
+        for k, records in op.value.items():
+            for n, (offset, _) in enumerate(records):
+                idx = bisect.bisect_left(order[k], offset)
+                prev = last.get((op.process, k))
+                if prev is not None:
+                    pidx = bisect.bisect_left(order[k], prev[0])
+                    inner = "int-" if n > 0 else ""
+                    ops_ = [prev[1], op] if prev[1] is not op else [op]
+                    if idx <= pidx:
+                        found.append(Anomaly(f"{inner}nonmonotonic-poll", ops_, f"{k}@{offset}"))
+                    elif idx > pidx + 1:
+                        found.append(Anomaly(f"{inner}poll-skip", ops_, f"{k}@{offset}"))
+                last[(op.process, k)] = (offset, op)
+    return found
+
+
+def _send_order(sends: list[Op]) -> list[Anomaly]:
+    found: list[Anomaly] = []
+    last: dict[tuple[int, str], Op] = {}
+    for s in sorted((s for s in sends if s.status == OK), key=lambda o: o.start):
+        pk = (s.process, _send_key(s))
+        prev = last.get(pk)
+        if prev is not None and s.value[0] <= prev.value[0]:
+            found.append(Anomaly("nonmonotonic-send", [prev, s]))
+        last[pk] = s
+    return found
