@@ -250,6 +250,15 @@ def test_commit_from_a_fenced_generation_is_caught() -> None:
     assert kinds(check_membership([fenced, commit(3, "c", 7, 5)])) == {"fenced-commit"}
 
 
+def test_kip848_commit_is_fenced_only_by_its_member_fencing() -> None:
+    later_epoch = view(2, "b", 9, [1], 0)
+    current = commit(1, "a", 4, 10)
+    current.invoke_value["protocol"] = "consumer"
+    assert not check_membership([view(1, "a", 4, [0], 0), later_epoch, current])
+    fenced = Op(3, "fenced", GROUP, {"member": "a", "generation": 4}, 5, 6, OK)
+    assert kinds(check_membership([later_epoch, fenced, current])) == {"fenced-commit"}
+
+
 # Queue.
 
 

@@ -8,11 +8,12 @@ Membership ops (key ``(group, "", -1)``), written by raw-protocol members:
   ``{"member": id, "generation": g, "assignment": [[topic, partition], ...]}`` where g is the
   classic generation or the KIP-848 group epoch the assignment belongs to;
 - ``fenced`` ok: the coordinator fenced ``{"member": id, "generation": g}``;
-- ``commit``: an OffsetCommit carrying ``{"member": id, "generation": g}``.
+- ``commit``: an OffsetCommit carrying ``{"member": id, "generation": g}``, plus
+  ``"protocol": "consumer"`` when g is a KIP-848 member epoch.
 Rules: ``double-owner`` (two members handed one partition in one generation), ``generation-
 back`` (a member's views, in completion order, go to a lower generation), ``fenced-commit`` (a
 commit acknowledged with generation g although, before it was invoked, a view of a later
-generation had completed, or that member at g had been fenced).
+generation had completed (classic only), or that member at g had been fenced).
 
 Queue ops, Jepsen's Kafka model: keys are partitions (strings in JSON), values unique ints.
 - ``send`` of value v to key k (op key ``(topic, "", partition)`` or value ``{"key": k,
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,25 +69,47 @@ def check_membership(ops: list[Op]) -> list[Anomaly]:
         if prev is not None and gen < prev.value["generation"]:
             found.append(Anomaly("generation-back", [prev, v]))
         last[(_group(v), member)] = v
-    fenced = [op for op in ops if op.f == "fenced" and op.ok]
+    # Per group (views) and per member (fencings): completion times and the highest
+    # generation completed by then, so each commit is one binary search.
+    seen_by = _running_max(views, lambda v: (_group(v),))
+    fenced = sorted((op for op in ops if op.f == "fenced" and op.ok), key=lambda o: o.end)
+    fenced_by = _running_max(fenced, lambda f: (_group(f), f.value["member"]))
     for c in (op for op in ops if op.f == "commit" and op.ok):
         member, gen = c.invoke_value["member"], c.invoke_value["generation"]
-        newer = [
-            v
-            for v in views
-            if _group(v) == _group(c) and v.end < c.start and v.value["generation"] > gen
-        ]
-        gone = [
-            f
-            for f in fenced
-            if _group(f) == _group(c)
-            and f.end < c.start
-            and f.value["member"] == member
-            and f.value["generation"] >= gen
-        ]
-        if newer or gone:
-            found.append(Anomaly("fenced-commit", [*(newer or gone)[:1], c]))
+        # A KIP-848 member's epoch can trail the group epoch and still be current: only its
+        # own fencing ends it. A classic generation ends when any later one completes.
+        classic = c.invoke_value.get("protocol", "classic") == "classic"
+        newer = _latest_before(seen_by.get((_group(c),)), c.start) if classic else None
+        if newer is not None and newer.value["generation"] > gen:
+            found.append(Anomaly("fenced-commit", [newer, c], "a later generation was seen"))
+            continue
+        gone = _latest_before(fenced_by.get((_group(c), member)), c.start)
+        if gone is not None and gone.value["generation"] >= gen:
+            found.append(Anomaly("fenced-commit", [gone, c], "the member was fenced"))
     return found
+
+
+_Running = dict[tuple[str, ...], tuple[list[float], list[Op]]]
+
+
+def _running_max(ops: list[Op], name: Callable[[Op], tuple[str, ...]]) -> _Running:
+    """For ops sorted by completion, per name: the end times and, at each, the op with the
+    highest generation completed so far."""
+    out: _Running = {}
+    for op in ops:
+        ends, best = out.setdefault(name(op), ([], []))
+        ends.append(op.end)
+        top = best[-1] if best else op
+        best.append(op if op.value["generation"] >= top.value["generation"] else top)
+    return out
+
+
+def _latest_before(running: tuple[list[float], list[Op]] | None, t: float) -> Op | None:
+    if running is None:
+        return None
+    ends, best = running
+    i = bisect.bisect_left(ends, t)
+    return best[i - 1] if i > 0 else None
 
 
 def _send_key(op: Op) -> str:
