@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol, TypeAlias
 
-from storage.record_batch import BatchHeader, Record
+from storage.record_batch import BatchHeader, CorruptBatchError, Record, parse_header, verify_crc
 
 __all__ = [
     "Clock",
@@ -202,6 +202,47 @@ class FlushError(OSError):
     def for_cut(self, log: PartitionLog, truncated_to: int) -> FlushError:
         """A fresh error of the same kind for one waiter of ``log`` cut at ``truncated_to``."""
         return FlushError(self.message, log=log, truncated_to=truncated_to)
+
+
+def check_batch(batch: bytes | bytearray | memoryview, max_message_bytes: int) -> BatchHeader:
+    """The checks every engine makes before it appends a produced batch, in Kafka's order:
+    a v2 header, its length, max.message.bytes, at least one record, the CRC. Returns the
+    header; raises ``InvalidBatchError`` (``RecordTooLargeError`` for the size)."""
+    try:
+        h = parse_header(batch)
+    except CorruptBatchError as e:
+        raise InvalidBatchError(str(e)) from None
+    if h.size != len(batch):
+        raise InvalidBatchError(f"batch length says {h.size} bytes, got {len(batch)}")
+    check_batch_size(h.size, max_message_bytes)
+    if h.records_count <= 0 or h.last_offset_delta < 0:
+        raise InvalidBatchError("batch has no records")
+    if not verify_crc(batch, 0, h.size):
+        raise InvalidBatchError(f"CRC mismatch in batch of {h.size} bytes")
+    return h
+
+
+def check_batch_size(size: int, max_message_bytes: int) -> None:
+    if size > max_message_bytes:
+        raise RecordTooLargeError(
+            f"batch of {size} bytes exceeds max.message.bytes={max_message_bytes}"
+        )
+
+
+def check_durable_wait(log: PartitionLog, offset: int, generation: int | None) -> None:
+    """What a wait for ``offset`` of ``log`` fails with at once, on every engine: the offset
+    was cut back before it was made durable (a failed round, or a newer generation of the
+    log), or it was never appended."""
+    if (generation is not None and not log.survived(offset, generation)) or (
+        offset >= log.log_end_offset and log.cut_backs
+    ):
+        raise FlushError(
+            f"offset {offset} of {log.dir} was cut back before it was made durable",
+            log=log,
+            truncated_to=log.log_end_offset,
+        )
+    if offset >= log.log_end_offset:
+        raise ValueError(f"offset {offset} not yet appended to {log.dir}")
 
 
 class NotOwnerError(FlushError):

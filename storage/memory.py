@@ -41,21 +41,21 @@ from storage.interface import (
     Durability,
     DurabilityStats,
     FlushError,
-    InvalidBatchError,
     LogClosedError,
     LogConfig,
     Logs,
     OffsetOutOfRangeError,
     PartitionLog,
-    RecordTooLargeError,
     Then,
     WriteAheadJournal,
+    check_batch,
+    check_batch_size,
+    check_durable_wait,
     wall_clock_ms,
 )
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
     BatchHeader,
-    CorruptBatchError,
     Record,
     UnsupportedCompressionError,
     encode_batch,
@@ -144,17 +144,7 @@ class MemoryLog:
     ) -> tuple[int, int]:
         if self._closed:
             raise LogClosedError(str(self.dir))
-        try:
-            h = parse_header(batch)
-        except CorruptBatchError as e:
-            raise InvalidBatchError(str(e)) from None
-        if h.size != len(batch):
-            raise InvalidBatchError(f"batch length says {h.size} bytes, got {len(batch)}")
-        self._check_size(h.size)
-        if h.records_count <= 0 or h.last_offset_delta < 0:
-            raise InvalidBatchError("batch has no records")
-        if not verify_crc(batch, 0, h.size):
-            raise InvalidBatchError(f"CRC mismatch in batch of {h.size} bytes")
+        h = check_batch(batch, self.config.max_message_bytes)
         epoch = h.partition_leader_epoch if leader_epoch is None else leader_epoch
         return self._store(set_base_offset(batch, self._end, epoch))
 
@@ -181,14 +171,8 @@ class MemoryLog:
             attributes=attributes,
             partition_leader_epoch=partition_leader_epoch,
         )
-        self._check_size(len(batch))
+        check_batch_size(len(batch), self.config.max_message_bytes)
         return self._store(batch)
-
-    def _check_size(self, size: int) -> None:
-        if size > self.config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch of {size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
-            )
 
     def _store(self, data: bytes) -> tuple[int, int]:
         h = parse_header(data)
@@ -552,16 +536,7 @@ class MemoryDurability:
     def _must_wait(self, log: PartitionLog, offset: int, generation: int | None) -> bool:
         """The local Flusher's rule: raise what the wait fails with, else whether to park."""
         self.register(log)
-        if (generation is not None and not log.survived(offset, generation)) or (
-            offset >= log.log_end_offset and log.cut_backs
-        ):
-            raise FlushError(
-                f"offset {offset} of {log.dir} was cut back before it was made durable",
-                log=log,
-                truncated_to=log.log_end_offset,
-            )
-        if offset >= log.log_end_offset:
-            raise ValueError(f"offset {offset} not yet appended to {log.dir}")
+        check_durable_wait(log, offset, generation)
         if self._stopping:
             log.flush()
             return False

@@ -75,6 +75,7 @@ from storage.interface import (
     PartitionLog,
     Then,
     WriteAheadJournal,
+    check_durable_wait,
     wall_clock_ms,
 )
 from storage.local.flush import FlushTicket, run_tickets
@@ -340,16 +341,7 @@ class Flusher:
         if self.remote_only and (log.journal is None or not log.journal.remote):
             raise FlushError(f"{log.dir.name} is not journaled in the database", log=log)
         self.register(log)
-        if (generation is not None and not log.survived(offset, generation)) or (
-            offset >= log.log_end_offset and log.cut_backs
-        ):
-            raise FlushError(
-                f"offset {offset} of {log.dir} was cut back before it was made durable",
-                log=log,
-                truncated_to=log.log_end_offset,
-            )
-        if offset >= log.log_end_offset:
-            raise ValueError(f"offset {offset} not yet appended to {log.dir}")
+        check_durable_wait(log, offset, generation)
         if self._stopping:
             if log.journal is not None and log.journal.remote:
                 # Only the remote journal makes it durable, and its last round ran.

@@ -46,6 +46,7 @@ from storage.interface import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     WriteAheadJournal,
+    check_batch,
     wall_clock_ms,
 )
 from storage.local import scan
@@ -264,20 +265,7 @@ class PartitionLog:
         """
         if self._closed:
             raise LogClosedError(str(self.dir))
-        try:
-            h = parse_header(batch)
-        except CorruptBatchError as e:
-            raise InvalidBatchError(str(e)) from None
-        if h.size != len(batch):
-            raise InvalidBatchError(f"batch length says {h.size} bytes, got {len(batch)}")
-        if h.size > self.config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch of {h.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
-            )
-        if h.records_count <= 0 or h.last_offset_delta < 0:
-            raise InvalidBatchError("batch has no records")
-        if not verify_crc(batch, 0, h.size):
-            raise InvalidBatchError(f"CRC mismatch in batch of {h.size} bytes")
+        h = check_batch(batch, self.config.max_message_bytes)
         base = self.log_end_offset
         epoch = h.partition_leader_epoch if leader_epoch is None else leader_epoch
         if h.base_offset == base and epoch == h.partition_leader_epoch:
