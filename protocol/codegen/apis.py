@@ -62,6 +62,25 @@ APIS = [
     "DescribeLogDirs",
     # kafka-configs asks which groups have configs (KIP-1142).
     "ListConfigResources",
+    # Transactions: the transaction coordinator, markers and producer state.
+    "AddPartitionsToTxn",
+    "AddOffsetsToTxn",
+    "EndTxn",
+    "WriteTxnMarkers",
+    "DescribeTransactions",
+    "ListTransactions",
+    "DescribeProducers",
+    # Share groups (KIP-932); their schemas are Kafka 4.4's, in protocol/schemas.
+    "ShareGroupHeartbeat",
+    "ShareGroupDescribe",
+    "ShareFetch",
+    "ShareAcknowledge",
+    "DescribeShareGroupOffsets",
+    "AlterShareGroupOffsets",
+    "DeleteShareGroupOffsets",
+    # Streams groups (KIP-1071); Kafka 4.4's schemas, in protocol/schemas.
+    "StreamsGroupHeartbeat",
+    "StreamsGroupDescribe",
 ]
 
 
@@ -133,7 +152,17 @@ def generate() -> dict[Path, str]:
 
 
 # Codes newer than the pinned kafka-python knows (Kafka's Errors.java numbers).
-EXTRA_ERRORS = {128: "INVALID_REGULAR_EXPRESSION"}
+EXTRA_ERRORS = {
+    128: "INVALID_REGULAR_EXPRESSION",
+    129: "REBOOTSTRAP_REQUIRED",
+    130: "STREAMS_INVALID_TOPOLOGY",
+    131: "STREAMS_INVALID_TOPOLOGY_EPOCH",
+    132: "STREAMS_TOPOLOGY_FENCED",
+    133: "SHARE_SESSION_LIMIT_REACHED",
+    134: "GROUP_DELETION_FAILED",
+    135: "STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED",
+    136: "CONTROLLER_ID_NOT_REGISTERED",
+}
 
 
 def render_errors(kp: str) -> str:

@@ -43,6 +43,22 @@ from protocol.messages import delete_records
 from protocol.messages import describe_cluster
 from protocol.messages import describe_log_dirs
 from protocol.messages import list_config_resources
+from protocol.messages import add_partitions_to_txn
+from protocol.messages import add_offsets_to_txn
+from protocol.messages import end_txn
+from protocol.messages import write_txn_markers
+from protocol.messages import describe_transactions
+from protocol.messages import list_transactions
+from protocol.messages import describe_producers
+from protocol.messages import share_group_heartbeat
+from protocol.messages import share_group_describe
+from protocol.messages import share_fetch
+from protocol.messages import share_acknowledge
+from protocol.messages import describe_share_group_offsets
+from protocol.messages import alter_share_group_offsets
+from protocol.messages import delete_share_group_offsets
+from protocol.messages import streams_group_heartbeat
+from protocol.messages import streams_group_describe
 
 # API key -> module with Request/Response classes, version bounds and codecs.
 BY_KEY: dict[int, ModuleType] = {
@@ -83,4 +99,20 @@ BY_KEY: dict[int, ModuleType] = {
     60: describe_cluster,
     35: describe_log_dirs,
     74: list_config_resources,
+    24: add_partitions_to_txn,
+    25: add_offsets_to_txn,
+    26: end_txn,
+    27: write_txn_markers,
+    65: describe_transactions,
+    66: list_transactions,
+    61: describe_producers,
+    76: share_group_heartbeat,
+    77: share_group_describe,
+    78: share_fetch,
+    79: share_acknowledge,
+    90: describe_share_group_offsets,
+    91: alter_share_group_offsets,
+    92: delete_share_group_offsets,
+    88: streams_group_heartbeat,
+    89: streams_group_describe,
 }
