@@ -1,0 +1,59 @@
+"""What a partition leader asks the transaction coordinator before a transactional append.
+
+How this works: KIP-890 part 1. The first transactional batch of a (producer id, epoch) on
+a partition opens a transaction there and pins the partition's last stable offset, so the
+leader first asks the coordinator whether the partition really is in that producer's
+ongoing transaction (Kafka: AddPartitionsToTxn v4+ with ``VerifyOnly``). Without the check a
+late or retried produce after the markers would open a transaction nobody will ever end (a
+hanging transaction).
+
+``TxnVerifier.verify`` answers per partition: NONE when it is in the ongoing transaction of
+that producer and epoch; otherwise the coordinator's code, in Kafka's order
+(``TransactionCoordinator.handleVerifyPartitionsInTransaction``): INVALID_REQUEST (empty
+id), COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR, INVALID_PRODUCER_ID_MAPPING (unknown id
+or another producer id), PRODUCER_FENCED (another epoch), CONCURRENT_TRANSACTIONS (the
+transaction is ending), TRANSACTION_ABORTABLE (the partition was not added). The leader maps
+these to produce errors as Kafka's AddPartitionsToTxnManager does (notes 5.2).
+
+``CoordinatorVerifier`` is the embedded implementation: a synchronous check of the
+coordinator's memory, with no await inside, so a caller that appends right after the
+``await`` does so in the same event-loop step as the check (no marker can slip between).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from protocol.errors import ErrorCode
+
+__all__ = ["CoordinatorVerifier", "TxnVerifier"]
+
+TopicPartition = tuple[str, int]
+VerifyFn = Callable[[str, int, int, Sequence[TopicPartition]], dict[TopicPartition, ErrorCode]]
+
+
+class TxnVerifier(Protocol):
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]: ...
+
+
+class CoordinatorVerifier:
+    """Verification against this node's coordinator core (``TransactionCoordinator.verify``)."""
+
+    def __init__(self, verify: VerifyFn) -> None:
+        self._verify = verify
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        return self._verify(transactional_id, producer_id, producer_epoch, partitions)
