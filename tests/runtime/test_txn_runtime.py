@@ -1,0 +1,179 @@
+"""The transaction runtime on the in-memory engine: records durable before memory changes,
+markers through the MarkerWriter seam until every partition has them, Complete* after,
+replay on restart (markers re-driven from Prepare*), the timeout sweep, a failed fsync."""
+
+from __future__ import annotations
+
+import asyncio
+
+from coordinator.runtime.txn_runtime import TxnRuntime
+from coordinator.txn.coordinator import TransactionCoordinator, TxnConfig
+from coordinator.txn.markers import TxnMarker
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
+from coordinator.txn.state import TransactionState
+from protocol.errors import ErrorCode
+from storage.interface import LogConfig
+from storage.memory import MemoryDurability, MemoryLogs
+from storage.records.offsets import partition_for
+
+E = ErrorCode
+S = TransactionState
+TP = ("foo", 0)
+TP2 = ("bar", 3)
+
+
+class Writer:
+    """A MarkerWriter that records each call and answers from a script (then NONE)."""
+
+    def __init__(self) -> None:
+        self.calls: list[TxnMarker] = []
+        self.script: list[dict[tuple[str, int], ErrorCode]] = []
+        self.called = asyncio.Event()
+        self.hold: asyncio.Event | None = None
+
+    async def write_markers(self, marker: TxnMarker) -> dict[tuple[str, int], ErrorCode]:
+        self.calls.append(marker)
+        self.called.set()
+        if self.hold is not None:
+            await self.hold.wait()
+        answer = self.script.pop(0) if self.script else {}
+        return {tp: answer.get(tp, E.NO_ERROR) for tp in marker.partitions}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+async def runtime(
+    logs: MemoryLogs, writer: Writer, clock: Clock, flusher: MemoryDurability | None = None
+) -> TxnRuntime:
+    pids = iter(range(5000, 6000))
+    rt = TxnRuntime(
+        TransactionCoordinator(TxnConfig(), lambda: next(pids)),
+        logs,
+        flusher or MemoryDurability(),
+        log_config=LogConfig(cleanup_policy="compact"),
+        markers=writer,
+        clock=clock,
+    )
+    await rt.load()
+    return rt
+
+
+async def settled(rt: TxnRuntime, txn_id: str, state: TransactionState) -> None:
+    """Wait until ``txn_id`` reached ``state`` with nothing pending (markers done)."""
+    for _ in range(500):
+        md = rt.coordinator.metadata(txn_id)
+        if md is not None and md.state is state and md.pending_state is None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{txn_id} never reached {state.kafka_name}: {md}")
+
+
+async def markers_idle(rt: TxnRuntime) -> None:
+    """Wait until no marker delivery task is left (only the two sweeps run)."""
+    for _ in range(500):
+        if len(rt.tasks) == 2:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("marker delivery never ended")
+
+
+async def test_commit_goes_through_markers_to_complete_commit_and_survives_restart() -> None:
+    logs, writer, clock = MemoryLogs(), Writer(), Clock()
+    rt = await runtime(logs, writer, clock)
+    init = await rt.init_producer_id("t", 60_000, -1, -1)
+    assert (init.error, init.producer_id, init.producer_epoch) == (E.NO_ERROR, 5000, 0)
+    assert (await rt.add_partitions("t", 5000, 0, [TP, TP2])).error is E.NO_ERROR
+    assert (await rt.add_offsets("t", 5000, 0, "g")).error is E.NO_ERROR
+    end = await rt.end_txn("t", 5000, 0, True)
+    assert end.error is E.NO_ERROR
+    await settled(rt, "t", S.COMPLETE_COMMIT)
+    (call,) = writer.calls
+    assert (call.commit, call.producer_id, call.producer_epoch, call.coordinator_epoch) == (
+        True,
+        5000,
+        0,
+        0,
+    )
+    assert set(call.partitions) == {TP, TP2, ("__consumer_offsets", partition_for("g", 50))}
+    plog = logs.get(TRANSACTION_STATE_TOPIC, rt.coordinator.partition_for("t"))
+    assert plog is not None and plog.log_end_offset == 5  # Empty, Ongoing x2, Prepare, Complete
+    await rt.stop()
+    again = await runtime(logs, Writer(), clock)
+    md = again.coordinator.metadata("t")
+    assert md is not None and (md.state, md.producer_id, md.producer_epoch) == (
+        S.COMPLETE_COMMIT,
+        5000,
+        0,
+    )
+    await again.stop()
+
+
+async def test_restart_mid_prepare_commit_re_sends_markers_until_complete() -> None:
+    logs, writer, clock = MemoryLogs(), Writer(), Clock()
+    rt = await runtime(logs, writer, clock)
+    await rt.init_producer_id("t", 60_000, -1, -1)
+    await rt.add_partitions("t", 5000, 0, [TP])
+    writer.hold = asyncio.Event()  # the markers never come back: the node dies first
+    assert (await rt.end_txn("t", 5000, 0, True)).error is E.NO_ERROR
+    await writer.called.wait()
+    await rt.stop()
+    second = Writer()
+    again = await runtime(logs, second, clock)
+    await settled(again, "t", S.COMPLETE_COMMIT)
+    (call,) = second.calls
+    assert (call.commit, call.partitions) == (True, (TP,))
+    await again.stop()
+
+
+async def test_retriable_marker_results_are_sent_again_fenced_stops() -> None:
+    logs, writer, clock = MemoryLogs(), Writer(), Clock()
+    rt = await runtime(logs, writer, clock)
+    await rt.init_producer_id("t", 60_000, -1, -1)
+    await rt.add_partitions("t", 5000, 0, [TP, TP2])
+    writer.script = [{TP: E.NOT_LEADER_FOR_PARTITION}]
+    await rt.end_txn("t", 5000, 0, False)
+    await settled(rt, "t", S.COMPLETE_ABORT)
+    assert [c.partitions for c in writer.calls] == [(TP2, TP), (TP,)]
+    # A fenced answer leaves the transaction prepared (the next owner re-drives it).
+    await rt.add_partitions("t", 5000, 0, [TP])
+    writer.script = [{TP: E.TRANSACTION_COORDINATOR_FENCED}]
+    await rt.end_txn("t", 5000, 0, True)
+    await markers_idle(rt)
+    md = rt.coordinator.metadata("t")
+    assert md is not None and md.state is S.PREPARE_COMMIT
+    assert (await rt.init_producer_id("t", 60_000, -1, -1)).error is E.CONCURRENT_TRANSACTIONS
+    await rt.stop()
+
+
+async def test_timed_out_transaction_is_aborted_with_an_epoch_bump() -> None:
+    logs, writer, clock = MemoryLogs(), Writer(), Clock()
+    rt = await runtime(logs, writer, clock)
+    await rt.init_producer_id("t", 5_000, -1, -1)
+    await rt.add_partitions("t", 5000, 0, [TP])
+    clock.now += 5_001
+    await rt.abort_timed_out()
+    await settled(rt, "t", S.COMPLETE_ABORT)
+    (call,) = writer.calls
+    assert (call.commit, call.producer_epoch) == (False, 1)
+    assert (await rt.end_txn("t", 5000, 0, True)).error is E.PRODUCER_FENCED
+    await rt.stop()
+
+
+async def test_failed_fsync_answers_not_coordinator_and_changes_nothing() -> None:
+    logs, writer, clock = MemoryLogs(), Writer(), Clock()
+    flusher = MemoryDurability()
+    rt = await runtime(logs, writer, clock, flusher)
+    await rt.init_producer_id("t", 60_000, -1, -1)
+    flusher.failing = OSError(5, "Input/output error")
+    assert (await rt.add_partitions("t", 5000, 0, [TP])).error is E.NOT_COORDINATOR
+    md = rt.coordinator.metadata("t")
+    assert md is not None and (md.state, md.pending_state, md.partitions) == (S.EMPTY, None, set())
+    flusher.failing = None
+    assert (await rt.add_partitions("t", 5000, 0, [TP])).error is E.NO_ERROR
+    await rt.stop()
