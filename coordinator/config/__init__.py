@@ -15,6 +15,7 @@ from coordinator.config.log_configs import (
     CLUSTER_OFFSETS_SEGMENT_MS,
     log_config,
     offsets_log_config,
+    share_state_log_config,
 )
 from coordinator.config.properties import (
     DEPRECATED_NAMES,
@@ -67,5 +68,6 @@ __all__ = [
     "parse_listener",
     "parse_listeners",
     "read_properties",
+    "share_state_log_config",
     "startup_report",
 ]

@@ -60,3 +60,12 @@ def offsets_log_config(settings: Settings) -> LogConfig:
 
 CLUSTER_OFFSETS_SEGMENT_BYTES = 8 << 20
 CLUSTER_OFFSETS_SEGMENT_MS = 600_000
+
+
+def share_state_log_config(settings: Settings) -> LogConfig:
+    """``__share_group_state`` as Kafka creates it: not compacted, kept forever (Kafka
+    prunes it by deleting records below every key's latest snapshot)."""
+    cfg = log_config(settings, {"cleanup.policy": "delete", "retention.ms": "-1"})
+    if settings.cluster_mode:
+        return cfg
+    return replace(cfg, journaled=True)

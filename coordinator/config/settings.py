@@ -206,6 +206,32 @@ class Settings(BaseSettings):
         600000, ge=1, description="how often expired offsets are looked for"
     )
 
+    # -- share partitions (KIP-932): the share-partition leader and the share coordinator
+    group_share_record_lock_duration_ms: int = Field(
+        30000, ge=1000, le=3600000, description="how long a share consumer holds acquired records"
+    )
+    group_share_min_record_lock_duration_ms: int = Field(
+        15000, ge=1000, le=3600000, description="lowest share.record.lock.duration.ms of a group"
+    )
+    group_share_max_record_lock_duration_ms: int = Field(
+        60000, ge=1000, le=3600000, description="highest share.record.lock.duration.ms of a group"
+    )
+    group_share_delivery_count_limit: int = Field(
+        5, ge=2, le=10, description="deliveries of a record before it is archived"
+    )
+    group_share_partition_max_record_locks: int = Field(
+        2000, ge=100, le=10000, description="in-flight records of a share partition"
+    )
+    group_share_max_share_sessions: int = Field(
+        2000, ge=1, description="share sessions this broker keeps"
+    )
+    share_coordinator_state_topic_num_partitions: int = Field(
+        50, ge=1, description="partitions of __share_group_state"
+    )
+    share_coordinator_snapshot_update_records_per_snapshot: int = Field(
+        500, ge=0, le=500, description="share state updates between two snapshots of a key"
+    )
+
     # -- log engine
     log_segment_bytes: int = Field(1073741824, ge=1024, description="segment size of topic logs")
     log_roll_ms: int = Field(604800000, ge=1, description="roll a segment after this age")

@@ -52,7 +52,7 @@ from coordinator.apis.parts import Parts, need
 from coordinator.apis.scram import ScramAdmin
 from coordinator.apis.topics import Broker
 from coordinator.catalog import CatalogTopics, TopicCatalog
-from coordinator.config import Settings, offsets_log_config
+from coordinator.config import Settings, offsets_log_config, share_state_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.dataplane.producers import ClusterProducerIds
@@ -71,6 +71,8 @@ from coordinator.server.listener import (
     listen_all,
     tls_contexts,
 )
+from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.state_shard import SHARE_STATE_TOPIC
 from coordinator.stores import (
     AclStore,
     ClusterView,
@@ -97,6 +99,8 @@ def log_config_for(
     """A partition's log settings at start-up; None leaves an offline topic unopened."""
     if topic == OFFSETS_TOPIC:
         return offsets_log_config(settings)
+    if topic == SHARE_STATE_TOPIC:
+        return share_state_log_config(settings)
     info = catalog.get(topic)
     if info is not None and info.offline is not None:
         return None
@@ -265,6 +269,9 @@ class Core:
     metrics: Metrics
     groups: GroupRuntime
     data: DataPlane
+    # The share coordinator: share partitions' state in __share_group_state, the
+    # persister the share groups and the share-partition leader use.
+    share: ShareCoordinator
 
 
 class Deployment(Protocol):
@@ -335,7 +342,17 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
         ),
     )
     data.start()
-    core = Core(stores, compaction, metrics, groups, data)
+    share = ShareCoordinator(
+        stores.logs,
+        stores.flusher,
+        num_partitions=s.share_coordinator_state_topic_num_partitions,
+        updates_per_snapshot=s.share_coordinator_snapshot_update_records_per_snapshot,
+        log_config=share_state_log_config(s),
+        hosted=deployment.hosted,
+    )
+    if deployment.hosted:
+        share.start()
+    core = Core(stores, compaction, metrics, groups, data, share)
     deployment.serve_partitions(s, core)
     return core
 
