@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from coordinator.apis.scram import ScramAdmin
     from coordinator.apis.topics import Broker
     from coordinator.dataplane import DataPlane
-    from coordinator.runtime import GroupRuntime
+    from coordinator.runtime import GroupRuntime, TxnRuntime
 
 __all__ = ["Factory", "MissingPart", "Parts", "need"]
 
@@ -39,6 +39,7 @@ class MissingPart(LookupError):
 class Parts:
     broker: Broker | None = None  # Metadata, FindCoordinator, Create/DeleteTopics
     groups: GroupRuntime | None = None  # the group coordinator's APIs
+    txn: TxnRuntime | None = None  # the transaction coordinator's APIs
     data: DataPlane | None = None  # Produce, Fetch, ListOffsets, InitProducerId
     partitions: PartitionAdmin | None = None  # CreatePartitions, DeleteRecords, DescribeCluster...
     configs: ConfigAdmin | None = (

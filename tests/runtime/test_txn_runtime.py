@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
+from support.txn_context import Clock, Writer, runtime, settled
+
 from coordinator.runtime.txn_runtime import TxnRuntime
-from coordinator.txn.coordinator import TransactionCoordinator, TxnConfig
-from coordinator.txn.markers import TxnMarker
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from coordinator.txn.state import TransactionState
 from protocol.errors import ErrorCode
-from storage.interface import LogConfig
 from storage.memory import MemoryDurability, MemoryLogs
 from storage.records.offsets import partition_for
 
@@ -20,58 +19,6 @@ E = ErrorCode
 S = TransactionState
 TP = ("foo", 0)
 TP2 = ("bar", 3)
-
-
-class Writer:
-    """A MarkerWriter that records each call and answers from a script (then NONE)."""
-
-    def __init__(self) -> None:
-        self.calls: list[TxnMarker] = []
-        self.script: list[dict[tuple[str, int], ErrorCode]] = []
-        self.called = asyncio.Event()
-        self.hold: asyncio.Event | None = None
-
-    async def write_markers(self, marker: TxnMarker) -> dict[tuple[str, int], ErrorCode]:
-        self.calls.append(marker)
-        self.called.set()
-        if self.hold is not None:
-            await self.hold.wait()
-        answer = self.script.pop(0) if self.script else {}
-        return {tp: answer.get(tp, E.NO_ERROR) for tp in marker.partitions}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
-async def runtime(
-    logs: MemoryLogs, writer: Writer, clock: Clock, flusher: MemoryDurability | None = None
-) -> TxnRuntime:
-    pids = iter(range(5000, 6000))
-    rt = TxnRuntime(
-        TransactionCoordinator(TxnConfig(), lambda: next(pids)),
-        logs,
-        flusher or MemoryDurability(),
-        log_config=LogConfig(cleanup_policy="compact"),
-        markers=writer,
-        clock=clock,
-    )
-    await rt.load()
-    return rt
-
-
-async def settled(rt: TxnRuntime, txn_id: str, state: TransactionState) -> None:
-    """Wait until ``txn_id`` reached ``state`` with nothing pending (markers done)."""
-    for _ in range(500):
-        md = rt.coordinator.metadata(txn_id)
-        if md is not None and md.state is state and md.pending_state is None:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{txn_id} never reached {state.kafka_name}: {md}")
 
 
 async def markers_idle(rt: TxnRuntime) -> None:
