@@ -20,6 +20,7 @@ type and hands each record to its manager.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,9 @@ __all__ = [
     "consumer_group_metadata",
     "consumer_group_tombstones",
     "current_assignment",
+    "decode_end_txn_marker",
     "empty_group_metadata_record",
+    "end_txn_marker_record",
     "group_metadata_record",
     "group_metadata_tombstone",
     "legacy_partition_metadata_tombstone",
@@ -133,6 +136,41 @@ def offset_commit_tombstone(
     partition: int, group_id: str, topic: str, partition_index: int
 ) -> Record:
     return (partition, encode_offset_commit_key(group_id, topic, partition_index), None)
+
+
+# ------------------------------------------------------------ transaction markers
+
+# Kafka's control records: the key is (version 0, ControlRecordType: 0 ABORT, 1 COMMIT),
+# the value of either EndTransactionMarker (version 0, coordinator epoch).
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+def end_txn_marker_record(partition: int, commit: bool, coordinator_epoch: int) -> Record:
+    """The one record of a COMMIT/ABORT control batch (Kafka's EndTransactionMarker)."""
+    return (
+        partition,
+        _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT),
+        _MARKER_VALUE.pack(0, coordinator_epoch),
+    )
+
+
+def decode_end_txn_marker(key: bytes | None, value: bytes | None) -> tuple[bool, int] | None:
+    """(commit, coordinator epoch) of a control record; None for another control type
+    (Kafka skips those). Raises ValueError when it does not parse."""
+    if key is None or len(key) < 4:
+        raise ValueError("control record without a valid key")
+    version, kind = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise ValueError(f"control record key version {version}")
+    if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    if value is None or len(value) < 6:
+        raise ValueError("end transaction marker without a valid value")
+    _, coordinator_epoch = _MARKER_VALUE.unpack_from(value)
+    return kind == CONTROL_COMMIT, coordinator_epoch
 
 
 # ------------------------------------------------------------ classic groups

@@ -58,6 +58,7 @@ from coordinator.group.offsets import (
     txn,
 )
 from coordinator.group.partitions import Partitions, PartitionStatus
+from coordinator.group.records import decode_end_txn_marker
 from coordinator.group.timers import EXPIRE_OFFSETS_KEY, Timer, TimerAction, TimerKind, Timers
 from coordinator.group.topics import TopicsImage
 from coordinator.group.types import GroupConfig, RequestContext, Result
@@ -336,9 +337,19 @@ class GroupShard:
 
     # ------------------------------------------------------------ outside events
 
-    def end_transaction(self, producer_id: int, committed: bool, now_ms: int) -> Result:
-        """The transaction of ``producer_id`` ended: write its offsets if it committed."""
-        return txn.end_transaction(self.offset_manager, producer_id, committed, now_ms)
+    def complete_transaction(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> tuple[Result, ErrorCode]:
+        """A transaction marker for offsets partition ``partition`` (offsets/txn.py)."""
+        return txn.complete_transaction(
+            self.offset_manager, partition, producer_id, producer_epoch, coordinator_epoch, commit
+        )
 
     def topic_deleted(self, topic: str, now_ms: int) -> Result:
         """Tombstone every group's offsets of a deleted topic (Kafka's onPartitionsDeleted)."""
@@ -430,6 +441,36 @@ class GroupShard:
                     k, None if value is None else decode_consumer_group_value(k, value)
                 )
 
+    def replay_txn_batch(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        control: bool,
+        records: list[tuple[bytes | None, bytes | None]],
+    ) -> None:
+        """Apply a transactional batch of the offsets log: a control batch ends the
+        producer's transaction there (COMMIT/ABORT); the offsets of any other are pending
+        until it does (Kafka's CoordinatorLoaderImpl passes each batch's producer id)."""
+        offsets = self.offset_manager
+        if control:
+            for key, value in records:
+                marker = decode_end_txn_marker(key, value)
+                if marker is not None:
+                    commit, coordinator_epoch = marker
+                    offsets.end_txn(
+                        partition, producer_id, producer_epoch, coordinator_epoch, commit
+                    )
+            return
+        for key, value in records:
+            if key is None:
+                continue
+            k = decode_key(key)
+            if isinstance(k, OffsetCommitKey):
+                offsets.replay_pending(producer_id, producer_epoch, k, value)
+            else:
+                self.replay(partition, key, value)
+
     def _keep_offsets_reachable(self, gid: str) -> None:
         """A group's metadata is gone but its offsets outlived it: a classic group holds them."""
         if gid in self.offsets and gid not in self.groups and gid not in self.consumer.groups:
@@ -473,9 +514,12 @@ class GroupShard:
     def _forget_partition(self, partition: int) -> None:
         self.partitions.pop(partition, None)
         self.consumer.forget_partition(partition)
+        self.offset_manager.forget_partition(partition)
         partition_of = self.partitions.partition_of
         for gid in [g for g in self.groups if partition_of(g) == partition]:
             del self.groups[gid]
             self.offset_manager.forget(gid)
         for gid in [g for g in self.offsets if partition_of(g) == partition]:
             del self.offsets[gid]
+        for gid in [g for g in self.pending_txn_offsets if partition_of(g) == partition]:
+            self.offset_manager.forget(gid)

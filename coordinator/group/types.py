@@ -12,7 +12,10 @@ milliseconds and returns a ``Result`` describing what the runtime must do:
   shard holds: the runtime must wake up by then (``None``: nothing to do).
   The deadlines themselves live in the shard's one timer table (``timers.py``);
 * ``events``:  what happened, as typed events (``events.py``) that the
-  runtime logs and metrics count.
+  runtime logs and metrics count;
+* ``txn``:     None for the usual Result; a ``TxnBatch`` when its records (all of one
+  partition) must be one transactional batch of that producer: a TxnOffsetCommit's
+  offsets, or the COMMIT/ABORT control record that ends a transaction there.
 
 The shard's state already reflects the Result when it is returned; if the
 append of ``records`` fails, the replies must not be released as they are --
@@ -33,6 +36,7 @@ __all__ = [
     "Record",
     "RequestContext",
     "Result",
+    "TxnBatch",
     "log_string_fits",
 ]
 
@@ -79,18 +83,34 @@ class RequestContext(NamedTuple):
     reply_to: int  # opaque handle from the runtime; a parked request is answered later by it
 
 
+class TxnBatch(NamedTuple):
+    """How a Result's records are written when they belong to a transaction."""
+
+    producer_id: int
+    producer_epoch: int
+    # True: a control batch (its one record the COMMIT/ABORT marker); False: the
+    # transactional offsets of a TxnOffsetCommit.
+    control: bool
+
+
 class Result:
     # A plain class: one is built per request, and literal lists are cheaper than a
     # dataclass's default factories.
-    __slots__ = ("events", "records", "replies", "wakeup")
+    __slots__ = ("events", "records", "replies", "txn", "wakeup")
 
     def __init__(self) -> None:
         self.records: list[Record] = []
         self.replies: list[tuple[int, object]] = []
         self.wakeup: int | None = None
         self.events: list[GroupEvent] = []
+        self.txn: TxnBatch | None = None
 
     def extend(self, other: Result) -> None:
+        if (other.txn is not None or self.txn is not None) and other.records:
+            # A transactional batch holds one producer's records and nothing else.
+            if self.records and self.txn != other.txn:
+                raise ValueError("a transactional Result cannot be merged with another")
+            self.txn = other.txn
         self.records.extend(other.records)
         self.replies.extend(other.replies)
         if other.wakeup is not None and (self.wakeup is None or other.wakeup < self.wakeup):
@@ -100,7 +120,7 @@ class Result:
     def __repr__(self) -> str:
         return (
             f"Result(records={self.records!r}, replies={self.replies!r}, "
-            f"wakeup={self.wakeup!r}, events={self.events!r})"
+            f"wakeup={self.wakeup!r}, events={self.events!r}, txn={self.txn!r})"
         )
 
 

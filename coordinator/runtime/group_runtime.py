@@ -56,6 +56,7 @@ from typing import Any
 from coordinator.group.events import render
 from coordinator.group.partitions import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
+from coordinator.group.types import TxnBatch
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
 from coordinator.runtime.responses import storage_error_reply
 from coordinator.server.handler import ClientInfo, Deferred, Pending
@@ -63,6 +64,7 @@ from protocol.error_responses import error_response
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from storage.interface import Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
+from storage.record_batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from storage.records import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.groups")
@@ -107,6 +109,40 @@ def _batches(
         yield records[start:]
 
 
+def _append_with_txns(
+    plog: PartitionLog,
+    records: list[tuple[bytes, bytes | None]],
+    cuts: list[tuple[int, int]],
+    txns: list[tuple[int, int, TxnBatch]],
+    now: int,
+    epoch: int,
+) -> int:
+    """Append a turn's records that hold transactional Results, in order: the plain ones
+    between them batched as usual, each transactional one as its producer's batch (a
+    control batch for a marker). Returns the last offset written."""
+    last = -1
+    pos = 0
+    size = len(records)
+    for start, end, txn in [*txns, (size, size, None)]:
+        if pos < start:
+            part = [(e - pos, n) for e, n in cuts if pos < e <= start]
+            for chunk in _batches(records[pos:start], part, plog.config):
+                _, last = plog.append_records(chunk, timestamp_ms=now, partition_leader_epoch=epoch)
+        if txn is not None:
+            _, last = plog.append_records(
+                records[start:end],
+                timestamp_ms=now,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                # Kafka's coordinator writes its transactional batches at sequence 0.
+                base_sequence=-1 if txn.control else 0,
+                attributes=ATTR_TRANSACTIONAL | (ATTR_CONTROL if txn.control else 0),
+                partition_leader_epoch=epoch,
+            )
+        pos = end
+    return last
+
+
 class GroupRuntime:
     def __init__(
         self,
@@ -146,6 +182,9 @@ class GroupRuntime:
         # Results, so no Result is ever half in the log.
         self.unwritten_ends: dict[int, list[tuple[int, int]]] = {}
         self.unreleased: list[_Waiting] = []
+        # The transactional Results among ``unwritten`` (per partition): where their records
+        # are, each written as its own batch of its producer (``TxnBatch``).
+        self.unwritten_txn: dict[int, list[tuple[int, int, TxnBatch]]] = {}
         self.write_scheduled = False
         # Under the "batch" flush policy replies wait for an fsync round, and records
         # applied while one is in flight wait for the next: those turns are appended
@@ -233,6 +272,13 @@ class GroupRuntime:
             )
         for partition, size in parts.items():
             self.unwritten_ends.setdefault(partition, []).append((len(unwritten[partition]), size))
+        txn = result.txn
+        if txn is not None:
+            for partition in parts:  # one: a transaction's batch is on one partition
+                end = len(unwritten[partition])
+                self.unwritten_txn.setdefault(partition, []).append(
+                    (end - len(result.records), end, txn)
+                )
         if len(parts) == 1:  # one partition (a usual commit): its set is built once
             (partition,) = parts
             waits = _ONE.get(partition)
@@ -256,6 +302,7 @@ class GroupRuntime:
             return  # written early by a rebuild
         batches, self.unwritten = self.unwritten, {}
         ends, self.unwritten_ends = self.unwritten_ends, {}
+        txns, self.unwritten_txn = self.unwritten_txn, {}
         waiting, self.unreleased = self.unreleased, []
         now = self.clock()
         pending: dict[int, tuple[PartitionLog, int]] = {}
@@ -268,7 +315,12 @@ class GroupRuntime:
             try:
                 cuts = ends.get(partition, [])
                 epoch = self.leader_epochs.get(partition, 0)
-                if len(cuts) == 1 and cuts[0][1] <= plog.config.max_message_bytes - _BATCH_OVERHEAD:
+                marked = txns.get(partition)
+                if marked is not None:
+                    last = _append_with_txns(plog, records, cuts, marked, now, epoch)
+                elif (
+                    len(cuts) == 1 and cuts[0][1] <= plog.config.max_message_bytes - _BATCH_OVERHEAD
+                ):
                     # One Result under the limit (most turns of a partition): one batch,
                     # without the splitting generator.
                     _, last = plog.append_records(
@@ -393,6 +445,47 @@ class GroupRuntime:
         self._rearm()  # the failed call may have armed a timer its lost Result announced
         return error_response(header.api_key, header.api_version, body, ErrorCode.UNKNOWN)
 
+    # -- transactions
+    async def complete_transaction(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> ErrorCode:
+        """A transaction marker for offsets partition ``partition`` (Kafka's
+        GroupCoordinatorService.completeTransaction): its control batch is appended and the
+        producer's pending offsets there committed or dropped; NONE once durable.
+
+        NOT_COORDINATOR when the partition is not this node's (or its write failed: it is
+        rebuilt from its log), COORDINATOR_LOAD_IN_PROGRESS while it loads, and the log's
+        refusals (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED).
+        """
+        if partition not in self.partitions:
+            return ErrorCode.NOT_COORDINATOR
+        try:
+            result, err = self.shard.complete_transaction(
+                partition, producer_id, producer_epoch, coordinator_epoch, commit, self.clock()
+            )
+        except Exception:
+            log.exception(
+                "transaction marker for producer %d on offsets partition %d failed",
+                producer_id,
+                partition,
+            )
+            self._rebuild([partition], "a failed transaction marker")
+            return ErrorCode.UNKNOWN
+        if err is not ErrorCode.NO_ERROR:
+            return err
+        self.next_handle += 1
+        handle = self.next_handle
+        fut = self.waiting[handle] = Pending()
+        result.replies.append((handle, ErrorCode.NO_ERROR))
+        self.apply(result)
+        outcome: ErrorCode = await fut
+        return outcome
+
     # -- timers
     def _arm(self, deadline_ms: int | None) -> None:
         """Set the loop's one wake-up for ``deadline_ms`` (None: no timer is armed)."""
@@ -456,7 +549,10 @@ class GroupRuntime:
 
     def _replay(self, p: int) -> Iterator[int]:
         return replay_partition(
-            self.partitions[p], functools.partial(self.shard.replay, p), self.shard.offset_manager
+            self.partitions[p],
+            functools.partial(self.shard.replay, p),
+            self.shard.offset_manager,
+            functools.partial(self.shard.replay_txn_batch, p),
         )
 
     def _load_failed(self, p: int, exc: Exception) -> None:

@@ -12,7 +12,10 @@ the usual v3 value read in place, no key or value tuple built, a group known to 
 looked up again. It does exactly what ``GroupShard.replay`` -> ``OffsetMetadataManager.replay``
 does for such a record, in log order; any other record, and any key or value it does not
 recognise as regular, goes through the shard's ``replay`` (which raises the same errors as
-before). The young-generation collector is paused while a chunk is applied: the objects a
+before). A transactional batch -- a TxnOffsetCommit's offsets, or the control batch of a
+transaction marker -- goes whole to ``replay_txn`` with its producer id and epoch; while
+transactional offsets are pending, plain commits take the shard's path too (it orders
+them against the pending ones). The young-generation collector is paused while a chunk is applied: the objects a
 load builds are long-lived and not cyclic, and scanning them again and again as the heap
 grows cost a quarter of the load; it is enabled again before requests are served.
 """
@@ -26,10 +29,13 @@ from typing import Any
 
 from coordinator.group.offsets import OffsetEntry, OffsetMetadataManager
 from storage.interface import CorruptLogError, PartitionLog
-from storage.record_batch import key_values
+from storage.record_batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, key_values
 from storage.records import decode_offset_commit_value
 
-__all__ = ["CorruptOffsetsLog", "replay_partition", "verified_batches"]
+__all__ = ["CorruptOffsetsLog", "TxnReplay", "replay_partition", "verified_batches"]
+
+# (producer id, producer epoch, control batch?, the batch's (key, value) records)
+TxnReplay = Callable[[int, int, bool, list[tuple[bytes | None, bytes | None]]], None]
 
 CHUNK_RECORDS = 20000  # records replayed between two yields to the event loop
 
@@ -48,6 +54,7 @@ def replay_partition(
     plog: PartitionLog,
     replay: Callable[[bytes, bytes | None], None],
     offsets: OffsetMetadataManager | None = None,
+    replay_txn: TxnReplay | None = None,
 ) -> Iterator[int]:
     """Feed an offsets partition to ``replay``; yields record counts between chunks.
 
@@ -66,7 +73,7 @@ def replay_partition(
         if paused:
             gc.disable()
         try:
-            n, more = _replay_chunk(batches, replay, offsets, tps)
+            n, more = _replay_chunk(batches, replay, offsets, tps, replay_txn)
         finally:
             if paused:
                 gc.enable()
@@ -80,6 +87,7 @@ def _replay_chunk(
     replay: Callable[[bytes, bytes | None], None],
     offsets: OffsetMetadataManager | None,
     tps: dict[bytes, tuple[str, int]],
+    replay_txn: TxnReplay | None = None,
 ) -> tuple[int, bool]:
     """Replay batches until ``CHUNK_RECORDS`` records are done: (records, more to come)."""
     # Groups seen to exist during this chunk, by their key bytes, with their offsets dict:
@@ -88,13 +96,24 @@ def _replay_chunk(
     # served in between may delete groups too).
     known: dict[bytes, dict[tuple[str, int], OffsetEntry]] = {}
     n = 0
-    for _header, batch in batches:
+    for header, batch in batches:
         records = key_values(batch)
-        if offsets is None:
+        if header.attributes & ATTR_TRANSACTIONAL:
+            if replay_txn is None:
+                raise CorruptOffsetsLog(
+                    f"transactional batch at offset {header.base_offset} and nothing to "
+                    "replay it into"
+                )
+            control = bool(header.attributes & ATTR_CONTROL)
+            replay_txn(header.producer_id, header.producer_epoch, control, records)
+            n += len(records)
+            known.clear()
+        elif offsets is None or offsets.pending_txn_offsets:
             for key, value in records:
                 if key is not None:
                     replay(key, value)
                     n += 1
+            known.clear()
         else:
             n += _apply_commits(records, replay, offsets, tps, known)
         if n >= CHUNK_RECORDS:

@@ -34,6 +34,8 @@ STORAGE_FAILED = ErrorCode.NOT_COORDINATOR  # Kafka: KAFKA_STORAGE_ERROR -> NOT_
 def storage_error_reply(reply: Any, failed: set[int], partition_of: Callable[[str], int]) -> Any:
     """``reply`` (a success prepared by the shard) as the answer to a storage failure."""
     code = STORAGE_FAILED
+    if isinstance(reply, ErrorCode):  # a transaction marker's outcome (complete_transaction)
+        return code
     if isinstance(reply, delete_groups.Response):
         # One DeleteGroups may span partitions: only groups of failed ones fail.
         return delete_groups.Response(

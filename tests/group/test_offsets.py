@@ -1,6 +1,6 @@
 """OffsetCommit / TxnOffsetCommit / OffsetFetch / OffsetDelete and retention."""
 
-from support.group_context import GroupContext, offset_delete, subscription, txn_commit
+from support.group_context import GroupContext, end_txn, offset_delete, subscription, txn_commit
 
 from coordinator.group import ClassicGroupState, GroupConfig
 from coordinator.group.events import OffsetsExpired
@@ -186,11 +186,11 @@ def test_pending_transactional_offsets_unstable_until_committed() -> None:
     stable = h.fetch("g", {"t": [0]}, require_stable=True)
     assert stable.topics[0].partitions[0].error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT
     assert stable.topics[0].partitions[0].committed_offset == -1
-    h.apply(h.shard.end_transaction(77, committed=True, now_ms=h.now))
+    end_txn(h, "g", 77, True)
     assert h.committed("g", "t", 0) == 5
     assert h.fetch("g", {"t": [0]}, require_stable=True).topics[0].partitions[0].error_code == 0
     txn_commit(h, "g", 78, {T0: 9})
-    h.apply(h.shard.end_transaction(78, committed=False, now_ms=h.now))
+    end_txn(h, "g", 78, False)
     assert h.committed("g", "t", 0) == 5
     h.assert_replay_equivalent()
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from support.group_context import GroupContext, offset_delete, subscription
+from support.group_context import GroupContext, end_txn, offset_delete, subscription
 
 from coordinator.apis import SUPPORTED
 from coordinator.group import ClassicGroupState, GroupConfig, Result
@@ -521,7 +521,7 @@ def test_txn_commit_stale_member_epoch_is_illegal_generation() -> None:
     assert ok.topics[0].partitions[0].error_code == 0
     assert set(h.shard.pending_txn_offsets["cg"][7]) == {("t", 0), ("t", 1)}
     # Committed: the records are written under the consumer group, no classic group made.
-    h.apply(h.shard.end_transaction(7, True, h.now))
+    end_txn(h, "cg", 7, True)
     assert set(h.shard.offsets["cg"]) == {("t", 0), ("t", 1)} and "cg" not in h.shard.groups
 
 

@@ -37,6 +37,7 @@ from coordinator.group import ClassicGroupState, GroupConfig, GroupShard, Reques
 from coordinator.group.events import GroupEvent, render
 from coordinator.group.timers import Timer
 from coordinator.group.topics import StaticTopics
+from coordinator.group.types import TxnBatch
 from protocol.errors import ErrorCode
 from protocol.messages.consumer_group_describe import (
     ConsumerGroupDescribeRequest,
@@ -108,6 +109,25 @@ def subscription(*topics: str, user_data: bytes | None = None, version: int = 0)
 
 
 DEFAULT_PROTOCOLS: tuple[tuple[str, bytes], ...] = (("range", subscription("t")),)
+
+
+def replay_batch(
+    shard: GroupShard, txn: TxnBatch | None, records: list[tuple[int, bytes, bytes | None]]
+) -> None:
+    """Replay one Result's records into ``shard`` as the runtime's replay reads them back."""
+    if not records:
+        return
+    if txn is None:
+        for rec in records:
+            shard.replay(*rec)
+        return
+    shard.replay_txn_batch(
+        records[0][0],
+        txn.producer_id,
+        txn.producer_epoch,
+        txn.control,
+        [(k, v) for _, k, v in records],
+    )
 
 
 class GroupContextBuilder:
@@ -188,6 +208,8 @@ class GroupContext:
         self.mirror.mark_all_loaded(0)
         self.replies: dict[int, Any] = {}
         self.records: list[tuple[int, bytes, bytes | None]] = []
+        # Where a transactional Result's records start in ``records``: (its batch, count).
+        self.txn_spans: dict[int, tuple[TxnBatch, int]] = {}
         self.results: list[Result] = []
         self.events: list[GroupEvent] = []
         self._handles = itertools.count(1)
@@ -221,9 +243,10 @@ class GroupContext:
     def apply(self, result: Result) -> Result:
         """What the runtime does with a Result: keep its records (and replay them into the
         mirror), its replies and its events."""
-        for rec in result.records:
-            self.records.append(rec)
-            self.mirror.replay(*rec)
+        if result.txn is not None and result.records:
+            self.txn_spans[len(self.records)] = (result.txn, len(result.records))
+        self.records.extend(result.records)
+        replay_batch(self.mirror, result.txn, result.records)
         for handle, resp in result.replies:
             assert handle not in self.replies, f"reply handle {handle} answered twice"
             self.replies[handle] = resp
@@ -301,8 +324,15 @@ class GroupContext:
         other = GroupShard(GroupConfig(), topics=self.topics)
         for p in range(other.config.offsets_topic_num_partitions):
             other.begin_load(p)
-        for p, k, v in self.records:
-            other.replay(p, k, v)
+        i = 0
+        while i < len(self.records):
+            span = self.txn_spans.get(i)
+            if span is None:
+                other.replay(*self.records[i])
+                i += 1
+            else:
+                replay_batch(other, span[0], self.records[i : i + span[1]])
+                i += span[1]
         for p in range(other.config.offsets_topic_num_partitions):
             other.load_complete(p, self.now)
         return other
@@ -519,6 +549,7 @@ class GroupContext:
         assert {g: dict(o) for g, o in live.offsets.items()} == {
             g: dict(o) for g, o in mirror.offsets.items()
         }
+        assert live.pending_txn_offsets == mirror.pending_txn_offsets
         for gid, g in live.groups.items():
             if g.state not in (ClassicGroupState.STABLE, ClassicGroupState.EMPTY):
                 continue
@@ -623,3 +654,21 @@ def describe_groups(cluster: GroupContext, *group_ids: str, version: int = 6) ->
     req = DescribeGroupsRequest(groups=list(group_ids))
     out = cluster.shard.describe_groups(cluster.ctx(version), req, cluster.now)
     return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
+
+
+def end_txn(
+    h: GroupContext,
+    group: str,
+    producer_id: int,
+    commit: bool,
+    *,
+    producer_epoch: int = 0,
+    coordinator_epoch: int = 0,
+) -> ErrorCode:
+    """The transaction coordinator's marker for ``producer_id`` on ``group``'s offsets
+    partition: applied when accepted; its error code."""
+    result, err = h.shard.complete_transaction(
+        h.shard.partition_of(group), producer_id, producer_epoch, coordinator_epoch, commit, h.now
+    )
+    h.apply(result)
+    return err

@@ -232,6 +232,9 @@ def commit_fast(
             by_group = mgr.offsets[gid] = {}
         for tp, entry in stored:
             by_group[tp] = entry
+        if mgr.pending_txn_offsets:
+            for tp, _ in stored:
+                mgr.note_commit(gid, tp)
         out.records = records
     out.replies.append((ctx.reply_to, OffsetCommitResponse(0, answer)))
     return out
@@ -351,5 +354,7 @@ def commit_general(
     for topic, partition, entry in stored:
         assert by_group is not None
         by_group[(topic, partition)] = entry
+        if mgr.pending_txn_offsets:
+            mgr.note_commit(gid, (topic, partition))
     out.records.extend(records)
     return _commit_response(out, reply_to, req, names, codes)

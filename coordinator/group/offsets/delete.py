@@ -67,7 +67,6 @@ def offset_delete(
                 else:
                     code = ErrorCode.NO_ERROR
                     mgr.delete_offset(out, gid, t.name, p.partition_index)
-                    mgr.drop_pending_txn(gid, (t.name, p.partition_index))
                 topic = by_name.get(t.name)
                 if topic is None:
                     topic = by_name[t.name] = OffsetDeleteResponseTopic(name=t.name)

@@ -1,9 +1,25 @@
 """OffsetMetadataManager: the committed offsets of one shard, their replay and their expiry.
 
 How this works: ``offsets[group][(topic, partition)]`` holds every committed offset, and
-``pending_txn_offsets`` the transactional ones awaiting their transaction's end.  Every
+``pending_txn_offsets[group][producer id]`` the transactional ones awaiting their
+transaction's end (Kafka's pendingTransactionalOffsets and openTransactions).  Every
 change goes through the primitives here (``store_offset``, ``delete_offset``, replay),
-which emit or apply the matching OffsetCommit record.  The APIs are functions of the
+which emit or apply the matching OffsetCommit record.
+
+Transactions.  A TxnOffsetCommit's records are one transactional batch of its producer;
+replaying such a record (``replay_pending``) adds a pending offset, and the COMMIT or
+ABORT control batch that ends the transaction on an offsets partition
+(``replay_end_txn``) moves that producer's pending offsets of the partition's groups into
+the committed ones, or drops them.  A commit moves an offset only if its record comes
+after the record of the offset committed there (Kafka compares record offsets); the
+shard applies records in the order they are appended, so an order number taken when a
+pending or plain commit is applied (``_seq``) decides the same way, live and on replay.
+The numbers are kept only while a partition has pending offsets.  A tombstone removes
+the committed offset and every pending one of its partition.  Per offsets partition and
+producer the epoch and coordinator epoch last written are kept (``txn_producers``,
+Kafka's producer state of ``__consumer_offsets``): an older epoch is refused
+(INVALID_PRODUCER_EPOCH), a marker of an older coordinator too
+(TRANSACTION_COORDINATOR_FENCED).  The APIs are functions of the
 manager in the modules beside it (``commit.py``, ``fetch.py``, ``txn.py``, ``delete.py``),
 bound by the shard; this module imports none of them.  Retention is here too:
 ``cleanup_expired_offsets`` runs on the shard's ``expire-offsets`` timer.
@@ -20,6 +36,7 @@ from coordinator.group.partitions import Partitions
 from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
 from coordinator.group.topics import TopicsImage
 from coordinator.group.types import GroupConfig, Record, Result
+from protocol.errors import ErrorCode
 from storage.records import OffsetCommitKey, decode_offset_commit_value
 
 __all__ = ["ZERO_ID", "OffsetEntry", "OffsetMetadataManager", "TopicPartition"]
@@ -46,6 +63,14 @@ class OffsetMetadataManager:
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         # group -> producer id -> partition -> offset, awaiting the transaction's end.
         self.pending_txn_offsets: dict[str, dict[int, dict[TopicPartition, OffsetEntry]]] = {}
+        # The order in which pending offsets, and the committed offsets of partitions with
+        # pending ones, were written (see the module's docstring).
+        self._seq = 0
+        self._pending_seq: dict[tuple[int, str, TopicPartition], int] = {}
+        self._committed_seq: dict[tuple[str, TopicPartition], int] = {}
+        # offsets partition -> producer id -> [producer epoch, coordinator epoch (-1: no
+        # marker yet)], from the transactional batches and markers written there.
+        self.txn_producers: dict[int, dict[int, list[int]]] = {}
         # Partition count of a topic, None if it does not exist (the catalog's answer;
         # None here: every topic exists, as in most unit tests). Kafka refuses offsets of
         # unknown partitions before its coordinator sees them.
@@ -103,18 +128,26 @@ class OffsetMetadataManager:
     ) -> None:
         record = self.offset_record(group_id, topic, partition, entry)  # encode first
         self.offsets.setdefault(group_id, {})[(topic, partition)] = entry
+        if self.pending_txn_offsets:
+            self.note_commit(group_id, (topic, partition))
         out.records.append(record)
 
     def delete_offset(self, out: Result, group_id: str, topic: str, partition: int) -> None:
+        """Tombstone a committed or pending offset (Kafka writes one for either)."""
+        tp = (topic, partition)
         offsets = self.offsets.get(group_id)
-        if offsets is not None and offsets.pop((topic, partition), None) is not None:
+        committed = offsets is not None and offsets.pop(tp, None) is not None
+        if offsets is not None and not offsets:
+            del self.offsets[group_id]
+        pending = self.has_pending_txn(group_id, tp)
+        if committed or pending:
             out.records.append(
                 offset_commit_tombstone(
                     self.partitions.partition_of(group_id), group_id, topic, partition
                 )
             )
-            if not offsets:
-                del self.offsets[group_id]
+        if pending:
+            self.drop_pending_txn(group_id, tp)
 
     def has_pending_txn(self, group_id: str, tp: tuple[str, int] | None = None) -> bool:
         by_producer = self.pending_txn_offsets.get(group_id)
@@ -131,35 +164,110 @@ class OffsetMetadataManager:
             self.classic.get_or_create_group(group_id)
 
     def drop_pending_txn(self, group_id: str, tp: tuple[str, int] | None = None) -> None:
+        """Forget pending offsets of a group (of one partition, or all of them): what a
+        tombstone does to them (Kafka's openTransactions.clear)."""
         by_producer = self.pending_txn_offsets.get(group_id)
         if by_producer is None:
             return
-        if tp is None:
-            del self.pending_txn_offsets[group_id]
-            return
         for pid in list(by_producer):
-            by_producer[pid].pop(tp, None)
-            if not by_producer[pid]:
+            parts = by_producer[pid]
+            for one in list(parts) if tp is None else [tp]:
+                if parts.pop(one, None) is not None:
+                    self._pending_seq.pop((pid, group_id, one), None)
+            if not parts:
                 del by_producer[pid]
+        for one in (
+            [tp] if tp is not None else [k[1] for k in self._committed_seq if k[0] == group_id]
+        ):
+            self._committed_seq.pop((group_id, one), None)
         if not by_producer:
             del self.pending_txn_offsets[group_id]
+
+    # ------------------------------------------------------------ transactions
+
+    def note_commit(self, group_id: str, tp: TopicPartition) -> None:
+        """A plain commit of ``tp`` was applied: it is newer than every pending offset."""
+        if self.has_pending_txn(group_id, tp):
+            self._seq += 1
+            self._committed_seq[(group_id, tp)] = self._seq
+
+    def producer_epoch_error(self, partition: int, producer_id: int, epoch: int) -> bool:
+        """Whether ``epoch`` is older than the one last written by this producer on the
+        offsets partition (Kafka's log refuses it: INVALID_PRODUCER_EPOCH)."""
+        state = self.txn_producers.get(partition, {}).get(producer_id)
+        return state is not None and epoch < state[0]
+
+    def marker_error(
+        self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int
+    ) -> ErrorCode | None:
+        """Kafka's checks of a marker's append (ProducerAppendInfo.appendEndTxnMarker):
+        the producer's epoch, then the coordinator's."""
+        state = self.txn_producers.get(partition, {}).get(producer_id)
+        if state is None:
+            return None
+        if epoch < state[0]:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if coordinator_epoch < state[1]:
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        return None
+
+    def _producer_wrote(
+        self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int = -1
+    ) -> None:
+        by_pid = self.txn_producers.setdefault(partition, {})
+        state = by_pid.get(producer_id)
+        if state is None:
+            by_pid[producer_id] = [epoch, coordinator_epoch]
+            return
+        state[0] = max(state[0], epoch)
+        if coordinator_epoch >= 0:
+            state[1] = coordinator_epoch
+
+    def add_pending(
+        self, group_id: str, producer_id: int, epoch: int, tp: TopicPartition, entry: OffsetEntry
+    ) -> None:
+        """A transactional offset was written (or replayed): pending until its marker."""
+        self.ensure_group(group_id)
+        self.pending_txn_offsets.setdefault(group_id, {}).setdefault(producer_id, {})[tp] = entry
+        self._seq += 1
+        self._pending_seq[(producer_id, group_id, tp)] = self._seq
+        self._producer_wrote(self.partitions.partition_of(group_id), producer_id, epoch)
+
+    def end_txn(
+        self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool
+    ) -> int:
+        """A COMMIT/ABORT marker of ``producer_id`` on offsets partition ``partition`` was
+        written (or replayed): Kafka's replayEndTransactionMarker. Returns how many
+        offsets became committed."""
+        self._producer_wrote(partition, producer_id, epoch, coordinator_epoch)
+        partition_of = self.partitions.partition_of
+        moved = 0
+        for gid in [g for g in self.pending_txn_offsets if partition_of(g) == partition]:
+            by_producer = self.pending_txn_offsets[gid]
+            parts = by_producer.pop(producer_id, None)
+            if parts is None:
+                continue
+            for tp, entry in parts.items():
+                seq = self._pending_seq.pop((producer_id, gid, tp), 0)
+                if commit and self._committed_seq.get((gid, tp), -1) < seq:
+                    self.offsets.setdefault(gid, {})[tp] = entry
+                    moved += 1
+                    if any(tp in other for other in by_producer.values()):
+                        self._committed_seq[(gid, tp)] = seq
+                if not any(tp in other for other in by_producer.values()):
+                    self._committed_seq.pop((gid, tp), None)
+            if not by_producer:
+                del self.pending_txn_offsets[gid]
+        return moved
 
     def topic_deleted(self, topic: str, now_ms: int) -> Result:
         """Tombstone every group's offsets of a deleted topic (Kafka's onPartitionsDeleted)."""
         out = Result()
-        for gid in list(self.offsets):
+        for gid in set(self.offsets) | set(self.pending_txn_offsets):
             if self.partitions.availability_error(gid) is not None:
                 continue
-            for t, p in [tp for tp in self.offsets[gid] if tp[0] == topic]:
+            for t, p in sorted(tp for tp in self._offset_partitions(gid) if tp[0] == topic):
                 self.delete_offset(out, gid, t, p)
-        for gid in list(self.pending_txn_offsets):
-            for pid, parts in list(self.pending_txn_offsets[gid].items()):
-                for tp in [tp for tp in parts if tp[0] == topic]:
-                    del parts[tp]
-                if not parts:
-                    del self.pending_txn_offsets[gid][pid]
-            if not self.pending_txn_offsets[gid]:
-                del self.pending_txn_offsets[gid]
         if out.records:
             out.events.append(TopicOffsetsDeleted(topic, len(out.records)))
         return out
@@ -193,11 +301,22 @@ class OffsetMetadataManager:
                 all_expired = False
         return all_expired and not self.has_pending_txn(group_id)
 
+    def _offset_partitions(self, group_id: str) -> list[TopicPartition]:
+        """The partitions of a group with a committed offset, then those with only
+        pending ones (Kafka's deleteAllOffsets order)."""
+        tps = list(self.offsets.get(group_id, {}))
+        seen = set(tps)
+        for parts in self.pending_txn_offsets.get(group_id, {}).values():
+            for tp in parts:
+                if tp not in seen:
+                    seen.add(tp)
+                    tps.append(tp)
+        return tps
+
     def delete_all_offsets(self, out: Result, group_id: str) -> None:
-        """Tombstone every offset of a group being deleted, and drop its pending ones."""
-        for topic, partition in list(self.offsets.get(group_id, {})):
+        """Tombstone every offset of a group being deleted, committed or pending."""
+        for topic, partition in self._offset_partitions(group_id):
             self.delete_offset(out, group_id, topic, partition)
-        self.drop_pending_txn(group_id)
 
     # ------------------------------------------------------------ replay
 
@@ -210,18 +329,42 @@ class OffsetMetadataManager:
                 offsets.pop(tp, None)
                 if not offsets:
                     del self.offsets[k.group]
+            if self.pending_txn_offsets:
+                self.drop_pending_txn(k.group, tp)
             return
-        v = decode_offset_commit_value(value)
+        entry = _entry(value)
         self.ensure_group(k.group)
-        self.offsets.setdefault(k.group, {})[tp] = OffsetEntry(
-            offset=v.offset,
-            leader_epoch=v.leader_epoch,
-            metadata=v.metadata,
-            commit_timestamp_ms=v.commit_timestamp,
-            expire_timestamp_ms=None if v.expire_timestamp == -1 else v.expire_timestamp,
-        )
+        self.offsets.setdefault(k.group, {})[tp] = entry
+        if self.pending_txn_offsets:
+            self.note_commit(k.group, tp)
+
+    def replay_pending(
+        self, producer_id: int, epoch: int, k: OffsetCommitKey, value: bytes | None
+    ) -> None:
+        """Apply an OffsetCommit record of a transactional batch: a pending offset (a
+        tombstone, which no transaction writes, acts as anywhere else)."""
+        if value is None:
+            self.replay(k, None)
+            return
+        self.add_pending(k.group, producer_id, epoch, (k.topic, k.partition), _entry(value))
 
     def forget(self, group_id: str) -> None:
         """Drop a group's offsets from memory (its partition is no longer ours)."""
         self.offsets.pop(group_id, None)
-        self.pending_txn_offsets.pop(group_id, None)
+        if group_id in self.pending_txn_offsets:
+            self.drop_pending_txn(group_id)
+
+    def forget_partition(self, partition: int) -> None:
+        """Drop the producer state of an offsets partition no longer ours."""
+        self.txn_producers.pop(partition, None)
+
+
+def _entry(value: bytes) -> OffsetEntry:
+    v = decode_offset_commit_value(value)
+    return OffsetEntry(
+        offset=v.offset,
+        leader_epoch=v.leader_epoch,
+        metadata=v.metadata,
+        commit_timestamp_ms=v.commit_timestamp,
+        expire_timestamp_ms=None if v.expire_timestamp == -1 else v.expire_timestamp,
+    )

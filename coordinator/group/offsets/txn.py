@@ -1,10 +1,21 @@
-"""TxnOffsetCommit, and the end of a transaction.
+"""TxnOffsetCommit, and the end of a transaction on an offsets partition.
 
-How this works: there is no transaction coordinator here.  Transactional offsets are held
-in memory per producer id (``pending_txn_offsets``) until ``end_transaction`` writes them
-(committed) or drops them (aborted).  While held they make ``require_stable`` fetches
-answer UNSTABLE_OFFSET_COMMIT and keep the partition from expiring.  A stale member epoch
-answers ILLEGAL_GENERATION, as Kafka's OffsetMetadataManager maps it.
+How this works (Kafka's OffsetMetadataManager.commitTransactionalOffset and
+CoordinatorRuntime.completeTransaction): a TxnOffsetCommit is checked as Kafka checks it
+-- the partition's load status, the group (an unknown group with generation -1 becomes a
+"simple" classic group; the group type's ``validate_offset_commit`` with
+``transactional=True`` judges the member fields: a classic group's generation and static
+member, a consumer group's member epoch, a stale one answered ILLEGAL_GENERATION), each
+partition's metadata size, then the producer epoch the offsets partition last saw -- and
+its offsets become one transactional batch of the producer (``Result.txn``), pending in
+the manager until the transaction ends.  While pending they make ``require_stable``
+fetches answer UNSTABLE_OFFSET_COMMIT and keep the partition from expiring.
+
+``complete_transaction`` is the marker the transaction coordinator sends to an offsets
+partition: after the log's checks (producer epoch, coordinator epoch) the COMMIT/ABORT
+control record is the Result's one record, written as a control batch, and the
+producer's pending offsets there are committed or dropped at once (the reply waits for
+the record's durability; a failed write rebuilds the partition from its log).
 """
 
 from __future__ import annotations
@@ -20,7 +31,9 @@ from coordinator.group.offsets.manager import (
     OffsetEntry,
     OffsetMetadataManager,
 )
-from coordinator.group.types import RequestContext, Result
+from coordinator.group.partitions import PartitionStatus
+from coordinator.group.records import end_txn_marker_record
+from coordinator.group.types import Record, RequestContext, Result, TxnBatch
 from protocol.errors import ErrorCode
 from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
@@ -29,7 +42,7 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponseTopic,
 )
 
-__all__ = ["end_transaction", "txn_offset_commit"]
+__all__ = ["complete_transaction", "txn_offset_commit"]
 
 
 def txn_offset_commit(
@@ -70,13 +83,64 @@ def txn_offset_commit(
     if err is not None:
         return respond(err)
     gid = req.group_id
+    simple, err = _validate_group(mgr, ctx, req, codes)
+    if err is not None:
+        return respond(err)
+    held: list[tuple[tuple[str, int], OffsetEntry]] = []
+    records: list[Record] = []
+    for i, t in enumerate(req.topics):
+        for p in t.partitions:
+            key = (i, p.partition_index)
+            if key in codes:
+                continue
+            metadata = p.committed_metadata or ""
+            if java_length(metadata) > mgr.config.offset_metadata_max_bytes:
+                codes[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            entry = OffsetEntry(p.committed_offset, p.committed_leader_epoch, metadata, now_ms)
+            try:
+                records.append(mgr.offset_record(gid, t.name, p.partition_index, entry))
+            except (struct.error, ValueError):
+                return respond(ErrorCode.UNKNOWN)
+            held.append(((t.name, p.partition_index), entry))
+            codes[key] = ErrorCode.NO_ERROR
+    if not held:
+        return respond()
+    if mgr.producer_epoch_error(
+        mgr.partitions.partition_of(gid), req.producer_id, req.producer_epoch
+    ):
+        # The offsets log refuses a batch of an older epoch than it last saw from this
+        # producer (a delayed commit of a fenced producer), failing the whole write.
+        for key in [k for k, c in codes.items() if c is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]:
+            del codes[key]
+        return respond(ErrorCode.INVALID_PRODUCER_EPOCH)
+    if simple is not None:
+        mgr.classic.groups[gid] = simple
+    for tp, entry in held:
+        mgr.add_pending(gid, req.producer_id, req.producer_epoch, tp, entry)
+    out.records = records
+    out.txn = TxnBatch(req.producer_id, req.producer_epoch, False)
+    return respond()
+
+
+def _validate_group(
+    mgr: OffsetMetadataManager,
+    ctx: RequestContext,
+    req: TxnOffsetCommitRequest,
+    codes: dict[tuple[int, int], ErrorCode],
+) -> tuple[ClassicGroup | None, ErrorCode | None]:
+    """Kafka's validateTransactionalOffsetCommit: (the "simple" group to create, if any;
+    the error for every partition, if any)."""
+    gid = req.group_id
     group = mgr.find_group(gid)
     simple: ClassicGroup | None = None
     if group is None:
         if req.generation_id >= 0:
-            return respond(ErrorCode.ILLEGAL_GENERATION)
+            return None, ErrorCode.ILLEGAL_GENERATION
         group = simple = ClassicGroup(gid)
     limit = mgr.config.offset_metadata_max_bytes
+    # Every group type judges the member fields itself (OffsetGroup.validate_offset_commit):
+    # a new group type plugs its epoch checks in there.
     err = group.validate_offset_commit(
         req.member_id,
         req.group_instance_id,
@@ -93,49 +157,34 @@ def txn_offset_commit(
     )
     if err is ErrorCode.STALE_MEMBER_EPOCH:
         err = ErrorCode.ILLEGAL_GENERATION  # Kafka maps it for TxnOffsetCommit
-    if err is not None:
-        return respond(err)
-    held: dict[tuple[str, int], OffsetEntry] = {}
-    for i, t in enumerate(req.topics):
-        for p in t.partitions:
-            key = (i, p.partition_index)
-            if key in codes:
-                continue
-            metadata = p.committed_metadata or ""
-            if java_length(metadata) > mgr.config.offset_metadata_max_bytes:
-                codes[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            entry = OffsetEntry(p.committed_offset, p.committed_leader_epoch, metadata, now_ms)
-            try:
-                # Written when the transaction commits: it must be encodable then.
-                mgr.offset_record(gid, t.name, p.partition_index, entry)
-            except (struct.error, ValueError):
-                return respond(ErrorCode.UNKNOWN)
-            held[(t.name, p.partition_index)] = entry
-            codes[key] = ErrorCode.NO_ERROR
-    if held:
-        if simple is not None:
-            mgr.classic.groups[gid] = simple
-        mgr.pending_txn_offsets.setdefault(gid, {}).setdefault(req.producer_id, {}).update(held)
-    return respond()
+    return simple, err
 
 
-def end_transaction(
-    mgr: OffsetMetadataManager, producer_id: int, committed: bool, now_ms: int
-) -> Result:
-    """The transaction of ``producer_id`` ended: write its offsets if it committed.
+def complete_transaction(
+    mgr: OffsetMetadataManager,
+    partition: int,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    commit: bool,
+) -> tuple[Result, ErrorCode]:
+    """A COMMIT/ABORT marker for ``producer_id`` on offsets partition ``partition``.
 
-    Stands in for the transaction markers Kafka's transaction coordinator writes.
+    (Result, NONE): the Result's one record is the control record, its pending offsets
+    there are committed or dropped already; (empty Result, error) when the partition is
+    not served here (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) or the log's checks
+    refuse the marker (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED).
     """
     out = Result()
-    for gid in list(mgr.pending_txn_offsets):
-        by_producer = mgr.pending_txn_offsets[gid]
-        parts = by_producer.pop(producer_id, None)
-        if not by_producer:
-            del mgr.pending_txn_offsets[gid]
-        if parts is None or not committed:
-            continue
-        mgr.ensure_group(gid)
-        for (topic, partition), entry in parts.items():
-            mgr.store_offset(out, gid, topic, partition, entry)
-    return out
+    status = mgr.partitions.get(partition)
+    if status is not PartitionStatus.LOADED:
+        if status is PartitionStatus.LOADING:
+            return out, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return out, ErrorCode.NOT_COORDINATOR
+    err = mgr.marker_error(partition, producer_id, producer_epoch, coordinator_epoch)
+    if err is not None:
+        return out, err
+    mgr.end_txn(partition, producer_id, producer_epoch, coordinator_epoch, commit)
+    out.records.append(end_txn_marker_record(partition, commit, coordinator_epoch))
+    out.txn = TxnBatch(producer_id, producer_epoch, True)
+    return out, ErrorCode.NO_ERROR
