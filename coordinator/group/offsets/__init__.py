@@ -39,11 +39,13 @@ timestamp). An OffsetCommit v1 partition's own commit timestamp is kept (now whe
 (no generation or member: ZooKeeper's offsets in Kafka's day) is a generation -1 commit,
 accepted like an admin's.
 
-Transactional commits have no transaction coordinator here: they are held
-in memory per producer id until ``end_transaction`` commits (records are
-then written) or aborts them.  While held they make ``require_stable``
-fetches answer UNSTABLE_OFFSET_COMMIT and keep the partition from expiring.
-A stale member epoch on TxnOffsetCommit answers ILLEGAL_GENERATION, as Kafka.
+Transactional commits (``txn.py``) are written as one transactional batch of their
+producer and held per producer id as pending until the transaction coordinator's marker
+(``complete_transaction``, a COMMIT/ABORT control batch) commits or drops them; replay
+rebuilds both from the log.  While pending they make ``require_stable`` fetches answer
+UNSTABLE_OFFSET_COMMIT and keep the partition from expiring; tombstones (OffsetDelete,
+DeleteGroups, a deleted topic) clear them.  A stale member epoch on TxnOffsetCommit
+answers ILLEGAL_GENERATION, as Kafka.
 
 Retention (KIP-211), on the shard's ``expire-offsets`` timer:
 ``cleanup_expired_offsets`` removes a group's expired offsets, counted from

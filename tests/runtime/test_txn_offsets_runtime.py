@@ -1,0 +1,239 @@
+"""Transactional offsets through the group runtime and a real log: TxnOffsetCommit's
+transactional batch and the marker's control batch are durable before their answers, and
+the log read back (the runtime's own replay, fast path included) rebuilds the same
+committed and pending offsets, on the in-memory engine and on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.apis import Parts, handlers
+from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.runtime import GroupRuntime
+from coordinator.server.handler import ClientInfo, Deferred
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import offset_commit, offset_fetch, txn_offset_commit
+from protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+)
+from storage.interface import Durability, LogConfig, Logs
+from storage.local.durability import Flusher
+from storage.local.manager import LogManager
+from storage.memory import MemoryDurability, MemoryLogs
+from storage.record_batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
+
+CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
+PARTITIONS = 4
+OFFSETS_LOG = LogConfig(cleanup_policy="compact", journaled=True)
+
+
+async def started(logs: Logs, flusher: Durability) -> GroupRuntime:
+    rt = GroupRuntime(
+        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS)),
+        logs,
+        flusher,
+        num_partitions=PARTITIONS,
+        log_config=OFFSETS_LOG,
+    )
+    await rt.load()
+    return rt
+
+
+async def runtime(logs: MemoryLogs | None = None) -> tuple[GroupRuntime, MemoryLogs]:
+    logs = logs or MemoryLogs()
+    return await started(logs, MemoryDurability()), logs
+
+
+async def disk_runtime(tmp_path: Path) -> tuple[GroupRuntime, Flusher, LogManager]:
+    flusher = Flusher()
+    logs = LogManager(tmp_path, flusher=flusher)
+    return await started(logs, flusher), flusher, logs
+
+
+async def call(rt: GroupRuntime, api_key: int, version: int, body: Any) -> Any:
+    result = handlers(Parts(groups=rt))[api_key](
+        RequestHeader(api_key, version, 1, "test"), body, CLIENT
+    )
+    return await result if isinstance(result, Deferred) else result
+
+
+def commit(group: str, offset: int) -> offset_commit.Request:
+    return offset_commit.Request(
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[
+            offset_commit.OffsetCommitRequestTopic(
+                name="t",
+                partitions=[
+                    offset_commit.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=offset
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def fetched(rt: GroupRuntime, group: str) -> int:
+    """The committed offset of t-0 (v7, not require_stable)."""
+    req = offset_fetch.Request(
+        group_id=group, topics=[offset_fetch.OffsetFetchRequestTopic("t", [0])]
+    )
+    resp = handlers(Parts(groups=rt))[offset_fetch.API_KEY](
+        RequestHeader(offset_fetch.API_KEY, 7, 1, "t"), req, CLIENT
+    )
+    return int(resp.topics[0].partitions[0].committed_offset)
+
+
+def txn_commit(group: str, offset: int, producer_id: int = 7, epoch: int = 0) -> Any:
+    return TxnOffsetCommitRequest(
+        transactional_id="tx",
+        group_id=group,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        topics=[TxnOffsetCommitRequestTopic("t", [TxnOffsetCommitRequestPartition(0, offset)])],
+    )
+
+
+def state(rt: GroupRuntime) -> tuple[Any, Any]:
+    shard = rt.shard
+    return (
+        {g: dict(o) for g, o in shard.offsets.items()},
+        {g: {p: dict(o) for p, o in by.items()} for g, by in shard.pending_txn_offsets.items()},
+    )
+
+
+async def test_txn_commit_and_marker_are_durable_batches_of_the_producer() -> None:
+    rt, logs = await runtime()
+    resp = await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5, 42, 3))
+    assert resp.topics[0].partitions[0].error_code == 0
+    p = rt.shard.partition_of("g")
+    plog = rt.partitions[p]
+    assert plog.durable_end == plog.log_end_offset == 1
+    assert fetched(rt, "g") == -1  # pending
+    assert await rt.complete_transaction(p, 42, 3, 0, True) == ErrorCode.NO_ERROR
+    assert plog.durable_end == plog.log_end_offset == 2  # durable before NONE
+    headers = [h for h, _ in plog.iter_batches(0)]
+    assert [(h.producer_id, h.producer_epoch) for h in headers] == [(42, 3), (42, 3)]
+    assert [h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL) for h in headers] == [
+        ATTR_TRANSACTIONAL,
+        ATTR_TRANSACTIONAL | ATTR_CONTROL,
+    ]
+    assert fetched(rt, "g") == 5
+    rt2, _ = await runtime(logs.reopen())
+    assert fetched(rt2, "g") == 5 and state(rt2) == state(rt)
+
+
+async def test_pending_offsets_survive_a_crash_and_commit_after_it() -> None:
+    rt, logs = await runtime()
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
+    rt2, logs2 = await runtime(logs.reopen())
+    assert fetched(rt2, "g") == 1
+    assert set(rt2.shard.pending_txn_offsets["g"][7]) == {("t", 0)}
+    p = rt2.shard.partition_of("g")
+    assert await rt2.complete_transaction(p, 7, 0, 0, True) == 0
+    assert fetched(rt2, "g") == 5
+    rt3, _ = await runtime(logs2.reopen())
+    assert fetched(rt3, "g") == 5 and not rt3.shard.pending_txn_offsets
+
+
+async def test_marker_for_a_partition_not_owned_is_not_coordinator() -> None:
+    rt, _ = await runtime()
+    assert await rt.complete_transaction(99, 7, 0, 0, True) == ErrorCode.NOT_COORDINATOR
+    p = rt.shard.partition_of("g")
+    rt.release(p)
+    assert await rt.complete_transaction(p, 7, 0, 0, True) == ErrorCode.NOT_COORDINATOR
+
+
+async def test_failed_marker_append_answers_not_coordinator_and_keeps_the_offsets_pending(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rt, _ = await runtime()
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
+    p = rt.shard.partition_of("g")
+    plog = rt.partitions[p]
+
+    def broken(*a: object, **k: object) -> tuple[int, int]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plog, "append_records", broken)
+    assert await rt.complete_transaction(p, 7, 0, 0, True) == ErrorCode.NOT_COORDINATOR
+    # Rebuilt from the log: the offsets are pending again, not committed.
+    assert fetched(rt, "g") == -1 and set(rt.shard.pending_txn_offsets["g"][7]) == {("t", 0)}
+    monkeypatch.undo()
+    assert await rt.complete_transaction(p, 7, 0, 0, True) == 0
+    assert fetched(rt, "g") == 5
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_a_turn_mixing_plain_and_transactional_commits_replays_the_same(seed: int) -> None:
+    """Commits, transactional commits and markers of many producers, many in one loop turn
+    (so one write interleaves plain batches with transactional ones): the log reopened
+    rebuilds exactly the live state, through the runtime's own replay."""
+    flusher = MemoryDurability()
+    logs = MemoryLogs()
+    rt = await started(logs, flusher)
+    rng = random.Random(seed)
+    groups = ["g0", "g1", "g2"]
+    for round_ in range(30):
+        ops = []
+        for i in range(rng.randint(1, 6)):
+            g = rng.choice(groups)
+            n = round_ * 10 + i
+            kind = rng.random()
+            if kind < 0.35:
+                ops.append(call(rt, offset_commit.API_KEY, 8, commit(g, n)))
+            elif kind < 0.75:
+                req = txn_commit(g, n, producer_id=rng.randint(1, 3))
+                ops.append(call(rt, txn_offset_commit.API_KEY, 3, req))
+            else:
+                pid = rng.randint(1, 3)
+                ops.append(
+                    rt.complete_transaction(rt.shard.partition_of(g), pid, 0, 0, rng.random() < 0.6)
+                )
+        for r in await asyncio.gather(*ops):
+            if isinstance(r, ErrorCode):
+                assert r == 0
+            else:
+                assert r.topics[0].partitions[0].error_code == 0
+    live = state(rt)
+    rt2 = await started(logs.reopen(), MemoryDurability())
+    assert state(rt2) == live
+
+
+async def test_disk_log_replays_transactional_offsets(tmp_path: Path) -> None:
+    rt, flusher, logs = await disk_runtime(tmp_path)
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5, 1))
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 6, 2))
+    p = rt.shard.partition_of("g")
+    assert await rt.complete_transaction(p, 1, 0, 3, True) == 0
+    live = state(rt)
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await disk_runtime(tmp_path)
+    assert state(rt2) == live and fetched(rt2, "g") == 5
+    # The coordinator epoch came back with the log: an older coordinator is fenced.
+    fenced = await rt2.complete_transaction(p, 1, 0, 2, True)
+    assert fenced == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_a_plain_commit_after_a_pending_one_still_wins_after_replay() -> None:
+    rt, logs = await runtime()
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 9))
+    rt2, _ = await runtime(logs.reopen())
+    assert await rt2.complete_transaction(rt2.shard.partition_of("g"), 7, 0, 0, True) == 0
+    assert fetched(rt2, "g") == 9  # the transactional record is older than the commit
