@@ -209,7 +209,7 @@ API_TABLE: dict[int, Api] = {
     ),
     txn_offset_commit.API_KEY: Api(
         (0, 5),
-        _shard(lambda s: s.txn_offset_commit),
+        groups.txn_offset_commit_handler,
         checked(groups.authorize_txn_offset_commit),
         ("WRITE TRANSACTIONAL_ID", "READ GROUP", "READ TOPIC"),
     ),

@@ -21,6 +21,7 @@ from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, answer, append_to
 from coordinator.apis.parts import Parts, need
 from coordinator.group.shard import GroupShard
 from coordinator.group.types import Result
+from coordinator.runtime import txn_commit
 from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
 from protocol.errors import ErrorCode
@@ -54,6 +55,12 @@ def on_shard(method: Callable[[GroupShard], Callable[..., Result]]) -> Callable[
         return functools.partial(runtime.call, method(runtime.shard))
 
     return factory
+
+
+def txn_offset_commit_handler(parts: Parts) -> Handler:
+    """TxnOffsetCommit: verified with the transaction coordinator, then the shard
+    (runtime/txn_commit.py)."""
+    return functools.partial(txn_commit.txn_offset_commit, need(parts.groups, "groups"))
 
 
 def sync_group_handler(parts: Parts) -> Handler:

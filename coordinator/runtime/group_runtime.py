@@ -59,6 +59,7 @@ from coordinator.group.shard import GroupShard, RequestContext, Result
 from coordinator.group.types import TxnBatch
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
 from coordinator.runtime.responses import storage_error_reply
+from coordinator.runtime.txn_commit import Verifier
 from coordinator.server.handler import ClientInfo, Deferred, Pending
 from protocol.error_responses import error_response
 from protocol.errors import ErrorCode
@@ -200,6 +201,9 @@ class GroupRuntime:
         # Called with a partition's log when appended records became durable or the
         # partition was released: the data plane wakes fetches of ``__consumer_offsets``.
         self.on_durable: list[Callable[[PartitionLog], None]] = []
+        # The transaction coordinator's check of a TxnOffsetCommit (KIP-890 part 1), set by
+        # the node when one runs here; None: TxnOffsetCommit goes unverified.
+        self.txn_verifier: Verifier | None = None
         for p, plog in self.partitions.items():
             # The storage layer calls these after cutting a log back to its durable end
             # (a failed fsync): the shard must forget what the cut removed.

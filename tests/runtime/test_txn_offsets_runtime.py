@@ -237,3 +237,63 @@ async def test_a_plain_commit_after_a_pending_one_still_wins_after_replay() -> N
     rt2, _ = await runtime(logs.reopen())
     assert await rt2.complete_transaction(rt2.shard.partition_of("g"), 7, 0, 0, True) == 0
     assert fetched(rt2, "g") == 9  # the transactional record is older than the commit
+
+
+class FakeVerifier:
+    """The transaction coordinator's answers, by producer id (NONE unless told)."""
+
+    def __init__(self) -> None:
+        self.answers: dict[int, ErrorCode] = {}
+        self.asked: list[tuple[str, int, int, list[tuple[str, int]]]] = []
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Any
+    ) -> dict[tuple[str, int], ErrorCode]:
+        self.asked.append((transactional_id, producer_id, producer_epoch, list(partitions)))
+        code = self.answers.get(producer_id, ErrorCode.NO_ERROR)
+        return {tp: code for tp in partitions}
+
+
+@pytest.mark.parametrize(
+    ("answer", "version", "expected"),
+    [
+        (ErrorCode.TRANSACTION_ABORTABLE, 3, ErrorCode.INVALID_TXN_STATE),
+        (ErrorCode.TRANSACTION_ABORTABLE, 4, ErrorCode.TRANSACTION_ABORTABLE),
+        (ErrorCode.PRODUCER_FENCED, 4, ErrorCode.INVALID_PRODUCER_EPOCH),
+        (ErrorCode.INVALID_PRODUCER_ID_MAPPING, 3, ErrorCode.INVALID_PRODUCER_ID_MAPPING),
+        (ErrorCode.CONCURRENT_TRANSACTIONS, 3, ErrorCode.CONCURRENT_TRANSACTIONS),
+        (ErrorCode.NETWORK_EXCEPTION, 2, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+        (ErrorCode.NETWORK_EXCEPTION, 1, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ErrorCode.NOT_ENOUGH_REPLICAS, 3, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ErrorCode.NOT_LEADER_FOR_PARTITION, 3, ErrorCode.NOT_COORDINATOR),
+    ],
+)
+async def test_a_commit_the_transaction_coordinator_refuses_writes_nothing(
+    answer: ErrorCode, version: int, expected: ErrorCode
+) -> None:
+    # CoordinatorRuntimeTest.testScheduleTransactionalWriteOpWhenVerificationFails and
+    # ReplicaManagerTest.testVerificationErrorConversionsTV1 for the offsets partition.
+    rt, _ = await runtime()
+    verifier = rt.txn_verifier = FakeVerifier()
+    verifier.answers[7] = answer
+    resp = await call(rt, txn_offset_commit.API_KEY, version, txn_commit("g", 5))
+    assert resp.topics[0].partitions[0].error_code == expected
+    p = rt.shard.partition_of("g")
+    assert verifier.asked == [("tx", 7, 0, [("__consumer_offsets", p)])]
+    assert rt.partitions[p].log_end_offset == 0 and not rt.shard.pending_txn_offsets
+
+
+async def test_verification_is_skipped_while_the_transaction_is_open_there() -> None:
+    rt, _ = await runtime()
+    verifier = rt.txn_verifier = FakeVerifier()
+    p = rt.shard.partition_of("g")
+    assert (await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))).topics[0].partitions[
+        0
+    ].error_code == 0
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 6))
+    assert len(verifier.asked) == 1  # the second commit joined the open transaction
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 7, epoch=1))
+    assert len(verifier.asked) == 2  # another epoch: asked again
+    assert await rt.complete_transaction(p, 7, 1, 0, True) == 0
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 8, epoch=1))
+    assert len(verifier.asked) == 3  # the transaction ended: the next one is verified

@@ -69,7 +69,8 @@ class OffsetMetadataManager:
         self._pending_seq: dict[tuple[int, str, TopicPartition], int] = {}
         self._committed_seq: dict[tuple[str, TopicPartition], int] = {}
         # offsets partition -> producer id -> [producer epoch, coordinator epoch (-1: no
-        # marker yet)], from the transactional batches and markers written there.
+        # marker yet), 1 while its transaction is open there], from the transactional
+        # batches and markers written there.
         self.txn_producers: dict[int, dict[int, list[int]]] = {}
         # Partition count of a topic, None if it does not exist (the catalog's answer;
         # None here: every topic exists, as in most unit tests). Kafka refuses offsets of
@@ -197,6 +198,12 @@ class OffsetMetadataManager:
         state = self.txn_producers.get(partition, {}).get(producer_id)
         return state is not None and epoch < state[0]
 
+    def txn_open(self, partition: int, producer_id: int, epoch: int) -> bool:
+        """Whether the producer's transaction at ``epoch`` is open on the offsets partition
+        (its offsets written, its marker not yet): Kafka's hasOngoingTransaction."""
+        state = self.txn_producers.get(partition, {}).get(producer_id)
+        return state is not None and state[0] == epoch and state[2] == 1
+
     def marker_error(
         self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int
     ) -> ErrorCode | None:
@@ -214,13 +221,17 @@ class OffsetMetadataManager:
     def _producer_wrote(
         self, partition: int, producer_id: int, epoch: int, coordinator_epoch: int = -1
     ) -> None:
+        """A transactional batch (coordinator epoch -1) or a marker of the producer."""
+        marker = coordinator_epoch >= 0
         by_pid = self.txn_producers.setdefault(partition, {})
         state = by_pid.get(producer_id)
+        open_ = 0 if marker else 1
         if state is None:
-            by_pid[producer_id] = [epoch, coordinator_epoch]
+            by_pid[producer_id] = [epoch, coordinator_epoch, open_]
             return
         state[0] = max(state[0], epoch)
-        if coordinator_epoch >= 0:
+        state[2] = open_
+        if marker:
             state[1] = coordinator_epoch
 
     def add_pending(

@@ -1,0 +1,148 @@
+"""TxnOffsetCommit through the group runtime, verified with the transaction coordinator.
+
+How this works (KIP-890 part 1, Kafka's CoordinatorRuntime.scheduleTransactionalWriteOperation
+and AddPartitionsToTxnManager): before the group core sees a TxnOffsetCommit, the
+transaction coordinator is asked whether the group's ``__consumer_offsets`` partition is
+in the producer's ongoing transaction (added by AddOffsetsToTxn). The question is skipped
+when that partition already has the producer's transaction open at that epoch (its
+offsets were written and no marker came yet), as Kafka's log skips it for a producer with
+an ongoing transaction. A refusal answers every partition the coordinator would have seen
+with the translated code, in Kafka's two steps:
+
+1. AddPartitionsToTxnManager: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH;
+   TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE except for v4 (the version whose
+   clients handle it);
+2. CoordinatorOperationExceptionHelper: NETWORK_EXCEPTION becomes
+   COORDINATOR_LOAD_IN_PROGRESS; UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS and
+   REQUEST_TIMED_OUT become COORDINATOR_NOT_AVAILABLE; NOT_LEADER_OR_FOLLOWER (6) and
+   KAFKA_STORAGE_ERROR become NOT_COORDINATOR;
+
+and, as for any TxnOffsetCommit error, COORDINATOR_LOAD_IN_PROGRESS is
+COORDINATOR_NOT_AVAILABLE before v2. Without a verifier (no transaction coordinator on
+this node) the request goes to the core unverified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from coordinator.group.shard import GroupShard
+from coordinator.group.types import Result
+from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
+from storage.records import OFFSETS_TOPIC
+
+__all__ = ["Verifier", "txn_offset_commit", "verification_error"]
+
+
+class Verifier(Protocol):
+    """What ``coordinator.txn.verify.TxnVerifier`` offers (KIP-890 part 1)."""
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], ErrorCode]: ...
+
+
+class GroupRuntime(Protocol):
+    """The part of ``group_runtime.GroupRuntime`` this module uses."""
+
+    shard: GroupShard
+    txn_verifier: Verifier | None
+
+    def call(
+        self, method: Callable[..., Result], header: RequestHeader, body: Any, client: ClientInfo
+    ) -> Any: ...
+
+
+_HELPER = {
+    ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_FOR_PARTITION: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+
+
+def verification_error(code: ErrorCode, api_version: int) -> ErrorCode:
+    """The TxnOffsetCommit answer to the transaction coordinator's refusal ``code``."""
+    if code == ErrorCode.PRODUCER_FENCED:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH
+    elif code == ErrorCode.TRANSACTION_ABORTABLE and api_version != 4:
+        code = ErrorCode.INVALID_TXN_STATE
+    code = _HELPER.get(code, code)
+    if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and api_version < 2:
+        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return code
+
+
+def txn_offset_commit(
+    rt: GroupRuntime, header: RequestHeader, body: TxnOffsetCommitRequest, client: ClientInfo
+) -> HandlerResult:
+    """The TxnOffsetCommit handler: verified first when it must be, then the group core."""
+    verifier = rt.txn_verifier
+    if verifier is None or not body.group_id:
+        return rt.call(rt.shard.txn_offset_commit, header, body, client)  # type: ignore[no-any-return]
+    offsets = rt.shard.offset_manager
+    partition = rt.shard.partition_of(body.group_id)
+    if offsets.txn_open(partition, body.producer_id, body.producer_epoch) or all(
+        offsets.unknown_partition(t.name, p.partition_index)
+        for t in body.topics
+        for p in t.partitions
+    ):
+        return rt.call(rt.shard.txn_offset_commit, header, body, client)  # type: ignore[no-any-return]
+    return Deferred.task(_verified(rt, verifier, partition, header, body, client))
+
+
+async def _verified(
+    rt: GroupRuntime,
+    verifier: Verifier,
+    partition: int,
+    header: RequestHeader,
+    body: TxnOffsetCommitRequest,
+    client: ClientInfo,
+) -> Any:
+    tp = (OFFSETS_TOPIC, partition)
+    codes = await verifier.verify(
+        body.transactional_id, body.producer_id, body.producer_epoch, [tp]
+    )
+    code = codes.get(tp, ErrorCode.NO_ERROR)
+    if code != ErrorCode.NO_ERROR:
+        return _refused(rt, body, verification_error(code, header.api_version))
+    # No await from here on: the core sees the request in this step of the loop.
+    result = rt.call(rt.shard.txn_offset_commit, header, body, client)
+    return await result if isinstance(result, Deferred) else result
+
+
+def _refused(rt: GroupRuntime, body: TxnOffsetCommitRequest, code: ErrorCode) -> Any:
+    """``code`` for every partition but those answered before the coordinator."""
+    unknown = rt.shard.offset_manager.unknown_partition
+    return TxnOffsetCommitResponse(
+        topics=[
+            TxnOffsetCommitResponseTopic(
+                name=t.name,
+                partitions=[
+                    TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        if unknown(t.name, p.partition_index)
+                        else code,
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in body.topics
+        ]
+    )
