@@ -23,6 +23,18 @@ A *pass* (one ``LogCleaner`` per compacted log) follows Kafka's LogCleaner:
    the horizon.  Consumers that fall behind by less than
    delete.retention.ms therefore still see deletes.
 
+Transactions (Kafka's CleanedTransactionMetadata and LogCleanerManager.cleanableOffsets,
+as far as a log needs them to stay correct):
+
+* a pass never cleans at or past the *first unstable offset* -- the first batch of a
+  transaction with no COMMIT/ABORT marker yet anywhere in the log -- so only whole
+  segments below it are cleaned (a later marker may still abort what is there);
+* records of transactional batches enter the key map only when their COMMIT marker is in
+  the range (at the marker, each only if newer than the key's entry): an aborted or still
+  undecided write never hides an older committed value of its key;
+* aborted batches and markers are kept (readers skip them; only disk is spent), as are
+  transactional records whose marker lies past the range.
+
 Everything is resumable: ``clean_step(max_bytes)`` reads at most about
 ``max_bytes`` of log per call (one batch at least), so a server's background
 task can interleave cleaning with request handling.  If retention or
@@ -121,6 +133,8 @@ class _Pass:
     seg_i: int = 0
     pos: int = 0
     groups: list[list[LogSegment]] = field(default_factory=list)
+    # Transactional records of the range awaiting their marker: producer id -> (key, offset).
+    txn_keys: dict[int, list[tuple[bytes, int]]] = field(default_factory=dict)
     group_i: int = 0
     out_fd: int = -1
     out_path: Path | None = None
@@ -164,7 +178,8 @@ class LogCleaner:
         if self._pass is None:
             if not (force or self.needs_cleaning()) or len(self.log.segments) < 2:
                 return False
-            self._start_pass(max_bytes)
+            if not self._start_pass(max_bytes):
+                return False
         p = self._pass
         assert p is not None
         try:
@@ -189,9 +204,30 @@ class LogCleaner:
         while running:
             running = self.clean_step(max_bytes)
 
-    def _start_pass(self, max_bytes: int) -> None:
+    def _first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction without a marker in the log."""
+        open_: dict[int, int] = {}
+        for seg in self.log.segments:
+            for h, _pos, _data in seg.walk(0, verify=False):
+                if h.is_transactional:
+                    if h.is_control:
+                        open_.pop(h.producer_id, None)
+                    else:
+                        open_.setdefault(h.producer_id, h.base_offset)
+        return min(open_.values()) if open_ else None
+
+    def _start_pass(self, max_bytes: int) -> bool:
+        """Fix the pass's range; False when nothing below the first unstable offset is
+        cleanable (no pass then)."""
         segs = list(self.log.segments[:-1])
-        p = _Pass(end_offset=self.log.active_segment.base_offset, segments=segs, now=self._clock())
+        end = self.log.active_segment.base_offset
+        unstable = self._first_unstable_offset()
+        if unstable is not None:
+            segs = [s for s in segs if s.next_offset <= unstable]
+            if not segs:
+                return False
+            end = segs[-1].next_offset
+        p = _Pass(end_offset=end, segments=segs, now=self._clock())
         # Groups are fixed up front so each swap stays within one segment's size
         # and a 32-bit relative offset, like Kafka's groupSegmentsBySize; they
         # are also bounded by max_bytes so one group is a few steps of work.
@@ -209,6 +245,7 @@ class LogCleaner:
         if group:
             p.groups.append(group)
         self._pass = p
+        return True
 
     def _still_valid(self, p: _Pass) -> bool:
         live = {id(s) for s in self.log.segments}
@@ -238,9 +275,12 @@ class LogCleaner:
             for h, pos, data in seg.walk(p.pos, verify=False, with_data=True):
                 assert data is not None
                 try:
-                    for off, _ts, key, _val in iter_record_tuples(data):
-                        if key is not None:
-                            offset_map[key] = off
+                    if h.is_transactional:
+                        _map_transactional(p, h, data)
+                    else:
+                        for off, _ts, key, _val in iter_record_tuples(data):
+                            if key is not None:
+                                offset_map[key] = off
                 except UnsupportedCompressionError:
                     pass  # such batches are copied verbatim, so their keys never win
                 done += h.size
@@ -298,7 +338,7 @@ class LogCleaner:
 
     def _filter_batch(self, p: _Pass, h: BatchHeader, data: bytes) -> bytes | None:
         if h.is_control:
-            return data  # no transactions here; keep markers untouched
+            return data  # markers are kept (see the module's docstring)
         try:
             records = decode_records(data)
         except UnsupportedCompressionError:
@@ -405,3 +445,28 @@ class LogCleaner:
         if self.log.journal is not None:
             # A remote journal (PostgreSQL) replaces its copy below end_offset by ours.
             self.log.journal.compacted(self.log, p.end_offset)
+
+
+# Kafka's control record key: (version, type); type 1 is COMMIT, 0 ABORT.
+_CONTROL_COMMIT = 1
+
+
+def _map_transactional(p: _Pass, h: BatchHeader, data: bytes) -> None:
+    """A transactional batch in the map phase: its records wait for their marker; a COMMIT
+    puts them in the key map (each only where it is the newest), an ABORT drops them."""
+    if not h.is_control:
+        waiting = p.txn_keys.setdefault(h.producer_id, [])
+        for off, _ts, key, _val in iter_record_tuples(data):
+            if key is not None:
+                waiting.append((key, off))
+        return
+    waiting = p.txn_keys.pop(h.producer_id, [])
+    committed = False
+    for _off, _ts, key, _val in iter_record_tuples(data):
+        committed = key is not None and int.from_bytes(key[2:4], "big") == _CONTROL_COMMIT
+    if not committed:
+        return
+    offset_map = p.offset_map
+    for key, off in waiting:
+        if offset_map.get(key, -1) < off:
+            offset_map[key] = off

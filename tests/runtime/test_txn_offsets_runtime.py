@@ -26,6 +26,7 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequestTopic,
 )
 from storage.interface import Durability, LogConfig, Logs
+from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 from storage.memory import MemoryDurability, MemoryLogs
@@ -297,3 +298,106 @@ async def test_verification_is_skipped_while_the_transaction_is_open_there() -> 
     assert await rt.complete_transaction(p, 7, 1, 0, True) == 0
     await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 8, epoch=1))
     assert len(verifier.asked) == 3  # the transaction ended: the next one is verified
+
+
+# ------------------------------------------------------------ compaction of the offsets log
+
+SMALL_SEGMENTS = LogConfig(
+    cleanup_policy="compact", journaled=True, segment_bytes=1024, min_cleanable_dirty_ratio=0.0
+)
+
+
+async def small_disk_runtime(tmp_path: Path) -> tuple[GroupRuntime, Flusher, LogManager]:
+    flusher = Flusher()
+    logs = LogManager(tmp_path, flusher=flusher)
+    rt = GroupRuntime(
+        GroupShard(GroupConfig(offsets_topic_num_partitions=1)),
+        logs,
+        flusher,
+        num_partitions=1,
+        log_config=SMALL_SEGMENTS,
+    )
+    await rt.load()
+    return rt, flusher, logs
+
+
+def compact(rt: GroupRuntime) -> tuple[int, int]:
+    """One full pass over offsets partition 0: (log size before, after)."""
+    plog = rt.partitions[0]
+    before = plog.size_bytes
+    LogCleaner(plog).clean_all()  # type: ignore[arg-type]
+    return before, plog.size_bytes
+
+
+@pytest.mark.parametrize("seed", range(2))
+async def test_compaction_of_the_offsets_log_keeps_what_replay_needs(
+    tmp_path: Path, seed: int
+) -> None:
+    """Commits, transactional commits and markers, some transactions left open; a pass over
+    the offsets log, then a restart: the same committed and pending offsets, and the open
+    transactions still end as they would have."""
+    rt, flusher, logs = await small_disk_runtime(tmp_path)
+    rng = random.Random(seed)
+    for n in range(150):
+        g = rng.choice(["g0", "g1"])
+        kind = rng.random()
+        if kind < 0.4:
+            await call(rt, offset_commit.API_KEY, 8, commit(g, n))
+        elif kind < 0.8:
+            await call(rt, txn_offset_commit.API_KEY, 3, txn_commit(g, n, rng.randint(1, 4)))
+        else:
+            assert (
+                await rt.complete_transaction(0, rng.randint(1, 4), 0, 0, rng.random() < 0.5) == 0
+            )
+    live = state(rt)
+    before, after = compact(rt)
+    assert after < before
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await small_disk_runtime(tmp_path)
+    assert state(rt2) == live
+    for pid in range(1, 5):  # the transactions left open end there as well
+        assert await rt2.complete_transaction(0, pid, 0, 0, True) == 0
+    assert not rt2.shard.pending_txn_offsets
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_an_aborted_commit_does_not_hide_the_committed_offset(tmp_path: Path) -> None:
+    rt, flusher, logs = await small_disk_runtime(tmp_path)
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 2))
+    assert await rt.complete_transaction(0, 7, 0, 0, False) == 0
+    for n in range(40):  # other keys, to roll segments past all of it
+        await call(rt, offset_commit.API_KEY, 8, commit(f"other{n}", n))
+    compact(rt)
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await small_disk_runtime(tmp_path)
+    assert fetched(rt2, "g") == 1
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_compaction_stops_below_an_open_transaction(tmp_path: Path) -> None:
+    rt, flusher, logs = await small_disk_runtime(tmp_path)
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 2))
+    for n in range(40):
+        await call(rt, offset_commit.API_KEY, 8, commit("g", 100 + n))
+    plog = rt.partitions[0]
+    segments = plog.segment_count
+    assert segments > 2
+    before, after = compact(rt)
+    # The open transaction's batch is in the first segment: nothing at or after it is
+    # cleaned (a later ABORT must still find the offsets it would fall back to).
+    assert (before, after) == (before, before)
+    assert await rt.complete_transaction(0, 7, 0, 0, False) == 0
+    before, after = compact(rt)
+    assert after < before
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await small_disk_runtime(tmp_path)
+    assert fetched(rt2, "g") == 139 and not rt2.shard.pending_txn_offsets
+    await flusher2.stop()
+    logs2.close_all()
