@@ -32,8 +32,11 @@ as far as a log needs them to stay correct):
 * records of transactional batches enter the key map only when their COMMIT marker is in
   the range (at the marker, each only if newer than the key's entry): an aborted or still
   undecided write never hides an older committed value of its key;
-* aborted batches and markers are kept (readers skip them; only disk is spent), as are
-  transactional records whose marker lies past the range.
+* aborted batches are kept (readers skip them; only disk is spent), as are transactional
+  records whose marker lies past the range; a marker is kept while any record of its
+  transaction is, and once none is left it follows a tombstone's delete horizon (stamped on
+  the first pass that finds it alone, dropped on a pass after the horizon), so a
+  long-lived log does not keep one marker per transaction for ever.
 
 Everything is resumable: ``clean_step(max_bytes)`` reads at most about
 ``max_bytes`` of log per call (one batch at least), so a server's background
@@ -135,6 +138,8 @@ class _Pass:
     groups: list[list[LogSegment]] = field(default_factory=list)
     # Transactional records of the range awaiting their marker: producer id -> (key, offset).
     txn_keys: dict[int, list[tuple[bytes, int]]] = field(default_factory=dict)
+    # Producers whose transaction (the one its next marker ends) kept a record in this pass.
+    txn_kept: set[int] = field(default_factory=set)
     group_i: int = 0
     out_fd: int = -1
     out_path: Path | None = None
@@ -338,10 +343,12 @@ class LogCleaner:
 
     def _filter_batch(self, p: _Pass, h: BatchHeader, data: bytes) -> bytes | None:
         if h.is_control:
-            return data  # markers are kept (see the module's docstring)
+            return self._filter_marker(p, h, data)
         try:
             records = decode_records(data)
         except UnsupportedCompressionError:
+            if h.is_transactional:
+                p.txn_kept.add(h.producer_id)
             return data
         horizon = h.delete_horizon_ms
         kept: list[Record] = []
@@ -361,6 +368,8 @@ class LogCleaner:
             kept.append(r)
         if not kept:
             return None
+        if h.is_transactional:
+            p.txn_kept.add(h.producer_id)
         new_horizon = horizon
         if has_tombstone and horizon is None:
             new_horizon = p.now + self.log.config.delete_retention_ms
@@ -392,6 +401,37 @@ class LogCleaner:
             base_sequence=h.base_sequence,
             partition_leader_epoch=h.partition_leader_epoch,
             attributes=attrs,
+        )
+
+    def _filter_marker(self, p: _Pass, h: BatchHeader, data: bytes) -> bytes | None:
+        """A control batch: kept while its transaction kept a record; alone, it gets a
+        delete horizon and goes once that passed (Kafka's marker removal)."""
+        if h.producer_id in p.txn_kept:
+            p.txn_kept.discard(h.producer_id)
+            return data
+        horizon = h.delete_horizon_ms
+        if horizon is not None:
+            if p.now >= horizon:
+                self.stats.records_removed += h.records_count
+                return None
+            p.min_horizon = min(p.min_horizon, horizon)
+            return data
+        horizon = p.now + self.log.config.delete_retention_ms
+        p.min_horizon = min(p.min_horizon, horizon)
+        shift = h.base_timestamp - horizon
+        records = [
+            Record(r.offset_delta, r.timestamp_delta + shift, r.key, r.value, r.headers)
+            for r in decode_records(data)
+        ]
+        return encode_batch(
+            h.base_offset,
+            records,
+            timestamp_ms=horizon,
+            producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence,
+            partition_leader_epoch=h.partition_leader_epoch,
+            attributes=(h.attributes & ~ATTR_COMPRESSION_MASK) | ATTR_DELETE_HORIZON,
         )
 
     # ------------------------------------------------------------ swap

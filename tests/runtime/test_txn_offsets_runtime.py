@@ -401,3 +401,54 @@ async def test_compaction_stops_below_an_open_transaction(tmp_path: Path) -> Non
     assert fetched(rt2, "g") == 139 and not rt2.shard.pending_txn_offsets
     await flusher2.stop()
     logs2.close_all()
+
+
+def control_batches(rt: GroupRuntime) -> list[int]:
+    """Base offsets of the control batches of offsets partition 0."""
+    return [h.base_offset for h, _ in rt.partitions[0].iter_batches(0) if h.is_control]
+
+
+async def test_a_marker_outlives_its_records_by_the_delete_retention(tmp_path: Path) -> None:
+    rt, flusher, logs = await small_disk_runtime(tmp_path)
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 2))
+    assert await rt.complete_transaction(0, 7, 0, 0, True) == 0
+    for n in range(40):  # the transaction's offset is overwritten, segments roll
+        await call(rt, offset_commit.API_KEY, 8, commit("g", 100 + n))
+    plog = rt.partitions[0]
+    (marker,) = control_batches(rt)
+    now = plog._clock()  # type: ignore[attr-defined]
+    LogCleaner(plog, clock=lambda: now).clean_all()  # type: ignore[arg-type]
+    assert control_batches(rt) == [marker]  # alone now: stamped with a delete horizon
+    later = now + plog.config.delete_retention_ms
+    cleaner = LogCleaner(plog, clock=lambda: later)  # type: ignore[arg-type]
+    assert cleaner.needs_cleaning()
+    cleaner.clean_all()
+    assert control_batches(rt) == []
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await small_disk_runtime(tmp_path)
+    assert fetched(rt2, "g") == 139 and not rt2.shard.pending_txn_offsets
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_a_marker_stays_while_its_transaction_has_records(tmp_path: Path) -> None:
+    rt, flusher, logs = await small_disk_runtime(tmp_path)
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("kept", 2))
+    assert await rt.complete_transaction(0, 7, 0, 0, False) == 0  # aborted: kept
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 3, producer_id=8))
+    assert await rt.complete_transaction(0, 8, 0, 0, True) == 0  # its record survives
+    for n in range(40):
+        await call(rt, offset_commit.API_KEY, 8, commit(f"other{n}", n))
+    plog = rt.partitions[0]
+    markers = control_batches(rt)
+    far = plog._clock() + 10 * plog.config.delete_retention_ms  # type: ignore[attr-defined]
+    for _ in range(2):
+        LogCleaner(plog, clock=lambda: far).clean_all()  # type: ignore[arg-type]
+    assert control_batches(rt) == markers
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await small_disk_runtime(tmp_path)
+    assert fetched(rt2, "g") == 3 and fetched(rt2, "kept") == -1
+    await flusher2.stop()
+    logs2.close_all()
