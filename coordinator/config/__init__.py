@@ -16,6 +16,7 @@ from coordinator.config.log_configs import (
     log_config,
     offsets_log_config,
     share_state_log_config,
+    txn_state_log_config,
 )
 from coordinator.config.properties import (
     DEPRECATED_NAMES,
@@ -70,4 +71,5 @@ __all__ = [
     "read_properties",
     "share_state_log_config",
     "startup_report",
+    "txn_state_log_config",
 ]

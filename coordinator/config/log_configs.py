@@ -69,3 +69,19 @@ def share_state_log_config(settings: Settings) -> LogConfig:
     if settings.cluster_mode:
         return cfg
     return replace(cfg, journaled=True)
+
+
+def txn_state_log_config(settings: Settings) -> LogConfig:
+    """``__transaction_state`` as Kafka creates it (``transactionTopicConfigs``):
+    compacted, kept forever, ``transaction.state.log.segment.bytes`` segments."""
+    cfg = log_config(
+        settings,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(settings.transaction_state_log_segment_bytes),
+            "retention.ms": "-1",
+        },
+    )
+    if settings.cluster_mode:
+        return cfg
+    return replace(cfg, journaled=True)

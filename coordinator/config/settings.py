@@ -206,6 +206,26 @@ class Settings(BaseSettings):
         600000, ge=1, description="how often expired offsets are looked for"
     )
 
+    # -- transactions: the transaction coordinator and __transaction_state
+    transaction_max_timeout_ms: int = Field(
+        900000, ge=1, description="longest transaction.timeout.ms a producer may ask for"
+    )
+    transaction_state_log_num_partitions: int = Field(
+        50, ge=1, description="partitions of __transaction_state"
+    )
+    transaction_state_log_segment_bytes: int = Field(
+        104857600, ge=1024, description="segment size of __transaction_state"
+    )
+    transactional_id_expiration_ms: int = Field(
+        604800000, ge=1, description="idle time after which a transactional id expires"
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        10000, ge=1, description="how often timed-out transactions are looked for and aborted"
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(
+        3600000, ge=1, description="how often expired transactional ids are removed"
+    )
+
     # -- share partitions (KIP-932): the share-partition leader and the share coordinator
     group_share_record_lock_duration_ms: int = Field(
         30000, ge=1000, le=3600000, description="how long a share consumer holds acquired records"

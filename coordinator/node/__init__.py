@@ -49,6 +49,7 @@ class Node:
         authorizer: Authorizer | None,
         closers: Sequence[Callable[[], Awaitable[None]]] = (),
         cluster: Cluster | None = None,
+        stopping: Sequence[Callable[[], Awaitable[None]]] = (),
     ) -> None:
         self.flusher = flusher
         self.logs = logs
@@ -63,6 +64,9 @@ class Node:
         self.authorizer = authorizer
         self.closers = list(closers)  # run last, in order
         self.cluster = cluster  # cluster mode's membership
+        # Background work stopped once the server is, before the logs' last flush (the
+        # transaction coordinator's marker deliveries and sweeps).
+        self.stopping = list(stopping)
 
     async def stop(self) -> None:
         if self.cluster is not None:
@@ -74,6 +78,8 @@ class Node:
         for sasl in self.server.sasl.values():
             sasl.close()  # e.g. OAUTHBEARER's JWKS refresh thread
         await self.metrics.stop()
+        for stop in self.stopping:
+            await stop()
         await self.data.stop()
         await self.compaction.stop()
         self.groups.close()

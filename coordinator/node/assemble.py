@@ -52,7 +52,12 @@ from coordinator.apis.parts import Parts, need
 from coordinator.apis.scram import ScramAdmin
 from coordinator.apis.topics import Broker
 from coordinator.catalog import CatalogTopics, TopicCatalog
-from coordinator.config import Settings, offsets_log_config, share_state_log_config
+from coordinator.config import (
+    Settings,
+    offsets_log_config,
+    share_state_log_config,
+    txn_state_log_config,
+)
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.dataplane.producers import ClusterProducerIds
@@ -60,7 +65,8 @@ from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.metrics import Metrics
 from coordinator.node import Node
 from coordinator.placement import Placement, advertised_endpoints
-from coordinator.runtime import GroupRuntime
+from coordinator.runtime import GroupRuntime, TxnRuntime
+from coordinator.runtime.txn_runtime import ProducerIdSpare
 from coordinator.security.acl import Authorizer
 from coordinator.security.sasl import attach_sasl
 from coordinator.server.listener import (
@@ -80,6 +86,8 @@ from coordinator.stores import (
     ScramCredentialStore,
     TopicStore,
 )
+from coordinator.txn.coordinator import TransactionCoordinator, TxnConfig
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.local.compaction import Compaction
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig
@@ -101,6 +109,8 @@ def log_config_for(
         return offsets_log_config(settings)
     if topic == SHARE_STATE_TOPIC:
         return share_state_log_config(settings)
+    if topic == TRANSACTION_STATE_TOPIC:
+        return txn_state_log_config(settings)
     info = catalog.get(topic)
     if info is not None and info.offline is not None:
         return None
@@ -134,6 +144,21 @@ def group_config(s: Settings) -> GroupConfig:
         consumer_group_max_size=s.group_consumer_max_size,
         consumer_group_assignors=s.consumer_group_assignors,
         consumer_group_migration_policy=s.group_consumer_migration_policy,
+    )
+
+
+def txn_config(s: Settings) -> TxnConfig:
+    return TxnConfig(
+        transaction_max_timeout_ms=s.transaction_max_timeout_ms,
+        transaction_state_log_num_partitions=s.transaction_state_log_num_partitions,
+        offsets_topic_num_partitions=s.offsets_topic_num_partitions,
+        transactional_id_expiration_ms=s.transactional_id_expiration_ms,
+        transaction_abort_timed_out_transaction_cleanup_interval_ms=(
+            s.transaction_abort_timed_out_transaction_cleanup_interval_ms
+        ),
+        transaction_remove_expired_transaction_cleanup_interval_ms=(
+            s.transaction_remove_expired_transaction_cleanup_interval_ms
+        ),
     )
 
 
@@ -272,6 +297,8 @@ class Core:
     # The share coordinator: share partitions' state in __share_group_state, the
     # persister the share groups and the share-partition leader use.
     share: ShareCoordinator
+    # The transaction coordinator: transactional ids' state in __transaction_state.
+    txn: TxnRuntime
 
 
 class Deployment(Protocol):
@@ -327,6 +354,10 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
         s, stores.catalog, stores.logs, stores.flusher, hosted=deployment.hosted
     )
     deployment.core_built(groups)
+    # The transaction coordinator's core comes before the data plane, whose produce path
+    # asks it (KIP-890 verification); its runtime after, with the data plane's producer ids.
+    spare = ProducerIdSpare()
+    txn_coordinator = TransactionCoordinator(txn_config(s), spare.take)
     journal = stores.journal
     data = DataPlane(
         s,
@@ -352,7 +383,18 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     )
     if deployment.hosted:
         share.start()
-    core = Core(stores, compaction, metrics, groups, data, share)
+    txn = TxnRuntime(
+        txn_coordinator,
+        stores.logs,
+        stores.flusher,
+        log_config=txn_state_log_config(s),
+        markers=None,
+        producer_ids=data.producer_ids.allocate,
+        spare=spare,
+    )
+    if deployment.hosted:
+        txn.start(range(s.transaction_state_log_num_partitions))
+    core = Core(stores, compaction, metrics, groups, data, share, txn)
     deployment.serve_partitions(s, core)
     return core
 
@@ -398,6 +440,7 @@ async def api_server(
     parts = Parts(
         broker=broker,
         groups=groups,
+        txn=core.txn,
         data=data,
         # CreatePartitions, DeleteRecords, DescribeCluster, DescribeLogDirs.
         partitions=PartitionAdmin(
@@ -466,4 +509,5 @@ async def assemble(s: Settings, deployment: Deployment) -> Node:
         authorizer=acls.authorizer,
         closers=stores.closers,
         cluster=cluster,
+        stopping=[core.txn.stop],
     )

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from coordinator.txn.coordinator import TransactionCoordinator, TxnOutcome, TxnWrite
@@ -43,7 +44,7 @@ from protocol.errors import ErrorCode
 from storage.interface import Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
 from storage.record_batch import key_values
 
-__all__ = ["MARKER_RETRY_BACKOFF_MS", "TxnRuntime"]
+__all__ = ["MARKER_RETRY_BACKOFF_MS", "ProducerIdSpare", "TxnRuntime"]
 
 log = logging.getLogger("kgc.txn")
 E = ErrorCode
@@ -51,6 +52,33 @@ Clock = Callable[[], int]
 TopicPartition = tuple[str, int]
 MARKER_RETRY_BACKOFF_MS = 100  # Kafka's marker sender retries at its request backoff
 _COMPLETE_RETRY_MS = 100
+
+
+class ProducerIdSpare:
+    """One producer id taken ahead, for the pure core, which takes ids synchronously.
+
+    The core calls ``take`` (a new transactional id, a rotation at epoch exhaustion: at most
+    one per request); the runtime calls ``fill`` before each InitProducerId, so the
+    allocator (a local block file, or a block from the database in cluster mode) is only
+    awaited here. Ids skipped by a crash are never reused, as Kafka's blocks.
+    """
+
+    def __init__(self) -> None:
+        self.spare: int | None = None
+
+    def take(self) -> int:
+        pid = self.spare
+        if pid is None:
+            raise LookupError("no producer id was taken ahead")
+        self.spare = None
+        return pid
+
+    async def fill(self, allocate: Callable[[], int | Awaitable[int]]) -> None:
+        if self.spare is None:
+            got = allocate()
+            pid = await got if inspect.isawaitable(got) else got
+            if self.spare is None:
+                self.spare = pid
 
 
 class TxnRuntime:
@@ -62,17 +90,20 @@ class TxnRuntime:
         *,
         log_config: LogConfig,
         markers: MarkerWriter | None,
+        producer_ids: Callable[[], int | Awaitable[int]],
+        spare: ProducerIdSpare,
         clock: Clock = wall_clock_ms,
-        hosted: bool = True,
     ) -> None:
-        """``hosted=False`` (cluster mode): no partition is this node's until ``acquire``."""
+        """``spare`` is the one ``coordinator`` takes producer ids from; ``producer_ids``
+        allocates them."""
         self.coordinator = coordinator
+        self.producer_ids = producer_ids
+        self.spare = spare
         self.logs = logs
         self.flusher = flusher
         self.log_config = log_config
         self.markers = markers
         self.clock = clock
-        self.hosted = hosted
         self.leader_epochs: dict[int, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.loaded = asyncio.Event()
@@ -82,18 +113,33 @@ class TxnRuntime:
     def num_partitions(self) -> int:
         return self.coordinator.config.transaction_state_log_num_partitions
 
-    async def load(self) -> None:
-        """Load every partition this node leads (on one node: all, coordinator epoch 0)."""
-        if self.hosted:
-            for p in range(self.num_partitions):
-                await self.acquire(p, 0)
-        self.loaded.set()
+    def start(self, partitions: Sequence[int], coordinator_epoch: int = 0) -> None:
+        """Serve ``partitions`` (one node: all of them; a worker: its own), loading in the
+        background (their ids answer COORDINATOR_LOAD_IN_PROGRESS meanwhile), and run the
+        sweeps."""
+        for p in partitions:
+            self.coordinator.begin_load(p, coordinator_epoch)
+        self._spawn(self._load(list(partitions), coordinator_epoch))
         self._spawn(self._sweep_timeouts())
         self._spawn(self._sweep_expired())
 
+    async def _load(self, partitions: list[int], coordinator_epoch: int) -> None:
+        try:
+            for p in partitions:
+                await self.acquire(p, coordinator_epoch)
+        finally:
+            self.loaded.set()
+
+    async def load(self) -> None:
+        """``start`` every partition and wait for the load (tests, tools)."""
+        self.start(range(self.num_partitions))
+        await self.loaded.wait()
+
     async def acquire(self, partition: int, coordinator_epoch: int) -> None:
         """This node leads ``partition`` at ``coordinator_epoch``: replay it, re-drive markers."""
-        self.coordinator.begin_load(partition, coordinator_epoch)
+        part = self.coordinator.partitions.get(partition)
+        if part is None or part.coordinator_epoch != coordinator_epoch or not part.loading:
+            self.coordinator.begin_load(partition, coordinator_epoch)
         self.leader_epochs[partition] = coordinator_epoch
         plog = self.logs.get(TRANSACTION_STATE_TOPIC, partition)
         records: list[tuple[bytes, bytes | None]] = []
@@ -147,6 +193,12 @@ class TxnRuntime:
     async def init_producer_id(
         self, txn_id: str, timeout_ms: int, producer_id: int, producer_epoch: int
     ) -> TxnOutcome:
+        try:
+            await self.spare.fill(self.producer_ids)
+        except Exception as exc:  # the block file or the database failed: retriable
+            log.error("allocating a producer id failed: %r", exc)
+            return TxnOutcome(E.COORDINATOR_NOT_AVAILABLE)
+        # No await between the fill and the core's call: the spare is there for it.
         return await self.persist(
             self.coordinator.init_producer_id(
                 txn_id, timeout_ms, producer_id, producer_epoch, self.clock()

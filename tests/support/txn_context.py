@@ -20,7 +20,7 @@ import asyncio
 import itertools
 from collections.abc import Iterable
 
-from coordinator.runtime.txn_runtime import TxnRuntime
+from coordinator.runtime.txn_runtime import ProducerIdSpare, TxnRuntime
 from coordinator.txn.coordinator import (
     TransactionCoordinator,
     TxnConfig,
@@ -146,12 +146,15 @@ async def runtime(
     logs: MemoryLogs, writer: Writer, clock: Clock, flusher: MemoryDurability | None = None
 ) -> TxnRuntime:
     pids = iter(range(5000, 6000))
+    spare = ProducerIdSpare()
     rt = TxnRuntime(
-        TransactionCoordinator(TxnConfig(), lambda: next(pids)),
+        TransactionCoordinator(TxnConfig(), spare.take),
         logs,
         flusher or MemoryDurability(),
         log_config=LogConfig(cleanup_policy="compact"),
         markers=writer,
+        producer_ids=lambda: next(pids),
+        spare=spare,
         clock=clock,
     )
     await rt.load()
