@@ -44,7 +44,7 @@ from protocol.errors import ErrorCode
 from storage.interface import Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
 from storage.record_batch import key_values
 
-__all__ = ["MARKER_RETRY_BACKOFF_MS", "ProducerIdSpare", "TxnRuntime"]
+__all__ = ["MARKER_RETRY_BACKOFF_MS", "InProcessMarkers", "ProducerIdSpare", "TxnRuntime"]
 
 log = logging.getLogger("kgc.txn")
 E = ErrorCode
@@ -52,6 +52,46 @@ Clock = Callable[[], int]
 TopicPartition = tuple[str, int]
 MARKER_RETRY_BACKOFF_MS = 100  # Kafka's marker sender retries at its request backoff
 _COMPLETE_RETRY_MS = 100
+
+
+# One partition's marker write: (topic, partition, producer id, producer epoch,
+# coordinator epoch, commit, transaction version) -> its code.
+WriteMarker = Callable[[str, int, int, int, int, bool, int], Awaitable[ErrorCode]]
+
+
+class InProcessMarkers:
+    """The ``MarkerWriter`` of one node: every partition's marker written in-process (the
+    data plane's per-partition write, which hands ``__consumer_offsets`` partitions to the
+    group runtime), all partitions at once. A write that raises is a storage error, which
+    the sender retries."""
+
+    def __init__(self, write_marker: WriteMarker) -> None:
+        self.write_marker = write_marker
+
+    async def write_markers(self, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
+        results = await asyncio.gather(
+            *(
+                self.write_marker(
+                    topic,
+                    partition,
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    marker.coordinator_epoch,
+                    marker.commit,
+                    marker.transaction_version,
+                )
+                for topic, partition in marker.partitions
+            ),
+            return_exceptions=True,
+        )
+        out: dict[TopicPartition, ErrorCode] = {}
+        for tp, r in zip(marker.partitions, results, strict=True):
+            if isinstance(r, BaseException):
+                log.error("writing the marker of %s failed: %r", tp, r)
+                out[tp] = E.KAFKA_STORAGE_ERROR
+            else:
+                out[tp] = ErrorCode(r)
+        return out
 
 
 class ProducerIdSpare:

@@ -8,7 +8,8 @@ import asyncio
 
 from support.txn_context import Clock, Writer, runtime, settled
 
-from coordinator.runtime.txn_runtime import TxnRuntime
+from coordinator.runtime.txn_runtime import InProcessMarkers, TxnRuntime
+from coordinator.txn.markers import TxnMarker
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from coordinator.txn.state import TransactionState
 from protocol.errors import ErrorCode
@@ -124,3 +125,19 @@ async def test_failed_fsync_answers_not_coordinator_and_changes_nothing() -> Non
     flusher.failing = None
     assert (await rt.add_partitions("t", 5000, 0, [TP])).error is E.NO_ERROR
     await rt.stop()
+
+
+async def test_in_process_markers_write_every_partition_and_a_raise_is_retriable() -> None:
+    calls: list[tuple[str, int, int, int, int, bool, int]] = []
+
+    async def write(
+        topic: str, partition: int, pid: int, epoch: int, coord: int, commit: bool, tv: int
+    ) -> ErrorCode:
+        calls.append((topic, partition, pid, epoch, coord, commit, tv))
+        if partition == 3:
+            raise OSError("disk")
+        return E.NO_ERROR
+
+    got = await InProcessMarkers(write).write_markers(TxnMarker(7, 2, 5, True, (TP, TP2)))
+    assert got == {TP: E.NO_ERROR, TP2: E.KAFKA_STORAGE_ERROR}
+    assert sorted(calls) == [("bar", 3, 7, 2, 5, True, 0), ("foo", 0, 7, 2, 5, True, 0)]
