@@ -16,7 +16,7 @@ serve the versions Kafka 4 dropped (KIP-896) from Kafka 3.9's first one, so clie
 before Kafka 0.11 work.
 
 The families: ``groups.py`` (the group coordinator's 13 APIs), ``data.py`` (Produce, Fetch,
-ListOffsets, InitProducerId), ``topics.py`` (Metadata, Create/DeleteTopics),
+ListOffsets, InitProducerId, WriteTxnMarkers, DescribeProducers), ``topics.py`` (Metadata, Create/DeleteTopics),
 ``cluster.py`` (ApiVersions, FindCoordinator, SASL), ``partitions.py`` (CreatePartitions,
 DeleteRecords, DescribeCluster, DescribeLogDirs), ``configs.py``, ``acls.py``,
 ``scram.py``; ``authorize.py`` holds what their checks share.
@@ -51,6 +51,7 @@ from protocol.messages import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     describe_user_scram_credentials,
     fetch,
     find_coordinator,
@@ -71,6 +72,7 @@ from protocol.messages import (
     sasl_handshake,
     sync_group,
     txn_offset_commit,
+    write_txn_markers,
 )
 
 __all__ = [
@@ -206,6 +208,18 @@ API_TABLE: dict[int, Api] = {
         lambda p: need(p.data, "data").init_producer_id,
         checked(data.authorize_init_producer_id),
         ("WRITE TRANSACTIONAL_ID", "IDEMPOTENT_WRITE CLUSTER", "WRITE TOPIC"),
+    ),
+    write_txn_markers.API_KEY: Api(
+        (1, 2),
+        lambda p: need(p.data, "data").txn.write_txn_markers,
+        checked(data.authorize_write_txn_markers),
+        ("ALTER CLUSTER", "CLUSTER_ACTION CLUSTER"),
+    ),
+    describe_producers.API_KEY: Api(
+        (0, 0),
+        lambda p: need(p.data, "data").txn.describe_producers,
+        checked(data.authorize_describe_producers),
+        ("READ TOPIC",),
     ),
     txn_offset_commit.API_KEY: Api(
         (0, 5),

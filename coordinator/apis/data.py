@@ -1,10 +1,13 @@
-"""The data plane's APIs: Produce, Fetch, ListOffsets, InitProducerId, and their authorization.
+"""The data plane's APIs: Produce, Fetch, ListOffsets, InitProducerId, WriteTxnMarkers and
+DescribeProducers, and their authorization.
 
-How this works: the handlers are the data plane's own (``DataPlane.produce``...), called
-directly; with an authorizer each is bound to its check below, as KafkaApis checks it:
-WRITE on each topic (and on the transactional id) for Produce, READ on each topic for
-Fetch, DESCRIBE on each topic for ListOffsets, WRITE on the transactional id or
-IDEMPOTENT_WRITE on the cluster for InitProducerId. Refused topics are answered with
+How this works: the handlers are the data plane's own (``DataPlane.produce``...,
+``DataPlane.txn.write_txn_markers``...), called directly; with an authorizer each is bound
+to its check below, as KafkaApis checks it: WRITE on each topic (and on the transactional
+id) for Produce, READ on each topic for Fetch, DESCRIBE on each topic for ListOffsets,
+WRITE on the transactional id or IDEMPOTENT_WRITE on the cluster for InitProducerId, ALTER
+or else CLUSTER_ACTION on the cluster for WriteTxnMarkers (a refusal fails every partition
+with CLUSTER_AUTHORIZATION_FAILED), READ on each topic for DescribeProducers. Refused topics are answered with
 TOPIC_AUTHORIZATION_FAILED per partition beside the data plane's answer for the rest.
 """
 
@@ -18,7 +21,14 @@ from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import fetch, init_producer_id, list_offsets, produce
+from protocol.messages import (
+    describe_producers,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    produce,
+    write_txn_markers,
+)
 
 _O = AclOperation
 _R = ResourceType
@@ -113,3 +123,53 @@ def authorize_init_producer_id(
     ):
         return init_producer_id.Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     return handler(header, req, client)
+
+
+def authorize_write_txn_markers(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    if a.quietly(client, _O.ALTER, _R.CLUSTER, CLUSTER) or a.allowed(
+        client, _O.CLUSTER_ACTION, _R.CLUSTER, CLUSTER
+    ):
+        return handler(header, req, client)
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return write_txn_markers.Response(
+        markers=[
+            write_txn_markers.WritableTxnMarkerResult(
+                producer_id=m.producer_id,
+                topics=[
+                    write_txn_markers.WritableTxnMarkerTopicResult(
+                        name=t.name,
+                        partitions=[
+                            write_txn_markers.WritableTxnMarkerPartitionResult(
+                                partition_index=p, error_code=code
+                            )
+                            for p in t.partition_indexes
+                        ],
+                    )
+                    for t in m.topics
+                ],
+            )
+            for m in req.markers
+        ]
+    )
+
+
+def authorize_describe_producers(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    def refuse(t: Any) -> describe_producers.TopicResponse:
+        return describe_producers.TopicResponse(
+            name=t.name,
+            partitions=[
+                describe_producers.PartitionResponse(
+                    partition_index=p,
+                    error_code=_TOPIC_DENIED,
+                    error_message="Topic authorization failed.",
+                )
+                for p in t.partition_indexes
+            ],
+        )
+
+    merge = append_topics(describe_producers.Response)
+    return a.split_topics(handler, header, req, client, _O.READ, merge, refuse)

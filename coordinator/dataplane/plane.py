@@ -4,31 +4,33 @@ How this works
 --------------
 Every partition of every catalog topic is a ``PartitionLog`` owned by the shared
 ``LogManager`` (``<data_dir>/<topic>-<n>/``); this node is the leader of all of them with
-leader epoch 0, and the high watermark, last stable offset and log end offset coincide (one
-replica, no transactions).
+leader epoch 0, and the high watermark and log end offset coincide (one replica); the last
+stable offset stops at the first open transaction (``transactions``).
 
 * **Produce** (v3+): each partition's payload must be exactly one valid magic-2 batch
   (``reads.validate_produced``); idempotent batches go through the partition's producer table
-  (``producers``), which may answer a retry with the original offsets. The batch is stored as
+  (``producers``), which may answer a retry with the original offsets; a transactional batch
+  that opens a transaction is first verified with the transaction coordinator (``txnlog``). The batch is stored as
   sent, compressed or not: only its base offset is patched (and, for topics with
   message.timestamp.type=LogAppendTime, its max timestamp, attribute bit and CRC). With acks=0
   nothing is answered (a failed one closes the connection, as Kafka does); with acks=1/-1
   the answer waits for ``Flusher.wait_durable`` under the configured flush policy (group
   commit for "batch"). An append wakes long-polling fetches of
   that partition.
-* **Fetch** (v4+; by topic id from v13): sessionless. A request opening a session (epoch 0)
+* **Fetch** (v4+; by topic id from v13): sessionless; read_committed stops at the last
+  stable offset and lists the aborted transactions it returns. A request opening a session (epoch 0)
   gets session id 0, the answer of a broker whose session cache is full, so clients keep
   sending full fetches; an incremental request (epoch > 0) gets FETCH_SESSION_ID_NOT_FOUND.
   Byte limits follow ``reads.ReadBudget``. When fewer than min_bytes are available the
   request parks on one future registered with each partition it reads (woken by appends,
   topic deletion and shutdown) until max_wait_ms passes; there is no polling.
-* **ListOffsets** (v1+): earliest/earliest-local = log start, latest = log end, max
+* **ListOffsets** (v1+): earliest/earliest-local = log start, latest = the high watermark
+  (the last stable offset for read_committed), max
   timestamp = the first record carrying the largest timestamp, a timestamp = the first record
   at or after it (the segments' time indexes), latest-tiered = none (-1).
 * **InitProducerId**: non-transactional producers get a fresh producer id with epoch 0 (as
   Kafka, whatever id/epoch they present); a transactional id gets COORDINATOR_NOT_AVAILABLE,
-  matching FindCoordinator's answer for transaction coordinators. Transactional batches are
-  refused (no transaction coordinator could have admitted them).
+  matching FindCoordinator's answer for transaction coordinators.
 * **Maintenance**: one task rolls idle segments (segment.ms), applies retention.ms /
   retention.bytes (whole segments; the log start offset advances) and forgets producers with
   nothing left in the log or idle for producer.id.expiration.ms. Compaction of
@@ -40,7 +42,7 @@ their magic 0/1 message sets are stored as v2 batches and read back down-convert
 ``__consumer_offsets`` is read-only here (``offsets_topic``): Fetch and ListOffsets read the
 offsets log where the group runtime keeps it, Produce is refused (INVALID_TOPIC_EXCEPTION).
 
-Producer state is rebuilt at start-up from the batch headers of each log's tail.
+Producer state (sequences and transactions) is rebuilt when a log opens by replaying it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from coordinator.dataplane.producers import (
     ClusterProducerIds,
     PartitionProducers,
     ProducerIdAllocator,
+    rebuild_producers,
 )
 from coordinator.dataplane.reads import (
     FetchPlan,
@@ -76,6 +79,7 @@ from coordinator.dataplane.reads import (
     offset_for,
     validate_produced,
 )
+from coordinator.dataplane.txnlog import TxnLog, Verification
 from coordinator.server.handler import (
     CLOSE_CONNECTION,
     NO_RESPONSE,
@@ -127,7 +131,6 @@ READ_COMMITTED = 1
 LEADER_EPOCH = 0
 FETCH_TOPIC_ID_VERSION = 13
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
-PRODUCER_STATE_SCAN_BYTES = 128 << 20  # log tail replayed per partition at start-up
 PRODUCER_ID_FILE = "producer-id-block"
 
 
@@ -174,7 +177,8 @@ class DataPlane:
         self.leader_epochs: dict[PartitionLog, int] = {}
         self.offsets_topic = offsets_topic
         if offsets_topic is not None:
-            offsets_topic.watch(self._wake)  # its commits wake long polls
+            offsets_topic.watch(self.wake)  # its commits wake long polls
+        self.txn = TxnLog(self)  # transactions: verification, markers
         self.open()
 
     # ------------------------------------------------------------ topics and logs
@@ -213,7 +217,7 @@ class DataPlane:
             if plog is None:
                 continue
             self.producers.pop(plog, None)
-            self._wake(plog)
+            self.wake(plog)
         self.append_time_topics.discard(info.name)
         self.logs.delete_topic(info.name, info.topic_id)
 
@@ -243,7 +247,7 @@ class DataPlane:
         )
         return None if info is None or info.is_internal else info
 
-    def _leader_epoch(self, plog: PartitionLog) -> int:
+    def leader_epoch_of(self, plog: PartitionLog) -> int:
         epoch = self.leader_epochs.get(plog)
         if epoch is None and self.offsets_topic is not None:
             return self.offsets_topic.leader_epoch(plog)  # 0 unless journaled under a lease
@@ -283,21 +287,10 @@ class DataPlane:
         self.producers.pop(plog, None)
         self.producer_generations.pop(plog, None)
         self.leader_epochs.pop(plog, None)
-        self._wake(plog)
+        self.wake(plog)
 
     def _rebuild_producers(self, plog: PartitionLog) -> PartitionProducers:
-        table = PartitionProducers()
-        now = self.clock()
-        try:
-            for h in plog.recent_batch_headers(PRODUCER_STATE_SCAN_BYTES):
-                if h.producer_id >= 0 and not h.is_control:
-                    table.record_header(h, now)
-                    self.producer_ids.ensure_above(h.producer_id)
-        except Exception:
-            log.exception(
-                "rebuilding producer state of %s failed; continuing without it", plog.dir.name
-            )
-        return table
+        return rebuild_producers(plog, self.clock(), self.producer_ids.ensure_above)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -309,7 +302,7 @@ class DataPlane:
         """Answer parked fetches now and stop parking new ones."""
         self.stopping = True
         for plog in list(self.waiters):
-            self._wake(plog)
+            self.wake(plog)
 
     async def stop(self) -> None:
         self.begin_shutdown()
@@ -325,10 +318,7 @@ class DataPlane:
     def produce(
         self, header: RequestHeader, req: ProduceRequest, client: ClientInfo
     ) -> HandlerResult:
-        version = header.api_version
-        acks = req.acks
-        now = self.clock()
-        transactional = version >= 3 and any(  # v0-2 carry message sets, no transactions
+        transactional = header.api_version >= 3 and any(  # v0-2 carry no transactions
             first_batch_attributes(p.records) & ATTR_TRANSACTIONAL
             for t in req.topic_data
             for p in t.partition_data
@@ -336,8 +326,28 @@ class DataPlane:
         request_error = ErrorCode.NO_ERROR
         if transactional and req.transactional_id is None:
             request_error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        elif acks not in (0, 1, -1):
+        elif req.acks not in (0, 1, -1):
             request_error = ErrorCode.INVALID_REQUIRED_ACKS
+        elif transactional:
+            # Batches that would open a transaction are first verified (txnlog.TxnLog).
+            started = self.txn.start(req)
+            if isinstance(started, Verification):
+                return Deferred.task(self.txn.produce_verified(header, req, client, started))
+            if started is not None:
+                request_error = started
+        return self.produce_checked(header, req, client, request_error, None)
+
+    def produce_checked(
+        self,
+        header: RequestHeader,
+        req: ProduceRequest,
+        client: ClientInfo,
+        request_error: int,
+        checked: Verification | None,
+    ) -> HandlerResult:
+        version = header.api_version
+        acks = req.acks
+        now = self.clock()
         responses: list[TopicProduceResponse] = []
         waits: list[tuple[PartitionProduceResponse, PartitionLog, int, int]] = []
         for t in req.topic_data:
@@ -377,12 +387,12 @@ class DataPlane:
                     if records is None:
                         continue  # refused, or no complete message (nothing to append)
                 generation = plog.cut_backs
-                durable_at = self._append(plog, t.name, records, version, now, pr)
+                durable_at = self._append(plog, t.name, records, version, now, pr, checked)
                 if durable_at is None:
                     continue
                 if acks != 0:
                     waits.append((pr, plog, durable_at, generation))
-                elif self._needs_flush_wait(plog, durable_at):
+                elif self.needs_flush_wait(plog, durable_at):
                     # Nobody waits, but fetches only see durable records: get them flushed.
                     self._watch_durability(plog, durable_at, generation)
         if acks == 0:
@@ -395,7 +405,7 @@ class DataPlane:
                 return CLOSE_CONNECTION
             return NO_RESPONSE
         resp = ProduceResponse(responses=responses, throttle_time_ms=0)
-        waits = [w for w in waits if self._needs_flush_wait(w[1], w[2])]
+        waits = [w for w in waits if self.needs_flush_wait(w[1], w[2])]
         if not waits:
             return resp
         return Deferred.task(self._await_durable(resp, waits))
@@ -404,7 +414,7 @@ class DataPlane:
         async def watch() -> None:
             with contextlib.suppress(Exception):  # a failure was logged by the flusher
                 await self.flusher.wait_durable(plog, offset, generation=generation)
-            self._wake(plog)
+            self.wake(plog)
 
         task = asyncio.get_running_loop().create_task(watch())
         self.durability_watches.add(task)
@@ -418,6 +428,7 @@ class DataPlane:
         version: int,
         now: int,
         pr: PartitionProduceResponse,
+        checked: Verification | None = None,
     ) -> int | None:
         """Validate and append one partition's batch, filling ``pr``; the offset to make durable."""
         if plog.damaged is not None:
@@ -452,21 +463,18 @@ class DataPlane:
                 pr.error_message = "One or more records have been rejected due to invalid timestamp"
                 pr.log_start_offset = plog.log_start_offset
                 return None
-        if h.is_transactional:
-            pr.error_code = ErrorCode.INVALID_TXN_STATE
-            pr.error_message = (
-                "kgc has no transaction coordinator; transactional produce is not supported"
-            )
-            return None
-        table = self.producers.get(plog)
-        if table is None:
-            table = self.producers[plog] = PartitionProducers()
-        if self.producer_generations.get(plog, 0) != plog.cut_backs:
-            # The log was cut back after a failed fsync: sequences recorded for the batches
-            # cut would answer their retries as duplicates of offsets that no longer hold them.
-            table = self.producers[plog] = self._rebuild_producers(plog)
-            self.producer_generations[plog] = plog.cut_backs
+        table = self.table_for(plog)
         verdict = table.check_header(h)
+        if (
+            h.is_transactional
+            and verdict.duplicate is None
+            and verdict.error != ErrorCode.INVALID_PRODUCER_EPOCH
+        ):
+            txn_refused = self.txn.admit(table, (topic, pr.index), h, checked, version)
+            if txn_refused is not None:
+                pr.error_code, pr.error_message = txn_refused
+                pr.log_start_offset = plog.log_start_offset
+                return None
         if verdict.error:
             pr.error_code, pr.error_message = verdict.error, verdict.message
             pr.log_start_offset = plog.log_start_offset  # Kafka checks in the log's append
@@ -478,7 +486,7 @@ class DataPlane:
         append_time = topic in self.append_time_topics
         data = stamp_log_append_time(records, now) if append_time else records
         try:
-            base, last = plog.append(data, self._leader_epoch(plog))
+            base, last = plog.append(data, self.leader_epoch_of(plog))
         except RecordTooLargeError as e:
             pr.error_code, pr.error_message = ErrorCode.MESSAGE_SIZE_TOO_LARGE, str(e)
             return None
@@ -491,15 +499,25 @@ class DataPlane:
             log.error("append to %s failed: %r", plog.dir.name, e)
             pr.error_code, pr.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
             return None
-        table.record(h.producer_id, h.producer_epoch, h.base_sequence, base, last, now)
+        table.record_appended(h, base, last, now)
         pr.base_offset, pr.log_start_offset = base, plog.log_start_offset
         if append_time:
             pr.log_append_time_ms = now
         if plog.config.flush_policy != "batch":
-            self._wake(plog)  # visible at once; batch-policy fetches wake once it is durable
+            self.wake(plog)  # visible at once; batch-policy fetches wake once it is durable
         return last
 
-    def _needs_flush_wait(self, plog: PartitionLog, offset: int) -> bool:
+    def table_for(self, plog: PartitionLog) -> PartitionProducers:
+        """The partition's producer state, rebuilt after a cut-back of its log."""
+        table = self.producers.get(plog)
+        if table is None:
+            table = self.producers[plog] = PartitionProducers()
+        if self.producer_generations.get(plog, 0) != plog.cut_backs:
+            table = self.producers[plog] = self._rebuild_producers(plog)
+            self.producer_generations[plog] = plog.cut_backs
+        return table
+
+    def needs_flush_wait(self, plog: PartitionLog, offset: int) -> bool:
         cfg = plog.config
         if cfg.flush_policy == "batch":
             return plog.recovery_point <= offset
@@ -538,7 +556,7 @@ class DataPlane:
             )
         for (pr, plog, _, _), res in zip(waits, results, strict=True):
             if res is None:
-                self._wake(plog)  # durable now: visible to fetches
+                self.wake(plog)  # durable now: visible to fetches
             if isinstance(res, BaseException):
                 if isinstance(res, NotOwnerError):
                     # Another node took the partition over before this write committed:
@@ -606,13 +624,17 @@ class DataPlane:
                     )
                 elif (plog := self._log(info, fp.partition)) is None:
                     pd.error_code = self._absent(info, fp.partition)
-                elif fp.current_leader_epoch > self._leader_epoch(plog):
+                elif fp.current_leader_epoch > self.leader_epoch_of(plog):
                     pd.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                     plog = None
                 if plog is None:
                     # Kafka answers these from the schema's defaults: an empty list.
                     pd.aborted_transactions = []
-                plan.targets.append(FetchTarget(pd, plog, fp.fetch_offset, fp.partition_max_bytes))
+                plan.targets.append(
+                    FetchTarget(
+                        pd, plog, fp.fetch_offset, fp.partition_max_bytes, self.txn.txns_of(plog)
+                    )
+                )
         return plan
 
     async def _long_poll(
@@ -646,7 +668,7 @@ class DataPlane:
         fill(plan)
         return resp
 
-    def _wake(self, plog: PartitionLog) -> None:
+    def wake(self, plog: PartitionLog) -> None:
         ws = self.waiters.pop(plog, None)
         if ws:
             for fut in ws:
@@ -680,16 +702,17 @@ class DataPlane:
                         self.clock(),
                         from_consumer=req.replica_id == -1,
                     )
-                elif p.current_leader_epoch > self._leader_epoch(plog):
+                elif p.current_leader_epoch > self.leader_epoch_of(plog):
                     r.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                 else:
+                    end = self.txn.fetchable_end(plog, req.isolation_level)
                     try:
-                        r.timestamp, r.offset = offset_for(plog, p.timestamp)
+                        r.timestamp, r.offset = offset_for(plog, p.timestamp, end)
                     except OSError as e:
                         log.error("offset lookup in %s failed: %r", plog.dir.name, e)
                         r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                         continue
-                    epoch = self._leader_epoch(plog)
+                    epoch = self.leader_epoch_of(plog)
                     r.leader_epoch = epoch if r.offset >= 0 else -1
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 

@@ -13,24 +13,37 @@ ProducerStateManager does:
   the last one (wrapping at 2^31-1); otherwise OUT_OF_ORDER_SEQUENCE_NUMBER. A producer the
   partition does not know (new, or its state expired) may start at any sequence.
 
-``record`` updates the table once the batch is in the log. The tables are rebuilt at start-up
-by replaying batch headers from the log tail (``record`` in log order, no checks), and
-producers are forgotten when retention removes everything they wrote or they have been idle
-for producer.id.expiration.ms. ``ProducerIdAllocator`` hands out producer ids from blocks
+Transactions (``transactions.PartitionTxns``, ``txns``): a producer with an open
+transaction here may only write transactional batches (INVALID_TXN_STATE otherwise); its
+first transactional batch opens the transaction; an end-transaction marker (``check_marker``
+/ ``record_marker``) is fenced by the producer epoch (INVALID_PRODUCER_EPOCH) and the
+coordinator epoch (TRANSACTION_COORDINATOR_FENCED), closes the transaction and takes the
+marker's epochs, as Kafka's ProducerAppendInfo.appendEndTxnMarker.
+
+``record`` updates the table once the batch is in the log. The tables are rebuilt when a
+log opens by replaying it from its start (``replay``: batch headers, and the marker of each
+control batch; no checks), and producers are forgotten when retention removes everything
+they wrote or they have been idle for producer.id.expiration.ms, unless a transaction of
+theirs is still open here. ``ProducerIdAllocator`` hands out producer ids from blocks
 whose end is persisted before use, so an id is never reused across restarts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.dataplane.transactions import PartitionTxns, parse_marker
 from protocol.errors import ErrorCode
 from storage.files import read_checkpoint, write_checkpoint
+from storage.interface import PartitionLog
 from storage.record_batch import BatchHeader
+
+log = logging.getLogger("kgc.data")
 
 INT32_MAX = 2**31 - 1
 NO_EPOCH = -1
@@ -64,6 +77,10 @@ class ProducerEntry:
     epoch: int = NO_EPOCH
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
     last_append_ms: int = 0
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1  # first offset of its open transaction here, or -1
+    last_timestamp: int = -1  # of its last batch or marker (DescribeProducers)
+    last_marker_offset: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -99,12 +116,18 @@ class PartitionProducers:
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
+        self.txns = PartitionTxns()
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def check(
-        self, producer_id: int, epoch: int, base_sequence: int, last_offset_delta: int
+        self,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        last_offset_delta: int,
+        transactional: bool = False,
     ) -> Verdict:
         if producer_id < 0:
             return OK
@@ -128,17 +151,95 @@ class PartitionProducers:
                     f"Invalid sequence number for new epoch of producer {producer_id}: {epoch} (request epoch), "
                     f"{first_seq} (seq. number), {entry.epoch} (current producer epoch)",
                 )
-            return OK
+            return self._check_txn(entry, transactional)
         if entry.epoch != NO_EPOCH and not in_sequence(entry.last_seq, first_seq):
             return Verdict(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"Out of order sequence number for producer {producer_id}: {first_seq} (incoming seq. number), "
                 f"{entry.last_seq} (current end sequence number)",
             )
+        return self._check_txn(entry, transactional)
+
+    @staticmethod
+    def _check_txn(entry: ProducerEntry, transactional: bool) -> Verdict:
+        if entry.current_txn_first_offset >= 0 and not transactional:
+            return Verdict(
+                ErrorCode.INVALID_TXN_STATE,
+                f"Expected transactional write from producer {entry.producer_id}",
+            )
         return OK
 
     def check_header(self, h: BatchHeader) -> Verdict:
-        return self.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta)
+        return self.check(
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.last_offset_delta,
+            h.is_transactional,
+        )
+
+    def in_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Whether the producer has a transaction open here at exactly ``epoch``."""
+        entry = self.entries.get(producer_id)
+        return entry is not None and entry.epoch == epoch and entry.current_txn_first_offset >= 0
+
+    def epoch_of(self, producer_id: int) -> int:
+        entry = self.entries.get(producer_id)
+        return NO_EPOCH if entry is None else entry.epoch
+
+    def check_marker(
+        self, producer_id: int, epoch: int, coordinator_epoch: int, transaction_version: int = 0
+    ) -> Verdict:
+        """Kafka's appendEndTxnMarker checks: an older epoch is refused; under TV2 (whose
+        markers carry the bumped epoch) an equal one too, unless no transaction is open
+        (a retried marker); then a newer coordinator epoch than the marker's fences it."""
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            return OK
+        stale = (
+            epoch < entry.epoch
+            if transaction_version < 2
+            else epoch < entry.epoch
+            or (epoch == entry.epoch and entry.current_txn_first_offset >= 0)
+        )
+        if stale:
+            return Verdict(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"Epoch of producer {producer_id} is {epoch}, which is smaller than the last seen epoch {entry.epoch}",
+            )
+        if entry.coordinator_epoch > coordinator_epoch:
+            return Verdict(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"Invalid coordinator epoch for producerId {producer_id}: {coordinator_epoch} "
+                f"(zombie), {entry.coordinator_epoch} (current)",
+            )
+        return OK
+
+    def record_marker(
+        self,
+        producer_id: int,
+        epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        offset: int,
+        timestamp: int,
+        now_ms: int,
+    ) -> None:
+        """Note a COMMIT/ABORT marker now in the log at ``offset``."""
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            entry = self.entries[producer_id] = ProducerEntry(producer_id)
+        if entry.current_txn_first_offset >= 0:
+            self.txns.complete(producer_id, entry.current_txn_first_offset, offset, not commit)
+        if epoch != entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = -1
+        entry.last_timestamp = timestamp
+        entry.last_marker_offset = offset
+        entry.last_append_ms = now_ms
+        self.txns.verifying.pop(producer_id, None)
 
     def record(
         self,
@@ -148,6 +249,8 @@ class PartitionProducers:
         first_offset: int,
         last_offset: int,
         now_ms: int,
+        transactional: bool = False,
+        timestamp: int = -1,
     ) -> None:
         """Note a batch now in the log (after ``check`` passed, or while replaying the log)."""
         if producer_id < 0:
@@ -163,22 +266,91 @@ class PartitionProducers:
             BatchMeta(base_sequence, last_sequence(base_sequence, delta), first_offset, last_offset)
         )
         entry.last_append_ms = now_ms
+        entry.last_timestamp = timestamp
+        if transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self.txns.begin(producer_id, first_offset)
 
     def record_header(self, h: BatchHeader, now_ms: int) -> None:
         self.record(
-            h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.last_offset, now_ms
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.base_offset,
+            h.last_offset,
+            now_ms,
+            h.is_transactional,
+            h.max_timestamp,
         )
 
+    def record_appended(self, h: BatchHeader, base: int, last: int, now_ms: int) -> None:
+        """Note a produced batch (header ``h``) just stored at ``base``..``last``."""
+        self.record(
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            base,
+            last,
+            now_ms,
+            h.is_transactional,
+            h.max_timestamp,
+        )
+
+    def replay(self, h: BatchHeader, batch: bytes, now_ms: int) -> None:
+        """Rebuild from one batch of the log, in log order (no checks, as Kafka's recovery)."""
+        if h.producer_id < 0:
+            return
+        if not h.is_control:
+            self.record_header(h, now_ms)
+            return
+        marker = parse_marker(batch)
+        if marker is not None:
+            self.record_marker(
+                h.producer_id,
+                h.producer_epoch,
+                marker.coordinator_epoch,
+                marker.commit,
+                h.base_offset,
+                h.max_timestamp,
+                now_ms,
+            )
+
     def prune(self, log_start_offset: int, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers with nothing left in the log or idle too long; returns how many."""
+        """Forget producers with nothing left in the log or idle too long, unless a
+        transaction of theirs is open here; returns how many."""
         doomed = [
             pid
             for pid, e in self.entries.items()
-            if e.last_offset < log_start_offset or now_ms - e.last_append_ms > expiration_ms
+            if e.current_txn_first_offset < 0
+            and (
+                max(e.last_offset, e.last_marker_offset) < log_start_offset
+                or now_ms - e.last_append_ms > expiration_ms
+            )
         ]
         for pid in doomed:
             del self.entries[pid]
+            self.txns.verifying.pop(pid, None)
+        self.txns.forget_before(log_start_offset)
         return len(doomed)
+
+
+def rebuild_producers(
+    plog: PartitionLog, now_ms: int, note_producer_id: Callable[[int], None]
+) -> PartitionProducers:
+    """Producer state from the whole log: sequences, open transactions and the aborted
+    index (a transaction's first batch, or an aborted one still readable, may lie anywhere
+    before the tail). A failure is logged and leaves what was read so far."""
+    table = PartitionProducers()
+    try:
+        for h, batch in plog.iter_batches(plog.log_start_offset):
+            if h.producer_id >= 0:
+                table.replay(h, batch, now_ms)
+                note_producer_id(h.producer_id)
+    except Exception:
+        log.exception(
+            "rebuilding producer state of %s failed; continuing without it", plog.dir.name
+        )
+    return table
 
 
 class ProducerIdAllocator:

@@ -8,9 +8,11 @@ data may return one whole batch larger than its limit (so a consumer can always 
 progress), every later one only whole batches that fit. The log hands back whole batches,
 never a torn one, so "does not fit" means "nothing from this partition this time".
 
-``fill`` reads every partition of a Fetch (``FetchPlan``) up to its ``high_watermark``, each
-partition's error set as Kafka answers it (out of range, damaged, unreadable); a long-polling
-Fetch calls it again on every wake-up. ``offset_for`` answers a ListOffsets query from a log. ``validate_produced`` is the per-partition check a Produce v3+ payload must pass before it is
+``fill`` reads every partition of a Fetch (``FetchPlan``) up to its ``high_watermark``
+(read_uncommitted) or its last stable offset (read_committed, with the aborted transactions
+overlapping what it returns: Kafka's UnifiedLog.read with TXN_COMMITTED; aborted and control
+batches are returned, clients drop them), each partition's error set as Kafka answers it (out
+of range, damaged, unreadable); a long-polling Fetch calls it again on every wake-up. ``offset_for`` answers a ListOffsets query from a log. ``validate_produced`` is the per-partition check a Produce v3+ payload must pass before it is
 appended: exactly one magic-2 batch, base offset 0, CRC, size, record count, no control
 batch. It returns the parsed header or the Kafka error code with Kafka's message.
 """
@@ -23,20 +25,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coordinator.dataplane import legacy
+from coordinator.dataplane.transactions import PartitionTxns
 from protocol.errors import ErrorCode
-from protocol.messages.fetch import FetchableTopicResponse, FetchRequest, PartitionData
+from protocol.messages.fetch import (
+    AbortedTransaction,
+    FetchableTopicResponse,
+    FetchRequest,
+    PartitionData,
+)
 from storage.interface import CorruptLogError, PartitionLog
 from storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     CorruptBatchError,
+    iter_batches,
     parse_header,
     verify_crc,
 )
 
 _LENGTH = struct.Struct(">i")
 ZSTD = 4
+READ_COMMITTED = 1
 
 log = logging.getLogger("kgc.data")
 
@@ -161,8 +171,37 @@ def high_watermark(plog: PartitionLog) -> int:
     return plog.log_end_offset
 
 
+def last_stable_offset(plog: PartitionLog, txns: PartitionTxns | None) -> int:
+    """Kafka's UnifiedLog.lastStableOffset: the first unstable offset when it is below the
+    high watermark, else the high watermark."""
+    hw = high_watermark(plog)
+    return hw if txns is None else txns.last_stable_offset(hw, plog.log_start_offset)
+
+
 def _reader(plog: PartitionLog, offset: int, high_watermark: int) -> Callable[[int], bytes]:
     return lambda limit: plog.read(offset, limit, max_offset=high_watermark)
+
+
+def _next_offset(data: bytes, default: int) -> int:
+    """The offset after the last whole batch of ``data``."""
+    end = default
+    for h, _start, _end in iter_batches(data):
+        end = h.next_offset
+    return end
+
+
+def aborted_transactions(
+    txns: PartitionTxns | None, fetch_offset: int, data: bytes
+) -> list[AbortedTransaction]:
+    """The aborted transactions a read_committed consumer needs for ``data`` read from
+    ``fetch_offset``: those overlapping [fetch_offset, the offset after the data)."""
+    if txns is None or not data or not txns.aborted:
+        return []
+    upper = _next_offset(data, fetch_offset)
+    return [
+        AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+        for a in txns.aborted_between(fetch_offset, upper)
+    ]
 
 
 @dataclass(slots=True)
@@ -173,6 +212,7 @@ class FetchTarget:
     log: PartitionLog | None
     fetch_offset: int = 0
     max_bytes: int = 0
+    txns: Callable[[], PartitionTxns | None] = lambda: None
 
 
 @dataclass(slots=True)
@@ -188,6 +228,7 @@ class FetchPlan:
 def fill(plan: FetchPlan) -> tuple[int, bool]:
     """(Re)read every partition of the plan; returns (bytes returned, any partition error)."""
     budget = ReadBudget(plan.req.max_bytes)
+    committed = plan.version >= 4 and plan.req.isolation_level == READ_COMMITTED
     total = 0
     errored = False
     for t in plan.targets:
@@ -215,16 +256,21 @@ def fill(plan: FetchPlan) -> tuple[int, bool]:
             errored = True
             continue
         hw = high_watermark(plog)
+        txns = t.txns()
+        lso = hw if txns is None else txns.last_stable_offset(hw, start)
         pd.error_code = ErrorCode.NO_ERROR
-        pd.high_watermark = pd.last_stable_offset = hw
+        pd.high_watermark, pd.last_stable_offset = hw, lso
         pd.log_start_offset = start
-        if offset >= hw:
+        limit = lso if committed else hw
+        if offset >= limit:
             pd.records = b""
+            if committed:
+                pd.aborted_transactions = []
             continue
         try:
             # Every batch is CRC-checked on its way out (PartitionLog.read): a corrupt
             # one marks the partition damaged and is never served.
-            data = budget.read(t.max_bytes, _reader(plog, offset, hw))
+            data = budget.read(t.max_bytes, _reader(plog, offset, limit))
         except OSError as e:
             if not isinstance(e, CorruptLogError):  # that one was logged with its file
                 log.error("read from %s failed: %r", plog.dir.name, e)
@@ -242,6 +288,8 @@ def fill(plan: FetchPlan) -> tuple[int, bool]:
                 errored = True
                 continue
         pd.records = data
+        if committed:
+            pd.aborted_transactions = aborted_transactions(txns, offset, data)
         total += len(data)
     if plan.version <= 5:
         # Kafka's maybeDownConvertStorageError: Fetch v5 and older clients may not know
@@ -252,16 +300,17 @@ def fill(plan: FetchPlan) -> tuple[int, bool]:
     return total, errored
 
 
-def offset_for(plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+def offset_for(plog: PartitionLog, timestamp: int, end: int | None = None) -> tuple[int, int]:
     """(timestamp, offset) answering a ListOffsets query; (-1, -1) when there is none.
 
-    Like Kafka (READ_UNCOMMITTED), answers stop at the high watermark: "latest" is the
-    high watermark and a timestamp lookup that lands at or past it finds nothing, so no
+    Like Kafka, answers stop at the last fetchable offset ``end``: the high watermark
+    (read_uncommitted, the default) or the last stable offset (read_committed). "latest" is
+    that offset, and a timestamp lookup that lands at or past it finds nothing, so no
     consumer is pointed at records Fetch does not serve yet.
     """
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return -1, plog.log_start_offset
-    hw = high_watermark(plog)
+    hw = high_watermark(plog) if end is None else end
     if timestamp == LATEST_TIMESTAMP:
         return -1, hw
     if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
