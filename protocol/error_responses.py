@@ -37,6 +37,7 @@ from protocol.messages import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     describe_user_scram_credentials,
     fetch,
     find_coordinator,
@@ -57,6 +58,7 @@ from protocol.messages import (
     sasl_handshake,
     sync_group,
     txn_offset_commit,
+    write_txn_markers,
 )
 
 __all__ = ["COORDINATOR_KEYS", "ERROR_RESPONSES", "ErrorShape", "error_response"]
@@ -366,6 +368,44 @@ def _alter_user_scram_credentials(version: int, req: Any, code: ErrorCode) -> An
     )
 
 
+def _write_txn_markers(version: int, req: Any, code: ErrorCode) -> Any:
+    return write_txn_markers.Response(
+        markers=[
+            write_txn_markers.WritableTxnMarkerResult(
+                producer_id=m.producer_id,
+                topics=[
+                    write_txn_markers.WritableTxnMarkerTopicResult(
+                        name=t.name,
+                        partitions=[
+                            write_txn_markers.WritableTxnMarkerPartitionResult(
+                                partition_index=p, error_code=code
+                            )
+                            for p in t.partition_indexes
+                        ],
+                    )
+                    for t in m.topics
+                ],
+            )
+            for m in req.markers
+        ]
+    )
+
+
+def _describe_producers(version: int, req: Any, code: ErrorCode) -> Any:
+    return describe_producers.Response(
+        topics=[
+            describe_producers.TopicResponse(
+                name=t.name,
+                partitions=[
+                    describe_producers.PartitionResponse(partition_index=p, error_code=code)
+                    for p in t.partition_indexes
+                ],
+            )
+            for t in req.topics
+        ]
+    )
+
+
 ERROR_RESPONSES: dict[int, ErrorShape] = {
     produce.API_KEY: _produce,
     fetch.API_KEY: _fetch,
@@ -406,6 +446,8 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     consumer_group_heartbeat.API_KEY: _top_level(consumer_group_heartbeat.Response),
     consumer_group_describe.API_KEY: _consumer_group_describe,
     list_config_resources.API_KEY: _top_level(list_config_resources.Response),
+    write_txn_markers.API_KEY: _write_txn_markers,
+    describe_producers.API_KEY: _describe_producers,
 }
 
 # The APIs the group coordinator answers: the ones the SASL gate answers in their own shape.

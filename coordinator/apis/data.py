@@ -16,7 +16,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, append_topics, refusal, then
+from coordinator.apis.authorize import (
+    CLUSTER,
+    ApiAuthorizer,
+    append_topics,
+    error,
+    refusal,
+    then,
+)
 from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
 from protocol.errors import ErrorCode
@@ -27,7 +34,6 @@ from protocol.messages import (
     init_producer_id,
     list_offsets,
     produce,
-    write_txn_markers,
 )
 
 _O = AclOperation
@@ -132,27 +138,7 @@ def authorize_write_txn_markers(
         client, _O.CLUSTER_ACTION, _R.CLUSTER, CLUSTER
     ):
         return handler(header, req, client)
-    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-    return write_txn_markers.Response(
-        markers=[
-            write_txn_markers.WritableTxnMarkerResult(
-                producer_id=m.producer_id,
-                topics=[
-                    write_txn_markers.WritableTxnMarkerTopicResult(
-                        name=t.name,
-                        partitions=[
-                            write_txn_markers.WritableTxnMarkerPartitionResult(
-                                partition_index=p, error_code=code
-                            )
-                            for p in t.partition_indexes
-                        ],
-                    )
-                    for t in m.topics
-                ],
-            )
-            for m in req.markers
-        ]
-    )
+    return error(header, req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
 
 def authorize_describe_producers(
