@@ -66,7 +66,7 @@ from coordinator.metrics import Metrics
 from coordinator.node import Node
 from coordinator.placement import Placement, advertised_endpoints
 from coordinator.runtime import GroupRuntime, TxnRuntime
-from coordinator.runtime.txn_runtime import ProducerIdSpare
+from coordinator.runtime.txn_runtime import InProcessMarkers, ProducerIdSpare
 from coordinator.security.acl import Authorizer
 from coordinator.security.sasl import attach_sasl
 from coordinator.server.listener import (
@@ -88,6 +88,7 @@ from coordinator.stores import (
 )
 from coordinator.txn.coordinator import TransactionCoordinator, TxnConfig
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
+from coordinator.txn.verify import CoordinatorVerifier
 from storage.local.compaction import Compaction
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig
@@ -372,6 +373,10 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
             groups, s.cluster_id, lease_of=journal.lease_of if journal is not None else None
         ),
     )
+    # The log's transactional duties: a transactional batch opening a transaction is
+    # verified with this node's coordinator; __consumer_offsets markers go to the groups.
+    data.txn.verify = CoordinatorVerifier(txn_coordinator.verify).verify
+    data.txn.complete_transaction = groups.complete_transaction
     data.start()
     share = ShareCoordinator(
         stores.logs,
@@ -388,7 +393,7 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
         stores.logs,
         stores.flusher,
         log_config=txn_state_log_config(s),
-        markers=None,
+        markers=InProcessMarkers(data.txn.write_marker),
         producer_ids=data.producer_ids.allocate,
         spare=spare,
     )
