@@ -1,0 +1,378 @@
+"""One share partition's in-flight records, pure (Kafka's SharePartition, without its I/O).
+
+How this works: a share partition (group, topic, partition) keeps the records between its
+start offset (SPSO: the lowest offset not yet in a terminal state) and ``next_offset`` (one
+past the highest offset ever acquired; Kafka's SPEO + 1) in ``records``, one ``InFlight``
+per offset. An offset of that window without an entry is in the *gap window* (a hole of
+the persisted state after a load): never delivered, acquired as new. Record states (Kafka's
+RecordState ids):
+
+=========  ==  =====================================================================
+AVAILABLE   0  can be acquired (released, timed out, or never delivered)
+ACQUIRED    1  locked by one member until its lock's deadline; never persisted
+ACKNOWLEDGED 2 terminal: accepted
+ARCHIVED    4  terminal: rejected, a gap, or delivered ``delivery_count_limit`` times
+=========  ==  =====================================================================
+
+* ``acquire`` hands out whole log batches from the batches the runtime read at
+  ``fetch_offset()``: AVAILABLE records inside the window again (delivery count + 1, merged
+  into ranges of equal counts) and new records past it (count 1, ranges cut at the log
+  batch that starts ``batch_size`` or more past the range's first offset), while the window
+  (``next_offset - start_offset``) stays under ``group.share.partition.max.record.locks``.
+  ``max_records`` is soft: the batch holding the last allowed offset is taken whole. Each
+  call's records share one lock whose deadline is ``now + lock duration``.
+* ``acknowledge`` checks every offset of every batch (all or nothing per partition): at or
+  past ``next_offset`` is INVALID_REQUEST; not ACQUIRED, held by another member, or already
+  mid-transition is INVALID_RECORD_STATE; offsets below SPSO are skipped. It marks the
+  offsets pending and returns the state batches to persist; ``commit`` applies them once
+  durable (the runtime answers after), ``rollback`` drops them after a failed write. A
+  pending offset can be neither acquired nor acknowledged again, so a released record is
+  not redelivered before its release is durable.
+* A move to AVAILABLE (release, lock timeout, member release) becomes ARCHIVED when the
+  delivery count has reached the limit: a record is delivered at most that many times. The
+  count grows on acquisition only.
+* ``expire`` (lock timeouts) and ``release_member`` (session or connection closed) move the
+  member's ACQUIRED records back, count unchanged; their changes are persisted by the
+  runtime, and stand even if that write fails, as in Kafka.
+* After every change SPSO moves past the run of terminal offsets at its start (stopping at
+  a gap-window hole), and entries below it are dropped.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from coordinator.share.persister import ACKNOWLEDGED, ARCHIVED, AVAILABLE, PersisterBatch
+from protocol.errors import ErrorCode
+
+ACQUIRED = 1
+
+# AcknowledgeTypes of ShareFetch/ShareAcknowledge.
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+
+
+@dataclass(slots=True, eq=False)
+class Lock:
+    """An acquisition lock: the records one acquisition handed to one member."""
+
+    member: str
+    deadline: int
+    offsets: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class InFlight:
+    state: int
+    count: int
+    lock: Lock | None = None
+    # The state an acknowledgement moves it to once durable (None: none in flight).
+    pending: int | None = None
+    # Its lock ran out while its acknowledgement was being persisted.
+    expired: bool = False
+
+
+# An acquired range as ShareFetch returns it: first, last, delivery count.
+Acquired = tuple[int, int, int]
+
+
+class SharePartition:
+    """The in-flight window of one share partition (see the module docstring)."""
+
+    def __init__(
+        self,
+        start_offset: int,
+        batches: Iterable[PersisterBatch] = (),
+        *,
+        delivery_count_limit: int = 5,
+        max_in_flight: int = 2000,
+    ) -> None:
+        self.start_offset = start_offset
+        self.delivery_count_limit = delivery_count_limit
+        self.max_in_flight = max_in_flight
+        self.records: dict[int, InFlight] = {}
+        self.next_offset = start_offset
+        for b in batches:
+            for o in range(max(b.first_offset, start_offset), b.last_offset + 1):
+                self.records[o] = InFlight(b.delivery_state, b.delivery_count)
+            self.next_offset = max(self.next_offset, b.last_offset + 1)
+        self.locks: list[tuple[int, int, Lock]] = []  # (deadline, sequence, lock) heap
+        self._seq = 0
+        self._advance()
+
+    # -- reading
+    def fetch_offset(self) -> int:
+        """Where the next fetch reads: the first AVAILABLE (or gap) offset of the window,
+        else ``next_offset``."""
+        for o in range(self.start_offset, self.next_offset):
+            r = self.records.get(o)
+            if r is None or (r.state == AVAILABLE and r.pending is None):
+                return o
+        return self.next_offset
+
+    def can_acquire(self) -> bool:
+        """Kafka's canAcquireRecords: room in the window, or AVAILABLE records inside it."""
+        if self.next_offset - self.start_offset < self.max_in_flight:
+            return True
+        return self.fetch_offset() < self.next_offset
+
+    def next_deadline(self) -> int | None:
+        return self.locks[0][0] if self.locks else None
+
+    def delivery_complete_count(self) -> int:
+        """Terminal offsets at or past SPSO (for the lag Kafka reports)."""
+        return sum(1 for r in self.records.values() if r.state in (ACKNOWLEDGED, ARCHIVED))
+
+    def held_by(self, member: str) -> int:
+        return sum(
+            1
+            for r in self.records.values()
+            if r.state == ACQUIRED and r.lock and r.lock.member == member
+        )
+
+    # -- acquiring
+    def acquire(
+        self,
+        member: str,
+        log_batches: Sequence[tuple[int, int]],
+        max_records: int,
+        batch_size: int,
+        now_ms: int,
+        lock_duration_ms: int,
+    ) -> list[Acquired]:
+        """Acquire from ``log_batches`` ((base offset, last offset) of the log batches read
+        at ``fetch_offset()``, in order) for ``member``; the acquired ranges."""
+        lock = Lock(member, now_ms + lock_duration_ms)
+        out: list[Acquired] = []
+        fresh: list[bool] = []  # per range of ``out``: new records (else redelivered)
+        taken = 0
+        budget = max(max_records, 1)
+        for base, last in log_batches:
+            if taken >= budget:
+                break
+            if last < self.start_offset:
+                continue
+            # Records of this batch inside the window: the AVAILABLE ones again.
+            o = max(base, self.start_offset)
+            while o <= last and o < self.next_offset:
+                r = self.records.get(o)
+                if r is None:
+                    r = self.records[o] = InFlight(AVAILABLE, 0)
+                if r.state == AVAILABLE and r.pending is None:
+                    r.state, r.count, r.lock = ACQUIRED, r.count + 1, lock
+                    r.expired = False
+                    lock.offsets.append(o)
+                    taken += 1
+                    if out and not fresh[-1] and out[-1][1] == o - 1 and out[-1][2] == r.count:
+                        out[-1] = (out[-1][0], o, r.count)
+                    else:
+                        out.append((o, o, r.count))
+                        fresh.append(False)
+                o += 1
+            if last < self.next_offset:
+                continue
+            # New records: the whole batch, while the window has room.
+            if self.next_offset - self.start_offset >= self.max_in_flight:
+                break
+            first = max(base, self.next_offset)
+            for o in range(first, last + 1):
+                self.records[o] = InFlight(ACQUIRED, 1, lock)
+                lock.offsets.append(o)
+            taken += last - first + 1
+            self.next_offset = last + 1
+            # A new range starts at the log batch lying batch_size or more past the first
+            # offset of the current one.
+            if (
+                out
+                and fresh[-1]
+                and out[-1][1] == first - 1
+                and base - out[-1][0] < max(batch_size, 1)
+            ):
+                out[-1] = (out[-1][0], last, 1)
+            else:
+                out.append((first, last, 1))
+                fresh.append(True)
+        if lock.offsets:
+            self._seq += 1
+            heapq.heappush(self.locks, (lock.deadline, self._seq, lock))
+        return out
+
+    # -- acknowledging
+    def acknowledge(
+        self, member: str, batches: Sequence[tuple[int, int, Sequence[int]]]
+    ) -> tuple[ErrorCode, list[PersisterBatch]]:
+        """Check ``batches`` ((first, last, ack types) each) and mark their offsets pending;
+        (NO_ERROR, the state batches to persist) or (the error, []) with nothing changed."""
+        changes: list[tuple[int, int]] = []  # (offset, new state)
+        seen: set[int] = set()
+        for first, last, types in batches:
+            if last < self.start_offset:
+                continue  # acknowledged below SPSO: ignored
+            if last >= self.next_offset:
+                return ErrorCode.INVALID_REQUEST, []  # past the end of the window
+            for o in range(max(first, self.start_offset), last + 1):
+                r = self.records.get(o)
+                if (
+                    r is None
+                    or r.state != ACQUIRED
+                    or r.pending is not None
+                    or r.lock is None
+                    or r.lock.member != member
+                    or o in seen
+                ):
+                    return ErrorCode.INVALID_RECORD_STATE, []
+                ack = types[0] if len(types) == 1 else types[o - first]
+                if ack == ACCEPT:
+                    new = ACKNOWLEDGED
+                elif ack in (GAP, REJECT):
+                    new = ARCHIVED
+                elif ack == RELEASE:
+                    new = self._released(r)
+                else:
+                    return ErrorCode.INVALID_REQUEST, []
+                seen.add(o)
+                changes.append((o, new))
+        for o, new in changes:
+            self.records[o].pending = new
+        return ErrorCode.NO_ERROR, _state_batches(
+            (o, new, self.records[o].count) for o, new in changes
+        )
+
+    def renew(
+        self, member: str, batches: Sequence[tuple[int, int]], now_ms: int, lock_duration_ms: int
+    ) -> ErrorCode:
+        """RENEW (ShareFetch/ShareAcknowledge v2): restart the locks of the member's records."""
+        offsets = []
+        for first, last in batches:
+            for o in range(max(first, self.start_offset), last + 1):
+                r = self.records.get(o)
+                if r is None or r.state != ACQUIRED or r.lock is None or r.lock.member != member:
+                    return ErrorCode.INVALID_RECORD_STATE
+                offsets.append(o)
+        if offsets:
+            lock = Lock(member, now_ms + lock_duration_ms, offsets)
+            for o in offsets:
+                self.records[o].lock = lock
+            self._seq += 1
+            heapq.heappush(self.locks, (lock.deadline, self._seq, lock))
+        return ErrorCode.NO_ERROR
+
+    def commit(self, batches: Sequence[PersisterBatch]) -> None:
+        """The pending changes of ``batches`` are durable: they take effect."""
+        for b in batches:
+            for o in range(b.first_offset, b.last_offset + 1):
+                r = self.records.get(o)
+                if r is None or r.pending is None:
+                    continue
+                r.state, r.pending, r.lock, r.expired = r.pending, None, None, False
+        self._advance()
+
+    def rollback(self, batches: Sequence[PersisterBatch]) -> list[PersisterBatch]:
+        """The write of ``batches`` failed: the records stay ACQUIRED, or, when their lock
+        ran out meanwhile, go back as a timeout would (returned, to be persisted)."""
+        released = []
+        for b in batches:
+            for o in range(b.first_offset, b.last_offset + 1):
+                r = self.records.get(o)
+                if r is None or r.pending is None:
+                    continue
+                r.pending = None
+                if r.expired:
+                    r.state, r.lock, r.expired = self._released(r), None, False
+                    released.append((o, r.state, r.count))
+        self._advance()
+        return _state_batches(released)
+
+    # -- giving records back
+    def _released(self, r: InFlight) -> int:
+        return ARCHIVED if r.count >= self.delivery_count_limit else AVAILABLE
+
+    def expire(self, now_ms: int) -> list[PersisterBatch]:
+        """Locks due by ``now_ms`` run out: their ACQUIRED records go back (AVAILABLE, or
+        ARCHIVED at the limit or below SPSO); the state batches to persist."""
+        changed: list[tuple[int, int, int]] = []
+        while self.locks and self.locks[0][0] <= now_ms:
+            _, _, lock = heapq.heappop(self.locks)
+            for o in lock.offsets:
+                r = self.records.get(o)
+                if r is None or r.lock is not lock or r.state != ACQUIRED:
+                    continue
+                if r.pending is not None:
+                    r.expired = True  # settled by commit or rollback
+                    continue
+                if o < self.start_offset:
+                    del self.records[o]  # below the log start: archived, nothing to persist
+                    continue
+                r.state, r.lock = self._released(r), None
+                changed.append((o, r.state, r.count))
+        self._advance()
+        return _state_batches(changed)
+
+    def release_member(self, member: str) -> list[PersisterBatch]:
+        """Everything ``member`` holds goes back, count unchanged (its session or
+        connection closed); the state batches to persist."""
+        changed: list[tuple[int, int, int]] = []
+        for o in range(self.start_offset, self.next_offset):
+            r = self.records.get(o)
+            if (
+                r is None
+                or r.state != ACQUIRED
+                or r.pending is not None
+                or r.lock is None
+                or r.lock.member != member
+            ):
+                continue
+            r.state, r.lock = self._released(r), None
+            changed.append((o, r.state, r.count))
+        self._advance()
+        return _state_batches(changed)
+
+    def log_start_moved(self, log_start: int) -> list[PersisterBatch]:
+        """Retention or DeleteRecords moved the log start past SPSO: AVAILABLE records
+        below it are archived and SPSO jumps to it (ACQUIRED ones are archived when their
+        lock ends, their acknowledgements ignored)."""
+        if log_start <= self.start_offset:
+            return []
+        for o in range(self.start_offset, min(log_start, self.next_offset)):
+            r = self.records.get(o)
+            if r is None or (r.state != ACQUIRED and r.pending is None):
+                self.records.pop(o, None)
+        self.start_offset = log_start
+        self.next_offset = max(self.next_offset, log_start)
+        self._advance()
+        return []
+
+    def _advance(self) -> None:
+        """SPSO past the terminal run at its start; entries below it dropped."""
+        o = self.start_offset
+        records = self.records
+        while o < self.next_offset:
+            r = records.get(o)
+            if r is None or r.state not in (ACKNOWLEDGED, ARCHIVED):
+                break
+            del records[o]
+            o += 1
+        self.start_offset = o
+        if o == self.next_offset:
+            # The window is empty; ACQUIRED records below SPSO (log start moved) remain
+            # only until their lock ends.
+            for k in [k for k in records if k < o and records[k].state != ACQUIRED]:
+                del records[k]
+
+
+def _state_batches(changes: Iterable[tuple[int, int, int]]) -> list[PersisterBatch]:
+    """(offset, state, count) in offset order as coalesced persisted batches."""
+    out: list[PersisterBatch] = []
+    for o, state, count in sorted(changes):
+        if out:
+            last = out[-1]
+            if (
+                last.last_offset == o - 1
+                and last.delivery_state == state
+                and last.delivery_count == count
+            ):
+                out[-1] = last._replace(last_offset=o)
+                continue
+        out.append(PersisterBatch(o, o, state, count))
+    return out
