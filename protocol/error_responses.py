@@ -56,6 +56,8 @@ from protocol.messages import (
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -448,6 +450,8 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     list_config_resources.API_KEY: _top_level(list_config_resources.Response),
     write_txn_markers.API_KEY: _write_txn_markers,
     describe_producers.API_KEY: _describe_producers,
+    share_fetch.API_KEY: _top_level(share_fetch.Response),
+    share_acknowledge.API_KEY: _top_level(share_acknowledge.Response),
 }
 
 # The APIs the group coordinator answers: the ones the SASL gate answers in their own shape.

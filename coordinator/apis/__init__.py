@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from coordinator.apis import cluster, data, groups, topics
+from coordinator.apis import cluster, data, groups, share, topics
 from coordinator.apis.authorize import ApiAuthorizer, Check
 from coordinator.apis.parts import Factory, MissingPart, Parts, need
 from coordinator.server.dispatch import Dispatcher
@@ -70,6 +70,8 @@ from protocol.messages import (
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -326,6 +328,13 @@ API_TABLE: dict[int, Api] = {
         lambda p: need(p.configs, "configs").list_config_resources,
         in_handler,
         ("DESCRIBE_CONFIGS CLUSTER",),
+    ),
+    # Share partitions (KIP-932): v1-v2 as Kafka 4.4 (v0 was 4.0's early access, removed).
+    share_fetch.API_KEY: Api(
+        (1, 2), share.share_fetch_handler, in_handler, ("READ GROUP", "READ TOPIC")
+    ),
+    share_acknowledge.API_KEY: Api(
+        (1, 2), share.share_acknowledge_handler, in_handler, ("READ GROUP", "READ TOPIC")
     ),
 }
 

@@ -78,6 +78,9 @@ from coordinator.server.listener import (
     tls_contexts,
 )
 from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.leader import ShareLeader, ShareLeaderConfig
+from coordinator.share.requests import ShareRequests
+from coordinator.share.sessions import ShareSessionCache
 from coordinator.share.state_shard import SHARE_STATE_TOPIC
 from coordinator.stores import (
     AclStore,
@@ -412,6 +415,22 @@ async def listen_step(s: Settings, tls: TlsContexts) -> list[Listening]:
         raise SettingRefused(*listener_setting(s), exc.strerror or str(exc)) from exc
 
 
+def share_requests(s: Settings, core: Core) -> ShareRequests:
+    """The share-partition leader (ShareFetch, ShareAcknowledge) over the share state."""
+    config = ShareLeaderConfig(
+        record_lock_duration_ms=s.group_share_record_lock_duration_ms,
+        min_record_lock_duration_ms=s.group_share_min_record_lock_duration_ms,
+        max_record_lock_duration_ms=s.group_share_max_record_lock_duration_ms,
+        delivery_count_limit=s.group_share_delivery_count_limit,
+        partition_max_record_locks=s.group_share_partition_max_record_locks,
+        max_share_sessions=s.group_share_max_share_sessions,
+    )
+    leader = ShareLeader(
+        config, core.share, core.data, core.stores.catalog, core.stores.group_configs
+    )
+    return ShareRequests(leader, ShareSessionCache(config.max_share_sessions))
+
+
 async def api_server(
     s: Settings, deployment: Deployment, core: Core, acls: AclAdmin, listening: list[Listening]
 ) -> tuple[KafkaServer, dict[str, tuple[str, int]]]:
@@ -442,6 +461,7 @@ async def api_server(
         authorizer=acls.authorizer,
         nodes=deployment.broker_nodes(broker),
     )
+    share = share_requests(s, core)
     parts = Parts(
         broker=broker,
         groups=groups,
@@ -462,8 +482,11 @@ async def api_server(
         configs=config_admin,  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
         acls=acls,
         scram=ScramAdmin(stores.credentials, cluster_authorize(acls.authorizer)),
+        share=share,
     )
     server = kafka_server(s, listening, parts, core.metrics, authorizer=acls.authorizer)
+    # A share session ends with its connection, giving back its member's records.
+    server.on_disconnect.append(share.connection_closed)
     attach_sasl(server, s, stores.credentials)
     core.metrics.watch(server)  # connections per listener, SASL authentications
     server.start()

@@ -51,7 +51,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from coordinator.security import ANONYMOUS
@@ -156,6 +156,8 @@ class ServerContext:
     on_request: RequestHook | None
     on_connection: Callable[[int], None]
     on_closed: Callable[[], None]
+    # Told a closed connection's id (share sessions end with their connection).
+    on_disconnect: list[Callable[[int], None]] = field(default_factory=list)
 
 
 class _Slot:

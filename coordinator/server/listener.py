@@ -280,6 +280,8 @@ class KafkaServer:
         self.on_connection = on_connection
         self.on_refused = on_refused
         self.on_request = on_request
+        # Called with a closed connection's id (share sessions end with their connection).
+        self.on_disconnect: list[Callable[[int], None]] = []
         # The SASL side of each SASL_PLAINTEXT/SASL_SSL listener, by listener name
         # (coordinator.security.sasl.SaslListener): its connections authenticate first.
         self.sasl: dict[str, SaslListener] = {}
@@ -319,6 +321,7 @@ class KafkaServer:
             on_request=self.on_request,
             on_connection=self.on_connection,
             on_closed=self.listener_freed,
+            on_disconnect=self.on_disconnect,
         )
 
     def start(self) -> None:

@@ -95,3 +95,5 @@ class KafkaConnection(Connection, asyncio.Protocol):
         self.ctx.on_connection(-1)
         self._give_back_all()
         self.ctx.on_closed()
+        for hook in self.ctx.on_disconnect:
+            hook(self.conn_id)

@@ -140,14 +140,20 @@ class SharePartition:
         batch_size: int,
         now_ms: int,
         lock_duration_ms: int,
+        *,
+        record_limit: bool = False,
     ) -> list[Acquired]:
         """Acquire from ``log_batches`` ((base offset, last offset) of the log batches read
-        at ``fetch_offset()``, in order) for ``member``; the acquired ranges."""
+        at ``fetch_offset()``, in order) for ``member``; the acquired ranges.
+
+        ``record_limit`` (ShareFetch v2's acquire mode 1): at most ``max_records`` offsets,
+        cutting a log batch where the limit falls, in one range."""
         lock = Lock(member, now_ms + lock_duration_ms)
         out: list[Acquired] = []
         fresh: list[bool] = []  # per range of ``out``: new records (else redelivered)
         taken = 0
         budget = max(max_records, 1)
+        stop = False
         for base, last in log_batches:
             if taken >= budget:
                 break
@@ -156,10 +162,16 @@ class SharePartition:
             # Records of this batch inside the window: the AVAILABLE ones again.
             o = max(base, self.start_offset)
             while o <= last and o < self.next_offset:
+                if record_limit and taken >= budget:
+                    stop = True
+                    break
                 r = self.records.get(o)
                 if r is None:
                     r = self.records[o] = InFlight(AVAILABLE, 0)
                 if r.state == AVAILABLE and r.pending is None:
+                    if record_limit and out and (out[-1][1] != o - 1 or out[-1][2] != r.count + 1):
+                        stop = True  # record_limit: one range only
+                        break
                     r.state, r.count, r.lock = ACQUIRED, r.count + 1, lock
                     r.expired = False
                     lock.offsets.append(o)
@@ -170,12 +182,18 @@ class SharePartition:
                         out.append((o, o, r.count))
                         fresh.append(False)
                 o += 1
+            if stop:
+                break
             if last < self.next_offset:
                 continue
             # New records: the whole batch, while the window has room.
             if self.next_offset - self.start_offset >= self.max_in_flight:
                 break
             first = max(base, self.next_offset)
+            if record_limit:
+                if taken >= budget or (out and (out[-1][1] != first - 1 or out[-1][2] != 1)):
+                    break
+                last = min(last, first + budget - taken - 1)
             for o in range(first, last + 1):
                 self.records[o] = InFlight(ACQUIRED, 1, lock)
                 lock.offsets.append(o)
@@ -185,9 +203,9 @@ class SharePartition:
             # offset of the current one.
             if (
                 out
-                and fresh[-1]
                 and out[-1][1] == first - 1
-                and base - out[-1][0] < max(batch_size, 1)
+                and out[-1][2] == 1
+                and (record_limit or (fresh[-1] and base - out[-1][0] < max(batch_size, 1)))
             ):
                 out[-1] = (out[-1][0], last, 1)
             else:

@@ -1,0 +1,361 @@
+"""ShareFetch (78) and ShareAcknowledge (79) as Kafka's KafkaApis handles them.
+
+How this works: a request is checked at the top (the group id, READ on the group, the
+member id, v2's renew rules), then its share session is used (``sessions``: epoch 0 opens,
+-1 closes, any other must match and moves on at once), then every partition it names is
+checked (READ on the topic, the topic id, the partition), acknowledgements are applied
+first (validated as ``validate_batches``; one partition's failure leaves the others
+alone), then records are acquired, and the two results are merged per partition. A fetch
+that acquires nothing waits for records up to MaxWaitMs. Incremental responses (epoch > 0)
+list a partition only when it has records, an error, an acknowledgement result, or was just
+added to the session. A session closed with epoch -1, or by its connection closing, gives
+back every record its member holds; the group's last session gone unloads its partitions.
+
+Membership is not consulted: any member id may fetch any partition whose share state was
+initialized; ownership is checked per record when acknowledged (Kafka's design).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from coordinator.security.acl import AclOperation, ResourceType
+from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
+from coordinator.share.leader import PartitionKey, Served, ShareLeader
+from coordinator.share.partition import RENEW
+from coordinator.share.sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    ShareSession,
+    ShareSessionCache,
+    TopicPartition,
+)
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import share_acknowledge as sa
+from protocol.messages import share_fetch as sf
+
+# (client, operation, resource type, name) -> allowed; None: no authorizer.
+Allowed = Callable[[ClientInfo, AclOperation, ResourceType, str], bool] | None
+AckBatches = list[tuple[int, int, list[int]]]
+
+_MAX_MEMBER_ID = 36
+
+
+def validate_batches(batches: Sequence[Any], version: int, is_renew_ack: bool) -> ErrorCode:
+    """Kafka's validateAcknowledgementBatches for one partition's batches."""
+    previous_last: int | None = None
+    for b in batches:
+        if b.first_offset > b.last_offset:
+            return ErrorCode.INVALID_REQUEST
+        if previous_last is not None and b.first_offset < previous_last:
+            return ErrorCode.INVALID_REQUEST
+        previous_last = b.last_offset
+        types = b.acknowledge_types
+        if not types:
+            return ErrorCode.INVALID_REQUEST
+        if len(types) > 1 and len(types) != b.last_offset - b.first_offset + 1:
+            return ErrorCode.INVALID_REQUEST
+        top = 4 if version >= 2 else 3
+        for t in types:
+            if not 0 <= t <= top:
+                return ErrorCode.INVALID_REQUEST
+            if t == RENEW and not is_renew_ack:
+                return ErrorCode.INVALID_REQUEST
+    return ErrorCode.NO_ERROR
+
+
+def _member_id_valid(member_id: str | None) -> bool:
+    return bool(member_id) and len(member_id or "") <= _MAX_MEMBER_ID
+
+
+class ShareRequests:
+    """ShareFetch and ShareAcknowledge over the leader and the session cache."""
+
+    def __init__(self, leader: ShareLeader, sessions: ShareSessionCache) -> None:
+        self.leader = leader
+        self.sessions = sessions
+
+    # -- sessions ending
+    def connection_closed(self, conn_id: int) -> None:
+        for session in self.sessions.connection_closed(conn_id):
+            self._ended(session)
+
+    def _close(self, session: ShareSession) -> None:
+        if self.sessions.close(session):
+            self._ended(session)
+
+    def _ended(self, session: ShareSession) -> None:
+        group_id, member_id = session.key
+        self.leader.release_member(group_id, member_id)
+        if not self.sessions.group_has_sessions(group_id):
+            self.leader.unload_group(group_id)
+
+    # -- checks shared by both APIs
+    def _top_error(self, allowed: Allowed, req: Any, client: ClientInfo) -> ErrorCode:
+        if req.group_id is None:
+            return ErrorCode.INVALID_REQUEST
+        if allowed is not None and not allowed(
+            client, AclOperation.READ, ResourceType.GROUP, req.group_id
+        ):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
+        if not _member_id_valid(req.member_id):
+            return ErrorCode.INVALID_REQUEST
+        return ErrorCode.NO_ERROR
+
+    def _partition_error(
+        self, allowed: Allowed, client: ClientInfo, tp: TopicPartition
+    ) -> ErrorCode:
+        info = self.leader.catalog.by_id.get(tp[0])
+        if allowed is not None and (
+            info is None or not allowed(client, AclOperation.READ, ResourceType.TOPIC, info.name)
+        ):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        _, error = self.leader.log_of(*tp)
+        return error
+
+    async def _ack_one(
+        self,
+        group_id: str,
+        member: str,
+        tp: TopicPartition,
+        batches: Sequence[Any],
+        version: int,
+        renew: bool,
+    ) -> ErrorCode:
+        error = validate_batches(batches, version, renew)
+        if error != ErrorCode.NO_ERROR:
+            return error
+        entry = self.leader.loaded((group_id, tp[0], tp[1]))
+        if entry is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not batches:
+            return ErrorCode.NO_ERROR
+        renewals = [
+            (b.first_offset, b.last_offset) for b in batches if b.acknowledge_types == [RENEW]
+        ]
+        acks: AckBatches = [
+            (b.first_offset, b.last_offset, list(b.acknowledge_types))
+            for b in batches
+            if b.acknowledge_types != [RENEW]
+        ]
+        if renewals:
+            error = self.leader.renew(entry, member, renewals)
+            if error != ErrorCode.NO_ERROR:
+                return error
+        return await self.leader.acknowledge(entry, member, acks) if acks else ErrorCode.NO_ERROR
+
+    async def _acknowledge_all(
+        self,
+        allowed: Allowed,
+        client: ClientInfo,
+        group_id: str,
+        member: str,
+        acks: dict[TopicPartition, list[Any]],
+        version: int,
+        renew: bool,
+    ) -> dict[TopicPartition, ErrorCode]:
+        errors: dict[TopicPartition, ErrorCode] = {}
+        work: list[tuple[TopicPartition, asyncio.Future[ErrorCode]]] = []
+        for tp, batches in acks.items():
+            error = self._partition_error(allowed, client, tp)
+            if error != ErrorCode.NO_ERROR:
+                errors[tp] = error
+                continue
+            work.append(
+                (
+                    tp,
+                    asyncio.ensure_future(
+                        self._ack_one(group_id, member, tp, batches, version, renew)
+                    ),
+                )
+            )
+        for tp, fut in work:
+            errors[tp] = await fut
+        return errors
+
+    # -- ShareFetch
+    def share_fetch(
+        self, allowed: Allowed, header: RequestHeader, req: Any, client: ClientInfo
+    ) -> HandlerResult:
+        return Deferred.task(self._share_fetch(allowed, header.api_version, req, client))
+
+    async def _share_fetch(
+        self, allowed: Allowed, version: int, req: Any, client: ClientInfo
+    ) -> Any:
+        error = self._top_error(allowed, req, client)
+        limits = req.max_wait_ms or req.min_bytes or req.max_bytes or req.max_records
+        if error == ErrorCode.NO_ERROR and version >= 2 and req.is_renew_ack and limits:
+            return sf.Response(
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message="maxBytes must be set to 0, minBytes must be set to 0, "
+                "maxWaitMs must be set to 0 and maxRecords must be set to 0 if isRenewAck is true.",
+            )
+        if error != ErrorCode.NO_ERROR:
+            return sf.Response(error_code=error)
+        group_id, member, epoch = req.group_id, req.member_id, req.share_session_epoch
+        requested: list[TopicPartition] = []
+        acks: dict[TopicPartition, list[Any]] = {}
+        for t in req.topics:
+            for p in t.partitions:
+                tp = (t.topic_id, p.partition_index)
+                if tp not in acks:
+                    requested.append(tp)
+                    acks[tp] = []
+                acks[tp].extend(p.acknowledgement_batches)
+        acks = {tp: bs for tp, bs in acks.items() if bs}
+        # The session.
+        if epoch == INITIAL_EPOCH:
+            if acks:
+                return sf.Response(error_code=ErrorCode.INVALID_REQUEST)
+            error, session, _ = self.sessions.open((group_id, member), client.conn_id, requested)
+            if error != ErrorCode.NO_ERROR:
+                await asyncio.sleep(req.max_wait_ms / 1000)  # Kafka answers this after MaxWaitMs
+                return sf.Response(error_code=error)
+        else:
+            error, session = self.sessions.use((group_id, member), epoch)
+            if error != ErrorCode.NO_ERROR:
+                return sf.Response(error_code=error)
+        assert session is not None
+        if epoch > 0:
+            for tp in requested:
+                if tp not in session.partitions:
+                    session.partitions[tp] = True
+            for ft in req.forgotten_topics_data:
+                for p in ft.partitions:
+                    session.partitions.pop((ft.topic_id, p), None)
+        # Acknowledgements first.
+        renew = version >= 2 and req.is_renew_ack
+        ack_errors = await self._acknowledge_all(
+            allowed, client, group_id, member, acks, version, renew
+        )
+        # Then the fetch.
+        results: dict[TopicPartition, sf.PartitionData] = {}
+        if epoch != FINAL_EPOCH and not renew:
+            fetch_set = list(session.partitions) if epoch > 0 else requested
+            results = await self._fetch(allowed, client, req, group_id, member, fetch_set, version)
+        response = sf.Response(acquisition_lock_timeout_ms=self.leader.lock_duration_ms(group_id))
+        order = list(results) + [tp for tp in ack_errors if tp not in results]
+        by_topic: dict[bytes, sf.ShareFetchableTopicResponse] = {}
+        for tp in order:
+            pd = results.get(tp) or sf.PartitionData(partition_index=tp[1])
+            if tp in ack_errors:
+                pd.acknowledge_error_code = ack_errors[tp]
+            must = session.partitions.get(tp, False)
+            if epoch > 0 and not (must or pd.acquired_records or pd.error_code or tp in ack_errors):
+                continue
+            if tp in session.partitions:
+                session.partitions[tp] = False
+            topic = by_topic.get(tp[0])
+            if topic is None:
+                topic = by_topic[tp[0]] = sf.ShareFetchableTopicResponse(topic_id=tp[0])
+                response.responses.append(topic)
+            topic.partitions.append(pd)
+        if epoch == FINAL_EPOCH:
+            self._close(session)
+        return response
+
+    async def _fetch(
+        self,
+        allowed: Allowed,
+        client: ClientInfo,
+        req: Any,
+        group_id: str,
+        member: str,
+        fetch_set: list[TopicPartition],
+        version: int,
+    ) -> dict[TopicPartition, sf.PartitionData]:
+        results: dict[TopicPartition, sf.PartitionData] = {}
+        ready: list[tuple[TopicPartition, Served]] = []
+        loads: list[tuple[TopicPartition, asyncio.Future[tuple[Served | None, ErrorCode]]]] = []
+        for tp in fetch_set:
+            pd = results[tp] = sf.PartitionData(partition_index=tp[1])
+            error = self._partition_error(allowed, client, tp)
+            if error != ErrorCode.NO_ERROR:
+                pd.error_code = error
+                continue
+            key: PartitionKey = (group_id, tp[0], tp[1])
+            loads.append((tp, asyncio.ensure_future(self.leader.load(key))))
+        for tp, fut in loads:
+            entry, error = await fut
+            if entry is None:
+                results[tp].error_code = error
+            else:
+                ready.append((tp, entry))
+        if not ready or req.max_records <= 0 or req.max_bytes <= 0:
+            return results
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.max_wait_ms / 1000
+        record_limit = version >= 2 and req.share_acquire_mode == 1
+        while True:
+            budget = req.max_records
+            per_partition = max(req.max_bytes // len(ready), 1)
+            got = False
+            for tp, entry in ready:
+                if budget <= 0:
+                    break
+                if self.leader.served.get(entry.key) is not entry or entry.sp is None:
+                    continue  # unloaded meanwhile (its group's last session ended)
+                data, acquired = self.leader.acquire(
+                    entry,
+                    member,
+                    budget,
+                    req.batch_size or req.max_records,
+                    per_partition,
+                    record_limit,
+                )
+                if acquired:
+                    got = True
+                    pd = results[tp]
+                    pd.records = data
+                    pd.acquired_records = [
+                        sf.AcquiredRecords(f, last, c) for f, last, c in acquired
+                    ]
+                    budget -= sum(last - f + 1 for f, last, _ in acquired)
+            remaining = deadline - loop.time()
+            if got or remaining <= 0 or req.min_bytes <= 0:
+                return results
+            await self.leader.wait([e for _, e in ready], int(remaining * 1000))
+
+    # -- ShareAcknowledge
+    def share_acknowledge(
+        self, allowed: Allowed, header: RequestHeader, req: Any, client: ClientInfo
+    ) -> HandlerResult:
+        return Deferred.task(self._share_acknowledge(allowed, header.api_version, req, client))
+
+    async def _share_acknowledge(
+        self, allowed: Allowed, version: int, req: Any, client: ClientInfo
+    ) -> Any:
+        error = self._top_error(allowed, req, client)
+        if error != ErrorCode.NO_ERROR:
+            return sa.Response(error_code=error)
+        group_id, member, epoch = req.group_id, req.member_id, req.share_session_epoch
+        if epoch == INITIAL_EPOCH:
+            return sa.Response(error_code=ErrorCode.INVALID_SHARE_SESSION_EPOCH)
+        error, session = self.sessions.use((group_id, member), epoch)
+        if error != ErrorCode.NO_ERROR:
+            return sa.Response(error_code=error)
+        assert session is not None
+        acks: dict[TopicPartition, list[Any]] = {}
+        for t in req.topics:
+            for p in t.partitions:
+                acks.setdefault((t.topic_id, p.partition_index), []).extend(
+                    p.acknowledgement_batches
+                )
+        renew = version >= 2 and req.is_renew_ack
+        errors = await self._acknowledge_all(
+            allowed, client, group_id, member, acks, version, renew
+        )
+        response = sa.Response(acquisition_lock_timeout_ms=self.leader.lock_duration_ms(group_id))
+        by_topic: dict[bytes, sa.ShareAcknowledgeTopicResponse] = {}
+        for tp, code in errors.items():
+            topic = by_topic.get(tp[0])
+            if topic is None:
+                topic = by_topic[tp[0]] = sa.ShareAcknowledgeTopicResponse(topic_id=tp[0])
+                response.responses.append(topic)
+            topic.partitions.append(sa.PartitionData(partition_index=tp[1], error_code=code))
+        if epoch == FINAL_EPOCH:
+            self._close(session)
+        return response
