@@ -38,6 +38,7 @@ from protocol.messages import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_share_group_offsets,
     describe_user_scram_credentials,
     fetch,
     find_coordinator,
@@ -452,6 +453,16 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     describe_producers.API_KEY: _describe_producers,
     share_fetch.API_KEY: _top_level(share_fetch.Response),
     share_acknowledge.API_KEY: _top_level(share_acknowledge.Response),
+    describe_share_group_offsets.API_KEY: lambda v, req, code: (
+        describe_share_group_offsets.Response(
+            groups=[
+                describe_share_group_offsets.DescribeShareGroupOffsetsResponseGroup(
+                    group_id=g.group_id, error_code=code
+                )
+                for g in req.groups
+            ]
+        )
+    ),
 }
 
 # The APIs the group coordinator answers: the ones the SASL gate answers in their own shape.

@@ -52,6 +52,7 @@ from protocol.messages import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_share_group_offsets,
     describe_user_scram_credentials,
     fetch,
     find_coordinator,
@@ -335,6 +336,12 @@ API_TABLE: dict[int, Api] = {
     ),
     share_acknowledge.API_KEY: Api(
         (1, 2), share.share_acknowledge_handler, in_handler, ("READ GROUP", "READ TOPIC")
+    ),
+    describe_share_group_offsets.API_KEY: Api(
+        (0, 1),
+        share.describe_share_group_offsets_handler,
+        in_handler,
+        ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
     ),
 }
 

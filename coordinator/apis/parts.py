@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from coordinator.apis.topics import Broker
     from coordinator.dataplane import DataPlane
     from coordinator.runtime import GroupRuntime, TxnRuntime
+    from coordinator.share.admin import ShareAdmin
     from coordinator.share.requests import ShareRequests
 
 __all__ = ["Factory", "MissingPart", "Parts", "need"]
@@ -50,6 +51,7 @@ class Parts:
     scram: ScramAdmin | None = None  # Describe/AlterUserScramCredentials
     checks: ApiAuthorizer | None = None  # None: no authorizer, every request is allowed
     share: ShareRequests | None = None  # ShareFetch, ShareAcknowledge
+    share_admin: ShareAdmin | None = None  # DescribeShareGroupOffsets
 
 
 def need(part: T | None, name: str) -> T:

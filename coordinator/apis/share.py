@@ -1,4 +1,4 @@
-"""The share partitions' APIs: ShareFetch and ShareAcknowledge, and their authorization.
+"""The share partitions' APIs: ShareFetch, ShareAcknowledge, DescribeShareGroupOffsets.
 
 How this works: the handlers are ``coordinator.share.requests.ShareRequests``'; each
 authorizes inside, where Kafka's KafkaApis checks: READ on the group first (the whole
@@ -25,3 +25,8 @@ def share_fetch_handler(p: Parts) -> Handler:
 
 def share_acknowledge_handler(p: Parts) -> Handler:
     return functools.partial(need(p.share, "share").share_acknowledge, _allowed(p))
+
+
+def describe_share_group_offsets_handler(p: Parts) -> Handler:
+    admin = need(p.share_admin, "share_admin")
+    return functools.partial(admin.describe_share_group_offsets, _allowed(p))

@@ -77,6 +77,7 @@ from coordinator.server.listener import (
     listen_all,
     tls_contexts,
 )
+from coordinator.share.admin import ShareAdmin
 from coordinator.share.coordinator import ShareCoordinator
 from coordinator.share.leader import ShareLeader, ShareLeaderConfig
 from coordinator.share.requests import ShareRequests
@@ -483,6 +484,7 @@ async def api_server(
         acls=acls,
         scram=ScramAdmin(stores.credentials, cluster_authorize(acls.authorizer)),
         share=share,
+        share_admin=ShareAdmin(core.share, data, stores.catalog),
     )
     server = kafka_server(s, listening, parts, core.metrics, authorizer=acls.authorizer)
     # A share session ends with its connection, giving back its member's records.

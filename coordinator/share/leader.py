@@ -43,7 +43,7 @@ from coordinator.share.persister import PersisterBatch, ShareStateStore, WriteRe
 from coordinator.share.state_shard import topic_id_str
 from coordinator.stores import GroupConfigStore
 from protocol.errors import ErrorCode
-from storage.interface import Clock, PartitionLog, wall_clock_ms
+from storage.interface import Clock, OffsetOutOfRangeError, PartitionLog, wall_clock_ms
 from storage.record_batch import iter_batches
 
 log = logging.getLogger("kgc.share")
@@ -249,7 +249,11 @@ class ShareLeader:
         hw = high_watermark(plog)
         if offset >= hw:
             return b"", []
-        data = plog.read(offset, max(max_bytes, 1), max_offset=hw)
+        try:
+            data = plog.read(offset, max(max_bytes, 1), max_offset=hw)
+        except OffsetOutOfRangeError:  # retention or DeleteRecords moved the log start
+            sp.log_start_moved(plog.log_start_offset)
+            return b"", []
         spans = [(h.base_offset, h.last_offset, s, e) for h, s, e in iter_batches(data)]
         if not spans:
             return b"", []

@@ -298,14 +298,19 @@ class ShareRequests:
                     break
                 if self.leader.served.get(entry.key) is not entry or entry.sp is None:
                     continue  # unloaded meanwhile (its group's last session ended)
-                data, acquired = self.leader.acquire(
-                    entry,
-                    member,
-                    budget,
-                    req.batch_size or req.max_records,
-                    per_partition,
-                    record_limit,
-                )
+                try:
+                    data, acquired = self.leader.acquire(
+                        entry,
+                        member,
+                        budget,
+                        req.batch_size or req.max_records,
+                        per_partition,
+                        record_limit,
+                    )
+                except OSError:  # the log is damaged: Fetch's answer for it
+                    results[tp].error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                    got = True
+                    continue
                 if acquired:
                     got = True
                     pd = results[tp]

@@ -259,3 +259,23 @@ def test_model_invariants(ops: list[tuple[object, ...]]) -> None:
             o += 1
         assert sp.start_offset == min(o, sp.next_offset)
         assert sp.next_offset - sp.start_offset <= 12 + 2
+
+
+def test_record_limit_mode_takes_at_most_max_records_in_one_range() -> None:
+    # testAcquireSingleBatchInRecordLimitMode (ShareFetch v2, acquire mode 1)
+    sp = SharePartition(0)
+    got = sp.acquire("m", batches((0, 4), (5, 9)), 3, 500, 0, LOCK, record_limit=True)
+    assert got == [(0, 2, 1)]
+    assert sp.next_offset == 3 and sp.fetch_offset() == 3
+    got = sp.acquire("m", batches((0, 4), (5, 9)), 4, 500, 0, LOCK, record_limit=True)
+    assert got == [(3, 6, 1)]
+
+
+def test_renew_restarts_the_lock() -> None:
+    # testRenewAcknowledgeWithCompleteBatchAck (RENEW, v2)
+    sp = SharePartition(0)
+    sp.acquire("m", batches((0, 4)), 500, 500, 0, LOCK)
+    assert sp.renew("other", [(0, 4)], 10, LOCK) == ErrorCode.INVALID_RECORD_STATE
+    assert sp.renew("m", [(0, 4)], 10, LOCK) == ErrorCode.NO_ERROR
+    assert sp.expire(LOCK) == []  # the old lock ran out, the renewed one holds
+    assert sp.expire(LOCK + 10) == [B(0, 4, AVAILABLE, 1)]

@@ -219,3 +219,39 @@ async def test_auto_offset_reset_latest_by_default(node: ShareNode) -> None:
     await node.initialize("e", info)
     r = await node.fetch("e", "a", 0, [(info, 0)], conn=2)
     assert acquired(r) == [(0, 6, 1)]
+
+
+async def test_describe_share_group_offsets(node: ShareNode) -> None:
+    from protocol.messages import describe_share_group_offsets as dsgo
+
+    info = await _topic(node, 10)
+    await node.fetch(G, "a", 0, [(info, 0)])
+    await node.acknowledge(G, "a", 1, [(info, 0, [(0, 4, [ACCEPT]), (6, 6, [REJECT])])])
+    await node.acknowledge(G, "a", 2, [(info, 0, [(5, 5, [ACCEPT])])])
+    req = dsgo.Request(
+        groups=[
+            dsgo.DescribeShareGroupOffsetsRequestGroup(
+                group_id=G,
+                topics=[
+                    dsgo.DescribeShareGroupOffsetsRequestTopic(topic_name="t", partitions=[0]),
+                    dsgo.DescribeShareGroupOffsetsRequestTopic(topic_name="nope", partitions=[0]),
+                ],
+            ),
+            dsgo.DescribeShareGroupOffsetsRequestGroup(group_id="new", topics=None),
+        ]
+    )
+    r = await node.call(dsgo.API_KEY, 1, req)
+    t, nope = r.groups[0].topics
+    p = t.partitions[0]
+    # The persisted start offset lags one write (Kafka's): 5 after the second write,
+    # which carried the start from before its own effect; 7 terminal offsets past it.
+    assert (t.topic_id, p.start_offset, p.leader_epoch, p.error_code) == (info.topic_id, 5, 0, 0)
+    assert p.lag == 10 - 5 - 1
+    assert nope.topic_id == b"\x00" * 16 and nope.partitions[0].start_offset == -1
+    assert nope.partitions[0].error_code == 0
+    assert r.groups[1].topics == [] and r.groups[1].error_code == 0
+    node.initialized["new"] = {info.topic_id: ("t", frozenset({0}))}
+    await node.initialize("new", info)
+    r = await node.call(dsgo.API_KEY, 1, req)
+    (t,) = r.groups[1].topics
+    assert (t.topic_name, t.partitions[0].start_offset, t.partitions[0].lag) == ("t", -1, -1)

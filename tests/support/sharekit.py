@@ -19,6 +19,7 @@ from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.server.handler import ClientInfo, Deferred
+from coordinator.share.admin import ShareAdmin
 from coordinator.share.coordinator import ShareCoordinator
 from coordinator.share.leader import ShareLeader, ShareLeaderConfig
 from coordinator.share.requests import ShareRequests
@@ -83,7 +84,11 @@ class ShareNode:
         self.requests = ShareRequests(
             self.leader, ShareSessionCache(self.config.max_share_sessions)
         )
-        self.h = handlers(Parts(data=self.dp, share=self.requests))
+        self.initialized: dict[str, dict[bytes, tuple[str, frozenset[int]]]] = {}
+        self.admin = ShareAdmin(
+            self.coordinator, self.dp, self.catalog, lambda g: self.initialized.get(g, {})
+        )
+        self.h = handlers(Parts(data=self.dp, share=self.requests, share_admin=self.admin))
 
     async def restart(self) -> None:
         """A new share coordinator and leader over the same logs (the sessions are gone)."""
