@@ -290,7 +290,10 @@ class DataPlane:
         self.wake(plog)
 
     def _rebuild_producers(self, plog: PartitionLog) -> PartitionProducers:
-        return rebuild_producers(plog, self.clock(), self.producer_ids.ensure_above)
+        # Cluster mode: a log taken over is filled from the database, without the note of
+        # where its transactional data starts; it is replayed whole.
+        ids = self.producer_ids
+        return rebuild_producers(plog, self.clock(), ids.ensure_above, full=not self.hosted)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -470,7 +473,7 @@ class DataPlane:
             and verdict.duplicate is None
             and verdict.error != ErrorCode.INVALID_PRODUCER_EPOCH
         ):
-            txn_refused = self.txn.admit(table, (topic, pr.index), h, checked, version)
+            txn_refused = self.txn.admit(table, (topic, pr.index), h, checked, version, plog)
             if txn_refused is not None:
                 pr.error_code, pr.error_message = txn_refused
                 pr.log_start_offset = plog.log_start_offset

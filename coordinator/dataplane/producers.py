@@ -334,15 +334,36 @@ class PartitionProducers:
         return len(doomed)
 
 
+# In a partition directory: the offset of the first transactional batch or marker ever
+# written there (absent: none ever was, and producer state needs only the log's tail).
+TRANSACTIONAL_SINCE_FILE = "transactional-since"
+PRODUCER_STATE_SCAN_BYTES = 128 << 20  # the tail replayed when no transaction ever was
+
+
+def note_transactional(plog: PartitionLog, offset: int) -> None:
+    """Record (durably, once) that ``plog`` holds transactional data from ``offset`` on."""
+    path = plog.dir / TRANSACTIONAL_SINCE_FILE
+    if plog.dir.is_dir() and not path.exists():
+        write_checkpoint(path, offset, sync=True)
+
+
 def rebuild_producers(
-    plog: PartitionLog, now_ms: int, note_producer_id: Callable[[int], None]
+    plog: PartitionLog, now_ms: int, note_producer_id: Callable[[int], None], full: bool = False
 ) -> PartitionProducers:
-    """Producer state from the whole log: sequences, open transactions and the aborted
-    index (a transaction's first batch, or an aborted one still readable, may lie anywhere
-    before the tail). A failure is logged and leaves what was read so far."""
+    """Producer state replayed from the log: the newest ``PRODUCER_STATE_SCAN_BYTES`` for
+    sequences, and, when the partition ever held transactional data (or ``full``), everything
+    from its first transactional batch: open transactions and the aborted index may reach
+    back anywhere. A failure is logged and leaves what was read so far."""
     table = PartitionProducers()
     try:
-        for h, batch in plog.iter_batches(plog.log_start_offset):
+        start = plog.log_start_offset
+        if not full:
+            tail = next(iter(plog.recent_batch_headers(PRODUCER_STATE_SCAN_BYTES)), None)
+            start = plog.log_end_offset if tail is None else tail.base_offset
+            since = read_checkpoint(plog.dir / TRANSACTIONAL_SINCE_FILE, -1)
+            if since >= 0:
+                start = min(start, max(since, plog.log_start_offset))
+        for h, batch in plog.iter_batches(start):
             if h.producer_id >= 0:
                 table.replay(h, batch, now_ms)
                 note_producer_id(h.producer_id)

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from coordinator.catalog import TopicCatalog, TopicInfo
-from coordinator.dataplane.producers import PartitionProducers
+from coordinator.dataplane.producers import PartitionProducers, note_transactional
 from coordinator.dataplane.reads import READ_COMMITTED, last_stable_offset
 from coordinator.dataplane.transactions import PartitionTxns, VerificationGuard, marker_batch
 from coordinator.server.handler import Answer, ClientInfo, Deferred, HandlerResult
@@ -160,6 +161,7 @@ class TxnLog:
         self.plane = plane
         self.verify: VerifyFn | None = None
         self.complete_transaction: CompleteFn | None = None
+        self.noted: weakref.WeakSet[PartitionLog] = weakref.WeakSet()
 
     # ------------------------------------------------------------ produce and fetch
 
@@ -244,6 +246,7 @@ class TxnLog:
         h: BatchHeader,
         checked: Verification | None,
         version: int,
+        plog: PartitionLog,
     ) -> tuple[int, str | None] | None:
         """Whether a transactional batch may be appended now (None) or its error."""
         producer_id, epoch, base_sequence = h.producer_id, h.producer_epoch, h.base_sequence
@@ -270,6 +273,19 @@ class TxnLog:
                 f"Out of order sequence number for producer {producer_id}: {base_sequence} "
                 f"(incoming seq. number), {guard.lowest_sequence} (earliest seen sequence)"
             )
+        return self.note_transactional(plog)
+
+    def note_transactional(self, plog: PartitionLog) -> tuple[int, str | None] | None:
+        """Before the first transaction of a partition: note where its transactional data
+        starts, so a restart replays its producer state from there (``rebuild_producers``)."""
+        if plog in self.noted:
+            return None
+        try:
+            note_transactional(plog, plog.log_end_offset)
+        except OSError as e:
+            log.error("noting transactional data in %s failed: %r", plog.dir.name, e)
+            return ErrorCode.KAFKA_STORAGE_ERROR, str(e)
+        self.noted.add(plog)
         return None
 
     # ------------------------------------------------------------ markers
@@ -310,6 +326,9 @@ class TxnLog:
                 verdict.message,
             )
             return ErrorCode(verdict.error)
+        refused = self.note_transactional(plog)
+        if refused is not None:
+            return ErrorCode(refused[0])
         now = plane.clock()
         epoch = plane.leader_epoch_of(plog)
         batch = marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now, epoch)

@@ -443,3 +443,40 @@ async def test_restart_rebuilds_open_transactions_and_the_aborted_index(tmp_path
         assert await latest(n, committed=True) == 4
     finally:
         await n.close()
+
+
+async def test_restart_replays_from_the_first_transactional_batch_beyond_the_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Producer state is rebuilt from the newest segments only, unless the partition ever
+    held transactional data: then from its first transactional batch, noted on disk."""
+    from coordinator.dataplane import producers
+
+    first = TxnNode(tmp_path / "data")
+    first.coordinator.partitions[1] = {("t", 0)}
+    first.create("t", 1, {"segment.bytes": "1024"})
+    for i in range(3):
+        await first.produce("t", 0, batch([b"before-%d" % i]))
+    await txn_produce(first, "t", 0, [b"aborted"], pid=1, seq=0)  # offset 3
+    assert await write_marker(first, "t", [0], 1, False) == [0]  # offset 4
+    for i in range(40):  # many segments after it
+        await first.produce("t", 0, batch([b"after-%d" % i * 20]))
+    plog = first.logs.get("t", 0)
+    assert plog is not None and plog.segment_count > 5
+    since = plog.dir / producers.TRANSACTIONAL_SINCE_FILE
+    assert since.read_text().split() == ["0", "3"]
+    await first.close()
+    monkeypatch.setattr(producers, "PRODUCER_STATE_SCAN_BYTES", 1)  # the last segment only
+
+    async def aborted_after_restart() -> list[AbortedTxn]:
+        n = Node(tmp_path / "data")
+        try:
+            log = n.logs.get("t", 0)
+            assert log is not None
+            return n.dp.producers[log].txns.aborted
+        finally:
+            await n.close()
+
+    assert await aborted_after_restart() == [AbortedTxn(1, 3, 4, 5)]
+    since.unlink()  # without the note only the tail is replayed: the abort is lost
+    assert await aborted_after_restart() == []
