@@ -18,7 +18,9 @@ concurrent with it and the register value before it.
 The fast invariants need no search and explain a failure in words: ``lost`` (a read of None
 after an acknowledged write), ``stale`` (a read of a write that an acknowledged write strictly
 followed before the read began: lost or rewound), ``phantom`` (a value nobody wrote) and
-``failed-visible`` (a read of a write that failed).
+``failed-visible`` (a read of a write that failed) and ``read-rewind`` (a read sees a write
+that strictly preceded the write an earlier, already completed read saw: the register went
+back, as when a value visible on one coordinator is lost at the next).
 """
 
 from __future__ import annotations
@@ -77,10 +79,16 @@ class RegisterResult:
 
 
 def _relevant(ops: Iterable[Op]) -> list[Op]:
+    """The ops the search needs. An info write no read returned is dropped too: linearized
+    last (its return is at infinity) it changes nothing any read saw, so keeping it only
+    multiplies the states the search visits."""
+    ops = list(ops)
+    read = {op.value for op in ops if op.f == READ and op.status == OK}
     return [
         op
         for op in ops
-        if (op.f == WRITE and op.status != FAIL) or (op.f == READ and op.status == OK)
+        if (op.f == WRITE and (op.status == OK or (op.status != FAIL and op.invoke_value in read)))
+        or (op.f == READ and op.status == OK)
     ]
 
 
@@ -180,9 +188,32 @@ def fast_invariants(ops: list[Op], key: Key | None = None) -> list[Anomaly]:
     for op in acked:
         best.append(op if not best or op.start > best[-1].start else best[-1])
     found: list[Anomaly] = []
+    reads = sorted((op for op in ops if op.f == READ and op.status == OK), key=lambda o: o.end)
+    read_ends = [op.end for op in reads]
+    # seen[j]: of the first j+1 reads to complete, the one whose write started latest.
+    seen: list[tuple[float, Op]] = []
+    for op in reads:
+        w = writes.get(op.value)
+        start = w.start if w is not None else -1.0
+        seen.append((start, op) if not seen or start > seen[-1][0] else seen[-1])
     for read in (op for op in ops if op.f == READ and op.status == OK):
         j = bisect.bisect_left(ends, read.start) - 1
         latest = best[j] if j >= 0 else None
+        k = bisect.bisect_left(read_ends, read.start) - 1
+        before = seen[k][1] if k >= 0 else None
+        w_now = writes.get(read.value)
+        w_before = writes.get(before.value) if before is not None else None
+        if (
+            before is not None
+            and w_before is not None
+            and (
+                (w_now is None and read.value is None)
+                or (w_now is not None and w_now.end < w_before.start)
+            )
+        ):
+            # An earlier read, completed before this one began, already saw a write that
+            # strictly followed the one this read sees: the register went back.
+            found.append(Anomaly("read-rewind", key, [before, read], "a read went back"))
         if read.value is None:
             if latest is not None:
                 found.append(Anomaly("lost", key, [latest, read], "read None after an ack"))

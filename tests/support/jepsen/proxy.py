@@ -75,6 +75,7 @@ class FaultProxy:
         self._open.set()
         self._changed = asyncio.Condition()
         self._conns: set[_Conn] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
 
     async def start(self) -> FaultProxy:
@@ -111,11 +112,20 @@ class FaultProxy:
         for conn in list(self._conns):
             conn.reset()
         self._conns.clear()
+        # Connection handlers end once their sockets are reset; wait for them (bounded), so
+        # none is left for the loop's shutdown to cancel.
+        handlers = [t for t in self._handlers if t is not asyncio.current_task()]
+        if handlers:
+            await asyncio.wait(handlers, timeout=5)
         if self._server is not None:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Conn(writer, blackholed=self.mode == BLACKHOLE)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         async with self._changed:
             self.accepted += 1
             self._changed.notify_all()

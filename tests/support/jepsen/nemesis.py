@@ -1,0 +1,211 @@
+"""The nemesis: a seeded, replayable schedule of faults, applied to a topology and healed.
+
+How this works. ``plan(seed, faults, duration, session_ms, nodes)`` draws the whole schedule
+up front from ``random.Random(seed)``, so a printed seed replays the same faults at the same
+times: ``warmup`` s without faults, then periods of ``period`` s; one period in four is
+quiet, the others pick a non-empty subset of the allowed fault kinds and, inside the
+period, one fault after another (never two at once, so the cluster always has a way back),
+each with its target, its parameters and how long it lasts before it is healed. The last
+``quiet`` s of the run have no fault.
+
+Fault kinds (``FAULTS``), by role:
+- node: ``kill`` (SIGKILL, restarted after the duration), ``pause`` (SIGSTOP past the broker
+  session timeout, then SIGCONT: the zombie owner wakes up);
+- PostgreSQL: ``pg-kill`` (``pg_ctl stop -m immediate``, started again after the duration),
+  ``pg-pause`` (SIGSTOP of the postmaster and every backend), ``pg-terminate``
+  (``pg_terminate_backend`` of every kgc session, instant);
+- links, through the proxies: ``link-db`` (node n cut from PostgreSQL: drop, black-hole or
+  reset), ``link-client`` (clients cut from node n), ``split`` (a minority of one node cut
+  from both PostgreSQL and the clients, the majority untouched), ``delay`` (every link of one
+  node, or of all, delayed).
+
+``Nemesis.run`` applies the plan against the run's clock, records each fault in the history
+as one op of process ``NEMESIS`` (invoke when it starts, ``info`` when healed) and stops at
+the run's end; ``heal_all`` then undoes whatever is left (links pass, SIGCONT, PostgreSQL and
+every node running) before the final reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from support.jepsen.history import History
+from support.jepsen.proxy import BLACKHOLE, DELAY, DROP, PASS, RESET
+from support.jepsen.topology import ProxyTopology
+
+NEMESIS = -1
+
+FAULTS = (
+    "kill",
+    "pause",
+    "pg-kill",
+    "pg-pause",
+    "pg-terminate",
+    "link-db",
+    "link-client",
+    "split",
+    "delay",
+)
+FAULT_SETS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "process": ("kill", "pause"),
+    "db": ("pg-kill", "pg-pause", "pg-terminate", "link-db"),
+    "net": ("link-db", "link-client", "split", "delay"),
+    "all": FAULTS,
+}
+
+
+@dataclass
+class Action:
+    at: float  # seconds after the run's start
+    fault: str
+    target: int | None  # a node id, or None (PostgreSQL, or every node)
+    duration: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _draw(rng: random.Random, fault: str, nodes: list[int], session_s: float) -> Action:
+    node = rng.choice(nodes)
+    if fault == "kill":
+        return Action(0, fault, node, rng.uniform(1, 5))
+    if fault == "pause":
+        return Action(0, fault, node, rng.uniform(1.2, 2.0) * session_s)
+    if fault == "pg-kill":
+        return Action(0, fault, None, rng.uniform(2, 8))
+    if fault == "pg-pause":
+        return Action(0, fault, None, rng.uniform(0.5, 2.0) * session_s)
+    if fault == "pg-terminate":
+        return Action(0, fault, None, 0.0)
+    if fault in ("link-db", "link-client"):
+        mode = rng.choice((DROP, BLACKHOLE, RESET))
+        return Action(0, fault, node, rng.uniform(0.5, 2.0) * session_s, {"mode": mode})
+    if fault == "split":
+        return Action(0, fault, node, rng.uniform(1.2, 2.0) * session_s, {"mode": DROP})
+    if fault == "delay":
+        target = node if rng.random() < 0.5 else None
+        ms = rng.choice((20, 50, 100, 300))
+        return Action(0, fault, target, rng.uniform(3, 8), {"delay_ms": ms})
+    raise ValueError(f"unknown fault {fault}")
+
+
+def plan(
+    seed: int,
+    faults: tuple[str, ...],
+    duration: float,
+    *,
+    session_ms: int = 3000,
+    nodes: int = 3,
+    warmup: float = 5.0,
+    period: float = 20.0,
+    quiet: float = 5.0,
+) -> list[Action]:
+    """The schedule for a run, the same for the same arguments."""
+    rng = random.Random(seed)
+    node_ids = list(range(1, nodes + 1))
+    actions: list[Action] = []
+    end = duration - quiet
+    t = warmup
+    while t < end and faults:
+        period_end = min(t + period, end)
+        if rng.random() >= 0.25:
+            kinds = rng.sample(faults, rng.randint(1, len(faults)))
+            at = t + rng.uniform(0.5, 3.0)
+            while at < period_end:
+                action = _draw(rng, rng.choice(kinds), node_ids, session_ms / 1000)
+                action.at = round(at, 3)
+                action.duration = round(min(action.duration, max(end - at, 0.0)), 3)
+                actions.append(action)
+                at += action.duration + rng.uniform(1.0, 4.0)
+        t = period_end
+    return actions
+
+
+class Nemesis:
+    def __init__(self, topology: ProxyTopology, history: History, actions: list[Action]) -> None:
+        self.topology = topology
+        self.history = history
+        self.actions = actions
+        self.applied = 0
+        self.errors: list[str] = []
+
+    async def run(self, start: float, stop: float) -> None:
+        """Apply the plan against the run clock (``time.monotonic()``), up to ``stop``."""
+        for action in self.actions:
+            wait = start + action.at - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if time.monotonic() >= stop:
+                return
+            self.history.invoke(NEMESIS, action.fault, None, asdict(action))
+            try:
+                await self.begin(action)
+                await asyncio.sleep(min(action.duration, max(stop - time.monotonic(), 0)))
+                await self.end(action)
+            except Exception as exc:  # recorded; heal_all tries again at the end
+                self.errors.append(f"{action}: {type(exc).__name__}: {exc}")
+            self.history.info(NEMESIS, {"healed": action.fault})
+            self.applied += 1
+
+    def _links(self, action: Action) -> list[Any]:
+        t = self.topology
+        if action.fault == "link-db":
+            return [t.db[action.target]] if action.target else []
+        if action.fault == "link-client":
+            return [t.client[action.target]] if action.target else []
+        if action.fault == "split":
+            return [t.db[action.target], t.client[action.target]] if action.target else []
+        if action.target is not None:  # delay of one node
+            return [t.db[action.target], t.client[action.target]]
+        return [*t.db.values(), *t.client.values()]
+
+    async def begin(self, action: Action) -> None:
+        t = self.topology
+        f = action.fault
+        if f == "kill" and action.target is not None:
+            t.kill(action.target)
+        elif f == "pause" and action.target is not None:
+            t.pause(action.target)
+        elif f == "pg-kill":
+            await t.stop_pg()
+        elif f == "pg-pause":
+            t.pause_pg()
+        elif f == "pg-terminate":
+            action.params["terminated"] = await t.terminate_sessions()
+        elif f == "delay":
+            for link in self._links(action):
+                link.set_mode(DELAY, action.params["delay_ms"])
+        else:
+            for link in self._links(action):
+                link.set_mode(action.params["mode"])
+
+    async def end(self, action: Action) -> None:
+        t = self.topology
+        f = action.fault
+        if f == "kill" and action.target is not None:
+            if not t.alive(action.target):
+                await t.start_node(action.target)
+        elif f == "pause" and action.target is not None:
+            t.resume(action.target)
+        elif f == "pg-kill":
+            await t.start_pg()
+        elif f == "pg-pause":
+            t.resume_pg()
+        elif f != "pg-terminate":
+            for link in self._links(action):
+                link.set_mode(PASS)
+
+
+async def heal_all(topology: ProxyTopology) -> None:
+    """Every link passes, nothing is paused, PostgreSQL and every node run."""
+    for link in [*topology.db.values(), *topology.client.values()]:
+        link.set_mode(PASS)
+    topology.resume_pg()
+    await topology.start_pg()
+    for n in topology.node_ids:
+        topology.resume(n)
+        if not topology.alive(n):
+            await topology.start_node(n)

@@ -1,0 +1,187 @@
+"""One Jepsen-style run, and a matrix of them: topology, workload, nemesis, heal, final, check.
+
+How this works. ``run_once(config)`` makes the run directory, writes ``run.json`` (seed,
+configuration, the nemesis plan) before anything starts, brings up the topology, sets the
+workload up, then runs the workload's threads and the nemesis side by side for
+``duration`` s. Then it heals everything, waits until the cluster is ready again (the
+recovery time is measured), lets the workload do its final reads, stops every process, and
+checks the history (``history.jsonl``, written as it happens) with the workload's checker.
+``result.json`` holds the verdict. A watchdog bounds the whole run at twice the planned
+duration plus a fixed margin; cleanup runs in a ``finally``.
+
+``python -m support.jepsen.runner`` (``scripts/jepsen``) runs a matrix: every workload x
+fault set, each ``--duration`` s with seed ``--seed`` + its index, and prints the table
+(mode, workload, faults, seconds, ops, anomalies). ``--replay DIR`` runs a directory's
+``run.json`` again with the same seed and plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from support.jepsen.history import History, pair_ops, read_history
+from support.jepsen.nemesis import FAULT_SETS, Nemesis, heal_all, plan
+from support.jepsen.registers import Registers
+from support.jepsen.topology import ProxyTopology
+from support.jepsen.workload import Ctx, Workload
+
+WORKLOADS = ("registers",)
+
+
+def make_workload(name: str) -> Workload:
+    if name == "registers":
+        return Registers()
+    raise ValueError(f"unknown workload {name}")
+
+
+@dataclass
+class RunConfig:
+    workload: str
+    faults: str
+    duration: float
+    seed: int
+    run_dir: Path
+    nodes: int = 3
+    session_timeout_ms: int = 3000
+    heartbeat_interval_ms: int = 500
+    mode: str = "proxy"
+
+
+@dataclass
+class RunResult:
+    config: dict[str, Any]
+    seconds: float = 0.0
+    ops: int = 0
+    anomalies: list[str] = field(default_factory=list)
+    detail: list[str] = field(default_factory=list)
+    faults_applied: int = 0
+    nemesis_errors: list[str] = field(default_factory=list)
+    recovery_s: float | None = None
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return not self.anomalies and self.error is None
+
+    def row(self) -> str:
+        c = self.config
+        verdict = ",".join(self.anomalies) or ("ERROR" if self.error else "none")
+        return (
+            f"{c['mode']:<6} {c['workload']:<10} {c['faults']:<8} {self.seconds:>7.1f} "
+            f"{self.ops:>7} {self.faults_applied:>6}  {verdict}  seed={c['seed']}"
+        )
+
+
+HEADER = f"{'mode':<6} {'workload':<10} {'faults':<8} {'seconds':>7} {'ops':>7} {'faults':>6}  anomalies"
+
+
+async def _run(config: RunConfig, result: RunResult) -> None:
+    run_dir = config.run_dir
+    actions = plan(
+        config.seed,
+        FAULT_SETS[config.faults],
+        config.duration,
+        session_ms=config.session_timeout_ms,
+        nodes=config.nodes,
+    )
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {"config": result.config, "plan": [asdict(a) for a in actions]}, indent=1
+        )
+    )
+    topology = ProxyTopology(
+        run_dir,
+        config.nodes,
+        heartbeat_interval_ms=config.heartbeat_interval_ms,
+        session_timeout_ms=config.session_timeout_ms,
+    )
+    history = History(run_dir / "history.jsonl")
+    workload = make_workload(config.workload)
+    try:
+        await topology.start()
+        ctx = Ctx(topology, history, random.Random(config.seed))
+        await workload.setup(ctx)
+        start = time.monotonic()
+        ctx.deadline = start + config.duration
+        nemesis = Nemesis(topology, history, actions)
+        await asyncio.gather(workload.run(ctx), nemesis.run(start, ctx.deadline))
+        result.faults_applied = nemesis.applied
+        result.nemesis_errors = nemesis.errors
+        healed = time.monotonic()
+        await heal_all(topology)
+        await topology.wait_ready(120)
+        result.recovery_s = round(time.monotonic() - healed, 2)
+        await workload.final(ctx)
+    finally:
+        history.close()
+        await topology.close()
+    ops = pair_ops(read_history(run_dir / "history.jsonl"))
+    verdict = await asyncio.to_thread(workload.check, ops)
+    result.ops = verdict["ops"]
+    result.anomalies = list(verdict["anomalies"])
+    result.detail = list(verdict["detail"])
+
+
+async def run_once(config: RunConfig, margin: float = 300.0) -> RunResult:
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    result = RunResult(cfg)
+    began = time.monotonic()
+    try:
+        await asyncio.wait_for(_run(config, result), 2 * config.duration + margin)
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        result.detail.append(traceback.format_exc())
+    result.seconds = round(time.monotonic() - began, 1)
+    (config.run_dir / "result.json").write_text(json.dumps(asdict(result), indent=1))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/jepsen", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--faults", default="process,db,net")
+    ap.add_argument("--duration", type=float, default=120.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/kgcj-runs"))
+    ap.add_argument("--replay", type=Path, default=None, help="a run directory to run again")
+    args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    configs: list[RunConfig] = []
+    if args.replay is not None:
+        saved = json.loads((args.replay / "run.json").read_text())["config"]
+        saved["run_dir"] = args.replay.with_name(args.replay.name + "-replay")
+        configs.append(RunConfig(**saved))
+    else:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        i = 0
+        for w in args.workloads.split(","):
+            for f in args.faults.split(","):
+                run_dir = args.dir / f"kgcj-{stamp}-{w}-{f}-{seed + i}"
+                configs.append(RunConfig(w, f, args.duration, seed + i, run_dir))
+                i += 1
+    results = []
+    print(HEADER, flush=True)
+    for config in configs:
+        r = asyncio.run(run_once(config))
+        results.append(r)
+        print(r.row(), f"-> {config.run_dir}", flush=True)
+        for line in r.detail[:10]:
+            print("   ", line.splitlines()[-1] if r.error else line, flush=True)
+    print("\n" + HEADER)
+    for r in results:
+        print(r.row())
+    return 0 if all(r.valid for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
