@@ -74,6 +74,9 @@ _new_ctx = tuple.__new__
 Clock = Callable[[], int]
 # Replies waiting for the records of one Result: the offsets partitions those went to.
 _Waiting = tuple[frozenset[int], list[tuple[int, Any]]]
+# A reply without records of its own parked behind Results not yet settled: per partition
+# the count of settled Results it waits for and of failed ones when it was parked.
+_Parked = tuple[dict[int, int], dict[int, int], int, Any]
 _TIMERS_PER_TURN = 64
 
 
@@ -186,6 +189,17 @@ class GroupRuntime:
         # The transactional Results among ``unwritten`` (per partition): where their records
         # are, each written as its own batch of its producer (``TxnBatch``).
         self.unwritten_txn: dict[int, list[tuple[int, int, TxnBatch]]] = {}
+        # A reply the shard prepared without records (a fetch, a heartbeat) may show records
+        # of earlier Results that are not durable yet, and may never be (a failed append, a
+        # lease lost meanwhile): such a reply waits until those Results settle, and answers
+        # NOT_COORDINATOR if one failed, as Kafka answers a write without records at the
+        # commit of the last written offset and reads at the last committed one. Per
+        # partition: Results with records issued, settled, and settled as failed.
+        self.issued: dict[int, int] = {}
+        self.settled: dict[int, int] = {}
+        self.settled_failed: dict[int, int] = {}
+        self.unsettled = 0
+        self.parked: list[_Parked] = []
         self.write_scheduled = False
         # Under the "batch" flush policy replies wait for an fsync round, and records
         # applied while one is in flight wait for the next: those turns are appended
@@ -226,6 +240,8 @@ class GroupRuntime:
         except Exception:
             return self._handler_failed(header, body)
         if not result.records:
+            if self.unsettled:
+                return self._park(result, handle)
             replies = result.replies
             if len(replies) == 1 and result.wakeup is None and not result.events:
                 reply = replies[0]
@@ -239,6 +255,40 @@ class GroupRuntime:
         fut = self.waiting[handle] = Pending()
         self.apply(result)
         return Deferred(fut)
+
+    def _park(self, result: Result, own: int) -> Any:
+        """Hold a records-less Result's replies until the Results issued before it settle."""
+        self._side_effects(result)
+        settled, failed = self.settled, self.settled_failed
+        target = {p: n for p, n in self.issued.items() if settled.get(p, 0) < n}
+        failed_before = {p: failed.get(p, 0) for p in target}
+        for handle, reply in result.replies:
+            self.parked.append((target, failed_before, handle, reply))
+        fut = self.waiting[own] = Pending()
+        return Deferred(fut)
+
+    def _settle(self, parts: frozenset[int], ok: bool) -> None:
+        self.unsettled -= 1
+        for p in parts:
+            self.settled[p] = self.settled.get(p, 0) + 1
+            if not ok:
+                self.settled_failed[p] = self.settled_failed.get(p, 0) + 1
+
+    def _release_parked(self) -> None:
+        if not self.parked:
+            return
+        settled, failed = self.settled, self.settled_failed
+        still: list[_Parked] = []
+        for entry in self.parked:
+            target, failed_before, handle, reply = entry
+            if any(settled.get(p, 0) < n for p, n in target.items()):
+                still.append(entry)
+                continue
+            lost = {p for p, n in failed_before.items() if failed.get(p, 0) > n}
+            self._deliver(
+                handle, storage_error_reply(reply, lost, self.shard.partition_of) if lost else reply
+            )
+        self.parked = still
 
     def _apply_now(self, result: Result, own: int) -> Any:
         """Apply a Result that has no records; return the reply for ``own`` if present."""
@@ -291,6 +341,10 @@ class GroupRuntime:
         else:
             waits = frozenset(parts)
         self.unreleased.append((waits, result.replies))
+        self.unsettled += 1
+        issued = self.issued
+        for partition in parts:
+            issued[partition] = issued.get(partition, 0) + 1
         if not self.write_scheduled:
             self.write_scheduled = True
             if self.gather_during_rounds and self.flusher.in_round:
@@ -354,9 +408,11 @@ class GroupRuntime:
             for parts, replies in waiting:
                 if parts & failed:
                     self._fail_replies(replies, failed)
+                    self._settle(parts, False)
                 else:
                     released.append((parts, replies))
             self._rebuild(sorted(failed), "a failed append")
+            self._release_parked()
         if released:
             order = list(pending)
             # Every partition's wait joins the same fsync round; ``_released`` runs when
@@ -396,18 +452,23 @@ class GroupRuntime:
         if not failed:
             # The usual round: everything durable, no intersections to compute.
             waiting_futures = self.waiting
-            for _, replies in waiting:
+            for parts, replies in waiting:
+                self._settle(parts, True)
                 for handle, reply in replies:
                     fut = waiting_futures.pop(handle, None)
                     if fut is not None and not fut.done():  # as ``_deliver``
                         fut.set_result(reply)
+            self._release_parked()
             return
         for parts, replies in waiting:
             if parts & failed:
                 self._fail_replies(replies, failed)
+                self._settle(parts, False)
             else:
+                self._settle(parts, True)
                 for handle, reply in replies:
                     self._deliver(handle, reply)
+        self._release_parked()
         # The log was cut back to its durable end: forget what the cut removed (a second
         # rebuild after the storage layer's ``on_cut_back`` call costs only time).
         self._rebuild(sorted(failed), "a failed fsync")

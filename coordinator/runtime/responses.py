@@ -22,6 +22,7 @@ from protocol.messages import (
     leave_group,
     offset_commit,
     offset_delete,
+    offset_fetch,
     sync_group,
     txn_offset_commit,
 )
@@ -75,4 +76,36 @@ def storage_error_reply(reply: Any, failed: set[int], partition_of: Callable[[st
         return offset_delete.Response(error_code=code)
     if isinstance(reply, consumer_group_heartbeat.Response):
         return consumer_group_heartbeat.Response(error_code=code)
-    return reply  # answers that never depend on records (fetch, describe, list)
+    if isinstance(reply, offset_fetch.Response):
+        return _offset_fetch_failed(reply, failed, partition_of)
+    return reply  # answers that never depend on records (describe, list)
+
+
+def _offset_fetch_failed(
+    reply: offset_fetch.Response, failed: set[int], partition_of: Callable[[str], int]
+) -> offset_fetch.Response:
+    """A fetch prepared while records it may show were not durable, and some failed: the
+    groups of failed partitions answer NOT_COORDINATOR (v8+ names its groups; before, the
+    one group's error, or each partition's before v2, where there is no top-level code)."""
+    code = STORAGE_FAILED
+    if reply.groups:
+        return dataclasses.replace(
+            reply,
+            groups=[
+                offset_fetch.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code)
+                if partition_of(g.group_id) in failed
+                else g
+                for g in reply.groups
+            ],
+        )
+    topics = [
+        dataclasses.replace(
+            t,
+            partitions=[
+                dataclasses.replace(p, committed_offset=-1, metadata="", error_code=code)
+                for p in t.partitions
+            ],
+        )
+        for t in reply.topics
+    ]
+    return dataclasses.replace(reply, error_code=code, topics=topics)

@@ -380,3 +380,53 @@ async def test_offsets_batches_carry_the_partitions_leader_epoch() -> None:
     assert fetched(rt, "g") == 6
     await flusher.stop()
     logs.close_all()
+
+
+def fetch_now(rt: GroupRuntime, group: str) -> Any:
+    """An OffsetFetch v8 of ``group``: its reply, or the Deferred it waits on."""
+    req = offset_fetch.Request(
+        groups=[offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None)]
+    )
+    return handlers(Parts(groups=rt))[offset_fetch.API_KEY](
+        RequestHeader(offset_fetch.API_KEY, 8, 1, "t"), req, CLIENT
+    )
+
+
+async def test_a_fetch_never_sees_a_commit_that_is_not_durable_yet() -> None:
+    # Found by the Jepsen harness (a coordinator paused past its lease): a fetch answered
+    # from memory showed a commit whose append then failed, and later fetches went back.
+    flusher = MemoryDurability(auto=False)
+    rt = await started(MemoryLogs(), flusher)
+    first = asyncio.ensure_future(call(rt, offset_commit.API_KEY, 8, commit("g", 5)))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    flusher.run_round()
+    await first
+    doomed = asyncio.ensure_future(call(rt, offset_commit.API_KEY, 8, commit("g", 9)))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    reply = fetch_now(rt, "g")
+    assert isinstance(reply, Deferred)  # it waits for the commit before it
+    flusher.failing = OSError(5, "Input/output error")
+    flusher.run_round()
+    assert (await doomed).topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+    group = (await reply).groups[0]
+    offsets = [p.committed_offset for t in group.topics for p in t.partitions]
+    assert group.error_code == ErrorCode.NOT_COORDINATOR or offsets == [5]
+    flusher.failing = None
+    assert fetched(rt, "g") == 5
+
+
+async def test_a_fetch_during_a_commit_answers_once_the_commit_is_durable() -> None:
+    flusher = MemoryDurability(auto=False)
+    rt = await started(MemoryLogs(), flusher)
+    pending = asyncio.ensure_future(call(rt, offset_commit.API_KEY, 8, commit("g", 9)))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    reply = fetch_now(rt, "g")
+    assert isinstance(reply, Deferred)
+    flusher.run_round()
+    assert (await pending).topics[0].partitions[0].error_code == 0
+    group = (await reply).groups[0]
+    assert [p.committed_offset for t in group.topics for p in t.partitions] == [9]
+    assert not isinstance(fetch_now(rt, "g"), Deferred)  # nothing in flight: at once
