@@ -95,9 +95,12 @@ def test_read_rewind_is_caught_fast() -> None:
     assert "read-rewind" in check_registers(ops).kinds()
     assert verdict(ops) == "fail"
     # Overlapping reads may see the two values in either order.
-    assert "read-rewind" not in check_registers(
-        [w(1, 1, 0, 1), w(1, 2, 2, 10), r(2, 2, 3, 5), r(3, 1, 4, 7)]
-    ).kinds()
+    assert (
+        "read-rewind"
+        not in check_registers(
+            [w(1, 1, 0, 1), w(1, 2, 2, 10), r(2, 2, 3, 5), r(3, 1, 4, 7)]
+        ).kinds()
+    )
 
 
 def test_unread_info_writes_do_not_blow_up_the_search() -> None:

@@ -42,17 +42,18 @@ class RawClient:
         self.client_id = client_id
         self.timeout = timeout
         self._cid = 0
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self._reader is None or self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
+        if self._conn is None:
+            self._conn = await asyncio.wait_for(
                 asyncio.open_connection(*self.address), self.timeout
             )
-        return self._reader, self._writer
+        return self._conn
 
-    async def call(self, api_key: int, version: int, body: Any, timeout: float | None = None) -> Any:
+    async def call(
+        self, api_key: int, version: int, body: Any, timeout: float | None = None
+    ) -> Any:
         """Send one request and return its decoded response, or raise ``Indefinite``."""
         try:
             return await asyncio.wait_for(
@@ -68,13 +69,15 @@ class RawClient:
     async def _exchange(self, api_key: int, version: int, body: Any) -> Any:
         reader, writer = await self._connect()
         self._cid += 1
-        writer.write(encode_request(RequestHeader(api_key, version, self._cid, self.client_id), body))
+        writer.write(
+            encode_request(RequestHeader(api_key, version, self._cid, self.client_id), body)
+        )
         await writer.drain()
         size = _I.unpack(await reader.readexactly(4))[0]
         return decode_response(api_key, version, await reader.readexactly(size))[1]
 
     def close(self) -> None:
-        if self._writer is not None:
+        if self._conn is not None:
             with contextlib.suppress(Exception):
-                self._writer.transport.abort()
-        self._reader = self._writer = None
+                self._conn[1].transport.abort()
+        self._conn = None

@@ -109,17 +109,19 @@ def plan(
     actions: list[Action] = []
     end = duration - quiet
     t = warmup
+    free = warmup  # when the last fault is healed
     while t < end and faults:
         period_end = min(t + period, end)
         if rng.random() >= 0.25:
             kinds = rng.sample(faults, rng.randint(1, len(faults)))
-            at = t + rng.uniform(0.5, 3.0)
+            at = max(t, free) + rng.uniform(0.5, 3.0)
             while at < period_end:
                 action = _draw(rng, rng.choice(kinds), node_ids, session_ms / 1000)
                 action.at = round(at, 3)
-                action.duration = round(min(action.duration, max(end - at, 0.0)), 3)
+                action.duration = round(min(action.duration, max(end - action.at, 0.0)), 3)
                 actions.append(action)
-                at += action.duration + rng.uniform(1.0, 4.0)
+                free = action.at + action.duration
+                at = free + rng.uniform(1.0, 4.0)
         t = period_end
     return actions
 

@@ -65,8 +65,15 @@ class Registers:
 
     # -- one operation each
 
-    async def _call(self, ctx: Ctx, clients: dict[tuple[str, int], RawClient], key: Key,
-                    api_key: int, version: int, body: Any) -> Any:
+    async def _call(
+        self,
+        ctx: Ctx,
+        clients: dict[tuple[str, int], RawClient],
+        key: Key,
+        api_key: int,
+        version: int,
+        body: Any,
+    ) -> Any:
         address = await ctx.coordinator(key[0])
         if address is None:
             raise Indefinite("no coordinator known")
@@ -74,8 +81,9 @@ class Registers:
             clients[address] = ctx.client(address, "reg")
         return await clients[address].call(api_key, version, body)
 
-    async def write(self, ctx: Ctx, t: Thread, clients: dict[tuple[str, int], RawClient],
-                    key: Key) -> None:
+    async def write(
+        self, ctx: Ctx, t: Thread, clients: dict[tuple[str, int], RawClient], key: Key
+    ) -> None:
         group, topic, partition = key
         address = await ctx.coordinator(group)
         if address is None:
@@ -116,8 +124,9 @@ class Registers:
             if status != "fail":
                 t.retire()
 
-    async def read(self, ctx: Ctx, t: Thread, clients: dict[tuple[str, int], RawClient],
-                   key: Key) -> bool:
+    async def read(
+        self, ctx: Ctx, t: Thread, clients: dict[tuple[str, int], RawClient], key: Key
+    ) -> bool:
         group, topic, partition = key
         address = await ctx.coordinator(group)
         if address is None:
@@ -216,8 +225,9 @@ class Registers:
         mine = [op for op in ops if op.f in (READ, WRITE) and op.key in set(self.keys)]
         result = check_registers(mine, max_steps=max_steps)
         anomalies = [(a.kind, a.key, a.detail) for a in result.anomalies]
-        unread = []
+        unread: list[Key] = []
         for key, key_ops in by_key(mine):
+            assert key is not None
             finals = [op for op in key_ops if op.f == READ and op.process == 10**6 and op.ok]
             if not finals:
                 unread.append(key)

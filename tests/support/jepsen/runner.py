@@ -77,11 +77,13 @@ class RunResult:
         verdict = ",".join(self.anomalies) or ("ERROR" if self.error else "none")
         return (
             f"{c['mode']:<6} {c['workload']:<10} {c['faults']:<8} {self.seconds:>7.1f} "
-            f"{self.ops:>7} {self.faults_applied:>6}  {verdict}  seed={c['seed']}"
+            f"{self.ops:>7} {self.faults_applied:>5}  {verdict}  seed={c['seed']}"
         )
 
 
-HEADER = f"{'mode':<6} {'workload':<10} {'faults':<8} {'seconds':>7} {'ops':>7} {'faults':>6}  anomalies"
+HEADER = (
+    f"{'mode':<6} {'workload':<10} {'faults':<8} {'seconds':>7} {'ops':>7} {'acts':>5}  anomalies"
+)
 
 
 async def _run(config: RunConfig, result: RunResult) -> None:
@@ -94,9 +96,7 @@ async def _run(config: RunConfig, result: RunResult) -> None:
         nodes=config.nodes,
     )
     (run_dir / "run.json").write_text(
-        json.dumps(
-            {"config": result.config, "plan": [asdict(a) for a in actions]}, indent=1
-        )
+        json.dumps({"config": result.config, "plan": [asdict(a) for a in actions]}, indent=1)
     )
     topology = ProxyTopology(
         run_dir,

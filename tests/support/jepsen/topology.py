@@ -112,7 +112,9 @@ class ProxiedCluster(Cluster):
             "INFO",
             *self.extra,
         ]
-        proc = JepsenNode(self.base / f"node-{node_id}" / "data", *args, port=self.node_ports[node_id])
+        proc = JepsenNode(
+            self.base / f"node-{node_id}" / "data", *args, port=self.node_ports[node_id]
+        )
         proc.data_dir.mkdir(parents=True, exist_ok=True)
         self.nodes[node_id] = proc
         return proc
@@ -325,4 +327,3 @@ def _running(pid: int | None) -> bool:
     except ProcessLookupError:
         return False
     return True
-

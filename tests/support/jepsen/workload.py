@@ -121,30 +121,7 @@ class Ctx:
         self._coords.pop(group, None)
 
     async def create_topic(self, name: str, partitions: int) -> None:
-        """CreateTopics through a proxy, then wait until every node agrees on its leaders."""
-        request = create_topics.Request(
-            topics=[
-                create_topics.CreatableTopic(
-                    name=name, num_partitions=partitions, replication_factor=1
-                )
-            ],
-            timeout_ms=30000,
-        )
-        for address in sorted(self.topology.addresses()):
-            c = self.client(address, "admin")
-            try:
-                resp = await c.call(create_topics.API_KEY, 7, request, timeout=30)
-            except Indefinite:
-                continue
-            finally:
-                c.close()
-            code = resp.topics[0].error_code
-            if code in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
-                break
-        else:
-            raise RuntimeError(f"could not create {name}")
-        assert self.topology.cluster is not None
-        await asyncio.to_thread(self.topology.cluster.wait_topic_led, name, 60.0)
+        await create_topic(self.topology, name, partitions)
 
 
 @dataclass
@@ -173,3 +150,27 @@ class Workload(Protocol):
 async def pace(ctx: Ctx, seconds: float) -> None:
     """A rate limit between operations (not a wait for a condition)."""
     await asyncio.sleep(seconds * (0.5 + ctx.rng.random()))
+
+
+async def create_topic(topology: ProxyTopology, name: str, partitions: int) -> None:
+    """CreateTopics through a proxy, then wait until every node agrees on its leaders."""
+    request = create_topics.Request(
+        topics=[
+            create_topics.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)
+        ],
+        timeout_ms=30000,
+    )
+    for address in sorted(topology.addresses()):
+        c = RawClient(*address, client_id="kgc-jepsen-admin", allowed=topology.addresses())
+        try:
+            resp = await c.call(create_topics.API_KEY, 7, request, timeout=30)
+        except Indefinite:
+            continue
+        finally:
+            c.close()
+        if resp.topics[0].error_code in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+            break
+    else:
+        raise RuntimeError(f"could not create {name}")
+    assert topology.cluster is not None
+    await asyncio.to_thread(topology.cluster.wait_topic_led, name, 60.0)
