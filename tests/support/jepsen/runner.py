@@ -29,17 +29,23 @@ from pathlib import Path
 from typing import Any
 
 from support.jepsen.history import History, pair_ops, read_history
+from support.jepsen.membership import Membership
 from support.jepsen.nemesis import FAULT_SETS, Nemesis, heal_all, plan
+from support.jepsen.queue import Queue
 from support.jepsen.registers import Registers
 from support.jepsen.topology import ProxyTopology
 from support.jepsen.workload import Ctx, Workload
 
-WORKLOADS = ("registers",)
+WORKLOADS = ("registers", "membership", "queue")
 
 
 def make_workload(name: str) -> Workload:
     if name == "registers":
         return Registers()
+    if name == "membership":
+        return Membership()
+    if name == "queue":
+        return Queue()
     raise ValueError(f"unknown workload {name}")
 
 
