@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import subprocess
 import sys
 import time
 import traceback
@@ -31,11 +33,14 @@ from typing import Any
 from support.jepsen.history import History, pair_ops, read_history
 from support.jepsen.membership import Membership
 from support.jepsen.nemesis import FAULT_SETS, Nemesis, heal_all, plan
+from support.jepsen.netns import NetnsTopology, Network, netem_available, sweep
+from support.jepsen.netns import available as netns_unavailable
 from support.jepsen.queue import Queue
 from support.jepsen.registers import Registers
 from support.jepsen.topology import ProxyTopology
 from support.jepsen.workload import Ctx, Workload
 
+ROOT = Path(__file__).resolve().parents[3]
 WORKLOADS = ("registers", "membership", "queue")
 
 
@@ -60,6 +65,7 @@ class RunConfig:
     session_timeout_ms: int = 3000
     heartbeat_interval_ms: int = 500
     mode: str = "proxy"
+    net: int = 0  # namespace mode: the run's 10.213.<net>.0/24
 
 
 @dataclass
@@ -92,11 +98,24 @@ HEADER = (
 )
 
 
+def _topology(config: RunConfig) -> ProxyTopology:
+    kw = {
+        "heartbeat_interval_ms": config.heartbeat_interval_ms,
+        "session_timeout_ms": config.session_timeout_ms,
+    }
+    if config.mode == "netns":
+        return NetnsTopology(config.run_dir, Network(config.net), **kw)
+    return ProxyTopology(config.run_dir, config.nodes, **kw)
+
+
 async def _run(config: RunConfig, result: RunResult) -> None:
     run_dir = config.run_dir
+    faults = FAULT_SETS[config.faults]
+    if config.mode == "netns" and not netem_available():
+        faults = tuple(f for f in faults if f != "delay")  # no tc netem in this kernel
     actions = plan(
         config.seed,
-        FAULT_SETS[config.faults],
+        faults,
         config.duration,
         session_ms=config.session_timeout_ms,
         nodes=config.nodes,
@@ -104,12 +123,7 @@ async def _run(config: RunConfig, result: RunResult) -> None:
     (run_dir / "run.json").write_text(
         json.dumps({"config": result.config, "plan": [asdict(a) for a in actions]}, indent=1)
     )
-    topology = ProxyTopology(
-        run_dir,
-        config.nodes,
-        heartbeat_interval_ms=config.heartbeat_interval_ms,
-        session_timeout_ms=config.session_timeout_ms,
-    )
+    topology = _topology(config)
     history = History(run_dir / "history.jsonl")
     workload = make_workload(config.workload)
     try:
@@ -152,6 +166,39 @@ async def run_once(config: RunConfig, margin: float = 300.0) -> RunResult:
     return result
 
 
+def run_in_namespaces(config: RunConfig) -> RunResult:
+    """Mode N: make the network, run the harness inside its ``-cli`` namespace, destroy it."""
+    sweep()
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    config.net = config.net or (os.getpid() % 200) + 20
+    network = Network(config.net).create()
+    saved = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    (config.run_dir / "config.json").write_text(json.dumps(saved))
+    inner = [sys.executable, "-m", "support.jepsen.runner", "--inner", str(config.run_dir)]
+    try:
+        subprocess.run(
+            ["ip", "netns", "exec", network.ns("cli"), *inner],
+            timeout=2 * config.duration + 400,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pass  # the run's own watchdog failed: its result says so, or there is none
+    finally:
+        network.destroy()
+    try:
+        saved_result = json.loads((config.run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return RunResult(saved, error="the run inside the namespaces left no result")
+    return RunResult(**saved_result)
+
+
+def _inner(run_dir: Path) -> int:
+    saved = json.loads((run_dir / "config.json").read_text())
+    saved["run_dir"] = Path(saved["run_dir"])
+    result = asyncio.run(run_once(RunConfig(**saved)))
+    return 0 if result.valid else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/jepsen", description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -160,7 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/kgcj-runs"))
     ap.add_argument("--replay", type=Path, default=None, help="a run directory to run again")
+    ap.add_argument("--mode", choices=("proxy", "netns"), default="proxy")
+    ap.add_argument("--inner", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.inner is not None:
+        return _inner(args.inner)
+    if args.mode == "netns":
+        subprocess.run([str(ROOT / "scripts" / "ensure-jepsen-tools")], check=False)
+        why = netns_unavailable()
+        if why is not None:
+            print(f"namespace mode is not available here: {why}", file=sys.stderr)
+            return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     configs: list[RunConfig] = []
     if args.replay is not None:
@@ -173,12 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         for w in args.workloads.split(","):
             for f in args.faults.split(","):
                 run_dir = args.dir / f"kgcj-{stamp}-{w}-{f}-{seed + i}"
-                configs.append(RunConfig(w, f, args.duration, seed + i, run_dir))
+                configs.append(RunConfig(w, f, args.duration, seed + i, run_dir, mode=args.mode))
                 i += 1
     results = []
     print(HEADER, flush=True)
     for config in configs:
-        r = asyncio.run(run_once(config))
+        r = run_in_namespaces(config) if config.mode == "netns" else asyncio.run(run_once(config))
         results.append(r)
         print(r.row(), f"-> {config.run_dir}", flush=True)
         for line in r.detail[:10]:

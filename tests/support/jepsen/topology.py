@@ -66,7 +66,8 @@ class JepsenNode(KgcProcess):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kgc exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                _, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", self.port), 1)
+                host = self.bootstrap.rsplit(":", 1)[0]
+                _, w = await asyncio.wait_for(asyncio.open_connection(host, self.port), 1)
                 w.close()
                 return
             except (OSError, TimeoutError):
