@@ -44,7 +44,7 @@ from coordinator.share.state_shard import topic_id_str
 from coordinator.stores import GroupConfigStore
 from protocol.errors import ErrorCode
 from storage.interface import Clock, OffsetOutOfRangeError, PartitionLog, wall_clock_ms
-from storage.record_batch import iter_batches
+from storage.record_batch import BatchHeader, iter_batches
 
 log = logging.getLogger("kgc.share")
 
@@ -246,7 +246,8 @@ class ShareLeader:
         if not sp.can_acquire():
             return b"", []
         offset = sp.fetch_offset()
-        hw = high_watermark(plog)
+        committed = self._group_config(entry.key[0], "share.isolation.level") == "read_committed"
+        hw = self.data.txn.last_stable_offset(plog) if committed else high_watermark(plog)
         if offset >= hw:
             return b"", []
         try:
@@ -254,9 +255,11 @@ class ShareLeader:
         except OffsetOutOfRangeError:  # retention or DeleteRecords moved the log start
             sp.log_start_moved(plog.log_start_offset)
             return b"", []
-        spans = [(h.base_offset, h.last_offset, s, e) for h, s, e in iter_batches(data)]
+        headers = [(h, s, e) for h, s, e in iter_batches(data)]
+        spans = [(h.base_offset, h.last_offset, s, e) for h, s, e in headers]
         if not spans:
             return b"", []
+        aborted = self._aborted(plog, headers) if committed else frozenset()
         now = self.clock()
         acquired = sp.acquire(
             member,
@@ -266,6 +269,7 @@ class ShareLeader:
             now,
             self.lock_duration_ms(entry.key[0]),
             record_limit=record_limit,
+            aborted=aborted,
         )
         if not acquired:
             return b"", []
@@ -275,6 +279,25 @@ class ShareLeader:
         self._arm(entry)
         self._event(entry.key, "acquired", sum(last - first + 1 for first, last, _ in acquired))
         return bytes(data[start:end]), acquired
+
+    def _aborted(
+        self, plog: PartitionLog, headers: list[tuple[BatchHeader, int, int]]
+    ) -> frozenset[int]:
+        """Base offsets of the data batches of aborted transactions among ``headers``."""
+        txns = self.data.txn.txns_of(plog)()
+        if txns is None or not txns.aborted or not headers:
+            return frozenset()
+        aborts = txns.aborted_between(headers[0][0].base_offset, headers[-1][0].next_offset)
+        return frozenset(
+            h.base_offset
+            for h, _, _ in headers
+            if h.is_transactional
+            and not h.is_control
+            and any(
+                a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset
+                for a in aborts
+            )
+        )
 
     # -- acknowledging
     async def acknowledge(

@@ -142,12 +142,15 @@ class SharePartition:
         lock_duration_ms: int,
         *,
         record_limit: bool = False,
+        aborted: frozenset[int] = frozenset(),
     ) -> list[Acquired]:
         """Acquire from ``log_batches`` ((base offset, last offset) of the log batches read
         at ``fetch_offset()``, in order) for ``member``; the acquired ranges.
 
         ``record_limit`` (ShareFetch v2's acquire mode 1): at most ``max_records`` offsets,
-        cutting a log batch where the limit falls, in one range."""
+        cutting a log batch where the limit falls, in one range. ``aborted``: base offsets
+        of batches of aborted transactions (read_committed): their records are archived,
+        never delivered, and cut out of the ranges."""
         lock = Lock(member, now_ms + lock_duration_ms)
         out: list[Acquired] = []
         fresh: list[bool] = []  # per range of ``out``: new records (else redelivered)
@@ -158,6 +161,9 @@ class SharePartition:
             if taken >= budget:
                 break
             if last < self.start_offset:
+                continue
+            if base in aborted:
+                self._archive_aborted(base, last)
                 continue
             # Records of this batch inside the window: the AVAILABLE ones again.
             o = max(base, self.start_offset)
@@ -215,6 +221,15 @@ class SharePartition:
             self._seq += 1
             heapq.heappush(self.locks, (lock.deadline, self._seq, lock))
         return out
+
+    def _archive_aborted(self, base: int, last: int) -> None:
+        """A batch of an aborted transaction: its records archived as they come in."""
+        for o in range(max(base, self.start_offset), last + 1):
+            r = self.records.get(o)
+            if r is None or (r.state == AVAILABLE and r.pending is None):
+                self.records[o] = InFlight(ARCHIVED, r.count if r is not None else 0)
+        self.next_offset = max(self.next_offset, last + 1)
+        self._advance()
 
     # -- acknowledging
     def acknowledge(

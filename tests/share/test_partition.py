@@ -279,3 +279,15 @@ def test_renew_restarts_the_lock() -> None:
     assert sp.renew("m", [(0, 4)], 10, LOCK) == ErrorCode.NO_ERROR
     assert sp.expire(LOCK) == []  # the old lock ran out, the renewed one holds
     assert sp.expire(LOCK + 10) == [B(0, 4, AVAILABLE, 1)]
+
+
+def test_read_committed_archives_aborted_batches() -> None:
+    # testAcquireWithReadCommittedIsolationLevel: aborted records are cut out of the ranges
+    sp = SharePartition(0)
+    got = sp.acquire(
+        "m", batches((0, 2), (3, 5), (6, 6), (7, 9)), 500, 500, 0, LOCK, aborted=frozenset({3})
+    )
+    assert got == [(0, 2, 1), (6, 9, 1)]
+    assert all(sp.records[o].state == ARCHIVED for o in range(3, 6))
+    assert ack(sp, "m", (0, 2, [ACCEPT]), (6, 9, [ACCEPT])) == ErrorCode.NO_ERROR
+    assert sp.start_offset == 10
