@@ -30,6 +30,10 @@ every scrape, on the event loop.
   fenced members by reason and group-epoch bumps by cause (from the ``ConsumerMembersFenced``
   and ``ConsumerGroupEpochBumped`` events), reconciliations (current-assignment records
   written by heartbeats: the consumer manager's ``reconciliations`` counter).
+* Share partitions (KIP-932): ``kgc_share_records_total{event}`` counts records acquired,
+  acknowledged, archived, released, given back when a member's session or connection
+  closed, and timed out (the share leader's ``on_event``); ``kgc_share_sessions`` the open
+  share sessions.
 * Storage: log bytes/segments/offsets per partition (the ``LogManager``;
   ``kgc_partition_damaged`` says which logs hold a corrupt batch, and
   ``kgc_offsets_partitions_offline`` how many offsets partitions failed to load), fsync
@@ -274,6 +278,23 @@ def consumer_group_families(
     for cause, n in epoch_bumps.items():
         bumps.add_metric([cause], n)
     yield bumps
+
+
+def share_families(
+    records: Mapping[str, int], sessions: Callable[[], int] | None
+) -> Iterator[Metric]:
+    """Share partitions: records by event, and the share sessions open."""
+    counter = CounterMetricFamily(
+        "kgc_share_records",
+        "Records of share partitions by event: acquired, acknowledged, archived, released "
+        "(by an acknowledgement), member_released (session or connection closed), lock_timeout",
+        labels=["event"],
+    )
+    for event, n in sorted(records.items()):
+        counter.add_metric([event], n)
+    yield counter
+    if sessions is not None:
+        yield GaugeMetricFamily("kgc_share_sessions", "Open share sessions", value=sessions())
 
 
 def storage_families(

@@ -62,6 +62,7 @@ from coordinator.metrics.collector import (
     group_families,
     request_families,
     security_families,
+    share_families,
     storage_families,
 )
 from coordinator.metrics.http import SCRAPE_TIMEOUT_S, LoopRegistry, http_server, routes
@@ -136,6 +137,10 @@ class Metrics:
         self.epoch_bumps = dict.fromkeys(EPOCH_BUMP_CAUSES, 0)
         # Rebalances (classic) and epoch bumps (consumer groups) per group, by cause.
         self.group_rebalances: dict[str, dict[str, int]] = {}
+        # Share partitions (KIP-932): records by what happened to them (``on_share_event``),
+        # and the share sessions open (``share_sessions``, a callable set by the assembly).
+        self.share_records: dict[str, int] = {}
+        self.share_sessions: Callable[[], int] | None = None
         self.assignment_duration = Histogram(
             "kgc_consumer_group_assignment_duration_seconds",
             "Time to compute a consumer group's target assignment (the server-side assignor)",
@@ -219,6 +224,11 @@ class Metrics:
         they depend on reports to."""
         self.data = data
         self.cluster = cluster
+
+    def on_share_event(self, key: object, what: str, n: int) -> None:
+        """``n`` records of a share partition were acquired, acknowledged, archived,
+        released, given back by a member or timed out (``ShareLeader.on_event``)."""
+        self.share_records[what] = self.share_records.get(what, 0) + n
 
     # -- security
     def watch(self, server: Any) -> None:
@@ -354,6 +364,7 @@ class _Collector(Collector):
             m.shard, m.partition_load_seconds, m.offsets_expired, m.group_rebalances
         )
         yield from consumer_group_families(m._slots, m.shard, m.members_fenced, m.epoch_bumps)
+        yield from share_families(m.share_records, m.share_sessions)
         yield from storage_families(m.logs, m.flusher, m.cleaners)
         yield from cluster_families(m.cluster, m.flusher)
         yield from lag_families(m.lag.table())

@@ -429,7 +429,10 @@ def share_requests(s: Settings, core: Core) -> ShareRequests:
     leader = ShareLeader(
         config, core.share, core.data, core.stores.catalog, core.stores.group_configs
     )
-    return ShareRequests(leader, ShareSessionCache(config.max_share_sessions))
+    sessions = ShareSessionCache(config.max_share_sessions)
+    leader.on_event.append(core.metrics.on_share_event)
+    core.metrics.share_sessions = lambda: len(sessions.sessions)
+    return ShareRequests(leader, sessions)
 
 
 async def api_server(

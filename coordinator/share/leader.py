@@ -39,7 +39,14 @@ from coordinator.catalog import TopicCatalog
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.reads import high_watermark
 from coordinator.share.partition import Acquired, SharePartition
-from coordinator.share.persister import PersisterBatch, ShareStateStore, WriteRequest
+from coordinator.share.persister import (
+    ACKNOWLEDGED,
+    ARCHIVED,
+    AVAILABLE,
+    PersisterBatch,
+    ShareStateStore,
+    WriteRequest,
+)
 from coordinator.share.state_shard import topic_id_str
 from coordinator.stores import GroupConfigStore
 from protocol.errors import ErrorCode
@@ -63,6 +70,9 @@ def parse_duration_ms(text: str) -> int | None:
     d, h, mi, s = (m.group(k) for k in "dhms")
     ms = (int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi or 0) * 60) * 1000
     return ms + round(float(s or 0) * 1000)
+
+
+_ACK_EVENTS = {ACKNOWLEDGED: "acknowledged", ARCHIVED: "archived", AVAILABLE: "released"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +329,8 @@ class ShareLeader:
             return error
         sp.commit(changes)
         for b in changes:
-            self._event(entry.key, f"state{b.delivery_state}", b.last_offset - b.first_offset + 1)
+            what = _ACK_EVENTS.get(b.delivery_state, "released")
+            self._event(entry.key, what, b.last_offset - b.first_offset + 1)
         self._wake(entry)
         return ErrorCode.NO_ERROR
 
@@ -365,7 +376,7 @@ class ShareLeader:
             released = sp.release_member(member)
             if released:
                 self._event(
-                    entry.key, "released", sum(b.last_offset - b.first_offset + 1 for b in released)
+                    entry.key, "member_released", sum(b.last_offset - b.first_offset + 1 for b in released)
                 )
                 self._persist_later(entry, released, start)
                 self._wake(entry)

@@ -255,3 +255,23 @@ async def test_describe_share_group_offsets(node: ShareNode) -> None:
     r = await node.call(dsgo.API_KEY, 1, req)
     (t,) = r.groups[1].topics
     assert (t.topic_name, t.partitions[0].start_offset, t.partitions[0].lag) == ("t", -1, -1)
+
+
+async def test_share_events_for_metrics(node: ShareNode) -> None:
+    counts: dict[str, int] = {}
+    node.leader.on_event.append(
+        lambda _k, what, n: counts.__setitem__(what, counts.get(what, 0) + n)
+    )
+    info = await _topic(node, 10)
+    await node.fetch(G, "a", 0, [(info, 0)])
+    await node.acknowledge(
+        G, "a", 1, [(info, 0, [(0, 3, [ACCEPT]), (4, 4, [REJECT]), (5, 5, [RELEASE])])]
+    )
+    node.requests.connection_closed(1)
+    assert counts == {
+        "acquired": 10,
+        "acknowledged": 4,
+        "archived": 1,
+        "released": 1,
+        "member_released": 4,
+    }
