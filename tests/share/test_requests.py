@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support.sharekit import ShareNode, acquired, partitions, values
+from support.sharepartkit import ShareNode, acquired, partitions, values
 
 from coordinator.share.leader import ShareLeaderConfig
 from coordinator.share.partition import ACCEPT, GAP, REJECT, RELEASE
