@@ -17,7 +17,7 @@ import pytest
 from support import pgserver
 from support.jepsen.client import Indefinite, RawClient
 from support.jepsen.proxy import BLACKHOLE, DROP, PASS
-from support.jepsen.topology import ProxyTopology
+from support.jepsen.topology import ProxyTopology, faketime_library
 from support.jepsen.workload import create_topic
 
 from protocol.messages import find_coordinator, metadata, offset_commit
@@ -67,11 +67,18 @@ def _commit(group: str, value: int) -> offset_commit.Request:
 
 async def test_proxy_topology_advertises_its_proxies_and_cuts_links(tmp_path: Path) -> None:
     topo = ProxyTopology(tmp_path, offsets_partitions=6)
+    clock = faketime_library() is not None
+    if clock:
+        topo.enable_clock_faults()
     pids: list[int] = []
     try:
         await topo.start()
         assert topo.cluster is not None
         pids = [p.proc.pid for p in topo.cluster.nodes.values() if p.proc is not None]
+        if clock:  # every node runs under libfaketime, each with its own offset file
+            for n, pid in enumerate(pids, 1):
+                assert "libfaketime" in Path(f"/proc/{pid}/maps").read_text()
+                assert topo.clock_file(n).read_text().strip() == "+0"
         pg_pid = topo.pg.postmaster_pid()
         assert pg_pid is not None
         pids.append(pg_pid)

@@ -17,7 +17,9 @@ Fault kinds (``FAULTS``), by role:
 - links, through the proxies: ``link-db`` (node n cut from PostgreSQL: drop, black-hole or
   reset), ``link-client`` (clients cut from node n), ``split`` (a minority of one node cut
   from both PostgreSQL and the clients, the majority untouched), ``delay`` (every link of one
-  node, or of all, delayed).
+  node, or of all, delayed);
+- clock: ``clock`` (one node's wall clock jumped by -120 s to +1 h through libfaketime, the
+  monotonic clock left true; back to true when healed).
 
 ``Nemesis.run`` applies the plan against the run's clock, records each fault in the history
 as one op of process ``NEMESIS`` (invoke when it starts, ``info`` when healed) and stops at
@@ -49,12 +51,14 @@ FAULTS = (
     "link-client",
     "split",
     "delay",
+    "clock",
 )
 FAULT_SETS: dict[str, tuple[str, ...]] = {
     "none": (),
     "process": ("kill", "pause"),
     "db": ("pg-kill", "pg-pause", "pg-terminate", "link-db"),
     "net": ("link-db", "link-client", "split", "delay"),
+    "clock": ("clock",),
     "all": FAULTS,
 }
 
@@ -89,6 +93,9 @@ def _draw(rng: random.Random, fault: str, nodes: list[int], session_s: float) ->
         target = node if rng.random() < 0.5 else None
         ms = rng.choice((20, 50, 100, 300))
         return Action(0, fault, target, rng.uniform(3, 8), {"delay_ms": ms})
+    if fault == "clock":
+        offset = rng.choice(("+30", "-30", "+300", "-120", "+3600"))
+        return Action(0, fault, node, rng.uniform(5, 15), {"offset": offset})
     raise ValueError(f"unknown fault {fault}")
 
 
@@ -177,6 +184,8 @@ class Nemesis:
             t.pause_pg()
         elif f == "pg-terminate":
             action.params["terminated"] = await t.terminate_sessions()
+        elif f == "clock" and action.target is not None:
+            t.set_clock(action.target, action.params["offset"])
         elif f == "delay":
             for link in self._links(action):
                 link.set_mode(DELAY, action.params["delay_ms"])
@@ -196,6 +205,8 @@ class Nemesis:
             await t.start_pg()
         elif f == "pg-pause":
             t.resume_pg()
+        elif f == "clock" and action.target is not None:
+            t.set_clock(action.target, "+0")
         elif f != "pg-terminate":
             for link in self._links(action):
                 link.set_mode(PASS)
@@ -207,6 +218,9 @@ async def heal_all(topology: ProxyTopology) -> None:
         link.set_mode(PASS)
     topology.resume_pg()
     await topology.start_pg()
+    if topology.faketime is not None:
+        for n in topology.node_ids:
+            topology.set_clock(n, "+0")
     for n in topology.node_ids:
         topology.resume(n)
         if not topology.alive(n):

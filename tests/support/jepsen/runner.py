@@ -37,7 +37,7 @@ from support.jepsen.netns import NetnsTopology, Network, netem_available, sweep
 from support.jepsen.netns import available as netns_unavailable
 from support.jepsen.queue import Queue
 from support.jepsen.registers import Registers
-from support.jepsen.topology import ProxyTopology
+from support.jepsen.topology import ProxyTopology, faketime_library
 from support.jepsen.workload import Ctx, Workload
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -113,6 +113,10 @@ async def _run(config: RunConfig, result: RunResult) -> None:
     faults = FAULT_SETS[config.faults]
     if config.mode == "netns" and not netem_available():
         faults = tuple(f for f in faults if f != "delay")  # no tc netem in this kernel
+    if "clock" in faults and faketime_library() is None:
+        subprocess.run([str(ROOT / "scripts" / "ensure-jepsen-tools")], check=False)
+        if faketime_library() is None:
+            faults = tuple(f for f in faults if f != "clock")  # no libfaketime here
     actions = plan(
         config.seed,
         faults,
@@ -124,6 +128,8 @@ async def _run(config: RunConfig, result: RunResult) -> None:
         json.dumps({"config": result.config, "plan": [asdict(a) for a in actions]}, indent=1)
     )
     topology = _topology(config)
+    if "clock" in faults:
+        topology.enable_clock_faults()
     history = History(run_dir / "history.jsonl")
     workload = make_workload(config.workload)
     try:

@@ -54,9 +54,12 @@ class JepsenNode(KgcProcess):
             [sys.executable, "-m", "coordinator", "serve", *flags],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             preexec_fn=_die_with_parent,
         )
+
+    # Extra environment of the node process (libfaketime for clock faults).
+    env: dict[str, str] = {}
 
     async def start_async(self, timeout: float = 30.0) -> None:
         with open(self.log_path, "ab") as log:
@@ -180,6 +183,7 @@ class ProxyTopology:
         self.db: dict[int, FaultProxy] = {}
         self.cluster: ProxiedCluster | None = None
         self.pg_paused: list[int] = []
+        self.faketime: str | None = None
         self._closed = False
 
     # -- lifecycle
@@ -218,6 +222,7 @@ class ProxyTopology:
         assert self.cluster is not None
         node = self.cluster.nodes[n]
         assert isinstance(node, JepsenNode)
+        node.env = self._clock_env(n)
         await node.start_async()
         self._record_pids()
 
@@ -286,6 +291,36 @@ class ProxyTopology:
             self.cluster.resume(n)
         self.cluster.paused.discard(n)
 
+    # -- clock faults (libfaketime in the node, the harness's own clock untouched)
+
+    def enable_clock_faults(self) -> None:
+        """Start nodes under libfaketime, each reading its offset from a file of its own
+        (re-read every second); the monotonic clock stays true, the wall clock moves."""
+        assert self.cluster is None, "before start()"
+        self.faketime = faketime_library()
+        if self.faketime is None:
+            raise RuntimeError("no libfaketime (scripts/ensure-jepsen-tools)")
+
+    def clock_file(self, n: int) -> Path:
+        return self.run_dir / f"node-{n}.faketime"
+
+    def set_clock(self, n: int, offset: str) -> None:
+        """Node n's wall clock at ``offset`` seconds from true ("+30", "-120", "+0")."""
+        path = self.clock_file(n)
+        path.with_suffix(".tmp").write_text(offset + "\n")
+        path.with_suffix(".tmp").replace(path)
+
+    def _clock_env(self, n: int) -> dict[str, str]:
+        if self.faketime is None:
+            return {}
+        self.set_clock(n, "+0")
+        return {
+            "LD_PRELOAD": self.faketime,
+            "FAKETIME_TIMESTAMP_FILE": str(self.clock_file(n)),
+            "FAKETIME_CACHE_DURATION": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+
     # -- PostgreSQL faults
 
     async def stop_pg(self) -> None:
@@ -318,6 +353,12 @@ class ProxyTopology:
         )
         out = await asyncio.to_thread(self.pg.psql, "postgres", sql)
         return out.strip()
+
+
+def faketime_library() -> str | None:
+    """Debian's libfaketime, when installed."""
+    found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    return str(found[0]) if found else None
 
 
 def _running(pid: int | None) -> bool:
