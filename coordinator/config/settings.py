@@ -251,6 +251,11 @@ class Settings(BaseSettings):
     share_coordinator_snapshot_update_records_per_snapshot: int = Field(
         500, ge=0, le=500, description="share state updates between two snapshots of a key"
     )
+    share_coordinator_state_topic_prune_interval_ms: int = Field(
+        300000,
+        ge=1,
+        description="how often __share_group_state is pruned below every key's snapshot",
+    )
 
     # -- log engine
     log_segment_bytes: int = Field(1073741824, ge=1024, description="segment size of topic logs")

@@ -392,6 +392,7 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     )
     if deployment.hosted:
         share.start()
+        share.start_pruning(s.share_coordinator_state_topic_prune_interval_ms)
     txn = TxnRuntime(
         txn_coordinator,
         stores.logs,

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from coordinator.runtime.replay import replay_partition
+from coordinator.runtime.replay import CorruptOffsetsLog, verified_batches
 from coordinator.share.persister import ReadResult, WriteRequest
 from coordinator.share.state_shard import (
     SHARE_STATE_TOPIC,
@@ -34,6 +34,7 @@ from coordinator.share.state_shard import (
 )
 from protocol.errors import ErrorCode
 from storage.interface import Clock, Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
+from storage.record_batch import key_values
 
 log = logging.getLogger("kgc.share")
 
@@ -81,7 +82,7 @@ class ShareCoordinator:
     async def _load(self, p: int) -> None:
         shard = ShareStateShard(self.updates_per_snapshot)
         try:
-            for _ in replay_partition(self.partitions[p], shard.replay):
+            for _ in _replay(self.partitions[p], shard):
                 await asyncio.sleep(0)
         except Exception as exc:
             log.error(
@@ -100,7 +101,7 @@ class ShareCoordinator:
         """The shard may be ahead of the log (a failed write): replay the log again."""
         shard = ShareStateShard(self.updates_per_snapshot)
         try:
-            for _ in replay_partition(self.partitions[p], shard.replay):
+            for _ in _replay(self.partitions[p], shard):
                 pass
         except Exception as exc:
             log.error("%s-%d cannot be rebuilt: %s", SHARE_STATE_TOPIC, p, exc)
@@ -131,6 +132,9 @@ class ShareCoordinator:
             log.error("append to %s-%d failed: %r", SHARE_STATE_TOPIC, p, exc)
             self._rebuild(p)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        shard = self.shards.get(p)
+        if shard is not None:
+            shard.appended(record, last)
         self.flusher.poke()
         try:
             await self.flusher.wait_durable(plog, last, generation=generation)
@@ -226,6 +230,57 @@ class ShareCoordinator:
             return None
         return s.state_epoch, s.leader_epoch, s.start_offset, s.delivery_complete_count
 
+    # -- pruning
+    async def prune(self) -> int:
+        """Kafka's cold snapshots and pruning: a key with updates after its last snapshot
+        gets a fresh one, then each partition's log start moves to the lowest offset any
+        key still needs (whole segments below it are deleted). Returns segments deleted."""
+        deleted = 0
+        for p, shard in list(self.shards.items()):
+            now = self.clock()
+            for key in list(shard.states):
+                record = shard.cold_snapshot(key, now)
+                if record is not None and await self._durable(p, record) != ErrorCode.NO_ERROR:
+                    break
+            plog = self.partitions[p]
+            if self.shards.get(p) is shard:
+                target = shard.prunable_offset(plog.log_end_offset)
+                if target > plog.log_start_offset:
+                    deleted += plog.delete_segments_before(target)
+        return deleted
+
+    def start_pruning(self, interval_ms: int) -> None:
+        """share.coordinator.state.topic.prune.interval.ms"""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    await self.prune()
+                except Exception:
+                    log.exception("pruning %s failed", SHARE_STATE_TOPIC)
+
+        task = asyncio.ensure_future(loop())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
     async def close(self) -> None:
         for task in list(self.background):
             task.cancel()
+
+
+def _replay(plog: PartitionLog, shard: ShareStateShard) -> Iterator[int]:
+    """Replay a partition into ``shard`` with each record's offset, every batch checked;
+    yields between chunks."""
+    if plog.damaged is not None:
+        raise CorruptOffsetsLog(plog.damaged)
+    n = 0
+    for header, batch in verified_batches(plog):
+        for i, (key, value) in enumerate(key_values(batch)):
+            if key is not None:
+                shard.replay(key, value, header.base_offset + i)
+                n += 1
+        if n >= 5000:
+            yield n
+            n = 0
+    yield n

@@ -136,10 +136,14 @@ class ShareStateShard:
         self.updates_per_snapshot = updates_per_snapshot
         self.states: dict[Key, ShareState] = {}
         self.update_counts: dict[Key, int] = {}
+        # The log offset of each key's latest snapshot: nothing of the key below it is
+        # needed, so the log may be pruned below the lowest of them.
+        self.snapshot_offsets: dict[Key, int] = {}
 
     # -- replay: the one way state changes
-    def replay(self, key: bytes, value: bytes | None) -> None:
-        """Apply one record of ``__share_group_state``; ``OffsetsFormatError`` if malformed."""
+    def replay(self, key: bytes, value: bytes | None, offset: int = -1) -> None:
+        """Apply one record of ``__share_group_state`` (at ``offset`` of its log, -1 while
+        not appended yet); ``OffsetsFormatError`` if malformed."""
         if len(key) < 2:
             raise OffsetsFormatError("share state key shorter than its type")
         rtype = _I16.unpack_from(key)[0]
@@ -154,6 +158,7 @@ class ShareStateShard:
             if value is None:
                 self.states.pop(mk, None)
                 self.update_counts.pop(mk, None)
+                self.snapshot_offsets.pop(mk, None)
                 return
             v = parse_body(
                 gen.SHARE_SNAPSHOT_VALUE_DECODERS[0],
@@ -177,6 +182,8 @@ class ShareStateShard:
                 ],
             )
             self.update_counts[mk] = 0
+            if offset >= 0:
+                self.snapshot_offsets[mk] = offset
         elif rtype == UPDATE_TYPE:
             uk = parse_body(
                 gen.SHARE_UPDATE_KEY_DECODERS[0],
@@ -328,3 +335,39 @@ class ShareStateShard:
         if key not in self.states:
             return None
         return self._apply(tombstone(key))
+
+    # -- pruning (Kafka's ShareCoordinatorOffsetsManager and cold snapshots)
+    def appended(self, record: Record, offset: int) -> None:
+        """``record`` (already applied) was appended at ``offset``."""
+        key, value = record
+        if value is not None and _I16.unpack_from(key)[0] == SNAPSHOT_TYPE:
+            k = parse_body(
+                gen.SHARE_SNAPSHOT_KEY_DECODERS[0],
+                key,
+                "ShareSnapshotKey",
+                utf8_errors_are_corrupt=True,
+            )
+            if (k.group_id, k.topic_id, k.partition) in self.states:
+                self.snapshot_offsets[(k.group_id, k.topic_id, k.partition)] = offset
+
+    def cold_snapshot(self, key: Key, now_ms: int) -> Record | None:
+        """A fresh snapshot of a key with updates since its last one (so the log below
+        can go), applied; None when its latest record is a snapshot already."""
+        s = self.states.get(key)
+        if s is None or not self.update_counts.get(key):
+            return None
+        snap = ShareState(
+            s.snapshot_epoch + 1,
+            s.state_epoch,
+            s.leader_epoch,
+            s.start_offset,
+            s.delivery_complete_count,
+            now_ms,
+            now_ms,
+            list(s.batches),
+        )
+        return self._apply(_snapshot_record(key, snap))
+
+    def prunable_offset(self, log_end: int) -> int:
+        """The log offset below which no record is needed any more."""
+        return min((self.snapshot_offsets.get(k, 0) for k in self.states), default=log_end)

@@ -248,3 +248,23 @@ async def test_failed_append_answers_and_rebuilds() -> None:
     assert sc.summary("g", TOPIC, 0) == (1, 0, 5, 0)
     batches = [kv for b in plog.iter_batches() for kv in key_values(b[1])]
     assert len(batches) == 1
+
+
+async def test_cold_snapshots_and_pruning_keep_the_state() -> None:
+    # testSnapshotColdPartitionsPartialEligiblePartitions, testLastRedundantOffset
+    logs = MemoryLogs()
+    sc = await _coordinator(logs)
+    for partition in (0, 1):
+        assert (await sc.initialize("g", TOPIC, [partition], 1, 0))[partition] == 0
+    for i in range(7):
+        req = WriteRequest(0, 1, 0, i, -1, [B(i, i, ACKNOWLEDGED, 1)])
+        assert await sc.write_state("g", TOPIC, req) == ErrorCode.NO_ERROR
+    await sc.write_state("g", TOPIC, WriteRequest(1, 1, 0, 3, -1, [B(3, 4, AVAILABLE, 2)]))
+    before = [await sc.read_state("g", TOPIC, q, 0) for q in (0, 1)]
+    await sc.prune()
+    for q in (0, 1):
+        p = partition_for("g", TOPIC, q, 3)
+        plog = logs.get(SHARE_STATE_TOPIC, p)
+        assert plog is not None and plog.log_start_offset > 0  # pruned below the snapshots
+    again = await _coordinator(logs)
+    assert [await again.read_state("g", TOPIC, q, 0) for q in (0, 1)] == before
