@@ -376,7 +376,9 @@ class ShareLeader:
             released = sp.release_member(member)
             if released:
                 self._event(
-                    entry.key, "member_released", sum(b.last_offset - b.first_offset + 1 for b in released)
+                    entry.key,
+                    "member_released",
+                    sum(b.last_offset - b.first_offset + 1 for b in released),
                 )
                 self._persist_later(entry, released, start)
                 self._wake(entry)
