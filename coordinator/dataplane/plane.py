@@ -475,8 +475,8 @@ class DataPlane:
         ):
             txn_refused = self.txn.admit(table, (topic, pr.index), h, checked, version, plog)
             if txn_refused is not None:
-                pr.error_code, pr.error_message = txn_refused
-                pr.log_start_offset = plog.log_start_offset
+                pr.error_code, pr.error_message, in_log = txn_refused
+                pr.log_start_offset = plog.log_start_offset if in_log else -1
                 return None
         if verdict.error:
             pr.error_code, pr.error_message = verdict.error, verdict.message

@@ -32,13 +32,14 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from coordinator.catalog import TopicCatalog, TopicInfo
 from coordinator.dataplane.producers import PartitionProducers, note_transactional
 from coordinator.dataplane.reads import READ_COMMITTED, last_stable_offset
 from coordinator.dataplane.transactions import PartitionTxns, VerificationGuard, marker_batch
 from coordinator.server.handler import Answer, ClientInfo, Deferred, HandlerResult
+from protocol.error_responses import error_response
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages.describe_producers import (
@@ -99,7 +100,17 @@ TRANSACTION_ABORTABLE_PRODUCE_VERSION = 11
 NOT_IN_TRANSACTION = "Record was not part of an ongoing transaction"
 
 
-def verification_error(code: int, produce_version: int) -> tuple[int, str | None]:
+class Refusal(NamedTuple):
+    """Why a transactional batch is not appended. ``in_log``: refused by the log's own
+    checks, whose answers carry the log start offset (Kafka's appendToLocalLog); the
+    verification's refusals come before the log and carry -1."""
+
+    code: int
+    message: str | None
+    in_log: bool = True
+
+
+def verification_error(code: int, produce_version: int) -> Refusal:
     """A coordinator's verification answer as a produce error (Kafka's
     AddPartitionsToTxnManager, then ReplicaManager's postVerificationCallback)."""
     if code == ErrorCode.PRODUCER_FENCED:
@@ -110,14 +121,15 @@ def verification_error(code: int, produce_version: int) -> tuple[int, str | None
     ):
         code = ErrorCode.INVALID_TXN_STATE
     if code == ErrorCode.INVALID_TXN_STATE:
-        return code, "Partition was not added to the transaction"
+        return Refusal(code, "Partition was not added to the transaction", False)
     if code in _RETRY_AS_NOT_ENOUGH_REPLICAS:
-        return (
+        return Refusal(
             ErrorCode.NOT_ENOUGH_REPLICAS,
             "Unable to verify the partition has been added to the transaction. "
             f"Underlying error: {ErrorCode(code).name}",
+            False,
         )
-    return code, None
+    return Refusal(code, None, False)
 
 
 @dataclass(slots=True)
@@ -247,12 +259,14 @@ class TxnLog:
         checked: Verification | None,
         version: int,
         plog: PartitionLog,
-    ) -> tuple[int, str | None] | None:
+    ) -> Refusal | None:
         """Whether a transactional batch may be appended now (None) or its error."""
         producer_id, epoch, base_sequence = h.producer_id, h.producer_epoch, h.base_sequence
         if self.verify is None:
-            return ErrorCode.INVALID_TXN_STATE, (
-                "kgc has no transaction coordinator; transactional produce is not supported"
+            return Refusal(
+                ErrorCode.INVALID_TXN_STATE,
+                "kgc has no transaction coordinator; transactional produce is not supported",
+                False,
             )
         if table.in_transaction(producer_id, epoch):
             return None
@@ -265,17 +279,18 @@ class TxnLog:
             return verification_error(code, version)
         guard = checked.guards.get(tp) if checked is not None else None
         if guard is None or table.txns.verifying.get(producer_id) is not guard:
-            return ErrorCode.INVALID_TXN_STATE, NOT_IN_TRANSACTION
+            return Refusal(ErrorCode.INVALID_TXN_STATE, NOT_IN_TRANSACTION)
         if base_sequence > guard.lowest_sequence:
             # An earlier batch of this producer is still on its way (Kafka's
             # VerificationStateEntry.lowestSequence): the client retries in order.
-            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, (
+            return Refusal(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"Out of order sequence number for producer {producer_id}: {base_sequence} "
-                f"(incoming seq. number), {guard.lowest_sequence} (earliest seen sequence)"
+                f"(incoming seq. number), {guard.lowest_sequence} (earliest seen sequence)",
             )
         return self.note_transactional(plog)
 
-    def note_transactional(self, plog: PartitionLog) -> tuple[int, str | None] | None:
+    def note_transactional(self, plog: PartitionLog) -> Refusal | None:
         """Before the first transaction of a partition: note where its transactional data
         starts, so a restart replays its producer state from there (``rebuild_producers``)."""
         if plog in self.noted:
@@ -284,7 +299,7 @@ class TxnLog:
             note_transactional(plog, plog.log_end_offset)
         except OSError as e:
             log.error("noting transactional data in %s failed: %r", plog.dir.name, e)
-            return ErrorCode.KAFKA_STORAGE_ERROR, str(e)
+            return Refusal(ErrorCode.KAFKA_STORAGE_ERROR, str(e), False)
         self.noted.add(plog)
         return None
 
@@ -328,7 +343,7 @@ class TxnLog:
             return ErrorCode(verdict.error)
         refused = self.note_transactional(plog)
         if refused is not None:
-            return ErrorCode(refused[0])
+            return ErrorCode(refused.code)
         now = plane.clock()
         epoch = plane.leader_epoch_of(plog)
         batch = marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now, epoch)
@@ -376,6 +391,13 @@ class TxnLog:
     ) -> HandlerResult:
         if not req.markers:
             return WriteTxnMarkersResponse(markers=[])
+        if any(m.producer_id < 0 or m.producer_epoch < 0 for m in req.markers):
+            # Kafka cannot build such a marker (IllegalArgumentException): the whole request
+            # fails with UNKNOWN_SERVER_ERROR.
+            refused: WriteTxnMarkersResponse = error_response(
+                header.api_key, header.api_version, req, ErrorCode.UNKNOWN
+            )
+            return refused
         # The appends happen in request order: each write appends before its first await.
         targets = [
             (m, t.name, p) for m in req.markers for t in m.topics for p in t.partition_indexes

@@ -298,6 +298,7 @@ async def test_unverified_transactional_batch_is_refused(txnode: TxnNode) -> Non
     r = await txn_produce(txnode, "t", 0, [b"a"], pid=1, seq=0)
     assert r.error_code == ErrorCode.INVALID_TXN_STATE  # Produce v9: the old code
     assert r.error_message == "Partition was not added to the transaction"
+    assert r.log_start_offset == -1  # refused before the log, as Kafka's verification
     r = await txn_produce(txnode, "t", 0, [b"a"], pid=1, seq=0, version=11)
     assert r.error_code == ErrorCode.TRANSACTION_ABORTABLE
     assert coord(txnode).asked[0] == ("tx", 1, 0, [("t", 0)])
@@ -392,6 +393,8 @@ async def test_marker_refusals(txnode: TxnNode) -> None:
     assert await write_marker(txnode, "t", [0], 1, False, epoch=4, coordinator_epoch=1) == [
         ErrorCode.TRANSACTION_COORDINATOR_FENCED
     ]
+    # Kafka cannot build a marker with a negative epoch: the whole request fails.
+    assert await write_marker(txnode, "t", [0], 1, False, epoch=-1) == [ErrorCode.UNKNOWN]
     # The fence marker's epoch now rules: the old epoch's data is refused.
     r = await txn_produce(txnode, "t", 0, [b"b"], pid=1, seq=1, epoch=4)
     assert r.error_code == 0
