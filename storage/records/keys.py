@@ -3,9 +3,10 @@
 How this works: a key starts with its int16 record type (Kafka's ``apiKey`` of the key
 schema), and ``decode_key`` dispatches on it in one place, the shape of Kafka's
 ``GroupCoordinatorShard.replay``: 0-1 offset commits, 2 classic group metadata, 3-8 and 16
-KIP-848 consumer groups; any other type (share and streams groups, which kgc does not run
-yet) comes back as ``UnknownKey`` so a replay can skip it. The offset-commit key is tested
-first, by two byte comparisons, and read in place: it is nearly every record of a replay.
+KIP-848 consumer groups, 17 and 19-23 KIP-1071 streams groups; any other type (share
+groups, which kgc does not run yet) comes back as ``UnknownKey`` so a replay can skip it.
+The offset-commit key is tested first, by two byte comparisons, and read in place: it is
+nearly every record of a replay.
 """
 
 from __future__ import annotations
@@ -25,10 +26,17 @@ from storage.records.offsets import (
     UnknownKey,
     decode_group_metadata_key,
 )
+from storage.records.streams_group import (
+    STREAMS_GROUP_RECORD_TYPES,
+    StreamsGroupKey,
+    decode_streams_group_key,
+)
 
 __all__ = ["RecordKey", "decode_key"]
 
-RecordKey: TypeAlias = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | UnknownKey
+RecordKey: TypeAlias = (
+    OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | StreamsGroupKey | UnknownKey
+)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -65,4 +73,6 @@ def decode_key(data: bytes) -> RecordKey:
         return decode_group_metadata_key(data)
     if rtype in CONSUMER_GROUP_RECORD_TYPES:
         return decode_consumer_group_key(data)
+    if rtype in STREAMS_GROUP_RECORD_TYPES:
+        return decode_streams_group_key(data)
     return UnknownKey(rtype, bytes(data))
