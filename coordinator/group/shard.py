@@ -38,6 +38,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from coordinator.group import records as rec
 from coordinator.group.classic import describe, heartbeat, join, rebalance, sync
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.manager import ClassicGroupManager
@@ -59,6 +60,9 @@ from coordinator.group.offsets import (
 )
 from coordinator.group.partitions import Partitions, PartitionStatus
 from coordinator.group.records import decode_end_txn_marker
+from coordinator.group.streams import heartbeat as sg_heartbeat
+from coordinator.group.streams.configure import ConfiguredTopology
+from coordinator.group.streams.manager import StreamsGroupManager
 from coordinator.group.timers import EXPIRE_OFFSETS_KEY, Timer, TimerAction, TimerKind, Timers
 from coordinator.group.topics import TopicsImage
 from coordinator.group.types import GroupConfig, RequestContext, Result
@@ -78,6 +82,7 @@ from protocol.messages.list_groups import ListedGroup, ListGroupsRequest, ListGr
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest
 from protocol.messages.sync_group import SyncGroupRequest
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from storage.records import (
@@ -88,11 +93,16 @@ from storage.records import (
     decode_consumer_group_value,
     decode_key,
 )
+from storage.records.streams_group import StreamsGroupKey, decode_streams_group_value
 
 __all__ = ["GroupConfig", "GroupShard", "RequestContext", "Result"]
 
 CLASSIC = "classic"  # the group types ListGroups v5 reports
 CONSUMER = "consumer"
+STREAMS = "streams"
+_STREAMS_TIMERS = frozenset(
+    {TimerKind.STREAMS_SESSION, TimerKind.STREAMS_REBALANCE, TimerKind.STREAMS_INITIAL_DELAY}
+)
 _CONSUMER_TIMERS = frozenset(
     {
         TimerKind.CONSUMER_SESSION,
@@ -148,6 +158,10 @@ class GroupShard:
             **extra,
         )
         self.consumer.interop = ClassicInterop(self.consumer, self.classic)
+        self.streams = StreamsGroupManager(self.config, self.partitions, self.timers, topics=topics)
+        # The configured topology of the last streams heartbeat that found internal topics
+        # missing, for the API layer to create them (read right after the call).
+        self.streams_topics_to_create: ConfiguredTopology | None = None
         self.offset_manager = OffsetMetadataManager(
             self.config,
             self.partitions,
@@ -190,7 +204,32 @@ class GroupShard:
         group = self.consumer.groups.get(group_id)
         if group is not None:
             return group
+        sgroup = self.streams.groups.get(group_id)
+        if sgroup is not None:
+            return sgroup
         return self.groups.get(group_id)
+
+    def streams_group_heartbeat(
+        self, ctx: RequestContext, req: StreamsGroupHeartbeatRequest, now_ms: int
+    ) -> Result:
+        """StreamsGroupHeartbeat (streams/heartbeat.py); an Empty classic group of the id is
+        replaced by the new streams group (its tombstone first), as Kafka converts it."""
+        gid = req.group_id
+        others: dict[str, tuple[str, bool]] = {}
+        if gid in self.consumer.groups:
+            others[gid] = (CONSUMER, self.consumer.groups[gid].is_empty())
+        classic = self.groups.get(gid)
+        if classic is not None and not classic.is_in(_D):
+            others[gid] = (CLASSIC, classic.is_in(_E))
+        existed = gid in self.streams.groups
+        out, self.streams_topics_to_create = sg_heartbeat.streams_group_heartbeat(
+            self.streams, ctx, req, now_ms, others
+        )
+        if not existed and gid in self.streams.groups and classic is not None:
+            partition = self.partitions.partition_of(gid)
+            out.records.insert(0, rec.group_metadata_tombstone(partition, gid))
+            self.groups.pop(gid, None)
+        return out
 
     def _classic_type(self, group_id: str) -> str | None:
         group = self.groups.get(group_id)
@@ -365,6 +404,8 @@ class GroupShard:
             self._expire_offsets(out, now_ms)
         elif action.kind in _CONSUMER_TIMERS:
             self.consumer.on_timer(out, action, now_ms)
+        elif action.kind in _STREAMS_TIMERS:
+            self.streams.on_timer(out, action, now_ms)
         else:
             rebalance.on_timer(self.classic, out, action, now_ms)
         return out
@@ -427,7 +468,15 @@ class GroupShard:
                 if value is None:
                     self._keep_offsets_reachable(k.group)
             case UnknownKey():
-                pass  # share and streams groups' records: nothing to do
+                pass  # share groups' records: nothing to do
+            case StreamsGroupKey():
+                if value is None:
+                    self.streams.replay(k, None)
+                    self._keep_offsets_reachable(k.group)
+                else:
+                    # A streams group replaces the offsets-only classic group of its id.
+                    self.groups.pop(k.group, None)
+                    self.streams.replay(k, decode_streams_group_value(k.rtype, value))
             case ConsumerGroupMetadataKey():
                 if value is None:
                     self.consumer.replay(k, None)
@@ -473,12 +522,18 @@ class GroupShard:
 
     def _keep_offsets_reachable(self, gid: str) -> None:
         """A group's metadata is gone but its offsets outlived it: a classic group holds them."""
-        if gid in self.offsets and gid not in self.groups and gid not in self.consumer.groups:
+        if (
+            gid in self.offsets
+            and gid not in self.groups
+            and gid not in self.consumer.groups
+            and gid not in self.streams.groups
+        ):
             self.classic.get_or_create_group(gid)
 
     def topics_changed(self, names: list[str], created: bool, now_ms: int) -> Result:
         """Topics were created, grew or were deleted (Kafka's onNewMetadataImage)."""
         self.consumer.topics_changed(names, created, now_ms)
+        self.streams.topics_changed(names)
         return Result()
 
     def load_complete(self, partition: int, now_ms: int) -> Result:
@@ -487,6 +542,7 @@ class GroupShard:
         self.partitions[partition] = PartitionStatus.LOADED
         loaded = rebalance.on_loaded(self.classic, out, partition, now_ms)
         loaded += self.consumer.on_loaded(out, partition, now_ms)
+        loaded += self.streams.on_loaded(out, partition, now_ms)
         if EXPIRE_OFFSETS_KEY not in self.timers:
             self._arm_expiration(out, now_ms)
         out.events.append(PartitionLoaded(partition, loaded))
@@ -515,6 +571,7 @@ class GroupShard:
         self.partitions.pop(partition, None)
         self.consumer.forget_partition(partition)
         self.offset_manager.forget_partition(partition)
+        self.streams.forget_partition(partition)
         partition_of = self.partitions.partition_of
         for gid in [g for g in self.groups if partition_of(g) == partition]:
             del self.groups[gid]

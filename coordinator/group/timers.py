@@ -49,6 +49,9 @@ __all__ = [
     "heartbeat_key",
     "join_key",
     "pending_key",
+    "streams_initial_delay_key",
+    "streams_rebalance_key",
+    "streams_session_key",
     "sync_key",
 ]
 
@@ -70,6 +73,11 @@ class TimerKind(Enum):
     # A classic-protocol member of a consumer group must join / sync in time.
     CONSUMER_CLASSIC_JOIN = "consumer-classic-join"
     CONSUMER_CLASSIC_SYNC = "consumer-classic-sync"
+    # Streams groups (KIP-1071): a member's session, a revocation due in time
+    # (``generation``: the member epoch it was armed for), a new group's initial delay.
+    STREAMS_SESSION = "streams-session"
+    STREAMS_REBALANCE = "streams-rebalance"
+    STREAMS_INITIAL_DELAY = "streams-initial-delay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,22 @@ def consumer_classic_join_key(group_id: str, member_id: str) -> str:
 def consumer_classic_sync_key(group_id: str, member_id: str) -> str:
     """A classic-protocol member of a consumer group must sync by then."""
     return f"consumer-group-sync-{group_id}-{member_id}"
+
+
+# Streams groups (KIP-1071).
+
+
+def streams_session_key(group_id: str, member_id: str) -> str:
+    return f"streams-session-{group_id}-{member_id}"
+
+
+def streams_rebalance_key(group_id: str, member_id: str) -> str:
+    return f"streams-rebalance-{group_id}-{member_id}"
+
+
+def streams_initial_delay_key(group_id: str) -> str:
+    """Kafka's ``initial-rebalance-timeout-<group>``."""
+    return f"initial-rebalance-timeout-{group_id}"
 
 
 class Timers:

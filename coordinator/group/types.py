@@ -68,6 +68,16 @@ class GroupConfig:
     consumer_group_migration_policy: str = "bidirectional"
     # Kafka's internal group.consumer.regex.refresh.interval.ms.
     consumer_group_regex_refresh_interval_ms: int = 600000
+    # Streams groups (KIP-1071), Kafka's group.streams.* broker settings and defaults.
+    streams_group_session_timeout_ms: int = 45000
+    streams_group_heartbeat_interval_ms: int = 5000
+    streams_group_max_size: int = 2147483647
+    streams_group_num_standby_replicas: int = 0
+    streams_group_max_standby_replicas: int = 2
+    streams_group_initial_rebalance_delay_ms: int = 3000
+    streams_group_assignment_interval_ms: int = 1000
+    streams_group_task_offset_interval_ms: int = 60000
+    streams_group_acceptable_recovery_lag: int = 10000
 
     @property
     def offsets_retention_ms(self) -> int:

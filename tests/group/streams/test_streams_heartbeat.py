@@ -1,0 +1,248 @@
+"""StreamsGroupHeartbeat on the pure core with a fake clock (Kafka's GroupMetadataManagerTest
+streams cases): joins, statuses, the initial delay, revoke before assign, leave and
+timeouts, records and their replay."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from support.group_context import GroupContext
+
+from coordinator.group import GroupConfig
+from coordinator.group.streams.group import MemberState, StreamsGroupState
+from coordinator.group.timers import streams_initial_delay_key, streams_session_key
+from coordinator.group.topics import StaticTopics
+from protocol.errors import ErrorCode
+from protocol.messages import streams_group_heartbeat as sgh
+from storage.records import decode_key
+
+G = "app"
+
+
+def topology() -> sgh.Topology:
+    return sgh.Topology(
+        epoch=0,
+        subtopologies=[
+            sgh.Subtopology(
+                subtopology_id="0", source_topics=["input"], repartition_sink_topics=["app-r"]
+            ),
+            sgh.Subtopology(
+                subtopology_id="1",
+                repartition_source_topics=[sgh.SubtopologyTopicInfo(name="app-r")],
+                state_changelog_topics=[
+                    sgh.TopicInfo(
+                        name="app-store-changelog",
+                        topic_configs=[sgh.KeyValue(key="cleanup.policy", value="compact")],
+                    )
+                ],
+            ),
+        ],
+    )
+
+
+def ctx(delay: int = 0, standbys: int = 0, internal: bool = True, **extra: int) -> GroupContext:
+    topics = StaticTopics()
+    topics.add("input", 3)
+    if internal:
+        topics.add("app-r", 3)
+        topics.add("app-store-changelog", 3)
+    config = GroupConfig(
+        streams_group_initial_rebalance_delay_ms=delay,
+        streams_group_num_standby_replicas=standbys,
+        streams_group_assignment_interval_ms=0,
+        **extra,  # type: ignore[arg-type]
+    )
+    return GroupContext(config, topics=topics)
+
+
+def hb(
+    c: GroupContext, req: sgh.StreamsGroupHeartbeatRequest, version: int = 1
+) -> sgh.StreamsGroupHeartbeatResponse:
+    rctx = c.ctx(version)
+    c.apply(c.shard.streams_group_heartbeat(rctx, req, c.now))
+    reply = c.replies[rctx.reply_to]
+    assert isinstance(reply, sgh.StreamsGroupHeartbeatResponse)
+    return reply
+
+
+def join(member: str, process: str = "p1") -> sgh.StreamsGroupHeartbeatRequest:
+    return sgh.StreamsGroupHeartbeatRequest(
+        group_id=G,
+        member_id=member,
+        member_epoch=0,
+        endpoint_information_epoch=-1,
+        rebalance_timeout_ms=300000,
+        topology=topology(),
+        active_tasks=[],
+        standby_tasks=[],
+        warmup_tasks=[],
+        process_id=process,
+        client_tags=[],
+    )
+
+
+def beat(
+    member: str, epoch: int, owned: sgh.StreamsGroupHeartbeatResponse | None = None
+) -> sgh.StreamsGroupHeartbeatRequest:
+    req = sgh.StreamsGroupHeartbeatRequest(group_id=G, member_id=member, member_epoch=epoch)
+    if owned is not None:
+        req.active_tasks = [
+            sgh.TaskIds(t.subtopology_id, t.partitions) for t in owned.active_tasks or ()
+        ]
+        req.standby_tasks = [
+            sgh.StreamsGroupHeartbeatRequestTaskIds(t.subtopology_id, t.partitions)
+            for t in owned.standby_tasks or ()
+        ]
+        req.warmup_tasks = []
+    return req
+
+
+def tasks(resp: sgh.StreamsGroupHeartbeatResponse) -> set[tuple[str, int]]:
+    return {(t.subtopology_id, p) for t in resp.active_tasks or () for p in t.partitions}
+
+
+def test_first_join_gets_every_task_at_epoch_2_and_record_order() -> None:
+    c = ctx()
+    r = hb(c, join("m1"))
+    assert r.error_code == 0 and r.member_epoch == 2
+    assert tasks(r) == {(s, p) for s in "01" for p in range(3)}
+    assert r.standby_tasks == [] and r.warmup_tasks == []
+    assert r.status == [] and r.heartbeat_interval_ms == 5000
+    # A brand-new group answers endpoint information epoch 0.
+    assert r.endpoint_information_epoch == 0
+    types = [decode_key(k).rtype for _, k, _ in c.records]  # type: ignore[union-attr]
+    assert types == [19, 23, 17, 21, 20, 22]
+    assert c.shard.streams.groups[G].state is StreamsGroupState.STABLE
+
+
+def test_missing_internal_topics_not_ready_then_ready_after_creation() -> None:
+    c = ctx(internal=False)
+    r = hb(c, join("m1"))
+    assert r.member_epoch == 2 and tasks(r) == set()
+    assert [s.status_code for s in r.status or ()] == [3]
+    assert (r.status or [])[0].status_detail.startswith("Internal topics are missing: ")
+    assert c.shard.streams_topics_to_create is not None
+    create = c.shard.streams_topics_to_create.internal_topics_to_create
+    assert {n: t.num_partitions for n, t in create.items()} == {
+        "app-r": 3,
+        "app-store-changelog": 3,
+    }
+    assert dict(create["app-store-changelog"].configs) == {"cleanup.policy": "compact"}
+    assert c.shard.streams.groups[G].state is StreamsGroupState.NOT_READY
+    assert c.topics is not None
+    c.topics.add("app-r", 3)
+    c.topics.add("app-store-changelog", 3)
+    c.apply(c.shard.topics_changed(["app-r", "app-store-changelog"], True, c.now))
+    r = hb(c, beat("m1", 2))
+    assert r.member_epoch == 3 and len(tasks(r)) == 6 and r.status == []
+
+
+def test_missing_source_topic_status() -> None:
+    c = ctx()
+    assert c.topics is not None
+    c.topics.remove("input")
+    r = hb(c, join("m1"))
+    assert [(s.status_code, s.status_detail) for s in r.status or ()] == [
+        (1, "Source topics input are missing.")
+    ]
+    assert tasks(r) == set()
+
+
+def test_initial_delay_assignment_delayed_then_tasks() -> None:
+    c = ctx(delay=3000)
+    r = hb(c, join("m1"))
+    assert r.member_epoch == 1 and tasks(r) == set()
+    assert [s.status_code for s in r.status or ()] == [5]
+    c.assert_timer(streams_initial_delay_key(G), 3000)
+    c.sleep(3000)
+    r = hb(c, beat("m1", 1))
+    assert r.member_epoch == 2 and len(tasks(r)) == 6 and r.status == []
+
+
+def test_second_member_revoke_before_assign() -> None:
+    c = ctx()
+    r1 = hb(c, join("m1", "p1"))
+    r2 = hb(c, join("m2", "p2"))
+    # m2 waits: every task it should get is still m1's.
+    assert r2.member_epoch == 3 and tasks(r2) == set()
+    assert c.shard.streams.groups[G].members["m2"].state == MemberState.UNRELEASED_TASKS
+    # m1 learns what to give up and stays at epoch 2 until it reports them revoked.
+    r1b = hb(c, beat("m1", 2, r1))
+    assert r1b.member_epoch == 2 and len(tasks(r1b)) == 3
+    assert c.shard.streams.groups[G].members["m1"].state == MemberState.UNREVOKED_TASKS
+    r1c = hb(c, beat("m1", 2, r1b))
+    assert r1c.member_epoch == 3
+    r2b = hb(c, beat("m2", 3, r2))
+    assert len(tasks(r2b)) == 3 and not tasks(r2b) & tasks(r1b)
+    assert c.shard.streams.groups[G].state is StreamsGroupState.STABLE
+
+
+def test_standbys_on_other_process() -> None:
+    c = ctx(standbys=1)
+    r1 = hb(c, join("m1", "p1"))
+    r2 = hb(c, join("m2", "p2"))
+    r1 = hb(c, beat("m1", 2, r1))
+    r1 = hb(c, beat("m1", 2, r1))
+    r2 = hb(c, beat("m2", 3, r2))
+    r1 = hb(c, beat("m1", 3, r1))
+    group = c.shard.streams.groups[G]
+    for m in group.members.values():
+        active, standby, _ = m.assigned_tasks()
+        for s, ps in standby.items():
+            assert s == "1"  # only the stateful subtopology has standbys
+            assert not ps & active.get(s, frozenset())
+
+
+def test_leave_bumps_epoch_and_tombstones() -> None:
+    c = ctx()
+    hb(c, join("m1"))
+    before = len(c.records)
+    r = hb(c, beat("m1", -1))
+    assert r.member_epoch == -1 and r.status == []
+    types = [(decode_key(k).rtype, v is None) for _, k, v in c.records[before:]]  # type: ignore[union-attr]
+    assert types == [(22, True), (21, True), (19, True), (17, False)]
+    assert c.shard.streams.groups[G].group_epoch == 3
+    assert c.shard.streams.groups[G].state is StreamsGroupState.EMPTY
+
+
+def test_session_timeout_fences() -> None:
+    c = ctx()
+    hb(c, join("m1"))
+    c.assert_timer(streams_session_key(G, "m1"), 45000)
+    c.sleep(45000)
+    assert not c.shard.streams.groups[G].members
+
+
+def test_validation_messages() -> None:
+    c = ctx()
+    bad = dataclasses.replace(join("m1"), rebalance_timeout_ms=-1)
+    assert hb(c, bad).error_message == "RebalanceTimeoutMs must be provided in first request."
+    bad = dataclasses.replace(join("m1"), topology=None)
+    assert hb(c, bad).error_message == "Topology must be non-null when (re-)joining."
+    bad = dataclasses.replace(beat("m1", 3), active_tasks=[])
+    assert hb(c, bad).error_message == "If one task-type is non-null, all must be non-null."
+    r = hb(c, beat("m1", 3))
+    assert r.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert r.error_message == f"Streams group {G} not found."
+    hb(c, join("m1"))
+    r = hb(c, beat("m1", 7))
+    assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    r = hb(c, beat("nobody", 2))
+    assert r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert r.error_message == f"Member nobody is not a member of group {G}."
+
+
+def test_replay_rebuilds_the_group() -> None:
+    c = ctx(standbys=1)
+    r1 = hb(c, join("m1", "p1"))
+    r2 = hb(c, join("m2", "p2"))
+    hb(c, beat("m1", 2, r1))
+    hb(c, beat("m2", 3, r2))
+    live = c.shard.streams.groups[G]
+    other = c.replayed().streams.groups[G]
+    assert other.group_epoch == live.group_epoch
+    assert other.assignment_epoch == live.assignment_epoch
+    assert other.targets == live.targets
+    assert other.members == live.members
+    assert other.topology == live.topology
+    assert other.last_assignment_configs == {"num.standby.replicas": "1"}
