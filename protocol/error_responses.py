@@ -59,6 +59,7 @@ from protocol.messages import (
     sasl_handshake,
     share_acknowledge,
     share_fetch,
+    streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -447,6 +448,7 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     alter_user_scram_credentials.API_KEY: _alter_user_scram_credentials,
     describe_cluster.API_KEY: _top_level(describe_cluster.Response),
     consumer_group_heartbeat.API_KEY: _top_level(consumer_group_heartbeat.Response),
+    streams_group_heartbeat.API_KEY: _top_level(streams_group_heartbeat.Response),
     consumer_group_describe.API_KEY: _consumer_group_describe,
     list_config_resources.API_KEY: _top_level(list_config_resources.Response),
     write_txn_markers.API_KEY: _write_txn_markers,
@@ -481,5 +483,6 @@ COORDINATOR_KEYS = frozenset(
         delete_groups.API_KEY,
         consumer_group_heartbeat.API_KEY,
         consumer_group_describe.API_KEY,
+        streams_group_heartbeat.API_KEY,
     )
 )

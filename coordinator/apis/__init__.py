@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from coordinator.apis import cluster, data, groups, share, topics
+from coordinator.apis import cluster, data, groups, share, streams, topics
 from coordinator.apis.authorize import ApiAuthorizer, Check
 from coordinator.apis.parts import Factory, MissingPart, Parts, need
 from coordinator.server.dispatch import Dispatcher
@@ -73,6 +73,7 @@ from protocol.messages import (
     sasl_handshake,
     share_acknowledge,
     share_fetch,
+    streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -256,6 +257,14 @@ API_TABLE: dict[int, Api] = {
         _shard(lambda s: s.consumer_group_describe),
         checked(groups.authorize_consumer_group_describe),
         ("DESCRIBE GROUP",),
+    ),
+    # KIP-1071 streams groups: v1 adds the topology description flag and the int64
+    # acceptable recovery lag (Kafka 4.4).
+    streams_group_heartbeat.API_KEY: Api(
+        (0, 1),
+        streams.streams_group_heartbeat_handler,
+        checked(streams.authorize_streams_group_heartbeat),
+        ("READ GROUP", "DESCRIBE TOPIC", "CREATE CLUSTER", "CREATE TOPIC"),
     ),
     describe_user_scram_credentials.API_KEY: Api(
         (0, 0),

@@ -194,6 +194,33 @@ class Settings(BaseSettings):
         "bidirectional",
         description="which classic<->consumer conversions of non-empty groups are allowed",
     )
+    # -- streams groups (KIP-1071), Kafka's group.streams.* names and defaults
+    group_streams_session_timeout_ms: int = Field(
+        45000, ge=1, description="session timeout of streams-protocol members"
+    )
+    group_streams_heartbeat_interval_ms: int = Field(
+        5000, ge=1, description="how often streams-protocol members heartbeat"
+    )
+    group_streams_max_size: int = Field(
+        2147483647, ge=1, description="most members a streams group may hold"
+    )
+    group_streams_num_standby_replicas: int = Field(
+        0, ge=0, description="standby replicas of each stateful task of a streams group"
+    )
+    group_streams_max_standby_replicas: int = Field(
+        2, ge=0, description="largest streams.num.standby.replicas a group may set"
+    )
+    group_streams_initial_rebalance_delay_ms: int = Field(
+        3000,
+        ge=0,
+        description="wait for more members before a new streams group's first assignment",
+    )
+    group_streams_assignment_interval_ms: int = Field(
+        1000,
+        ge=0,
+        le=15000,
+        description="least time between two target assignments of a streams group",
+    )
     offsets_topic_num_partitions: int = Field(50, ge=1, description="partitions of the offsets log")
     offsets_topic_segment_bytes: int = Field(
         104857600, ge=1024, description="segment size of the offsets log"

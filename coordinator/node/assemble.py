@@ -149,6 +149,13 @@ def group_config(s: Settings) -> GroupConfig:
         consumer_group_max_size=s.group_consumer_max_size,
         consumer_group_assignors=s.consumer_group_assignors,
         consumer_group_migration_policy=s.group_consumer_migration_policy,
+        streams_group_session_timeout_ms=s.group_streams_session_timeout_ms,
+        streams_group_heartbeat_interval_ms=s.group_streams_heartbeat_interval_ms,
+        streams_group_max_size=s.group_streams_max_size,
+        streams_group_num_standby_replicas=s.group_streams_num_standby_replicas,
+        streams_group_max_standby_replicas=s.group_streams_max_standby_replicas,
+        streams_group_initial_rebalance_delay_ms=s.group_streams_initial_rebalance_delay_ms,
+        streams_group_assignment_interval_ms=s.group_streams_assignment_interval_ms,
     )
 
 

@@ -23,6 +23,7 @@ from protocol.messages import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
 )
@@ -76,6 +77,8 @@ def storage_error_reply(reply: Any, failed: set[int], partition_of: Callable[[st
         return offset_delete.Response(error_code=code)
     if isinstance(reply, consumer_group_heartbeat.Response):
         return consumer_group_heartbeat.Response(error_code=code)
+    if isinstance(reply, streams_group_heartbeat.Response):
+        return streams_group_heartbeat.Response(error_code=code)
     if isinstance(reply, offset_fetch.Response):
         return _offset_fetch_failed(reply, failed, partition_of)
     return reply  # answers that never depend on records (describe, list)
