@@ -75,15 +75,15 @@ from protocol.messages.delete_groups import (
     DeleteGroupsResponse,
 )
 from protocol.messages.describe_groups import DescribedGroup, DescribeGroupsRequest
-from protocol.messages.heartbeat import HeartbeatRequest
-from protocol.messages.join_group import JoinGroupRequest
-from protocol.messages.leave_group import LeaveGroupRequest
+from protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
 from protocol.messages.list_groups import ListedGroup, ListGroupsRequest, ListGroupsResponse
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
 from protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest
-from protocol.messages.sync_group import SyncGroupRequest
+from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from storage.records import (
     ConsumerGroupMetadataKey,
@@ -112,6 +112,12 @@ _CONSUMER_TIMERS = frozenset(
         TimerKind.CONSUMER_CLASSIC_SYNC,
     }
 )
+
+_UNKNOWN_MEMBER: dict[str, Callable[[], object]] = {
+    "sync_group": lambda: SyncGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID),
+    "heartbeat": lambda: HeartbeatResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID),
+    "leave_group": lambda: LeaveGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID),
+}
 
 _E = ClassicGroupState.EMPTY
 _D = ClassicGroupState.DEAD
@@ -232,11 +238,33 @@ class GroupShard:
         return out
 
     def _classic_type(self, group_id: str) -> str | None:
+        """The type of a non-consumer group with this id, for the consumer group APIs."""
+        if group_id in self.streams.groups:
+            return STREAMS
         group = self.groups.get(group_id)
         return CLASSIC if group is not None and not group.is_in(_D) else None
 
     def _join_group(self, ctx: RequestContext, req: JoinGroupRequest, now_ms: int) -> Result:
         """JoinGroup: into a consumer group when one has the id, else the classic path."""
+        sgroup = self.streams.groups.get(req.group_id)
+        if sgroup is not None and self.partitions.precheck(req.group_id) is None:
+            if not sgroup.is_empty():
+                # Kafka: a classic member cannot join a live streams group.
+                out = Result()
+                out.replies.append(
+                    (
+                        ctx.reply_to,
+                        JoinGroupResponse(
+                            error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=""
+                        ),
+                    )
+                )
+                return out
+            # An empty streams group is replaced by the classic group (offline downgrade).
+            out = Result()
+            self.streams.delete_group(out, sgroup)
+            out.extend(self._classic_join(ctx, req, now_ms))
+            return out
         cgroup = self.consumer.groups.get(req.group_id)
         if cgroup is None or self.partitions.precheck(req.group_id) is not None:
             return self._classic_join(ctx, req, now_ms)
@@ -247,6 +275,14 @@ class GroupShard:
         consumer_groups = self.consumer.groups
 
         def api(ctx: RequestContext, req: Any, now_ms: int) -> Result:
+            if (
+                req.group_id in self.streams.groups
+                and self.partitions.precheck(req.group_id) is None
+            ):
+                # SyncGroup, Heartbeat and LeaveGroup know no member of a streams group.
+                out = Result()
+                out.replies.append((ctx.reply_to, _UNKNOWN_MEMBER[name]()))
+                return out
             cgroup = consumer_groups.get(req.group_id)
             if cgroup is None or self.partitions.precheck(req.group_id) is not None:
                 return classic_api(ctx, req, now_ms)
@@ -259,7 +295,7 @@ class GroupShard:
     ) -> Result:
         """DescribeGroups: a consumer group is not a classic group (Dead; v6 also an error)."""
         out = self._classic_describe(ctx, req, now_ms)
-        consumer = self.consumer.groups
+        consumer: dict[str, Any] = {**self.consumer.groups, **self.streams.groups}
         if not consumer:
             return out
         for _, resp in out.replies:
@@ -315,6 +351,23 @@ class GroupShard:
                         group_type=CONSUMER,
                     )
                 )
+        if not types or STREAMS in types:
+            for sg in self.streams.groups.values():
+                if self.partitions.availability_error(sg.group_id) is not None:
+                    continue
+                sstate = sg.state
+                # Kafka lower-cases the filter and compares it with not_ready, so a
+                # filter of "NotReady" matches nothing.
+                if states and sstate.lower not in states:
+                    continue
+                listed.append(
+                    ListedGroup(
+                        group_id=sg.group_id,
+                        protocol_type=STREAMS,
+                        group_state=sstate.value,
+                        group_type=STREAMS,
+                    )
+                )
         if not types or CLASSIC in types:
             for g in self.groups.values():
                 if self.partitions.availability_error(g.group_id) is not None:
@@ -341,6 +394,20 @@ class GroupShard:
             err = self.partitions.availability_error(gid)
             group = self.groups.get(gid)
             cgroup = self.consumer.groups.get(gid)
+            sgroup = self.streams.groups.get(gid)
+            if err is None and sgroup is not None:
+                if not sgroup.is_empty():
+                    err = ErrorCode.NON_EMPTY_GROUP
+                else:
+                    self.offset_manager.delete_all_offsets(out, gid)
+                    self.streams.delete_group(out, sgroup)
+                    out.events.append(GroupDeleted(gid))
+                results.append(
+                    DeletableGroupResult(
+                        group_id=gid, error_code=ErrorCode.NO_ERROR if err is None else err
+                    )
+                )
+                continue
             if err is None and cgroup is not None:
                 if not cgroup.is_empty():
                     err = ErrorCode.NON_EMPTY_GROUP
@@ -445,6 +512,16 @@ class GroupShard:
             cgroup = self.consumer.groups[gid]
             if all_gone and cgroup.is_empty():
                 self.consumer.delete_group(out, cgroup)
+                deleted.append(gid)
+        for gid in list(self.streams.groups):
+            if self.partitions.availability_error(gid) is not None:
+                continue
+            before = len(out.records)
+            all_gone = self.offset_manager.cleanup_expired_offsets(out, gid, now_ms)
+            expired_total += len(out.records) - before
+            sgroup = self.streams.groups[gid]
+            if all_gone and sgroup.is_empty():
+                self.streams.delete_group(out, sgroup)
                 deleted.append(gid)
         if expired_total or deleted:
             out.events.append(OffsetsExpired(expired_total, tuple(deleted)))

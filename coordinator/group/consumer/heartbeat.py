@@ -211,7 +211,7 @@ def _heartbeat(
     if group is None:
         other = mgr.other_group_type(gid)
         if other is not None:
-            if epoch != 0 or mgr.interop is None:
+            if epoch != 0 or mgr.interop is None or other != "classic":
                 raise HeartbeatError(
                     ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group."
                 )

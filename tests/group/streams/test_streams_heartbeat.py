@@ -14,6 +14,9 @@ from coordinator.group.timers import streams_initial_delay_key, streams_session_
 from coordinator.group.topics import StaticTopics
 from protocol.errors import ErrorCode
 from protocol.messages import streams_group_heartbeat as sgh
+from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+from protocol.messages.delete_groups import DeleteGroupsRequest
+from protocol.messages.list_groups import ListGroupsRequest
 from storage.records import decode_key
 
 G = "app"
@@ -246,3 +249,35 @@ def test_replay_rebuilds_the_group() -> None:
     assert other.members == live.members
     assert other.topology == live.topology
     assert other.last_assignment_configs == {"num.standby.replicas": "1"}
+
+
+def test_other_group_apis_on_a_streams_group() -> None:
+    c = ctx()
+    hb(c, join("m1"))
+    out = c.apply(c.shard.list_groups(c.ctx(5), ListGroupsRequest(types_filter=["streams"]), c.now))
+    listed = out.replies[0][1].groups  # type: ignore[attr-defined]
+    assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed] == [
+        (G, "streams", "streams", "Stable")
+    ]
+    # Kafka's quirk: the filter is lower-cased and compared with not_ready and the like.
+    out = c.apply(c.shard.list_groups(c.ctx(5), ListGroupsRequest(states_filter=["Stable"]), c.now))
+    assert [g.group_id for g in out.replies[0][1].groups] == [G]  # type: ignore[attr-defined]
+    out = c.apply(c.shard.delete_groups(c.ctx(2), DeleteGroupsRequest(groups_names=[G]), c.now))
+    assert out.replies[0][1].results[0].error_code == ErrorCode.NON_EMPTY_GROUP  # type: ignore[attr-defined]
+    cg = c.consumer_group_heartbeat(
+        ConsumerGroupHeartbeatRequest(
+            group_id=G,
+            member_id="c1",
+            member_epoch=0,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_names=["input"],
+            topic_partitions=[],
+        )
+    )
+    assert cg.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert cg.error_message == f"Group {G} is not a consumer group."
+    hb(c, beat("m1", -1))
+    out = c.apply(c.shard.delete_groups(c.ctx(2), DeleteGroupsRequest(groups_names=[G]), c.now))
+    assert out.replies[0][1].results[0].error_code == ErrorCode.NO_ERROR  # type: ignore[attr-defined]
+    assert G not in c.shard.streams.groups
+    assert G not in c.replayed().streams.groups
