@@ -1,0 +1,237 @@
+"""Kafka Streams 4.4.0 with ``group.protocol=streams`` (KIP-1071) against a real ``kgc serve``.
+
+How this works: one JVM (``kgc.streams.StreamsGroupApp``) runs word-count instances of one
+application, each a KafkaStreams with its own state directory and process id, started and
+stopped by commands on its stdin; it prints each instance's state and its active and standby
+tasks. kgc is the group coordinator: it creates the repartition and changelog topics the
+topology asks for (the changelog compacted), assigns the six tasks (two subtopologies, three
+partitions) and one standby replica per stateful task (``group.streams.num.standby.replicas``),
+moving tasks revoke-before-assign as instances join. The scenario:
+
+1. one instance reaches RUNNING with every task; the internal topics exist with the
+   coordinator's partition counts and the client's configs; counts are exact;
+2. two more instances join: the active tasks are split over the three, no task is active
+   twice, every standby sits on an instance that does not run the task actively; counts
+   stay exact with more input;
+3. kgc is killed (SIGKILL) and started again on the same data: the group is still listed
+   (type streams) and the instances keep counting exactly, without a new internal topic.
+
+Where it waits, it waits on the printed lines or on the output, never on bare sleeps.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kafka.admin import KafkaAdminClient
+from support.kafkaserver import java_command
+from support.kgc_process import KgcProcess
+
+pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+PARTITIONS = 3
+ALL_TASKS = {f"{s}_{p}" for s in (0, 1) for p in range(PARTITIONS)}
+
+
+class App:
+    """The JVM of streams-protocol instances; its lines collected by a reader thread."""
+
+    def __init__(self, bootstrap: str, app: str, state: Path) -> None:
+        cmd = java_command("kgc.streams.StreamsGroupApp", bootstrap, app, "in", "out", str(state))
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        self.lines: list[str] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self.lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def last(self, prefix: str) -> str | None:
+        with self.lock:
+            for line in reversed(self.lines):
+                if line.startswith(prefix + " "):
+                    return line[len(prefix) + 1 :]
+        return None
+
+    def tasks(self, n: int) -> tuple[set[str], set[str]]:
+        last = self.last(f"tasks {n}")
+        if last is None:
+            return set(), set()
+        active, standby = last.split(";")
+        return set(active.split(",")) - {""}, set(standby.split(",")) - {""}
+
+    def errors(self) -> list[str]:
+        with self.lock:
+            return [line for line in self.lines if line.startswith("error ")]
+
+    def output(self) -> str:
+        with self.lock:
+            return "\n".join(line for line in self.lines[-80:] if "WARN" not in line)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+def wait_until(what: str, check: Callable[[], bool], app: App, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        assert not app.errors(), f"an instance failed:\n{app.output()}"
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}\n{app.output()}")
+
+
+def produce(bootstrap: str, words: dict[str, int]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    i = 0
+    for word, n in sorted(words.items()):
+        for _ in range(n):
+            producer.produce("in", value=word.encode(), partition=i % PARTITIONS)
+            i += 1
+    assert producer.flush(30) == 0
+
+
+def counts(bootstrap: str) -> dict[str, int]:
+    """The output topic's latest count per word, read to its end."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    latest: dict[str, int] = {}
+    try:
+        for p in range(PARTITIONS):
+            _, high = consumer.get_watermark_offsets(TopicPartition("out", p), 10)
+            if high == 0:
+                continue
+            consumer.assign([TopicPartition("out", p, 0)])
+            offset = 0
+            deadline = time.monotonic() + 30
+            while offset < high:
+                assert time.monotonic() < deadline, f"output partition {p} short of {high}"
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error():
+                    raise KafkaException(msg.error())
+                latest[msg.key().decode()] = struct.unpack(">q", msg.value())[0]
+                offset = msg.offset() + 1
+    finally:
+        consumer.close()
+    return latest
+
+
+@pytest.fixture
+def app_and_kgc(tmp_path: Path) -> Iterator[tuple[App, KgcProcess, str]]:
+    kgc = KgcProcess(
+        tmp_path / "data",
+        "--group-streams-initial-rebalance-delay-ms",
+        "200",
+        "--group-streams-num-standby-replicas",
+        "1",
+    )
+    kgc.start()
+    admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
+    for f in admin.create_topics(
+        [NewTopic("in", PARTITIONS, 1), NewTopic("out", PARTITIONS, 1)]
+    ).values():
+        f.result()
+    name = f"wc-{uuid.uuid4().hex[:6]}"
+    app = App(kgc.bootstrap, name, tmp_path / "state")
+    try:
+        yield app, kgc, name
+    finally:
+        app.stop()
+        if kgc.alive():
+            kgc.stop()
+
+
+def test_word_count_scaling_and_coordinator_restart(
+    app_and_kgc: tuple[App, KgcProcess, str],
+) -> None:
+    app, kgc, name = app_and_kgc
+    bootstrap = kgc.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    expected: dict[str, int] = {}
+
+    def add(words: dict[str, int]) -> None:
+        produce(bootstrap, words)
+        for w, n in words.items():
+            expected[w] = expected.get(w, 0) + n
+        wait_until("exact counts", lambda: counts(bootstrap) == expected, app)
+
+    # 1. One instance: every task, internal topics created by the coordinator.
+    app.send("start 1")
+    wait_until("instance 1 runs all tasks", lambda: app.tasks(1)[0] == ALL_TASKS, app)
+    repartition, changelog = f"{name}-words-repartition", f"{name}-counts-changelog"
+    meta = admin.list_topics(timeout=10).topics
+    assert len(meta[repartition].partitions) == PARTITIONS
+    assert len(meta[changelog].partitions) == PARTITIONS
+    res = ConfigResource(ConfigResource.Type.TOPIC, changelog)
+    assert admin.describe_configs([res])[res].result()["cleanup.policy"].value == "compact"
+    add({"alpha": 30, "bravo": 20, "charlie": 10})
+
+    # 2. Three instances: actives split, standbys never beside their active.
+    app.send("start 2")
+    app.send("start 3")
+
+    def spread() -> bool:
+        actives = [app.tasks(n)[0] for n in (1, 2, 3)]
+        if sorted(len(a) for a in actives) != [2, 2, 2]:
+            return False
+        if set().union(*actives) != ALL_TASKS:
+            return False
+        standbys = [app.tasks(n)[1] for n in (1, 2, 3)]
+        stateful = {t for t in ALL_TASKS if t.startswith("1_")}
+        placed = [t for s in standbys for t in s]
+        return sorted(placed) == sorted(stateful) and all(
+            not (a & s) for a, s in zip(actives, standbys, strict=True)
+        )
+
+    wait_until("tasks spread over three instances with standbys", spread, app)
+    add({"alpha": 5, "delta": 7})
+
+    # 3. The coordinator is killed and comes back on the same data.
+    kgc.kill()
+    kgc.start()
+    add({"echo": 9, "bravo": 1})
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        listed = [g for g in kp.list_groups() if g["group_id"] == name]
+    finally:
+        kp.close()
+    assert listed == [
+        {
+            "group_id": name,
+            "protocol_type": "streams",
+            "group_state": "Stable",
+            "group_type": "streams",
+        }
+    ]
+    meta = admin.list_topics(timeout=10).topics
+    assert sorted(t for t in meta if t.startswith(name)) == sorted([repartition, changelog])
