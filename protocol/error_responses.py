@@ -59,6 +59,7 @@ from protocol.messages import (
     sasl_handshake,
     share_acknowledge,
     share_fetch,
+    streams_group_describe,
     streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
@@ -162,6 +163,15 @@ def _consumer_group_describe(version: int, req: Any, code: ErrorCode) -> Any:
     return consumer_group_describe.Response(
         groups=[
             consumer_group_describe.DescribedGroup(error_code=code, group_id=g)
+            for g in req.group_ids
+        ]
+    )
+
+
+def _streams_group_describe(version: int, req: Any, code: ErrorCode) -> Any:
+    return streams_group_describe.Response(
+        groups=[
+            streams_group_describe.DescribedGroup(error_code=code, group_id=g)
             for g in req.group_ids
         ]
     )
@@ -449,6 +459,7 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     describe_cluster.API_KEY: _top_level(describe_cluster.Response),
     consumer_group_heartbeat.API_KEY: _top_level(consumer_group_heartbeat.Response),
     streams_group_heartbeat.API_KEY: _top_level(streams_group_heartbeat.Response),
+    streams_group_describe.API_KEY: _streams_group_describe,
     consumer_group_describe.API_KEY: _consumer_group_describe,
     list_config_resources.API_KEY: _top_level(list_config_resources.Response),
     write_txn_markers.API_KEY: _write_txn_markers,
@@ -484,5 +495,6 @@ COORDINATOR_KEYS = frozenset(
         consumer_group_heartbeat.API_KEY,
         consumer_group_describe.API_KEY,
         streams_group_heartbeat.API_KEY,
+        streams_group_describe.API_KEY,
     )
 )

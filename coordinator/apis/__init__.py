@@ -73,6 +73,7 @@ from protocol.messages import (
     sasl_handshake,
     share_acknowledge,
     share_fetch,
+    streams_group_describe,
     streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
@@ -265,6 +266,12 @@ API_TABLE: dict[int, Api] = {
         streams.streams_group_heartbeat_handler,
         checked(streams.authorize_streams_group_heartbeat),
         ("READ GROUP", "DESCRIBE TOPIC", "CREATE CLUSTER", "CREATE TOPIC"),
+    ),
+    streams_group_describe.API_KEY: Api(
+        (0, 1),
+        _shard(lambda s: s.streams_group_describe),
+        checked(streams.authorize_streams_group_describe),
+        ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
     ),
     describe_user_scram_credentials.API_KEY: Api(
         (0, 0),

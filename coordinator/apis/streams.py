@@ -31,10 +31,12 @@ from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
+from protocol.messages import streams_group_describe as sgd
 from protocol.messages import streams_group_heartbeat as sgh
 
 __all__ = [
     "InternalTopicCreator",
+    "authorize_streams_group_describe",
     "authorize_streams_group_heartbeat",
     "streams_group_heartbeat_handler",
 ]
@@ -96,6 +98,58 @@ def authorize_streams_group_heartbeat(
                 sgh.StreamsGroupHeartbeatResponse(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             )
     return handler(header, req, client)
+
+
+def _described_topics(d: sgd.DescribedGroup) -> set[str]:
+    names: set[str] = set()
+    for s in d.topology.subtopologies or () if d.topology is not None else ():
+        names.update(s.source_topics)
+        names.update(s.repartition_sink_topics)
+        names.update(t.name for t in s.repartition_source_topics)
+        names.update(t.name for t in s.state_changelog_topics)
+    return names
+
+
+def authorize_streams_group_describe(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    """DESCRIBE on each group; a group whose topology names a topic the client may not
+    DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED without members or topology (KafkaApis)."""
+    order = list(req.group_ids)
+    denied = {g for g in order if not a.allowed(client, _O.DESCRIBE, _R.GROUP, g)}
+
+    def merge(resp: Any) -> Any:
+        got: dict[str, sgd.DescribedGroup] = {}
+        for d in resp.groups:
+            if d.error_code == 0 and any(
+                not a.allowed(client, _O.DESCRIBE, _R.TOPIC, t) for t in _described_topics(d)
+            ):
+                d = sgd.DescribedGroup(
+                    group_id=d.group_id,
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    error_message="The described group uses topics that the client is not "
+                    "authorized to describe.",
+                    topology=None,
+                )
+            elif d.error_code == 0 and req.include_authorized_operations:
+                d = dataclasses.replace(
+                    d,
+                    authorized_operations=a.authorizer.authorized_operations(
+                        client.principal, client.host, _R.GROUP, d.group_id
+                    ),
+                )
+            got[d.group_id] = d
+        refused = [
+            sgd.DescribedGroup(group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            for g in order
+            if g in denied
+        ]
+        return dataclasses.replace(resp, groups=refused + [d for g, d in got.items()])
+
+    allowed = [g for g in order if g not in denied]
+    if not allowed:
+        return answer(merge(sgd.StreamsGroupDescribeResponse()))
+    return then(handler(header, dataclasses.replace(req, group_ids=allowed), client), merge)
 
 
 class InternalTopicCreator:

@@ -60,6 +60,7 @@ from coordinator.group.offsets import (
 )
 from coordinator.group.partitions import Partitions, PartitionStatus
 from coordinator.group.records import decode_end_txn_marker
+from coordinator.group.streams import describe as sg_describe
 from coordinator.group.streams import heartbeat as sg_heartbeat
 from coordinator.group.streams.configure import ConfiguredTopology
 from coordinator.group.streams.manager import StreamsGroupManager
@@ -82,6 +83,7 @@ from protocol.messages.list_groups import ListedGroup, ListGroupsRequest, ListGr
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.streams_group_describe import StreamsGroupDescribeRequest
 from protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
@@ -236,6 +238,17 @@ class GroupShard:
             out.records.insert(0, rec.group_metadata_tombstone(partition, gid))
             self.groups.pop(gid, None)
         return out
+
+    def streams_group_describe(
+        self, ctx: RequestContext, req: StreamsGroupDescribeRequest, now_ms: int
+    ) -> Result:
+        """StreamsGroupDescribe (streams/describe.py); an id of another type says so."""
+        others = {
+            g: CONSUMER if g in self.consumer.groups else CLASSIC
+            for g in req.group_ids
+            if g in self.consumer.groups or (g in self.groups and not self.groups[g].is_in(_D))
+        }
+        return sg_describe.streams_group_describe(self.streams, ctx, req, now_ms, others)
 
     def _classic_type(self, group_id: str) -> str | None:
         """The type of a non-consumer group with this id, for the consumer group APIs."""

@@ -13,6 +13,7 @@ from coordinator.group.streams.group import MemberState, StreamsGroupState
 from coordinator.group.timers import streams_initial_delay_key, streams_session_key
 from coordinator.group.topics import StaticTopics
 from protocol.errors import ErrorCode
+from protocol.messages import streams_group_describe as sgd
 from protocol.messages import streams_group_heartbeat as sgh
 from protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
 from protocol.messages.delete_groups import DeleteGroupsRequest
@@ -281,3 +282,48 @@ def test_other_group_apis_on_a_streams_group() -> None:
     assert out.replies[0][1].results[0].error_code == ErrorCode.NO_ERROR  # type: ignore[attr-defined]
     assert G not in c.shard.streams.groups
     assert G not in c.replayed().streams.groups
+
+
+def describe(c: GroupContext, *gids: str, version: int = 1) -> list[sgd.DescribedGroup]:
+    out = c.shard.streams_group_describe(
+        c.ctx(version),
+        sgd.StreamsGroupDescribeRequest(group_ids=list(gids), include_topology_description=True),
+        c.now,
+    )
+    return out.replies[0][1].groups  # type: ignore[attr-defined,no-any-return]
+
+
+def test_describe_configured_and_declared_topology() -> None:
+    c = ctx(internal=False)
+    hb(c, join("m1"))
+    (d,) = describe(c, G)
+    assert d.error_code == 0 and d.group_state == "NotReady"
+    assert d.topology is not None and d.topology.subtopologies is not None
+    # Not ready: the topology as declared (changelog partitions 0).
+    assert d.topology.subtopologies[1].state_changelog_topics[0].partitions == 0
+    assert d.topology_description_status == 1 and d.assignor_name == "sticky"
+    assert c.topics is not None
+    c.topics.add("app-r", 3)
+    c.topics.add("app-store-changelog", 3)
+    c.apply(c.shard.topics_changed(["app-r", "app-store-changelog"], True, c.now))
+    hb(c, beat("m1", 2))
+    (d,) = describe(c, G)
+    assert d.group_state == "Stable" and d.group_epoch == 3 and d.assignment_epoch == 3
+    assert d.topology is not None and d.topology.subtopologies is not None
+    sub = d.topology.subtopologies[1]
+    assert [(t.name, t.partitions) for t in sub.state_changelog_topics] == [
+        ("app-store-changelog", 3)
+    ]
+    assert [(t.name, t.partitions) for t in sub.repartition_source_topics] == [("app-r", 3)]
+    (m,) = d.members
+    assert m.member_id == "m1" and m.process_id == "p1" and m.member_epoch == 3
+    assert sum(len(t.partitions) for t in m.assignment.active_tasks) == 6
+    assert m.assignment.active_tasks == [
+        sgd.TaskIds(t.subtopology_id, t.partitions) for t in m.target_assignment.active_tasks
+    ]
+    missing, blank = describe(c, "nope", "")
+    assert (missing.error_code, missing.error_message) == (
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        "Group nope not found.",
+    )
+    assert (blank.group_id, blank.error_code) == ("", ErrorCode.INVALID_GROUP_ID)
