@@ -40,6 +40,7 @@ __all__ = [
     "LocalGroupConfigs",
     "StoredGroupConfigs",
     "resolved",
+    "streams_overrides",
     "validate",
 ]
 
@@ -48,6 +49,11 @@ log = logging.getLogger("kgc.group_configs")
 GROUP_CONFIGS_FILE = "group_configs.json"  # in the data directory (embedded)
 SESSION = "consumer.session.timeout.ms"
 HEARTBEAT = "consumer.heartbeat.interval.ms"
+STREAMS_SESSION = "streams.session.timeout.ms"
+STREAMS_HEARTBEAT = "streams.heartbeat.interval.ms"
+STREAMS_STANDBYS = "streams.num.standby.replicas"
+STREAMS_INITIAL_DELAY = "streams.initial.rebalance.delay.ms"
+STREAMS_CONFIGS = (STREAMS_SESSION, STREAMS_HEARTBEAT, STREAMS_STANDBYS, STREAMS_INITIAL_DELAY)
 
 # Kafka's GroupConfig definitions kgc honours (the defaults come from the broker's
 # group.consumer.* settings, as GroupConfig.fromProps takes them).
@@ -72,6 +78,41 @@ GROUP_CONFIGS: dict[str, TopicConfigDef] = {
             doc="Heartbeat interval of this consumer group's members (consumer protocol), "
             "within group.consumer.min/max.heartbeat.interval.ms.",
         ),
+        TopicConfigDef(
+            STREAMS_SESSION,
+            "INT",
+            "45000",
+            at_least=1,
+            synonyms=("group.streams.session.timeout.ms",),
+            doc="Session timeout of this streams group's members, "
+            "within group.streams.min/max.session.timeout.ms.",
+        ),
+        TopicConfigDef(
+            STREAMS_HEARTBEAT,
+            "INT",
+            "5000",
+            at_least=1,
+            synonyms=("group.streams.heartbeat.interval.ms",),
+            doc="Heartbeat interval of this streams group's members, "
+            "within group.streams.min/max.heartbeat.interval.ms.",
+        ),
+        TopicConfigDef(
+            STREAMS_STANDBYS,
+            "INT",
+            "0",
+            at_least=0,
+            synonyms=("group.streams.num.standby.replicas",),
+            doc="Standby replicas of each stateful task of this streams group, "
+            "at most group.streams.max.standby.replicas.",
+        ),
+        TopicConfigDef(
+            STREAMS_INITIAL_DELAY,
+            "INT",
+            "3000",
+            at_least=0,
+            synonyms=("group.streams.initial.rebalance.delay.ms",),
+            doc="How long a new streams group waits for more members before its first assignment.",
+        ),
     )
 }
 # Kafka's share-group configs: kgc has no share groups, so they are refused by name.
@@ -85,6 +126,10 @@ def defaults(settings: Settings) -> dict[str, int]:
     return {
         SESSION: settings.group_consumer_session_timeout_ms,
         HEARTBEAT: settings.group_consumer_heartbeat_interval_ms,
+        STREAMS_SESSION: settings.group_streams_session_timeout_ms,
+        STREAMS_HEARTBEAT: settings.group_streams_heartbeat_interval_ms,
+        STREAMS_STANDBYS: settings.group_streams_num_standby_replicas,
+        STREAMS_INITIAL_DELAY: settings.group_streams_initial_rebalance_delay_ms,
     }
 
 
@@ -124,11 +169,59 @@ def validate(settings: Settings, configs: dict[str, str | None]) -> dict[str, in
             f"{SESSION} must be in the range {st_lo} to {st_hi} inclusive.",
         ),
         (session <= heartbeat, f"{SESSION} must be greater than {HEARTBEAT}"),
+        *_streams_checks(settings, values, configs),
     )
     for failed, message in checks:
         if failed:
             raise InvalidConfigError(message)
     return values
+
+
+def _streams_checks(
+    s: Settings, values: dict[str, int], configs: dict[str, str | None]
+) -> list[tuple[bool, str]]:
+    """Kafka 4.4's GroupConfig.validateValues for the streams configs set here."""
+    out: list[tuple[bool, str]] = []
+    for name, lo, hi in (
+        (
+            STREAMS_HEARTBEAT,
+            s.group_streams_min_heartbeat_interval_ms,
+            s.group_streams_max_heartbeat_interval_ms,
+        ),
+        (
+            STREAMS_SESSION,
+            s.group_streams_min_session_timeout_ms,
+            s.group_streams_max_session_timeout_ms,
+        ),
+    ):
+        if name in configs:
+            out.append(
+                (
+                    not lo <= values[name] <= hi,
+                    f"{name} must be in the range {lo} to {hi} inclusive.",
+                )
+            )
+    if STREAMS_STANDBYS in configs:
+        top = s.group_streams_max_standby_replicas
+        out.append(
+            (
+                values[STREAMS_STANDBYS] > top,
+                f"{STREAMS_STANDBYS} must be less than or equal to {top}",
+            )
+        )
+    return out
+
+
+def streams_overrides(configs: dict[str, str]) -> dict[str, int]:
+    """The streams.* configs a group sets itself (the streams core falls back to the broker's)."""
+    out = {}
+    for name in STREAMS_CONFIGS:
+        raw = configs.get(name)
+        if raw is not None:
+            parsed = GROUP_CONFIGS[name].parse(raw)
+            assert isinstance(parsed, int)
+            out[name] = parsed
+    return out
 
 
 def resolved(settings: Settings, configs: dict[str, str]) -> tuple[int, int]:

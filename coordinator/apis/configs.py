@@ -206,6 +206,13 @@ class ConfigAdmin:
 
         def groups_reconfigured(timeouts: dict[str, tuple[int, int]]) -> None:
             runtime.shard.consumer.group_configs = timeouts
+            streams: dict[str, dict[str, int]] = {}
+            for group, own in groups.configs.items():
+                try:
+                    streams[group] = group_configs.streams_overrides(own)
+                except topic_configs.InvalidConfigError:
+                    continue  # logged by the store; the broker's values apply
+            runtime.shard.streams.group_configs = streams
 
         catalog.on_configs.append(topics_reconfigured)
         groups.on_change.append(groups_reconfigured)

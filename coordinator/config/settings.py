@@ -198,6 +198,18 @@ class Settings(BaseSettings):
     group_streams_session_timeout_ms: int = Field(
         45000, ge=1, description="session timeout of streams-protocol members"
     )
+    group_streams_min_session_timeout_ms: int = Field(
+        45000, ge=1, description="smallest streams.session.timeout.ms a group may set"
+    )
+    group_streams_max_session_timeout_ms: int = Field(
+        60000, ge=1, description="largest streams.session.timeout.ms a group may set"
+    )
+    group_streams_min_heartbeat_interval_ms: int = Field(
+        5000, ge=1, description="smallest streams.heartbeat.interval.ms a group may set"
+    )
+    group_streams_max_heartbeat_interval_ms: int = Field(
+        15000, ge=1, description="largest streams.heartbeat.interval.ms a group may set"
+    )
     group_streams_heartbeat_interval_ms: int = Field(
         5000, ge=1, description="how often streams-protocol members heartbeat"
     )

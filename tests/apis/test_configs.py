@@ -613,7 +613,14 @@ async def test_group_configs_validated_stored_and_honoured(tmp_path: Path) -> No
     n = await Node(tmp_path).start()
     described = await n.describe(GROUP, "g")
     c = by_name(described)
-    assert list(c) == ["consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"]
+    assert list(c) == [
+        "consumer.session.timeout.ms",
+        "consumer.heartbeat.interval.ms",
+        "streams.session.timeout.ms",
+        "streams.heartbeat.interval.ms",
+        "streams.num.standby.replicas",
+        "streams.initial.rebalance.delay.ms",
+    ]
     assert (
         c["consumer.session.timeout.ms"].value,
         c["consumer.session.timeout.ms"].config_source,

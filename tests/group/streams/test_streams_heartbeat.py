@@ -327,3 +327,51 @@ def test_describe_configured_and_declared_topology() -> None:
         "Group nope not found.",
     )
     assert (blank.group_id, blank.error_code) == ("", ErrorCode.INVALID_GROUP_ID)
+
+
+def test_group_config_standbys_bump_the_epoch_and_assign_standbys() -> None:
+    c = ctx()
+    r1 = hb(c, join("m1", "p1"))
+    r2 = hb(c, join("m2", "p2"))
+    r1 = hb(c, beat("m1", 2, r1))
+    r1 = hb(c, beat("m1", 2, r1))
+    r2 = hb(c, beat("m2", 3, r2))
+    assert c.shard.streams.groups[G].state is StreamsGroupState.STABLE
+    assert all(not t.standby_tasks for t in (r1, r2) if t.standby_tasks is not None)
+    c.shard.streams.group_configs = {G: {"streams.num.standby.replicas": 1}}
+    r1 = hb(c, beat("m1", 3, r1))
+    group = c.shard.streams.groups[G]
+    assert group.group_epoch == 4
+    assert group.last_assignment_configs == {"num.standby.replicas": "1"}
+    r2 = hb(c, beat("m2", 3, r2))
+    standbys = [t for r in (r1, r2) for t in r.standby_tasks or ()]
+    assert {(t.subtopology_id, p) for t in standbys for p in t.partitions} == {
+        ("1", p) for p in range(3)
+    }
+
+
+def test_group_configs_validation() -> None:
+    from coordinator.config import Settings
+    from coordinator.group_configs import InvalidConfigError, streams_overrides, validate
+
+    s = Settings()
+    assert validate(s, {"streams.num.standby.replicas": "2"})["streams.num.standby.replicas"] == 2
+    for raw, message in (
+        (
+            {"streams.num.standby.replicas": "3"},
+            "streams.num.standby.replicas must be less than or equal to 2",
+        ),
+        (
+            {"streams.heartbeat.interval.ms": "1000"},
+            "streams.heartbeat.interval.ms must be in the range 5000 to 15000 inclusive.",
+        ),
+    ):
+        try:
+            validate(s, dict(raw))
+        except InvalidConfigError as e:
+            assert str(e) == message
+        else:
+            raise AssertionError(f"{raw} accepted")
+    assert streams_overrides({"streams.session.timeout.ms": "50000", "x": "1"}) == {
+        "streams.session.timeout.ms": 50000
+    }
