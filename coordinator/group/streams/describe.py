@@ -15,11 +15,16 @@ from __future__ import annotations
 from coordinator.group.classic.describe import GROUP_AUTHORIZED_OPERATIONS
 from coordinator.group.streams.configure import ConfiguredInternalTopic
 from coordinator.group.streams.group import StreamsGroup, Tasks
-from coordinator.group.streams.javaorder import java_hash_order
+from coordinator.group.streams.javaorder import (
+    java_hash_order,
+    java_hash_order_by,
+    topic_partition_hash,
+)
 from coordinator.group.streams.manager import StreamsGroupManager
 from coordinator.group.types import RequestContext, Result
 from protocol.errors import ErrorCode
 from protocol.messages import streams_group_describe as sgd
+from storage.records import OFFSETS_TOPIC
 from storage.records.messages.streams_group import TopicInfo
 
 __all__ = ["describe_one", "streams_group_describe"]
@@ -176,6 +181,18 @@ def describe_one(
     )
 
 
+def _kafka_order(mgr: StreamsGroupManager, group_ids: list[str]) -> list[str]:
+    """The order Kafka answers in: blank ids first, then the ids grouped by offsets
+    partition, the partitions in the order of its HashMap of TopicPartition."""
+    blank = [g for g in group_ids if not g.strip()]
+    by_partition: dict[int, list[str]] = {}
+    for g in group_ids:
+        if g.strip():
+            by_partition.setdefault(mgr.partitions.partition_of(g), []).append(g)
+    order = java_hash_order_by(by_partition, lambda p: topic_partition_hash(OFFSETS_TOPIC, p))
+    return blank + [g for p in order for g in by_partition[p]]
+
+
 def streams_group_describe(
     mgr: StreamsGroupManager,
     ctx: RequestContext,
@@ -185,7 +202,7 @@ def streams_group_describe(
 ) -> Result:
     out = Result()
     groups = []
-    for gid in req.group_ids:
+    for gid in _kafka_order(mgr, req.group_ids):
         d = describe_one(mgr, gid, ctx.api_version, req.include_topology_description)
         if req.include_authorized_operations and d.error_code == ErrorCode.NO_ERROR:
             d.authorized_operations = GROUP_AUTHORIZED_OPERATIONS

@@ -13,18 +13,20 @@ names and config keys never collide that much.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
-__all__ = ["java_hash_order", "java_set_copy_order", "java_string_hash"]
+from storage.records import java_string_hash
 
+K = TypeVar("K", bound=Hashable)
 
-def java_string_hash(s: str) -> int:
-    """``String.hashCode()``: over UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    units = s.encode("utf-16-le")
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] | units[i + 1] << 8)) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
+__all__ = [
+    "java_hash_order",
+    "java_hash_order_by",
+    "java_set_copy_order",
+    "java_string_hash",
+    "topic_partition_hash",
+]
 
 
 def _table_size(wanted: int) -> int:
@@ -34,14 +36,11 @@ def _table_size(wanted: int) -> int:
     return n
 
 
-def java_hash_order(keys: Iterable[str], initial_capacity: int = 16) -> list[str]:
-    """The distinct ``keys`` (in the order they were put) as a HashMap iterates them.
-
-    ``initial_capacity`` is the table a copying constructor sizes
-    (``new HashSet<>(c)``: ``max(c.size() / .75 + 1, 16)``); ``Collectors.toMap`` and
-    ``toSet`` start from the default 16.
-    """
-    first_put: dict[str, int] = {}
+def java_hash_order_by(
+    keys: Iterable[K], hash_code: Callable[[K], int], initial_capacity: int = 16
+) -> list[K]:
+    """``java_hash_order`` for keys whose Java ``hashCode()`` is ``hash_code``."""
+    first_put: dict[K, int] = {}
     for k in keys:
         if k not in first_put:
             first_put[k] = len(first_put)
@@ -50,11 +49,27 @@ def java_hash_order(keys: Iterable[str], initial_capacity: int = 16) -> list[str
         cap <<= 1
     mask = cap - 1
 
-    def bucket(k: str) -> int:
-        h = java_string_hash(k) & 0xFFFFFFFF
+    def bucket(k: K) -> int:
+        h = hash_code(k) & 0xFFFFFFFF
         return (h ^ (h >> 16)) & mask
 
     return sorted(first_put, key=lambda k: (bucket(k), first_put[k]))
+
+
+def topic_partition_hash(topic: str, partition: int) -> int:
+    """``TopicPartition.hashCode()``: 31 * (31 + partition) + topic.hashCode(), as int32."""
+    h = (31 * (31 + partition) + java_string_hash(topic)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def java_hash_order(keys: Iterable[str], initial_capacity: int = 16) -> list[str]:
+    """The distinct ``keys`` (in the order they were put) as a HashMap iterates them.
+
+    ``initial_capacity`` is the table a copying constructor sizes
+    (``new HashSet<>(c)``: ``max(c.size() / .75 + 1, 16)``); ``Collectors.toMap`` and
+    ``toSet`` start from the default 16.
+    """
+    return java_hash_order_by(keys, java_string_hash, initial_capacity)
 
 
 def java_set_copy_order(keys: Iterable[str]) -> list[str]:

@@ -375,3 +375,40 @@ def test_group_configs_validation() -> None:
     assert streams_overrides({"streams.session.timeout.ms": "50000", "x": "1"}) == {
         "streams.session.timeout.ms": 50000
     }
+
+
+def test_offset_commits_of_streams_members() -> None:
+    c = ctx()
+    r1 = hb(c, join("m1", "p1"))
+    ok = ErrorCode.NO_ERROR
+    stale = ErrorCode.STALE_MEMBER_EPOCH
+    assert c.commit(G, {("input", 0): 5}, member_id="m1", generation=2, version=9) == {
+        ("input", 0): ok
+    }
+    assert c.commit(G, {("input", 0): 5}, member_id="m1", generation=2, version=8) == {
+        ("input", 0): ErrorCode.UNSUPPORTED_VERSION
+    }
+    assert c.commit(G, {("input", 0): 5}, member_id="m1", generation=3, version=9) == {
+        ("input", 0): stale
+    }
+    assert c.commit(G, {("input", 0): 5}, member_id="nobody", generation=2, version=9) == {
+        ("input", 0): ErrorCode.UNKNOWN_MEMBER_ID
+    }
+    assert c.commit(G, {("input", 0): 5}, version=9) == {("input", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    r2 = hb(c, join("m2", "p2"))
+    r1 = hb(c, beat("m1", 2, r1))
+    r1 = hb(c, beat("m1", 2, r1))
+    assert r1.member_epoch == 3
+    kept = sorted(c.shard.streams.groups[G].members["m1"].active.get("0", {}))
+    gone = sorted(set(range(3)) - set(kept))
+    # An older epoch still commits a task held since then, and nothing else (KAFKA-19779).
+    assert c.commit(G, {("input", kept[0]): 7}, member_id="m1", generation=2, version=9) == {
+        ("input", kept[0]): ok
+    }
+    assert c.commit(G, {("input", gone[0]): 7}, member_id="m1", generation=2, version=9) == {
+        ("input", gone[0]): stale
+    }
+    assert c.commit(
+        G, {("app-store-changelog", 0): 7}, member_id="m1", generation=2, version=9
+    ) == {("app-store-changelog", 0): stale}
+    del r2

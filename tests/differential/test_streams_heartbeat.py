@@ -1,0 +1,271 @@
+"""StreamsGroupHeartbeat and StreamsGroupDescribe, Kafka 4.4 vs kgc (KIP-1071).
+
+The scenarios are the ones whose answers do not depend on timing: every validation error of
+the API layer and of the coordinator (texts included), a first join whose source topic is
+missing (MISSING_SOURCE_TOPICS beside ASSIGNMENT_DELAYED: the group's initial rebalance delay
+of 3 s runs on both), a first join whose internal topics are missing (the detail lists them in
+Kafka's HashMap order), describe before anything is assigned, leave, and the answers on a
+group id of another type. Target assignments, which Kafka 4.4 computes off the coordinator
+thread at most every second, are left to tests/streams (a real Kafka Streams application).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support.diffkit import Runner, Side
+from support.groupops import CG_HEARTBEAT, cg_req
+
+from protocol.messages import streams_group_describe as sgd
+from protocol.messages import streams_group_heartbeat as sgh
+
+pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+SG_HEARTBEAT, SG_DESCRIBE = sgh.API_KEY, sgd.API_KEY
+
+
+def topology(source: str, app: str) -> sgh.Topology:
+    return sgh.Topology(
+        epoch=0,
+        subtopologies=[
+            sgh.Subtopology(
+                subtopology_id="0",
+                source_topics=[source],
+                repartition_sink_topics=[f"{app}-words-repartition"],
+            ),
+            sgh.Subtopology(
+                subtopology_id="1",
+                repartition_source_topics=[
+                    sgh.SubtopologyTopicInfo(
+                        name=f"{app}-words-repartition",
+                        topic_configs=[
+                            sgh.SubtopologyTopicInfoKeyValue("cleanup.policy", "delete"),
+                            sgh.SubtopologyTopicInfoKeyValue("retention.ms", "-1"),
+                        ],
+                    )
+                ],
+                state_changelog_topics=[
+                    sgh.TopicInfo(
+                        name=f"{app}-counts-changelog",
+                        topic_configs=[sgh.KeyValue("cleanup.policy", "compact")],
+                    )
+                ],
+            ),
+        ],
+    )
+
+
+def join(
+    group: str, member: str, topo: sgh.Topology | None, **kw: Any
+) -> sgh.StreamsGroupHeartbeatRequest:
+    req = sgh.StreamsGroupHeartbeatRequest(
+        group_id=group,
+        member_id=member,
+        member_epoch=0,
+        endpoint_information_epoch=-1,
+        rebalance_timeout_ms=300000,
+        topology=topo,
+        active_tasks=[],
+        standby_tasks=[],
+        warmup_tasks=[],
+        process_id="3f1a0d8c-6c7e-4b8e-9f3a-2d4c5b6a7e8f",
+        client_tags=[],
+    )
+    for k, v in kw.items():
+        setattr(req, k, v)
+    return req
+
+
+def wait_source_seen(side: Side, source: str) -> None:
+    """Wait (unrecorded) until the coordinator knows ``source``: Kafka's learns of a new topic
+    from its metadata image a moment after Metadata names the leaders. A throwaway group
+    joins until no MISSING_SOURCE_TOPICS comes back, then leaves."""
+    deadline = time.monotonic() + side.timeout
+    attempt = 0
+    while time.monotonic() < deadline:
+        attempt += 1
+        probe = f"probe-{attempt}-{source}-p"  # not ending in the token: never listed
+        side.wait_coordinator(probe)
+        topo = sgh.Topology(
+            subtopologies=[sgh.Subtopology(subtopology_id="0", source_topics=[source])]
+        )
+        conn = side.untimed()
+        r = conn.call(SG_HEARTBEAT, 1, join(probe, "p", topo))
+        conn.call(SG_HEARTBEAT, 1, join(probe, "p", None, **LEAVE))
+        if r.error_code == 0 and all(st.status_code != 1 for st in r.status or ()):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{side.label}: {source} never seen by the group coordinator")
+
+
+LEAVE: dict[str, Any] = {
+    "member_epoch": -1,
+    "active_tasks": None,
+    "standby_tasks": None,
+    "warmup_tasks": None,
+}
+
+
+def validation(side: Side) -> None:
+    group = side.name("sg-valid")
+    side.wait_coordinator(group)
+    topo = topology(side.name("sg-in"), group)
+    cases: dict[str, sgh.StreamsGroupHeartbeatRequest] = {
+        "no_rebalance_timeout": join(group, "m", topo, rebalance_timeout_ms=-1),
+        "no_topology": join(group, "m", None),
+        "active_on_join": join(group, "m", topo, active_tasks=[sgh.TaskIds("0", [0])]),
+        "null_standby": join(group, "m", topo, standby_tasks=None),
+        "epoch_minus_3": join(
+            group,
+            "m",
+            None,
+            member_epoch=-3,
+            active_tasks=None,
+            standby_tasks=None,
+            warmup_tasks=None,
+        ),
+        "topology_on_heartbeat": join(group, "m", topo, member_epoch=4),
+        "mixed_task_lists": join(
+            group, "m", None, member_epoch=4, standby_tasks=None, warmup_tasks=None
+        ),
+        "blank_member": join(group, " ", topo),
+        "blank_rack": join(group, "m", topo, rack_id=" "),
+        "unknown_group": join(
+            group,
+            "m",
+            None,
+            member_epoch=4,
+            active_tasks=None,
+            standby_tasks=None,
+            warmup_tasks=None,
+        ),
+        "leave_unknown_group": join(
+            group,
+            "m",
+            None,
+            member_epoch=-1,
+            active_tasks=None,
+            standby_tasks=None,
+            warmup_tasks=None,
+        ),
+        "changelog_with_partitions": join(
+            group,
+            "m",
+            sgh.Topology(
+                subtopologies=[
+                    sgh.Subtopology(
+                        subtopology_id="0",
+                        source_topics=["x"],
+                        state_changelog_topics=[sgh.TopicInfo(name="c", partitions=3)],
+                    )
+                ]
+            ),
+        ),
+        "kafka_internal_topic": join(
+            group,
+            "m",
+            sgh.Topology(
+                subtopologies=[
+                    sgh.Subtopology(subtopology_id="0", source_topics=["__consumer_offsets"])
+                ]
+            ),
+        ),
+        "invalid_topic_name": join(
+            group,
+            "m",
+            sgh.Topology(
+                subtopologies=[
+                    sgh.Subtopology(subtopology_id="0", source_topics=["bad name", "ok"])
+                ]
+            ),
+        ),
+        "source_regex": join(
+            group,
+            "m",
+            sgh.Topology(
+                subtopologies=[sgh.Subtopology(subtopology_id="0", source_topic_regex=["in.*"])]
+            ),
+        ),
+    }
+    for step, req in cases.items():
+        side.call(SG_HEARTBEAT, 1, req, step=step)
+
+
+def test_validation(diff_shared: Runner) -> None:
+    outcome = diff_shared(validation)
+    steps = {e.step: e.response for e in outcome.kafka.exchanges}
+    assert steps["no_topology"].error_message == "Topology must be non-null when (re-)joining."
+
+
+def missing_topics(side: Side) -> None:
+    group = side.name("sg-missing")
+    source = side.name("sg-src")
+    side.wait_coordinator(group)
+    # The source topic does not exist yet.
+    side.call(SG_HEARTBEAT, 1, join(group, "m1", topology(source, group)), step="join_no_source")
+    side.call(
+        SG_DESCRIBE,
+        1,
+        sgd.StreamsGroupDescribeRequest(group_ids=[group, side.name("sg-none")]),
+        step="describe_not_ready",
+    )
+    side.call(
+        SG_HEARTBEAT,
+        1,
+        join(
+            group,
+            "m1",
+            None,
+            member_epoch=-1,
+            active_tasks=None,
+            standby_tasks=None,
+            warmup_tasks=None,
+        ),
+        step="leave",
+    )
+    # A group with its source topic: the internal topics are missing (and get created).
+    group2 = side.name("sg-internal")
+    side.create_topic(source, 2)
+    wait_source_seen(side, source)
+    side.wait_coordinator(group2)
+    side.call(
+        SG_HEARTBEAT, 1, join(group2, "m1", topology(source, group2)), step="join_no_internal"
+    )
+
+
+def test_missing_source_and_internal_topics(diff_shared: Runner) -> None:
+    outcome = diff_shared(missing_topics)
+    steps = {e.step: e.response for e in outcome.kafka.exchanges}
+    codes = [s.status_code for s in steps["join_no_internal"].status]
+    assert 3 in codes
+
+
+def other_group_types(side: Side) -> None:
+    group = side.name("sg-cg")
+    side.wait_coordinator(group)
+    side.call(CG_HEARTBEAT, 1, cg_req(group, "c", 0, rebalance=30000, topics=[], owned=[]))
+    side.call(
+        SG_HEARTBEAT, 1, join(group, "s", topology("x", group)), step="streams_join_on_consumer"
+    )
+    side.call(
+        SG_DESCRIBE,
+        1,
+        sgd.StreamsGroupDescribeRequest(group_ids=[group, ""]),
+        step="describe_consumer",
+    )
+    side.call(CG_HEARTBEAT, 1, cg_req(group, "c", -1))
+    sgroup = side.name("sg-sg")
+    side.wait_coordinator(sgroup)
+    side.call(SG_HEARTBEAT, 1, join(sgroup, "s", topology(side.name("nosrc"), sgroup)))
+    side.call(
+        CG_HEARTBEAT,
+        1,
+        cg_req(sgroup, "c", 0, rebalance=30000, topics=[], owned=[]),
+        step="consumer_join_on_streams",
+    )
+
+
+def test_other_group_types(diff_shared: Runner) -> None:
+    diff_shared(other_group_types)
