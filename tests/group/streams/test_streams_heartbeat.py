@@ -321,7 +321,7 @@ def test_describe_configured_and_declared_topology() -> None:
     assert m.assignment.active_tasks == [
         sgd.TaskIds(t.subtopology_id, t.partitions) for t in m.target_assignment.active_tasks
     ]
-    missing, blank = describe(c, "nope", "")
+    blank, missing = describe(c, "nope", "")  # Kafka answers the blank id first
     assert (missing.error_code, missing.error_message) == (
         ErrorCode.GROUP_ID_NOT_FOUND,
         "Group nope not found.",
