@@ -13,6 +13,7 @@ moving tasks revoke-before-assign as instances join. The scenario:
 2. two more instances join: the active tasks are split over the three, no task is active
    twice, every standby sits on an instance that does not run the task actively; counts
    stay exact with more input;
+   Kafka's kafka-streams-groups tool lists the group (Stable) and describes its members;
 3. kgc is killed (SIGKILL) and started again on the same data: the group is still listed
    (type streams) and the instances keep counting exactly, without a new internal topic.
 
@@ -106,6 +107,16 @@ def wait_until(what: str, check: Callable[[], bool], app: App, timeout: float = 
         assert not app.errors(), f"an instance failed:\n{app.output()}"
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}\n{app.output()}")
+
+
+def tool(bootstrap: str, *args: str) -> str:
+    """kafka-streams-groups.sh (Kafka's StreamsGroupCommand) against ``bootstrap``."""
+    cmd = java_command(
+        "org.apache.kafka.tools.streams.StreamsGroupCommand", "--bootstrap-server", bootstrap, *args
+    )
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
 def produce(bootstrap: str, words: dict[str, int]) -> None:
@@ -215,6 +226,12 @@ def test_word_count_scaling_and_coordinator_restart(
 
     wait_until("tasks spread over three instances with standbys", spread, app)
     add({"alpha": 5, "delta": 7})
+    # Kafka's kafka-streams-groups tool reads the group through ListGroups and
+    # StreamsGroupDescribe.
+    listed = tool(bootstrap, "--list", "--state")
+    assert f"{name}" in listed and "Stable" in listed.split(name, 1)[1].splitlines()[0]
+    members = tool(bootstrap, "--describe", "--group", name, "--members")
+    assert members.count("ACTIVE: ") == 3 and members.count("STANDBY: ") == 3, members
 
     # 3. The coordinator is killed and comes back on the same data.
     kgc.kill()
