@@ -406,27 +406,19 @@ class GroupShard:
         for gid in req.groups_names:
             err = self.partitions.availability_error(gid)
             group = self.groups.get(gid)
-            cgroup = self.consumer.groups.get(gid)
-            sgroup = self.streams.groups.get(gid)
-            if err is None and sgroup is not None:
-                if not sgroup.is_empty():
+            # A consumer or streams group: deleted when Empty, with its offsets.
+            typed: tuple[Any, Callable[[Result, Any], None]] | None = None
+            if gid in self.streams.groups:
+                typed = (self.streams.groups[gid], self.streams.delete_group)
+            elif gid in self.consumer.groups:
+                typed = (self.consumer.groups[gid], self.consumer.delete_group)
+            if err is None and typed is not None:
+                newer, delete_typed = typed
+                if not newer.is_empty():
                     err = ErrorCode.NON_EMPTY_GROUP
                 else:
                     self.offset_manager.delete_all_offsets(out, gid)
-                    self.streams.delete_group(out, sgroup)
-                    out.events.append(GroupDeleted(gid))
-                results.append(
-                    DeletableGroupResult(
-                        group_id=gid, error_code=ErrorCode.NO_ERROR if err is None else err
-                    )
-                )
-                continue
-            if err is None and cgroup is not None:
-                if not cgroup.is_empty():
-                    err = ErrorCode.NON_EMPTY_GROUP
-                else:
-                    self.offset_manager.delete_all_offsets(out, gid)
-                    self.consumer.delete_group(out, cgroup)
+                    delete_typed(out, newer)
                     out.events.append(GroupDeleted(gid))
                 results.append(
                     DeletableGroupResult(
@@ -516,26 +508,20 @@ class GroupShard:
             if all_gone and group.is_in(_E):
                 self._delete_group(out, group, now_ms)
                 deleted.append(gid)
-        for gid in list(self.consumer.groups):
-            if self.partitions.availability_error(gid) is not None:
-                continue
-            before = len(out.records)
-            all_gone = self.offset_manager.cleanup_expired_offsets(out, gid, now_ms)
-            expired_total += len(out.records) - before
-            cgroup = self.consumer.groups[gid]
-            if all_gone and cgroup.is_empty():
-                self.consumer.delete_group(out, cgroup)
-                deleted.append(gid)
-        for gid in list(self.streams.groups):
-            if self.partitions.availability_error(gid) is not None:
-                continue
-            before = len(out.records)
-            all_gone = self.offset_manager.cleanup_expired_offsets(out, gid, now_ms)
-            expired_total += len(out.records) - before
-            sgroup = self.streams.groups[gid]
-            if all_gone and sgroup.is_empty():
-                self.streams.delete_group(out, sgroup)
-                deleted.append(gid)
+        typed: tuple[tuple[dict[str, Any], Callable[[Result, Any], None]], ...] = (
+            (self.consumer.groups, self.consumer.delete_group),
+            (self.streams.groups, self.streams.delete_group),
+        )
+        for groups, delete_typed in typed:
+            for gid in list(groups):
+                if self.partitions.availability_error(gid) is not None:
+                    continue
+                before = len(out.records)
+                all_gone = self.offset_manager.cleanup_expired_offsets(out, gid, now_ms)
+                expired_total += len(out.records) - before
+                if all_gone and groups[gid].is_empty():
+                    delete_typed(out, groups[gid])
+                    deleted.append(gid)
         if expired_total or deleted:
             out.events.append(OffsetsExpired(expired_total, tuple(deleted)))
         self._arm_expiration(out, now_ms)
