@@ -20,8 +20,8 @@ from dataplane.test_plane import Node, batch, values_of
 from coordinator.dataplane.producers import PartitionProducers
 from coordinator.dataplane.transactions import AbortedTxn, PartitionTxns, parse_marker
 from protocol.errors import ErrorCode
-from protocol.messages import describe_producers, fetch, list_offsets, write_txn_markers
-from storage.record_batch import ATTR_TRANSACTIONAL, iter_batches, parse_header
+from protocol.messages import describe_producers, fetch, list_offsets, produce, write_txn_markers
+from storage.record_batch import ATTR_TRANSACTIONAL, encode_batch, iter_batches, parse_header
 
 TXN = ATTR_TRANSACTIONAL
 
@@ -483,3 +483,101 @@ async def test_restart_replays_from_the_first_transactional_batch_beyond_the_tai
     assert await aborted_after_restart() == [AbortedTxn(1, 3, 4, 5)]
     since.unlink()  # without the note only the tail is replayed: the abort is lost
     assert await aborted_after_restart() == []
+
+
+def committed_view(f: Any) -> list[tuple[bytes | None, bytes | None]]:
+    """What a read_committed client keeps of a fetched partition: it drops each listed
+    producer's batches from the transaction's first offset to its ABORT marker, and every
+    control batch (Kafka's Fetcher/librdkafka)."""
+    from storage.record_batch import decode_records
+
+    pending = {(a.producer_id, a.first_offset) for a in f.aborted_transactions}
+    aborting: set[int] = set()
+    out: list[tuple[bytes | None, bytes | None]] = []
+    for h, start, end in iter_batches(f.records):
+        for pid, first in list(pending):
+            if pid == h.producer_id and first <= h.base_offset:
+                aborting.add(pid)
+                pending.discard((pid, first))
+        if h.is_control:
+            aborting.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in aborting:
+            continue
+        out += [(r.key, r.value) for r in decode_records(f.records[start:end])]
+    return out
+
+
+async def test_compaction_keeps_the_last_committed_value_of_each_key(tmp_path: Path) -> None:
+    """Kafka's LogCleanerTest.testBasicTransactionAwareCleaning on a data topic: an aborted
+    write never hides the committed value of its key, before or after a cleaner pass."""
+    from storage.local.cleaner import LogCleaner
+
+    n = TxnNode(tmp_path / "data")
+    try:
+        n.coordinator.partitions.update({1: {("t", 0)}, 2: {("t", 0)}})
+        n.create("t", 1, {"cleanup.policy": "compact", "segment.bytes": "1024"})
+
+        async def view() -> dict[bytes | None, bytes | None]:
+            """The partition read to its LSO as a read_committed consumer reads it (a
+            fetch returns one segment at most)."""
+            seen: list[tuple[bytes | None, bytes | None]] = []
+            offset = 0
+            while True:
+                req = n.fetch_req("t", [(0, offset)])
+                req.isolation_level = 1
+                f = (await n.call(fetch.API_KEY, 12, req)).responses[0].partitions[0]
+                if not f.records:
+                    return dict(seen)
+                seen += committed_view(f)
+                offset = [h.next_offset for h, _s, _e in iter_batches(f.records)][-1]
+
+        def kv(pid: int, seq: int, value: bytes) -> bytes:
+            return encode_batch(
+                0,
+                [(b"k", value)],
+                timestamp_ms=0,
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=seq,
+                attributes=TXN,
+            )
+
+        async def txn(pid: int, seq: int, value: bytes, commit: bool) -> None:
+            r = await n.call(
+                produce.API_KEY,
+                9,
+                produce.Request(
+                    transactional_id="tx",
+                    acks=-1,
+                    timeout_ms=1000,
+                    topic_data=[
+                        produce.TopicProduceData(
+                            name="t",
+                            partition_data=[
+                                produce.PartitionProduceData(index=0, records=kv(pid, seq, value))
+                            ],
+                        )
+                    ],
+                ),
+            )
+            assert r.responses[0].partition_responses[0].error_code == 0
+            assert await write_marker(n, "t", [0], pid, commit) == [0]
+
+        await txn(1, 0, b"committed", True)
+        await txn(2, 0, b"aborted", False)
+        for i in range(30):  # roll segments past both transactions
+            await n.produce(
+                "t", 0, encode_batch(0, [(b"other-%d" % (i % 3), b"x" * 64)], timestamp_ms=0)
+            )
+        assert (await view())[b"k"] == b"committed"
+        plog = n.logs.get("t", 0)
+        assert plog is not None
+        before = plog.size_bytes
+        LogCleaner(plog).clean_all()  # type: ignore[arg-type]
+        assert plog.size_bytes < before  # the older values of other-* are gone
+        after = await view()
+        assert after[b"k"] == b"committed"
+        assert after[b"other-0"] == b"x" * 64
+    finally:
+        await n.close()
