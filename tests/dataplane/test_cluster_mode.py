@@ -152,3 +152,56 @@ async def test_metadata_names_no_leader_while_this_node_is_still_loading(tmp_pat
     placement.serving.add(("t", 1))
     placement.version += 1
     assert await leaders() == [loading, (0, settings.node_id, 7)]
+
+
+async def test_markers_reach_only_the_leader_and_a_new_leader_knows_open_transactions(
+    tmp_path: Path,
+) -> None:
+    """A partition taken over is replayed whole (no note of where its transactional data
+    starts travels with it), so its open transaction pins the LSO and the marker the
+    coordinator sends to the new leader closes it; a node not leading it refuses the
+    marker, and the coordinator retries elsewhere."""
+    from coordinator.dataplane.transactions import marker_batch
+    from storage.record_batch import ATTR_TRANSACTIONAL
+
+    dp, logs, info = node(tmp_path)
+    code = await dp.txn.write_marker("t", 0, 7, 0, 0, True)
+    assert code == ErrorCode.NOT_LEADER_FOR_PARTITION
+    plog = logs.fresh("t", 0, dp.log_config(info), info.topic_id)
+    # What the database holds from the previous leader: an aborted transaction of producer
+    # 8, then producer 7's transaction, still open, behind plain data.
+    for batch in (
+        encode_batch(
+            0,
+            [(b"k", b"a")],
+            timestamp_ms=0,
+            producer_id=8,
+            producer_epoch=0,
+            base_sequence=0,
+            attributes=ATTR_TRANSACTIONAL,
+        ),
+        marker_batch(8, 0, 3, False, 0),
+        encode_batch(
+            0,
+            [(b"k", b"b")],
+            timestamp_ms=0,
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=0,
+            attributes=ATTR_TRANSACTIONAL,
+        ),
+        encode_batch(0, [(b"k", b"c")], timestamp_ms=0),
+    ):
+        plog.append(batch, 4)
+    plog.flush()
+    dp.acquire(info, plog, leader_epoch=5)
+    assert dp.txn.last_stable_offset(plog) == 2
+    assert [(a.producer_id, a.first_offset) for a in dp.producers[plog].txns.aborted] == [(8, 0)]
+    # A zombie coordinator (older epoch than the one producer 8's marker carried) is fenced.
+    assert await dp.txn.write_marker("t", 0, 8, 0, 2, True) == (
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    )
+    assert await dp.txn.write_marker("t", 0, 7, 0, 3, True) == ErrorCode.NO_ERROR
+    assert dp.txn.last_stable_offset(plog) == plog.log_end_offset == 5
+    await dp.stop()
+    logs.close_all()
