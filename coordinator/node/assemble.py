@@ -396,7 +396,9 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
         updates_per_snapshot=s.share_coordinator_snapshot_update_records_per_snapshot,
         log_config=share_state_log_config(s),
         hosted=deployment.hosted,
+        topic_exists=stores.catalog.by_id.__contains__,
     )
+    stores.catalog.on_change.append(share.topics_changed)
     if deployment.hosted:
         share.start()
         share.start_pruning(s.share_coordinator_state_topic_prune_interval_ms)

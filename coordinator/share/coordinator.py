@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from coordinator.runtime.replay import CorruptOffsetsLog, verified_batches
 from coordinator.share.persister import ReadResult, WriteRequest
@@ -52,7 +52,10 @@ class ShareCoordinator:
         log_config: LogConfig,
         clock: Clock = wall_clock_ms,
         hosted: bool = True,
+        topic_exists: Callable[[bytes], bool] | None = None,
     ) -> None:
+        """``topic_exists`` (by topic id): the state of a deleted topic's partitions is
+        tombstoned when the catalog reports a deletion (``topics_changed``)."""
         self.logs = logs
         self.flusher = flusher
         self.num_partitions = num_partitions
@@ -64,6 +67,7 @@ class ShareCoordinator:
         self.loaded: dict[int, asyncio.Event] = {}
         self.failed: set[int] = set()
         self.background: set[asyncio.Task[None]] = set()
+        self.topic_exists = topic_exists
         if hosted:
             for p in range(num_partitions):
                 self.partitions[p] = logs.get_or_create(SHARE_STATE_TOPIC, p, log_config)
@@ -229,6 +233,31 @@ class ShareCoordinator:
         if s is None:
             return None
         return s.state_epoch, s.leader_epoch, s.start_offset, s.delivery_complete_count
+
+    # -- topics deleted (Kafka's ShareCoordinatorService.onTopicsDeleted)
+    def topics_changed(self, names: list[str], created: bool) -> None:
+        """The catalog changed: the state of every partition of a deleted topic goes."""
+        if created or self.topic_exists is None:
+            return
+        exists = self.topic_exists
+        gone = [
+            (p, key)
+            for p, shard in self.shards.items()
+            for key in shard.states
+            if not exists(key[1])
+        ]
+        if not gone:
+            return
+
+        async def delete() -> None:
+            for p, key in gone:
+                shard = self.shards.get(p)
+                if shard is not None:
+                    await self._durable(p, shard.delete(key))
+
+        task = asyncio.ensure_future(delete())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     # -- pruning
     async def prune(self) -> int:

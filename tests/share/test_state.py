@@ -268,3 +268,33 @@ async def test_cold_snapshots_and_pruning_keep_the_state() -> None:
         assert plog is not None and plog.log_start_offset > 0  # pruned below the snapshots
     again = await _coordinator(logs)
     assert [await again.read_state("g", TOPIC, q, 0) for q in (0, 1)] == before
+
+
+async def test_a_deleted_topics_state_is_tombstoned() -> None:
+    # testOnTopicsDeletedTopicIds
+    logs = MemoryLogs()
+    known = {bytes(range(16))}
+    sc = ShareCoordinator(
+        logs,
+        MemoryDurability(),
+        num_partitions=3,
+        updates_per_snapshot=2,
+        log_config=LogConfig(),
+        topic_exists=known.__contains__,
+    )
+    sc.start()
+    await sc.initialize("g", TOPIC, [0, 1], 1, 0)
+    sc.topics_changed(["t"], True)  # a creation changes nothing
+    assert sc.summary("g", TOPIC, 0) is not None
+    known.clear()
+    sc.topics_changed(["t"], False)
+    await asyncio.gather(
+        *sc.background - {t for t in sc.background if t.done()}, return_exceptions=True
+    )
+    for _ in range(10):
+        if sc.summary("g", TOPIC, 0) is None and sc.summary("g", TOPIC, 1) is None:
+            break
+        await asyncio.sleep(0.01)
+    assert sc.summary("g", TOPIC, 0) is None and sc.summary("g", TOPIC, 1) is None
+    again = await _coordinator(logs)
+    assert (await again.read_state("g", TOPIC, 0, 0)).error == ErrorCode.INVALID_REQUEST
