@@ -370,6 +370,9 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     # asks it (KIP-890 verification); its runtime after, with the data plane's producer ids.
     spare = ProducerIdSpare()
     txn_coordinator = TransactionCoordinator(txn_config(s), spare.take)
+    if deployment.hosted:
+        # TxnOffsetCommit asks it too: is the group's offsets partition in the transaction?
+        groups.txn_verifier = CoordinatorVerifier(txn_coordinator.verify)
     journal = stores.journal
     data = DataPlane(
         s,
