@@ -274,7 +274,7 @@ class OffsetMetadataManager:
     def topic_deleted(self, topic: str, now_ms: int) -> Result:
         """Tombstone every group's offsets of a deleted topic (Kafka's onPartitionsDeleted)."""
         out = Result()
-        for gid in set(self.offsets) | set(self.pending_txn_offsets):
+        for gid in [*self.offsets, *(g for g in self.pending_txn_offsets if g not in self.offsets)]:
             if self.partitions.availability_error(gid) is not None:
                 continue
             for t, p in sorted(tp for tp in self._offset_partitions(gid) if tp[0] == topic):
