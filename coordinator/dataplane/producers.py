@@ -331,6 +331,7 @@ class PartitionProducers:
             del self.entries[pid]
             self.txns.verifying.pop(pid, None)
         self.txns.forget_before(log_start_offset)
+        self.txns.expire_guards(now_ms, expiration_ms)
         return len(doomed)
 
 

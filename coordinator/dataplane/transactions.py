@@ -119,11 +119,12 @@ class VerificationGuard:
     VerificationStateEntry): a later batch may not open the transaction before it.
     """
 
-    __slots__ = ("epoch", "lowest_sequence")
+    __slots__ = ("epoch", "lowest_sequence", "taken_ms")
 
-    def __init__(self, epoch: int, lowest_sequence: int) -> None:
+    def __init__(self, epoch: int, lowest_sequence: int, taken_ms: int) -> None:
         self.epoch = epoch
         self.lowest_sequence = lowest_sequence
+        self.taken_ms = taken_ms
 
 
 @dataclass(slots=True)
@@ -133,11 +134,13 @@ class PartitionTxns:
     aborted: list[AbortedTxn] = field(default_factory=list)
     verifying: dict[int, VerificationGuard] = field(default_factory=dict)
 
-    def guard(self, producer_id: int, epoch: int, base_sequence: int) -> VerificationGuard:
+    def guard(
+        self, producer_id: int, epoch: int, base_sequence: int, now_ms: int
+    ) -> VerificationGuard:
         """The producer's guard, taken (or updated) before asking the coordinator."""
         g = self.verifying.get(producer_id)
         if g is None:
-            g = self.verifying[producer_id] = VerificationGuard(epoch, base_sequence)
+            g = self.verifying[producer_id] = VerificationGuard(epoch, base_sequence, now_ms)
         elif epoch > g.epoch:
             g.epoch, g.lowest_sequence = epoch, base_sequence
         elif epoch == g.epoch:
@@ -184,6 +187,13 @@ class PartitionTxns:
             if a.last_stable_offset >= upper_bound:
                 break
         return out
+
+    def expire_guards(self, now_ms: int, expiration_ms: int) -> None:
+        """Guards of producers that never appended expire after producer.id.expiration.ms
+        (Kafka's VerificationStateEntry expiry), so refused producers leave nothing."""
+        old = [pid for pid, g in self.verifying.items() if now_ms - g.taken_ms > expiration_ms]
+        for pid in old:
+            del self.verifying[pid]
 
     def forget_before(self, log_start: int) -> None:
         """Retention moved the log start: index entries wholly below it go."""

@@ -234,7 +234,9 @@ class TxnLog:
                 pid, epoch = producer
                 if table.in_transaction(pid, epoch) or epoch < table.epoch_of(pid):
                     continue  # nothing to ask, or fenced at the append
-                guards[(t.name, p.index)] = table.txns.guard(pid, epoch, h.base_sequence)
+                guards[(t.name, p.index)] = table.txns.guard(
+                    pid, epoch, h.base_sequence, plane.clock()
+                )
         if not guards or producer is None or req.transactional_id is None:
             return None
         return Verification(req.transactional_id, producer[0], producer[1], guards)

@@ -150,6 +150,16 @@ def test_producers_with_open_transactions_do_not_expire() -> None:
     assert list(t.entries) == [1]
 
 
+def test_verification_guards_of_producers_that_never_appended_expire() -> None:
+    t = PartitionProducers()
+    g = t.txns.guard(9, 0, 0, now_ms=1000)
+    assert t.txns.guard(9, 0, 5, now_ms=1500) is g and g.lowest_sequence == 0
+    t.prune(log_start_offset=0, now_ms=2000, expiration_ms=1000)
+    assert t.txns.verifying == {9: g}
+    t.prune(log_start_offset=0, now_ms=2001, expiration_ms=1000)
+    assert t.txns.verifying == {}
+
+
 def test_marker_batch_round_trip() -> None:
     from coordinator.dataplane.transactions import marker_batch
 
