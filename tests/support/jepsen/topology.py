@@ -75,6 +75,9 @@ class JepsenNode(KgcProcess):
                 return
             except (OSError, TimeoutError):
                 await asyncio.sleep(0.05)
+        # Ended by pid, so that a later start never runs beside it on the same data dir.
+        self.proc.kill()
+        self.proc.wait()
         raise RuntimeError(f"kgc did not listen on {self.port} in {timeout} s:\n{self.log()}")
 
 
