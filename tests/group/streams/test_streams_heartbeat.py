@@ -412,3 +412,72 @@ def test_offset_commits_of_streams_members() -> None:
         G, {("app-store-changelog", 0): 7}, member_id="m1", generation=2, version=9
     ) == {("app-store-changelog", 0): stale}
     del r2
+
+
+def test_load_rearms_sessions_and_members_keep_their_epochs() -> None:
+    c = ctx()
+    r1 = hb(c, join("m1", "p1"))
+    hb(c, join("m2", "p2"))
+    hb(c, beat("m1", 2, r1))  # m1 now owes revocations
+    other = c.replayed()
+    group = other.streams.groups[G]
+    assert group.members["m1"].state == MemberState.UNREVOKED_TASKS
+    pending = other.pending_timers()
+    assert streams_session_key(G, "m1") in pending and streams_session_key(G, "m2") in pending
+    assert f"streams-rebalance-{G}-m1" in pending
+    # The configured topology is rebuilt by the next heartbeat, without a new epoch.
+    assert group.configured_topology is None
+    rctx = c.ctx(1)
+    out = other.streams_group_heartbeat(rctx, beat("m2", 3), c.now)
+    (reply,) = [r for _, r in out.replies]
+    assert reply.error_code == 0 and reply.member_epoch == 3
+    assert other.streams.groups[G].group_epoch == 3
+
+
+def test_txn_offset_commit_older_epoch_is_illegal_generation() -> None:
+    from protocol.messages.txn_offset_commit import (
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitRequestPartition,
+        TxnOffsetCommitRequestTopic,
+        TxnOffsetCommitResponse,
+    )
+
+    c = ctx()
+    hb(c, join("m1"))
+
+    def commit(generation: int, member: str) -> int:
+        rctx = c.ctx(3)
+        req = TxnOffsetCommitRequest(
+            transactional_id="tx",
+            group_id=G,
+            producer_id=1,
+            producer_epoch=0,
+            generation_id=generation,
+            member_id=member,
+            topics=[TxnOffsetCommitRequestTopic("input", [TxnOffsetCommitRequestPartition(0, 3)])],
+        )
+        c.apply(c.shard.txn_offset_commit(rctx, req, c.now))
+        r = c.replies[rctx.reply_to]
+        assert isinstance(r, TxnOffsetCommitResponse)
+        return int(r.topics[0].partitions[0].error_code)
+
+    assert commit(2, "m1") == ErrorCode.NO_ERROR
+    assert commit(3, "m1") == ErrorCode.ILLEGAL_GENERATION
+    assert commit(2, "nobody") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert commit(-1, "") == ErrorCode.NO_ERROR
+
+
+def test_empty_classic_group_is_replaced_by_the_streams_group() -> None:
+    c = ctx()
+    # A classic Kafka Streams run left offsets and an empty group behind.
+    assert c.commit(G, {("input", 0): 42}) == {("input", 0): ErrorCode.NO_ERROR}
+    assert G in c.shard.groups
+    r = hb(c, join("m1"))
+    assert r.error_code == 0 and G not in c.shard.groups and G in c.shard.streams.groups
+    first = decode_key(c.records[-6][1])
+    assert getattr(first, "rtype", None) == 19
+    assert decode_key(c.records[-7][1]).__class__.__name__ == "GroupMetadataKey"
+    assert c.records[-7][2] is None
+    assert c.committed(G, "input", 0) == 42
+    other = c.replayed()
+    assert G in other.streams.groups and G not in other.groups
