@@ -195,6 +195,8 @@ class StreamsGroup:
         self.metadata_refresh = True
         self.endpoint_information_epoch = 0
         self.shutdown_requester: str | None = None
+        # (old, new) member id while a heartbeat replaces a static member (not yet applied).
+        self.relabelled: tuple[str, str] | None = None
         self.task_offsets: dict[str, dict[tuple[str, int], int]] = {}
         self.task_end_offsets: dict[str, dict[tuple[str, int], int]] = {}
         # Which process holds each task (from every member's assigned and pending tasks).
@@ -219,6 +221,12 @@ class StreamsGroup:
 
     def is_empty(self) -> bool:
         return not self.members
+
+    def static_member(self, instance_id: str) -> StreamsGroupMember | None:
+        for m in self.members.values():
+            if m.instance_id == instance_id:
+                return m
+        return None
 
     def subscribed_topics(self) -> set[str]:
         """Source and repartition-source topics: offsets of these are the group's own."""

@@ -21,6 +21,11 @@ texts), then is a leave (epoch -1: the member's tombstones and an epoch bump) or
    endpoint epoch is behind, statuses (stale topology, delay, topic configuration,
    shutdown). ``internal_topics_to_create`` tells the API layer what to create.
 
+Static members (Kafka 4.4): a member with an instance id may leave for a while (epoch -2,
+its tasks kept) and its instance comes back under a new member id, taking over the old
+member's tasks and target without a new group epoch; while it is held, the id is refused to
+others (UNRELEASED_INSTANCE_ID), and a member not holding it is fenced (FENCED_INSTANCE_ID).
+
 All records are built first and applied together (``records.apply_all``); an error raised
 before that is just an answer.
 """
@@ -74,9 +79,6 @@ def _validate(req: sgh.StreamsGroupHeartbeatRequest) -> None:
                 raise HeartbeatError(
                     _BAD, "Regular expressions for source topics are not supported yet."
                 )
-    if req.instance_id is not None:
-        # Kafka 4.4 serves static streams members; kgc does not yet.
-        raise HeartbeatError(_BAD, "Static membership is not yet supported.")
     if _blank(req.member_id) or not req.member_id:
         raise HeartbeatError(_BAD, "MemberId can't be empty.")
     if not req.group_id.strip():
@@ -167,11 +169,33 @@ def _leave(
         raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
     if req.shutdown_application and group.shutdown_requester is None:
         group.shutdown_requester = req.member_id
-    member = group.members.get(req.member_id)
-    if member is None:
-        raise HeartbeatError(
-            ErrorCode.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {gid}."
-        )
+    if req.instance_id is not None:
+        member = _static_holder(group, req)
+        if req.member_epoch == STATIC_LEAVE_EPOCH:
+            # A static member leaving for a while keeps its tasks (their epochs reset) until
+            # its session times out or its instance comes back (Kafka 4.4).
+            away = dataclasses.replace(
+                member,
+                member_epoch=STATIC_LEAVE_EPOCH,
+                active={s: dict.fromkeys(ps, 0) for s, ps in member.active.items()},
+                pending_active={},
+                pending_standby={},
+                pending_warmup={},
+            )
+            rec.apply_all(
+                out, mgr.partitions.partition_of(gid), group, [rec.current_assignment(gid, away)]
+            )
+            return sgh.StreamsGroupHeartbeatResponse(
+                member_id=member.member_id, member_epoch=STATIC_LEAVE_EPOCH, status=[]
+            )
+    else:
+        found = group.members.get(req.member_id)
+        if found is None:
+            raise HeartbeatError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {req.member_id} is not a member of group {gid}.",
+            )
+        member = found
     mgr.fence_member(out, group, member)
     return sgh.StreamsGroupHeartbeatResponse(
         member_id=req.member_id, member_epoch=req.member_epoch, status=[]
@@ -227,9 +251,9 @@ def _check_epoch(member: StreamsGroupMember, req: sgh.StreamsGroupHeartbeatReque
 
 def _find(
     mgr: StreamsGroupManager,
-    out: Result,
     req: sgh.StreamsGroupHeartbeatRequest,
     other_types: GroupTypeCheck,
+    writes: list[rec.StreamsRecord],
 ) -> tuple[StreamsGroup, StreamsGroupMember, bool]:
     gid = req.group_id
     joining = req.member_epoch == 0
@@ -247,6 +271,8 @@ def _find(
             "The streams group has reached its maximum capacity of "
             f"{mgr.config.streams_group_max_size} members.",
         )
+    if req.instance_id is not None:
+        return _find_static(group, req, writes)
     member = group.members.get(req.member_id)
     if member is None:
         if not joining:
@@ -262,10 +288,66 @@ def _find(
     return group, member, new
 
 
+def _static_holder(
+    group: StreamsGroup, req: sgh.StreamsGroupHeartbeatRequest
+) -> StreamsGroupMember:
+    """The static member of the request's instance id, which must be the requester."""
+    iid = req.instance_id
+    holder = group.static_member(iid) if iid is not None else None
+    if holder is None:
+        raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {iid} is unknown.")
+    if holder.member_id != req.member_id:
+        raise HeartbeatError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"Static member {req.member_id} with instance id {iid} was fenced by member "
+            f"{holder.member_id}.",
+        )
+    return holder
+
+
+def _find_static(
+    group: StreamsGroup, req: sgh.StreamsGroupHeartbeatRequest, writes: list[rec.StreamsRecord]
+) -> tuple[StreamsGroup, StreamsGroupMember, bool]:
+    """Kafka 4.4's getOrMaybeCreateStaticStreamsGroupMember: a static member that left
+    temporarily (epoch -2) is replaced by the rejoining instance under its new member id,
+    keeping its tasks and its target."""
+    iid = req.instance_id
+    if req.member_epoch != 0:
+        known = _static_holder(group, req)
+        _check_epoch(known, req)
+        return group, known, False
+    holder = group.static_member(iid) if iid is not None else None
+    if holder is None:
+        member = group.members.get(req.member_id)
+        if member is None:
+            return group, StreamsGroupMember(req.member_id), True
+        return group, member, False
+    if holder.member_epoch != STATIC_LEAVE_EPOCH:
+        raise HeartbeatError(
+            ErrorCode.UNRELEASED_INSTANCE_ID,
+            f"Static member {req.member_id} with instance id {iid} cannot join the group "
+            f"because the instance id is owned by {holder.member_id} member.",
+        )
+    gid = group.group_id
+    member = dataclasses.replace(
+        holder, member_id=req.member_id, member_epoch=0, previous_member_epoch=0
+    )
+    writes.extend(rec.member_removed(gid, holder.member_id))
+    writes.append(rec.member_metadata(gid, member))
+    writes.append(
+        rec.target_member(gid, member.member_id, group.targets.get(holder.member_id, TasksTuple()))
+    )
+    writes.append(rec.current_assignment(gid, member))
+    group.relabelled = (holder.member_id, member.member_id)
+    return group, member, False
+
+
 def _updated_member(
     member: StreamsGroupMember, ctx: RequestContext, req: sgh.StreamsGroupHeartbeatRequest
 ) -> StreamsGroupMember:
     m = dataclasses.replace(member, client_id=ctx.client_id, client_host=ctx.client_host)
+    if req.instance_id is not None:
+        m.instance_id = req.instance_id
     if req.rack_id is not None:
         m.rack_id = req.rack_id
     if req.rebalance_timeout_ms != -1:
@@ -367,7 +449,13 @@ def _target(
             )
         )
         return group.assignment_epoch, TasksTuple()
-    stored = group.targets.get(member.member_id, TasksTuple())
+    stored = group.targets.get(member.member_id)
+    if stored is None:
+        stored = (
+            group.targets.get(group.relabelled[0], TasksTuple())
+            if group.relabelled
+            else TasksTuple()
+        )
     if group.assignment_epoch >= epoch:
         return group.assignment_epoch, stored
     interval = mgr.assignment_interval_ms(gid)
@@ -381,6 +469,8 @@ def _target(
         )
         return group.assignment_epoch, stored
     members = dict(group.members)
+    if group.relabelled:
+        members.pop(group.relabelled[0], None)
     members[member.member_id] = member
     target_writes, targets = mgr.compute_target(group, epoch, members, configured, configs, now_ms)
     writes.extend(target_writes)
@@ -396,9 +486,9 @@ def _heartbeat(
     other_types: GroupTypeCheck,
 ) -> tuple[sgh.StreamsGroupHeartbeatResponse, ConfiguredTopology | None]:
     gid = req.group_id
-    group, member, new = _find(mgr, out, req, other_types)
-    was_empty = group.is_empty()
     writes: list[rec.StreamsRecord] = []
+    group, member, new = _find(mgr, req, other_types, writes)
+    was_empty = group.is_empty()
     statuses: list[sgh.Status] = []
     updated = _updated_member(member, ctx, req)
     bump = new or updated.metadata() != member.metadata()
@@ -450,6 +540,7 @@ def _heartbeat(
     group.configured_topology = configured
     group.metadata_refresh = False
     mgr.groups[gid] = group
+    group.relabelled = None
     rec.apply_all(out, mgr.partitions.partition_of(gid), group, writes)
     _store_offsets(group, req)
     if reconciled.assignment() != member.assignment():

@@ -481,3 +481,32 @@ def test_empty_classic_group_is_replaced_by_the_streams_group() -> None:
     assert c.committed(G, "input", 0) == 42
     other = c.replayed()
     assert G in other.streams.groups and G not in other.groups
+
+
+def test_static_member_leaves_for_a_while_and_comes_back() -> None:
+    c = ctx()
+    r = hb(c, dataclasses.replace(join("m1"), instance_id="i1"))
+    before = tasks(r)
+    assert len(before) == 6
+    # Another member may not take the instance id while it is held.
+    taken = hb(c, dataclasses.replace(join("m2"), instance_id="i1"))
+    assert taken.error_code == ErrorCode.UNRELEASED_INSTANCE_ID
+    assert taken.error_message == (
+        "Static member m2 with instance id i1 cannot join the group because the instance id "
+        "is owned by m1 member."
+    )
+    fenced = hb(c, dataclasses.replace(beat("m9", 2), instance_id="i1"))
+    assert fenced.error_code == ErrorCode.FENCED_INSTANCE_ID
+    away = hb(c, dataclasses.replace(beat("m1", -2), instance_id="i1"))
+    assert away.member_epoch == -2 and away.error_code == 0
+    epoch = c.shard.streams.groups[G].group_epoch
+    back = hb(c, dataclasses.replace(join("m1-again"), instance_id="i1"))
+    assert back.error_code == 0 and tasks(back) == before
+    group = c.shard.streams.groups[G]
+    assert list(group.members) == ["m1-again"] and group.group_epoch == epoch
+    assert c.replayed().streams.groups[G].members == group.members
+    unknown = hb(c, dataclasses.replace(beat("m1-again", 2), instance_id="nope"))
+    assert (unknown.error_code, unknown.error_message) == (
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        "Instance id nope is unknown.",
+    )
