@@ -275,6 +275,52 @@ def test_commit_from_a_fenced_generation_is_caught() -> None:
     assert kinds(check_membership([fenced, commit(3, "c", 7, 5)])) == {"fenced-commit"}
 
 
+def hb(p: int, member: str, epoch: int, parts: list[int], t: float, status: str = OK) -> Op:
+    """A KIP-848 heartbeat answered at t + 1 with the partitions the member owns after it."""
+    value = {"member": member, "generation": epoch, "assignment": [["t1", x] for x in parts]}
+    return Op(p, "view", GROUP, value, t, t + 1, status, {"member": member, "protocol": "consumer"})
+
+
+def test_kip848_handoff_after_release_passes() -> None:
+    ops = [
+        hb(1, "a", 1, [0, 1], 0),
+        hb(1, "a", 2, [0], 10),  # told to give 1 up (its request still owned 0 and 1)
+        hb(1, "a", 2, [0], 20),  # the release: this request owns only 0
+        hb(2, "b", 2, [1], 25),  # 1 handed over after the release was sent
+        hb(1, "a", 2, [0], 30),
+    ]
+    assert not check_membership(ops)
+
+
+def test_kip848_partition_owned_twice_is_caught() -> None:
+    ops = [
+        hb(1, "a", 1, [0, 1], 0),
+        hb(2, "b", 2, [1], 5),  # b handed 1 while a holds it
+        hb(1, "a", 1, [0, 1], 10),  # a still owns 1 and the coordinator answers ok
+    ]
+    assert kinds(check_membership(ops)) == {"owned-twice"}
+
+
+def test_kip848_handoff_from_a_fenced_or_crashed_member_passes() -> None:
+    fenced = [
+        hb(1, "a", 1, [0, 1], 0),
+        hb(2, "b", 2, [1], 5),
+        hb(1, "a", 1, [0, 1], 10, FAIL),  # FENCED_MEMBER_EPOCH: a was expired meanwhile
+    ]
+    assert not check_membership(fenced)
+    crashed = [hb(1, "a", 1, [0, 1], 0), hb(2, "b", 2, [0, 1], 20)]  # a stopped at 1
+    assert not check_membership(crashed)
+    # a got 1 back after b held it: a's later requests carrying 1 are fine.
+    back = [
+        hb(2, "b", 1, [1], 0),
+        hb(2, "b", 2, [], 5),
+        hb(2, "b", 2, [], 6),
+        hb(1, "a", 2, [1], 8),
+        hb(1, "a", 2, [1], 12),
+    ]
+    assert not check_membership(back)
+
+
 def test_kip848_commit_is_fenced_only_by_its_member_fencing() -> None:
     later_epoch = view(2, "b", 9, [1], 0)
     current = commit(1, "a", 4, 10)

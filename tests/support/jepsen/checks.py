@@ -13,7 +13,13 @@ Membership ops (key ``(group, "", -1)``), written by raw-protocol members:
 Rules: ``double-owner`` (two members handed one partition in one generation), ``generation-
 back`` (a member's views, in completion order, go to a lower generation), ``fenced-commit`` (a
 commit acknowledged with generation g although, before it was invoked, a view of a later
-generation had completed (classic only), or that member at g had been fenced).
+generation had completed (classic only), or that member at g had been fenced), and, for views
+whose invoke value says ``"protocol": "consumer"`` (KIP-848 heartbeats, each request carrying
+the partitions its member owns: the assignment of its previous ok view), ``owned-twice``:
+member B was handed partition p, and afterwards member A, which held p since before that,
+sent a heartbeat still owning p and was answered ok -- the coordinator kept A as p's live
+owner while B had it (a fenced or expired A gets an error instead, and a crashed one sends
+nothing).
 
 Queue ops, Jepsen's Kafka model: keys are partitions (strings in JSON), values unique ints.
 - ``send`` of value v to key k (op key ``(topic, "", partition)`` or value ``{"key": k,
@@ -86,6 +92,46 @@ def check_membership(ops: list[Op]) -> list[Anomaly]:
         gone = _latest_before(fenced_by.get((_group(c), member)), c.start)
         if gone is not None and gone.value["generation"] >= gen:
             found.append(Anomaly("fenced-commit", [gone, c], "the member was fenced"))
+    found.extend(check_owned_once(ops))
+    return found
+
+
+def check_owned_once(ops: list[Op]) -> list[Anomaly]:
+    """KIP-848 exclusive ownership in real time (``owned-twice``, see the module doc)."""
+    members: dict[tuple[str, str], list[Op]] = defaultdict(list)
+    for op in ops:
+        iv = op.invoke_value
+        if op.f == "view" and isinstance(iv, dict) and iv.get("protocol") == "consumer":
+            members[(_group(op), iv["member"])].append(op)
+    # Per (group, partition): when each member was handed it, and each ok request of a
+    # member carrying it with the time that member's holding of it began.
+    grants: dict[tuple[str, Any], list[tuple[float, str, Op]]] = defaultdict(list)
+    carried: list[tuple[str, Any, str, float, Op]] = []
+    for (group, member), seq in members.items():
+        owned: set[Any] = set()
+        since: dict[Any, float] = {}
+        for op in sorted(seq, key=lambda o: o.start):
+            if not op.ok:
+                continue
+            for p in owned:
+                carried.append((group, p, member, since[p], op))
+            now = {tuple(x) for x in op.value.get("assignment", [])}
+            for p in now - owned:
+                since[p] = op.end
+                grants[(group, p)].append((op.end, member, op))
+            owned = now
+    for g in grants.values():
+        g.sort(key=lambda x: x[0])
+    found: list[Anomaly] = []
+    for group, p, member, began, op in carried:
+        handed = grants[(group, p)]
+        i = bisect.bisect_right(handed, began, key=lambda x: x[0])
+        while i < len(handed) and handed[i][0] < op.start:
+            _t, other, given = handed[i]
+            if other != member:
+                found.append(Anomaly("owned-twice", [given, op], f"{p} to {other} and {member}"))
+                break
+            i += 1
     return found
 
 

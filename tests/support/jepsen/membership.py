@@ -207,7 +207,8 @@ class Membership:
                 if owned
                 else [],
             )
-            resp = await m.op("view", cgh.API_KEY, 1, body, {"member": member_id})
+            invoke = {"member": member_id, "protocol": "consumer"}
+            resp = await m.op("view", cgh.API_KEY, 1, body, invoke)
             if resp is None:
                 await asyncio.sleep(0.5)
                 continue
