@@ -591,3 +591,34 @@ async def test_compaction_keeps_the_last_committed_value_of_each_key(tmp_path: P
         assert after[b"other-0"] == b"x" * 64
     finally:
         await n.close()
+
+
+async def test_one_request_may_carry_one_transactional_producer(txnode: TxnNode) -> None:
+    """Kafka's ReplicaManager: batches of two producers (or epochs) in one transactional
+    request fail every partition with INVALID_PRODUCER_ID_MAPPING; a producer's plain batch
+    during its open transaction is INVALID_TXN_STATE."""
+    txnode.create("t", 2)
+    coord(txnode).partitions[1] = {("t", 0), ("t", 1)}
+    req = produce.Request(
+        transactional_id="tx",
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            produce.TopicProduceData(
+                name="t",
+                partition_data=[
+                    produce.PartitionProduceData(
+                        index=p, records=batch([b"x"], pid=pid, epoch=0, seq=0, attributes=TXN)
+                    )
+                    for p, pid in ((0, 1), (1, 2))
+                ],
+            )
+        ],
+    )
+    resp = await txnode.call(produce.API_KEY, 9, req)
+    codes = [p.error_code for p in resp.responses[0].partition_responses]
+    assert codes == [ErrorCode.INVALID_PRODUCER_ID_MAPPING] * 2
+    assert coord(txnode).asked == []
+    assert (await txn_produce(txnode, "t", 0, [b"a"], pid=1, seq=0)).error_code == 0
+    r = await txnode.produce("t", 0, batch([b"plain"], pid=1, epoch=0, seq=1))
+    assert r.error_code == ErrorCode.INVALID_TXN_STATE
