@@ -225,6 +225,23 @@ def coord(n: TxnNode) -> Coordinator:
     return n.coordinator
 
 
+def txn_request(topic: str, batches: dict[int, bytes], txn_id: str = "tx") -> Any:
+    """A transactional Produce of one batch per partition."""
+    return produce.Request(
+        transactional_id=txn_id,
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            produce.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    produce.PartitionProduceData(index=p, records=b) for p, b in batches.items()
+                ],
+            )
+        ],
+    )
+
+
 async def txn_produce(
     n: Node,
     topic: str,
@@ -237,19 +254,7 @@ async def txn_produce(
     txn_id: str = "tx",
 ) -> Any:
     req_batch = batch(values, pid=pid, epoch=epoch, seq=seq, attributes=TXN)
-    from protocol.messages import produce
-
-    req = produce.Request(
-        transactional_id=txn_id,
-        acks=-1,
-        timeout_ms=1000,
-        topic_data=[
-            produce.TopicProduceData(
-                name=topic,
-                partition_data=[produce.PartitionProduceData(index=p, records=req_batch)],
-            )
-        ],
-    )
+    req = txn_request(topic, {p: req_batch}, txn_id)
     res = await n.call(produce.API_KEY, version, req)
     return res.responses[0].partition_responses[0]
 
@@ -557,19 +562,7 @@ async def test_compaction_keeps_the_last_committed_value_of_each_key(tmp_path: P
             r = await n.call(
                 produce.API_KEY,
                 9,
-                produce.Request(
-                    transactional_id="tx",
-                    acks=-1,
-                    timeout_ms=1000,
-                    topic_data=[
-                        produce.TopicProduceData(
-                            name="t",
-                            partition_data=[
-                                produce.PartitionProduceData(index=0, records=kv(pid, seq, value))
-                            ],
-                        )
-                    ],
-                ),
+                txn_request("t", {0: kv(pid, seq, value)}),
             )
             assert r.responses[0].partition_responses[0].error_code == 0
             assert await write_marker(n, "t", [0], pid, commit) == [0]
@@ -599,21 +592,9 @@ async def test_one_request_may_carry_one_transactional_producer(txnode: TxnNode)
     during its open transaction is INVALID_TXN_STATE."""
     txnode.create("t", 2)
     coord(txnode).partitions[1] = {("t", 0), ("t", 1)}
-    req = produce.Request(
-        transactional_id="tx",
-        acks=-1,
-        timeout_ms=1000,
-        topic_data=[
-            produce.TopicProduceData(
-                name="t",
-                partition_data=[
-                    produce.PartitionProduceData(
-                        index=p, records=batch([b"x"], pid=pid, epoch=0, seq=0, attributes=TXN)
-                    )
-                    for p, pid in ((0, 1), (1, 2))
-                ],
-            )
-        ],
+    req = txn_request(
+        "t",
+        {p: batch([b"x"], pid=pid, epoch=0, seq=0, attributes=TXN) for p, pid in ((0, 1), (1, 2))},
     )
     resp = await txnode.call(produce.API_KEY, 9, req)
     codes = [p.error_code for p in resp.responses[0].partition_responses]
