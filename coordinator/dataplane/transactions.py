@@ -36,6 +36,8 @@ attributes TRANSACTIONAL|CONTROL, base sequence -1.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import struct
 from dataclasses import dataclass, field
 
@@ -112,6 +114,10 @@ class AbortedTxn:
     last_stable_offset: int
 
 
+def _last_offset(a: AbortedTxn) -> int:
+    return a.last_offset
+
+
 class VerificationGuard:
     """A token: the producer's append must present the one taken before verification.
 
@@ -181,7 +187,10 @@ class PartitionTxns:
         overlap [fetch_offset, upper_bound), stopping at the first entry whose LSO reaches
         the bound (no later abort can overlap the range)."""
         out: list[AbortedTxn] = []
-        for a in self.aborted:
+        # Entries are in marker order: those ending before the fetch offset are skipped at
+        # once (their LSO is at most the fetch offset, so none of them could stop the walk).
+        start = bisect.bisect_left(self.aborted, fetch_offset, key=_last_offset)
+        for a in itertools.islice(self.aborted, start, None):
             if a.last_offset >= fetch_offset and a.first_offset < upper_bound:
                 out.append(a)
             if a.last_stable_offset >= upper_bound:
