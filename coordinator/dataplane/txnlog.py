@@ -298,7 +298,9 @@ class TxnLog:
         if plog in self.noted:
             return None
         try:
-            note_transactional(plog, plog.log_end_offset)
+            # From the durable end: what lies past it may be cut back after a failed fsync
+            # and written again, the transaction's first batch then at a lower offset.
+            note_transactional(plog, min(plog.durable_end, plog.log_end_offset))
         except OSError as e:
             log.error("noting transactional data in %s failed: %r", plog.dir.name, e)
             return Refusal(ErrorCode.KAFKA_STORAGE_ERROR, str(e), False)
