@@ -312,13 +312,16 @@ class ShareLeader:
     # -- acknowledging
     async def acknowledge(
         self, entry: Served, member: str, batches: Sequence[tuple[int, int, Sequence[int]]]
-    ) -> ErrorCode:
+    ) -> tuple[ErrorCode, str | None]:
+        """(the partition's acknowledgement error, Kafka's message for it)."""
         sp = entry.sp
         assert sp is not None
         start = sp.start_offset
         error, changes = sp.acknowledge(member, batches)
-        if error != ErrorCode.NO_ERROR or not changes:
-            return error
+        if error != ErrorCode.NO_ERROR:
+            return error, sp.error_message
+        if not changes:
+            return error, None
         error = await self._write(entry, changes, start)
         if error != ErrorCode.NO_ERROR:
             released = sp.rollback(changes)
@@ -326,13 +329,13 @@ class ShareLeader:
                 self._persist_later(entry, released, sp.start_offset)
             if error == ErrorCode.NOT_LEADER_FOR_PARTITION:
                 self._unload(entry)
-            return error
+            return error, None
         sp.commit(changes)
         for b in changes:
             what = _ACK_EVENTS.get(b.delivery_state, "released")
             self._event(entry.key, what, b.last_offset - b.first_offset + 1)
         self._wake(entry)
-        return ErrorCode.NO_ERROR
+        return ErrorCode.NO_ERROR, None
 
     def renew(self, entry: Served, member: str, batches: Sequence[tuple[int, int]]) -> ErrorCode:
         sp = entry.sp

@@ -62,11 +62,23 @@ class Lock:
     offsets: list[int] = field(default_factory=list)
 
 
+@dataclass(slots=True, eq=False)
+class CacheBatch:
+    """Kafka's in-flight batch: records acquired (or loaded) together, handled as one
+    until an operation touches part of it; from then on (``diverged``) per offset. Only the
+    error messages of acknowledgements show the difference."""
+
+    first: int
+    last: int
+    diverged: bool = False
+
+
 @dataclass(slots=True)
 class InFlight:
     state: int
     count: int
     lock: Lock | None = None
+    batch: CacheBatch | None = None
     # The state an acknowledgement moves it to once durable (None: none in flight).
     pending: int | None = None
     # Its lock ran out while its acknowledgement was being persisted.
@@ -94,10 +106,13 @@ class SharePartition:
         self.records: dict[int, InFlight] = {}
         self.next_offset = start_offset
         for b in batches:
-            for o in range(max(b.first_offset, start_offset), b.last_offset + 1):
-                self.records[o] = InFlight(b.delivery_state, b.delivery_count)
+            cb = CacheBatch(max(b.first_offset, start_offset), b.last_offset)
+            for o in range(cb.first, b.last_offset + 1):
+                self.records[o] = InFlight(b.delivery_state, b.delivery_count, batch=cb)
             self.next_offset = max(self.next_offset, b.last_offset + 1)
         self.locks: list[tuple[int, int, Lock]] = []  # (deadline, sequence, lock) heap
+        # Kafka's message for the last refused acknowledgement.
+        self.error_message: str | None = None
         self._seq = 0
         self._advance()
 
@@ -154,6 +169,8 @@ class SharePartition:
         lock = Lock(member, now_ms + lock_duration_ms)
         out: list[Acquired] = []
         fresh: list[bool] = []  # per range of ``out``: new records (else redelivered)
+        touched: set[CacheBatch] = set()  # cached batches some records were taken from
+        cb: CacheBatch | None = None  # the cached batch new records join
         taken = 0
         budget = max(max_records, 1)
         stop = False
@@ -178,6 +195,8 @@ class SharePartition:
                     if record_limit and out and (out[-1][1] != o - 1 or out[-1][2] != r.count + 1):
                         stop = True  # record_limit: one range only
                         break
+                    if r.batch is not None:
+                        touched.add(r.batch)
                     r.state, r.count, r.lock = ACQUIRED, r.count + 1, lock
                     r.expired = False
                     lock.offsets.append(o)
@@ -200,9 +219,6 @@ class SharePartition:
                 if taken >= budget or (out and (out[-1][1] != first - 1 or out[-1][2] != 1)):
                     break
                 last = min(last, first + budget - taken - 1)
-            for o in range(first, last + 1):
-                self.records[o] = InFlight(ACQUIRED, 1, lock)
-                lock.offsets.append(o)
             taken += last - first + 1
             self.next_offset = last + 1
             # A new range starts at the log batch lying batch_size or more past the first
@@ -217,6 +233,19 @@ class SharePartition:
             else:
                 out.append((first, last, 1))
                 fresh.append(True)
+                cb = None
+            if cb is None or not fresh[-1]:
+                cb = CacheBatch(first, last)
+            cb.last = last
+            for o in range(first, last + 1):
+                self.records[o] = InFlight(ACQUIRED, 1, lock, batch=cb)
+                lock.offsets.append(o)
+        for b in touched:  # part of a cached batch acquired: per offset from now on
+            if any(
+                (r := self.records.get(o)) is None or r.lock is not lock
+                for o in range(max(b.first, self.start_offset), b.last + 1)
+            ):
+                b.diverged = True
         if lock.offsets:
             self._seq += 1
             heapq.heappush(self.locks, (lock.deadline, self._seq, lock))
@@ -236,41 +265,99 @@ class SharePartition:
         self, member: str, batches: Sequence[tuple[int, int, Sequence[int]]]
     ) -> tuple[ErrorCode, list[PersisterBatch]]:
         """Check ``batches`` ((first, last, ack types) each) and mark their offsets pending;
-        (NO_ERROR, the state batches to persist) or (the error, []) with nothing changed."""
+        (NO_ERROR, the state batches to persist) or (the error, []) with nothing changed
+        and Kafka's message in ``error_message``."""
         changes: list[tuple[int, int]] = []  # (offset, new state)
         seen: set[int] = set()
+        self.error_message = None
         for first, last, types in batches:
             if last < self.start_offset:
                 continue  # acknowledged below SPSO: ignored
-            if last >= self.next_offset:
-                return ErrorCode.INVALID_REQUEST, []  # past the end of the window
-            for o in range(max(first, self.start_offset), last + 1):
+            error = self._locate(first, last)
+            if error is not None:
+                return error, []
+            o = max(first, self.start_offset)
+            while o <= last:
                 r = self.records.get(o)
-                if (
-                    r is None
-                    or r.state != ACQUIRED
-                    or r.pending is not None
-                    or r.lock is None
-                    or r.lock.member != member
-                    or o in seen
-                ):
-                    return ErrorCode.INVALID_RECORD_STATE, []
-                ack = types[0] if len(types) == 1 else types[o - first]
-                if ack == ACCEPT:
-                    new = ACKNOWLEDGED
-                elif ack in (GAP, REJECT):
-                    new = ARCHIVED
-                elif ack == RELEASE:
-                    new = self._released(r)
+                cb = r.batch if r is not None else None
+                whole = (
+                    cb is not None
+                    and len(types) == 1
+                    and first <= cb.first
+                    and cb.last <= last
+                    and cb.first >= self.start_offset
+                    and not cb.diverged
+                )
+                if whole and cb is not None and r is not None:
+                    if r.state != ACQUIRED or r.pending is not None or r.lock is None:
+                        return self._refuse("The batch is not in the acquired state.")
+                    if r.lock.member != member:
+                        return self._refuse("Member is not the owner of batch record", False)
+                    span = range(cb.first, cb.last + 1)
                 else:
-                    return ErrorCode.INVALID_REQUEST, []
-                seen.add(o)
-                changes.append((o, new))
+                    if cb is not None and not cb.diverged:
+                        head = self.records.get(max(cb.first, self.start_offset))
+                        if head is None or head.state != ACQUIRED:
+                            return self._refuse("The subset batch is not in the acquired state.")
+                        cb.diverged = True  # from now on per offset, as Kafka's
+                    end = last if cb is None else min(last, cb.last)
+                    span = range(o, end + 1)
+                for off in span:
+                    rec = self.records.get(off)
+                    if (
+                        rec is None
+                        or rec.state != ACQUIRED
+                        or rec.pending is not None
+                        or off in seen
+                    ):
+                        return self._refuse("The offset is not acquired.")
+                    if rec.lock is None or rec.lock.member != member:
+                        return self._refuse("Member is not the owner of offset", False)
+                    ack = types[0] if len(types) == 1 else types[off - first]
+                    if ack == ACCEPT:
+                        new = ACKNOWLEDGED
+                    elif ack in (GAP, REJECT):
+                        new = ARCHIVED
+                    elif ack == RELEASE:
+                        new = self._released(rec)
+                    else:
+                        self.error_message = f"Invalid acknowledge type: {list(types)}"
+                        return ErrorCode.INVALID_REQUEST, []
+                    seen.add(off)
+                    changes.append((off, new))
+                o = span.stop
         for o, new in changes:
             self.records[o].pending = new
         return ErrorCode.NO_ERROR, _state_batches(
             (o, new, self.records[o].count) for o, new in changes
         )
+
+    def _locate(self, first: int, last: int) -> ErrorCode | None:
+        """Kafka's fetch of the cached batches for [first, last]: nothing at or before
+        ``first`` (SPSO not inside), or either end past the acquired records."""
+        if first > self.start_offset and not any(
+            o in self.records
+            for o in range(self.start_offset, min(first, self.next_offset - 1) + 1)
+        ):
+            self.error_message = (
+                "Batch record not found. The request batch offsets are not found in the cache."
+            )
+            return ErrorCode.INVALID_RECORD_STATE
+        if first >= self.next_offset:
+            self.error_message = (
+                "Batch record not found. The first offset in request is past acquired records."
+            )
+            return ErrorCode.INVALID_REQUEST
+        if last >= self.next_offset:
+            self.error_message = (
+                "Batch record not found. The last offset in request is past acquired records."
+            )
+            return ErrorCode.INVALID_REQUEST
+        return None
+
+    def _refuse(self, why: str, prefixed: bool = True) -> tuple[ErrorCode, list[PersisterBatch]]:
+        self.error_message = f"The batch cannot be acknowledged. {why}" if prefixed else why
+        return ErrorCode.INVALID_RECORD_STATE, []
 
     def renew(
         self, member: str, batches: Sequence[tuple[int, int]], now_ms: int, lock_duration_ms: int

@@ -40,6 +40,8 @@ from protocol.messages import share_fetch as sf
 # (client, operation, resource type, name) -> allowed; None: no authorizer.
 Allowed = Callable[[ClientInfo, AclOperation, ResourceType, str], bool] | None
 AckBatches = list[tuple[int, int, list[int]]]
+# A partition's acknowledgement result: its error and Kafka's message for it.
+Outcome = tuple[ErrorCode, str | None]
 
 _MAX_MEMBER_ID = 36
 
@@ -124,15 +126,15 @@ class ShareRequests:
         batches: Sequence[Any],
         version: int,
         renew: bool,
-    ) -> ErrorCode:
+    ) -> Outcome:
         error = validate_batches(batches, version, renew)
         if error != ErrorCode.NO_ERROR:
-            return error
+            return error, None
         entry = self.leader.loaded((group_id, tp[0], tp[1]))
         if entry is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
         if not batches:
-            return ErrorCode.NO_ERROR
+            return ErrorCode.NO_ERROR, None
         renewals = [
             (b.first_offset, b.last_offset) for b in batches if b.acknowledge_types == [RENEW]
         ]
@@ -144,8 +146,10 @@ class ShareRequests:
         if renewals:
             error = self.leader.renew(entry, member, renewals)
             if error != ErrorCode.NO_ERROR:
-                return error
-        return await self.leader.acknowledge(entry, member, acks) if acks else ErrorCode.NO_ERROR
+                return error, None
+        if not acks:
+            return ErrorCode.NO_ERROR, None
+        return await self.leader.acknowledge(entry, member, acks)
 
     async def _acknowledge_all(
         self,
@@ -156,13 +160,13 @@ class ShareRequests:
         acks: dict[TopicPartition, list[Any]],
         version: int,
         renew: bool,
-    ) -> dict[TopicPartition, ErrorCode]:
-        errors: dict[TopicPartition, ErrorCode] = {}
-        work: list[tuple[TopicPartition, asyncio.Future[ErrorCode]]] = []
+    ) -> dict[TopicPartition, Outcome]:
+        errors: dict[TopicPartition, Outcome] = {}
+        work: list[tuple[TopicPartition, asyncio.Future[Outcome]]] = []
         for tp, batches in acks.items():
             error = self._partition_error(allowed, client, tp)
             if error != ErrorCode.NO_ERROR:
-                errors[tp] = error
+                errors[tp] = error, None
                 continue
             work.append(
                 (
@@ -242,7 +246,7 @@ class ShareRequests:
         for tp in order:
             pd = results.get(tp) or sf.PartitionData(partition_index=tp[1])
             if tp in ack_errors:
-                pd.acknowledge_error_code = ack_errors[tp]
+                pd.acknowledge_error_code, pd.acknowledge_error_message = ack_errors[tp]
             must = session.partitions.get(tp, False)
             if epoch > 0 and not (must or pd.acquired_records or pd.error_code or tp in ack_errors):
                 continue
@@ -355,12 +359,14 @@ class ShareRequests:
         )
         response = sa.Response(acquisition_lock_timeout_ms=self.leader.lock_duration_ms(group_id))
         by_topic: dict[bytes, sa.ShareAcknowledgeTopicResponse] = {}
-        for tp, code in errors.items():
+        for tp, (code, message) in errors.items():
             topic = by_topic.get(tp[0])
             if topic is None:
                 topic = by_topic[tp[0]] = sa.ShareAcknowledgeTopicResponse(topic_id=tp[0])
                 response.responses.append(topic)
-            topic.partitions.append(sa.PartitionData(partition_index=tp[1], error_code=code))
+            topic.partitions.append(
+                sa.PartitionData(partition_index=tp[1], error_code=code, error_message=message)
+            )
         if epoch == FINAL_EPOCH:
             self._close(session)
         return response

@@ -291,3 +291,23 @@ def test_read_committed_archives_aborted_batches() -> None:
     assert all(sp.records[o].state == ARCHIVED for o in range(3, 6))
     assert ack(sp, "m", (0, 2, [ACCEPT]), (6, 9, [ACCEPT])) == ErrorCode.NO_ERROR
     assert sp.start_offset == 10
+
+
+def test_acknowledgement_errors_carry_kafkas_messages() -> None:
+    sp = SharePartition(0)
+    sp.acquire("m1", batches((0, 4)), 500, 500, 0, LOCK)
+    sp.acquire("m2", batches((5, 9)), 500, 500, 0, LOCK)
+    # a whole cached batch: batch-level messages
+    assert ack(sp, "m1", (5, 9, [ACCEPT])) == ErrorCode.INVALID_RECORD_STATE
+    assert sp.error_message == "Member is not the owner of batch record"
+    # part of one: per offset from now on
+    assert ack(sp, "m1", (6, 6, [ACCEPT])) == ErrorCode.INVALID_RECORD_STATE
+    assert sp.error_message == "Member is not the owner of offset"
+    assert ack(sp, "m1", (0, 12, [ACCEPT])) == ErrorCode.INVALID_REQUEST
+    assert sp.error_message == (
+        "Batch record not found. The last offset in request is past acquired records."
+    )
+    assert ack(sp, "m1", (0, 4, [ACCEPT])) == ErrorCode.NO_ERROR
+    assert ack(sp, "m2", (5, 6, [ACCEPT]), (7, 7, [RELEASE])) == ErrorCode.NO_ERROR
+    assert ack(sp, "m2", (7, 9, [ACCEPT])) == ErrorCode.INVALID_RECORD_STATE
+    assert sp.error_message == "The batch cannot be acknowledged. The offset is not acquired."
