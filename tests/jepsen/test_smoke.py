@@ -5,7 +5,8 @@ fault proxy, under the nemesis' whole fault set (kills, pauses past the session 
 PostgreSQL killed, paused and its sessions terminated, links cut, a minority split, delays).
 The seed is random per run unless ``KGC_JEPSEN_SEED`` names one; it, the plan, the history
 and every node's log stay in the test's tmp dir, printed on failure, and
-``scripts/jepsen --replay <dir>`` runs the same plan again.
+``scripts/jepsen --replay <dir>`` runs the same plan again. The fencing audit of what
+PostgreSQL holds runs at the end too.
 """
 
 from __future__ import annotations
@@ -34,4 +35,5 @@ async def test_registers_under_every_fault_stay_linearizable(tmp_path: Path) -> 
     assert result.error is None, f"{where}: {result.error}\n" + "\n".join(result.detail[-3:])
     assert result.faults_applied > 0, where
     assert result.ops > 1000, where
+    assert result.audited_batches > 0, where  # the fencing audit read the durable log
     assert not result.anomalies, f"{where}: {result.anomalies}\n" + "\n".join(result.detail)

@@ -4,8 +4,9 @@ How this works. ``run_once(config)`` makes the run directory, writes ``run.json`
 configuration, the nemesis plan) before anything starts, brings up the topology, sets the
 workload up, then runs the workload's threads and the nemesis side by side for
 ``duration`` s. Then it heals everything, waits until the cluster is ready again (the
-recovery time is measured), lets the workload do its final reads, stops every process, and
-checks the history (``history.jsonl``, written as it happens) with the workload's checker.
+recovery time is measured), lets the workload do its final reads, audits what PostgreSQL
+holds (``audit.py``: no batch under an older lease epoch after a newer one), stops every
+process, and checks the history (``history.jsonl``, written as it happens) with the workload's checker.
 ``result.json`` holds the verdict. A watchdog bounds the whole run at twice the planned
 duration plus a fixed margin; cleanup runs in a ``finally``.
 
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support.jepsen.audit import audit
 from support.jepsen.history import History, pair_ops, read_history
 from support.jepsen.membership import Membership
 from support.jepsen.nemesis import FAULT_SETS, Nemesis, heal_all, plan
@@ -78,6 +80,8 @@ class RunResult:
     faults_applied: int = 0
     nemesis_errors: list[str] = field(default_factory=list)
     recovery_s: float | None = None
+    audit: list[str] = field(default_factory=list)
+    audited_batches: int = 0
     error: str | None = None
 
     @property
@@ -147,6 +151,7 @@ async def _run(config: RunConfig, result: RunResult) -> None:
         await topology.wait_ready(120)
         result.recovery_s = round(time.monotonic() - healed, 2)
         await workload.final(ctx)
+        result.audit, result.audited_batches = await audit(topology.pg.url)
     finally:
         history.close()
         await topology.close()
@@ -154,7 +159,8 @@ async def _run(config: RunConfig, result: RunResult) -> None:
     verdict = await asyncio.to_thread(workload.check, ops)
     result.ops = verdict["ops"]
     result.anomalies = list(verdict["anomalies"])
-    result.detail = list(verdict["detail"])
+    result.anomalies += sorted({f"fencing-{a.split()[0]}" for a in result.audit})
+    result.detail = list(verdict["detail"]) + result.audit[:20]
 
 
 async def run_once(config: RunConfig, margin: float = 300.0) -> RunResult:
