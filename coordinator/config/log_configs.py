@@ -85,3 +85,27 @@ def txn_state_log_config(settings: Settings) -> LogConfig:
     if settings.cluster_mode:
         return cfg
     return replace(cfg, journaled=True)
+
+
+# The history log's segments roll at a tenth of the retention (between a second and a
+# day): retention deletes whole segments, so old history is gone within ~10% of it.
+HISTORY_SEGMENT_MS_MIN = 1000
+HISTORY_SEGMENT_MS_MAX = 86_400_000
+
+
+def history_log_config(settings: Settings) -> LogConfig:
+    """The group history's log (``coordinator.history``): deleted by time after
+    ``offsets.history.retention.ms``, journaled like the offsets log, whose fsync rounds
+    it shares."""
+    retention = settings.offsets_history_retention_ms
+    cfg = log_config(
+        settings,
+        {
+            "cleanup.policy": "delete",
+            "segment.bytes": str(settings.offsets_topic_segment_bytes),
+            "retention.ms": str(retention),
+            "retention.bytes": "-1",
+        },
+    )
+    segment_ms = min(max(retention // 10, HISTORY_SEGMENT_MS_MIN), HISTORY_SEGMENT_MS_MAX)
+    return replace(cfg, segment_ms=segment_ms, journaled=not settings.cluster_mode)

@@ -244,6 +244,12 @@ class Settings(BaseSettings):
     offsets_retention_check_interval_ms: int = Field(
         600000, ge=1, description="how often expired offsets are looked for"
     )
+    offsets_history_retention_ms: int = Field(
+        604800000,
+        ge=0,
+        description="how long a group's history (offset changes, membership) is kept "
+        "(0 = no history)",
+    )
 
     # -- transactions: the transaction coordinator and __transaction_state
     transaction_max_timeout_ms: int = Field(

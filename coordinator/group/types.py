@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from coordinator.group.events import GroupEvent
+from coordinator.history.model import OffsetChange
 
 __all__ = [
     "LOG_STRING_MAX_BYTES",
@@ -54,6 +55,9 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600000
+    # Not Kafka's: report each commit that changes an offset for the group's history
+    # (offsets.history.retention.ms > 0).
+    offsets_history: bool = False
     # Kafka's group.classic.new.member.join.timeout (not a public broker config).
     group_new_member_join_timeout_ms: int = 300000
     # Consumer groups (KIP-848), Kafka's group.consumer.* broker settings and defaults.
@@ -106,7 +110,7 @@ class TxnBatch(NamedTuple):
 class Result:
     # A plain class: one is built per request, and literal lists are cheaper than a
     # dataclass's default factories.
-    __slots__ = ("events", "records", "replies", "txn", "wakeup")
+    __slots__ = ("events", "history", "records", "replies", "txn", "wakeup")
 
     def __init__(self) -> None:
         self.records: list[Record] = []
@@ -114,6 +118,9 @@ class Result:
         self.wakeup: int | None = None
         self.events: list[GroupEvent] = []
         self.txn: TxnBatch | None = None
+        # Committed offsets this Result changes, for the group's history (None: none; a
+        # list only when there is one, so a commit without history builds nothing more).
+        self.history: list[OffsetChange] | None = None
 
     def extend(self, other: Result) -> None:
         if (other.txn is not None or self.txn is not None) and other.records:
@@ -126,6 +133,10 @@ class Result:
         if other.wakeup is not None and (self.wakeup is None or other.wakeup < self.wakeup):
             self.wakeup = other.wakeup
         self.events.extend(other.events)
+        if other.history:
+            if self.history is None:
+                self.history = []
+            self.history.extend(other.history)
 
     def __repr__(self) -> str:
         return (

@@ -58,10 +58,13 @@ from coordinator.config import (
     share_state_log_config,
     txn_state_log_config,
 )
+from coordinator.config.log_configs import history_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.history import HISTORY_TOPIC
+from coordinator.history.store import HistoryLog
 from coordinator.metrics import Metrics
 from coordinator.node import Node
 from coordinator.placement import Placement, advertised_endpoints
@@ -116,6 +119,8 @@ def log_config_for(
         return share_state_log_config(settings)
     if topic == TRANSACTION_STATE_TOPIC:
         return txn_state_log_config(settings)
+    if topic == HISTORY_TOPIC:
+        return history_log_config(settings)
     info = catalog.get(topic)
     if info is not None and info.offline is not None:
         return None
@@ -130,6 +135,12 @@ def topic_partitions(settings: Settings, catalog: TopicCatalog, topic: str) -> i
     return info.num_partitions if info is not None else None
 
 
+def history_enabled(s: Settings) -> bool:
+    """Whether groups' history is kept: ``offsets.history.retention.ms`` > 0, on one node or
+    its workers (a cluster keeps none yet: its history would need its own table)."""
+    return s.offsets_history_retention_ms > 0 and not s.cluster_mode
+
+
 def group_config(s: Settings) -> GroupConfig:
     return GroupConfig(
         group_min_session_timeout_ms=s.group_min_session_timeout_ms,
@@ -140,6 +151,7 @@ def group_config(s: Settings) -> GroupConfig:
         offset_metadata_max_bytes=s.offset_metadata_max_bytes,
         offsets_retention_minutes=s.offsets_retention_minutes,
         offsets_retention_check_interval_ms=s.offsets_retention_check_interval_ms,
+        offsets_history=history_enabled(s),
         consumer_group_session_timeout_ms=s.group_consumer_session_timeout_ms,
         consumer_group_min_session_timeout_ms=s.group_consumer_min_session_timeout_ms,
         consumer_group_max_session_timeout_ms=s.group_consumer_max_session_timeout_ms,
@@ -203,6 +215,10 @@ def group_core(
         log_config=offsets_log_config(s),
         metrics=metrics,  # load times, rebalance durations
         hosted=hosted,
+        # One history partition per process: worker i of a kgc.workers node writes its own.
+        history=HistoryLog(logs, history_log_config(s), logs.worker or 0)
+        if history_enabled(s)
+        else None,
     )
     catalog.on_change.append(groups.topics_changed)
     return compaction, metrics, groups

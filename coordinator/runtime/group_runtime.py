@@ -57,6 +57,8 @@ from coordinator.group.events import render
 from coordinator.group.partitions import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
 from coordinator.group.types import TxnBatch
+from coordinator.history.store import HistoryLog
+from coordinator.runtime.history import Membership, history_retention, history_settled
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
 from coordinator.runtime.responses import storage_error_reply
 from coordinator.runtime.txn_commit import Verifier
@@ -159,14 +161,20 @@ class GroupRuntime:
         clock: Clock = wall_clock_ms,
         metrics: Any = None,
         hosted: bool = True,
+        history: HistoryLog | None = None,
     ) -> None:
-        """``hosted=False`` (cluster mode): no partition is this node's until ``acquire``."""
+        """``hosted=False`` (cluster mode): no partition is this node's until ``acquire``.
+        ``history``: where the groups' history goes (None: none is kept)."""
         self.shard = shard
         self.logs = logs
         self.flusher = flusher
         self.clock = clock
         self.metrics = metrics
         self.num_partitions = num_partitions
+        # The groups' history (``coordinator.history``): each turn's offset changes and
+        # membership changes, appended beside its offsets batches, durable in their round.
+        self.history = history
+        self.membership = Membership()
         # The offsets partitions this node coordinates, with their logs: all of them on a
         # single node; in cluster mode those whose lease it holds (``acquire``/``release``).
         self.partitions: dict[int, PartitionLog] = (
@@ -313,6 +321,8 @@ class GroupRuntime:
             return
         if result.wakeup is not None or result.events:
             self._side_effects(result)
+        if result.history is not None and self.history is not None:
+            self.history.add(result.history)
         unwritten = self.unwritten
         parts: dict[int, int] = {}
         for partition, key, value in result.records:
@@ -345,6 +355,9 @@ class GroupRuntime:
         issued = self.issued
         for partition in parts:
             issued[partition] = issued.get(partition, 0) + 1
+        self._schedule_write()
+
+    def _schedule_write(self) -> None:
         if not self.write_scheduled:
             self.write_scheduled = True
             if self.gather_during_rounds and self.flusher.in_round:
@@ -356,7 +369,8 @@ class GroupRuntime:
 
     def _write_unwritten(self) -> None:
         self.write_scheduled = False
-        if not self.unwritten and not self.unreleased:
+        history = self.history
+        if not self.unwritten and not self.unreleased and not (history and history.pending):
             return  # written early by a rebuild
         batches, self.unwritten = self.unwritten, {}
         ends, self.unwritten_ends = self.unwritten_ends, {}
@@ -402,6 +416,13 @@ class GroupRuntime:
                 failed.add(partition)
                 continue
             pending[partition] = (plog, last)
+        kept: tuple[PartitionLog, int] | None = None
+        kept_parts: frozenset[int] = frozenset()
+        if history is not None and history.pending:
+            # The history of these records joins their fsync round: a reply waits for both.
+            kept, kept_parts = history.write(now, failed)
+            if kept is None:
+                failed |= kept_parts & set(pending)
         released: list[_Waiting] = waiting
         if failed:
             released = []
@@ -416,11 +437,18 @@ class GroupRuntime:
         if released:
             order = list(pending)
             # Every partition's wait joins the same fsync round; ``_released`` runs when
-            # the last is settled (each partition fails on its own).
+            # the last is settled (each partition fails on its own; the history's failure
+            # fails the partitions it held entries of).
             self.flusher.when_durable(
-                [pending[p] for p in order],
-                functools.partial(self._released, order, pending, released),
+                [pending[p] for p in order] + ([kept] if kept is not None else []),
+                functools.partial(
+                    self._released, order, pending, released, kept_parts if kept else None
+                ),
             )
+        elif kept is not None:
+            # History alone (membership changes without records): made durable by the next
+            # round, which this starts; nothing waits on it.
+            self.flusher.when_durable([kept], history_settled)
 
     def _side_effects(self, result: Result) -> None:
         wakeup = result.wakeup
@@ -431,20 +459,30 @@ class GroupRuntime:
                 log.info("%s", render(event))
             if self.metrics is not None:
                 self.metrics.group_events(result.events, self.clock())
+            if self.history is not None:
+                added = self.membership.record(
+                    self.history, result.events, self.shard.partition_of, self.clock()
+                )
+                if added and not result.records:
+                    self._schedule_write()
 
     def _released(
         self,
         order: list[int],
         pending: dict[int, tuple[PartitionLog, int]],
         waiting: list[_Waiting],
+        kept_parts: frozenset[int] | None,
         outcomes: list[BaseException | None],
     ) -> None:
         """The flusher settled every partition of one append: release or fail the replies."""
         failed: set[int] = set()
-        for p, outcome in zip(order, outcomes, strict=True):
+        for p, outcome in zip(order, outcomes, strict=False):
             if outcome is not None:
                 self._log_flush_failure(p, outcome)
                 failed.add(p)
+        if kept_parts is not None and outcomes[-1] is not None:
+            log.error("fsync of the group history failed: %r", outcomes[-1])
+            failed |= kept_parts & set(order)
         if self.on_durable:
             for p, (plog, _) in pending.items():
                 if p not in failed:
@@ -735,9 +773,13 @@ class GroupRuntime:
         return self.shard.partitions.get(p) is PartitionStatus.FAILED
 
     def start(self) -> None:
-        task = asyncio.ensure_future(self.load())
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
+        tasks = [self.load()]
+        if self.history is not None:
+            tasks.append(history_retention(self.history, self.clock))
+        for coro in tasks:
+            task = asyncio.ensure_future(coro)
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
 
     def topic_deleted(self, topic: str) -> None:
         self.apply(self.shard.topic_deleted(topic, self.clock()))

@@ -228,6 +228,8 @@ def commit_fast(
             if member is not None:
                 mgr.classic.reschedule_heartbeat(out, group, member, now_ms)
         by_group = mgr.offsets.get(gid)
+        if mgr.history:
+            mgr.note_changes(out, gid, stored, records, by_group, req.member_id, ctx)
         if by_group is None:
             by_group = mgr.offsets[gid] = {}
         for tp, entry in stored:
@@ -350,6 +352,16 @@ def commit_general(
         member = group.members.get(req.member_id)
         if member is not None:
             mgr.classic.reschedule_heartbeat(out, group, member, now_ms)
+    if mgr.history and stored:
+        mgr.note_changes(
+            out,
+            gid,
+            [((topic, partition), entry) for topic, partition, entry in stored],
+            records,
+            mgr.offsets.get(gid),
+            req.member_id,
+            ctx,
+        )
     by_group = mgr.offsets.setdefault(gid, {}) if stored else None
     for topic, partition, entry in stored:
         assert by_group is not None

@@ -66,6 +66,8 @@ def offset_delete(
                     code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 else:
                     code = ErrorCode.NO_ERROR
+                    if mgr.history:
+                        mgr.note_delete(out, gid, (t.name, p.partition_index), ctx)
                     mgr.delete_offset(out, gid, t.name, p.partition_index)
                 topic = by_name.get(t.name)
                 if topic is None:

@@ -35,7 +35,8 @@ from coordinator.group.offsets.group import OffsetGroup
 from coordinator.group.partitions import Partitions
 from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
 from coordinator.group.topics import TopicsImage
-from coordinator.group.types import GroupConfig, Record, Result
+from coordinator.group.types import GroupConfig, Record, RequestContext, Result
+from coordinator.history.model import OffsetChange
 from protocol.errors import ErrorCode
 from storage.records import OffsetCommitKey, decode_offset_commit_value
 
@@ -61,6 +62,11 @@ class OffsetMetadataManager:
         self.partitions = partitions
         self.classic = classic
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        # The group history (``coordinator.history``): commits that change an offset are
+        # reported in the Result; those that do not are counted here until the next change
+        # carries the count.
+        self.history = config.offsets_history
+        self.unchanged: dict[str, dict[TopicPartition, int]] = {}
         # group -> producer id -> partition -> offset, awaiting the transaction's end.
         self.pending_txn_offsets: dict[str, dict[int, dict[TopicPartition, OffsetEntry]]] = {}
         # The order in which pending offsets, and the committed offsets of partitions with
@@ -132,6 +138,76 @@ class OffsetMetadataManager:
         if self.pending_txn_offsets:
             self.note_commit(group_id, (topic, partition))
         out.records.append(record)
+
+    def note_changes(
+        self,
+        out: Result,
+        group_id: str,
+        stored: list[tuple[TopicPartition, OffsetEntry]],
+        records: list[Record],
+        by_group: dict[TopicPartition, OffsetEntry] | None,
+        member_id: str,
+        ctx: RequestContext,
+    ) -> None:
+        """Before a commit's entries (written as ``records``, one each) replace
+        ``by_group``'s: report the offsets it changes to the history (one tuple for the
+        request), count the commits that change nothing."""
+        previous: list[int] = []
+        counted: list[tuple[int, int]] = []  # (index among the changed, commits unchanged)
+        counts = self.unchanged.get(group_id)
+        changed = records
+        get = None if by_group is None else by_group.get
+        for i, (tp, entry) in enumerate(stored):
+            old = None if get is None else get(tp)
+            if old is None:
+                previous.append(-1)
+            elif old.offset != entry.offset:
+                previous.append(old.offset)
+            else:
+                if changed is records:  # the first unchanged one: keep the changed ones apart
+                    changed = records[:i]
+                if counts is None:
+                    counts = self.unchanged[group_id] = {}
+                counts[tp] = counts.get(tp, 0) + 1
+                continue
+            if counts:
+                n = counts.pop(tp, 0)
+                if n:
+                    counted.append((len(previous) - 1, n))
+            if changed is not records:
+                changed.append(records[i])
+        if changed:
+            unchanged = [0] * len(previous)
+            for at, n in counted:
+                unchanged[at] = n
+            if out.history is None:
+                out.history = []
+            out.history.append(
+                OffsetChange(
+                    changed[0][0], group_id, member_id, ctx.client_id, ctx.client_host, changed,
+                    previous, unchanged,
+                )
+            )  # fmt: skip
+
+    def note_delete(
+        self, out: Result, group_id: str, tp: TopicPartition, ctx: RequestContext
+    ) -> None:
+        """An admin's OffsetDelete is about to remove ``tp``'s offset: keep it in the history."""
+        old = self.offsets.get(group_id, {}).get(tp)
+        if old is None:
+            return
+        if out.history is None:
+            out.history = []
+        counts = self.unchanged.get(group_id)
+        tombstone = offset_commit_tombstone(
+            self.partitions.partition_of(group_id), group_id, tp[0], tp[1]
+        )
+        out.history.append(
+            OffsetChange(
+                tombstone[0], group_id, "", ctx.client_id, ctx.client_host, [tombstone],
+                [old.offset], [0 if counts is None else counts.pop(tp, 0)],
+            )
+        )  # fmt: skip
 
     def delete_offset(self, out: Result, group_id: str, topic: str, partition: int) -> None:
         """Tombstone a committed or pending offset (Kafka writes one for either)."""

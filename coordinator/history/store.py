@@ -1,0 +1,153 @@
+"""The history log: one turn's entries as one record, read back by group and time,
+deleted by time.
+
+How this works: the runtime hands each Result's ``OffsetChange``s and the membership
+changes it made from events to ``add``; at the end of the turn, beside the offsets batches,
+``write`` appends one record holding all of them to this process's partition of
+``__kgc_group_history`` (partition 0; worker i's on a kgc.workers node) and returns the
+(log, last offset) pair the turn's fsync round must cover. One append a turn, however many
+offsets partitions the turn touched: an append costs more than encoding a commit's
+history. The log is journaled like the offsets log, so the same round makes both durable
+and a commit's reply waits for its history as for its record. ``read`` walks the log from
+the first batch at or after ``from_ms`` (the time index) up to its durable end, skipping
+values that do not name the group. ``apply_retention`` rolls and deletes whole segments
+older than the retention.
+
+Not kept: commits that change nothing (counted: the next change carries how many there
+were, ``unchanged``), transactional offsets, offsets expired or removed with their topic or
+group (the membership history records a group's deletion).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from coordinator.history.codec import decode, encode
+from coordinator.history.model import (
+    HISTORY_TOPIC,
+    MembershipChange,
+    OffsetChange,
+    OffsetHistoryEntry,
+)
+from storage.interface import LogConfig, Logs, OffsetOutOfRangeError, PartitionLog
+from storage.record_batch import iter_batches, key_values
+
+__all__ = ["HistoryLog"]
+
+log = logging.getLogger("kgc.history")
+
+_READ_BYTES = 1 << 20
+
+Entry = OffsetHistoryEntry | MembershipChange
+
+
+class HistoryLog:
+    """This process's history log, with what the current turn has not written."""
+
+    def __init__(self, logs: Logs, config: LogConfig, partition: int = 0) -> None:
+        self.logs = logs
+        self.config = config
+        self.partition = partition
+        self.retention_ms = config.retention_ms
+        # (offsets partition, entry) of the turn: a failed write fails those partitions,
+        # and a partition whose offsets append failed writes no history.
+        self.pending: list[tuple[int, OffsetChange | MembershipChange]] = []
+        self._log: PartitionLog | None = None
+        # Bytes and offset changes written (the storage figures).
+        self.bytes_written = 0
+        self.changes_written = 0
+
+    @property
+    def plog(self) -> PartitionLog:
+        plog = self._log
+        if plog is None or plog.closed:
+            plog = self._log = self.logs.get_or_create(HISTORY_TOPIC, self.partition, self.config)
+        return plog
+
+    def add(self, changes: list[OffsetChange]) -> None:
+        pending = self.pending
+        for c in changes:
+            pending.append((c.partition, c))
+
+    def add_membership(self, partition: int, change: MembershipChange) -> None:
+        self.pending.append((partition, change))
+
+    def write(
+        self, now_ms: int, failed: set[int]
+    ) -> tuple[tuple[PartitionLog, int] | None, frozenset[int]]:
+        """Append what the turn gathered, but for the offsets partitions in ``failed``
+        (their records are not in the log): ((the log, the last offset) or None when
+        nothing was appended, the offsets partitions whose entries it held)."""
+        gathered, self.pending = self.pending, []
+        pending = (
+            [e for p, e in gathered if p not in failed] if failed else [e for _, e in gathered]
+        )
+        parts = frozenset(p for p, _ in gathered if p not in failed)
+        if not pending:
+            return None, frozenset()
+        try:
+            value = encode(now_ms, pending)
+            plog = self.plog
+            _, last = plog.append_records([(None, value)], timestamp_ms=now_ms)
+        except Exception as exc:
+            log.error(
+                "appending %d history entries to %s-%d failed: %r",
+                len(pending),
+                HISTORY_TOPIC,
+                self.partition,
+                exc,
+            )
+            return None, parts
+        self.bytes_written += len(value)
+        self.changes_written += sum(len(c.records) for c in pending if type(c) is OffsetChange)
+        return (plog, last), parts
+
+    def start_ms(self) -> int | None:
+        """When the retained history starts (None: there is none)."""
+        plog = self.plog
+        for h, _data in plog.iter_batches(plog.log_start_offset):
+            return h.base_timestamp
+        return None
+
+    def read(self, group_id: str, from_ms: int = 0, to_ms: int | None = None) -> Iterator[Entry]:
+        """``group_id``'s durable entries, oldest first, written at or after ``from_ms`` and
+        at or before ``to_ms``."""
+        plog = self.plog
+        found = plog.offset_for_timestamp(from_ms)
+        if found is None:
+            return
+        offset, end = found[0], plog.durable_end
+        while offset < end:
+            try:
+                data = plog.read(offset, _READ_BYTES, end)
+            except OffsetOutOfRangeError:
+                # retention moved the log start meanwhile
+                offset = plog.log_start_offset
+                if offset >= end:
+                    return
+                continue
+            if not data:
+                return
+            for h, start, stop in iter_batches(data):
+                offset = h.next_offset
+                if h.max_timestamp < from_ms:
+                    continue
+                if to_ms is not None and h.base_timestamp > to_ms:
+                    return
+                for _key, value in key_values(data[start:stop]):
+                    if value is None:
+                        continue
+                    for e in decode(value, group_id):
+                        if from_ms <= e.timestamp_ms and (to_ms is None or e.timestamp_ms <= to_ms):
+                            yield e
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Roll and delete the segments past the retention; the segments deleted."""
+        plog = self.plog
+        try:
+            plog.maybe_roll_by_time()
+            return plog.apply_retention(now_ms)
+        except OSError:
+            log.exception("retention of %s-%d failed", HISTORY_TOPIC, self.partition)
+            return 0

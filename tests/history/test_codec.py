@@ -1,0 +1,121 @@
+"""The history's binary form: what is encoded decodes the same, strings once per value."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
+from coordinator.history.codec import HistoryFormatError, decode, encode
+from coordinator.history.model import (
+    DELETED,
+    MembershipChange,
+    OffsetChange,
+    OffsetHistoryEntry,
+)
+
+T = 1_764_000_000_000
+
+
+def commit(
+    offsets: dict[tuple[str, int], OffsetEntry | None],
+    previous: list[int] | None = None,
+    unchanged: list[int] | None = None,
+    **who: str,
+) -> OffsetChange:
+    """An OffsetChange with the records the core writes for ``offsets`` (None: a delete)."""
+    group = who.get("group_id", "g")
+    records = [
+        offset_commit_tombstone(3, group, t, p)
+        if e is None
+        else offset_commit_record(3, group, t, p, e)
+        for (t, p), e in offsets.items()
+    ]
+    n = len(offsets)
+    return OffsetChange(
+        3,
+        group,
+        who.get("member_id", "consumer-1-4f1c"),
+        who.get("client_id", "consumer-1"),
+        who.get("host", "/10.0.0.1"),
+        records,
+        previous or [-1] * n,
+        unchanged or [0] * n,
+    )
+
+
+def entries(
+    c: OffsetChange, offsets: dict[tuple[str, int], OffsetEntry | None], at: int = T
+) -> list[OffsetHistoryEntry]:
+    return [
+        OffsetHistoryEntry(
+            at, c.group_id, tp[0], tp[1], DELETED if e is None else e.offset, c.previous[i],
+            -1 if e is None else e.leader_epoch, "" if e is None else e.metadata,
+            at if e is None else e.commit_timestamp_ms, c.member_id, c.client_id, c.host,
+            c.unchanged[i],
+        )
+        for i, (tp, e) in enumerate(offsets.items())
+    ]  # fmt: skip
+
+
+def test_offset_changes_round_trip() -> None:
+    first = {("orders", 7): OffsetEntry(100, 4, "", T)}
+    second: dict[tuple[str, int], OffsetEntry | None] = {
+        ("orders", 1): OffsetEntry(2**62, -1, "ünï\U0001f600", T - 86_400_000),
+        ("other", 2**31 - 1): OffsetEntry(0, 0, "m", -1),
+    }
+    changes = [
+        commit(dict(first)),
+        commit(second, previous=[5, 2**40], unchanged=[300, 0], member_id="", host=""),
+    ]
+    assert decode(encode(T, changes)) == entries(changes[0], dict(first)) + entries(
+        changes[1], second
+    )
+
+
+def test_a_delete_keeps_the_previous_offset_and_who() -> None:
+    deleted = commit({("t", 0): None}, previous=[42], member_id="", client_id="kgc-admin")
+    (e,) = decode(encode(T, [deleted]))
+    assert isinstance(e, OffsetHistoryEntry)
+    assert (e.offset, e.previous, e.client_id, e.admin) == (DELETED, 42, "kgc-admin", True)
+
+
+def test_membership_changes_round_trip() -> None:
+    m = [
+        MembershipChange(
+            T, "g", "rebalance_started", 3, "join", "member m-1 joined", "m-1", -1, -1
+        ),
+        MembershipChange(T, "g", "stable", 4, "", "", "m-1", 2, 3012),
+    ]
+    assert decode(encode(T, m)) == m
+
+
+def test_a_commit_of_ten_partitions_is_small() -> None:
+    ten = commit(
+        {("orders", p): OffsetEntry(1_000_000 + p, 4, "", T) for p in range(10)},
+        previous=[999_990 + p for p in range(10)],
+    )
+    one = commit({("orders", 0): OffsetEntry(1_000_000, 4, "", T)}, previous=[999_990])
+    # the names once (compression takes the repeats out of the keys), then each further
+    # partition: its numbers
+    assert len(encode(T, [ten])) - len(encode(T, [one])) <= 9 * 30
+
+
+def test_a_value_filters_by_group() -> None:
+    value = encode(
+        T,
+        [
+            commit({("t", 0): OffsetEntry(1, 0, "", T)}),
+            commit({("t", 0): OffsetEntry(2, 0, "", T)}, group_id="h"),
+        ],
+    )
+    assert [(e.group_id, e.offset) for e in decode(value, "h")] == [("h", 2)]
+    assert decode(value, "nobody") == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"", b"\x02\x00\x00\x00", encode(T, [commit({("t", 0): OffsetEntry(1, 0, "", T)})])[:-3]],
+)
+def test_damage_is_a_format_error(bad: bytes) -> None:
+    with pytest.raises(HistoryFormatError):
+        decode(bad)

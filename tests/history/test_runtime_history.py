@@ -1,0 +1,136 @@
+"""The runtime keeps the history beside the offsets: durable with the commit, read back by
+group and time, kept across a restart, deleted by time -- on the local engine."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from runtime.test_runtime import OFFSETS_LOG, PARTITIONS, call, commit
+
+from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.history.model import HISTORY_TOPIC, MembershipChange, OffsetHistoryEntry
+from coordinator.history.store import HistoryLog
+from coordinator.runtime import GroupRuntime
+from protocol.messages import offset_commit
+from storage.interface import LogConfig
+from storage.local.durability import Flusher
+from storage.local.manager import LogManager
+
+HISTORY_LOG = LogConfig(retention_ms=10_000, segment_ms=1000, journaled=True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_764_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+async def history_runtime(
+    tmp_path: Path, clock: Clock, **config: Any
+) -> tuple[GroupRuntime, Flusher, LogManager]:
+    flusher = Flusher()
+    logs = LogManager(tmp_path, clock=clock, flusher=flusher)
+    rt = GroupRuntime(
+        GroupShard(
+            GroupConfig(offsets_topic_num_partitions=PARTITIONS, offsets_history=True, **config)
+        ),
+        logs,
+        flusher,
+        num_partitions=PARTITIONS,
+        log_config=OFFSETS_LOG,
+        clock=clock,
+        history=HistoryLog(logs, HISTORY_LOG),
+    )
+    await rt.load()
+    return rt, flusher, logs
+
+
+def offsets(rt: GroupRuntime, group: str, **kw: Any) -> list[tuple[int, int]]:
+    assert rt.history is not None
+    return [
+        (e.timestamp_ms, e.offset)
+        for e in rt.history.read(group, **kw)
+        if isinstance(e, OffsetHistoryEntry)
+    ]
+
+
+async def test_history_is_durable_with_the_commit_and_survives_a_restart(tmp_path: Path) -> None:
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    t0 = clock.now
+    for n, offset in enumerate((5, 5, 5, 9)):
+        clock.now = t0 + n * 100
+        resp = await call(rt, offset_commit.API_KEY, 8, commit("g", offset))
+        assert resp.topics[0].partitions[0].error_code == 0
+        assert rt.history is not None
+        hlog = rt.history.plog
+        assert hlog.durable_end == hlog.log_end_offset  # durable before the reply left
+    await call(rt, offset_commit.API_KEY, 8, commit("other", 1))
+    assert offsets(rt, "g") == [(t0, 5), (t0 + 300, 9)]
+    assert offsets(rt, "g", from_ms=t0 + 1) == [(t0 + 300, 9)]
+    assert offsets(rt, "g", to_ms=t0 + 299) == [(t0, 5)]
+    (last,) = list(rt.history.read("g", from_ms=t0 + 1))
+    assert isinstance(last, OffsetHistoryEntry) and last.unchanged == 2 and last.previous == 5
+    await flusher.stop()
+    logs.close_all()  # as after SIGKILL, the journal holds what the fsync made durable
+
+    rt2, flusher2, logs2 = await history_runtime(tmp_path, clock)
+    assert offsets(rt2, "g") == [(t0, 5), (t0 + 300, 9)]
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_retention_deletes_old_history_and_its_segments(tmp_path: Path) -> None:
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    assert rt.history is not None
+    t0 = clock.now
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
+    clock.now = t0 + 5_000
+    rt.history.apply_retention(clock.now)  # rolls the segment (segment.ms 1 s): nothing old yet
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 2))
+    directory = tmp_path / f"{HISTORY_TOPIC}-0"
+    before = sum(f.stat().st_size for f in directory.glob("*.log"))
+    clock.now = t0 + 12_000  # the first commit is past the 10 s retention, the second is not
+    assert rt.history.apply_retention(clock.now) >= 1
+    assert offsets(rt, "g") == [(t0 + 5_000, 2)]
+    assert sum(f.stat().st_size for f in directory.glob("*.log")) < before
+    assert rt.history.start_ms() == t0 + 5_000
+    await flusher.stop()
+    logs.close_all()
+
+
+async def test_membership_changes_are_kept(tmp_path: Path) -> None:
+    from protocol.messages import join_group
+
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock, group_initial_rebalance_delay_ms=0)
+    req = join_group.Request(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[join_group.JoinGroupRequestProtocol(name="range", metadata=b"")],
+    )
+    resp = await call(rt, join_group.API_KEY, 3, req)  # v3: no member id round trip
+    assert resp.error_code == 0
+    # the join completed on the runtime's timer; its membership changes (no records) are
+    # appended at the end of a loop turn and made durable by the round that starts
+    assert rt.history is not None
+    hlog = rt.history.plog
+    for _ in range(100):
+        if hlog.log_end_offset:
+            break
+        await asyncio.sleep(0)  # a turn of the loop, no time
+    await flusher.wait_durable(hlog, hlog.log_end_offset - 1)
+    kinds = [
+        (e.kind, e.generation) for e in rt.history.read("g") if isinstance(e, MembershipChange)
+    ]
+    assert kinds[:2] == [("rebalance_started", 0), ("generation_completed", 1)]
+    await flusher.stop()
+    logs.close_all()
