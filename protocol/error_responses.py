@@ -35,6 +35,7 @@ from protocol.messages import (
     describe_acls,
     describe_cluster,
     describe_configs,
+    describe_group_history,
     describe_groups,
     describe_log_dirs,
     describe_producers,
@@ -476,6 +477,7 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
             ]
         )
     ),
+    describe_group_history.API_KEY: _top_level(describe_group_history.Response),
 }
 
 # The APIs the group coordinator answers: the ones the SASL gate answers in their own shape.
@@ -496,5 +498,6 @@ COORDINATOR_KEYS = frozenset(
         consumer_group_describe.API_KEY,
         streams_group_heartbeat.API_KEY,
         streams_group_describe.API_KEY,
+        describe_group_history.API_KEY,
     )
 )

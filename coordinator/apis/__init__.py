@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from coordinator.apis import cluster, data, groups, share, streams, topics
+from coordinator.apis import cluster, data, groups, history, share, streams, topics
 from coordinator.apis.authorize import ApiAuthorizer, Check
 from coordinator.apis.parts import Factory, MissingPart, Parts, need
 from coordinator.server.dispatch import Dispatcher
@@ -49,6 +49,7 @@ from protocol.messages import (
     describe_acls,
     describe_cluster,
     describe_configs,
+    describe_group_history,
     describe_groups,
     describe_log_dirs,
     describe_producers,
@@ -359,7 +360,18 @@ API_TABLE: dict[int, Api] = {
         in_handler,
         ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
     ),
+    # kgc's own: a group's history (kept for offsets.history.retention.ms), from its
+    # coordinator; announced only where history is kept.
+    describe_group_history.API_KEY: Api(
+        (0, 0),
+        history.describe_group_history_handler,
+        checked(history.authorize_describe_group_history),
+        ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
+    ),
 }
+
+# APIs a node serves only with a feature on: without their part they are not announced.
+OPTIONAL: frozenset[int] = frozenset((describe_group_history.API_KEY,))
 
 # api key -> (min, max) advertised.
 SUPPORTED: dict[int, tuple[int, int]] = {k: api.versions for k, api in API_TABLE.items()}
@@ -406,7 +418,7 @@ def build(parts: Parts) -> Dispatcher:
     """A node's dispatcher: every API in the table answered by ``parts``. Start-up fails
     here if one lacks its part: an advertised API would have no handler."""
     table = handlers(parts)
-    missing = sorted(set(API_TABLE) - set(table) - {API_VERSIONS_KEY})
+    missing = sorted(set(API_TABLE) - set(table) - {API_VERSIONS_KEY} - OPTIONAL)
     if missing:
         raise ValueError(f"api keys without a handler: {missing}")
     return dispatcher(table)

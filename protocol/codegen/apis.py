@@ -81,6 +81,8 @@ APIS = [
     # Streams groups (KIP-1071); Kafka 4.4's schemas, in protocol/schemas.
     "StreamsGroupHeartbeat",
     "StreamsGroupDescribe",
+    # kgc's own (key 10000): a group's history of offsets and membership.
+    "DescribeGroupHistory",
 ]
 
 

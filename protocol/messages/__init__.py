@@ -59,6 +59,7 @@ from protocol.messages import alter_share_group_offsets
 from protocol.messages import delete_share_group_offsets
 from protocol.messages import streams_group_heartbeat
 from protocol.messages import streams_group_describe
+from protocol.messages import describe_group_history
 
 # API key -> module with Request/Response classes, version bounds and codecs.
 BY_KEY: dict[int, ModuleType] = {
@@ -115,4 +116,5 @@ BY_KEY: dict[int, ModuleType] = {
     92: delete_share_group_offsets,
     88: streams_group_heartbeat,
     89: streams_group_describe,
+    10000: describe_group_history,
 }

@@ -1,0 +1,139 @@
+"""DescribeGroupHistory (kgc's own API, key 10000): a group's history, from its coordinator.
+
+How this works: the request goes to the group's coordinator (FindCoordinator), as
+OffsetFetch does; the handler reads the group's entries from its offsets partition's
+history log (``coordinator.history.store``) between ``FromMs`` and ``ToMs``, oldest first,
+and adds each partition's current committed offset, the time of its last commit and the
+commits since its last change (what a stalled consumer looks like). The group must be
+coordinated here and loaded (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS otherwise); a
+group that neither exists nor has history is GROUP_ID_NOT_FOUND. Authorization is
+OffsetFetch's: DESCRIBE on the group for the request, DESCRIBE on each topic for its
+entries (the others are left out, as OffsetFetch leaves them out). Membership changes
+name no topic and come with the group's DESCRIBE.
+
+The API is in the table only when history is kept (``offsets.history.retention.ms`` > 0,
+not yet in cluster mode): otherwise ApiVersions does not announce it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from coordinator.apis.authorize import ApiAuthorizer, error, then
+from coordinator.apis.parts import MissingPart, Parts, need
+from coordinator.history.model import MembershipChange, OffsetHistoryEntry
+from coordinator.runtime import GroupRuntime
+from coordinator.security.acl import AclOperation, ResourceType
+from coordinator.server.handler import ClientInfo, Handler, HandlerResult
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import describe_group_history as dgh
+
+__all__ = ["authorize_describe_group_history", "describe_group_history_handler"]
+
+log = logging.getLogger("kgc.history")
+
+_INT32_MAX = 2**31 - 1
+
+
+def describe_group_history_handler(parts: Parts) -> Handler:
+    runtime = need(parts.groups, "groups")
+    if runtime.history is None:
+        raise MissingPart("history")
+    return lambda header, req, client: describe(runtime, req)
+
+
+def _wanted(req: dgh.Request) -> dict[str, set[int] | None] | None:
+    if req.topics is None:
+        return None
+    return {
+        t.name: None if t.partition_indexes is None else set(t.partition_indexes)
+        for t in req.topics
+    }
+
+
+def _in(wanted: dict[str, set[int] | None] | None, topic: str, partition: int) -> bool:
+    if wanted is None:
+        return True
+    parts = wanted.get(topic, set())
+    return parts is None or partition in parts
+
+
+def describe(runtime: GroupRuntime, req: dgh.Request) -> dgh.Response:
+    history = runtime.history
+    assert history is not None
+    gid = req.group_id
+    shard = runtime.shard
+    err = shard.partitions.precheck(gid)
+    if err is not None:
+        return dgh.Response(error_code=err)
+    wanted = _wanted(req)
+    resp = dgh.Response(retention_ms=history.retention_ms)
+    try:
+        start = history.start_ms()
+        resp.history_start_ms = -1 if start is None else start
+        entries = list(history.read(gid, max(req.from_ms, 0), None if req.to_ms < 0 else req.to_ms))
+    except Exception as exc:  # a damaged history log: said, never a crash
+        log.exception("reading the history of group %r failed", gid)
+        return dgh.Response(
+            error_code=ErrorCode.UNKNOWN, error_message=f"history unreadable: {exc}"
+        )
+    for e in entries:
+        if isinstance(e, OffsetHistoryEntry):
+            if req.include_offset_changes and _in(wanted, e.topic, e.partition):
+                resp.offset_changes.append(
+                    dgh.OffsetChange(
+                        e.timestamp_ms, e.topic, e.partition, e.offset, e.previous,
+                        e.leader_epoch, e.metadata, e.commit_timestamp_ms, e.member_id,
+                        e.client_id, e.host, min(e.unchanged, _INT32_MAX),
+                    )
+                )  # fmt: skip
+        elif isinstance(e, MembershipChange) and req.include_membership_changes:
+            resp.membership_changes.append(
+                dgh.MembershipChange(
+                    e.timestamp_ms, e.kind, e.generation, e.cause, e.reason, e.member_id,
+                    e.members, e.duration_ms,
+                )
+            )  # fmt: skip
+    mgr = shard.offset_manager
+    unchanged = mgr.unchanged.get(gid, {})
+    for (topic, partition), entry in sorted(mgr.offsets.get(gid, {}).items()):
+        if _in(wanted, topic, partition):
+            resp.partitions.append(
+                dgh.CurrentPartition(
+                    topic,
+                    partition,
+                    entry.offset,
+                    entry.commit_timestamp_ms,
+                    min(unchanged.get((topic, partition), 0), _INT32_MAX),
+                )
+            )
+    if shard.find_group(gid) is None and not entries and not resp.partitions:
+        return dgh.Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND)
+    return resp
+
+
+def authorize_describe_group_history(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    """DESCRIBE on the group, then DESCRIBE on each topic its entries name (OffsetFetch's)."""
+    if not a.allowed(client, AclOperation.DESCRIBE, ResourceType.GROUP, req.group_id):
+        return error(header, req, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    seen: dict[str, bool] = {}
+
+    def visible(topic: str) -> bool:
+        ok = seen.get(topic)
+        if ok is None:
+            ok = seen[topic] = a.quietly(client, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+        return ok
+
+    def only_visible(resp: dgh.Response) -> dgh.Response:
+        return dataclasses.replace(
+            resp,
+            offset_changes=[c for c in resp.offset_changes if visible(c.topic)],
+            partitions=[c for c in resp.partitions if visible(c.topic)],
+        )
+
+    return then(handler(header, req, client), only_visible)
