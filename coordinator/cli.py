@@ -134,12 +134,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def add_admin_commands(sub: Any) -> None:
     """``groups``, ``offsets``, ``topics``, ``cluster``, ``health``, ``acls``: operate a server."""
-    from coordinator.tools.commands import acls, cluster, groups, health, offsets, topics
+    from coordinator.tools.commands import acls, cluster, groups, health, history, offsets, topics
     from coordinator.tools.commands.common import common_options
 
     common = common_options()
-    for family in (groups, offsets, topics, cluster, health, acls):
-        family.add_commands(sub, common)
+    made = {
+        family: family.add_commands(sub, common)
+        for family in (groups, offsets, topics, cluster, health, acls)
+    }
+    # a group's kept history: under ``kgc offsets`` and ``kgc groups``
+    history.add_offset_commands(common, made[offsets])
+    history.add_group_commands(common, made[groups])
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

@@ -38,6 +38,7 @@ from protocol.messages import (
     create_topics,
     delete_groups,
     delete_topics,
+    describe_group_history,
     describe_groups,
     find_coordinator,
     list_groups,
@@ -669,6 +670,36 @@ class Admin:
                         f"group {group!r} is still subscribed to {t.name!r}: its offsets cannot be deleted"
                     )
                 check(p.error_code, f"OffsetDelete for {group!r} {t.name}-{p.partition_index}")
+
+    def group_history(
+        self,
+        group: str,
+        from_ms: int = -1,
+        to_ms: int = -1,
+        topics: dict[str, list[int] | None] | None = None,
+    ) -> Any:
+        """kgc's DescribeGroupHistory from the group's coordinator (its whole response)."""
+        addr = self._coordinator_addr(group)
+        if describe_group_history.API_KEY not in self._versions(addr):
+            raise AdminError(
+                "the server keeps no group history (not kgc, or offsets.history.retention.ms=0)"
+            )
+        req = describe_group_history.Request(
+            group_id=group,
+            from_ms=from_ms,
+            to_ms=to_ms,
+            topics=None
+            if topics is None
+            else [
+                describe_group_history.HistoryTopic(name=t, partition_indexes=ps)
+                for t, ps in topics.items()
+            ],
+        )
+        _, resp = self.call(describe_group_history.API_KEY, req, addr=addr)
+        if resp.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            raise AdminError(f"group {group!r} does not exist and has no history")
+        check(resp.error_code, f"DescribeGroupHistory for {group!r}", resp.error_message)
+        return resp
 
     def delete_group(self, group: str) -> None:
         _, resp = self.call(

@@ -385,7 +385,8 @@ def cmd_groups_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> Any:
+    """``kgc groups``' commands; returns its subcommands (``history`` adds its own)."""
     groups = sub.add_parser(
         "groups", help="list, describe and delete consumer groups"
     ).add_subparsers(dest="action", required=True)
@@ -431,3 +432,4 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p = leaf(common, groups, "delete", cmd_groups_delete, "delete an empty group and its offsets")
     p.add_argument("group")
+    return groups

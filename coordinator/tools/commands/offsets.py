@@ -377,7 +377,8 @@ def cmd_offsets_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> Any:
+    """``kgc offsets``' commands; returns its subcommands (``history`` adds its own)."""
     offsets = sub.add_parser(
         "offsets", help="reset or delete a group's committed offsets"
     ).add_subparsers(dest="action", required=True)
@@ -464,3 +465,4 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="TOPIC[:P[,P...]]",
         help="topic, optionally some partitions (repeatable)",
     )
+    return offsets
