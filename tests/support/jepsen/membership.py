@@ -274,6 +274,7 @@ class Membership:
             )
             resp = await m.op("view", join_group.API_KEY, 9, body, {"member": member_id}, 15)
             if resp is None:
+                await asyncio.sleep(0.3)  # the coordinator is unreachable: not a busy loop
                 continue
             code = resp.error_code
             if code == ErrorCode.MEMBER_ID_REQUIRED:
@@ -323,6 +324,7 @@ class Membership:
             )
             resp = await m.op("view", sync_group.API_KEY, 5, body, {"member": member_id}, 15)
             if resp is None:
+                await asyncio.sleep(0.3)
                 continue
             if resp.error_code != 0:
                 ctx.history.fail(m.t.process, {"err": error_name(resp.error_code)})
