@@ -27,17 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from coordinator.group.offsets.txn import txn_response
 from coordinator.group.shard import GroupShard
 from coordinator.group.types import Result
 from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages.txn_offset_commit import (
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
-    TxnOffsetCommitResponsePartition,
-    TxnOffsetCommitResponseTopic,
-)
+from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from storage.records import OFFSETS_TOPIC
 
 __all__ = ["Verifier", "txn_offset_commit", "verification_error"]
@@ -129,20 +125,10 @@ async def _verified(
 def _refused(rt: GroupRuntime, body: TxnOffsetCommitRequest, code: ErrorCode) -> Any:
     """``code`` for every partition but those answered before the coordinator."""
     unknown = rt.shard.offset_manager.unknown_partition
-    return TxnOffsetCommitResponse(
-        topics=[
-            TxnOffsetCommitResponseTopic(
-                name=t.name,
-                partitions=[
-                    TxnOffsetCommitResponsePartition(
-                        partition_index=p.partition_index,
-                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                        if unknown(t.name, p.partition_index)
-                        else code,
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in body.topics
-        ]
-    )
+    codes = {
+        (i, p.partition_index): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for i, t in enumerate(body.topics)
+        for p in t.partitions
+        if unknown(t.name, p.partition_index)
+    }
+    return txn_response(body, codes, code)

@@ -126,6 +126,32 @@ def test_metadata_too_large_is_per_partition_and_only_the_rest_is_written() -> N
     assert set(h.shard.pending_txn_offsets["g"][7]) == {T1}
 
 
+def test_unknown_partitions_are_answered_first_as_kafkas_builder_merges() -> None:
+    h = GroupContext.builder().with_topic_partitions({"t": 2, "u": 1}.get).build()
+    ctx = h.ctx(3)
+    parts = TxnOffsetCommitRequestPartition
+    req = TxnOffsetCommitRequest(
+        transactional_id="tx",
+        group_id="g",
+        producer_id=7,
+        producer_epoch=0,
+        topics=[
+            TxnOffsetCommitRequestTopic("t", [parts(0, 1), parts(7, 1), parts(1, 1)]),
+            TxnOffsetCommitRequestTopic("nope", [parts(0, 1)]),
+            TxnOffsetCommitRequestTopic("u", [parts(0, 1)]),
+        ],
+    )
+    h.apply(h.shard.txn_offset_commit(ctx, req, h.now))
+    r = h.reply(ctx.reply_to)
+    got = [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics]
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert got == [
+        ("t", [(7, unknown), (0, 0), (1, 0)]),
+        ("nope", [(0, unknown)]),
+        ("u", [(0, 0)]),
+    ]
+
+
 def test_delayed_txn_commit_with_bumped_epoch_is_rejected() -> None:
     # TxnOffsetCommitRequestTest.testDelayedTxnOffsetCommitWithBumpedEpochIsRejected: the
     # offsets log saw epoch 1 of the producer (its marker); a commit at epoch 0 is refused.

@@ -24,6 +24,7 @@ import struct
 
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.offsets.commit import (
+    BEFORE_COORDINATOR,
     java_length,
     response_code,
 )
@@ -42,7 +43,39 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponseTopic,
 )
 
-__all__ = ["complete_transaction", "txn_offset_commit"]
+__all__ = ["complete_transaction", "txn_offset_commit", "txn_response"]
+
+
+def txn_response(
+    req: TxnOffsetCommitRequest,
+    codes: dict[tuple[int, int], ErrorCode],
+    rest: ErrorCode | None = None,
+) -> TxnOffsetCommitResponse:
+    """The answer: ``codes`` by (topic's index, partition), ``rest`` for the partitions the
+    coordinator saw without one of their own.
+
+    In the order of Kafka's TxnOffsetCommitResponse.Builder: the partitions refused before
+    the coordinator (unknown ones) first, topics in request order, then the coordinator's,
+    appended to their topic when it is already listed."""
+    topics: list[TxnOffsetCommitResponseTopic] = []
+    by_name: dict[str, TxnOffsetCommitResponseTopic] = {}
+    for before in (True, False):
+        for i, t in enumerate(req.topics):
+            for p in t.partitions:
+                key = (i, p.partition_index)
+                if (codes.get(key) in BEFORE_COORDINATOR) is not before:
+                    continue
+                topic = by_name.get(t.name)
+                if topic is None:
+                    topic = by_name[t.name] = TxnOffsetCommitResponseTopic(name=t.name)
+                    topics.append(topic)
+                topic.partitions.append(
+                    TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=response_code(codes, key, rest),
+                    )
+                )
+    return TxnOffsetCommitResponse(topics=topics)
 
 
 def txn_offset_commit(
@@ -58,20 +91,7 @@ def txn_offset_commit(
                 codes[(i, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     def respond(rest: ErrorCode | None = None) -> Result:
-        topics = [
-            TxnOffsetCommitResponseTopic(
-                name=t.name,
-                partitions=[
-                    TxnOffsetCommitResponsePartition(
-                        partition_index=p.partition_index,
-                        error_code=response_code(codes, (i, p.partition_index), rest),
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for i, t in enumerate(req.topics)
-        ]
-        out.replies.append((ctx.reply_to, TxnOffsetCommitResponse(topics=topics)))
+        out.replies.append((ctx.reply_to, txn_response(req, codes, rest)))
         return out
 
     if len(codes) == wanted:
