@@ -47,6 +47,7 @@ from protocol.messages import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    streams_group_describe,
 )
 
 EARLIEST = -2  # ListOffsets timestamp sentinels
@@ -163,6 +164,11 @@ class Member:
     subscribed_topic_names: list[str] = field(default_factory=list)
     subscribed_topic_regex: str | None = None
     target_assignment: dict[str, list[int]] = field(default_factory=dict)
+    # Streams groups (StreamsGroupDescribe) only: the instance and its tasks by role
+    # ("active", "standby", "warmup") and subtopology id.
+    process_id: str | None = None
+    tasks: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    target_tasks: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -176,6 +182,9 @@ class GroupDescription:
     group_type: str = "classic"
     group_epoch: int | None = None  # consumer groups only
     assignment_epoch: int | None = None  # consumer groups only (the target's epoch)
+    # Streams groups only: the topology's epoch and its subtopologies' source topics.
+    topology_epoch: int | None = None
+    subtopologies: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -510,8 +519,13 @@ class Admin:
         """
         node, host, port = self.coordinator(group)
         addr = self._reachable(host, port)
-        if consumer_group_describe.API_KEY in self._versions(addr):
+        versions = self._versions(addr)
+        if consumer_group_describe.API_KEY in versions:
             found = self._describe_consumer_group(group, (node, host, port), addr)
+            if found is not None:
+                return found
+        if streams_group_describe.API_KEY in versions:
+            found = self._describe_streams_group(group, (node, host, port), addr)
             if found is not None:
                 return found
         _, resp = self.call(
@@ -589,6 +603,60 @@ class Admin:
                     subscribed_topic_names=list(m.subscribed_topic_names),
                     subscribed_topic_regex=m.subscribed_topic_regex or None,  # "" is none too
                     target_assignment=_by_name(m.target_assignment.topic_partitions),
+                )
+            )
+        return desc
+
+    def _describe_streams_group(
+        self, group: str, coordinator: tuple[int, str, int], addr: tuple[str, int]
+    ) -> GroupDescription | None:
+        """StreamsGroupDescribe; None when the group is not a streams group (or unknown)."""
+        _, resp = self.call(
+            streams_group_describe.API_KEY,
+            streams_group_describe.Request(group_ids=[group]),
+            addr=addr,
+        )
+        g = resp.groups[0]
+        if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        check(g.error_code, f"StreamsGroupDescribe for {group!r}", g.error_message)
+        desc = GroupDescription(
+            g.group_id,
+            g.group_state,
+            "streams",
+            g.assignor_name or "",
+            coordinator,
+            group_type="streams",
+            group_epoch=g.group_epoch,
+            assignment_epoch=g.assignment_epoch,
+        )
+        if g.topology is not None:
+            desc.topology_epoch = g.topology.epoch
+            for sub in g.topology.subtopologies or ():
+                desc.subtopologies[sub.subtopology_id] = sorted(
+                    [*sub.source_topics, *(t.name for t in sub.repartition_source_topics)]
+                )
+
+        def tasks(a: Any) -> dict[str, dict[str, list[int]]]:
+            return {
+                role: {t.subtopology_id: list(t.partitions) for t in getattr(a, f"{role}_tasks")}
+                for role in ("active", "standby", "warmup")
+            }
+
+        for m in g.members:
+            desc.members.append(
+                Member(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    {},
+                    member_epoch=m.member_epoch,
+                    member_type="streams",
+                    rack_id=m.rack_id,
+                    process_id=m.process_id,
+                    tasks=tasks(m.assignment),
+                    target_tasks=tasks(m.target_assignment),
                 )
             )
         return desc

@@ -22,6 +22,7 @@ Where it waits, it waits on the printed lines or on the output, never on bare sl
 
 from __future__ import annotations
 
+import json
 import struct
 import subprocess
 import threading
@@ -34,6 +35,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka.admin import KafkaAdminClient
+from support.clikit import run_cli
 from support.kafkaserver import java_command
 from support.kgc_process import KgcProcess
 
@@ -232,6 +234,16 @@ def test_word_count_scaling_and_coordinator_restart(
     assert f"{name}" in listed and "Stable" in listed.split(name, 1)[1].splitlines()[0]
     members = tool(bootstrap, "--describe", "--group", name, "--members")
     assert members.count("ACTIVE: ") == 3 and members.count("STANDBY: ") == 3, members
+    # kgc's own tool: members with their tasks, the topology's subtopologies.
+    described = run_cli(
+        "groups", "describe", name, "--output", "json", "--bootstrap-server", bootstrap
+    )
+    assert described.code == 0, described
+    obj = json.loads(described.out)
+    assert obj["type"] == "streams" and obj["state"]["state"] == "Stable", obj
+    actives = [m["active"] for m in obj["members"]]
+    assert sorted(a.count(",") + a.count(";") + 1 for a in actives) == [2, 2, 2], actives
+    assert [t["subtopology"] for t in obj["topology"]] == ["0", "1"]
 
     # 3. The coordinator is killed and comes back on the same data.
     kgc.kill()

@@ -29,7 +29,8 @@ from coordinator.tools.admin import (
 from coordinator.tools.commands.common import EXIT_ERROR, EXIT_OK, admin_for, leaf
 from coordinator.tools.output import Output, records
 
-# Classic states, then the consumer-group (KIP-848) ones; ListGroups filters on any.
+# Classic states, then the consumer-group (KIP-848) ones, then the streams groups' own
+# (KIP-1071); ListGroups filters on any.
 GROUP_STATES = (
     "Stable",
     "Empty",
@@ -38,8 +39,9 @@ GROUP_STATES = (
     "Assigning",
     "Reconciling",
     "Dead",
+    "NotReady",
 )
-GROUP_TYPES = ("classic", "consumer")
+GROUP_TYPES = ("classic", "consumer", "streams")
 
 
 def _state_names(text: str) -> list[str]:
@@ -164,6 +166,19 @@ CONSUMER_STATE_COLUMNS = [
     "ASSIGNMENT-EPOCH",
     "#MEMBERS",
 ]
+STREAMS_MEMBER_COLUMNS = [
+    "GROUP",
+    "MEMBER-ID",
+    "PROCESS",
+    "HOST",
+    "CLIENT-ID",
+    "MEMBER-EPOCH",
+    "ACTIVE",
+    "STANDBY",
+    "TARGET-ACTIVE",
+    "TARGET-STANDBY",
+]
+STREAMS_TOPOLOGY_COLUMNS = ["GROUP", "TOPOLOGY-EPOCH", "SUBTOPOLOGY", "SOURCE-TOPICS"]
 CONSUMER_MEMBER_COLUMNS = [
     "GROUP",
     "CONSUMER-ID",
@@ -278,6 +293,51 @@ def _consumer_sections(
     return sections
 
 
+def _tasks(by_subtopology: dict[str, list[int]]) -> str | None:
+    """Tasks as Kafka's tool shows them: ``0:[0,1]; 1:[2]`` (None when there are none)."""
+    shown = [
+        f"{s}:[{','.join(map(str, sorted(ps)))}]" for s, ps in sorted(by_subtopology.items()) if ps
+    ]
+    return "; ".join(shown) or None
+
+
+def _streams_sections(
+    admin: Admin, desc: GroupDescription, args: argparse.Namespace
+) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    """A KIP-1071 streams group: state, members with their tasks, the topology, offsets."""
+    everything = not (args.offsets or args.members or args.state)
+    sections = _consumer_sections(admin, desc, args)
+    sections.pop("members", None)
+    if args.members or everything:
+        sections["members"] = (
+            STREAMS_MEMBER_COLUMNS,
+            [
+                [
+                    desc.group_id,
+                    m.member_id,
+                    m.process_id,
+                    m.host,
+                    m.client_id,
+                    m.member_epoch,
+                    _tasks(m.tasks.get("active", {})),
+                    _tasks(m.tasks.get("standby", {})),
+                    _tasks(m.target_tasks.get("active", {})),
+                    _tasks(m.target_tasks.get("standby", {})),
+                ]
+                for m in sorted(desc.members, key=lambda m: m.member_id)
+            ],
+        )
+    if args.state or everything:
+        sections["topology"] = (
+            STREAMS_TOPOLOGY_COLUMNS,
+            [
+                [desc.group_id, desc.topology_epoch, sid, ",".join(topics)]
+                for sid, topics in sorted(desc.subtopologies.items())
+            ],
+        )
+    return sections
+
+
 def _member_json(desc: GroupDescription, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A consumer group's member rows, with the subscription and assignments structured too."""
     by_id = {m.member_id: m for m in desc.members}
@@ -314,9 +374,12 @@ def _describe_one(
     """One group: its JSON object, or its tables (the offsets one followed by TOTAL-LAG)."""
     desc = _describe(admin, group)
     consumer = desc.group_type == "consumer"
-    sections = (
-        _consumer_sections(admin, desc, args) if consumer else _classic_sections(admin, desc, args)
-    )
+    if desc.group_type == "streams":
+        sections = _streams_sections(admin, desc, args)
+    elif consumer:
+        sections = _consumer_sections(admin, desc, args)
+    else:
+        sections = _classic_sections(admin, desc, args)
     if out.json:
         obj: dict[str, Any] = {name: records(cols, rows) for name, (cols, rows) in sections.items()}
         if "state" in obj:
