@@ -213,13 +213,15 @@ def _inner(run_dir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/jepsen", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--faults", default="process,db,net")
-    ap.add_argument("--duration", type=float, default=120.0)
-    ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--dir", type=Path, default=Path("/tmp/kgcj-runs"))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=",".join(WORKLOADS))
+    ap.add_argument("--faults", default="process,db,net", help="of " + ",".join(FAULT_SETS))
+    ap.add_argument("--duration", type=float, default=120.0, help="seconds of faults per run")
+    ap.add_argument("--seed", type=int, default=None, help="the first run's (random if absent)")
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/kgcj-runs"), help="run directories")
     ap.add_argument("--replay", type=Path, default=None, help="a run directory to run again")
-    ap.add_argument("--mode", choices=("proxy", "netns"), default="proxy")
+    ap.add_argument(
+        "--mode", choices=("proxy", "netns"), default="proxy", help="netns: as root, namespaces"
+    )
     ap.add_argument("--inner", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.inner is not None:
