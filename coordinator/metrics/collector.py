@@ -54,6 +54,7 @@ from prometheus_client.core import (
     SummaryMetricFamily,
 )
 
+from coordinator.group.streams.group import StreamsGroupState
 from coordinator.metrics.requests import (
     CONSUMER_GROUP_HEARTBEAT_KEY,
     LATENCY_BUCKETS,
@@ -65,6 +66,7 @@ from storage.records import OFFSETS_TOPIC
 
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
+STREAMS_GROUP_STATES = tuple(s for s in StreamsGroupState if s is not StreamsGroupState.DEAD)
 
 
 def request_families(
@@ -185,19 +187,27 @@ def group_families(
         state = group.state.value
         by_consumer_state[state] = by_consumer_state.get(state, 0) + 1
         members.add_metric([group.group_id], len(group.members))
+    # Streams groups (KIP-1071), by their states' lower-case names as Kafka's metrics name them.
+    by_streams_state = {st.lower: 0 for st in STREAMS_GROUP_STATES}
+    for sgroup in getattr(getattr(shard, "streams", None), "groups", {}).values():
+        sstate = sgroup.state.lower
+        by_streams_state[sstate] = by_streams_state.get(sstate, 0) + 1
+        members.add_metric([sgroup.group_id], len(sgroup.members))
     states = GaugeMetricFamily("kgc_groups", "Classic groups by state", labels=["state"])
     for state, n in by_state.items():
         states.add_metric([state], n)
     yield states
     by_type = GaugeMetricFamily(
         "kgc_groups_by_type",
-        "Groups by type (classic, consumer) and state",
+        "Groups by type (classic, consumer, streams) and state",
         labels=["type", "state"],
     )
     for state, n in by_state.items():
         by_type.add_metric(["classic", state], n)
     for state, n in by_consumer_state.items():
         by_type.add_metric(["consumer", state], n)
+    for state, n in by_streams_state.items():
+        by_type.add_metric(["streams", state], n)
     yield by_type
     yield members
     rebalances = CounterMetricFamily(

@@ -510,3 +510,21 @@ def test_static_member_leaves_for_a_while_and_comes_back() -> None:
         ErrorCode.UNKNOWN_MEMBER_ID,
         "Instance id nope is unknown.",
     )
+
+
+def test_metrics_count_streams_groups_by_state() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from coordinator.metrics import Metrics
+
+    c = ctx()
+    m = Metrics(process_metrics=False, shard=c.shard)
+    hb(c, join("m1"))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(m.render().decode())
+        for s in family.samples
+    }
+    assert samples[("kgc_groups_by_type", (("state", "stable"), ("type", "streams")))] == 1
+    assert samples[("kgc_groups_by_type", (("state", "not_ready"), ("type", "streams")))] == 0
+    assert samples[("kgc_group_members", (("group", G),))] == 1
