@@ -528,3 +528,35 @@ def test_metrics_count_streams_groups_by_state() -> None:
     assert samples[("kgc_groups_by_type", (("state", "stable"), ("type", "streams")))] == 1
     assert samples[("kgc_groups_by_type", (("state", "not_ready"), ("type", "streams")))] == 0
     assert samples[("kgc_group_members", (("group", G),))] == 1
+
+
+def test_shutdown_application_reaches_every_member_until_empty() -> None:
+    c = ctx()
+    r1 = hb(c, join("m1", "p1"))
+    r2 = hb(c, join("m2", "p2"))
+    r1 = hb(c, dataclasses.replace(beat("m1", 2, r1), shutdown_application=True))
+    text = (
+        "Streams group member m1 encountered a fatal error and requested a shutdown for the "
+        "entire application."
+    )
+    assert [(s.status_code, s.status_detail) for s in r1.status or ()] == [(4, text)]
+    r2 = hb(c, beat("m2", 3, r2))
+    assert (4, text) in [(s.status_code, s.status_detail) for s in r2.status or ()]
+    hb(c, dataclasses.replace(beat("m1", r1.member_epoch), member_epoch=-1))
+    hb(c, dataclasses.replace(beat("m2", r2.member_epoch), member_epoch=-1))
+    r = hb(c, join("m3"))
+    assert all(s.status_code != 4 for s in r.status or ())
+
+
+def test_describe_groups_on_a_streams_group() -> None:
+    from protocol.messages.describe_groups import DescribeGroupsRequest
+
+    c = ctx()
+    hb(c, join("m1"))
+    out = c.shard.describe_groups(c.ctx(6), DescribeGroupsRequest(groups=[G]), c.now)
+    (d,) = out.replies[0][1].groups  # type: ignore[attr-defined]
+    assert (d.error_code, d.group_state, d.error_message) == (
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        "Dead",
+        f"Group {G} is not a classic group.",
+    )
