@@ -560,3 +560,20 @@ def test_describe_groups_on_a_streams_group() -> None:
         "Dead",
         f"Group {G} is not a classic group.",
     )
+
+
+def test_join_group_on_streams_groups() -> None:
+    from protocol.messages.join_group import JoinGroupResponse
+
+    c = ctx()
+    hb(c, join("m1"))
+    live = c.reply(c.join(G))
+    assert isinstance(live, JoinGroupResponse)
+    assert (live.error_code, live.member_id) == (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
+    hb(c, beat("m1", -1))
+    # An empty streams group gives way to the classic group (offline downgrade).
+    first = c.reply(c.join(G))
+    assert isinstance(first, JoinGroupResponse)
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    assert G not in c.shard.streams.groups
+    assert G not in c.replayed().streams.groups
