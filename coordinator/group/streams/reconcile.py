@@ -168,6 +168,60 @@ def _grant(pending: dict[str, set[int]], assigned: dict[str, set[int]], s: str, 
     assigned.setdefault(s, set()).add(p)
 
 
+def _role_changes(
+    member: StreamsGroupMember,
+    target: TasksTuple,
+    s_kept: dict[str, set[int]],
+    s_revoke: dict[str, set[int]],
+    s_add: dict[str, set[int]],
+    w_kept: dict[str, set[int]],
+    w_revoke: dict[str, set[int]],
+    w_add: dict[str, set[int]],
+) -> None:
+    """Role changes within the member take effect at once (Kafka 4.4): a demoted active
+    becomes a standby now (the active stays pending revocation), standby <-> warm-up swap in
+    place, and a standby or warm-up promoted to active needs no revocation."""
+    cur_active, cur_standby, cur_warmup = member.active, member.standby, member.warmup
+    for s, parts in cur_active.items():
+        for p in parts:
+            if _has(s_add, s, p):
+                _grant(s_add, s_kept, s, p)
+    for outgoing, out_revoke, incoming_add, incoming_kept in (
+        (cur_standby, s_revoke, w_add, w_kept),
+        (cur_warmup, w_revoke, s_add, s_kept),
+    ):
+        for s, ps in outgoing.items():
+            for p in ps:
+                if _has(incoming_add, s, p):
+                    _grant(incoming_add, incoming_kept, s, p)
+                    _remove(out_revoke, s, p)
+
+    for role, revoke in ((cur_standby, s_revoke), (cur_warmup, w_revoke)):
+        for s, ps in role.items():
+            for p in ps:
+                if p in target.active.get(s, frozenset()):
+                    _remove(revoke, s, p)
+
+
+def _keep_promoted(
+    member: StreamsGroupMember,
+    target: TasksTuple,
+    to_revoke: bool,
+    a_add: dict[str, dict[int, int]],
+    s_kept: dict[str, set[int]],
+    w_kept: dict[str, set[int]],
+) -> None:
+    """A standby or warm-up being promoted stays until its active task is granted."""
+    for role, kept in ((member.standby, s_kept), (member.warmup, w_kept)):
+        for s, ps in role.items():
+            tgt_active = target.active.get(s, frozenset())
+            granted = a_add.get(s, {})
+            for p in ps:
+                promoted_now = not to_revoke and p in granted
+                if p in tgt_active and not promoted_now:
+                    kept.setdefault(s, set()).add(p)
+
+
 def _next(
     member: StreamsGroupMember,
     epoch: int,
@@ -211,29 +265,7 @@ def _next(
     s_kept, s_revoke, s_add, s_held = _diff(cur_standby, target.standby, unreleased_standby)
     w_kept, w_revoke, w_add, w_held = _diff(cur_warmup, target.warmup, unreleased_warmup)
 
-    # Role changes within the member take effect at once: a demoted active becomes a
-    # standby now (the active stays pending revocation), standby <-> warm-up swap in place.
-    for s, parts in cur_active.items():
-        for p in parts:
-            if _has(s_add, s, p):
-                _grant(s_add, s_kept, s, p)
-    for outgoing, out_revoke, incoming_add, incoming_kept in (
-        (cur_standby, s_revoke, w_add, w_kept),
-        (cur_warmup, w_revoke, s_add, s_kept),
-    ):
-        for s, ps in outgoing.items():
-            for p in ps:
-                if _has(incoming_add, s, p):
-                    _grant(incoming_add, incoming_kept, s, p)
-                    _remove(out_revoke, s, p)
-
-    # A standby or warm-up promoted to active needs no revocation; it stays until the
-    # active task is granted.
-    for role, revoke in ((cur_standby, s_revoke), (cur_warmup, w_revoke)):
-        for s, ps in role.items():
-            for p in ps:
-                if p in target.active.get(s, frozenset()):
-                    _remove(revoke, s, p)
+    _role_changes(member, target, s_kept, s_revoke, s_add, w_kept, w_revoke, w_add)
     pending_revocation = bool(a_revoke or s_revoke or w_revoke)
     to_revoke = pending_revocation and (
         owned is None
@@ -244,14 +276,7 @@ def _next(
             {k: frozenset(v) for k, v in w_revoke.items()},
         )
     )
-    for role, kept in ((cur_standby, s_kept), (cur_warmup, w_kept)):
-        for s, ps in role.items():
-            tgt_active = target.active.get(s, frozenset())
-            granted = a_add.get(s, {})
-            for p in ps:
-                promoted_now = not to_revoke and p in granted
-                if p in tgt_active and not promoted_now:
-                    kept.setdefault(s, set()).add(p)
+    _keep_promoted(member, target, to_revoke, a_add, s_kept, w_kept)
 
     held = a_held or s_held or w_held
     if to_revoke:
