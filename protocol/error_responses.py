@@ -20,6 +20,8 @@ from typing import Any
 
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
@@ -40,7 +42,9 @@ from protocol.messages import (
     describe_log_dirs,
     describe_producers,
     describe_share_group_offsets,
+    describe_transactions,
     describe_user_scram_credentials,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -51,6 +55,7 @@ from protocol.messages import (
     list_config_resources,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -245,6 +250,43 @@ def _list_offsets(version: int, req: Any, code: ErrorCode) -> Any:
 
 def _init_producer_id(version: int, req: Any, code: ErrorCode) -> Any:
     return init_producer_id.Response(error_code=code, producer_id=-1, producer_epoch=-1)
+
+
+# -- the transaction coordinator
+
+
+def _add_partitions_to_txn(version: int, req: Any, code: ErrorCode) -> Any:
+    """v0-3: the code on every partition; v4+ (brokers' batches): top level."""
+    apt = add_partitions_to_txn
+    if version >= 4:
+        return apt.Response(error_code=code)
+    return apt.Response(
+        results_by_topic_v3_and_below=[
+            apt.AddPartitionsToTxnResponseAddPartitionsToTxnTopicResult(
+                name=t.name,
+                results_by_partition=[
+                    apt.AddPartitionsToTxnResponseAddPartitionsToTxnTopicResultAddPartitionsToTxnPartitionResult(
+                        partition_index=p, partition_error_code=code
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in req.v3_and_below_topics
+        ]
+    )
+
+
+def _end_txn(version: int, req: Any, code: ErrorCode) -> Any:
+    return end_txn.Response(error_code=code, producer_id=-1, producer_epoch=-1)
+
+
+def _describe_transactions(version: int, req: Any, code: ErrorCode) -> Any:
+    return describe_transactions.Response(
+        transaction_states=[
+            describe_transactions.TransactionState(error_code=code, transactional_id=t)
+            for t in req.transactional_ids
+        ]
+    )
 
 
 # -- topics and the cluster
@@ -443,6 +485,11 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     delete_topics.API_KEY: _delete_topics,
     delete_records.API_KEY: _delete_records,
     init_producer_id.API_KEY: _init_producer_id,
+    add_partitions_to_txn.API_KEY: _add_partitions_to_txn,
+    add_offsets_to_txn.API_KEY: _top_level(add_offsets_to_txn.Response),
+    end_txn.API_KEY: _end_txn,
+    describe_transactions.API_KEY: _describe_transactions,
+    list_transactions.API_KEY: _top_level(list_transactions.Response),
     txn_offset_commit.API_KEY: _txn_offset_commit,
     describe_acls.API_KEY: _top_level(describe_acls.Response),
     create_acls.API_KEY: _create_acls,

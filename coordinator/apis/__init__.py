@@ -27,13 +27,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from coordinator.apis import cluster, data, groups, history, share, streams, topics
+from coordinator.apis import (
+    cluster,
+    data,
+    groups,
+    history,
+    share,
+    streams,
+    topics,
+    transactions,
+)
 from coordinator.apis.authorize import ApiAuthorizer, Check
 from coordinator.apis.parts import Factory, MissingPart, Parts, need
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import Handler
 from protocol.framing import API_VERSIONS_KEY
 from protocol.messages import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
@@ -54,7 +65,9 @@ from protocol.messages import (
     describe_log_dirs,
     describe_producers,
     describe_share_group_offsets,
+    describe_transactions,
     describe_user_scram_credentials,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -65,6 +78,7 @@ from protocol.messages import (
     list_config_resources,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -209,9 +223,10 @@ API_TABLE: dict[int, Api] = {
         checked(topics.authorize_delete_topics),
         ("DELETE TOPIC",),
     ),
+    # With a transactional id, the transaction coordinator's; without, the data plane's.
     init_producer_id.API_KEY: Api(
         (0, 5),
-        lambda p: need(p.data, "data").init_producer_id,
+        transactions.init_producer_id_handler,
         checked(data.authorize_init_producer_id),
         ("WRITE TRANSACTIONAL_ID", "IDEMPOTENT_WRITE CLUSTER", "WRITE TOPIC"),
     ),
@@ -226,6 +241,35 @@ API_TABLE: dict[int, Api] = {
         lambda p: need(p.data, "data").txn.describe_producers,
         checked(data.authorize_describe_producers),
         ("READ TOPIC",),
+    ),
+    # The transaction coordinator (TV1 protocol: AddPartitionsToTxn v4 is the brokers'
+    # verify-only form, EndTxn stops before TV2's v5); each authorizes in its handler.
+    add_partitions_to_txn.API_KEY: Api(
+        (0, 4),
+        transactions.handler("add_partitions_to_txn"),
+        in_handler,
+        ("WRITE TRANSACTIONAL_ID", "WRITE TOPIC", "CLUSTER_ACTION CLUSTER"),
+    ),
+    add_offsets_to_txn.API_KEY: Api(
+        (0, 4),
+        transactions.handler("add_offsets_to_txn"),
+        in_handler,
+        ("WRITE TRANSACTIONAL_ID", "READ GROUP"),
+    ),
+    end_txn.API_KEY: Api(
+        (0, 4), transactions.handler("end_txn"), in_handler, ("WRITE TRANSACTIONAL_ID",)
+    ),
+    describe_transactions.API_KEY: Api(
+        (0, 0),
+        transactions.handler("describe_transactions"),
+        in_handler,
+        ("DESCRIBE TRANSACTIONAL_ID", "DESCRIBE TOPIC"),
+    ),
+    list_transactions.API_KEY: Api(
+        (0, 2),
+        transactions.handler("list_transactions"),
+        in_handler,
+        ("DESCRIBE TRANSACTIONAL_ID",),
     ),
     txn_offset_commit.API_KEY: Api(
         (0, 5),

@@ -27,6 +27,8 @@ from coordinator.placement import endpoint
 from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server import sasl as sasl_handlers
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
+from coordinator.txn.coordinator import partition_for_transactional_id
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import ErrorCode
 from protocol.framing import API_VERSIONS_KEY, RequestHeader, encode_body
 from protocol.messages import find_coordinator
@@ -133,36 +135,17 @@ def find_coordinator_of(
 
 def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> Coordinator:
     if key_type == COORDINATOR_KEY_GROUP:
-        owner = broker.placement.owner(
-            OFFSETS_TOPIC, broker.groups.shard.partitions.partition_of(key)
-        )
-        # The owner as the request's listener reaches it; a node without that
-        # listener cannot be the client's coordinator (Kafka: not available).
-        address = endpoint(owner, listener) if owner is not None else None
-        if owner is None or address is None:
-            # No live node holds the group's offsets partition yet (a failover in
-            # progress): Kafka's answer while the partition has no leader.
-            return Coordinator(
-                key=key,
-                node_id=-1,
-                host="",
-                port=-1,
-                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                error_message="The coordinator is not available.",
-            )
-        return Coordinator(
-            key=key, node_id=owner.node_id, host=address[0], port=address[1], error_code=0
+        return _leader_of(
+            broker, key, OFFSETS_TOPIC, broker.groups.shard.partitions.partition_of(key), listener
         )
     if key_type == COORDINATOR_KEY_TRANSACTION:
-        # No transaction coordinator runs here; this is Kafka's answer when none is available.
-        return Coordinator(
-            key=key,
-            node_id=-1,
-            host="",
-            port=-1,
-            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            error_message="Transactions are not supported by kgc",
-        )
+        s = broker.settings
+        if s.cluster_mode:
+            # Cluster mode leases no __transaction_state partition yet: Kafka's answer
+            # while the transaction state topic has no leader.
+            return _not_available(key)
+        partition = partition_for_transactional_id(key, s.transaction_state_log_num_partitions)
+        return _leader_of(broker, key, TRANSACTION_STATE_TOPIC, partition, listener)
     return Coordinator(
         key=key,
         node_id=-1,
@@ -170,6 +153,31 @@ def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> Coor
         port=-1,
         error_code=ErrorCode.INVALID_REQUEST,
         error_message=INVALID_REQUEST_MESSAGE,  # Kafka's default message, as it answers
+    )
+
+
+def _leader_of(broker: Broker, key: str, topic: str, partition: int, listener: str) -> Coordinator:
+    """The node leading the coordinator's partition, as the request's listener reaches it."""
+    owner = broker.placement.owner(topic, partition)
+    # A node without that listener cannot be the client's coordinator (Kafka: not available).
+    address = endpoint(owner, listener) if owner is not None else None
+    if owner is None or address is None:
+        # No live node holds the partition yet (a failover in progress): Kafka's answer
+        # while the partition has no leader.
+        return _not_available(key)
+    return Coordinator(
+        key=key, node_id=owner.node_id, host=address[0], port=address[1], error_code=0
+    )
+
+
+def _not_available(key: str) -> Coordinator:
+    return Coordinator(
+        key=key,
+        node_id=-1,
+        host="",
+        port=-1,
+        error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        error_message="The coordinator is not available.",
     )
 
 

@@ -33,7 +33,7 @@ from protocol.messages import (
     list_transactions,
 )
 
-__all__ = ["Transactions", "handler"]
+__all__ = ["Transactions", "handler", "init_producer_id_handler"]
 
 E = ErrorCode
 CLUSTER = "kafka-cluster"
@@ -64,7 +64,9 @@ class Transactions:
         if req.transactional_id is None:
             return need(self.parts.data, "data").init_producer_id(header, req, client)
         if (req.producer_id == -1) != (req.producer_epoch == -1):
-            return init_producer_id.Response(error_code=E.INVALID_REQUEST)
+            return init_producer_id.Response(
+                error_code=E.INVALID_REQUEST, producer_id=-1, producer_epoch=-1
+            )
         return Deferred.task(self._init(header.api_version, req))
 
     async def _init(self, version: int, req: Any) -> Any:
@@ -249,3 +251,14 @@ def handler(name: str) -> Callable[[Parts], Handler]:
         return cast(Handler, getattr(txns, name))
 
     return factory
+
+
+def init_producer_id_handler(parts: Parts) -> Handler:
+    """InitProducerId: the data plane's for a null transactional id, the coordinator's for
+    the others; on parts without a transaction coordinator, the data plane's alone (it
+    answers a transactional id COORDINATOR_NOT_AVAILABLE)."""
+    data = need(parts.data, "data")
+    if parts.txn is None:
+        return cast(Handler, data.init_producer_id)
+    catalog = parts.broker.catalog if parts.broker is not None else TopicCatalog(None)
+    return cast(Handler, Transactions(parts.txn, catalog, parts).init_producer_id)

@@ -726,8 +726,9 @@ class DataPlane:
     ) -> InitProducerIdResponse | Deferred:
         resp = InitProducerIdResponse(throttle_time_ms=0, producer_id=-1, producer_epoch=-1)
         if req.transactional_id is not None:
-            # Kafka's coordinator rejects an empty id; any other id needs a transaction
-            # coordinator, which kgc does not run (FindCoordinator says the same).
+            # Reached only where no transaction coordinator runs (apis/transactions.py
+            # routes transactional ids to it): Kafka's coordinator rejects an empty id, and
+            # any other id needs a coordinator.
             resp.error_code = (
                 ErrorCode.INVALID_REQUEST
                 if req.transactional_id == ""

@@ -57,7 +57,7 @@ def _codes(obj: Any) -> set[int]:
     if dataclasses.is_dataclass(obj):
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            if f.name == "error_code":
+            if f.name == "error_code" or f.name.endswith("_error_code"):
                 found.add(value)
             found |= _codes(value)
     elif isinstance(obj, list):

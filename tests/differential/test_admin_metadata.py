@@ -1,8 +1,8 @@
 """Discovery APIs, Kafka vs kgc: ApiVersions, Metadata, FindCoordinator, DescribeCluster,
 DescribeLogDirs, answer by answer.
 
-ApiVersions lists every API a server serves; kgc serves fewer than Kafka (no transactions,
-no KRaft, no share groups), so the scenario records, for each API kgc serves, the range each
+ApiVersions lists every API a server serves; kgc serves fewer than Kafka (no KRaft, no
+share groups), so the scenario records, for each API kgc serves, the range each
 server advertises (``Side.note``): a narrower range is then a named difference, argued in
 known_differences.toml, and an API Kafka serves beyond kgc's table is not one.
 """
@@ -298,8 +298,8 @@ def _wait_log_dirs(side: Side, topic: str, partitions: int) -> None:
 
 
 def find_transaction_coordinator(side: Side) -> None:
-    """A transaction coordinator (key type 1): Kafka has one, kgc none (argued in
-    known_differences.toml). Kafka creates __transaction_state on the first ask and answers
+    """A transaction coordinator (key type 1): the leader of the id's __transaction_state
+    partition. Kafka creates the topic on the first ask and answers
     COORDINATOR_NOT_AVAILABLE meanwhile: that settles first."""
     key = side.name("txn")
     deadline = time.monotonic() + side.timeout
