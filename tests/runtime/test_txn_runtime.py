@@ -5,6 +5,7 @@ replay on restart (markers re-driven from Prepare*), the timeout sweep, a failed
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from support.txn_context import Clock, Writer, runtime, settled
 
@@ -13,6 +14,9 @@ from coordinator.txn.markers import TxnMarker
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from coordinator.txn.state import TransactionState
 from protocol.errors import ErrorCode
+from storage.interface import LogConfig
+from storage.local.durability import Flusher
+from storage.local.manager import LogManager
 from storage.memory import MemoryDurability, MemoryLogs
 from storage.records.offsets import partition_for
 
@@ -141,3 +145,34 @@ async def test_in_process_markers_write_every_partition_and_a_raise_is_retriable
     got = await InProcessMarkers(write).write_markers(TxnMarker(7, 2, 5, True, (TP, TP2)))
     assert got == {TP: E.NO_ERROR, TP2: E.KAFKA_STORAGE_ERROR}
     assert sorted(calls) == [("bar", 3, 7, 2, 5, True, 0), ("foo", 0, 7, 2, 5, True, 0)]
+
+
+async def test_on_disk_a_prepared_commit_is_finished_after_a_restart(tmp_path: Path) -> None:
+    """The local engine with real fsyncs: a transaction left in PrepareCommit by a node that
+    stopped before its markers is rebuilt from the segment files and completed."""
+    cfg = LogConfig(cleanup_policy="compact")
+    flusher = Flusher()
+    flusher.start()
+    logs = LogManager(tmp_path, flusher=flusher)
+    writer, clock = Writer(), Clock()
+    rt = await runtime(logs, writer, clock, flusher, cfg)
+    await rt.init_producer_id("t", 60_000, -1, -1)
+    await rt.add_partitions("t", 5000, 0, [TP, TP2])
+    writer.hold = asyncio.Event()
+    assert (await rt.end_txn("t", 5000, 0, True)).error is E.NO_ERROR
+    await writer.called.wait()
+    await rt.stop()
+    await flusher.stop()
+    logs.close_all()
+
+    flusher = Flusher()
+    flusher.start()
+    logs = LogManager(tmp_path, flusher=flusher)
+    logs.open_all(lambda topic, partition: cfg)
+    second = Writer()
+    again = await runtime(logs, second, clock, flusher, cfg)
+    await settled(again, "t", S.COMPLETE_COMMIT)
+    assert [c.partitions for c in second.calls] == [(TP2, TP)]
+    await again.stop()
+    await flusher.stop()
+    logs.close_all()

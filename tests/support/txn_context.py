@@ -31,8 +31,8 @@ from coordinator.txn.markers import TxnMarker, marker_outcome
 from coordinator.txn.metadata import TransactionMetadata
 from coordinator.txn.state import TransactionState
 from protocol.errors import ErrorCode
-from storage.interface import LogConfig
-from storage.memory import MemoryDurability, MemoryLogs
+from storage.interface import Durability, LogConfig, Logs
+from storage.memory import MemoryDurability
 
 E = ErrorCode
 
@@ -143,7 +143,11 @@ class Clock:
 
 
 async def runtime(
-    logs: MemoryLogs, writer: Writer, clock: Clock, flusher: MemoryDurability | None = None
+    logs: Logs,
+    writer: Writer,
+    clock: Clock,
+    flusher: Durability | None = None,
+    log_config: LogConfig | None = None,
 ) -> TxnRuntime:
     pids = iter(range(5000, 6000))
     spare = ProducerIdSpare()
@@ -151,7 +155,7 @@ async def runtime(
         TransactionCoordinator(TxnConfig(), spare.take),
         logs,
         flusher or MemoryDurability(),
-        log_config=LogConfig(cleanup_policy="compact"),
+        log_config=log_config or LogConfig(cleanup_policy="compact"),
         markers=writer,
         producer_ids=lambda: next(pids),
         spare=spare,

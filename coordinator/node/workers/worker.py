@@ -64,7 +64,6 @@ from coordinator.node.workers.shared import (
 from coordinator.placement import Placement, WorkerPlacement, worker_of
 from coordinator.runtime import GroupRuntime
 from coordinator.security.credentials import CREDENTIALS_FILE
-from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
@@ -244,10 +243,9 @@ class Worker:
         pass  # the owned offsets partitions load once handed over (``serve_partitions``)
 
     def serve_partitions(self, s: Settings, core: Core) -> None:
-        partitions = self._partitions()
-        partitions.attach(core.groups, core.data, core.metrics)
-        n = s.transaction_state_log_num_partitions
-        core.txn.start([p for p in range(n) if partitions.owns(TRANSACTION_STATE_TOPIC, p)])
+        # No transaction coordinator here (FindCoordinator does not name one under
+        # kgc.workers): its partitions stay unloaded, and their ids NOT_COORDINATOR.
+        self._partitions().attach(core.groups, core.data, core.metrics)
 
     def placement(
         self, s: Settings, core: Core, endpoints: dict[str, tuple[str, int]], port: int
