@@ -1,7 +1,7 @@
-"""kafka-transactions.sh describe-producers (TransactionsCommand) against Kafka and kgc: the
-producer state of a partition an idempotent producer wrote, as the tool prints it from
-DescribeProducers (epoch, last sequence and timestamp, coordinator epoch, no open
-transaction)."""
+"""kafka-transactions.sh (TransactionsCommand) against Kafka and kgc: describe-producers on a
+partition an idempotent producer wrote (DescribeProducers: epoch, last sequence and
+timestamp, coordinator epoch, no open transaction), and abort of a transaction a live
+producer left open (WriteTxnMarkers straight to the partition's leader)."""
 
 from __future__ import annotations
 
@@ -35,3 +35,58 @@ def test_describe_producers(pair: list[Server]) -> None:
     compare("tools.transactions.describe-producers", runs)
     compare("tools.transactions.describe-producers", runs, stream="stderr")
     assert "ProducerId" in runs[1].stdout and runs[1].returncode == 0
+
+
+def test_abort_of_an_open_transaction_moves_the_lso(pair: list[Server]) -> None:
+    """kafka-transactions.sh abort (DescribeProducers, then WriteTxnMarkers ABORT with the
+    producer's epoch and coordinator epoch, straight to the partition's leader): the
+    transaction a live producer left open is aborted there, the LSO moves past it and a
+    read_committed reader never sees its record."""
+    from coordinator.tools.client import Connection
+    from protocol.messages import list_offsets
+
+    topic = "kt.txn.abort"
+
+    def lso(bootstrap: str) -> int:
+        req = list_offsets.Request(
+            replica_id=-1,
+            isolation_level=1,
+            topics=[
+                list_offsets.ListOffsetsTopic(
+                    name=topic,
+                    partitions=[list_offsets.ListOffsetsPartition(partition_index=0, timestamp=-1)],
+                )
+            ],
+        )
+        with Connection.to(bootstrap) as c:
+            _, resp = c.request(list_offsets.API_KEY, req, version=7)
+        offset: int = resp.topics[0].partitions[0].offset
+        return offset
+
+    producers = []
+    for s in pair:
+        create_topic(s.bootstrap, topic, 1)
+        produce_batches(s.bootstrap, topic, 1)
+        p = Producer({"bootstrap.servers": s.bootstrap, "transactional.id": f"{topic}.{s.name}"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"hanging", partition=0, timestamp=BASE_TS)
+        assert p.flush(30) == 0
+        producers.append(p)  # kept open: its transaction stays undecided
+        assert lso(s.bootstrap) == 1
+    boot = ["--bootstrap-server", "{bootstrap}"]
+    runs = run_pair(
+        TRANSACTIONS,
+        [*boot, "abort", "--topic", topic, "--partition", "0", "--start-offset", "1"],
+        pair,
+    )
+    compare("tools.transactions.abort", runs)
+    compare("tools.transactions.abort", runs, stream="stderr")
+    for s in pair:
+        assert lso(s.bootstrap) == 3  # past the ABORT marker the tool wrote at offset 2
+    # The marker's timestamp is each server's clock: no line-by-line comparison here.
+    for run in run_pair(
+        TRANSACTIONS, [*boot, "describe-producers", "--topic", topic, "--partition", "0"], pair
+    ):
+        rows = [line.split() for line in run.stdout.splitlines()[1:] if line.strip()]
+        assert len(rows) == 2 and all(r[-1] == "None" for r in rows), run  # none open
