@@ -577,3 +577,44 @@ def test_join_group_on_streams_groups() -> None:
     assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
     assert G not in c.shard.streams.groups
     assert G not in c.replayed().streams.groups
+
+
+def test_offset_fetch_and_delete_on_a_streams_group() -> None:
+    from support.group_context import offset_delete
+
+    from protocol.messages.offset_fetch import (
+        OffsetFetchRequest,
+        OffsetFetchRequestGroup,
+        OffsetFetchResponse,
+    )
+
+    c = ctx()
+    hb(c, join("m1"))
+    assert c.commit(G, {("input", 0): 5}, member_id="m1", generation=2, version=9) == {
+        ("input", 0): ErrorCode.NO_ERROR
+    }
+
+    def fetch(member: str | None, epoch: int) -> int:
+        rctx = c.ctx(9)
+        req = OffsetFetchRequest(
+            groups=[
+                OffsetFetchRequestGroup(
+                    group_id=G, member_id=member, member_epoch=epoch, topics=None
+                )
+            ]
+        )
+        c.apply(c.shard.offset_fetch(rctx, req, c.now))
+        r = c.replies[rctx.reply_to]
+        assert isinstance(r, OffsetFetchResponse)
+        return int(r.groups[0].error_code)
+
+    assert fetch("m1", 2) == ErrorCode.NO_ERROR
+    assert fetch("m1", 1) == ErrorCode.STALE_MEMBER_EPOCH  # no older-epoch tolerance
+    assert fetch("nobody", 2) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert fetch(None, -1) == ErrorCode.NO_ERROR  # the admin's fetch
+    # A live group's source topics are in use; once Empty their offsets may go.
+    r = offset_delete(c, G, {"input": [0]})
+    assert r.topics[0].partitions[0].error_code == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+    hb(c, beat("m1", -1))
+    r = offset_delete(c, G, {"input": [0]})
+    assert r.error_code == 0 and r.topics[0].partitions[0].error_code == ErrorCode.NO_ERROR
