@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 from dataplane.test_plane import Node, batch, values_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.dataplane.producers import PartitionProducers
 from coordinator.dataplane.transactions import AbortedTxn, PartitionTxns, parse_marker
@@ -603,3 +605,61 @@ async def test_one_request_may_carry_one_transactional_producer(txnode: TxnNode)
     assert (await txn_produce(txnode, "t", 0, [b"a"], pid=1, seq=0)).error_code == 0
     r = await txnode.produce("t", 0, batch([b"plain"], pid=1, epoch=0, seq=1))
     assert r.error_code == ErrorCode.INVALID_TXN_STATE
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["data", "txn", "commit", "abort"]), st.integers(1, 4)),
+        max_size=40,
+    ),
+    st.data(),
+)
+@settings(max_examples=150, deadline=None)
+def test_lso_and_aborted_index_against_a_model(ops: list[tuple[str, int]], data: Any) -> None:
+    """Random histories of four producers: the LSO is the first offset of the earliest open
+    transaction (else the end), and a read_committed reader that drops what the aborted
+    list names from any fetch offset keeps exactly the committed and plain records."""
+    t = PartitionProducers()
+    offset = 0
+    open_at: dict[int, int] = {}
+    seq: dict[int, int] = {}
+    fate: dict[int, str] = {}  # offset -> "plain", "committed", "aborted", "open"
+    owner: dict[int, int] = {}
+    for op, pid in ops:
+        if op in ("data", "txn"):
+            txn = op == "txn" or pid in open_at
+            if t.check(pid, 0, seq.get(pid, 0), 0, txn).error:
+                continue
+            t.record(pid, 0, seq.get(pid, 0), offset, offset, 0, txn)
+            seq[pid] = seq.get(pid, 0) + 1
+            fate[offset] = "open" if txn else "plain"
+            owner[offset] = pid
+            if txn:
+                open_at.setdefault(pid, offset)
+        else:
+            t.record_marker(pid, 0, 0, op == "commit", offset, 0, 0)
+            fate[offset] = "marker"
+            owner[offset] = pid
+            for o, p in owner.items():
+                if p == pid and fate[o] == "open":
+                    fate[o] = "committed" if op == "commit" else "aborted"
+            open_at.pop(pid, None)
+        offset += 1
+        assert t.txns.last_stable_offset(offset, 0) == min(open_at.values(), default=offset)
+    end = t.txns.last_stable_offset(offset, 0)
+    start = data.draw(st.integers(0, max(end, 0)))
+    listed = {(a.producer_id, a.first_offset) for a in t.txns.aborted_between(start, end)}
+    dropping: set[int] = set()
+    kept = []
+    for o in range(start, end):
+        pid = owner.get(o, -1)
+        if any(p == pid and first <= o for p, first in listed):
+            dropping.add(pid)
+            listed = {(p, f) for p, f in listed if p != pid or f > o}
+        if fate[o] == "marker":
+            dropping.discard(pid)
+            continue
+        if fate[o] != "plain" and pid in dropping:
+            continue
+        kept.append(o)
+    assert kept == [o for o in range(start, end) if fate[o] in ("plain", "committed")]
