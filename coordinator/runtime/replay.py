@@ -14,8 +14,9 @@ does for such a record, in log order; any other record, and any key or value it 
 recognise as regular, goes through the shard's ``replay`` (which raises the same errors as
 before). A transactional batch -- a TxnOffsetCommit's offsets, or the control batch of a
 transaction marker -- goes whole to ``replay_txn`` with its producer id and epoch; while
-transactional offsets are pending, plain commits take the shard's path too (it orders
-them against the pending ones). The young-generation collector is paused while a chunk is applied: the objects a
+transactional offsets are pending, a plain commit or tombstone of a group holding some is
+also ordered against them (``note_commit``, ``drop_pending_txn``), as the shard's path does.
+The young-generation collector is paused while a chunk is applied: the objects a
 load builds are long-lived and not cyclic, and scanning them again and again as the heap
 grows cost a quarter of the load; it is enabled again before requests are served.
 """
@@ -108,7 +109,7 @@ def _replay_chunk(
             replay_txn(header.producer_id, header.producer_epoch, control, records)
             n += len(records)
             known.clear()
-        elif offsets is None or offsets.pending_txn_offsets:
+        elif offsets is None:
             for key, value in records:
                 if key is not None:
                     replay(key, value)
@@ -143,6 +144,9 @@ def _apply_commits(
     drops its entry, and any record left to the shard's ``replay`` empties it.
     """
     offsets = manager.offsets
+    # Groups with pending transactional offsets: their plain commits and tombstones are
+    # ordered against them (the manager's note_commit / drop_pending_txn), as replay does.
+    pending = manager.pending_txn_offsets
     find_group = manager.find_group
     create_group = manager.classic.get_or_create_group
     unpack_v3 = _V3_EMPTY.unpack
@@ -179,6 +183,10 @@ def _apply_commits(
                     if not by_group:
                         del offsets[gkey.decode()]
                         known.pop(gkey, None)
+                if pending:
+                    name = gkey.decode()
+                    if name in pending:
+                        manager.drop_pending_txn(name, tp)
                 continue
             if len(value) == 24 and value[0] == 0 and value[1] == 3:
                 _, offset, epoch, mlen, ts = unpack_v3(value)
@@ -193,6 +201,10 @@ def _apply_commits(
                     by_group = offsets[group] = {}
                 known[gkey] = by_group
             by_group[tp] = entry
+            if pending:
+                name = gkey.decode()
+                if name in pending:
+                    manager.note_commit(name, tp)
             continue
         replay(key, value)
         known.clear()

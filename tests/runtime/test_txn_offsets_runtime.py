@@ -19,7 +19,7 @@ from coordinator.runtime import GroupRuntime
 from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import offset_commit, offset_fetch, txn_offset_commit
+from protocol.messages import offset_commit, offset_delete, offset_fetch, txn_offset_commit
 from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitRequestPartition,
@@ -452,3 +452,22 @@ async def test_a_marker_stays_while_its_transaction_has_records(tmp_path: Path) 
     assert fetched(rt2, "g") == 3 and fetched(rt2, "kept") == -1
     await flusher2.stop()
     logs2.close_all()
+
+
+async def test_a_tombstone_after_a_pending_offset_still_clears_it_after_replay() -> None:
+    rt, logs = await runtime()
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
+    await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
+    delete = offset_delete.Request(
+        group_id="g",
+        topics=[
+            offset_delete.OffsetDeleteRequestTopic(
+                "t", [offset_delete.OffsetDeleteRequestPartition(0)]
+            )
+        ],
+    )
+    assert (await call(rt, offset_delete.API_KEY, 0, delete)).error_code == 0
+    rt2, _ = await runtime(logs.reopen())
+    assert not rt2.shard.pending_txn_offsets  # the tombstone took the pending offset too
+    assert await rt2.complete_transaction(rt2.shard.partition_of("g"), 7, 0, 0, True) == 0
+    assert fetched(rt2, "g") == -1  # the COMMIT marker brings nothing back
