@@ -385,23 +385,10 @@ class LogCleaner:
         if new_horizon is not None and horizon is None:
             # KIP-534: the base timestamp becomes the horizon, deltas shift so
             # every record keeps its own timestamp.
-            shift = base_ts - new_horizon
-            kept = [
-                Record(r.offset_delta, r.timestamp_delta + shift, r.key, r.value, r.headers)
-                for r in kept
-            ]
+            kept = _shifted(kept, base_ts - new_horizon)
             base_ts = new_horizon
             attrs |= ATTR_DELETE_HORIZON
-        return encode_batch(
-            h.base_offset,
-            kept,
-            timestamp_ms=base_ts,
-            producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence,
-            partition_leader_epoch=h.partition_leader_epoch,
-            attributes=attrs,
-        )
+        return _rebuilt(h, kept, base_ts, attrs)
 
     def _filter_marker(self, p: _Pass, h: BatchHeader, data: bytes) -> bytes | None:
         """A control batch: kept while its transaction kept a record; alone, it gets a
@@ -418,21 +405,9 @@ class LogCleaner:
             return data
         horizon = p.now + self.log.config.delete_retention_ms
         p.min_horizon = min(p.min_horizon, horizon)
-        shift = h.base_timestamp - horizon
-        records = [
-            Record(r.offset_delta, r.timestamp_delta + shift, r.key, r.value, r.headers)
-            for r in decode_records(data)
-        ]
-        return encode_batch(
-            h.base_offset,
-            records,
-            timestamp_ms=horizon,
-            producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence,
-            partition_leader_epoch=h.partition_leader_epoch,
-            attributes=(h.attributes & ~ATTR_COMPRESSION_MASK) | ATTR_DELETE_HORIZON,
-        )
+        records = _shifted(decode_records(data), h.base_timestamp - horizon)
+        attrs = (h.attributes & ~ATTR_COMPRESSION_MASK) | ATTR_DELETE_HORIZON
+        return _rebuilt(h, records, horizon, attrs)
 
     # ------------------------------------------------------------ swap
 
@@ -485,6 +460,29 @@ class LogCleaner:
         if self.log.journal is not None:
             # A remote journal (PostgreSQL) replaces its copy below end_offset by ours.
             self.log.journal.compacted(self.log, p.end_offset)
+
+
+def _shifted(records: list[Record], shift: int) -> list[Record]:
+    """``records`` with timestamp deltas moved by ``shift``: each keeps its timestamp when
+    the base timestamp becomes the delete horizon (KIP-534)."""
+    return [
+        Record(r.offset_delta, r.timestamp_delta + shift, r.key, r.value, r.headers)
+        for r in records
+    ]
+
+
+def _rebuilt(h: BatchHeader, records: list[Record], base_ts: int, attributes: int) -> bytes:
+    """A batch rewritten at its offsets with its producer fields (uncompressed)."""
+    return encode_batch(
+        h.base_offset,
+        records,
+        timestamp_ms=base_ts,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        partition_leader_epoch=h.partition_leader_epoch,
+        attributes=attributes,
+    )
 
 
 # Kafka's control record key: (version, type); type 1 is COMMIT, 0 ABORT.
