@@ -174,6 +174,11 @@ class TxnLog:
         self.verify: VerifyFn | None = None
         self.complete_transaction: CompleteFn | None = None
         self.noted: weakref.WeakSet[PartitionLog] = weakref.WeakSet()
+        # Logs read here that the group runtime writes: (producer state, replayed up to,
+        # the log's cut_backs then).
+        self.followed: weakref.WeakKeyDictionary[
+            PartitionLog, tuple[PartitionProducers, int, int]
+        ] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------ produce and fetch
 
@@ -182,14 +187,35 @@ class TxnLog:
         replaced when the log is cut back or changes hands)."""
 
         def txns() -> PartitionTxns | None:
-            table = self.plane.producers.get(plog) if plog is not None else None
+            table = None if plog is None else self.table_of(plog)
             return None if table is None else table.txns
 
         return txns
 
     def last_stable_offset(self, plog: PartitionLog) -> int:
-        table = self.plane.producers.get(plog)
+        table = self.table_of(plog)
         return last_stable_offset(plog, None if table is None else table.txns)
+
+    def table_of(self, plog: PartitionLog) -> PartitionProducers | None:
+        """A readable log's producer state: a data partition's own table, or, for a log
+        the group runtime writes (``__consumer_offsets``: its transactional offset commits
+        and their markers), one that follows it, replaying what was appended since the
+        last read (from scratch after a cut-back)."""
+        table = self.plane.producers.get(plog)
+        if table is not None or plog.dir.name.rpartition("-")[0] != OFFSETS_TOPIC:
+            return table  # a data log without a table is not served (being released)
+        followed = self.followed.get(plog)
+        if followed is None or followed[2] != plog.cut_backs:
+            followed = (PartitionProducers(), plog.log_start_offset, plog.cut_backs)
+        table, offset, generation = followed
+        if offset < plog.log_end_offset:
+            now = self.plane.clock()
+            for h, batch in plog.iter_batches(offset):
+                if h.producer_id >= 0:
+                    table.replay(h, batch, now)
+                offset = h.next_offset
+        self.followed[plog] = (table, offset, generation)
+        return table
 
     def fetchable_end(self, plog: PartitionLog, isolation_level: int) -> int | None:
         """Where ListOffsets answers stop: the LSO for read_committed, else the default."""

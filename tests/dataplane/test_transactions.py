@@ -663,3 +663,36 @@ def test_lso_and_aborted_index_against_a_model(ops: list[tuple[str, int]], data:
             continue
         kept.append(o)
     assert kept == [o for o in range(start, end) if fate[o] in ("plain", "committed")]
+
+
+async def test_the_offsets_log_is_followed_for_its_lso(node_engine: str, tmp_path: Path) -> None:
+    """__consumer_offsets is written by the group runtime (transactional offset commits and
+    their markers), not through the data plane's producer tables: a read_committed reader
+    of it still stops at its first open transaction, followed by replaying what was
+    appended since the last read."""
+    from coordinator.dataplane.transactions import marker_batch
+
+    n = Node(tmp_path / "data", engine=node_engine)
+    try:
+        plog = n.logs.get_or_create("__consumer_offsets", 0)
+        plog.append(batch([b"plain"], pid=-1))
+        plog.append(batch([b"pending"], pid=5, epoch=0, seq=0, attributes=TXN))
+        plog.append(batch([b"plain"], pid=-1))
+        plog.flush()
+        assert plog not in n.dp.producers
+        assert n.dp.txn.last_stable_offset(plog) == 1
+        plog.append(marker_batch(5, 0, 0, False, 0))
+        plog.flush()
+        assert n.dp.txn.last_stable_offset(plog) == 4  # caught up: the abort closed it
+        txns = n.dp.txn.txns_of(plog)()
+        assert txns is not None and txns.aborted == [AbortedTxn(5, 1, 3, 4)]
+        data_log = n.logs.get_or_create("other", 0)
+        assert n.dp.txn.txns_of(data_log)() is None  # a data log without a table: none
+    finally:
+        await n.close()
+
+
+@pytest.fixture(params=["memory", "local"])
+def node_engine(request: pytest.FixtureRequest) -> str:
+    engine: str = request.param
+    return engine
