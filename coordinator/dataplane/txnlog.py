@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from coordinator.catalog import TopicCatalog, TopicInfo
+from coordinator.dataplane.offsets_topic import OffsetsTopic
 from coordinator.dataplane.producers import PartitionProducers, note_transactional
 from coordinator.dataplane.reads import READ_COMMITTED, last_stable_offset
 from coordinator.dataplane.transactions import PartitionTxns, VerificationGuard, marker_batch
@@ -148,6 +149,7 @@ class Plane(Protocol):
 
     catalog: TopicCatalog
     flusher: Durability
+    offsets_topic: OffsetsTopic | None
     clock: Callable[[], int]
     producers: dict[PartitionLog, PartitionProducers]
 
@@ -479,10 +481,14 @@ class TxnLog:
             tr = TopicResponse(name=t.name)
             topics.append(tr)
             info = plane.catalog.get(t.name)
+            offsets = plane.offsets_topic
+            offsets_info = None if offsets is None else offsets.info
+            if offsets is not None and offsets.names(t.name, None):
+                info = offsets_info  # the group runtime's transactional offset commits
             for index in t.partition_indexes:
                 pr = PartitionResponse(partition_index=index)
                 tr.partitions.append(pr)
-                if info is None or info.is_internal:
+                if info is None or (info.is_internal and info is not offsets_info):
                     pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     pr.error_message = "This server does not host this topic-partition."
                     continue
@@ -490,7 +496,7 @@ class TxnLog:
                 if plog is None:
                     pr.error_code = code
                     continue
-                table = plane.table_for(plog)
+                table = self.table_of(plog) or plane.table_for(plog)
                 pr.active_producers = [
                     ProducerState(
                         producer_id=e.producer_id,

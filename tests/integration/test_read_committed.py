@@ -143,3 +143,41 @@ def test_open_transaction_pins_the_lso_for_everyone(kgc: KgcProcess) -> None:
     assert latest(kgc.bootstrap, "pin", 0, committed=True) == 23  # past the COMMIT marker
     values = read_to_end(kgc.bootstrap, "pin", 1, committed=True)
     assert values == [b"before", b"in-txn", *(b"after-%d" % i for i in range(20))]
+
+
+def test_pending_offsets_pin_the_offsets_partition_for_read_committed(kgc: KgcProcess) -> None:
+    """send_offsets_to_transaction writes a transactional batch into the group's
+    __consumer_offsets partition: until the commit, DescribeProducers shows its open
+    transaction there and ListOffsets LATEST under read_committed stops before it."""
+    from coordinator.txn.coordinator import partition_for_transactional_id
+
+    group = "rc-offsets-group"
+    offsets_partition = partition_for_transactional_id(group, 50)  # Kafka's group hash too
+    create_topic(kgc.bootstrap, "rc-in", 1)
+    consumer = Consumer({"bootstrap.servers": kgc.bootstrap, "group.id": group})
+    t = txn_producer(kgc.bootstrap, "rc-offsets-writer")
+    t.begin_transaction()
+    t.produce("rc-in", value=b"x", partition=0)
+    t.send_offsets_to_transaction(
+        [TopicPartition("rc-in", 0, 1)], consumer.consumer_group_metadata(), TIMEOUT_S
+    )
+    before = latest(kgc.bootstrap, "__consumer_offsets", offsets_partition, committed=False)
+    assert latest(kgc.bootstrap, "__consumer_offsets", offsets_partition, committed=True) < before
+    with Connection.to(kgc.bootstrap) as conn:
+        _, resp = conn.request(
+            describe_producers.API_KEY,
+            describe_producers.Request(
+                topics=[
+                    describe_producers.TopicRequest(
+                        name="__consumer_offsets", partition_indexes=[offsets_partition]
+                    )
+                ]
+            ),
+        )
+    part = resp.topics[0].partitions[0]
+    assert part.error_code == 0
+    assert [s.current_txn_start_offset >= 0 for s in part.active_producers] == [True]
+    t.commit_transaction(TIMEOUT_S)
+    after = latest(kgc.bootstrap, "__consumer_offsets", offsets_partition, committed=False)
+    assert latest(kgc.bootstrap, "__consumer_offsets", offsets_partition, committed=True) == after
+    consumer.close()
