@@ -15,7 +15,10 @@ moving tasks revoke-before-assign as instances join. The scenario:
    stay exact with more input;
    Kafka's kafka-streams-groups tool lists the group (Stable) and describes its members;
 3. kgc is killed (SIGKILL) and started again on the same data: the group is still listed
-   (type streams) and the instances keep counting exactly, without a new internal topic.
+   (type streams) and the instances keep counting exactly, without a new internal topic;
+4. every instance closes and leaves, the group turns Empty, and Kafka's tool resets the
+   input offsets to the earliest (a dry run changes nothing, the execute commits as admin:
+   no member, epoch -1) and deletes the group (DeleteGroups), its offsets gone with it.
 
 Where it waits, it waits on the printed lines or on the output, never on bare sleeps.
 """
@@ -87,6 +90,10 @@ class App:
         active, standby = last.split(";")
         return set(active.split(",")) - {""}, set(standby.split(",")) - {""}
 
+    def said(self, line: str) -> bool:
+        with self.lock:
+            return line in self.lines
+
     def errors(self) -> list[str]:
         with self.lock:
             return [line for line in self.lines if line.startswith("error ")]
@@ -119,6 +126,32 @@ def tool(bootstrap: str, *args: str) -> str:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def committed(bootstrap: str, group: str, topic: str) -> list[int]:
+    """The group's committed offsets of ``topic`` (an admin OffsetFetch: no member)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 10)
+    finally:
+        consumer.close()
+    return [tp.offset for tp in got]
+
+
+def admin_end(bootstrap: str, topic: str, partition: int) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1])
+    finally:
+        consumer.close()
+
+
+def group_states(bootstrap: str) -> dict[str, str]:
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return {g["group_id"]: g["group_state"] for g in kp.list_groups()}
+    finally:
+        kp.close()
 
 
 def produce(bootstrap: str, words: dict[str, int]) -> None:
@@ -264,3 +297,26 @@ def test_word_count_scaling_and_coordinator_restart(
     ]
     meta = admin.list_topics(timeout=10).topics
     assert sorted(t for t in meta if t.startswith(name)) == sorted([repartition, changelog])
+
+    # 4. Every instance closes and leaves: the group is Empty, and Kafka's tool resets its
+    # offsets (OffsetCommit as admin: no member, epoch -1) and then deletes it (DeleteGroups).
+    for n in (1, 2, 3):
+        app.send(f"stop {n}")
+    wait_until(
+        "every instance closed", lambda: all(app.said(f"closed {n}") for n in (1, 2, 3)), app
+    )
+    wait_until("the group is Empty", lambda: group_states(bootstrap).get(name) == "Empty", app)
+    ends = [admin_end(bootstrap, "in", p) for p in range(PARTITIONS)]
+    assert committed(bootstrap, name, "in") == ends
+    reset = ["--reset-offsets", "--group", name, "--input-topic", "in", "--to-earliest"]
+    planned = {(name, "in", str(p), "0") for p in range(PARTITIONS)}
+    dry = tool(bootstrap, *reset, "--dry-run")
+    assert {tuple(row.split()) for row in dry.splitlines()[1:] if row.strip()} == planned, dry
+    assert committed(bootstrap, name, "in") == ends, "a dry run changed the offsets"
+    done = tool(bootstrap, *reset, "--execute")
+    assert {tuple(row.split()) for row in done.splitlines()[1:] if row.strip()} == planned, done
+    assert committed(bootstrap, name, "in") == [0] * PARTITIONS
+    deleted = tool(bootstrap, "--delete", "--group", name)
+    assert f"Deletion of requested streams groups ('{name}') was successful." in deleted
+    assert name not in group_states(bootstrap)
+    assert committed(bootstrap, name, "in") == [-1001] * PARTITIONS
