@@ -1,14 +1,18 @@
-"""GROUP configs (KIP-848): a consumer group's own session timeout and heartbeat interval.
+"""GROUP configs (KIP-848, KIP-932, KIP-1071): a consumer, share or streams group's own settings.
 
 How this works
 --------------
-Kafka 4.x lets an operator give one consumer group its own ``consumer.session.timeout.ms``
-and ``consumer.heartbeat.interval.ms`` (IncrementalAlterConfigs on a GROUP resource),
-within the broker's ``group.consumer.min/max.*`` bounds. ``validate`` is Kafka's
-``GroupConfig.validate`` for them, with its messages: an unknown name, a value that does
-not parse, or one outside the broker's bounds is ``InvalidConfigError`` (INVALID_CONFIG),
-and nothing is stored. Kafka's ``share.*`` group configs are refused by name: kgc has no
-share groups.
+Kafka 4.x lets an operator give one group its own settings (IncrementalAlterConfigs on a
+GROUP resource): a consumer group's ``consumer.session.timeout.ms`` and
+``consumer.heartbeat.interval.ms``; a share group's ``share.session.timeout.ms``,
+``share.heartbeat.interval.ms``, ``share.record.lock.duration.ms``,
+``share.delivery.count.limit``, ``share.auto.offset.reset`` and ``share.isolation.level``;
+a streams group's ``streams.*``; the numbers within the broker's min/max bounds.
+``validate`` is Kafka's ``GroupConfig.validate`` for them, with its messages: an unknown
+name, a value that does not parse, or one outside the broker's bounds is
+``InvalidConfigError`` (INVALID_CONFIG), and nothing is stored. Kafka's group configs kgc
+does not honour (the assignment batching, share.partition.max.record.locks, RENEW's switch,
+the dead-letter queue's) are refused by name.
 
 The store keeps every group's configs durably: embedded, ``group_configs.json`` in the data
 directory, rewritten whole and atomically on each change (like the topic catalog); in
@@ -16,7 +20,9 @@ cluster mode, the ``kgc_group_config`` table, each change bumping the cluster's 
 version so every node reloads it (``node/pg_stores.PgGroupConfigs.refresh``). After
 every change the store tells ``on_change`` the resolved (session timeout, heartbeat
 interval) of every configured group; the consumer-group core reads them on each heartbeat
-(``ConsumerGroupManager.group_configs``).
+(``ConsumerGroupManager.group_configs``), and ``on_share_change`` the share groups' pair
+(``ShareGroupManager.group_configs``). The share-partition leader reads the others by name
+(``get``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +47,7 @@ __all__ = [
     "LocalGroupConfigs",
     "StoredGroupConfigs",
     "resolved",
+    "resolved_share",
     "streams_overrides",
     "validate",
 ]
@@ -54,6 +62,12 @@ STREAMS_HEARTBEAT = "streams.heartbeat.interval.ms"
 STREAMS_STANDBYS = "streams.num.standby.replicas"
 STREAMS_INITIAL_DELAY = "streams.initial.rebalance.delay.ms"
 STREAMS_CONFIGS = (STREAMS_SESSION, STREAMS_HEARTBEAT, STREAMS_STANDBYS, STREAMS_INITIAL_DELAY)
+SHARE_SESSION = "share.session.timeout.ms"
+SHARE_HEARTBEAT = "share.heartbeat.interval.ms"
+SHARE_LOCK = "share.record.lock.duration.ms"
+SHARE_DELIVERY_LIMIT = "share.delivery.count.limit"
+SHARE_RESET = "share.auto.offset.reset"
+SHARE_ISOLATION = "share.isolation.level"
 
 # Kafka's GroupConfig definitions kgc honours (the defaults come from the broker's
 # group.consumer.* settings, as GroupConfig.fromProps takes them).
@@ -113,16 +127,82 @@ GROUP_CONFIGS: dict[str, TopicConfigDef] = {
             synonyms=("group.streams.initial.rebalance.delay.ms",),
             doc="How long a new streams group waits for more members before its first assignment.",
         ),
+        TopicConfigDef(
+            SHARE_SESSION,
+            "INT",
+            "45000",
+            at_least=1,
+            synonyms=("group.share.session.timeout.ms",),
+            doc="Session timeout of this share group's members, "
+            "within group.share.min/max.session.timeout.ms.",
+        ),
+        TopicConfigDef(
+            SHARE_HEARTBEAT,
+            "INT",
+            "5000",
+            at_least=1,
+            synonyms=("group.share.heartbeat.interval.ms",),
+            doc="Heartbeat interval of this share group's members, "
+            "within group.share.min/max.heartbeat.interval.ms.",
+        ),
+        TopicConfigDef(
+            SHARE_LOCK,
+            "INT",
+            "30000",
+            at_least=1000,
+            synonyms=("group.share.record.lock.duration.ms",),
+            doc="How long a share consumer holds the records it acquired, "
+            "within group.share.min/max.record.lock.duration.ms.",
+        ),
+        TopicConfigDef(
+            SHARE_DELIVERY_LIMIT,
+            "INT",
+            "5",
+            at_least=2,
+            synonyms=("group.share.delivery.count.limit",),
+            doc="Deliveries of a record to this share group before it is archived, "
+            "within group.share.min/max.delivery.count.limit.",
+        ),
+        TopicConfigDef(
+            SHARE_RESET,
+            "STRING",
+            "latest",
+            doc="Where a share-partition starts when the group first reads it: earliest, "
+            "latest, or by_duration:<ISO-8601 duration> before now.",
+        ),
+        TopicConfigDef(
+            SHARE_ISOLATION,
+            "STRING",
+            "read_uncommitted",
+            one_of=("read_committed", "read_uncommitted"),
+            doc="Whether this share group is given records of transactions not (yet) "
+            "committed: read_uncommitted, or read_committed.",
+        ),
     )
 }
-# Kafka's share-group configs: kgc has no share groups, so they are refused by name.
+# Kafka's group configs kgc does not honour: refused by name.
 UNSUPPORTED = frozenset(
-    {"share.session.timeout.ms", "share.heartbeat.interval.ms", "share.record.lock.duration.ms"}
+    {
+        "consumer.assignment.interval.ms",
+        "consumer.assignor.offload.enable",
+        "share.assignment.interval.ms",
+        "share.partition.max.record.locks",
+        "share.renew.acknowledge.enable",
+        "errors.deadletterqueue.topic.name",
+        "errors.deadletterqueue.copy.record.enable",
+    }
+)
+# Java's Duration.parse forms (PnDTnHnMn.nS), as share.auto.offset.reset's validator takes them.
+_DURATION = re.compile(
+    r"[-+]?P(?:[-+]?[0-9]+D)?(?:T(?:[-+]?[0-9]+H)?(?:[-+]?[0-9]+M)?"
+    r"(?:[-+]?[0-9]+(?:[.,][0-9]{0,9})?S)?)?",
+    re.IGNORECASE,
 )
 
 
 def defaults(settings: Settings) -> dict[str, int]:
-    """The broker's values (GroupCoordinatorConfig.extractConsumerGroupConfigMap)."""
+    """The broker's values of the numeric group configs (GroupCoordinatorConfig's
+    extractConsumerGroupConfigMap, extractShareGroupConfigMap...)."""
     return {
         SESSION: settings.group_consumer_session_timeout_ms,
         HEARTBEAT: settings.group_consumer_heartbeat_interval_ms,
@@ -130,6 +210,10 @@ def defaults(settings: Settings) -> dict[str, int]:
         STREAMS_HEARTBEAT: settings.group_streams_heartbeat_interval_ms,
         STREAMS_STANDBYS: settings.group_streams_num_standby_replicas,
         STREAMS_INITIAL_DELAY: settings.group_streams_initial_rebalance_delay_ms,
+        SHARE_SESSION: settings.group_share_session_timeout_ms,
+        SHARE_HEARTBEAT: settings.group_share_heartbeat_interval_ms,
+        SHARE_LOCK: settings.group_share_record_lock_duration_ms,
+        SHARE_DELIVERY_LIMIT: settings.group_share_delivery_count_limit,
     }
 
 
@@ -148,9 +232,15 @@ def validate(settings: Settings, configs: dict[str, str | None]) -> dict[str, in
     for name, d in GROUP_CONFIGS.items():
         raw = configs.get(name)
         if raw is not None:
+            if name == SHARE_RESET and not _valid_reset(raw.strip()):
+                raise InvalidConfigError(
+                    f"Invalid value {raw} for configuration {name}: Invalid value `{raw}` for "
+                    f"configuration {name}. The value must be either 'earliest', 'latest' or "
+                    "of the format 'by_duration:<PnDTnHnMn.nS>'."
+                )
             parsed = d.parse(raw)
-            assert isinstance(parsed, int)
-            values[name] = parsed
+            if isinstance(parsed, int):
+                values[name] = parsed
     heartbeat, session = values[HEARTBEAT], values[SESSION]
     s = settings
     # Kafka 4.4's GroupConfig.validateIntRange: the broker's bounds, named.
@@ -170,6 +260,7 @@ def validate(settings: Settings, configs: dict[str, str | None]) -> dict[str, in
         ),
         (session <= heartbeat, f"{SESSION} must be greater than {HEARTBEAT}"),
         *_streams_checks(settings, values, configs),
+        *_share_checks(settings, values),
     )
     for failed, message in checks:
         if failed:
@@ -224,10 +315,65 @@ def streams_overrides(configs: dict[str, str]) -> dict[str, int]:
     return out
 
 
+def _valid_reset(raw: str) -> bool:
+    """ShareGroupAutoOffsetResetStrategy.fromString's checks, case-sensitive."""
+    if raw in ("earliest", "latest"):
+        return True
+    if not raw.startswith("by_duration:"):
+        return False
+    duration = raw[len("by_duration:") :]
+    return (
+        bool(_DURATION.fullmatch(duration))
+        and any(c.isdigit() for c in duration)  # Java wants at least one section
+        and not duration.upper().endswith("T")
+        and not duration.startswith("-")  # Kafka refuses a negative duration
+    )
+
+
+def _share_checks(s: Settings, values: dict[str, int]) -> list[tuple[bool, str]]:
+    """Kafka 4.4's GroupConfig.validate for the share group configs: each number within
+    the broker's bounds, named."""
+    out: list[tuple[bool, str]] = []
+    for name, lo, hi in (
+        (
+            SHARE_HEARTBEAT,
+            s.group_share_min_heartbeat_interval_ms,
+            s.group_share_max_heartbeat_interval_ms,
+        ),
+        (SHARE_SESSION, s.group_share_min_session_timeout_ms, s.group_share_max_session_timeout_ms),
+        (
+            SHARE_LOCK,
+            s.group_share_min_record_lock_duration_ms,
+            s.group_share_max_record_lock_duration_ms,
+        ),
+        (
+            SHARE_DELIVERY_LIMIT,
+            s.group_share_min_delivery_count_limit,
+            s.group_share_max_delivery_count_limit,
+        ),
+    ):
+        out.append(
+            (not lo <= values[name] <= hi, f"{name} must be in the range {lo} to {hi} inclusive.")
+        )
+    out.append(
+        (
+            values[SHARE_SESSION] <= values[SHARE_HEARTBEAT],
+            f"{SHARE_SESSION} must be greater than {SHARE_HEARTBEAT}",
+        )
+    )
+    return out
+
+
 def resolved(settings: Settings, configs: dict[str, str]) -> tuple[int, int]:
-    """(session timeout, heartbeat interval) of a group with these (stored) configs."""
+    """(session timeout, heartbeat interval) of a consumer group with these (stored) configs."""
     v = validate(settings, dict(configs))
     return v[SESSION], v[HEARTBEAT]
+
+
+def resolved_share(settings: Settings, configs: dict[str, str]) -> tuple[int, int]:
+    """(session timeout, heartbeat interval) of a share group with these (stored) configs."""
+    v = validate(settings, dict(configs))
+    return v[SHARE_SESSION], v[SHARE_HEARTBEAT]
 
 
 def effective(settings: Settings, configs: dict[str, str]) -> dict[str, str]:
@@ -236,7 +382,9 @@ def effective(settings: Settings, configs: dict[str, str]) -> dict[str, str]:
     out = {}
     for name, d in GROUP_CONFIGS.items():
         raw = configs.get(name)
-        out[name] = to_string(d, d.parse(raw)) if raw is not None else str(base[name])
+        out[name] = (
+            to_string(d, d.parse(raw)) if raw is not None else str(base.get(name, d.default))
+        )
     return out
 
 
@@ -250,6 +398,7 @@ class StoredGroupConfigs:
         self.settings = settings
         self.configs: dict[str, dict[str, str]] = {}
         self.on_change: list[OnChange] = []
+        self.on_share_change: list[OnChange] = []
 
     def get(self, group: str) -> dict[str, str]:
         return dict(self.configs.get(group, {}))
@@ -257,15 +406,19 @@ class StoredGroupConfigs:
     def _install(self, configs: dict[str, dict[str, str]]) -> None:
         self.configs = {g: c for g, c in configs.items() if c}
         timeouts: dict[str, tuple[int, int]] = {}
+        share_timeouts: dict[str, tuple[int, int]] = {}
         for group, c in self.configs.items():
             try:
                 timeouts[group] = resolved(self.settings, c)
+                share_timeouts[group] = resolved_share(self.settings, c)
             except InvalidConfigError as e:
                 # Stored under other broker bounds (a restart with new group.consumer.*):
                 # the group falls back to the broker's defaults, as it could not be set now.
                 log.error("group '%s' configs %s no longer valid, not applied: %s", group, c, e)
         for callback in self.on_change:
             callback(timeouts)
+        for callback in self.on_share_change:
+            callback(share_timeouts)
 
 
 class LocalGroupConfigs(StoredGroupConfigs):

@@ -83,6 +83,8 @@ class GroupConfigStore(Protocol):
     configs: dict[str, dict[str, str]]  # group -> its configs as set
     # Told each group's (session timeout, heartbeat interval) after every change.
     on_change: list[Callable[[dict[str, tuple[int, int]]], None]]
+    # The same for share groups (share.session.timeout.ms, share.heartbeat.interval.ms).
+    on_share_change: list[Callable[[dict[str, tuple[int, int]]], None]]
 
     def get(self, group: str) -> dict[str, str]: ...
 

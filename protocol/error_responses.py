@@ -65,6 +65,8 @@ from protocol.messages import (
     sasl_handshake,
     share_acknowledge,
     share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     streams_group_describe,
     streams_group_heartbeat,
     sync_group,
@@ -179,6 +181,14 @@ def _streams_group_describe(version: int, req: Any, code: ErrorCode) -> Any:
         groups=[
             streams_group_describe.DescribedGroup(error_code=code, group_id=g)
             for g in req.group_ids
+        ]
+    )
+
+
+def _share_group_describe(version: int, req: Any, code: ErrorCode) -> Any:
+    return share_group_describe.Response(
+        groups=[
+            share_group_describe.DescribedGroup(error_code=code, group_id=g) for g in req.group_ids
         ]
     )
 
@@ -525,6 +535,8 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
         )
     ),
     describe_group_history.API_KEY: _top_level(describe_group_history.Response),
+    share_group_heartbeat.API_KEY: _top_level(share_group_heartbeat.Response),
+    share_group_describe.API_KEY: _share_group_describe,
 }
 
 # The APIs the group coordinator answers: the ones the SASL gate answers in their own shape.
@@ -546,5 +558,7 @@ COORDINATOR_KEYS = frozenset(
         streams_group_heartbeat.API_KEY,
         streams_group_describe.API_KEY,
         describe_group_history.API_KEY,
+        share_group_heartbeat.API_KEY,
+        share_group_describe.API_KEY,
     )
 )

@@ -11,8 +11,8 @@ and one pre-bound call per request. Adding an API is one entry here and one hand
 The ranges are Kafka 4.x's, cut where kgc deliberately stops (topic-id-based versions,
 OffsetCommit/OffsetFetch v10 among them, are served because Metadata reports topic ids).
 ConsumerGroupHeartbeat and ConsumerGroupDescribe serve KIP-848 consumer groups beside the
-classic APIs. The group, offset and data-plane APIs (and CreateTopics/DeleteTopics) also
-serve the versions Kafka 4 dropped (KIP-896) from Kafka 3.9's first one, so clients from
+classic APIs, ShareGroupHeartbeat and ShareGroupDescribe KIP-932 share groups. The group,
+offset and data-plane APIs (and CreateTopics/DeleteTopics) also serve the versions Kafka 4 dropped (KIP-896) from Kafka 3.9's first one, so clients from
 before Kafka 0.11 work.
 
 The families: ``groups.py`` (the group coordinator's 13 APIs), ``data.py`` (Produce, Fetch,
@@ -88,6 +88,8 @@ from protocol.messages import (
     sasl_handshake,
     share_acknowledge,
     share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     streams_group_describe,
     streams_group_heartbeat,
     sync_group,
@@ -279,7 +281,7 @@ API_TABLE: dict[int, Api] = {
     ),
     delete_groups.API_KEY: Api(
         (0, 3),
-        _shard(lambda s: s.delete_groups),
+        groups.delete_groups_handler,
         checked(groups.authorize_delete_groups),
         ("DELETE GROUP",),
     ),
@@ -316,6 +318,19 @@ API_TABLE: dict[int, Api] = {
         (0, 1),
         _shard(lambda s: s.streams_group_describe),
         checked(streams.authorize_streams_group_describe),
+        ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
+    ),
+    # Share groups (KIP-932): Kafka 4.x serves v1 only (v0 was 4.0's early access).
+    share_group_heartbeat.API_KEY: Api(
+        (1, 1),
+        groups.share_group_heartbeat_handler,
+        checked(groups.authorize_share_group_heartbeat),
+        ("READ GROUP", "DESCRIBE TOPIC"),
+    ),
+    share_group_describe.API_KEY: Api(
+        (1, 1),
+        _shard(lambda s: s.share_group_describe),
+        checked(groups.authorize_share_group_describe),
         ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
     ),
     describe_user_scram_credentials.API_KEY: Api(

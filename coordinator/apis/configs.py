@@ -20,7 +20,8 @@ Resources, by Kafka's ConfigResource type:
 * **BROKER_LOGGER (8)**: Python's loggers with Kafka's level names; IncrementalAlterConfigs
   SET/DELETE changes a level at run time (not persisted, as in Kafka).
 * **GROUP (32)**: a consumer group's ``consumer.session.timeout.ms`` and
-  ``consumer.heartbeat.interval.ms`` (``coordinator/group_configs.py``).
+  ``consumer.heartbeat.interval.ms``, a share group's ``share.*`` settings
+  (``coordinator/group_configs.py``).
 
 Synonyms (v1+ ``include_synonyms``) follow Kafka's ConfigHelper: the resource's own entry,
 then the broker settings of the config's name family (``log.retention.ms``,
@@ -214,8 +215,12 @@ class ConfigAdmin:
                     continue  # logged by the store; the broker's values apply
             runtime.shard.streams.group_configs = streams
 
+        def share_groups_reconfigured(timeouts: dict[str, tuple[int, int]]) -> None:
+            runtime.shard.share.group_configs = timeouts
+
         catalog.on_configs.append(topics_reconfigured)
         groups.on_change.append(groups_reconfigured)
+        groups.on_share_change.append(share_groups_reconfigured)
         await groups.load()
         return cls(
             settings,
@@ -482,15 +487,21 @@ class ConfigAdmin:
             value = values[config]
             source = GROUP_CONFIG if config in own else DEFAULT_CONFIG
             # Kafka's synonyms: the group's own value (once set), then the broker setting
-            # that gives the default, group.<name>.
-            default_name = f"group.{config}"
+            # that gives the default, group.<name> (a config without one names itself).
+            if d.synonyms:
+                default_name = d.synonyms[0]
+                defaults = config_synonyms(default_name, [default_name], False, broker)
+            else:
+                defaults = [
+                    DescribeConfigsSynonym(name=config, value=d.default, source=DEFAULT_CONFIG)
+                ]
             all_synonyms = [
                 *(
                     [DescribeConfigsSynonym(name=config, value=value, source=GROUP_CONFIG)]
                     if config in own
                     else []
                 ),
-                *config_synonyms(default_name, [default_name], False, broker),
+                *defaults,
             ]
             out.append(
                 DescribeConfigsResourceResult(

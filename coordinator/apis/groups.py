@@ -23,7 +23,7 @@ from coordinator.group.shard import GroupShard
 from coordinator.group.types import Result
 from coordinator.runtime import txn_commit
 from coordinator.security.acl import AclOperation, ResourceType
-from coordinator.server.handler import ClientInfo, Handler, HandlerResult
+from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import (
@@ -34,9 +34,12 @@ from protocol.messages import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
     txn_offset_commit,
 )
+from storage.interface import kafka_uuid
 
 _O = AclOperation
 _R = ResourceType
@@ -61,6 +64,81 @@ def txn_offset_commit_handler(parts: Parts) -> Handler:
     """TxnOffsetCommit: verified with the transaction coordinator, then the shard
     (runtime/txn_commit.py)."""
     return functools.partial(txn_commit.txn_offset_commit, need(parts.groups, "groups"))
+
+
+def share_group_heartbeat_handler(parts: Parts) -> Handler:
+    """ShareGroupHeartbeat: the API layer's check of the member id, then the shard."""
+    return functools.partial(
+        _share_group_heartbeat_checked, on_shard(lambda s: s.share_group_heartbeat)(parts)
+    )
+
+
+def _valid_share_member_id(member_id: str | None) -> bool:
+    """KafkaApis.isMemberIdValid: set, and at most 36 characters."""
+    return bool(member_id) and len(member_id or "") <= 36
+
+
+def _share_group_heartbeat_checked(
+    inner: Handler, header: RequestHeader, body: Any, client: ClientInfo
+) -> HandlerResult:
+    if not _valid_share_member_id(body.member_id):
+        return share_group_heartbeat.Response(error_code=ErrorCode.INVALID_REQUEST)
+    return inner(header, body, client)
+
+
+def delete_groups_handler(parts: Parts) -> Handler:
+    """DeleteGroups: an empty share group's share-partition state is deleted first (the
+    share coordinator's DeleteShareGroupState), then every group goes the shard's way."""
+    runtime = need(parts.groups, "groups")
+    inner = functools.partial(runtime.call, runtime.shard.delete_groups)
+
+    def handle(header: RequestHeader, body: Any, client: ClientInfo) -> HandlerResult:
+        share = runtime.shard.share
+        states: dict[str, dict[bytes, list[int]]] = {}
+        for g in body.groups_names:
+            state = share.deletable_state(g)
+            if state:
+                states[g] = state
+        if not states or runtime.share_persister is None:
+            return inner(header, body, client)  # type: ignore[no-any-return]
+        return Deferred.task(_delete_share_state_then(runtime, inner, header, body, client, states))
+
+    return handle
+
+
+async def _delete_share_state_then(
+    runtime: Any,
+    inner: Handler,
+    header: RequestHeader,
+    body: Any,
+    client: ClientInfo,
+    states: dict[str, dict[bytes, list[int]]],
+) -> Any:
+    """Kafka's deleteShareGroups: a group whose state the share coordinator could not
+    delete answers that error and is not deleted; the others are deleted as usual."""
+    failed: dict[str, ErrorCode] = {}
+    for gid, topics in states.items():
+        for topic_id, partitions in topics.items():
+            try:
+                errors = await runtime.share_persister.delete(gid, kafka_uuid(topic_id), partitions)
+            except Exception:
+                errors = {p: ErrorCode.UNKNOWN for p in partitions}
+            bad = [e for e in errors.values() if e != ErrorCode.NO_ERROR]
+            if bad:
+                failed[gid] = ErrorCode(bad[0])
+                break
+    order = list(body.groups_names)
+    rest = [g for g in order if g not in failed]
+    got: dict[str, Any] = {
+        g: delete_groups.DeletableGroupResult(group_id=g, error_code=code)
+        for g, code in failed.items()
+    }
+    if rest:
+        result = inner(header, dataclasses.replace(body, groups_names=rest), client)
+        resp: Any = await result if isinstance(result, Deferred) else result
+        for r in resp.results:
+            got[r.group_id] = r
+    return delete_groups.Response(results=[got[g] for g in order if g in got])
 
 
 def sync_group_handler(parts: Parts) -> Handler:
@@ -113,6 +191,67 @@ def authorize_consumer_group_describe(
 
     if not allowed:
         return answer(merge(consumer_group_describe.Response()))
+    return then(handler(header, dataclasses.replace(req, group_ids=allowed), client), merge)
+
+
+def authorize_share_group_heartbeat(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    """KafkaApis.handleShareGroupHeartbeat: READ on the group, a valid member id (set, at
+    most 36 characters), DESCRIBE on each subscribed topic -- in that order."""
+    if not a.allowed(client, _O.READ, _R.GROUP, req.group_id):
+        return share_group_heartbeat.Response(error_code=_GROUP_DENIED)
+    if not _valid_share_member_id(req.member_id):
+        return share_group_heartbeat.Response(error_code=ErrorCode.INVALID_REQUEST)
+    for name in req.subscribed_topic_names or ():
+        if not a.allowed(client, _O.DESCRIBE, _R.TOPIC, name):
+            return share_group_heartbeat.Response(error_code=_TOPIC_DENIED)
+    return handler(header, req, client)
+
+
+_TOPICS_HIDDEN = "The group has described topic(s) that the client is not authorized to describe."
+
+
+def authorize_share_group_describe(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    """KafkaApis.handleShareGroupDescribe: DESCRIBE on each group; a group with an
+    assigned topic the client may not describe answers TOPIC_AUTHORIZATION_FAILED without
+    members; authorized operations when asked."""
+    order = list(req.group_ids)
+    denied = {g for g in order if not a.allowed(client, _O.DESCRIBE, _R.GROUP, g)}
+    ops = req.include_authorized_operations
+
+    def checked(d: Any) -> Any:
+        if d.error_code:
+            return d
+        for m in d.members:
+            for tp in m.assignment.topic_partitions:
+                if not a.quietly(client, _O.DESCRIBE, _R.TOPIC, tp.topic_name):
+                    return dataclasses.replace(
+                        d,
+                        error_code=_TOPIC_DENIED,
+                        error_message=_TOPICS_HIDDEN,
+                        members=[],
+                    )
+        if ops:
+            return dataclasses.replace(
+                d,
+                authorized_operations=a.authorizer.authorized_operations(
+                    client.principal, client.host, _R.GROUP, d.group_id
+                ),
+            )
+        return d
+
+    def merge(resp: Any) -> Any:
+        got = {d.group_id: checked(d) for d in resp.groups}
+        for g in denied:
+            got[g] = share_group_describe.DescribedGroup(group_id=g, error_code=_GROUP_DENIED)
+        return dataclasses.replace(resp, groups=[got[g] for g in order if g in got])
+
+    allowed = [g for g in order if g not in denied]
+    if not allowed:
+        return answer(merge(share_group_describe.Response()))
     return then(handler(header, dataclasses.replace(req, group_ids=allowed), client), merge)
 
 

@@ -99,6 +99,13 @@ from storage.records import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetsFormatError,
+    ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupKey,
+    ShareGroupMemberMetadataKey,
+    ShareGroupMetadataKey,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupTargetAssignmentMemberKey,
+    ShareGroupTargetAssignmentMetadataKey,
     UnknownKey,
     decode_consumer_group_value,
     decode_group_metadata_value,
@@ -121,6 +128,15 @@ __all__ = [
 ]
 
 _TIMELINE_POINTS = 256
+
+_SHARE_GROUP_KEYS = (
+    ShareGroupMemberMetadataKey,
+    ShareGroupMetadataKey,
+    ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupTargetAssignmentMemberKey,
+    ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupStatePartitionMetadataKey,
+)
 
 _CONSUMER_GROUP_KEYS = (
     ConsumerGroupMetadataKey,
@@ -211,7 +227,7 @@ def _classify_keys(
 ) -> tuple[
     list[CommitKey],
     Ints,
-    dict[int, str | ConsumerGroupKey | UnknownKey | OffsetsFormatError],
+    dict[int, str | ConsumerGroupKey | ShareGroupKey | UnknownKey | OffsetsFormatError],
     dict[str, int],
 ]:
     """Decode each distinct key once (``ids`` / ``firsts`` from ``key_ids``).
@@ -223,7 +239,7 @@ def _classify_keys(
     """
     keys: list[CommitKey] = []
     index: dict[CommitKey, int] = {}
-    other: dict[int, str | ConsumerGroupKey | UnknownKey | OffsetsFormatError] = {}
+    other: dict[int, str | ConsumerGroupKey | ShareGroupKey | UnknownKey | OffsetsFormatError] = {}
     expected: dict[str, int] = {}
     commit_key_of_id = np.full(len(firsts), -1, np.int64)
     for j, r in enumerate(firsts.tolist()):
@@ -259,7 +275,7 @@ def _other_records(
     cols: RecordColumns,
     recs: Ints,
     ids: Ints,
-    other_keys: dict[int, str | ConsumerGroupKey | UnknownKey | OffsetsFormatError],
+    other_keys: dict[int, str | ConsumerGroupKey | ShareGroupKey | UnknownKey | OffsetsFormatError],
     rec_batch: Ints,
     num_partitions: int,
     expected: dict[str, int],
@@ -296,6 +312,8 @@ def _other_records(
                     continue  # its effect is unknown: the key keeps its previous record
             cgroups.add(k.group, k.version, key_second(k), lo, doc)
             continue
+        if isinstance(k, _SHARE_GROUP_KEYS):
+            continue  # share groups' membership: nothing the audit checks
         if not isinstance(k, str):
             found.append((order, _key_finding(src, opart, seg, k, lo)))
             continue

@@ -188,6 +188,34 @@ class Settings(BaseSettings):
     group_consumer_assignors: str = Field(
         "uniform,range", description="server-side assignors; the first is the default"
     )
+    # -- share groups (KIP-932), Kafka's group.share.* membership names and defaults
+    group_share_session_timeout_ms: int = Field(
+        45000, ge=1, description="session timeout of share group members"
+    )
+    group_share_min_session_timeout_ms: int = Field(
+        45000, ge=1, description="smallest share.session.timeout.ms of a group"
+    )
+    group_share_max_session_timeout_ms: int = Field(
+        60000, ge=1, description="largest share.session.timeout.ms of a group"
+    )
+    group_share_heartbeat_interval_ms: int = Field(
+        5000, ge=1, description="how often share group members heartbeat"
+    )
+    group_share_min_heartbeat_interval_ms: int = Field(
+        5000, ge=1, description="smallest share.heartbeat.interval.ms of a group"
+    )
+    group_share_max_heartbeat_interval_ms: int = Field(
+        15000, ge=1, description="largest share.heartbeat.interval.ms of a group"
+    )
+    group_share_max_size: int = Field(
+        200, ge=1, le=1000, description="most members a share group may hold"
+    )
+    group_share_min_delivery_count_limit: int = Field(
+        2, ge=2, le=10, description="smallest share.delivery.count.limit of a group"
+    )
+    group_share_max_delivery_count_limit: int = Field(
+        10, ge=2, le=10, description="largest share.delivery.count.limit of a group"
+    )
     group_consumer_migration_policy: Literal[
         "bidirectional", "upgrade", "downgrade", "disabled"
     ] = Field(

@@ -34,6 +34,9 @@ __all__ = [
     "PendingMemberExpired",
     "RebalanceCause",
     "RebalanceStarted",
+    "ShareGroupEpochBumped",
+    "ShareMembersFenced",
+    "ShareStateInitializing",
     "StaticMemberReplaced",
     "TopicOffsetsDeleted",
     "render",
@@ -191,6 +194,37 @@ class GroupConversionRefused:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class ShareGroupEpochBumped:
+    """A share group's epoch moved: a new target assignment is computed."""
+
+    group_id: str
+    epoch: int
+    cause: str  # for a human
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMembersFenced:
+    """A member left a share group or its session expired (one epoch bump)."""
+
+    group_id: str
+    epoch: int
+    member_ids: tuple[str, ...]
+    reason: str
+    kind: FenceKind = "left"
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStateInitializing:
+    """Share-partitions were recorded as initializing: the runtime asks the share
+    coordinator (``SharePersister.initialize``) to create their state, with start offset
+    -1, and reports back through ``GroupShard.share_state_initialized``."""
+
+    group_id: str
+    state_epoch: int
+    topics: tuple[tuple[bytes, str, tuple[int, ...]], ...]  # (topic id, name, partitions)
+
+
 GroupEvent = (
     RebalanceStarted
     | GenerationCompleted
@@ -207,6 +241,9 @@ GroupEvent = (
     | ConsumerGroupEpochBumped
     | ConsumerMembersFenced
     | GroupConversionRefused
+    | ShareGroupEpochBumped
+    | ShareMembersFenced
+    | ShareStateInitializing
 )
 
 
@@ -254,5 +291,12 @@ def render(event: GroupEvent) -> str:
             return f"consumer group {gid} epoch {epoch}: {', '.join(member_ids)} {reason}"
         case GroupConversionRefused(gid, reason):
             return f"group {gid}: {reason}"
+        case ShareGroupEpochBumped(gid, epoch, cause):
+            return f"share group {gid} epoch {epoch}: {cause}"
+        case ShareMembersFenced(gid, epoch, member_ids, reason):
+            return f"share group {gid} epoch {epoch}: {', '.join(member_ids)} {reason}"
+        case ShareStateInitializing(gid, state_epoch, topics):
+            parts = ", ".join(f"{name}{list(ps)}" for _, name, ps in topics)
+            return f"share group {gid}: initializing share state of {parts} (epoch {state_epoch})"
         case PartitionLoaded(partition, groups):
             return f"offsets partition {partition} loaded: {groups} groups"

@@ -13,6 +13,9 @@ The shard is a thin façade over Kafka's split of the coordinator:
   ConsumerGroupHeartbeat ``consumer/heartbeat.py`` and ConsumerGroupDescribe
   ``consumer/describe.py``. A group id names one group of one type:
   the shard routes the classic APIs aimed at a consumer group (and back) as Kafka does.
+* ``ShareGroupManager`` (``share/manager.py``) owns the share groups of KIP-932:
+  ShareGroupHeartbeat ``share/heartbeat.py`` and ShareGroupDescribe ``share/describe.py``.
+  The other group APIs aimed at a share group's id get Kafka's errors here.
 * ``OffsetMetadataManager`` (``offsets/``) owns committed offsets: OffsetCommit,
   TxnOffsetCommit, OffsetFetch, OffsetDelete, retention.
 * The shard itself owns what they share -- the load status of each offsets-log partition
@@ -60,6 +63,11 @@ from coordinator.group.offsets import (
 )
 from coordinator.group.partitions import Partitions, PartitionStatus
 from coordinator.group.records import decode_end_txn_marker
+from coordinator.group.share import describe as share_describe
+from coordinator.group.share import heartbeat as share_heartbeat
+from coordinator.group.share.heartbeat import SHARE
+from coordinator.group.share.manager import ShareGroupManager
+from coordinator.group.share.refusals import classic_refusal, offsets_refusal
 from coordinator.group.streams import describe as sg_describe
 from coordinator.group.streams import heartbeat as sg_heartbeat
 from coordinator.group.streams.configure import ConfiguredTopology
@@ -83,6 +91,8 @@ from protocol.messages.list_groups import ListedGroup, ListGroupsRequest, ListGr
 from protocol.messages.offset_commit import OffsetCommitRequest
 from protocol.messages.offset_delete import OffsetDeleteRequest
 from protocol.messages.offset_fetch import OffsetFetchRequest
+from protocol.messages.share_group_describe import ShareGroupDescribeRequest
+from protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest
 from protocol.messages.streams_group_describe import StreamsGroupDescribeRequest
 from protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest
 from protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
@@ -91,9 +101,16 @@ from storage.records import (
     ConsumerGroupMetadataKey,
     GroupMetadataKey,
     OffsetCommitKey,
+    ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupMemberMetadataKey,
+    ShareGroupMetadataKey,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupTargetAssignmentMemberKey,
+    ShareGroupTargetAssignmentMetadataKey,
     UnknownKey,
     decode_consumer_group_value,
     decode_key,
+    decode_share_group_value,
 )
 from storage.records.streams_group import StreamsGroupKey, decode_streams_group_value
 
@@ -138,6 +155,8 @@ class GroupShard:
     offset_delete: Callable[[RequestContext, OffsetDeleteRequest, int], Result]
     consumer_group_heartbeat: Callable[[RequestContext, ConsumerGroupHeartbeatRequest, int], Result]
     consumer_group_describe: Callable[[RequestContext, ConsumerGroupDescribeRequest, int], Result]
+    share_group_heartbeat: Callable[[RequestContext, ShareGroupHeartbeatRequest, int], Result]
+    share_group_describe: Callable[[RequestContext, ShareGroupDescribeRequest, int], Result]
 
     def __init__(
         self,
@@ -167,6 +186,13 @@ class GroupShard:
         )
         self.consumer.interop = ClassicInterop(self.consumer, self.classic)
         self.streams = StreamsGroupManager(self.config, self.partitions, self.timers, topics=topics)
+        self.share = ShareGroupManager(
+            self.config,
+            self.partitions,
+            self.timers,
+            topics=topics,
+            other_group_type=self._non_share_type,
+        )
         # The configured topology of the last streams heartbeat that found internal topics
         # missing, for the API layer to create them (read right after the call).
         self.streams_topics_to_create: ConfiguredTopology | None = None
@@ -200,10 +226,15 @@ class GroupShard:
         consumer = self.consumer
         self.consumer_group_heartbeat = partial(cg_heartbeat.consumer_group_heartbeat, consumer)
         self.consumer_group_describe = partial(cg_describe.consumer_group_describe, consumer)
-        self.offset_commit = partial(commit.offset_commit, offsets)  # offsets/commit.py
-        self.txn_offset_commit = partial(txn.txn_offset_commit, offsets)  # offsets/txn.py
-        self.offset_fetch = partial(fetch.offset_fetch, offsets)  # offsets/fetch.py
-        self.offset_delete = partial(delete.offset_delete, offsets)  # offsets/delete.py
+        self.share_group_heartbeat = partial(share_heartbeat.share_group_heartbeat, self.share)
+        self.share_group_describe = partial(share_describe.share_group_describe, self.share)
+        # offsets/commit.py, txn.py, fetch.py, delete.py; a share group has no committed
+        # offsets: committing or deleting them is GROUP_ID_NOT_FOUND (Kafka 4.4), fetching
+        # finds none.
+        self.offset_commit = self._not_share(partial(commit.offset_commit, offsets), 8)
+        self.txn_offset_commit = self._not_share(partial(txn.txn_offset_commit, offsets), 28)
+        self.offset_fetch = partial(fetch.offset_fetch, offsets)
+        self.offset_delete = self._not_share(partial(delete.offset_delete, offsets), 47)
 
     # ------------------------------------------------------------ routing between group types
 
@@ -226,6 +257,8 @@ class GroupShard:
         others: dict[str, tuple[str, bool]] = {}
         if gid in self.consumer.groups:
             others[gid] = (CONSUMER, self.consumer.groups[gid].is_empty())
+        if gid in self.share.groups:
+            others[gid] = (SHARE, self.share.groups[gid].is_empty())
         classic = self.groups.get(gid)
         if classic is not None and not classic.is_in(_D):
             others[gid] = (CLASSIC, classic.is_in(_E))
@@ -244,9 +277,15 @@ class GroupShard:
     ) -> Result:
         """StreamsGroupDescribe (streams/describe.py); an id of another type says so."""
         others = {
-            g: CONSUMER if g in self.consumer.groups else CLASSIC
+            g: CONSUMER
+            if g in self.consumer.groups
+            else SHARE
+            if g in self.share.groups
+            else CLASSIC
             for g in req.group_ids
-            if g in self.consumer.groups or (g in self.groups and not self.groups[g].is_in(_D))
+            if g in self.consumer.groups
+            or g in self.share.groups
+            or (g in self.groups and not self.groups[g].is_in(_D))
         }
         return sg_describe.streams_group_describe(self.streams, ctx, req, now_ms, others)
 
@@ -254,11 +293,40 @@ class GroupShard:
         """The type of a non-consumer group with this id, for the consumer group APIs."""
         if group_id in self.streams.groups:
             return STREAMS
+        if group_id in self.share.groups:
+            return SHARE
         group = self.groups.get(group_id)
         return CLASSIC if group is not None and not group.is_in(_D) else None
 
+    def _non_share_type(self, group_id: str) -> str | None:
+        """The type of a non-share group with this id, for the share group APIs."""
+        if group_id in self.consumer.groups:
+            return CONSUMER
+        if group_id in self.streams.groups:
+            return STREAMS
+        group = self.groups.get(group_id)
+        return CLASSIC if group is not None and not group.is_in(_D) else None
+
+    def _not_share(self, api: Callable[..., Result], api_key: int) -> Callable[..., Result]:
+        """An offsets API that answers GROUP_ID_NOT_FOUND, in its own shape, on a share
+        group's id (Kafka: the group is not a consumer group)."""
+        share_groups = self.share.groups
+
+        def checked(ctx: RequestContext, req: Any, now_ms: int) -> Result:
+            if req.group_id in share_groups and self.partitions.precheck(req.group_id) is None:
+                out = Result()
+                out.replies.append((ctx.reply_to, offsets_refusal(api_key, ctx.api_version, req)))
+                return out
+            return api(ctx, req, now_ms)
+
+        return checked
+
     def _join_group(self, ctx: RequestContext, req: JoinGroupRequest, now_ms: int) -> Result:
         """JoinGroup: into a consumer group when one has the id, else the classic path."""
+        if req.group_id in self.share.groups and self.partitions.precheck(req.group_id) is None:
+            out = Result()
+            out.replies.append((ctx.reply_to, classic_refusal("join_group", 0, req)))
+            return out
         sgroup = self.streams.groups.get(req.group_id)
         if sgroup is not None and self.partitions.precheck(req.group_id) is None:
             if not sgroup.is_empty():
@@ -287,7 +355,15 @@ class GroupShard:
         """A classic API that a consumer group's classic members reach through interop."""
         consumer_groups = self.consumer.groups
 
+        share_groups = self.share.groups
+
         def api(ctx: RequestContext, req: Any, now_ms: int) -> Result:
+            if req.group_id in share_groups and self.partitions.precheck(req.group_id) is None:
+                # A share group has no classic members (share/refusals.py).
+                out = Result()
+                resp = classic_refusal(name, ctx.api_version, req)
+                out.replies.append((ctx.reply_to, resp))
+                return out
             if (
                 req.group_id in self.streams.groups
                 and self.partitions.precheck(req.group_id) is None
@@ -306,9 +382,14 @@ class GroupShard:
     def _describe_groups(
         self, ctx: RequestContext, req: DescribeGroupsRequest, now_ms: int
     ) -> Result:
-        """DescribeGroups: a consumer group is not a classic group (Dead; v6 also an error)."""
+        """DescribeGroups: a consumer, streams or share group is not a classic group (Dead;
+        v6 also an error)."""
         out = self._classic_describe(ctx, req, now_ms)
-        consumer: dict[str, Any] = {**self.consumer.groups, **self.streams.groups}
+        consumer: dict[str, Any] = {
+            **self.consumer.groups,
+            **self.streams.groups,
+            **self.share.groups,
+        }
         if not consumer:
             return out
         for _, resp in out.replies:
@@ -381,6 +462,21 @@ class GroupShard:
                         group_type=STREAMS,
                     )
                 )
+        if not types or SHARE in types:
+            for shg in self.share.groups.values():
+                if self.partitions.availability_error(shg.group_id) is not None:
+                    continue
+                state = shg.state.value
+                if states and state.lower() not in states:
+                    continue
+                listed.append(
+                    ListedGroup(
+                        group_id=shg.group_id,
+                        protocol_type=SHARE,
+                        group_state=state,
+                        group_type=SHARE,
+                    )
+                )
         if not types or CLASSIC in types:
             for g in self.groups.values():
                 if self.partitions.availability_error(g.group_id) is not None:
@@ -406,6 +502,21 @@ class GroupShard:
         for gid in req.groups_names:
             err = self.partitions.availability_error(gid)
             group = self.groups.get(gid)
+            shgroup = self.share.groups.get(gid)
+            if err is None and shgroup is not None:
+                # Its share-partitions' state was deleted first (the API layer asks the
+                # share coordinator: Kafka's deleteShareGroups).
+                if not shgroup.is_empty():
+                    err = ErrorCode.NON_EMPTY_GROUP
+                else:
+                    self.share.delete_group(out, shgroup)
+                    out.events.append(GroupDeleted(gid))
+                results.append(
+                    DeletableGroupResult(
+                        group_id=gid, error_code=ErrorCode.NO_ERROR if err is None else err
+                    )
+                )
+                continue
             # A consumer or streams group: deleted when Empty, with its offsets.
             typed: tuple[Any, Callable[[Result, Any], None]] | None = None
             if gid in self.streams.groups:
@@ -478,6 +589,8 @@ class GroupShard:
             self.consumer.on_timer(out, action, now_ms)
         elif action.kind in _STREAMS_TIMERS:
             self.streams.on_timer(out, action, now_ms)
+        elif action.kind is TimerKind.SHARE_SESSION:
+            self.share.on_timer(out, action, now_ms)
         else:
             rebalance.on_timer(self.classic, out, action, now_ms)
         return out
@@ -544,7 +657,16 @@ class GroupShard:
                 if value is None:
                     self._keep_offsets_reachable(k.group)
             case UnknownKey():
-                pass  # share groups' records: nothing to do
+                pass  # a record type kgc does not know: nothing to do
+            case (
+                ShareGroupMemberMetadataKey()
+                | ShareGroupMetadataKey()
+                | ShareGroupTargetAssignmentMetadataKey()
+                | ShareGroupTargetAssignmentMemberKey()
+                | ShareGroupCurrentMemberAssignmentKey()
+                | ShareGroupStatePartitionMetadataKey()
+            ):
+                self.share.replay(k, None if value is None else decode_share_group_value(k, value))
             case StreamsGroupKey():
                 if value is None:
                     self.streams.replay(k, None)
@@ -610,7 +732,17 @@ class GroupShard:
         """Topics were created, grew or were deleted (Kafka's onNewMetadataImage)."""
         self.consumer.topics_changed(names, created, now_ms)
         self.streams.topics_changed(names)
-        return Result()
+        return self.share.topics_changed(names, now_ms)
+
+    def share_state_initialized(
+        self,
+        group_id: str,
+        done: dict[bytes, list[int]],
+        failed: dict[bytes, list[int]],
+        now_ms: int,
+    ) -> Result:
+        """The share coordinator answered an initialization (``ShareStateInitializing``)."""
+        return self.share.state_initialized(group_id, done, failed, now_ms)
 
     def load_complete(self, partition: int, now_ms: int) -> Result:
         """The partition is replayed: serve it, re-arming the timers (they are not persisted)."""
@@ -619,6 +751,7 @@ class GroupShard:
         loaded = rebalance.on_loaded(self.classic, out, partition, now_ms)
         loaded += self.consumer.on_loaded(out, partition, now_ms)
         loaded += self.streams.on_loaded(out, partition, now_ms)
+        loaded += self.share.on_loaded(out, partition, now_ms)
         if EXPIRE_OFFSETS_KEY not in self.timers:
             self._arm_expiration(out, now_ms)
         out.events.append(PartitionLoaded(partition, loaded))
@@ -648,6 +781,7 @@ class GroupShard:
         self.consumer.forget_partition(partition)
         self.offset_manager.forget_partition(partition)
         self.streams.forget_partition(partition)
+        self.share.forget_partition(partition)
         partition_of = self.partitions.partition_of
         for gid in [g for g in self.groups if partition_of(g) == partition]:
             del self.groups[gid]

@@ -49,6 +49,7 @@ __all__ = [
     "heartbeat_key",
     "join_key",
     "pending_key",
+    "share_session_key",
     "streams_initial_delay_key",
     "streams_rebalance_key",
     "streams_session_key",
@@ -78,6 +79,8 @@ class TimerKind(Enum):
     STREAMS_SESSION = "streams-session"
     STREAMS_REBALANCE = "streams-rebalance"
     STREAMS_INITIAL_DELAY = "streams-initial-delay"
+    # Share groups (KIP-932): a member's session.
+    SHARE_SESSION = "share-session"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,13 @@ def streams_rebalance_key(group_id: str, member_id: str) -> str:
 def streams_initial_delay_key(group_id: str) -> str:
     """Kafka's ``initial-rebalance-timeout-<group>``."""
     return f"initial-rebalance-timeout-{group_id}"
+
+
+# Share groups (KIP-932).
+
+
+def share_session_key(group_id: str, member_id: str) -> str:
+    return f"share-session-{group_id}-{member_id}"
 
 
 class Timers:

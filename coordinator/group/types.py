@@ -82,6 +82,15 @@ class GroupConfig:
     streams_group_assignment_interval_ms: int = 1000
     streams_group_task_offset_interval_ms: int = 60000
     streams_group_acceptable_recovery_lag: int = 10000
+    # Share groups (KIP-932), Kafka's group.share.* broker settings and defaults.
+    share_group_session_timeout_ms: int = 45000
+    share_group_min_session_timeout_ms: int = 45000
+    share_group_max_session_timeout_ms: int = 60000
+    share_group_heartbeat_interval_ms: int = 5000
+    share_group_min_heartbeat_interval_ms: int = 5000
+    share_group_max_heartbeat_interval_ms: int = 15000
+    share_group_max_size: int = 200
+    share_group_initialize_retry_interval_ms: int = 30000
 
     @property
     def offsets_retention_ms(self) -> int:

@@ -67,6 +67,7 @@ from storage.records import OFFSETS_TOPIC
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
 STREAMS_GROUP_STATES = tuple(s for s in StreamsGroupState if s is not StreamsGroupState.DEAD)
+SHARE_GROUP_STATES = ("Empty", "Stable")
 
 
 def request_families(
@@ -174,6 +175,7 @@ def group_families(
         return
     by_state = dict.fromkeys(GROUP_STATES, 0)
     by_consumer_state = dict.fromkeys(CONSUMER_GROUP_STATES, 0)
+    by_share_state = dict.fromkeys(SHARE_GROUP_STATES, 0)
     members = GaugeMetricFamily("kgc_group_members", "Members of each group", labels=["group"])
     # Classic groups from the classic manager (the shard's snapshot, if it has no such
     # manager); consumer groups from the consumer manager's map, read directly.
@@ -193,13 +195,18 @@ def group_families(
         sstate = sgroup.state.lower
         by_streams_state[sstate] = by_streams_state.get(sstate, 0) + 1
         members.add_metric([sgroup.group_id], len(sgroup.members))
+    share = getattr(shard, "share", None)
+    for group in getattr(share, "groups", {}).values():
+        state = group.state.value
+        by_share_state[state] = by_share_state.get(state, 0) + 1
+        members.add_metric([group.group_id], len(group.members))
     states = GaugeMetricFamily("kgc_groups", "Classic groups by state", labels=["state"])
     for state, n in by_state.items():
         states.add_metric([state], n)
     yield states
     by_type = GaugeMetricFamily(
         "kgc_groups_by_type",
-        "Groups by type (classic, consumer, streams) and state",
+        "Groups by type (classic, consumer, streams, share) and state",
         labels=["type", "state"],
     )
     for state, n in by_state.items():
@@ -208,6 +215,8 @@ def group_families(
         by_type.add_metric(["consumer", state], n)
     for state, n in by_streams_state.items():
         by_type.add_metric(["streams", state], n)
+    for state, n in by_share_state.items():
+        by_type.add_metric(["share", state], n)
     yield by_type
     yield members
     rebalances = CounterMetricFamily(
@@ -220,7 +229,7 @@ def group_families(
         "kgc_group_rebalances",
         "Rebalances per group by cause: a classic group's rebalances, a consumer group's "
         "epoch bumps (created, subscription, metadata, regex) and fencings (left, "
-        "session_timeout, ...)",
+        "session_timeout, ...), a share group's epoch bumps (epoch_bump) and fencings",
         labels=["group", "cause"],
     )
     for group_id, causes in group_rebalances.items():

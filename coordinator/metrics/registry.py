@@ -54,6 +54,8 @@ from coordinator.group.events import (
     GroupStable,
     OffsetsExpired,
     RebalanceStarted,
+    ShareGroupEpochBumped,
+    ShareMembersFenced,
 )
 from coordinator.metrics.collector import (
     cluster_families,
@@ -294,6 +296,10 @@ class Metrics:
             elif isinstance(event, ConsumerGroupEpochBumped):
                 self.epoch_bumps[event.kind] += 1
                 self._group_rebalance(event.group_id, event.kind)
+            elif isinstance(event, ShareMembersFenced):
+                self._group_rebalance(event.group_id, event.kind)
+            elif isinstance(event, ShareGroupEpochBumped):
+                self._group_rebalance(event.group_id, "epoch_bump")
 
     def _group_rebalance(self, group_id: str, cause: str) -> None:
         causes = self.group_rebalances.get(group_id)

@@ -168,6 +168,13 @@ def group_config(s: Settings) -> GroupConfig:
         streams_group_max_standby_replicas=s.group_streams_max_standby_replicas,
         streams_group_initial_rebalance_delay_ms=s.group_streams_initial_rebalance_delay_ms,
         streams_group_assignment_interval_ms=s.group_streams_assignment_interval_ms,
+        share_group_session_timeout_ms=s.group_share_session_timeout_ms,
+        share_group_min_session_timeout_ms=s.group_share_min_session_timeout_ms,
+        share_group_max_session_timeout_ms=s.group_share_max_session_timeout_ms,
+        share_group_heartbeat_interval_ms=s.group_share_heartbeat_interval_ms,
+        share_group_min_heartbeat_interval_ms=s.group_share_min_heartbeat_interval_ms,
+        share_group_max_heartbeat_interval_ms=s.group_share_max_heartbeat_interval_ms,
+        share_group_max_size=s.group_share_max_size,
     )
 
 
@@ -432,6 +439,7 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     )
     if deployment.hosted:
         txn.start(range(s.transaction_state_log_num_partitions))
+    groups.share_persister = share  # share groups initialize their partitions' state
     core = Core(stores, compaction, metrics, groups, data, share, txn)
     deployment.serve_partitions(s, core)
     return core
@@ -516,7 +524,12 @@ async def api_server(
         acls=acls,
         scram=ScramAdmin(stores.credentials, cluster_authorize(acls.authorizer)),
         share=share,
-        share_admin=ShareAdmin(core.share, data, stores.catalog),
+        share_admin=ShareAdmin(
+            core.share,
+            data,
+            stores.catalog,
+            initialized=core.groups.shard.share.initialized_topics,
+        ),
     )
     server = kafka_server(s, listening, parts, core.metrics, authorizer=acls.authorizer)
     # A share session ends with its connection, giving back its member's records.

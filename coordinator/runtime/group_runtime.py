@@ -21,6 +21,8 @@ timer operations. The runtime
    no task, no gather and no loop hop per request (``Flusher.when_durable`` calls back
    once per append).
 
+Share groups' ``ShareStateInitializing`` events go to the share coordinator (``share_init.py``).
+
 At start-up every offsets partition is replayed into the shard in the background; until a
 partition is loaded, the shard answers COORDINATOR_LOAD_IN_PROGRESS for its groups. Timers
 are never persisted: ``load_complete`` re-arms them.
@@ -58,6 +60,7 @@ from coordinator.group.partitions import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
 from coordinator.group.types import TxnBatch
 from coordinator.history.store import HistoryLog
+from coordinator.runtime import share_init
 from coordinator.runtime.history import Membership, history_retention, history_settled
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
 from coordinator.runtime.responses import storage_error_reply
@@ -226,6 +229,7 @@ class GroupRuntime:
         # The transaction coordinator's check of a TxnOffsetCommit (KIP-890 part 1), set by
         # the node when one runs here; None: TxnOffsetCommit goes unverified.
         self.txn_verifier: Verifier | None = None
+        self.share_persister: Any = None  # share_init.py's SharePersister, set by the node
         for p, plog in self.partitions.items():
             # The storage layer calls these after cutting a log back to its durable end
             # (a failed fsync): the shard must forget what the cut removed.
@@ -465,6 +469,8 @@ class GroupRuntime:
                 )
                 if added and not result.records:
                     self._schedule_write()
+            if self.share_persister is not None:
+                share_init.on_events(self, result.events)
 
     def _released(
         self,

@@ -23,6 +23,7 @@ from protocol.messages import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    share_group_heartbeat,
     streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
@@ -79,6 +80,8 @@ def storage_error_reply(reply: Any, failed: set[int], partition_of: Callable[[st
         return consumer_group_heartbeat.Response(error_code=code)
     if isinstance(reply, streams_group_heartbeat.Response):
         return streams_group_heartbeat.Response(error_code=code)
+    if isinstance(reply, share_group_heartbeat.Response):
+        return share_group_heartbeat.Response(error_code=code)
     if isinstance(reply, offset_fetch.Response):
         return _offset_fetch_failed(reply, failed, partition_of)
     return reply  # answers that never depend on records (describe, list)

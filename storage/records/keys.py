@@ -3,9 +3,9 @@
 How this works: a key starts with its int16 record type (Kafka's ``apiKey`` of the key
 schema), and ``decode_key`` dispatches on it in one place, the shape of Kafka's
 ``GroupCoordinatorShard.replay``: 0-1 offset commits, 2 classic group metadata, 3-8 and 16
-KIP-848 consumer groups, 17 and 19-23 KIP-1071 streams groups; any other type (share
-groups, which kgc does not run yet) comes back as ``UnknownKey`` so a replay can skip it.
-The offset-commit key is tested first, by two byte comparisons, and read in place: it is
+KIP-848 consumer groups, 10-15 KIP-932 share groups, 17 and 19-23 KIP-1071 streams
+groups; any other type comes back as ``UnknownKey`` so a replay can skip it. The
+offset-commit key is tested first, by two byte comparisons, and read in place: it is
 nearly every record of a replay.
 """
 
@@ -26,6 +26,11 @@ from storage.records.offsets import (
     UnknownKey,
     decode_group_metadata_key,
 )
+from storage.records.share_group import (
+    SHARE_GROUP_RECORD_TYPES,
+    ShareGroupKey,
+    decode_share_group_key,
+)
 from storage.records.streams_group import (
     STREAMS_GROUP_RECORD_TYPES,
     StreamsGroupKey,
@@ -35,7 +40,12 @@ from storage.records.streams_group import (
 __all__ = ["RecordKey", "decode_key"]
 
 RecordKey: TypeAlias = (
-    OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | StreamsGroupKey | UnknownKey
+    OffsetCommitKey
+    | GroupMetadataKey
+    | ConsumerGroupKey
+    | ShareGroupKey
+    | StreamsGroupKey
+    | UnknownKey
 )
 
 _I16 = struct.Struct(">h")
@@ -75,4 +85,6 @@ def decode_key(data: bytes) -> RecordKey:
         return decode_consumer_group_key(data)
     if rtype in STREAMS_GROUP_RECORD_TYPES:
         return decode_streams_group_key(data)
+    if rtype in SHARE_GROUP_RECORD_TYPES:
+        return decode_share_group_key(data)
     return UnknownKey(rtype, bytes(data))

@@ -48,6 +48,7 @@ from protocol.framing import (
 )
 from protocol.messages import alter_configs, describe_configs, incremental_alter_configs, produce
 from protocol.messages import consumer_group_heartbeat as cgh
+from protocol.messages import share_group_heartbeat as sgh
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 from storage.record_batch import encode_batch
@@ -620,6 +621,12 @@ async def test_group_configs_validated_stored_and_honoured(tmp_path: Path) -> No
         "streams.heartbeat.interval.ms",
         "streams.num.standby.replicas",
         "streams.initial.rebalance.delay.ms",
+        "share.session.timeout.ms",
+        "share.heartbeat.interval.ms",
+        "share.record.lock.duration.ms",
+        "share.delivery.count.limit",
+        "share.auto.offset.reset",
+        "share.isolation.level",
     ]
     assert (
         c["consumer.session.timeout.ms"].value,
@@ -668,6 +675,49 @@ async def test_group_configs_validated_stored_and_honoured(tmp_path: Path) -> No
         again.close()
 
 
+async def test_share_group_configs_reach_the_share_groups(tmp_path: Path) -> None:
+    n = await Node(tmp_path).start()
+    try:
+        ops = [
+            ("share.session.timeout.ms", SET, "50000"),
+            ("share.heartbeat.interval.ms", SET, "6000"),
+            ("share.auto.offset.reset", SET, "by_duration:PT1H"),
+            ("share.isolation.level", SET, "read_committed"),
+            ("share.record.lock.duration.ms", SET, "20000"),
+            ("share.delivery.count.limit", SET, "3"),
+        ]
+        assert await n.incremental(GROUP, "sg", ops) == (0, None)
+        assert n.shard.share.group_configs == {"sg": (50000, 6000)}
+        c = by_name(await n.describe(GROUP, "sg"))
+        assert (c["share.auto.offset.reset"].value, c["share.auto.offset.reset"].config_source) == (
+            "by_duration:PT1H",
+            GROUP_CONFIG,
+        )
+        assert synonyms(c["share.auto.offset.reset"]) == [
+            ("share.auto.offset.reset", "by_duration:PT1H", GROUP_CONFIG),
+            ("share.auto.offset.reset", "latest", DEFAULT_CONFIG),
+        ]
+        assert synonyms(c["share.session.timeout.ms"])[1] == (
+            "group.share.session.timeout.ms",
+            "45000",
+            DEFAULT_CONFIG,
+        )
+        # What the share-partition leader reads by name.
+        assert n.store.get("sg")["share.delivery.count.limit"] == "3"
+        out = n.shard.share_group_heartbeat(
+            _ctx(),
+            sgh.ShareGroupHeartbeatRequest(
+                group_id="sg", member_id="m1", member_epoch=0, subscribed_topic_names=["x"]
+            ),
+            1000,
+        )
+        assert out.replies[0][1].heartbeat_interval_ms == 6000  # type: ignore[attr-defined]
+        timer = n.shard.share.groups["sg"].session_timers["m1"]
+        assert timer.deadline_ms == 1000 + 50000
+    finally:
+        n.close()
+
+
 def _ctx() -> Any:
     from coordinator.group.types import RequestContext
 
@@ -694,6 +744,53 @@ def _ctx() -> Any:
         (
             [("consumer.session.timeout.ms", APPEND, "1")],
             "Can't APPEND to key consumer.session.timeout.ms because its type is not LIST.",
+        ),
+        # Share groups: Kafka 4.4's answers, word for word.
+        (
+            [("share.session.timeout.ms", SET, "70000")],
+            "share.session.timeout.ms must be in the range 45000 to 60000 inclusive.",
+        ),
+        (
+            [("share.heartbeat.interval.ms", SET, "1000")],
+            "share.heartbeat.interval.ms must be in the range 5000 to 15000 inclusive.",
+        ),
+        (
+            [("share.record.lock.duration.ms", SET, "70000")],
+            "share.record.lock.duration.ms must be in the range 15000 to 60000 inclusive.",
+        ),
+        (
+            [("share.delivery.count.limit", SET, "1")],
+            "Invalid value 1 for configuration share.delivery.count.limit: Value must be at least 2",
+        ),
+        (
+            [("share.delivery.count.limit", SET, "11")],
+            "share.delivery.count.limit must be in the range 2 to 10 inclusive.",
+        ),
+        (
+            [("share.auto.offset.reset", SET, "EARLIEST")],
+            "Invalid value EARLIEST for configuration share.auto.offset.reset: Invalid value "
+            "`EARLIEST` for configuration share.auto.offset.reset. The value must be either "
+            "'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
+        ),
+        (
+            [("share.auto.offset.reset", SET, "by_duration:xx")],
+            "Invalid value by_duration:xx for configuration share.auto.offset.reset: Invalid "
+            "value `by_duration:xx` for configuration share.auto.offset.reset. The value must "
+            "be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
+        ),
+        (
+            [("share.isolation.level", SET, "READ_COMMITTED")],
+            "Invalid value READ_COMMITTED for configuration share.isolation.level: String must "
+            "be one of: read_committed, read_uncommitted",
+        ),
+        (
+            [("share.heartbeat.interval.ms", SET, "often")],
+            "Invalid value often for configuration share.heartbeat.interval.ms: Not a number "
+            "of type INT",
+        ),
+        (
+            [("share.assignment.interval.ms", SET, "0")],
+            "Group config share.assignment.interval.ms is not supported by kgc",
         ),
     ],
 )

@@ -130,9 +130,9 @@ def test_keys_of_different_types_are_not_equal() -> None:
     assert target != ConsumerGroupCurrentMemberAssignmentKey("g", "m")
 
 
-# 17 and 19-23 are streams groups (tests/group/streams/test_streams_records.py); 18 was
-# removed before Kafka 4.1.
-@pytest.mark.parametrize("rtype", [9, 10, 11, 12, 13, 14, 15, 18, 100])
+# 10-15 are share groups (tests/group/share), 17 and 19-23 streams groups
+# (tests/group/streams/test_streams_records.py); 18 was removed before Kafka 4.1.
+@pytest.mark.parametrize("rtype", [9, 18, 100])
 def test_other_record_types_stay_unknown(rtype: int) -> None:
     k = i16(rtype) + s16("grp") + s16("m")
     assert decode_key(k) == UnknownKey(rtype, k)

@@ -386,6 +386,12 @@ UNORDERED = {
     ("consumer_group_describe", "topic_partitions"),
     # A member's subscribed topic names: a HashSet of names in Kafka.
     ("consumer_group_describe", "subscribed_topic_names"),
+    # Share groups: the same HashMaps (groups, members, topic ids) and HashSet of names.
+    ("share_group_describe", "groups"),
+    ("share_group_describe", "members"),
+    ("share_group_describe", "topic_partitions"),
+    ("share_group_describe", "subscribed_topic_names"),
+    ("share_group_heartbeat", "topic_partitions"),
 }
 
 

@@ -9,7 +9,10 @@ kafka-consumer-groups.sh shows it.
 A classic group's describe shows its offsets unless ``--members``/``--state`` ask for
 other sections. A consumer group's shows all three by default, since its state (group
 epoch, target assignment epoch, assignor) and members (epochs, subscriptions, current and
-target assignment) are what an operator needs to see a rebalance in progress.
+target assignment) are what an operator needs to see a rebalance in progress. A share
+group's (KIP-932, ShareGroupDescribe) shows its state, its members (which may share
+partitions) and its share-partitions' start offsets and lag (DescribeShareGroupOffsets), as
+kafka-share-groups.sh does.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from coordinator.tools.admin import (
 )
 from coordinator.tools.commands.common import EXIT_ERROR, EXIT_OK, admin_for, leaf
 from coordinator.tools.output import Output, records
+from coordinator.tools.share_admin import describe_share_group, share_offsets
 
 # Classic states, then the consumer-group (KIP-848) ones, then the streams groups' own
 # (KIP-1071); ListGroups filters on any.
@@ -41,7 +45,7 @@ GROUP_STATES = (
     "Dead",
     "NotReady",
 )
-GROUP_TYPES = ("classic", "consumer", "streams")
+GROUP_TYPES = ("classic", "consumer", "streams", "share")
 
 
 def _state_names(text: str) -> list[str]:
@@ -104,6 +108,8 @@ def _subscription(m: Member) -> str | None:
 
 def _describe(admin: Admin, group: str) -> GroupDescription:
     desc = admin.describe_group(group)
+    if desc.state == "Dead":
+        desc = describe_share_group(admin, group) or desc
     if desc.state == "Dead":
         raise AdminError(f"consumer group {group!r} does not exist")
     return desc
@@ -338,6 +344,68 @@ def _streams_sections(
     return sections
 
 
+SHARE_MEMBER_COLUMNS = [
+    "GROUP",
+    "CONSUMER-ID",
+    "HOST",
+    "CLIENT-ID",
+    "MEMBER-EPOCH",
+    "SUBSCRIPTION",
+    "#PARTITIONS",
+    "ASSIGNMENT",
+]
+SHARE_OFFSET_COLUMNS = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+
+
+def _share_sections(
+    admin: Admin, desc: GroupDescription, args: argparse.Namespace
+) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    """A KIP-932 share group: every section unless some are asked for (its members may
+    share partitions; its offsets are the share-partitions' start offsets)."""
+    everything = not (args.offsets or args.members or args.state)
+    sections: dict[str, tuple[list[str], list[list[Any]]]] = {}
+    if args.state or everything:
+        node, host, port = desc.coordinator
+        sections["state"] = (
+            CONSUMER_STATE_COLUMNS,
+            [
+                [
+                    desc.group_id,
+                    f"{host}:{port} ({node})",
+                    desc.protocol or None,
+                    desc.state,
+                    desc.group_epoch,
+                    desc.assignment_epoch,
+                    len(desc.members),
+                ]
+            ],
+        )
+    if args.members or everything:
+        sections["members"] = (
+            SHARE_MEMBER_COLUMNS,
+            [
+                [
+                    desc.group_id,
+                    m.member_id,
+                    m.host,
+                    m.client_id,
+                    m.member_epoch,
+                    _subscription(m),
+                    sum(len(ps) for ps in m.assignment.values()),
+                    _partitions(m.assignment),
+                ]
+                for m in sorted(desc.members, key=lambda m: m.member_id)
+            ],
+        )
+    if args.offsets or everything:
+        rows: list[list[Any]] = [
+            [desc.group_id, t, p, None if start < 0 else start, None if lag < 0 else lag]
+            for t, p, start, lag in share_offsets(admin, desc.group_id)
+        ]
+        sections["offsets"] = (SHARE_OFFSET_COLUMNS, rows)
+    return sections
+
+
 def _member_json(desc: GroupDescription, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A consumer group's member rows, with the subscription and assignments structured too."""
     by_id = {m.member_id: m for m in desc.members}
@@ -351,9 +419,9 @@ def _member_json(desc: GroupDescription, rows: list[dict[str, Any]]) -> list[dic
     return rows
 
 
-def _total_lag(rows: list[list[Any]]) -> int:
+def _total_lag(rows: list[list[Any]], columns: list[str] = OFFSET_COLUMNS) -> int:
     """The group's lag summed over its partitions (those with a known lag), as rpk's TOTAL-LAG."""
-    return sum(r[OFFSET_COLUMNS.index("LAG")] or 0 for r in rows)
+    return sum(r[columns.index("LAG")] or 0 for r in rows)
 
 
 def _groups_to_describe(admin: Admin, args: argparse.Namespace) -> list[str]:
@@ -376,6 +444,8 @@ def _describe_one(
     consumer = desc.group_type == "consumer"
     if desc.group_type == "streams":
         sections = _streams_sections(admin, desc, args)
+    elif desc.group_type == "share":
+        sections = _share_sections(admin, desc, args)
     elif consumer:
         sections = _consumer_sections(admin, desc, args)
     else:
@@ -387,7 +457,7 @@ def _describe_one(
         if consumer and "members" in obj:
             obj["members"] = _member_json(desc, obj["members"])
         if "offsets" in sections:
-            obj["total_lag"] = _total_lag(sections["offsets"][1])
+            obj["total_lag"] = _total_lag(sections["offsets"][1], sections["offsets"][0])
         return {"group": desc.group_id, "type": desc.group_type, "state_name": desc.state, **obj}
     # Kafka's tool's remarks, on stderr so stdout stays the tables
     if not desc.members and ("offsets" in sections or "members" in sections):
@@ -428,7 +498,7 @@ def cmd_groups_describe(args: argparse.Namespace) -> int:
                 first = False
                 out.table(cols, rows)
                 if name == "offsets":
-                    print(f"TOTAL-LAG  {_total_lag(rows)}")
+                    print(f"TOTAL-LAG  {_total_lag(rows, cols)}")
     if out.json:
         single = len(args.group or ()) == 1 and not args.all_groups
         out.dump(described[0] if single and described else described)

@@ -1,0 +1,99 @@
+"""kafka-share-groups (ShareGroupCommand) against Kafka and kgc, outputs compared.
+
+The same share group is set up on both servers with kgc's wire client speaking
+ShareGroupHeartbeat as a share consumer does (fixed member ids, so the tool's CONSUMER-ID
+columns compare): two members on a one-partition topic, both assigned the partition (the
+simple assignor shares it), once each server has initialized its share state. The tool
+then lists, describes (members, state, offsets) and deletes the group: refused while it
+has members, done once they left.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support.tools_kit import Server, compare, run_pair
+from support.tools_setup import create_topic
+
+from coordinator.tools.client import Connection
+from protocol.messages import share_group_describe as sgd
+from protocol.messages import share_group_heartbeat as sgh
+
+pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+MEMBERS = ("member-a", "member-b")
+
+
+def heartbeat(conn: Connection, group: str, member: str, epoch: int, topics: Any = None) -> Any:
+    _, r = conn.request(
+        sgh.API_KEY,
+        sgh.ShareGroupHeartbeatRequest(
+            group_id=group, member_id=member, member_epoch=epoch, subscribed_topic_names=topics
+        ),
+    )
+    assert r.error_code == 0, r
+    return r
+
+
+def join_both(server: Server, group: str, topic: str) -> None:
+    """Both members joined, heartbeating until the group is settled with each holding the
+    partition (the share state is initialized asynchronously on both servers)."""
+    with Connection.to(server.bootstrap) as conn:
+        epochs = {m: heartbeat(conn, group, m, 0, [topic]).member_epoch for m in MEMBERS}
+        deadline = time.monotonic() + 30
+        while True:
+            for m in MEMBERS:
+                epochs[m] = heartbeat(conn, group, m, epochs[m]).member_epoch
+            _, resp = conn.request(sgd.API_KEY, sgd.ShareGroupDescribeRequest(group_ids=[group]))
+            d = resp.groups[0]
+            held = [[tp.partitions for tp in m.assignment.topic_partitions] for m in d.members]
+            epochs_now = {m.member_epoch for m in d.members}
+            if held == [[[0]], [[0]]] and epochs_now == {d.group_epoch} == {d.assignment_epoch}:
+                return
+            assert time.monotonic() < deadline, f"{server}: never settled: {d}"
+            time.sleep(0.2)
+
+
+def leave_both(server: Server, group: str) -> None:
+    with Connection.to(server.bootstrap) as conn:
+        for m in MEMBERS:
+            heartbeat(conn, group, m, -1)
+
+
+def sg(pair: list[Server], *args: str) -> list:  # type: ignore[type-arg]
+    return run_pair(SHARE_GROUPS, ["--bootstrap-server", "{bootstrap}", *args], pair)
+
+
+def test_share_groups_list_describe_delete(pair: list[Server]) -> None:
+    topic, group = "sgtool.t", "sgtool.g"
+    for s in pair:
+        create_topic(s.bootstrap, topic, 1)
+    for s in pair:
+        join_both(s, group, topic)
+    compare(
+        "tools.share-groups.list",
+        sg(pair, "--list"),
+        transform=lambda ls: [ln for ln in ls if group in ln],
+    )
+    compare("tools.share-groups.members", sg(pair, "--describe", "--group", group, "--members"))
+    compare(
+        "tools.share-groups.members-verbose",
+        sg(pair, "--describe", "--group", group, "--members", "--verbose"),
+    )
+    compare("tools.share-groups.state", sg(pair, "--describe", "--group", group, "--state"))
+    compare(
+        "tools.share-groups.state-verbose",
+        sg(pair, "--describe", "--group", group, "--state", "--verbose"),
+    )
+    compare("tools.share-groups.offsets", sg(pair, "--describe", "--group", group))
+    compare("tools.share-groups.delete-non-empty", sg(pair, "--delete", "--group", group))
+    for s in pair:
+        leave_both(s, group)
+    compare("tools.share-groups.state-empty", sg(pair, "--describe", "--group", group, "--state"))
+    compare("tools.share-groups.delete", sg(pair, "--delete", "--group", group))
+    compare(
+        "tools.share-groups.describe-deleted", sg(pair, "--describe", "--group", group, "--state")
+    )
