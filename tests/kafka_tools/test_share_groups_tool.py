@@ -18,6 +18,8 @@ from support.tools_kit import Server, compare, run_pair
 from support.tools_setup import create_topic
 
 from coordinator.tools.client import Connection
+from protocol.messages import consumer_group_heartbeat as cgh
+from protocol.messages import find_coordinator
 from protocol.messages import share_group_describe as sgd
 from protocol.messages import share_group_heartbeat as sgh
 
@@ -38,10 +40,52 @@ def heartbeat(conn: Connection, group: str, member: str, epoch: int, topics: Any
     return r
 
 
+def wait_topic_known(conn: Connection, topic: str) -> None:
+    """Kafka's group coordinator learns of a new topic a moment after creating it (and a
+    group subscribed meanwhile bumps its epoch once more when it does): a throwaway
+    consumer group joins until it is given the partition."""
+    deadline = time.monotonic() + 60
+    attempt = 0
+    while True:
+        attempt += 1
+        probe = f"probe-{attempt}-{topic}-p"
+        req = cgh.ConsumerGroupHeartbeatRequest(
+            group_id=probe,
+            member_id="probe",
+            member_epoch=0,
+            rebalance_timeout_ms=30000,
+            subscribed_topic_names=[topic],
+            topic_partitions=[],
+        )
+        _, r = conn.request(cgh.API_KEY, req)
+        got = r.assignment is not None and bool(r.assignment.topic_partitions)
+        if r.error_code == 0:
+            leave = cgh.ConsumerGroupHeartbeatRequest(
+                group_id=probe, member_id="probe", member_epoch=-1
+            )
+            conn.request(cgh.API_KEY, leave)
+        if got:
+            return
+        assert time.monotonic() < deadline, f"{topic} never assignable"
+        time.sleep(0.2)
+
+
 def join_both(server: Server, group: str, topic: str) -> None:
     """Both members joined, heartbeating until the group is settled with each holding the
     partition (the share state is initialized asynchronously on both servers)."""
     with Connection.to(server.bootstrap) as conn:
+        deadline = time.monotonic() + 60
+        while True:  # a new Kafka creates its offsets topic on the first FindCoordinator
+            _, fc = conn.request(
+                find_coordinator.API_KEY,
+                find_coordinator.FindCoordinatorRequest(key_type=0, coordinator_keys=[group]),
+            )
+            _, probe = conn.request(sgd.API_KEY, sgd.ShareGroupDescribeRequest(group_ids=[group]))
+            if fc.coordinators[0].error_code == 0 and probe.groups[0].error_code == 69:
+                break
+            assert time.monotonic() < deadline, f"{server}: no coordinator for {group}"
+            time.sleep(0.2)
+        wait_topic_known(conn, topic)
         epochs = {m: heartbeat(conn, group, m, 0, [topic]).member_epoch for m in MEMBERS}
         deadline = time.monotonic() + 30
         while True:
