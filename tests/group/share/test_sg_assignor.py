@@ -58,7 +58,7 @@ assignable = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(subscriptions, assignable)
 def test_every_partition_shared_as_kafka_wants_and_only_subscribed(
     subs: dict[str, frozenset[bytes]], parts: dict[bytes, frozenset[int]]
@@ -85,7 +85,7 @@ def test_every_partition_shared_as_kafka_wants_and_only_subscribed(
             assert 1 <= held.get((t, p), 0) <= desired
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.integers(1, 8), st.integers(1, 8))
 def test_homogeneous_counts_are_balanced(members: int, partitions: int) -> None:
     subs = {f"m{i}": frozenset({T1}) for i in range(members)}
@@ -97,7 +97,7 @@ def test_homogeneous_counts_are_balanced(members: int, partitions: int) -> None:
     assert set(holders(got).values()) == {desired}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(subscriptions, assignable)
 def test_a_stable_group_keeps_its_assignment(
     subs: dict[str, frozenset[bytes]], parts: dict[bytes, frozenset[int]]
@@ -106,7 +106,7 @@ def test_a_stable_group_keeps_its_assignment(
     assert assign(subs, parts, first) == first
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 12))
 def test_a_joining_member_takes_only_its_share(members: int, partitions: int) -> None:
     subs = {f"m{i}": frozenset({T1}) for i in range(members)}
