@@ -64,13 +64,12 @@ from coordinator.runtime import share_init
 from coordinator.runtime.history import Membership, history_retention, history_settled
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
 from coordinator.runtime.responses import storage_error_reply
-from coordinator.runtime.txn_commit import Verifier
+from coordinator.runtime.txn_commit import Verifier, append_with_txns
 from coordinator.server.handler import ClientInfo, Deferred, Pending
 from protocol.error_responses import error_response
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from storage.interface import Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
-from storage.record_batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from storage.records import OFFSETS_TOPIC
 
 log = logging.getLogger("kgc.groups")
@@ -116,40 +115,6 @@ def _batches(
         cut = end
     if start < len(records):
         yield records[start:]
-
-
-def _append_with_txns(
-    plog: PartitionLog,
-    records: list[tuple[bytes, bytes | None]],
-    cuts: list[tuple[int, int]],
-    txns: list[tuple[int, int, TxnBatch]],
-    now: int,
-    epoch: int,
-) -> int:
-    """Append a turn's records that hold transactional Results, in order: the plain ones
-    between them batched as usual, each transactional one as its producer's batch (a
-    control batch for a marker). Returns the last offset written."""
-    last = -1
-    pos = 0
-    size = len(records)
-    for start, end, txn in [*txns, (size, size, None)]:
-        if pos < start:
-            part = [(e - pos, n) for e, n in cuts if pos < e <= start]
-            for chunk in _batches(records[pos:start], part, plog.config):
-                _, last = plog.append_records(chunk, timestamp_ms=now, partition_leader_epoch=epoch)
-        if txn is not None:
-            _, last = plog.append_records(
-                records[start:end],
-                timestamp_ms=now,
-                producer_id=txn.producer_id,
-                producer_epoch=txn.producer_epoch,
-                # Kafka's coordinator writes its transactional batches at sequence 0.
-                base_sequence=-1 if txn.control else 0,
-                attributes=ATTR_TRANSACTIONAL | (ATTR_CONTROL if txn.control else 0),
-                partition_leader_epoch=epoch,
-            )
-        pos = end
-    return last
 
 
 class GroupRuntime:
@@ -393,7 +358,7 @@ class GroupRuntime:
                 epoch = self.leader_epochs.get(partition, 0)
                 marked = txns.get(partition)
                 if marked is not None:
-                    last = _append_with_txns(plog, records, cuts, marked, now, epoch)
+                    last = append_with_txns(plog, records, cuts, marked, now, epoch, _batches)
                 elif (
                     len(cuts) == 1 and cuts[0][1] <= plog.config.max_message_bytes - _BATCH_OVERHEAD
                 ):

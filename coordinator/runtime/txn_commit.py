@@ -20,23 +20,29 @@ with the translated code, in Kafka's two steps:
 and, as for any TxnOffsetCommit error, COORDINATOR_LOAD_IN_PROGRESS is
 COORDINATOR_NOT_AVAILABLE before v2. Without a verifier (no transaction coordinator on
 this node) the request goes to the core unverified.
+
+``append_with_txns`` is the runtime's append of a turn's records when transactional
+Results are among them: each of those is its producer's own batch (a control batch for a
+marker), the plain records between them batched as usual, all in order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from coordinator.group.offsets.txn import txn_response
 from coordinator.group.shard import GroupShard
-from coordinator.group.types import Result
+from coordinator.group.types import Result, TxnBatch
 from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from storage.interface import LogConfig, PartitionLog
+from storage.record_batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from storage.records import OFFSETS_TOPIC
 
-__all__ = ["Verifier", "txn_offset_commit", "verification_error"]
+__all__ = ["Verifier", "append_with_txns", "txn_offset_commit", "verification_error"]
 
 
 class Verifier(Protocol):
@@ -132,3 +138,46 @@ def _refused(rt: GroupRuntime, body: TxnOffsetCommitRequest, code: ErrorCode) ->
         if unknown(t.name, p.partition_index)
     }
     return txn_response(body, codes, code)
+
+
+# The runtime's cut of plain records into batches: (records, Result ends, config) -> batches.
+Batcher = Callable[
+    [list[tuple[bytes, bytes | None]], list[tuple[int, int]], LogConfig],
+    Iterator[list[tuple[bytes, bytes | None]]],
+]
+
+
+def append_with_txns(
+    plog: PartitionLog,
+    records: list[tuple[bytes, bytes | None]],
+    cuts: list[tuple[int, int]],
+    txns: list[tuple[int, int, TxnBatch]],
+    now: int,
+    epoch: int,
+    batches: Batcher,
+) -> int:
+    """Append a turn's records that hold transactional Results, in order: the plain ones
+    between them batched as usual, each transactional one as its producer's batch (a
+    control batch for a marker; ``batches`` cuts the plain ones under max.message.bytes).
+    Returns the last offset written."""
+    last = -1
+    pos = 0
+    size = len(records)
+    for start, end, txn in [*txns, (size, size, None)]:
+        if pos < start:
+            part = [(e - pos, n) for e, n in cuts if pos < e <= start]
+            for chunk in batches(records[pos:start], part, plog.config):
+                _, last = plog.append_records(chunk, timestamp_ms=now, partition_leader_epoch=epoch)
+        if txn is not None:
+            _, last = plog.append_records(
+                records[start:end],
+                timestamp_ms=now,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                # Kafka's coordinator writes its transactional batches at sequence 0.
+                base_sequence=-1 if txn.control else 0,
+                attributes=ATTR_TRANSACTIONAL | (ATTR_CONTROL if txn.control else 0),
+                partition_leader_epoch=epoch,
+            )
+        pos = end
+    return last
