@@ -28,6 +28,7 @@ marker), the plain records between them batched as usual, all in order.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -43,6 +44,8 @@ from storage.record_batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from storage.records import OFFSETS_TOPIC
 
 __all__ = ["Verifier", "append_with_txns", "txn_offset_commit", "verification_error"]
+
+log = logging.getLogger("kgc.groups")
 
 
 class Verifier(Protocol):
@@ -117,9 +120,15 @@ async def _verified(
     client: ClientInfo,
 ) -> Any:
     tp = (OFFSETS_TOPIC, partition)
-    codes = await verifier.verify(
-        body.transactional_id, body.producer_id, body.producer_epoch, [tp]
-    )
+    try:
+        codes = await verifier.verify(
+            body.transactional_id, body.producer_id, body.producer_epoch, [tp]
+        )
+    except Exception:
+        # A failure of ours: Kafka's coordinator answers an unexpected exception
+        # UNKNOWN_SERVER_ERROR; nothing was written and the connection stays.
+        log.exception("verifying TxnOffsetCommit of %r failed", body.transactional_id)
+        return _refused(rt, body, ErrorCode.UNKNOWN)
     code = codes.get(tp, ErrorCode.NO_ERROR)
     if code != ErrorCode.NO_ERROR:
         return _refused(rt, body, verification_error(code, header.api_version))

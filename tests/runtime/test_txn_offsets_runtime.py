@@ -471,3 +471,19 @@ async def test_a_tombstone_after_a_pending_offset_still_clears_it_after_replay()
     assert not rt2.shard.pending_txn_offsets  # the tombstone took the pending offset too
     assert await rt2.complete_transaction(rt2.shard.partition_of("g"), 7, 0, 0, True) == 0
     assert fetched(rt2, "g") == -1  # the COMMIT marker brings nothing back
+
+
+async def test_a_failing_verifier_answers_unknown_server_error_and_writes_nothing() -> None:
+    rt, _ = await runtime()
+
+    class Broken:
+        async def verify(self, *args: Any) -> dict[tuple[str, int], ErrorCode]:
+            raise RuntimeError("a bug")
+
+    rt.txn_verifier = Broken()
+    resp = await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN
+    assert not rt.shard.pending_txn_offsets
+    rt.txn_verifier = FakeVerifier()
+    resp = await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
+    assert resp.topics[0].partitions[0].error_code == 0
