@@ -23,7 +23,9 @@ from typing import Any
 
 from coordinator.apis.authorize import ApiAuthorizer, error, then
 from coordinator.apis.parts import MissingPart, Parts, need
+from coordinator.dataplane.reads import high_watermark
 from coordinator.history.model import MembershipChange, OffsetHistoryEntry
+from coordinator.history.status import partition_status
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
@@ -108,11 +110,51 @@ def describe(runtime: GroupRuntime, req: dgh.Request) -> dgh.Response:
                     entry.offset,
                     entry.commit_timestamp_ms,
                     min(unchanged.get((topic, partition), 0), _INT32_MAX),
+                    -1,
+                    "",
                 )
             )
     if shard.find_group(gid) is None and not entries and not resp.partitions:
         return dgh.Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND)
+    try:
+        _statuses(runtime, gid, resp.partitions)
+    except Exception:  # a damaged log: the statuses stay unknown, the history is answered
+        log.exception("judging the partitions of group %r failed", gid)
     return resp
+
+
+def _statuses(runtime: GroupRuntime, gid: str, partitions: list[dgh.CurrentPartition]) -> None:
+    """Each partition's status (``history.status``) from its recent offset changes, the lag
+    it had at each (the log's end at that time: its first offset written at or after it),
+    and its log now; partitions whose log this node does not serve stay ""."""
+    history = runtime.history
+    assert history is not None
+    s = history.status
+    now = runtime.clock()
+    changes: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for e in history.read(gid, now - 3 * s.stop_ms):
+        if isinstance(e, OffsetHistoryEntry) and e.offset >= 0:
+            changes.setdefault((e.topic, e.partition), []).append((e.timestamp_ms, e.offset))
+    for cp in partitions:
+        plog = runtime.logs.get(cp.topic, cp.partition_index)
+        if plog is None or plog.closed:
+            continue
+        end = high_watermark(plog)
+        cp.log_end_offset = end
+        lags = []
+        for ts, offset in changes.get((cp.topic, cp.partition_index), [])[-s.window_commits :]:
+            found = plog.offset_for_timestamp(ts)
+            lags.append(max((end if found is None else found[0]) - offset, 0))
+        cp.status = partition_status(
+            s,
+            now,
+            cp.committed_offset,
+            cp.last_commit_timestamp_ms,
+            cp.unchanged_commits,
+            plog.log_start_offset,
+            end,
+            lags,
+        )
 
 
 def authorize_describe_group_history(

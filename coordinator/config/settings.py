@@ -278,6 +278,15 @@ class Settings(BaseSettings):
         description="how long a group's history (offset changes, membership) is kept "
         "(0 = no history)",
     )
+    offsets_status_window_commits: int = Field(
+        5,
+        ge=2,
+        description="a partition is STALL when this many commits in a row keep its offset "
+        "with lag, WARN when its lag did not decrease over this many offset changes",
+    )
+    offsets_status_stop_ms: int = Field(
+        300000, ge=1, description="a partition with lag is STOP after this long without a commit"
+    )
 
     # -- transactions: the transaction coordinator and __transaction_state
     transaction_max_timeout_ms: int = Field(

@@ -30,6 +30,7 @@ from coordinator.history.model import (
     OffsetChange,
     OffsetHistoryEntry,
 )
+from coordinator.history.status import StatusSettings
 from storage.interface import LogConfig, Logs, OffsetOutOfRangeError, PartitionLog
 from storage.record_batch import iter_batches, key_values
 
@@ -45,9 +46,17 @@ Entry = OffsetHistoryEntry | MembershipChange
 class HistoryLog:
     """This process's history log, with what the current turn has not written."""
 
-    def __init__(self, logs: Logs, config: LogConfig, partition: int = 0) -> None:
+    def __init__(
+        self,
+        logs: Logs,
+        config: LogConfig,
+        partition: int = 0,
+        status: StatusSettings | None = None,
+    ) -> None:
         self.logs = logs
         self.config = config
+        # How a partition's status is judged from its history (``status``).
+        self.status = status or StatusSettings()
         self.partition = partition
         self.retention_ms = config.retention_ms
         # (offsets partition, entry) of the turn: a failed write fails those partitions,

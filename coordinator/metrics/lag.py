@@ -36,6 +36,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
 from coordinator.dataplane.reads import high_watermark
+from coordinator.history.status import StatusSettings, partition_status, worst
 from storage.interface import wall_clock_ms
 from storage.record_batch import (
     ATTR_LOG_APPEND_TIME,
@@ -151,8 +152,13 @@ class LagTracker:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         cache_ms: int = LAG_CACHE_MS,
+        status: StatusSettings | None = None,
     ) -> None:
         self.max_series = max_series
+        # Each partition's status (``coordinator.history.status``), None: not reported. Its
+        # lag at the last offset changes seen by the tables: (offset, lags), per key.
+        self.status = status
+        self._lags: dict[tuple[str, str, int], tuple[int, list[int]]] = {}
         self.clock = clock
         self.cache_ms = cache_ms
         self.shard: Any = None
@@ -231,8 +237,37 @@ class LagTracker:
         ends: dict[tuple[str, int], int] = {}
         old_timestamps = self._timestamps
         timestamps: dict[tuple[PartitionLog, int], int] = {}
+        status = self.status
+        statuses: list[tuple[str, str, str, str]] = []
+        old_lags, lags = self._lags, {}
+        unchanged = getattr(getattr(self.shard, "offset_manager", None), "unchanged", {})
 
-        def report(group_id: str, topic: str, partition: int, offset: int) -> None:
+        def judge(group_id: str, topic: str, partition: int, entry: Any, plog: PartitionLog,
+                  end: int) -> None:  # fmt: skip
+            assert status is not None
+            key = (group_id, topic, partition)
+            offset = entry.offset
+            seen = old_lags.get(key)
+            behind = max(end - offset, 0)
+            before = [] if seen is None else seen[1]  # the lags at earlier offset changes
+            if seen is not None and seen[0] != offset:  # moved since the last table: a sample
+                seen = (offset, [*before[-status.window_commits :], behind])
+            else:
+                seen = (offset, before)
+            lags[key] = seen
+            statuses.append(
+                (
+                    group_id, topic, str(partition),
+                    partition_status(
+                        status, now, offset, entry.commit_timestamp_ms,
+                        unchanged.get(group_id, {}).get((topic, partition), 0),
+                        plog.log_start_offset, end, before,
+                    ),
+                )
+            )  # fmt: skip
+
+        def report(group_id: str, topic: str, partition: int, entry: Any) -> None:
+            offset = entry.offset
             plog = self._served(topic, partition)
             if plog is None:
                 add((group_id, topic, str(partition), offset, None, None))
@@ -240,6 +275,8 @@ class LagTracker:
             end = ends.get((topic, partition))
             if end is None:
                 end = ends[(topic, partition)] = high_watermark(plog)
+            if status is not None:
+                judge(group_id, topic, partition, entry, plog, end)
             behind = max(end - offset, 0)
             if behind == 0:
                 add((group_id, topic, str(partition), offset, 0, 0.0))
@@ -263,7 +300,7 @@ class LagTracker:
         # waited (at most ``limit`` of them are remembered).
         admitted = self._admitted
         kept: set[tuple[str, str, int]] = set()
-        waiting: list[tuple[str, str, int, int]] = []
+        waiting: list[tuple[str, str, int, Any]] = []
         limit = self.max_series
         dropped = 0
         n = 0
@@ -279,11 +316,11 @@ class LagTracker:
                     if len(admitted) >= limit:
                         dropped += 1
                         if len(waiting) < limit:
-                            waiting.append((group_id, topic, partition, entry.offset))
+                            waiting.append((group_id, topic, partition, entry))
                         continue
                     admitted.add(key)
                 kept.add(key)
-                report(group_id, topic, partition, entry.offset)
+                report(group_id, topic, partition, entry)
                 n += 1
                 if n & 3 == 0 and perf() >= slice_end:
                     busy += perf() - slice_start
@@ -291,13 +328,16 @@ class LagTracker:
                     yield
                     slice_start = perf()
                     slice_end = slice_start + LAG_SLICE_S
-        for group_id, topic, partition, offset in waiting[: max(limit - len(kept), 0)]:
+        for group_id, topic, partition, entry in waiting[: max(limit - len(kept), 0)]:
             kept.add((group_id, topic, partition))
-            report(group_id, topic, partition, offset)
+            report(group_id, topic, partition, entry)
             dropped -= 1
         self._admitted = kept
         self._timestamps = timestamps
+        self._lags = lags
         families = _families(rows, ends)
+        if status is not None:
+            families += _status_families(statuses)
         busy += perf() - slice_start
         # Fresh from when it is done: a long sliced computation is not redone at once.
         self._table = LagTable(families, self.clock(), dropped, busy, slices)
@@ -335,6 +375,28 @@ def _families(rows: list[LagRow], ends: dict[tuple[str, int], int]) -> list[Metr
         log_end,
     ]
     return families
+
+
+def _status_families(statuses: list[tuple[str, str, str, str]]) -> list[Metric]:
+    """Each partition's status and each group's worst, as 1 under a ``status`` label."""
+    partition = GaugeMetricFamily(
+        "kgc_consumergroup_partition_status",
+        "A group's partition's status by Burrow's rules (OK, WARN, STALL, STOP, ERR; "
+        "docs/history.md): 1 under its status",
+        labels=["group", "topic", "partition", "status"],
+    )
+    by_group: dict[str, list[str]] = {}
+    for group_id, topic, p, st in statuses:
+        partition.add_metric([group_id, topic, p, st], 1)
+        by_group.setdefault(group_id, []).append(st)
+    group = GaugeMetricFamily(
+        "kgc_consumergroup_status",
+        "A group's status: its worst partition's (OK < WARN < STALL < STOP < ERR), 1 under it",
+        labels=["group", "status"],
+    )
+    for group_id, sts in sorted(by_group.items()):
+        group.add_metric([group_id, worst(sts)], 1)
+    return [partition, group]
 
 
 def lag_families(table: LagTable | None) -> Iterator[Metric]:

@@ -57,6 +57,7 @@ from coordinator.group.events import (
     ShareGroupEpochBumped,
     ShareMembersFenced,
 )
+from coordinator.history.status import StatusSettings
 from coordinator.metrics.collector import (
     cluster_families,
     connection_families,
@@ -114,7 +115,9 @@ class Metrics:
         flusher: Any = None,
         cleaners: Callable[[], Iterable[Any]] = list,
         lag_max_series: int = 10000,
+        status: StatusSettings | None = None,
     ) -> None:
+        """``status``: report each partition's status (Burrow's rules) beside its lag."""
         self.registry = CollectorRegistry(auto_describe=False)
         if process_metrics:
             for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
@@ -160,7 +163,7 @@ class Metrics:
         self.flusher = flusher
         self.cleaners = cleaners
         # Consumer lag; the node gives it the data plane (``follow``) before serving.
-        self.lag = LagTracker(lag_max_series)
+        self.lag = LagTracker(lag_max_series, status=status)
         self.lag.shard = shard
         self.lag.logs = logs
         self.cluster: Any = None  # coordinator.cluster.Cluster in cluster mode (``follow``)

@@ -64,6 +64,7 @@ from coordinator.dataplane.offsets_topic import OffsetsTopic, offsets_topic_id
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.history import HISTORY_TOPIC
+from coordinator.history.status import StatusSettings
 from coordinator.history.store import HistoryLog
 from coordinator.metrics import Metrics
 from coordinator.node import Node
@@ -141,6 +142,11 @@ def history_enabled(s: Settings) -> bool:
     return s.offsets_history_retention_ms > 0 and not s.cluster_mode
 
 
+def status_settings(s: Settings) -> StatusSettings:
+    """How a partition's status is judged (``offsets.status.*``)."""
+    return StatusSettings(s.offsets_status_window_commits, s.offsets_status_stop_ms)
+
+
 def group_config(s: Settings) -> GroupConfig:
     return GroupConfig(
         group_min_session_timeout_ms=s.group_min_session_timeout_ms,
@@ -213,6 +219,7 @@ def group_core(
         flusher=flusher,
         cleaners=compaction.cleaners.values,
         lag_max_series=s.metrics_lag_max_series,
+        status=status_settings(s) if history_enabled(s) else None,
     )
     groups = GroupRuntime(
         shard,
@@ -223,7 +230,7 @@ def group_core(
         metrics=metrics,  # load times, rebalance durations
         hosted=hosted,
         # One history partition per process: worker i of a kgc.workers node writes its own.
-        history=HistoryLog(logs, history_log_config(s), logs.worker or 0)
+        history=HistoryLog(logs, history_log_config(s), logs.worker or 0, status_settings(s))
         if history_enabled(s)
         else None,
     )

@@ -745,8 +745,10 @@ class Admin:
         from_ms: int = -1,
         to_ms: int = -1,
         topics: dict[str, list[int] | None] | None = None,
+        changes: bool = True,
     ) -> Any:
-        """kgc's DescribeGroupHistory from the group's coordinator (its whole response)."""
+        """kgc's DescribeGroupHistory from the group's coordinator (its whole response;
+        ``changes=False``: the partitions' current state and status only)."""
         addr = self._coordinator_addr(group)
         if describe_group_history.API_KEY not in self._versions(addr):
             raise AdminError(
@@ -762,12 +764,26 @@ class Admin:
                 describe_group_history.HistoryTopic(name=t, partition_indexes=ps)
                 for t, ps in topics.items()
             ],
+            include_offset_changes=changes,
+            include_membership_changes=changes,
         )
         _, resp = self.call(describe_group_history.API_KEY, req, addr=addr)
         if resp.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
             raise AdminError(f"group {group!r} does not exist and has no history")
         check(resp.error_code, f"DescribeGroupHistory for {group!r}", resp.error_message)
         return resp
+
+    def partition_statuses(self, group: str) -> dict[TopicPartition, str]:
+        """Each partition's status (OK, WARN, STALL, STOP, ERR) where the group's coordinator
+        keeps history and serves the partition; empty where it keeps none."""
+        addr = self._coordinator_addr(group)
+        if describe_group_history.API_KEY not in self._versions(addr):
+            return {}
+        try:
+            resp = self.group_history(group, changes=False)
+        except AdminError:
+            return {}
+        return {(p.topic, p.partition_index): p.status for p in resp.partitions if p.status}
 
     def delete_group(self, group: str) -> None:
         _, resp = self.call(

@@ -13,6 +13,7 @@ _S_i = Struct('>i')
 _S_ih = Struct('>ih')
 _S_iq = Struct('>iq')
 _S_iqqi = Struct('>iqqi')
+_S_iqqiq = Struct('>iqqiq')
 _S_oo = Struct('>??')
 _S_q = Struct('>q')
 _S_qq = Struct('>qq')
@@ -69,6 +70,8 @@ class CurrentPartition:
     committed_offset: int = 0
     last_commit_timestamp_ms: int = 0
     unchanged_commits: int = 0
+    log_end_offset: int = -1
+    status: str = ''
 
 
 @dataclass(slots=True)
@@ -345,11 +348,21 @@ def _dec_CurrentPartition_0(b: bytes, p: int) -> tuple[CurrentPartition, int]:
         e = p + n
         if e > len(b): raise DecodeError('truncated')
         t1 = b[p:e].decode('utf-8', 'replace'); p = e
-    t2, t3, t4, t5 = _S_iqqi.unpack_from(b, p); p += 24
+    t2, t3, t4, t5, t6 = _S_iqqiq.unpack_from(b, p); p += 32
+    n = b[p]
+    if n < 128: p += 1
+    else: n, p = read_uvarint(b, p)
+    n -= 1
+    if n < 0:
+        raise DecodeError('null for non-nullable Status')
+    else:
+        e = p + n
+        if e > len(b): raise DecodeError('truncated')
+        t7 = b[p:e].decode('utf-8', 'replace'); p = e
     n = b[p]
     if n == 0: p += 1
     else: p = skip_tagged_fields(b, p)
-    return CurrentPartition(t1, t2, t3, t4, t5), p
+    return CurrentPartition(t1, t2, t3, t4, t5, t6, t7), p
 
 
 def _enc_CurrentPartition_0(o: CurrentPartition, out: bytearray) -> None:
@@ -357,7 +370,11 @@ def _enc_CurrentPartition_0(o: CurrentPartition, out: bytearray) -> None:
     n = len(t1) + 1
     out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
     out += t1
-    out += _S_iqqi.pack(o.partition_index, o.committed_offset, o.last_commit_timestamp_ms, o.unchanged_commits)
+    out += _S_iqqiq.pack(o.partition_index, o.committed_offset, o.last_commit_timestamp_ms, o.unchanged_commits, o.log_end_offset)
+    t2 = o.status.encode()
+    n = len(t2) + 1
+    out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
+    out += t2
     out += b'\x00'
 
 

@@ -33,6 +33,7 @@ OFFSET_COLUMNS = [
     "CONSUMER-ID",
     "HOST",
     "CLIENT-ID",
+    "STATUS",
 ]
 
 

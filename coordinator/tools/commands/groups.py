@@ -128,6 +128,7 @@ def _offset_rows(admin: Admin, desc: GroupDescription) -> list[list[Any]]:
         # A deleted topic: its committed offsets are still shown, without an end offset.
         with contextlib.suppress(AdminError):
             ends.update(admin.log_offsets([tp for tp in tps if tp[0] == topic], LATEST))
+    statuses = admin.partition_statuses(desc.group_id) if committed else {}
     rows = []
     for tp in tps:
         current = committed[tp][0] if tp in committed else None
@@ -147,6 +148,7 @@ def _offset_rows(admin: Admin, desc: GroupDescription) -> list[list[Any]]:
                 member.member_id if member else None,
                 member.host if member else None,
                 member.client_id if member else None,
+                statuses.get(tp),
             ]
         )
     return rows
@@ -162,6 +164,8 @@ OFFSET_COLUMNS = [
     "CONSUMER-ID",
     "HOST",
     "CLIENT-ID",
+    # kgc's: the partition's status from the group's history (docs/history.md)
+    "STATUS",
 ]
 CONSUMER_STATE_COLUMNS = [
     "GROUP",
