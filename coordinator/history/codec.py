@@ -5,19 +5,24 @@ time. An offset change keeps the OffsetCommit records its request wrote to the o
 (Kafka's key -- group, topic, partition -- and value -- offset, leader epoch, metadata,
 commit time -- exactly as the core encoded them, so the commit path encodes nothing twice),
 beside who committed (member, client, host: strings written once per value in a table and
-named by their index), each partition's offset before and its unchanged commits. The whole
-value is then LZ4-compressed, which takes out what the records repeat (the group and topic
-names of every key)::
+named by their index), each partition's offset before and its unchanged commits. The turn's
+requests are laid out as columns, each packed by one C call for the whole turn, so a
+request costs a few list extensions and no Python step per partition; the value is then
+LZ4-compressed, which takes out what the records repeat (the group and topic names of every
+key)::
 
     value    := lz4_block_with_size(plain)
-    plain    := version:u8 time_ms:i64 nstrings:u16 (len:u16 utf8)* section*
-    section  := 1 member:u16 client:u16 host:u16 n:u16 previous:i64{n} unchanged:u32{n}
-                  key_len:u16{n} value_len:u16{n} key{n} value{n}          (offsets)
-              | 3 group:u16 kind:u16 generation:i32 cause:u16 reason:u16 member:u16
-                  members:i32 duration_ms:i64                               (membership)
+    plain    := version:u8 time_ms:i64 nstrings:u16 (len:u16 utf8)*
+                nrequests:u32 nparts:u32 nmembership:u16
+                (member:u16 client:u16 host:u16 n:u16){nrequests}
+                previous:i64{nparts} unchanged:u32{nparts}
+                key_len:u16{nparts} value_len:u16{nparts} key{nparts} value{nparts}
+                (group:u16 kind:u16 generation:i32 cause:u16 reason:u16 member:u16
+                 members:i32 duration_ms:i64){nmembership}
 
 Integers are little-endian; string indexes name the table, index 0 is the empty string;
-``value_len`` 0xFFFF is a tombstone (an admin's delete; ``previous`` is what it removed).
+a request's n partitions are the next n of the columns; ``value_len`` 0xFFFF is a
+tombstone (an admin's delete; ``previous`` is what it removed).
 """
 
 from __future__ import annotations
@@ -33,14 +38,24 @@ from storage.records import OffsetCommitKey, decode_key, decode_offset_commit_va
 __all__ = ["VERSION", "HistoryFormatError", "decode", "encode"]
 
 VERSION = 1
-_OFFSETS, _MEMBERSHIP = 1, 3
 _HEAD = struct.Struct("<BqH")
+_COUNTS = struct.Struct("<IIH")
 _LEN = struct.Struct("<H")
-_SECTION = struct.Struct("<BHHHH")
-_MEMBER = struct.Struct("<BHHiHHHiq")
+_MEMBER = struct.Struct("<HHiHHHiq")
 _TOMBSTONE = 0xFFFF
 _U16 = 0xFFFF
 _U32 = 0xFFFFFFFF
+# (format letter, count) -> its Struct: a turn's columns are packed by one call each.
+_COLUMNS: dict[tuple[str, int], struct.Struct] = {}
+
+
+def _column(letter: str, n: int) -> struct.Struct:
+    s = _COLUMNS.get((letter, n))
+    if s is None:
+        s = struct.Struct(f"<{n}{letter}")
+        if len(_COLUMNS) < 4096:
+            _COLUMNS[(letter, n)] = s
+    return s
 
 
 class HistoryFormatError(ValueError):
@@ -51,7 +66,12 @@ def encode(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> 
     """One value holding ``entries`` (offset changes and membership changes), written at
     ``time_ms``."""
     strings: dict[str, int] = {"": 0}
-    body = bytearray()
+    who: dict[tuple[str, str, str], tuple[int, int, int]] = {}
+    heads: list[int] = []
+    previous: list[int] = []
+    unchanged: list[int] = []
+    records: list[tuple[int, bytes, bytes | None]] = []
+    members: list[bytes] = []
 
     def s(text: str) -> int:
         i = strings.get(text)
@@ -59,50 +79,59 @@ def encode(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> 
             i = strings[text] = len(strings)
         return i
 
-    length = _LEN.pack
     for e in entries:
         if type(e) is OffsetChange:
-            n = len(e.records)
-            body += _SECTION.pack(_OFFSETS, s(e.member_id), s(e.client_id), s(e.host), n)
-            body += struct.pack(f"<{n}q", *e.previous)
-            unchanged = e.unchanged
-            if max(unchanged) > _U32:
-                unchanged = [min(u, _U32) for u in unchanged]
-            body += struct.pack(f"<{n}I", *unchanged)
-            # columns, each packed by one C call: no Python step per partition
-            _, keys, values = zip(*e.records, strict=True)
-            body += struct.pack(f"<{n}H", *map(len, keys))
-            if None in values:  # an admin's delete: a tombstone
-                body += struct.pack(
-                    f"<{n}H", *(_TOMBSTONE if v is None else len(v) for v in values)
-                )
-                values = tuple(v for v in values if v is not None)
-            else:
-                body += struct.pack(f"<{n}H", *map(len, values))
-            body += b"".join(keys)
-            body += b"".join(values)
+            key = (e.member_id, e.client_id, e.host)
+            ids = who.get(key)
+            if ids is None:
+                ids = who[key] = (s(e.member_id), s(e.client_id), s(e.host))
+            heads.extend(ids)
+            heads.append(len(e.records))
+            previous.extend(e.previous)
+            unchanged.extend(e.unchanged)
+            records.extend(e.records)
         else:
             assert isinstance(e, MembershipChange)
-            body += _MEMBER.pack(
-                _MEMBERSHIP,
-                s(e.group_id),
-                s(e.kind),
-                e.generation,
-                s(e.cause),
-                s(e.reason),
-                s(e.member_id),
-                e.members,
-                e.duration_ms,
+            members.append(
+                _MEMBER.pack(
+                    s(e.group_id),
+                    s(e.kind),
+                    e.generation,
+                    s(e.cause),
+                    s(e.reason),
+                    s(e.member_id),
+                    e.members,
+                    e.duration_ms,
+                )
             )
-    if len(strings) > _U16:
-        raise ValueError("more than 65535 strings in one history value")
-    head = bytearray(_HEAD.pack(VERSION, time_ms, len(strings) - 1))
+    if len(strings) > _U16 or len(members) > _U16:
+        raise ValueError("more than 65535 strings or membership changes in one history value")
+    n = len(records)
+    parts: list[bytes] = [_HEAD.pack(VERSION, time_ms, len(strings) - 1)]
     for text in list(strings)[1:]:
         raw = text.encode("utf-8", "surrogatepass")[:_U16]
-        head += length(len(raw))
-        head += raw
-    head += body
-    return bytes(cramjam.lz4.compress_block(head))
+        parts.append(_LEN.pack(len(raw)))
+        parts.append(raw)
+    parts.append(_COUNTS.pack(len(heads) // 4, n, len(members)))
+    if n:
+        _, keys, values = zip(*records, strict=True)
+        if max(unchanged) > _U32:
+            unchanged = [min(u, _U32) for u in unchanged]
+        parts.append(_column("H", len(heads)).pack(*heads))
+        parts.append(_column("q", n).pack(*previous))
+        parts.append(_column("I", n).pack(*unchanged))
+        parts.append(_column("H", n).pack(*map(len, keys)))
+        if None in values:  # an admin's delete: a tombstone
+            parts.append(
+                _column("H", n).pack(*(_TOMBSTONE if v is None else len(v) for v in values))
+            )
+            values = tuple(v for v in values if v is not None)
+        else:
+            parts.append(_column("H", n).pack(*map(len, values)))
+        parts.append(b"".join(keys))
+        parts.append(b"".join(values))
+    parts += members
+    return bytes(cramjam.lz4.compress_block(b"".join(parts)))
 
 
 def decode(
@@ -140,63 +169,66 @@ def _decode(plain: bytes, group_id: str | None) -> list[OffsetHistoryEntry | Mem
     for _ in range(n):
         raw, pos = _chunk(plain, pos)
         table.append((raw or b"").decode("utf-8", "surrogatepass"))
+    requests, nparts, nmembers = _COUNTS.unpack_from(plain, pos)
+    pos += _COUNTS.size
+    heads = struct.unpack_from(f"<{4 * requests}H", plain, pos)
+    pos += 8 * requests
+    previous = struct.unpack_from(f"<{nparts}q", plain, pos)
+    pos += 8 * nparts
+    unchanged = struct.unpack_from(f"<{nparts}I", plain, pos)
+    pos += 4 * nparts
+    key_lens = struct.unpack_from(f"<{nparts}H", plain, pos)
+    pos += 2 * nparts
+    value_lens = struct.unpack_from(f"<{nparts}H", plain, pos)
+    pos += 2 * nparts
+    keys = []
+    for size in key_lens:
+        keys.append(plain[pos : pos + size])
+        pos += size
+    values: list[bytes | None] = []
+    for size in value_lens:
+        if size == _TOMBSTONE:
+            values.append(None)
+            continue
+        values.append(plain[pos : pos + size])
+        pos += size
+    if pos + nmembers * _MEMBER.size != len(plain) or sum(heads[3::4]) != nparts:
+        raise HistoryFormatError("history value of the wrong length")
     out: list[OffsetHistoryEntry | MembershipChange] = []
-    end = len(plain)
-    while pos < end:
-        kind = plain[pos]
-        if kind == _OFFSETS:
-            _, member, client, host, count = _SECTION.unpack_from(plain, pos)
-            pos += _SECTION.size
-            previous = struct.unpack_from(f"<{count}q", plain, pos)
-            pos += 8 * count
-            unchanged = struct.unpack_from(f"<{count}I", plain, pos)
-            pos += 4 * count
-            key_lens = struct.unpack_from(f"<{count}H", plain, pos)
-            pos += 2 * count
-            value_lens = struct.unpack_from(f"<{count}H", plain, pos)
-            pos += 2 * count
-            keys = []
-            for size in key_lens:
-                keys.append(plain[pos : pos + size])
-                pos += size
-            for i in range(count):
-                size = value_lens[i]
-                value = None
-                if size != _TOMBSTONE:
-                    value = plain[pos : pos + size]
-                    pos += size
-                if pos > end:
-                    raise HistoryFormatError("history value cut short")
-                k = decode_key(keys[i])
-                if not isinstance(k, OffsetCommitKey):
-                    raise HistoryFormatError("history entry without an offset commit key")
-                if group_id is not None and k.group != group_id:
-                    continue
-                if value is None:
-                    offset, epoch, metadata, ts = DELETED, -1, "", time_ms
-                else:
-                    v = decode_offset_commit_value(value)
-                    offset, epoch, metadata, ts = (
-                        v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
-                    )  # fmt: skip
-                out.append(
-                    OffsetHistoryEntry(
-                        time_ms, k.group, k.topic, k.partition, offset, previous[i], epoch,
-                        metadata, ts, table[member], table[client], table[host], unchanged[i],
-                    )
+    start = 0
+    for r in range(requests):
+        member, client, host, count = heads[4 * r : 4 * r + 4]
+        start += count
+        for i in range(start - count, start):
+            k = decode_key(keys[i])
+            if not isinstance(k, OffsetCommitKey):
+                raise HistoryFormatError("history entry without an offset commit key")
+            if group_id is not None and k.group != group_id:
+                continue
+            value = values[i]
+            if value is None:
+                offset, epoch, metadata, ts = DELETED, -1, "", time_ms
+            else:
+                v = decode_offset_commit_value(value)
+                offset, epoch, metadata, ts = (
+                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
                 )  # fmt: skip
-        elif kind == _MEMBERSHIP:
-            _, g, k2, generation, cause, reason, member, members, duration = _MEMBER.unpack_from(
-                plain, pos
-            )
-            pos += _MEMBER.size
-            if group_id is None or table[g] == group_id:
-                out.append(
-                    MembershipChange(
-                        time_ms, table[g], table[k2], generation, table[cause], table[reason],
-                        table[member], members, duration,
-                    )
-                )  # fmt: skip
-        else:
-            raise HistoryFormatError(f"unknown history section {kind}")
+            out.append(
+                OffsetHistoryEntry(
+                    time_ms, k.group, k.topic, k.partition, offset, previous[i], epoch,
+                    metadata, ts, table[member], table[client], table[host], unchanged[i],
+                )
+            )  # fmt: skip
+    for _ in range(nmembers):
+        g, kind, generation, cause, reason, member, members, duration = _MEMBER.unpack_from(
+            plain, pos
+        )
+        pos += _MEMBER.size
+        if group_id is None or table[g] == group_id:
+            out.append(
+                MembershipChange(
+                    time_ms, table[g], table[kind], generation, table[cause], table[reason],
+                    table[member], members, duration,
+                )
+            )  # fmt: skip
     return out
