@@ -24,7 +24,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
+import checkout  # puts this checkout and tests/ on the import path
 from bench_commit import commit_load
 from results import record
 from support.kgc_process import KgcProcess
@@ -80,6 +80,10 @@ def one(history: bool, args: argparse.Namespace) -> tuple[float, float, int]:
 
 
 def main() -> None:
+    # The servers run this checkout's kgc (not whichever an editable install points at).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(checkout.ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--members", type=int, default=50)

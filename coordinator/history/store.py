@@ -59,13 +59,13 @@ class HistoryLog:
         self.status = status or StatusSettings()
         self.partition = partition
         self.retention_ms = config.retention_ms
-        # (offsets partition, entry) of the turn: a failed write fails those partitions,
-        # and a partition whose offsets append failed writes no history.
-        self.pending: list[tuple[int, OffsetChange | MembershipChange]] = []
+        # The turn's offset changes (each names its offsets partition) and membership
+        # changes (with theirs): a partition whose offsets append failed writes no history.
+        self.pending: list[OffsetChange] = []
+        self.pending_membership: list[tuple[int, MembershipChange]] = []
         self._log: PartitionLog | None = None
-        # Bytes and offset changes written (the storage figures).
+        # Bytes of history written (the storage figures).
         self.bytes_written = 0
-        self.changes_written = 0
 
     @property
     def plog(self) -> PartitionLog:
@@ -75,42 +75,33 @@ class HistoryLog:
         return plog
 
     def add(self, changes: list[OffsetChange]) -> None:
-        pending = self.pending
-        for c in changes:
-            pending.append((c.partition, c))
+        self.pending += changes
 
     def add_membership(self, partition: int, change: MembershipChange) -> None:
-        self.pending.append((partition, change))
+        self.pending_membership.append((partition, change))
 
-    def write(
-        self, now_ms: int, failed: set[int]
-    ) -> tuple[tuple[PartitionLog, int] | None, frozenset[int]]:
-        """Append what the turn gathered, but for the offsets partitions in ``failed``
-        (their records are not in the log): ((the log, the last offset) or None when
-        nothing was appended, the offsets partitions whose entries it held)."""
-        gathered, self.pending = self.pending, []
-        pending = (
-            [e for p, e in gathered if p not in failed] if failed else [e for _, e in gathered]
-        )
-        parts = frozenset(p for p, _ in gathered if p not in failed)
-        if not pending:
-            return None, frozenset()
-        try:
-            value = encode(now_ms, pending)
-            plog = self.plog
-            _, last = plog.append_records([(None, value)], timestamp_ms=now_ms)
-        except Exception as exc:
-            log.error(
-                "appending %d history entries to %s-%d failed: %r",
-                len(pending),
-                HISTORY_TOPIC,
-                self.partition,
-                exc,
-            )
-            return None, parts
+    def write(self, now_ms: int, failed: set[int]) -> tuple[PartitionLog, int] | None:
+        """Append what the turn gathered but the offsets partitions in ``failed`` (their
+        records are not in the log): (the log, the last offset), or None when nothing was
+        to be appended. Raises what the append raised (nothing was appended then)."""
+        changes, self.pending = self.pending, []
+        membership, self.pending_membership = self.pending_membership, []
+        if failed:  # rare: a failed offsets append
+            changes = [c for c in changes if c.partition not in failed]
+            membership = [(p, m) for p, m in membership if p not in failed]
+        entries: list[OffsetChange | MembershipChange] = [*changes, *(m for _, m in membership)]
+        if not entries:
+            return None
+        value = encode(now_ms, entries)
+        plog = self.plog
+        _, last = plog.append_records([(None, value)], timestamp_ms=now_ms)
         self.bytes_written += len(value)
-        self.changes_written += sum(len(c.records) for c in pending if type(c) is OffsetChange)
-        return (plog, last), parts
+        return plog, last
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the turn gathered anything to write."""
+        return bool(self.pending or self.pending_membership)
 
     def start_ms(self) -> int | None:
         """When the retained history starts (None: there is none)."""

@@ -339,7 +339,7 @@ class GroupRuntime:
     def _write_unwritten(self) -> None:
         self.write_scheduled = False
         history = self.history
-        if not self.unwritten and not self.unreleased and not (history and history.pending):
+        if not self.unwritten and not self.unreleased and not (history and history.waiting):
             return  # written early by a rebuild
         batches, self.unwritten = self.unwritten, {}
         ends, self.unwritten_ends = self.unwritten_ends, {}
@@ -386,12 +386,14 @@ class GroupRuntime:
                 continue
             pending[partition] = (plog, last)
         kept: tuple[PartitionLog, int] | None = None
-        kept_parts: frozenset[int] = frozenset()
-        if history is not None and history.pending:
+        if history is not None and history.waiting:
             # The history of these records joins their fsync round: a reply waits for both.
-            kept, kept_parts = history.write(now, failed)
-            if kept is None:
-                failed |= kept_parts & set(pending)
+            try:
+                kept = history.write(now, failed)
+            except Exception as exc:
+                # A storage failure: the turn's commits are answered as for their own.
+                log.error("appending the group history failed: %r", exc)
+                failed |= set(pending)
         released: list[_Waiting] = waiting
         if failed:
             released = []
@@ -410,9 +412,7 @@ class GroupRuntime:
             # fails the partitions it held entries of).
             self.flusher.when_durable(
                 [pending[p] for p in order] + ([kept] if kept is not None else []),
-                functools.partial(
-                    self._released, order, pending, released, kept_parts if kept else None
-                ),
+                functools.partial(self._released, order, pending, released, kept is not None),
             )
         elif kept is not None:
             # History alone (membership changes without records): made durable by the next
@@ -442,7 +442,7 @@ class GroupRuntime:
         order: list[int],
         pending: dict[int, tuple[PartitionLog, int]],
         waiting: list[_Waiting],
-        kept_parts: frozenset[int] | None,
+        with_history: bool,
         outcomes: list[BaseException | None],
     ) -> None:
         """The flusher settled every partition of one append: release or fail the replies."""
@@ -451,9 +451,10 @@ class GroupRuntime:
             if outcome is not None:
                 self._log_flush_failure(p, outcome)
                 failed.add(p)
-        if kept_parts is not None and outcomes[-1] is not None:
+        if with_history and outcomes[-1] is not None:
+            # The turn's history is not durable: its commits are answered as for their own.
             log.error("fsync of the group history failed: %r", outcomes[-1])
-            failed |= kept_parts & set(order)
+            failed |= set(order)
         if self.on_durable:
             for p, (plog, _) in pending.items():
                 if p not in failed:
