@@ -15,6 +15,7 @@ from coordinator.history.store import HistoryLog
 from coordinator.runtime import GroupRuntime
 from protocol.messages import offset_commit
 from storage.interface import LogConfig
+from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 
@@ -134,3 +135,28 @@ async def test_membership_changes_are_kept(tmp_path: Path) -> None:
     assert kinds[:2] == [("rebalance_started", 0), ("generation_completed", 1)]
     await flusher.stop()
     logs.close_all()
+
+
+async def test_history_outlives_the_compaction_of_the_offsets_log(tmp_path: Path) -> None:
+    """Compaction keeps only a group's last offset in __consumer_offsets; its history keeps
+    every change, and a restart serves both."""
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    t0 = clock.now
+    for n in range(1, 6):
+        clock.now = t0 + n
+        await call(rt, offset_commit.API_KEY, 8, commit("g", n))
+    plog = rt.partitions[rt.shard.partition_of("g")]
+    plog.roll()  # the cleaner takes rolled segments only
+    await call(rt, offset_commit.API_KEY, 8, commit("other", 1))
+    before = plog.size_bytes
+    LogCleaner(plog).clean_all()  # type: ignore[arg-type]
+    assert plog.size_bytes < before  # the superseded commits are gone from the offsets log
+    expected = [(t0 + n, n) for n in range(1, 6)]
+    assert offsets(rt, "g") == expected
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await history_runtime(tmp_path, clock)
+    assert offsets(rt2, "g") == expected
+    await flusher2.stop()
+    logs2.close_all()
