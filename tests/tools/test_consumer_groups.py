@@ -213,6 +213,7 @@ def test_list_and_describe_a_consumer_protocol_group(kgc848: KgcProcess) -> None
             "CONSUMER-ID",
             "HOST",
             "CLIENT-ID",
+            "STATUS",
         ]
         assert [ln.split()[1:6] for ln in blocks[2][1:-1]] == [
             [TOPIC, str(p), "4", "10", "6"] for p in range(PARTITIONS)
