@@ -268,6 +268,21 @@ def test_generation_going_back_is_caught() -> None:
     assert kinds(check_membership(ops)) == {"generation-back"}
 
 
+def test_a_classic_join_generation_lost_with_its_coordinator_is_not_an_anomaly() -> None:
+    join3 = view(1, "a", 3, [], 10)
+    join3.value["phase"] = "join"
+    # Generation 3 was answered by JoinGroup, its coordinator lost before SyncGroup wrote it:
+    # the next coordinator loads generation 2, where a's commits are current (Kafka too).
+    ops = [view(1, "a", 2, [0], 0), join3, view(1, "a", 2, [0], 20), commit(1, "a", 2, 22)]
+    assert not check_membership(ops)
+    # A generation SyncGroup answered is durable: going back below it is an anomaly.
+    synced = [view(1, "a", 3, [0], 10), view(1, "a", 2, [0], 20), commit(1, "a", 2, 22)]
+    assert kinds(check_membership([view(1, "a", 2, [0], 0), *synced])) == {
+        "generation-back",
+        "fenced-commit",
+    }
+
+
 def test_commit_from_a_fenced_generation_is_caught() -> None:
     ops = [view(1, "a", 1, [0], 0), view(2, "b", 2, [0], 10), commit(1, "a", 1, 20)]
     assert kinds(check_membership(ops)) == {"fenced-commit"}

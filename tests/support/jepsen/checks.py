@@ -13,7 +13,10 @@ Membership ops (key ``(group, "", -1)``), written by raw-protocol members:
 Rules: ``double-owner`` (two members handed one partition in one generation), ``generation-
 back`` (a member's views, in completion order, go to a lower generation), ``fenced-commit`` (a
 commit acknowledged with generation g although, before it was invoked, a view of a later
-generation had completed (classic only), or that member at g had been fenced), and, for views
+generation had completed (classic only), or that member at g had been fenced). A classic
+JoinGroup answer (``"phase": "join"``) counts for neither of the last two: Kafka persists a
+classic generation only with the leader's SyncGroup, so a coordinator lost between the two
+phases comes back at the generation before and a member may see it go back. And, for views
 whose invoke value says ``"protocol": "consumer"`` (KIP-848 heartbeats, each request carrying
 the partitions its member owns: the assignment of its previous ok view), ``owned-twice``:
 member B was handed partition p, and afterwards member A, which held p since before that,
@@ -71,13 +74,16 @@ def check_membership(ops: list[Op]) -> list[Anomaly]:
             other = owners.setdefault(slot, v)
             if other.value["member"] != member:
                 found.append(Anomaly("double-owner", [other, v], f"{topic}-{partition} gen {gen}"))
+        if v.value.get("phase") == "join":
+            continue
         prev = last.get((_group(v), member))
         if prev is not None and gen < prev.value["generation"]:
             found.append(Anomaly("generation-back", [prev, v]))
         last[(_group(v), member)] = v
     # Per group (views) and per member (fencings): completion times and the highest
     # generation completed by then, so each commit is one binary search.
-    seen_by = _running_max(views, lambda v: (_group(v),))
+    durable = [v for v in views if v.value.get("phase") != "join"]
+    seen_by = _running_max(durable, lambda v: (_group(v),))
     fenced = sorted((op for op in ops if op.f == "fenced" and op.ok), key=lambda o: o.end)
     fenced_by = _running_max(fenced, lambda f: (_group(f), f.value["member"]))
     for c in (op for op in ops if op.f == "commit" and op.ok):

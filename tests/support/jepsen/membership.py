@@ -10,8 +10,8 @@ the key ``(group, "", -1)``, as ``checks.check_membership`` reads them:
   then the join with the id given); the leader computes a range assignment of ``t1`` over
   the members it was given and sends it in SyncGroup v5 (JSON bytes: the coordinator does not
   read them); Heartbeat v4 every second; REBALANCE_IN_PROGRESS rejoins. ``view`` ops: the
-  JoinGroup answer (generation, no partitions) and the SyncGroup answer (generation and the
-  partitions it delivered);
+  JoinGroup answer (generation, no partitions, ``"phase": "join"``: not yet durable) and the
+  SyncGroup answer (generation and the partitions it delivered);
 - KIP-848 groups (``kip-*``): ConsumerGroupHeartbeat v1 with a member id of the harness,
   the owned partitions on every heartbeat, the assignment taken at once (revocations are
   acknowledged by the next heartbeat); ``view`` ops carry the member epoch and the
@@ -289,9 +289,16 @@ class Membership:
                     member_id = ""
                 await asyncio.sleep(0.3)
                 continue
+            # The join phase persists nothing (Kafka writes the generation with the leader's
+            # SyncGroup): a coordinator lost before it may load the generation before.
             ctx.history.ok(
                 m.t.process,
-                {"member": resp.member_id, "generation": resp.generation_id, "assignment": []},
+                {
+                    "member": resp.member_id,
+                    "generation": resp.generation_id,
+                    "assignment": [],
+                    "phase": "join",
+                },
             )
             return resp.member_id, resp
         return None
