@@ -86,7 +86,18 @@ def join_both(server: Server, group: str, topic: str) -> None:
             assert time.monotonic() < deadline, f"{server}: no coordinator for {group}"
             time.sleep(0.2)
         wait_topic_known(conn, topic)
-        epochs = {m: heartbeat(conn, group, m, 0, [topic]).member_epoch for m in MEMBERS}
+        # member-a alone until its partition is initialized and assigned (the share state
+        # is initialized asynchronously on both servers), then member-b: the same epochs.
+        first, second = MEMBERS
+        epoch = heartbeat(conn, group, first, 0, [topic]).member_epoch
+        while True:
+            r = heartbeat(conn, group, first, epoch)
+            epoch = r.member_epoch
+            if r.assignment is not None and r.assignment.topic_partitions:
+                break
+            assert time.monotonic() < deadline, f"{server}: {first} never assigned"
+            time.sleep(0.1)
+        epochs = {first: epoch, second: heartbeat(conn, group, second, 0, [topic]).member_epoch}
         deadline = time.monotonic() + 30
         while True:
             for m in MEMBERS:
