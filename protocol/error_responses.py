@@ -23,6 +23,7 @@ from protocol.messages import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_configs,
+    alter_share_group_offsets,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -33,6 +34,7 @@ from protocol.messages import (
     delete_acls,
     delete_groups,
     delete_records,
+    delete_share_group_offsets,
     delete_topics,
     describe_acls,
     describe_cluster,
@@ -524,6 +526,8 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     describe_producers.API_KEY: _describe_producers,
     share_fetch.API_KEY: _top_level(share_fetch.Response),
     share_acknowledge.API_KEY: _top_level(share_acknowledge.Response),
+    alter_share_group_offsets.API_KEY: _top_level(alter_share_group_offsets.Response),
+    delete_share_group_offsets.API_KEY: _top_level(delete_share_group_offsets.Response),
     describe_share_group_offsets.API_KEY: lambda v, req, code: (
         describe_share_group_offsets.Response(
             groups=[

@@ -46,6 +46,7 @@ from protocol.messages import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_configs,
+    alter_share_group_offsets,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -56,6 +57,7 @@ from protocol.messages import (
     delete_acls,
     delete_groups,
     delete_records,
+    delete_share_group_offsets,
     delete_topics,
     describe_acls,
     describe_cluster,
@@ -418,6 +420,15 @@ API_TABLE: dict[int, Api] = {
         share.describe_share_group_offsets_handler,
         in_handler,
         ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
+    ),
+    alter_share_group_offsets.API_KEY: Api(
+        (0, 0), share.alter_share_group_offsets_handler, in_handler, ("READ GROUP", "READ TOPIC")
+    ),
+    delete_share_group_offsets.API_KEY: Api(
+        (0, 0),
+        share.delete_share_group_offsets_handler,
+        in_handler,
+        ("DELETE GROUP", "READ TOPIC"),
     ),
     # kgc's own: a group's history (kept for offsets.history.retention.ms), from its
     # coordinator; announced only where history is kept.

@@ -30,3 +30,13 @@ def share_acknowledge_handler(p: Parts) -> Handler:
 def describe_share_group_offsets_handler(p: Parts) -> Handler:
     admin = need(p.share_admin, "share_admin")
     return functools.partial(admin.describe_share_group_offsets, _allowed(p))
+
+
+def alter_share_group_offsets_handler(p: Parts) -> Handler:
+    admin = need(p.share_admin, "share_admin")
+    return functools.partial(admin.alter_share_group_offsets, _allowed(p))
+
+
+def delete_share_group_offsets_handler(p: Parts) -> Handler:
+    admin = need(p.share_admin, "share_admin")
+    return functools.partial(admin.delete_share_group_offsets, _allowed(p))

@@ -536,6 +536,7 @@ async def api_server(
             data,
             stores.catalog,
             initialized=core.groups.shard.share.initialized_topics,
+            groups=core.groups,
         ),
     )
     server = kafka_server(s, listening, parts, core.metrics, authorizer=acls.authorizer)

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from coordinator.group.share.offsets_admin import OffsetsStep
 from protocol.errors import ErrorCode
 from protocol.messages import (
     consumer_group_heartbeat,
@@ -84,6 +85,8 @@ def storage_error_reply(reply: Any, failed: set[int], partition_of: Callable[[st
         return share_group_heartbeat.Response(error_code=code)
     if isinstance(reply, offset_fetch.Response):
         return _offset_fetch_failed(reply, failed, partition_of)
+    if isinstance(reply, OffsetsStep):  # AlterShareGroupOffsets' and DeleteShareGroupOffsets'
+        return reply._replace(error=code)
     return reply  # answers that never depend on records (describe, list)
 
 

@@ -20,19 +20,29 @@ Lag (v1) is the high watermark minus the start offset minus the delivery complet
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.catalog import TopicCatalog
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.reads import high_watermark
+from coordinator.group.share import offsets_admin
+from coordinator.group.share.group import TopicInit
+from coordinator.group.share.offsets_admin import OffsetsStep
 from coordinator.security.acl import AclOperation, ResourceType
-from coordinator.server.handler import ClientInfo, HandlerResult
+from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
 from coordinator.share.persister import ShareStateStore
 from coordinator.share.requests import Allowed
 from coordinator.share.state_shard import topic_id_str
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
+from protocol.messages import alter_share_group_offsets as asgo
+from protocol.messages import delete_share_group_offsets as dsgo_del
 from protocol.messages import describe_share_group_offsets as dsgo
+
+if TYPE_CHECKING:
+    from coordinator.group.share.manager import ShareGroupManager
+    from coordinator.group.types import Result
+    from coordinator.runtime import GroupRuntime
 
 ZERO_ID = b"\x00" * 16
 
@@ -53,11 +63,15 @@ class ShareAdmin:
         data: DataPlane,
         catalog: TopicCatalog,
         initialized: Initialized = _no_groups,
+        groups: GroupRuntime | None = None,
     ) -> None:
+        """``groups``: the group coordinator, whose share groups AlterShareGroupOffsets and
+        DeleteShareGroupOffsets change (their records in ``__consumer_offsets``)."""
         self.state = state
         self.data = data
         self.catalog = catalog
         self.initialized = initialized
+        self.groups = groups
 
     def _partition(self, group_id: str, topic_id: bytes, partition: int, version: int) -> Any:
         out = dsgo.DescribeShareGroupOffsetsResponsePartition(partition_index=partition)
@@ -133,3 +147,152 @@ class ShareAdmin:
                     topic.topic_id = info.topic_id
                     topic.partitions.append(self._partition(g.group_id, info.topic_id, p, version))
         return dsgo.Response(groups=groups)
+
+    # -- AlterShareGroupOffsets (91) and DeleteShareGroupOffsets (92)
+    async def _group_step(
+        self,
+        header: RequestHeader,
+        req: Any,
+        client: ClientInfo,
+        fn: Callable[[ShareGroupManager, int, int], Result],
+    ) -> OffsetsStep:
+        """One step on the group coordinator, answered once its records are durable."""
+        groups = self.groups
+        assert groups is not None
+        shard = groups.shard
+
+        def method(ctx: Any, body: Any, now_ms: int) -> Result:
+            return fn(shard.share, ctx.reply_to, now_ms)
+
+        res = groups.call(method, header, req, client)
+        if isinstance(res, Deferred):
+            res = await res
+        if isinstance(res, OffsetsStep):
+            return res
+        return OffsetsStep(ErrorCode.UNKNOWN, None, None)  # the step raised (logged)
+
+    def alter_share_group_offsets(
+        self, allowed: Allowed, header: RequestHeader, req: Any, client: ClientInfo
+    ) -> HandlerResult:
+        return Deferred.task(self._alter(allowed, header, req, client))
+
+    async def _alter(
+        self, allowed: Allowed, header: RequestHeader, req: Any, client: ClientInfo
+    ) -> Any:
+        gid = req.group_id
+        if allowed is not None and not allowed(client, AclOperation.READ, ResourceType.GROUP, gid):
+            return asgo.Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        if not gid:
+            return asgo.Response(error_code=ErrorCode.INVALID_GROUP_ID)
+        responses: list[Any] = []
+        valid: dict[bytes, tuple[str, dict[int, int]]] = {}
+        for t in req.topics:
+            out = asgo.AlterShareGroupOffsetsResponseTopic(topic_name=t.topic_name)
+            responses.append(out)
+            denied = allowed is not None and not allowed(
+                client, AclOperation.READ, ResourceType.TOPIC, t.topic_name
+            )
+            info = None if denied else self.catalog.get(t.topic_name)
+            if info is not None:
+                out.topic_id = info.topic_id
+            for p in t.partitions:
+                if denied:
+                    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif info is None or not 0 <= p.partition_index < info.num_partitions:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    code = ErrorCode.NO_ERROR
+                    valid.setdefault(info.topic_id, (info.name, {}))[1][p.partition_index] = (
+                        p.start_offset
+                    )
+                out.partitions.append(
+                    asgo.AlterShareGroupOffsetsResponsePartition(
+                        partition_index=p.partition_index, error_code=code
+                    )
+                )
+        topics = {t: TopicInit(name, frozenset(parts)) for t, (name, parts) in valid.items()}
+        step = await self._group_step(
+            header, req, client, lambda m, h, _now: offsets_admin.alter_begin(m, h, gid, topics)
+        )
+        if step.error != ErrorCode.NO_ERROR:
+            return asgo.Response(error_code=step.error, error_message=step.message)
+        done: dict[bytes, list[int]] = {}
+        failed: dict[bytes, list[int]] = {}
+        codes: dict[tuple[bytes, int], ErrorCode] = {}
+        for t, (_, parts) in valid.items():
+            by_start: dict[int, list[int]] = {}
+            for p, start in parts.items():
+                by_start.setdefault(start, []).append(p)
+            for start, ps in by_start.items():
+                result = await self.state.initialize(gid, topic_id_str(t), ps, step.value, start)
+                for p in ps:
+                    code = result.get(p, ErrorCode.UNKNOWN)
+                    (done if code == ErrorCode.NO_ERROR else failed).setdefault(t, []).append(p)
+                    codes[(t, p)] = code
+        await self._group_step(
+            header,
+            req,
+            client,
+            lambda m, h, now: offsets_admin.state_initialized(m, h, gid, done, failed, now),
+        )
+        for out in responses:
+            for pd in out.partitions:
+                code = codes.get((out.topic_id, pd.partition_index), ErrorCode.NO_ERROR)
+                if pd.error_code == ErrorCode.NO_ERROR:
+                    pd.error_code = code
+        return asgo.Response(responses=responses)
+
+    def delete_share_group_offsets(
+        self, allowed: Allowed, header: RequestHeader, req: Any, client: ClientInfo
+    ) -> HandlerResult:
+        return Deferred.task(self._delete(allowed, header, req, client))
+
+    async def _delete(
+        self, allowed: Allowed, header: RequestHeader, req: Any, client: ClientInfo
+    ) -> Any:
+        gid = req.group_id
+        if allowed is not None and not allowed(
+            client, AclOperation.DELETE, ResourceType.GROUP, gid
+        ):
+            return dsgo_del.Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        if not gid:
+            return dsgo_del.Response(error_code=ErrorCode.INVALID_GROUP_ID)
+        responses: list[Any] = []
+        named: dict[bytes, str] = {}
+        for t in req.topics:
+            out = dsgo_del.DeleteShareGroupOffsetsResponseTopic(topic_name=t.topic_name)
+            responses.append(out)
+            if allowed is not None and not allowed(
+                client, AclOperation.READ, ResourceType.TOPIC, t.topic_name
+            ):
+                out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            info = self.catalog.get(t.topic_name)
+            if info is None:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            out.topic_id = info.topic_id
+            named[info.topic_id] = info.name
+        step = await self._group_step(
+            header, req, client, lambda m, h, _now: offsets_admin.delete_begin(m, h, gid, named)
+        )
+        if step.error != ErrorCode.NO_ERROR:
+            return dsgo_del.Response(error_code=step.error, error_message=step.message)
+        done: list[bytes] = []
+        for out in responses:
+            todo = step.value.get(out.topic_id) if out.topic_id in named else None
+            if todo is None:
+                continue
+            if isinstance(todo, tuple):
+                out.error_code, out.error_message = todo
+                continue
+            result = await self.state.delete(gid, topic_id_str(out.topic_id), todo)
+            bad = [c for c in result.values() if c != ErrorCode.NO_ERROR]
+            if bad:
+                out.error_code = bad[0]
+            else:
+                done.append(out.topic_id)
+        await self._group_step(
+            header, req, client, lambda m, h, _now: offsets_admin.offsets_deleted(m, h, gid, done)
+        )
+        return dsgo_del.Response(responses=responses)
