@@ -1,0 +1,201 @@
+"""KIP-932 share partitions, Kafka vs kgc: ShareFetch and ShareAcknowledge.
+
+One member joins a share group on a one-partition topic holding two batches of five
+records (the group's ``share.auto.offset.reset`` set to earliest first, as Kafka's
+ShareConsumerTest does), heartbeats (unrecorded) until it is assigned, then: a ShareFetch
+opening a session (the acquired ranges, delivery counts and the raw batches compared), a
+piggybacked acknowledgement (accept, release, reject, per offset and per batch) with the
+released record coming back with delivery count 2, a standalone ShareAcknowledge, the
+session errors (a wrong epoch, no session, epoch 0 with acknowledgements, ShareAcknowledge
+at epoch 0), an acknowledgement of records another member holds, an invalid batch, and the
+session closed with epoch -1. A second member's fetch then gets the records the first one
+held when its session closed, with their delivery counts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support.diffkit import Side
+
+from protocol.messages import incremental_alter_configs as iac
+from protocol.messages import list_offsets, produce
+from protocol.messages import share_acknowledge as sa
+from protocol.messages import share_fetch as sf
+from protocol.messages import share_group_heartbeat as sgh
+from storage.record_batch import encode_batch
+
+pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+SHARE_FETCH, SHARE_ACK, SG_HEARTBEAT = sf.API_KEY, sa.API_KEY, sgh.API_KEY
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+TS = 1_700_000_000_000
+
+
+def _configs(side: Side, group: str, **configs: str) -> None:
+    req = iac.IncrementalAlterConfigsRequest(
+        resources=[
+            iac.AlterConfigsResource(
+                resource_type=32,
+                resource_name=group,
+                configs=[iac.AlterableConfig(name=k, value=v) for k, v in configs.items()],
+            )
+        ]
+    )
+    _, resp = side.untimed().request(iac.API_KEY, req, version=1)
+    assert not resp.responses[0].error_code, resp
+
+
+def _produce(side: Side, topic: str, n: int, tag: str) -> None:
+    batch = encode_batch(0, [(None, f"{tag}{i}".encode()) for i in range(n)], timestamp_ms=TS)
+    req = produce.ProduceRequest(
+        acks=-1,
+        timeout_ms=30000,
+        topic_data=[
+            produce.TopicProduceData(
+                name=topic, partition_data=[produce.PartitionProduceData(index=0, records=batch)]
+            )
+        ],
+    )
+    _, resp = side.untimed().request(produce.API_KEY, req, version=9)
+    assert resp.responses[0].partition_responses[0].error_code == 0, resp
+
+
+def _ready(side: Side, topic: str) -> None:
+    side.create_topic(topic, 1, retention_ms="-1")
+    deadline = time.monotonic() + side.timeout
+    req = list_offsets.ListOffsetsRequest(
+        replica_id=-1,
+        topics=[
+            list_offsets.ListOffsetsTopic(
+                name=topic,
+                partitions=[list_offsets.ListOffsetsPartition(partition_index=0, timestamp=-1)],
+            )
+        ],
+    )
+    while time.monotonic() < deadline:
+        _, resp = side.untimed().request(list_offsets.API_KEY, req, version=7)
+        if resp.topics[0].partitions[0].error_code == 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{side.label}: {topic} does not serve ListOffsets")
+
+
+def _assigned(side: Side, group: str, member: str, topic: str) -> bytes:
+    """Heartbeat (unrecorded) until ``member`` holds the topic's partition; its topic id."""
+    conn = side.untimed()
+    epoch = 0
+    topics: list[str] | None = [topic]
+    deadline = time.monotonic() + side.timeout
+    while True:
+        r = conn.call(
+            SG_HEARTBEAT,
+            1,
+            sgh.ShareGroupHeartbeatRequest(
+                group_id=group, member_id=member, member_epoch=epoch, subscribed_topic_names=topics
+            ),
+        )
+        assert not r.error_code, r
+        if r.assignment is not None and r.assignment.topic_partitions:
+            return bytes(r.assignment.topic_partitions[0].topic_id)
+        epoch, topics = r.member_epoch, None
+        assert time.monotonic() < deadline, f"{side.label}: {member} never assigned"
+        time.sleep(0.05)
+
+
+def _fetch(
+    group: str,
+    member: str,
+    epoch: int,
+    topic_id: bytes,
+    acks: list[tuple[int, int, list[int]]] | None = None,
+    *,
+    with_partition: bool = True,
+    wait_ms: int = 5000,
+) -> sf.ShareFetchRequest:
+    partitions = []
+    if with_partition or acks:
+        partitions = [
+            sf.FetchPartition(
+                partition_index=0,
+                acknowledgement_batches=[
+                    sf.AcknowledgementBatch(f, last, t) for f, last, t in acks or []
+                ],
+            )
+        ]
+    return sf.ShareFetchRequest(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait_ms=wait_ms,
+        min_bytes=1,
+        max_bytes=52428800,
+        max_records=500,
+        batch_size=500,
+        topics=[sf.FetchTopic(topic_id=topic_id, partitions=partitions)] if partitions else [],
+    )
+
+
+def _ack(
+    group: str, member: str, epoch: int, topic_id: bytes, acks: list[tuple[int, int, list[int]]]
+) -> sa.ShareAcknowledgeRequest:
+    return sa.ShareAcknowledgeRequest(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        topics=[
+            sa.AcknowledgeTopic(
+                topic_id=topic_id,
+                partitions=[
+                    sa.AcknowledgePartition(
+                        partition_index=0,
+                        acknowledgement_batches=[
+                            sa.AcknowledgementBatch(f, last, t) for f, last, t in acks
+                        ],
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def share_fetch_scenario(side: Side) -> None:
+    group = side.name("sf")
+    topic = side.name("sf-t")
+    _ready(side, topic)
+    side.wait_coordinator(group)
+    _configs(side, group, **{"share.auto.offset.reset": "earliest"})
+    _produce(side, topic, 5, "a")
+    _produce(side, topic, 5, "b")
+    tid = _assigned(side, group, "m1", topic)
+    a = side.member("a", "share-a")
+    a.call(SHARE_FETCH, 1, _fetch(group, "m1", 0, tid), step="open_and_acquire")
+    acks = [(0, 2, [ACCEPT]), (3, 3, [RELEASE]), (4, 4, [REJECT]), (5, 6, [ACCEPT, ACCEPT])]
+    a.call(SHARE_FETCH, 1, _fetch(group, "m1", 1, tid, acks, with_partition=False), step="acks")
+    a.call(SHARE_ACK, 1, _ack(group, "m1", 2, tid, [(3, 3, [ACCEPT])]), step="ack_released")
+    a.call(SHARE_FETCH, 1, _fetch(group, "m1", 9, tid, wait_ms=0), step="wrong_epoch")
+    a.call(SHARE_FETCH, 1, _fetch(group, "nobody", 4, tid, wait_ms=0), step="no_session")
+    a.call(SHARE_ACK, 1, _ack(group, "m1", 0, tid, [(7, 7, [ACCEPT])]), step="ack_epoch0")
+    a.call(
+        SHARE_FETCH,
+        1,
+        _fetch(group, "m2", 0, tid, [(7, 7, [ACCEPT])], wait_ms=0),
+        step="epoch0_with_acks",
+    )
+    b = side.member("b", "share-b")
+    b.call(SHARE_FETCH, 1, _fetch(group, "m2", 0, tid, wait_ms=0), step="m2_opens")
+    b.call(SHARE_ACK, 1, _ack(group, "m2", 1, tid, [(7, 7, [ACCEPT])]), step="not_the_owner")
+    a.call(SHARE_ACK, 1, _ack(group, "m1", 3, tid, [(8, 7, [ACCEPT])]), step="invalid_batch")
+    a.call(
+        SHARE_FETCH,
+        1,
+        _fetch(group, "m1", -1, tid, [(7, 7, [ACCEPT])], with_partition=False),
+        step="close",
+    )
+    b.call(SHARE_FETCH, 1, _fetch(group, "m2", 2, tid), step="m2_gets_the_rest")
+
+
+def test_share_fetch_and_acknowledge(diff_shared: Any) -> None:
+    diff_shared(share_fetch_scenario)

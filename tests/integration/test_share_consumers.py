@@ -1,0 +1,286 @@
+"""confluent-kafka's ShareConsumer (librdkafka 2.16) against a real ``kgc serve``.
+
+Each test creates its topic, sets the group's ``share.auto.offset.reset`` to earliest (as
+Kafka's ShareConsumerTest does first) and produces before consuming:
+
+* two consumers split one partition's records with none delivered twice;
+* a RELEASEd record comes back with delivery count 2; a REJECTed one never does;
+* a consumer killed (SIGKILL) while holding records: its connection closes and another
+  consumer gets them at once, with delivery count 2;
+* the delivery limit (``group.share.delivery.count.limit`` 2) archives a record released
+  twice;
+* a SIGKILL and restart of kgc redelivers nothing that was acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from support.groupkit import create_topic
+from support.kgc_process import KgcProcess
+
+pytestmark = pytest.mark.integration
+
+DEADLINE_S = 60.0
+
+
+def _kgc(data_dir: Path) -> Iterator[KgcProcess]:
+    proc = KgcProcess(data_dir, "--group-share-delivery-count-limit", "2")
+    proc.start()
+    proc.wait_loaded()
+    yield proc
+    if proc.alive():
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgcProcess]:
+    """One server for the tests that do not stop it (each has its own topic and group)."""
+    yield from _kgc(tmp_path_factory.mktemp("share") / "data")
+
+
+@pytest.fixture
+def kgc(tmp_path: Path) -> Iterator[KgcProcess]:
+    yield from _kgc(tmp_path / "data")
+
+
+def earliest(bootstrap: str, group: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry(
+                "share.auto.offset.reset",
+                "earliest",
+                incremental_operation=AlterConfigOpType.SET,
+            )
+        ],
+    )
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, n: int, start: int = 0) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + n):
+        p.produce(topic, value=f"v{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+
+
+def consumer(bootstrap: str, group: str, explicit: bool = False) -> ShareConsumer:
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "fetch.wait.max.ms": 100,
+    }
+    if explicit:
+        config["share.acknowledgement.mode"] = "explicit"
+    c = ShareConsumer(config)
+    return c
+
+
+def poll_until(
+    consumers: list[ShareConsumer],
+    done: Callable[[], bool],
+    on_message: Callable[[int, Any], None],
+    deadline_s: float = DEADLINE_S,
+) -> None:
+    end = time.monotonic() + deadline_s
+    while not done():
+        assert time.monotonic() < end, "timed out"
+        for i, c in enumerate(consumers):
+            for m in c.poll(0.2) or []:
+                if m.error() is None:
+                    on_message(i, m)
+
+
+def test_two_consumers_split_a_partition_without_duplicates(shared: KgcProcess) -> None:
+    kgc = shared
+    create_topic(kgc.bootstrap, "split", 1)
+    earliest(kgc.bootstrap, "g-split")
+    produce(kgc.bootstrap, "split", 1000)
+    a, b = consumer(kgc.bootstrap, "g-split"), consumer(kgc.bootstrap, "g-split")
+    a.subscribe(["split"])
+    b.subscribe(["split"])
+    seen: dict[int, list[int]] = {}
+    counts: set[int] = set()
+
+    def got(i: int, m: Any) -> None:
+        seen.setdefault(m.offset(), []).append(i)
+        counts.add(m.delivery_count())
+
+    try:
+        poll_until([a, b], lambda: len(seen) >= 1000, got)
+    finally:
+        a.close()
+        b.close()
+    assert sorted(seen) == list(range(1000))
+    assert all(len(v) == 1 for v in seen.values())  # none delivered twice
+    assert counts == {1}
+
+
+def test_release_comes_back_with_count_two_and_reject_never(shared: KgcProcess) -> None:
+    kgc = shared
+    create_topic(kgc.bootstrap, "rel", 1)
+    earliest(kgc.bootstrap, "g-rel")
+    produce(kgc.bootstrap, "rel", 10)
+    c = consumer(kgc.bootstrap, "g-rel", explicit=True)
+    c.subscribe(["rel"])
+    deliveries: list[tuple[int, int]] = []
+
+    def got(_: int, m: Any) -> None:
+        deliveries.append((m.offset(), m.delivery_count()))
+        if m.offset() == 3 and m.delivery_count() == 1:
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+        elif m.offset() == 5:
+            c.acknowledge(m, AcknowledgeType.REJECT)
+        else:
+            c.acknowledge(m)
+
+    try:
+        poll_until([c], lambda: (3, 2) in deliveries, got)
+        c.commit_sync()
+        # A few more polls: the rejected record never comes back.
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            for m in c.poll(0.2) or []:
+                if m.error() is None:
+                    got(0, m)
+        c.commit_sync()
+    finally:
+        c.close()
+    assert [d for d in deliveries if d[0] == 5] == [(5, 1)]
+    assert [d for d in deliveries if d[0] == 3] == [(3, 1), (3, 2)]
+
+
+KILLED = textwrap.dedent(
+    """
+    import sys
+    from confluent_kafka import ShareConsumer
+    c = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                       "share.acknowledgement.mode": "explicit", "fetch.wait.max.ms": 100})
+    c.subscribe([sys.argv[3]])
+    while True:
+        msgs = [m for m in (c.poll(0.5) or []) if m.error() is None]
+        if msgs:
+            print(len(msgs), flush=True)
+            sys.stdin.read()  # hold them until killed
+    """
+)
+
+
+def test_a_killed_consumers_records_go_to_another(shared: KgcProcess) -> None:
+    kgc = shared
+    create_topic(kgc.bootstrap, "kill", 1)
+    earliest(kgc.bootstrap, "g-kill")
+    produce(kgc.bootstrap, "kill", 20)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", KILLED, kgc.bootstrap, "g-kill", "kill"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ},
+    )
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        assert int(line) > 0
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    c = consumer(kgc.bootstrap, "g-kill")
+    c.subscribe(["kill"])
+    counts: dict[int, int] = {}
+    started = time.monotonic()
+    try:
+        poll_until(
+            [c],
+            lambda: len(counts) >= 20,
+            lambda _, m: counts.setdefault(m.offset(), m.delivery_count()),
+        )
+    finally:
+        c.close()
+    # Released when its connection closed, not after the 30 s lock.
+    assert time.monotonic() - started < 25
+    assert 2 in counts.values()
+
+
+def test_delivery_limit_archives(shared: KgcProcess) -> None:
+    kgc = shared
+    create_topic(kgc.bootstrap, "lim", 1)
+    earliest(kgc.bootstrap, "g-lim")
+    produce(kgc.bootstrap, "lim", 1)
+    c = consumer(kgc.bootstrap, "g-lim", explicit=True)
+    c.subscribe(["lim"])
+    deliveries: list[int] = []
+
+    def got(_: int, m: Any) -> None:
+        deliveries.append(m.delivery_count())
+        c.acknowledge(m, AcknowledgeType.RELEASE)
+
+    try:
+        poll_until([c], lambda: len(deliveries) >= 2, got)
+        c.commit_sync()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            for m in c.poll(0.2) or []:
+                if m.error() is None:
+                    got(0, m)
+            c.commit_sync()
+    finally:
+        c.close()
+    assert deliveries == [1, 2]  # limit 2: archived after its second delivery
+
+
+def test_kgc_killed_and_restarted_redelivers_nothing_acknowledged(kgc: KgcProcess) -> None:
+    create_topic(kgc.bootstrap, "crash", 1)
+    earliest(kgc.bootstrap, "g-crash")
+    produce(kgc.bootstrap, "crash", 100)
+    c = consumer(kgc.bootstrap, "g-crash", explicit=True)
+    c.subscribe(["crash"])
+    acked: set[int] = set()
+
+    def got(_: int, m: Any) -> None:
+        if m.offset() < 50:
+            c.acknowledge(m)
+            acked.add(m.offset())
+        else:
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+
+    try:
+        poll_until([c], lambda: len(acked) >= 50, got)
+        c.commit_sync()  # answered once durable
+    finally:
+        c.close()
+    kgc.kill()
+    kgc.start()
+    kgc.wait_loaded()
+    again: dict[int, int] = {}
+    c = consumer(kgc.bootstrap, "g-crash")
+    c.subscribe(["crash"])
+    try:
+        poll_until(
+            [c],
+            lambda: len(again) >= 50,
+            lambda _, m: again.setdefault(m.offset(), m.delivery_count()),
+        )
+    finally:
+        c.close()
+    assert sorted(again) == list(range(50, 100))  # nothing acknowledged came back
