@@ -249,6 +249,7 @@ def test_delivery_limit_archives(shared: KgcProcess) -> None:
     assert deliveries == [1, 2]  # limit 2: archived after its second delivery
 
 
+@pytest.mark.slow  # its own server, killed and restarted
 def test_kgc_killed_and_restarted_redelivers_nothing_acknowledged(kgc: KgcProcess) -> None:
     create_topic(kgc.bootstrap, "crash", 1)
     earliest(kgc.bootstrap, "g-crash")
