@@ -93,3 +93,41 @@ def test_abort_of_an_open_transaction_moves_the_lso(pair: list[Server]) -> None:
     ):
         rows = [line.split() for line in run.stdout.splitlines()[1:] if line.strip()]
         assert len(rows) == 2 and all(r[-1] == "None" for r in rows), run  # none open
+
+
+def test_list_and_describe_an_open_transaction(pair: list[Server]) -> None:
+    """kafka-transactions.sh list (ListTransactions on every broker) and describe
+    (FindCoordinator key type 1, then DescribeTransactions) of a transaction a live
+    producer keeps open: the same state, epoch, timeout and partitions on both servers."""
+    topic = "kt.txn.describe"
+    producers = []
+    for s in pair:
+        create_topic(s.bootstrap, topic, 2)
+        p = Producer({"bootstrap.servers": s.bootstrap, "transactional.id": topic})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"open", partition=1, timestamp=BASE_TS)
+        assert p.flush(30) == 0
+        producers.append(p)
+    boot = ["--bootstrap-server", "{bootstrap}"]
+
+    def rows(out: str) -> list[dict[str, str]]:
+        lines = [line.split() for line in out.splitlines() if line.strip()]
+        header = lines[0]
+        return [dict(zip(header, line, strict=False)) for line in lines[1:]]
+
+    listed = run_pair(TRANSACTIONS, [*boot, "list"], pair)
+    ours = [[r for r in rows(run.stdout) if r.get("TransactionalId") == topic] for run in listed]
+    assert all(len(o) == 1 for o in ours), listed
+    assert [o[0]["TransactionState"] for o in ours] == ["Ongoing", "Ongoing"]
+    described = run_pair(TRANSACTIONS, [*boot, "describe", "--transactional-id", topic], pair)
+    # Producer ids and clock readings are each server's own.
+    kept = ("TransactionalId", "ProducerEpoch", "TransactionState", "TransactionTimeoutMs")
+    got = [
+        [({k: r[k] for k in kept}, r.get("TopicPartitions")) for r in rows(run.stdout)]
+        for run in described
+    ]
+    assert got[0] == got[1] and len(got[1]) == 1, described
+    assert got[1][0][0]["TransactionState"] == "Ongoing" and got[1][0][1] == f"{topic}-1"
+    for p in producers:
+        p.abort_transaction(30)
