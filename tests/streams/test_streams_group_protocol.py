@@ -8,6 +8,9 @@ topology asks for (the changelog compacted), assigns the six tasks (two subtopol
 partitions) and one standby replica per stateful task (``group.streams.num.standby.replicas``),
 moving tasks revoke-before-assign as instances join. The scenario:
 
+0. the source topic is missing when the first instance starts: the heartbeat reports
+   MISSING_SOURCE_TOPICS (the client logs it), the instance waits without tasks until the
+   test creates the topic (Kafka Streams gives up after a timeout, ~10 s);
 1. one instance reaches RUNNING with every task; the internal topics exist with the
    coordinator's partition counts and the client's configs; counts are exact;
 2. two more instances join: the active tasks are split over the three, no task is active
@@ -45,6 +48,8 @@ from support.kgc_process import KgcProcess
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 
 PARTITIONS = 3
+# Kafka's consumer logs the heartbeat's statuses; MISSING_SOURCE_TOPICS is status 1.
+MISSING = "(1) Source topics in are missing."
 ALL_TASKS = {f"{s}_{p}" for s in (0, 1) for p in range(PARTITIONS)}
 
 
@@ -89,6 +94,10 @@ class App:
             return set(), set()
         active, standby = last.split(";")
         return set(active.split(",")) - {""}, set(standby.split(",")) - {""}
+
+    def logged(self, text: str) -> bool:
+        with self.lock:
+            return any(text in line for line in self.lines)
 
     def said(self, line: str) -> bool:
         with self.lock:
@@ -200,13 +209,18 @@ def app_and_kgc(tmp_path: Path) -> Iterator[tuple[App, KgcProcess, str]]:
         "200",
         "--group-streams-num-standby-replicas",
         "1",
+        # One-second heartbeats: once the source topic exists the instance needs two of them
+        # (the topic seen, then the internal topics created) within Kafka Streams' ~10 s
+        # allowance for missing source topics.
+        "--group-streams-min-heartbeat-interval-ms",
+        "1000",
+        "--group-streams-heartbeat-interval-ms",
+        "1000",
     )
     kgc.start()
     admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
-    for f in admin.create_topics(
-        [NewTopic("in", PARTITIONS, 1), NewTopic("out", PARTITIONS, 1)]
-    ).values():
-        f.result()
+    # The source topic "in" is created by the test, once the group has reported it missing.
+    admin.create_topics([NewTopic("out", PARTITIONS, 1)])["out"].result()
     name = f"wc-{uuid.uuid4().hex[:6]}"
     app = App(kgc.bootstrap, name, tmp_path / "state")
     try:
@@ -231,8 +245,14 @@ def test_word_count_scaling_and_coordinator_restart(
             expected[w] = expected.get(w, 0) + n
         wait_until("exact counts", lambda: counts(bootstrap) == expected, app)
 
-    # 1. One instance: every task, internal topics created by the coordinator.
+    # 0. The source topic is missing: the heartbeat's status says so, the instance waits
+    # (REBALANCING, no task) until the topic is created, then starts.
     app.send("start 1")
+    wait_until("the missing source topic reported", lambda: app.logged(MISSING), app)
+    assert app.last("state 1") == "REBALANCING" and app.tasks(1) == (set(), set())
+    admin.create_topics([NewTopic("in", PARTITIONS, 1)])["in"].result()
+
+    # 1. One instance: every task, internal topics created by the coordinator.
     wait_until("instance 1 runs all tasks", lambda: app.tasks(1)[0] == ALL_TASKS, app)
     repartition, changelog = f"{name}-words-repartition", f"{name}-counts-changelog"
     meta = admin.list_topics(timeout=10).topics
