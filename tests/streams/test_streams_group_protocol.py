@@ -15,7 +15,8 @@ moving tasks revoke-before-assign as instances join. The scenario:
    coordinator's partition counts and the client's configs; counts are exact;
 2. two more instances join: the active tasks are split over the three, no task is active
    twice, every standby sits on an instance that does not run the task actively; counts
-   stay exact with more input;
+   stay exact with more input; each instance advertises an application.server and sees,
+   through Streams' metadata (the heartbeat's endpoints), every instance's active partitions;
    Kafka's kafka-streams-groups tool lists the group (Stable) and describes its members;
 3. kgc is killed (SIGKILL) and started again on the same data: the group is still listed
    (type streams) and the instances keep counting exactly, without a new internal topic;
@@ -280,6 +281,22 @@ def test_word_count_scaling_and_coordinator_restart(
         )
 
     wait_until("tasks spread over three instances with standbys", spread, app)
+    # Interactive queries: every instance sees, through the heartbeat's endpoints, each
+    # instance's application.server with the partitions of its active tasks.
+    sources = {"0": "in", "1": repartition}
+
+    def endpoints() -> str:
+        parts = {
+            n: ",".join(sorted(f"{sources[t[0]]}:{t[2:]}" for t in app.tasks(n)[0]))
+            for n in (1, 2, 3)
+        }
+        return "|".join(f"localhost:{9100 + n}={parts[n]}" for n in (1, 2, 3))
+
+    wait_until(
+        "each instance sees every endpoint's partitions",
+        lambda: all(app.last(f"hosts {n}") == endpoints() for n in (1, 2, 3)),
+        app,
+    )
     add({"alpha": 5, "delta": 7})
     # Kafka's kafka-streams-groups tool reads the group through ListGroups and
     # StreamsGroupDescribe.

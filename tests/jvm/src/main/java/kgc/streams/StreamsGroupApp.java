@@ -12,12 +12,14 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
+import java.util.TreeSet;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.StreamsMetadata;
 import org.apache.kafka.streams.TaskMetadata;
 import org.apache.kafka.streams.ThreadMetadata;
 import org.apache.kafka.streams.kstream.Consumed;
@@ -37,7 +39,9 @@ import org.apache.kafka.streams.kstream.Produced;
  * <p>Commands on stdin: {@code start <n>} starts instance n (its own state directory and
  * process id), {@code stop <n>} closes it. Every 100 ms each instance's changes are printed:
  * {@code state <n> <STATE>} and {@code tasks <n> <active ids>;<standby ids>} (comma-separated,
- * sorted); an uncaught error prints {@code error <n> <exception>}.
+ * sorted), {@code hosts <n> <host:port>=<topic:partition,...>|...} (what
+ * {@code metadataForAllStreamsClients} tells instance n of every instance's endpoint, its
+ * {@code application.server} localhost:(9100 + n)); an uncaught error prints {@code error <n> <exception>}.
  */
 public final class StreamsGroupApp {
   private StreamsGroupApp() {}
@@ -84,6 +88,8 @@ public final class StreamsGroupApp {
     props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
     props.put(StreamsConfig.STATE_DIR_CONFIG, args[4] + "/" + n);
     props.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, "streams");
+    // Interactive queries: an endpoint per instance, never listened on (only advertised).
+    props.put(StreamsConfig.APPLICATION_SERVER_CONFIG, "localhost:" + (9100 + n));
     props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
     props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
     props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
@@ -127,6 +133,11 @@ public final class StreamsGroupApp {
           say("tasks " + e.getKey() + " " + tasks);
           last.put(e.getKey(), tasks);
         }
+        String hosts = hosts(e.getValue());
+        if (hosts != null && !hosts.equals(last.get(-e.getKey()))) {
+          say("hosts " + e.getKey() + " " + hosts);
+          last.put(-e.getKey(), hosts);
+        }
       }
       try {
         Thread.sleep(100);
@@ -154,6 +165,21 @@ public final class StreamsGroupApp {
     Collections.sort(active);
     Collections.sort(standby);
     return String.join(",", active) + ";" + String.join(",", standby);
+  }
+
+  /** Every instance's endpoint and the partitions it runs, as this instance sees them. */
+  private static String hosts(KafkaStreams streams) {
+    TreeSet<String> out = new TreeSet<>();
+    try {
+      for (StreamsMetadata md : streams.metadataForAllStreamsClients()) {
+        TreeSet<String> tps = new TreeSet<>();
+        md.topicPartitions().forEach(tp -> tps.add(tp.topic() + ":" + tp.partition()));
+        out.add(md.host() + ":" + md.port() + "=" + String.join(",", tps));
+      }
+    } catch (RuntimeException notRunning) {
+      return null;
+    }
+    return String.join("|", out);
   }
 
   private static synchronized void say(String line) {
