@@ -128,8 +128,10 @@ def test_list_and_describe_a_consumer_protocol_group(kgc848: KgcProcess) -> None
         assert table.out.splitlines()[0].split() == ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"]
         row = next(ln.split() for ln in table.out.splitlines() if ln.startswith(GROUP))
         assert row == [GROUP, "consumer", "Stable", "consumer"]
-        bad = cli(kgc, "groups", "list", "--type", "share")
-        assert bad.code == 2 and "unknown group type 'share'" in bad.err, bad
+        bad = cli(kgc, "groups", "list", "--type", "queue")
+        assert bad.code == 2 and "unknown group type 'queue'" in bad.err, bad
+        no_share = cli(kgc, "groups", "list", "--type", "share")  # a type, with no group here
+        assert no_share.code == 0 and GROUP not in no_share.out, no_share
 
         # -- describe (JSON): state, epochs, assignor
         assert desc["type"] == "consumer" and desc["state_name"] == "Stable"

@@ -256,6 +256,22 @@ def _classic_sections(
     return sections
 
 
+def _epoch_state(desc: GroupDescription) -> tuple[list[str], list[list[Any]]]:
+    """The state section of a group with epochs (consumer, share): coordinator, assignor,
+    state, group and assignment epochs, members."""
+    node, host, port = desc.coordinator
+    row = [
+        desc.group_id,
+        f"{host}:{port} ({node})",
+        desc.protocol or None,
+        desc.state,
+        desc.group_epoch,
+        desc.assignment_epoch,
+        len(desc.members),
+    ]
+    return CONSUMER_STATE_COLUMNS, [row]
+
+
 def _consumer_sections(
     admin: Admin, desc: GroupDescription, args: argparse.Namespace
 ) -> dict[str, tuple[list[str], list[list[Any]]]]:
@@ -263,21 +279,7 @@ def _consumer_sections(
     everything = not (args.offsets or args.members or args.state)
     sections: dict[str, tuple[list[str], list[list[Any]]]] = {}
     if args.state or everything:
-        node, host, port = desc.coordinator
-        sections["state"] = (
-            CONSUMER_STATE_COLUMNS,
-            [
-                [
-                    desc.group_id,
-                    f"{host}:{port} ({node})",
-                    desc.protocol or None,
-                    desc.state,
-                    desc.group_epoch,
-                    desc.assignment_epoch,
-                    len(desc.members),
-                ]
-            ],
-        )
+        sections["state"] = _epoch_state(desc)
     if args.members or everything:
         sections["members"] = (
             CONSUMER_MEMBER_COLUMNS,
@@ -369,21 +371,7 @@ def _share_sections(
     everything = not (args.offsets or args.members or args.state)
     sections: dict[str, tuple[list[str], list[list[Any]]]] = {}
     if args.state or everything:
-        node, host, port = desc.coordinator
-        sections["state"] = (
-            CONSUMER_STATE_COLUMNS,
-            [
-                [
-                    desc.group_id,
-                    f"{host}:{port} ({node})",
-                    desc.protocol or None,
-                    desc.state,
-                    desc.group_epoch,
-                    desc.assignment_epoch,
-                    len(desc.members),
-                ]
-            ],
-        )
+        sections["state"] = _epoch_state(desc)
     if args.members or everything:
         sections["members"] = (
             SHARE_MEMBER_COLUMNS,
