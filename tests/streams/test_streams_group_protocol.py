@@ -17,7 +17,8 @@ moving tasks revoke-before-assign as instances join. The scenario:
    twice, every standby sits on an instance that does not run the task actively; counts
    stay exact with more input; each instance advertises an application.server and sees,
    through Streams' metadata (the heartbeat's endpoints), every instance's active partitions;
-   Kafka's kafka-streams-groups tool lists the group (Stable) and describes its members;
+   Kafka's kafka-streams-groups tool lists the group (Stable) and describes its members,
+   and refuses to delete it or reset its offsets while it is live;
 3. kgc is killed (SIGKILL) and started again on the same data: the group is still listed
    (type streams) and the instances keep counting exactly, without a new internal topic;
 4. every instance closes and leaves, the group turns Empty, and Kafka's tool resets the
@@ -128,12 +129,16 @@ def wait_until(what: str, check: Callable[[], bool], app: App, timeout: float = 
     raise AssertionError(f"timed out waiting for {what}\n{app.output()}")
 
 
-def tool(bootstrap: str, *args: str) -> str:
+def tool_run(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     """kafka-streams-groups.sh (Kafka's StreamsGroupCommand) against ``bootstrap``."""
     cmd = java_command(
         "org.apache.kafka.tools.streams.StreamsGroupCommand", "--bootstrap-server", bootstrap, *args
     )
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def tool(bootstrap: str, *args: str) -> str:
+    done = tool_run(bootstrap, *args)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -303,6 +308,12 @@ def test_word_count_scaling_and_coordinator_restart(
     listed = tool(bootstrap, "--list", "--state")
     assert f"{name}" in listed and "Stable" in listed.split(name, 1)[1].splitlines()[0]
     members = tool(bootstrap, "--describe", "--group", name, "--members")
+    # A live group can be neither deleted nor reset: the tool reads its state and refuses.
+    busy = tool(bootstrap, "--delete", "--group", name)
+    assert f"Streams group '{name}' is not EMPTY." in busy, busy
+    reset_all = ["--reset-offsets", "--group", name, "--all-input-topics", "--to-earliest"]
+    busy = tool(bootstrap, *reset_all, "--execute")
+    assert f"the group '{name}' is inactive, but the current state is Stable." in busy, busy
     assert members.count("ACTIVE: ") == 3 and members.count("STANDBY: ") == 3, members
     # kgc's own tool: members with their tasks, the topology's subtopologies.
     described = run_cli(
