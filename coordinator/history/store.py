@@ -117,7 +117,10 @@ class HistoryLog:
         found = plog.offset_for_timestamp(from_ms)
         if found is None:
             return
-        offset, end = found[0], plog.durable_end
+        # What survives a crash: with the "batch" flush policy its durable end (a reply
+        # waited for it); the others acknowledge before an fsync and read to the log end.
+        end = plog.durable_end if plog.config.flush_policy == "batch" else plog.log_end_offset
+        offset = found[0]
         while offset < end:
             try:
                 data = plog.read(offset, _READ_BYTES, end)
