@@ -26,6 +26,7 @@ lookups, in some 350 slices; a later one, with the timestamps cached, ~30 ms.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -239,32 +240,11 @@ class LagTracker:
         timestamps: dict[tuple[PartitionLog, int], int] = {}
         status = self.status
         statuses: list[tuple[str, str, str, str]] = []
-        old_lags, lags = self._lags, {}
+        old_lags = self._lags
+        lags: dict[tuple[str, str, int], tuple[int, list[int]]] = {}
         unchanged = getattr(getattr(self.shard, "offset_manager", None), "unchanged", {})
 
-        def judge(group_id: str, topic: str, partition: int, entry: Any, plog: PartitionLog,
-                  end: int) -> None:  # fmt: skip
-            assert status is not None
-            key = (group_id, topic, partition)
-            offset = entry.offset
-            seen = old_lags.get(key)
-            behind = max(end - offset, 0)
-            before = [] if seen is None else seen[1]  # the lags at earlier offset changes
-            if seen is not None and seen[0] != offset:  # moved since the last table: a sample
-                seen = (offset, [*before[-status.window_commits :], behind])
-            else:
-                seen = (offset, before)
-            lags[key] = seen
-            statuses.append(
-                (
-                    group_id, topic, str(partition),
-                    partition_status(
-                        status, now, offset, entry.commit_timestamp_ms,
-                        unchanged.get(group_id, {}).get((topic, partition), 0),
-                        plog.log_start_offset, end, before,
-                    ),
-                )
-            )  # fmt: skip
+        judge = functools.partial(_judge, status, now, old_lags, lags, statuses, unchanged)
 
         def report(group_id: str, topic: str, partition: int, entry: Any) -> None:
             offset = entry.offset
@@ -341,6 +321,45 @@ class LagTracker:
         busy += perf() - slice_start
         # Fresh from when it is done: a long sliced computation is not redone at once.
         self._table = LagTable(families, self.clock(), dropped, busy, slices)
+
+
+def _judge(
+    status: Any,
+    now: int,
+    old_lags: dict[tuple[str, str, int], tuple[int, list[int]]],
+    lags: dict[tuple[str, str, int], tuple[int, list[int]]],
+    statuses: list[tuple[str, str, str, str]],
+    unchanged: Any,
+    group_id: str,
+    topic: str,
+    partition: int,
+    entry: Any,
+    plog: PartitionLog,
+    end: int,
+) -> None:
+    """A partition's status from its lag now and at its last offset changes (kept in
+    ``lags`` for the next table)."""
+    assert status is not None
+    key = (group_id, topic, partition)
+    offset = entry.offset
+    seen = old_lags.get(key)
+    behind = max(end - offset, 0)
+    before = [] if seen is None else seen[1]  # the lags at earlier offset changes
+    if seen is not None and seen[0] != offset:  # moved since the last table: a sample
+        seen = (offset, [*before[-status.window_commits :], behind])
+    else:
+        seen = (offset, before)
+    lags[key] = seen
+    statuses.append(
+        (
+            group_id, topic, str(partition),
+            partition_status(
+                status, now, offset, entry.commit_timestamp_ms,
+                unchanged.get(group_id, {}).get((topic, partition), 0),
+                plog.log_start_offset, end, before,
+            ),
+        )
+    )  # fmt: skip
 
 
 def _families(rows: list[LagRow], ends: dict[tuple[str, int], int]) -> list[Metric]:

@@ -240,7 +240,13 @@ class SharePartition:
             for o in range(first, last + 1):
                 self.records[o] = InFlight(ACQUIRED, 1, lock, batch=cb)
                 lock.offsets.append(o)
-        for b in touched:  # part of a cached batch acquired: per offset from now on
+        self._hold(lock, touched)
+        return out
+
+    def _hold(self, lock: Lock, touched: set[CacheBatch]) -> None:
+        """The acquisition's lock armed; a cached batch only partly taken is tracked per
+        offset from now on."""
+        for b in touched:
             if any(
                 (r := self.records.get(o)) is None or r.lock is not lock
                 for o in range(max(b.first, self.start_offset), b.last + 1)
@@ -249,7 +255,6 @@ class SharePartition:
         if lock.offsets:
             self._seq += 1
             heapq.heappush(self.locks, (lock.deadline, self._seq, lock))
-        return out
 
     def _archive_aborted(self, base: int, last: int) -> None:
         """A batch of an aborted transaction: its records archived as they come in."""

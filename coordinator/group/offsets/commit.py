@@ -265,6 +265,51 @@ def _refused_before_coordinator(
     return names, codes, wanted
 
 
+def _encode_commit(
+    mgr: OffsetMetadataManager,
+    gid: str,
+    req: OffsetCommitRequest,
+    names: list[str | None],
+    codes: dict[tuple[int, int], ErrorCode],
+    v: int,
+    now_ms: int,
+) -> tuple[list[tuple[str, int, OffsetEntry]], list[Record]] | None:
+    """Every record of the commit, encoded before anything changes (a commit is
+    all-or-nothing); ``codes`` gets each written partition's code. None when a record
+    cannot be serialized."""
+    expire: int | None = None
+    if 2 <= v <= 4 and req.retention_time_ms != -1:
+        expire = now_ms + req.retention_time_ms
+    stored: list[tuple[str, int, OffsetEntry]] = []
+    records: list[Record] = []
+    for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
+        for p in t.partitions:
+            key = (i, p.partition_index)
+            if key in codes:
+                continue
+            assert name is not None  # unknown ids have their code already
+            metadata = p.committed_metadata or ""
+            if metadata and metadata_too_large(metadata, mgr.config.offset_metadata_max_bytes):
+                codes[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            # (offset, leader epoch, metadata, commit timestamp, expire timestamp); v1
+            # carries a commit timestamp per partition (-1: now), as Kafka keeps it.
+            entry = OffsetEntry(
+                p.committed_offset,
+                p.committed_leader_epoch,
+                metadata,
+                now_ms if p.commit_timestamp == -1 else p.commit_timestamp,
+                expire,
+            )
+            try:
+                records.append(mgr.offset_record(gid, name, p.partition_index, entry))
+            except (struct.error, ValueError):
+                return None
+            stored.append((name, p.partition_index, entry))
+            codes[key] = ErrorCode.NO_ERROR
+    return stored, records
+
+
 def commit_general(
     mgr: OffsetMetadataManager, ctx: RequestContext, req: OffsetCommitRequest, now_ms: int
 ) -> Result:
@@ -313,38 +358,11 @@ def commit_general(
     if err is not None:
         return _commit_response(out, reply_to, req, names, codes, err)
 
-    # Encode every record before changing anything: a commit is all-or-nothing.
-    expire: int | None = None
-    if 2 <= v <= 4 and req.retention_time_ms != -1:
-        expire = now_ms + req.retention_time_ms
-    stored: list[tuple[str, int, OffsetEntry]] = []
-    records: list[Record] = []
-    for i, (t, name) in enumerate(zip(req.topics, names, strict=True)):
-        for p in t.partitions:
-            key = (i, p.partition_index)
-            if key in codes:
-                continue
-            assert name is not None  # unknown ids have their code already
-            metadata = p.committed_metadata or ""
-            if metadata and metadata_too_large(metadata, mgr.config.offset_metadata_max_bytes):
-                codes[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            # (offset, leader epoch, metadata, commit timestamp, expire timestamp); v1
-            # carries a commit timestamp per partition (-1: now), as Kafka keeps it.
-            entry = OffsetEntry(
-                p.committed_offset,
-                p.committed_leader_epoch,
-                metadata,
-                now_ms if p.commit_timestamp == -1 else p.commit_timestamp,
-                expire,
-            )
-            try:
-                records.append(mgr.offset_record(gid, name, p.partition_index, entry))
-            except (struct.error, ValueError):
-                # Kafka fails the whole write when a record cannot be serialized.
-                return _commit_response(out, reply_to, req, names, codes, ErrorCode.UNKNOWN)
-            stored.append((name, p.partition_index, entry))
-            codes[key] = ErrorCode.NO_ERROR
+    encoded = _encode_commit(mgr, gid, req, names, codes, v, now_ms)
+    if encoded is None:
+        # Kafka fails the whole write when a record cannot be serialized.
+        return _commit_response(out, reply_to, req, names, codes, ErrorCode.UNKNOWN)
+    stored, records = encoded
     if simple is not None and stored:
         mgr.classic.groups[gid] = simple
     if isinstance(group, ClassicGroup) and group.is_in(_S, _P):

@@ -129,31 +129,8 @@ def _heartbeat(
 ) -> sgh.ShareGroupHeartbeatResponse:
     gid = req.group_id
     epoch = req.member_epoch
-    group = mgr.groups.get(gid)
-    if group is None:
-        if mgr.other_group_type(gid) is not None:
-            raise _not_share(gid)
-        if epoch != 0:
-            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Share group {gid} not found.")
-        group = ShareGroup(gid)  # registered when its first record is applied
     member_id = req.member_id
-    old = group.members.get(member_id)
-    max_size = mgr.config.share_group_max_size
-    if old is None and len(group.members) >= max_size:
-        raise HeartbeatError(
-            ErrorCode.GROUP_MAX_SIZE_REACHED,
-            f"The share group has reached its maximum capacity of {max_size} members.",
-        )
-    if old is None:
-        if epoch != 0:
-            raise HeartbeatError(
-                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {gid}."
-            )
-        old = ShareMember(member_id)
-        is_new = True
-    else:
-        _check_epoch(old, epoch)
-        is_new = False
+    group, old, is_new = _group_and_member(mgr, gid, member_id, epoch)
 
     writes: list[TypedRecord] = []
     updated = old.copy()
@@ -236,14 +213,55 @@ def _heartbeat(
             )
         )
     mgr.schedule_session(out, group, member_id, now_ms)
+    return _answer(mgr, group, req, old)
 
-    member = group.members[member_id]
+
+def _group_and_member(
+    mgr: ShareGroupManager, gid: str, member_id: str, epoch: int
+) -> tuple[ShareGroup, ShareMember, bool]:
+    """The group and the member as they stand before this heartbeat, and whether it joins."""
+    group = mgr.groups.get(gid)
+    if group is None:
+        if mgr.other_group_type(gid) is not None:
+            raise _not_share(gid)
+        if epoch != 0:
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Share group {gid} not found.")
+        group = ShareGroup(gid)  # registered when its first record is applied
+    old = group.members.get(member_id)
+    max_size = mgr.config.share_group_max_size
+    if old is None and len(group.members) >= max_size:
+        raise HeartbeatError(
+            ErrorCode.GROUP_MAX_SIZE_REACHED,
+            f"The share group has reached its maximum capacity of {max_size} members.",
+        )
+    if old is None:
+        if epoch != 0:
+            raise HeartbeatError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {gid}."
+            )
+        return group, ShareMember(member_id), True
+    _check_epoch(old, epoch)
+    return group, old, False
+
+
+def _answer(
+    mgr: ShareGroupManager,
+    group: ShareGroup,
+    req: sgh.ShareGroupHeartbeatRequest,
+    old: ShareMember,
+) -> sgh.ShareGroupHeartbeatResponse:
+    """The response: the assignment is sent on a join, a subscription and any change of it."""
+    member = group.members[req.member_id]
     resp = sgh.ShareGroupHeartbeatResponse(
-        member_id=member_id,
+        member_id=req.member_id,
         member_epoch=member.member_epoch,
-        heartbeat_interval_ms=mgr.timeouts(gid)[1],
+        heartbeat_interval_ms=mgr.timeouts(group.group_id)[1],
     )
-    if epoch == 0 or req.subscribed_topic_names is not None or member.assigned != old.assigned:
+    if (
+        req.member_epoch == 0
+        or req.subscribed_topic_names is not None
+        or member.assigned != old.assigned
+    ):
         resp.assignment = sgh.Assignment(
             topic_partitions=[
                 sgh.TopicPartitions(topic_id=t, partitions=sorted(ps))
