@@ -17,78 +17,22 @@ import pytest
 from coordinator.apis import Parts, handlers
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.runtime import GroupRuntime
-from coordinator.server.handler import ClientInfo, Deferred
+from coordinator.server.handler import Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import offset_commit, offset_fetch
-from protocol.messages.offset_commit import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-)
-from storage.interface import Durability, LogConfig, Logs
-from storage.local.durability import Flusher
-from storage.local.manager import LogManager
+from storage.interface import LogConfig
 from storage.memory import MemoryDurability, MemoryLogs
 from storage.record_batch import iter_record_tuples
-
-CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
-PARTITIONS = 4
-
-
-def commit(group: str, offset: int) -> OffsetCommitRequest:
-    return OffsetCommitRequest(
-        group_id=group,
-        generation_id_or_member_epoch=-1,
-        member_id="",
-        topics=[
-            OffsetCommitRequestTopic(
-                name="t",
-                partitions=[
-                    OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)
-                ],
-            )
-        ],
-    )
-
-
-OFFSETS_LOG = LogConfig(cleanup_policy="compact", journaled=True)
-
-
-async def started(
-    logs: Logs, flusher: Durability, log_config: LogConfig = OFFSETS_LOG, **shard: Any
-) -> GroupRuntime:
-    rt = GroupRuntime(
-        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS), **shard),
-        logs,
-        flusher,
-        num_partitions=PARTITIONS,
-        log_config=log_config,
-    )
-    await rt.load()
-    return rt
-
-
-async def runtime(
-    logs: MemoryLogs | None = None,
-) -> tuple[GroupRuntime, MemoryDurability, MemoryLogs]:
-    """A runtime on the in-memory engine (on ``logs``, e.g. reopened after a crash)."""
-    flusher = MemoryDurability()
-    logs = logs or MemoryLogs()
-    return await started(logs, flusher), flusher, logs
-
-
-async def disk_runtime(tmp_path: Path) -> tuple[GroupRuntime, Flusher, LogManager]:
-    flusher = Flusher()
-    logs = LogManager(tmp_path, flusher=flusher)
-    return await started(logs, flusher), flusher, logs
-
-
-async def call(rt: GroupRuntime, api_key: int, version: int, body: Any) -> Any:
-    result = handlers(Parts(groups=rt))[api_key](
-        RequestHeader(api_key, version, 1, "test"), body, CLIENT
-    )
-    return await result if isinstance(result, Deferred) else result
+from tests.support.runtimekit import (
+    CLIENT,
+    PARTITIONS,
+    call,
+    commit,
+    disk_runtime,
+    memory_runtime,
+    started,
+)
 
 
 def fetched(rt: GroupRuntime, group: str) -> int:
@@ -103,12 +47,12 @@ def fetched(rt: GroupRuntime, group: str) -> int:
 
 
 async def test_commit_reply_waits_for_the_log_and_is_replayable() -> None:
-    rt, _, logs = await runtime()
+    rt, _, logs = await memory_runtime()
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
     assert resp.topics[0].partitions[0].error_code == 0
     plog = rt.partitions[rt.shard.partition_of("g")]
     assert plog.durable_end == plog.log_end_offset > 0  # durable before the reply left
-    rt2, _, _ = await runtime(logs.reopen())  # a crash keeps what is durable
+    rt2, _, _ = await memory_runtime(logs.reopen())  # a crash keeps what is durable
     assert fetched(rt2, "g") == 5
 
 
@@ -148,7 +92,7 @@ def fetch_error(rt: GroupRuntime, group: str) -> int:
 async def test_failed_append_answers_not_coordinator_and_rebuilds_from_the_log(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rt, flusher, logs = await runtime()
+    rt, flusher, logs = await memory_runtime()
     await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
     plog = rt.partitions[rt.shard.partition_of("g")]
 
@@ -172,7 +116,7 @@ async def test_failed_append_answers_not_coordinator_and_rebuilds_from_the_log(
 async def test_failed_append_fails_only_replies_of_that_partition(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rt, flusher, logs = await runtime()
+    rt, flusher, logs = await memory_runtime()
     bad, good = groups_on_distinct_partitions(rt, 2)
     plog = rt.partitions[rt.shard.partition_of(bad)]
 
@@ -194,7 +138,7 @@ async def test_failed_append_fails_only_replies_of_that_partition(
 
 
 async def test_failed_fsync_answers_not_coordinator_and_keeps_only_what_the_log_holds() -> None:
-    rt, flusher, logs = await runtime()
+    rt, flusher, logs = await memory_runtime()
     await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
     flusher.failing = OSError(5, "Input/output error")
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 9))
@@ -217,7 +161,7 @@ async def test_failed_fsync_answers_not_coordinator_and_keeps_only_what_the_log_
 
 
 async def test_unencodable_group_id_is_an_error_code_and_leaves_no_offset() -> None:
-    rt, flusher, logs = await runtime()
+    rt, flusher, logs = await memory_runtime()
     group = "x" * 40000
     resp = await call(rt, offset_commit.API_KEY, 8, commit(group, 5))
     assert resp.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN
@@ -277,7 +221,7 @@ async def test_a_turn_over_max_message_bytes_is_split_between_results() -> None:
     """Many commits landing in one loop turn are written as several batches, each under
     max.message.bytes and each holding whole requests; every commit succeeds (before the
     split, the turn's one oversized batch was refused and every request failed)."""
-    rt, flusher, logs = await runtime()
+    rt, flusher, logs = await memory_runtime()
     gid = "big"
     plog = rt.partitions[rt.shard.partition_of(gid)]
     limit = plog.config.max_message_bytes
@@ -363,7 +307,7 @@ async def test_offsets_batches_carry_the_partitions_leader_epoch() -> None:
     on a single node, and in cluster mode the epoch of the lease the node holds."""
     from storage.record_batch import iter_batches
 
-    rt, flusher, logs = await runtime()
+    rt, flusher, logs = await memory_runtime()
     await call(rt, offset_commit.API_KEY, 8, commit("g", 5))
     p = rt.shard.partition_of("g")
     plog = rt.partitions[p]

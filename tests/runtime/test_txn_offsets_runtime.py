@@ -16,7 +16,6 @@ import pytest
 from coordinator.apis import Parts, handlers
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.runtime import GroupRuntime
-from coordinator.server.handler import ClientInfo, Deferred
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import offset_commit, offset_delete, offset_fetch, txn_offset_commit
@@ -25,64 +24,13 @@ from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
 )
-from storage.interface import Durability, LogConfig, Logs
+from storage.interface import LogConfig
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 from storage.memory import MemoryDurability, MemoryLogs
 from storage.record_batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
-
-CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
-PARTITIONS = 4
-OFFSETS_LOG = LogConfig(cleanup_policy="compact", journaled=True)
-
-
-async def started(logs: Logs, flusher: Durability) -> GroupRuntime:
-    rt = GroupRuntime(
-        GroupShard(GroupConfig(offsets_topic_num_partitions=PARTITIONS)),
-        logs,
-        flusher,
-        num_partitions=PARTITIONS,
-        log_config=OFFSETS_LOG,
-    )
-    await rt.load()
-    return rt
-
-
-async def runtime(logs: MemoryLogs | None = None) -> tuple[GroupRuntime, MemoryLogs]:
-    logs = logs or MemoryLogs()
-    return await started(logs, MemoryDurability()), logs
-
-
-async def disk_runtime(tmp_path: Path) -> tuple[GroupRuntime, Flusher, LogManager]:
-    flusher = Flusher()
-    logs = LogManager(tmp_path, flusher=flusher)
-    return await started(logs, flusher), flusher, logs
-
-
-async def call(rt: GroupRuntime, api_key: int, version: int, body: Any) -> Any:
-    result = handlers(Parts(groups=rt))[api_key](
-        RequestHeader(api_key, version, 1, "test"), body, CLIENT
-    )
-    return await result if isinstance(result, Deferred) else result
-
-
-def commit(group: str, offset: int) -> offset_commit.Request:
-    return offset_commit.Request(
-        group_id=group,
-        generation_id_or_member_epoch=-1,
-        member_id="",
-        topics=[
-            offset_commit.OffsetCommitRequestTopic(
-                name="t",
-                partitions=[
-                    offset_commit.OffsetCommitRequestPartition(
-                        partition_index=0, committed_offset=offset
-                    )
-                ],
-            )
-        ],
-    )
+from tests.support.runtimekit import CLIENT, call, commit, disk_runtime, memory_runtime, started
 
 
 def fetched(rt: GroupRuntime, group: str) -> int:
@@ -115,7 +63,7 @@ def state(rt: GroupRuntime) -> tuple[Any, Any]:
 
 
 async def test_txn_commit_and_marker_are_durable_batches_of_the_producer() -> None:
-    rt, logs = await runtime()
+    rt, _, logs = await memory_runtime()
     resp = await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5, 42, 3))
     assert resp.topics[0].partitions[0].error_code == 0
     p = rt.shard.partition_of("g")
@@ -131,26 +79,26 @@ async def test_txn_commit_and_marker_are_durable_batches_of_the_producer() -> No
         ATTR_TRANSACTIONAL | ATTR_CONTROL,
     ]
     assert fetched(rt, "g") == 5
-    rt2, _ = await runtime(logs.reopen())
+    rt2, _, _ = await memory_runtime(logs.reopen())
     assert fetched(rt2, "g") == 5 and state(rt2) == state(rt)
 
 
 async def test_pending_offsets_survive_a_crash_and_commit_after_it() -> None:
-    rt, logs = await runtime()
+    rt, _, logs = await memory_runtime()
     await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
     await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
-    rt2, logs2 = await runtime(logs.reopen())
+    rt2, _, logs2 = await memory_runtime(logs.reopen())
     assert fetched(rt2, "g") == 1
     assert set(rt2.shard.pending_txn_offsets["g"][7]) == {("t", 0)}
     p = rt2.shard.partition_of("g")
     assert await rt2.complete_transaction(p, 7, 0, 0, True) == 0
     assert fetched(rt2, "g") == 5
-    rt3, _ = await runtime(logs2.reopen())
+    rt3, _, _ = await memory_runtime(logs2.reopen())
     assert fetched(rt3, "g") == 5 and not rt3.shard.pending_txn_offsets
 
 
 async def test_marker_for_a_partition_not_owned_is_not_coordinator() -> None:
-    rt, _ = await runtime()
+    rt, _, _ = await memory_runtime()
     assert await rt.complete_transaction(99, 7, 0, 0, True) == ErrorCode.NOT_COORDINATOR
     p = rt.shard.partition_of("g")
     rt.release(p)
@@ -160,7 +108,7 @@ async def test_marker_for_a_partition_not_owned_is_not_coordinator() -> None:
 async def test_failed_marker_append_answers_not_coordinator_and_keeps_the_offsets_pending(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rt, _ = await runtime()
+    rt, _, _ = await memory_runtime()
     await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
     p = rt.shard.partition_of("g")
     plog = rt.partitions[p]
@@ -232,10 +180,10 @@ async def test_disk_log_replays_transactional_offsets(tmp_path: Path) -> None:
 
 
 async def test_a_plain_commit_after_a_pending_one_still_wins_after_replay() -> None:
-    rt, logs = await runtime()
+    rt, _, logs = await memory_runtime()
     await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
     await call(rt, offset_commit.API_KEY, 8, commit("g", 9))
-    rt2, _ = await runtime(logs.reopen())
+    rt2, _, _ = await memory_runtime(logs.reopen())
     assert await rt2.complete_transaction(rt2.shard.partition_of("g"), 7, 0, 0, True) == 0
     assert fetched(rt2, "g") == 9  # the transactional record is older than the commit
 
@@ -274,7 +222,7 @@ async def test_a_commit_the_transaction_coordinator_refuses_writes_nothing(
 ) -> None:
     # CoordinatorRuntimeTest.testScheduleTransactionalWriteOpWhenVerificationFails and
     # ReplicaManagerTest.testVerificationErrorConversionsTV1 for the offsets partition.
-    rt, _ = await runtime()
+    rt, _, _ = await memory_runtime()
     verifier = rt.txn_verifier = FakeVerifier()
     verifier.answers[7] = answer
     resp = await call(rt, txn_offset_commit.API_KEY, version, txn_commit("g", 5))
@@ -285,7 +233,7 @@ async def test_a_commit_the_transaction_coordinator_refuses_writes_nothing(
 
 
 async def test_verification_is_skipped_while_the_transaction_is_open_there() -> None:
-    rt, _ = await runtime()
+    rt, _, _ = await memory_runtime()
     verifier = rt.txn_verifier = FakeVerifier()
     p = rt.shard.partition_of("g")
     assert (await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))).topics[0].partitions[
@@ -455,7 +403,7 @@ async def test_a_marker_stays_while_its_transaction_has_records(tmp_path: Path) 
 
 
 async def test_a_tombstone_after_a_pending_offset_still_clears_it_after_replay() -> None:
-    rt, logs = await runtime()
+    rt, _, logs = await memory_runtime()
     await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
     await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
     delete = offset_delete.Request(
@@ -467,14 +415,14 @@ async def test_a_tombstone_after_a_pending_offset_still_clears_it_after_replay()
         ],
     )
     assert (await call(rt, offset_delete.API_KEY, 0, delete)).error_code == 0
-    rt2, _ = await runtime(logs.reopen())
+    rt2, _, _ = await memory_runtime(logs.reopen())
     assert not rt2.shard.pending_txn_offsets  # the tombstone took the pending offset too
     assert await rt2.complete_transaction(rt2.shard.partition_of("g"), 7, 0, 0, True) == 0
     assert fetched(rt2, "g") == -1  # the COMMIT marker brings nothing back
 
 
 async def test_a_failing_verifier_answers_unknown_server_error_and_writes_nothing() -> None:
-    rt, _ = await runtime()
+    rt, _, _ = await memory_runtime()
 
     class Broken:
         async def verify(self, *args: Any) -> dict[tuple[str, int], ErrorCode]:
