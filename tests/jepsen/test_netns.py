@@ -1,8 +1,8 @@
 """Namespace mode's network: namespaces, bridge, addresses, iptables cuts, and cleanup.
 
 Runs as root only (CI runs as root); a listener in node 1's namespace is reached from the
-harness's namespace over the bridge, a DROP link cuts it, a RESET link refuses it, ``pass``
-heals it, and ``destroy``/``sweep`` leave no namespace of the run behind.
+harness's namespace over the bridge, a DROP link cuts it, a RESET link refuses it, a LOSS
+link of probability 1 loses every packet, ``pass`` heals it, and ``destroy``/``sweep`` leave no namespace of the run behind.
 """
 
 from __future__ import annotations
@@ -65,6 +65,13 @@ def test_network_links_cut_heal_and_are_removed() -> None:
         assert _connect(net) == "timeout"
         link.set_mode(RESET)
         assert _connect(net) == "refused"
+        link.set_mode(PASS)
+        assert _connect(net) == "ok"
+        link.set_mode(netns.LOSS, 1.0)  # every packet lost
+        assert _connect(net) == "timeout"
+        link.set_mode(netns.LOSS, 0.2)
+        rules = netns.in_ns(net.ns("n1"), "iptables", "-S", link.chain).stdout
+        assert "--mode random --probability 0.2" in rules and "-j DROP" in rules
         link.set_mode(PASS)
         assert _connect(net) == "ok"
     finally:

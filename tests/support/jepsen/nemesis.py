@@ -19,7 +19,16 @@ Fault kinds (``FAULTS``), by role:
   from both PostgreSQL and the clients, the majority untouched), ``delay`` (every link of one
   node, or of all, delayed);
 - clock: ``clock`` (one node's wall clock jumped by -120 s to +1 h through libfaketime, the
-  monotonic clock left true; back to true when healed).
+  monotonic clock left true; back to true when healed);
+- packet loss: ``loss`` (every link of one node, or of all, drops packets at random with
+  probability 5 %, 20 % or 50 %: iptables ``statistic``, namespace mode only);
+- the embedded engine's disk (``embedded.py``): ``disk-full`` (the node's filesystem filled
+  to the last block, freed when healed), ``torn`` (kill -9, torn tails appended past the end
+  of its journal and segments, restarted after the duration).
+
+``usable(faults, mode, topology)`` leaves out what a topology cannot do: the embedded one has
+no PostgreSQL, no database links and no minority to split off; only namespace mode drops
+packets (a TCP proxy cannot lose one); the disk faults need the embedded engine.
 
 ``Nemesis.run`` applies the plan against the run's clock, records each fault in the history
 as one op of process ``NEMESIS`` (invoke when it starts, ``info`` when healed) and stops at
@@ -35,7 +44,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from support.jepsen.embedded import EmbeddedTopology
 from support.jepsen.history import History
+from support.jepsen.netns import LOSS
 from support.jepsen.proxy import BLACKHOLE, DELAY, DROP, PASS, RESET
 from support.jepsen.topology import ProxyTopology
 
@@ -52,12 +63,16 @@ FAULTS = (
     "split",
     "delay",
     "clock",
+    "loss",
+    "disk-full",
+    "torn",
 )
 FAULT_SETS: dict[str, tuple[str, ...]] = {
     "none": (),
     "process": ("kill", "pause"),
     "db": ("pg-kill", "pg-pause", "pg-terminate", "link-db"),
-    "net": ("link-db", "link-client", "split", "delay"),
+    "net": ("link-db", "link-client", "split", "delay", "loss"),
+    "disk": ("disk-full", "torn", "kill", "pause"),
     "clock": ("clock",),
     "all": FAULTS,
 }
@@ -96,7 +111,33 @@ def _draw(rng: random.Random, fault: str, nodes: list[int], session_s: float) ->
     if fault == "clock":
         offset = rng.choice(("+30", "-30", "+300", "-120", "+3600"))
         return Action(0, fault, node, rng.uniform(5, 15), {"offset": offset})
+    if fault == "loss":
+        target = node if rng.random() < 0.5 else None
+        p = rng.choice((0.05, 0.2, 0.5))
+        return Action(0, fault, target, rng.uniform(3, 10), {"probability": p})
+    if fault == "disk-full":
+        return Action(0, fault, node, rng.uniform(2, 10))
+    if fault == "torn":
+        return Action(0, fault, node, rng.uniform(0.5, 3), {"seed": rng.randrange(2**31)})
     raise ValueError(f"unknown fault {fault}")
+
+
+CLUSTER_ONLY = frozenset({"pg-kill", "pg-pause", "pg-terminate", "link-db", "split"})
+EMBEDDED_ONLY = frozenset({"disk-full", "torn"})
+
+
+def usable(faults: tuple[str, ...], mode: str, topology: str) -> tuple[str, ...]:
+    """The faults of ``faults`` that a ``topology`` ("cluster"/"embedded") in ``mode`` has."""
+    out = []
+    for f in faults:
+        if topology == "embedded" and f in CLUSTER_ONLY:
+            continue
+        if topology != "embedded" and f in EMBEDDED_ONLY:
+            continue
+        if mode != "netns" and f == "loss":
+            continue
+        out.append(f)
+    return tuple(out)
 
 
 def plan(
@@ -161,14 +202,13 @@ class Nemesis:
 
     def _links(self, action: Action) -> list[Any]:
         t = self.topology
+        n = action.target
         if action.fault == "link-db":
-            return [t.db[action.target]] if action.target else []
+            return [t.db[n]] if n in t.db else []
         if action.fault == "link-client":
-            return [t.client[action.target]] if action.target else []
-        if action.fault == "split":
-            return [t.db[action.target], t.client[action.target]] if action.target else []
-        if action.target is not None:  # delay of one node
-            return [t.db[action.target], t.client[action.target]]
+            return [t.client[n]] if n in t.client else []
+        if n is not None:  # split, or delay / loss of one node
+            return [link for link in (t.db.get(n), t.client.get(n)) if link is not None]
         return [*t.db.values(), *t.client.values()]
 
     async def begin(self, action: Action) -> None:
@@ -189,6 +229,14 @@ class Nemesis:
         elif f == "delay":
             for link in self._links(action):
                 link.set_mode(DELAY, action.params["delay_ms"])
+        elif f == "loss":
+            for link in self._links(action):
+                link.set_mode(LOSS, action.params["probability"])
+        elif f == "disk-full" and isinstance(t, EmbeddedTopology):
+            action.params["filled"] = await asyncio.to_thread(t.fill_disk)
+        elif f == "torn" and isinstance(t, EmbeddedTopology):
+            rng = random.Random(action.params["seed"])
+            action.params["torn"] = await asyncio.to_thread(t.tear, rng)
         else:
             for link in self._links(action):
                 link.set_mode(action.params["mode"])
@@ -207,6 +255,11 @@ class Nemesis:
             t.resume_pg()
         elif f == "clock" and action.target is not None:
             t.set_clock(action.target, "+0")
+        elif f == "disk-full" and isinstance(t, EmbeddedTopology):
+            t.free_disk()
+        elif f == "torn" and action.target is not None:
+            if not t.alive(action.target):
+                await t.start_node(action.target)
         elif f != "pg-terminate":
             for link in self._links(action):
                 link.set_mode(PASS)
@@ -218,6 +271,8 @@ async def heal_all(topology: ProxyTopology) -> None:
         link.set_mode(PASS)
     topology.resume_pg()
     await topology.start_pg()
+    if isinstance(topology, EmbeddedTopology):
+        topology.free_disk()
     if topology.faketime is not None:
         for n in topology.node_ids:
             topology.set_clock(n, "+0")

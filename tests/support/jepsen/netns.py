@@ -15,8 +15,10 @@ inside ``-pg`` (``pg_hba`` trusting the run's /24), node n inside ``-n<n>`` list
 10.213.<r>.1n:9092 and advertising it. ``client[n]`` and ``db[n]`` are ``IptablesLink``s
 with the proxies' ``set_mode``: ``drop``/``blackhole`` are iptables DROP rules in node n's
 namespace for the peer's address (client .100, PostgreSQL .2), ``reset`` answers TCP with
-RST, ``pass`` removes them; ``delay`` needs tc netem (``sch_netem``), probed once, and the
-nemesis leaves delays out where the kernel lacks it.
+RST, ``loss`` drops each packet at random with a probability (iptables ``-m statistic --mode
+random``: loss needs no tc netem), ``pass`` removes them; ``delay`` needs tc netem
+(``sch_netem``), probed once, and the nemesis leaves delays out where the kernel lacks it
+(this machine's kernel has none: delay is tested through proxy mode only).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ PREFIX = "kgcj-"
 RUNS = Path("/run/kgcj")
 NODE_PORT = 9092
 PG_PORT = 5432
+LOSS = "loss"
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -197,7 +200,8 @@ class IptablesLink:
         in_ns(ns, "iptables", "-A", "OUTPUT", "-d", peer, "-j", self.chain)
 
     def set_mode(self, mode: str, delay_ms: float = 0.0) -> None:
-        if mode not in MODES:
+        """``delay_ms`` is the delay of ``delay``, the drop probability of ``loss``."""
+        if mode not in MODES and mode != LOSS:
             raise ValueError(f"unknown mode {mode!r}")
         in_ns(self.ns, "iptables", "-F", self.chain)
         if self.mode == DELAY:
@@ -220,6 +224,11 @@ class IptablesLink:
                 "delay",
                 f"{int(delay_ms)}ms",
             )
+            return
+        if mode == LOSS:
+            p = f"{min(max(delay_ms, 0.0), 1.0):.4f}"
+            drop = ["-m", "statistic", "--mode", "random", "--probability", p, "-j", "DROP"]
+            in_ns(self.ns, "iptables", "-A", self.chain, *drop)
             return
         if mode == RESET:
             # The RSTs the REJECT rule sends leave through OUTPUT, which jumps here too.

@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from support.jepsen.audit import audit
+from support.jepsen.embedded import EmbeddedTopology, disk_unavailable
 from support.jepsen.history import History, pair_ops, read_history
 from support.jepsen.membership import Membership
-from support.jepsen.nemesis import FAULT_SETS, Nemesis, heal_all, plan
+from support.jepsen.nemesis import FAULT_SETS, Nemesis, heal_all, plan, usable
 from support.jepsen.netns import NetnsTopology, Network, netem_available, sweep
 from support.jepsen.netns import available as netns_unavailable
 from support.jepsen.queue import Queue
@@ -68,6 +69,7 @@ class RunConfig:
     heartbeat_interval_ms: int = 500
     mode: str = "proxy"
     net: int = 0  # namespace mode: the run's 10.213.<net>.0/24
+    topology: str = "cluster"  # or "embedded": one node on its local log (embedded.py)
 
 
 @dataclass
@@ -92,13 +94,17 @@ class RunResult:
         c = self.config
         verdict = ",".join(self.anomalies) or ("ERROR" if self.error else "none")
         return (
-            f"{c['mode']:<6} {c['workload']:<10} {c['faults']:<8} {self.seconds:>7.1f} "
+            f"{_mode(c):<9} {c['workload']:<12} {c['faults']:<8} {self.seconds:>7.1f} "
             f"{self.ops:>7} {self.faults_applied:>5}  {verdict}  seed={c['seed']}"
         )
 
 
+def _mode(c: dict[str, Any]) -> str:
+    return str(c["mode"]) + ("/emb" if c.get("topology") == "embedded" else "")
+
+
 HEADER = (
-    f"{'mode':<6} {'workload':<10} {'faults':<8} {'seconds':>7} {'ops':>7} {'acts':>5}  anomalies"
+    f"{'mode':<9} {'workload':<12} {'faults':<8} {'seconds':>7} {'ops':>7} {'acts':>5}  anomalies"
 )
 
 
@@ -107,6 +113,9 @@ def _topology(config: RunConfig) -> ProxyTopology:
         "heartbeat_interval_ms": config.heartbeat_interval_ms,
         "session_timeout_ms": config.session_timeout_ms,
     }
+    if config.topology == "embedded":
+        net = Network(config.net) if config.mode == "netns" else None
+        return EmbeddedTopology(config.run_dir, net, **kw)
     if config.mode == "netns":
         return NetnsTopology(config.run_dir, Network(config.net), **kw)
     return ProxyTopology(config.run_dir, config.nodes, **kw)
@@ -114,7 +123,9 @@ def _topology(config: RunConfig) -> ProxyTopology:
 
 async def _run(config: RunConfig, result: RunResult) -> None:
     run_dir = config.run_dir
-    faults = FAULT_SETS[config.faults]
+    faults = usable(FAULT_SETS[config.faults], config.mode, config.topology)
+    if config.topology == "embedded" and disk_unavailable() is not None:
+        raise RuntimeError(f"no disk for the embedded topology: {disk_unavailable()}")
     if config.mode == "netns" and not netem_available():
         faults = tuple(f for f in faults if f != "delay")  # no tc netem in this kernel
     if "clock" in faults and faketime_library() is None:
@@ -126,7 +137,7 @@ async def _run(config: RunConfig, result: RunResult) -> None:
         faults,
         config.duration,
         session_ms=config.session_timeout_ms,
-        nodes=config.nodes,
+        nodes=1 if config.topology == "embedded" else config.nodes,
     )
     (run_dir / "run.json").write_text(
         json.dumps({"config": result.config, "plan": [asdict(a) for a in actions]}, indent=1)
@@ -151,7 +162,8 @@ async def _run(config: RunConfig, result: RunResult) -> None:
         await topology.wait_ready(120)
         result.recovery_s = round(time.monotonic() - healed, 2)
         await workload.final(ctx)
-        result.audit, result.audited_batches = await audit(topology.pg.url)
+        if not isinstance(topology, EmbeddedTopology):  # the lease audit reads PostgreSQL
+            result.audit, result.audited_batches = await audit(topology.pg.url)
     finally:
         history.close()
         await topology.close()
@@ -211,6 +223,27 @@ def _inner(run_dir: Path) -> int:
     return 0 if result.valid else 1
 
 
+def _one(config: RunConfig) -> RunResult:
+    if config.mode == "netns":
+        return run_in_namespaces(config)
+    return asyncio.run(run_once(config))
+
+
+def _run_all(configs: list[RunConfig], parallel: int) -> list[RunResult]:
+    """Every run, ``parallel`` at once, each row printed as it ends; results in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(config: RunConfig) -> RunResult:
+        r = _one(config)
+        lines = [f"{r.row()} -> {config.run_dir}"]
+        lines += ["    " + (d.splitlines()[-1] if r.error else d) for d in r.detail[:10]]
+        print("\n".join(lines), flush=True)
+        return r
+
+    with ThreadPoolExecutor(parallel) as pool:
+        return list(pool.map(one, configs))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/jepsen", description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=",".join(WORKLOADS))
@@ -222,6 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--mode", choices=("proxy", "netns"), default="proxy", help="netns: as root, namespaces"
     )
+    ap.add_argument(
+        "--topology", choices=("cluster", "embedded"), default="cluster", help="of the matrix"
+    )
+    ap.add_argument(
+        "--runs",
+        default=None,
+        help="instead of the matrix, runs as topology/workload/faults,... "
+        "(e.g. embedded/queue/disk,cluster/registers/net)",
+    )
+    ap.add_argument("--parallel", type=int, default=1, help="runs at once (namespace mode)")
     ap.add_argument("--inner", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.inner is not None:
@@ -240,20 +283,20 @@ def main(argv: list[str] | None = None) -> int:
         configs.append(RunConfig(**saved))
     else:
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        i = 0
-        for w in args.workloads.split(","):
-            for f in args.faults.split(","):
-                run_dir = args.dir / f"kgcj-{stamp}-{w}-{f}-{seed + i}"
-                configs.append(RunConfig(w, f, args.duration, seed + i, run_dir, mode=args.mode))
-                i += 1
-    results = []
+        runs = [
+            (args.topology, w, f) for w in args.workloads.split(",") for f in args.faults.split(",")
+        ]
+        if args.runs:
+            runs = [(r.split("/") + ["", ""])[:3] for r in args.runs.split(",")]
+        for i, (topo, w, f) in enumerate(runs):
+            run_dir = args.dir / f"kgcj-{stamp}-{topo}-{w}-{f}-{seed + i}"
+            configs.append(
+                RunConfig(w, f, args.duration, seed + i, run_dir, mode=args.mode, topology=topo)
+            )
+            if args.mode == "netns":  # distinct subnets, so runs may overlap
+                configs[-1].net = 20 + (os.getpid() + i) % 200
     print(HEADER, flush=True)
-    for config in configs:
-        r = run_in_namespaces(config) if config.mode == "netns" else asyncio.run(run_once(config))
-        results.append(r)
-        print(r.row(), f"-> {config.run_dir}", flush=True)
-        for line in r.detail[:10]:
-            print("   ", line.splitlines()[-1] if r.error else line, flush=True)
+    results = _run_all(configs, max(1, args.parallel))
     print("\n" + HEADER)
     for r in results:
         print(r.row())
