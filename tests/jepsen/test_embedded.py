@@ -41,8 +41,8 @@ def test_tear_appends_past_the_end_and_never_changes_a_byte_that_was_there(
     torn = tear(data, random.Random(3), partitions=4)
     after = _files(data)
     grown = {p for p in before if len(after[p]) > len(before[p])}
-    for p, old in before.items():
-        assert after[p][: len(old)] == old, p  # nothing that was there changed
+    for path, old in before.items():
+        assert after[path][: len(old)] == old, path  # nothing that was there changed
     assert data / "journal" / "00000000000000000002.jnl" in grown  # the newest journal file
     segs = {p for p in grown if p.suffix == ".log"}
     assert len(segs) == 4 and all(p.name == "00000000000000000010.log" for p in segs)

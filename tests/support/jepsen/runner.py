@@ -41,10 +41,11 @@ from support.jepsen.netns import available as netns_unavailable
 from support.jepsen.queue import Queue
 from support.jepsen.registers import Registers
 from support.jepsen.topology import ProxyTopology, faketime_library
+from support.jepsen.txn import Transactions
 from support.jepsen.workload import Ctx, Workload
 
 ROOT = Path(__file__).resolve().parents[3]
-WORKLOADS = ("registers", "membership", "queue")
+WORKLOADS = ("registers", "membership", "queue", "transactions", "share")
 
 
 def make_workload(name: str) -> Workload:
@@ -54,6 +55,8 @@ def make_workload(name: str) -> Workload:
         return Membership()
     if name == "queue":
         return Queue()
+    if name == "transactions":
+        return Transactions()
     raise ValueError(f"unknown workload {name}")
 
 
@@ -283,11 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         configs.append(RunConfig(**saved))
     else:
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        runs = [
-            (args.topology, w, f) for w in args.workloads.split(",") for f in args.faults.split(",")
+        runs: list[list[str]] = [
+            [args.topology, w, f] for w in args.workloads.split(",") for f in args.faults.split(",")
         ]
         if args.runs:
-            runs = [(r.split("/") + ["", ""])[:3] for r in args.runs.split(",")]
+            runs = [[*r.split("/"), "", ""][:3] for r in args.runs.split(",")]
         for i, (topo, w, f) in enumerate(runs):
             run_dir = args.dir / f"kgcj-{stamp}-{topo}-{w}-{f}-{seed + i}"
             configs.append(
