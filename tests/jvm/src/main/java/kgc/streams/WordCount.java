@@ -23,14 +23,17 @@ import org.apache.kafka.streams.kstream.Produced;
 /**
  * One Kafka Streams instance of a word count, for tests/streams.
  *
- * <p>Usage: {@code WordCount <bootstrap> <application.id> <input> <output> <state.dir>}. The
+ * <p>Usage: {@code WordCount <bootstrap> <application.id> <input> <output> <state.dir>
+ * [<processing.guarantee> [<group.protocol>]]}. The
  * topology splits each input value on spaces, re-keys every word by itself ({@code groupBy}:
  * the repartition topic {@code <app>-words-repartition}) and counts it in a persistent store
  * ({@code counts}, logged to the compacted {@code <app>-counts-changelog}); every new count goes
  * to the output topic as word -> long. Streams creates both internal topics through
- * CreateTopics. The group protocol is the classic one, the guarantee at-least-once, the record
- * cache off and the commit interval short, so every update reaches the output promptly; the
- * repartition records committed past are purged (DeleteRecords) every half second.
+ * CreateTopics (with {@code group.protocol=streams}, the group coordinator creates them). The group
+ * protocol is the classic one and the guarantee at-least-once unless given; the record cache is
+ * off and the commit interval short, so every update reaches the output promptly; the
+ * repartition records committed past are purged (DeleteRecords) every half second. With
+ * {@code exactly_once_v2} every commit is a transaction of the thread's producer.
  *
  * <p>It prints one line per change on stdout for the test to wait on: {@code state <STATE>}
  * when the instance changes state and {@code tasks <active task ids, comma-separated>} when its
@@ -40,16 +43,21 @@ public final class WordCount {
   private WordCount() {}
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 5) {
-      System.err.println("usage: WordCount <bootstrap> <application.id> <input> <output> <state.dir>");
+    if (args.length < 5 || args.length > 7) {
+      System.err.println(
+          "usage: WordCount <bootstrap> <application.id> <input> <output> <state.dir>"
+              + " [<processing.guarantee> [<group.protocol>]]");
       System.exit(2);
     }
     Properties props = new Properties();
     props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
     props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
     props.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
-    props.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, "classic");
-    props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
+    String protocol = args.length > 6 ? args[6] : "classic";
+    props.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, protocol);
+    props.put(
+        StreamsConfig.PROCESSING_GUARANTEE_CONFIG,
+        args.length > 5 ? args[5] : StreamsConfig.AT_LEAST_ONCE);
     props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
     props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
     props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
@@ -57,9 +65,12 @@ public final class WordCount {
     props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 500);
     props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
     props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
-    // The survivor takes the killed instance's tasks once its session expires: keep that short.
-    props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
-    props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
+    if (protocol.equals("classic")) {
+      // The survivor takes the killed instance's tasks once its session expires: keep that
+      // short (a streams group's session timeout is the coordinator's, not the client's).
+      props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
+      props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
+    }
     props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
 
     StreamsBuilder builder = new StreamsBuilder();
