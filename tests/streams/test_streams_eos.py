@@ -196,8 +196,10 @@ def test_word_count_exactly_once_through_kills(
             insts.append(Instance(name, [*args, "exactly_once_v2", protocol]))
         wait_until(
             "both instances running with two tasks each",
-            lambda: all(i.running() and len(i.tasks()) == 2 for i in insts)
-            and insts[0].tasks() | insts[1].tasks() == ALL_TASKS,
+            lambda: (
+                all(i.running() and len(i.tasks()) == 2 for i in insts)
+                and insts[0].tasks() | insts[1].tasks() == ALL_TASKS
+            ),
             120,
             insts,
         )
