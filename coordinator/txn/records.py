@@ -4,21 +4,19 @@ How this works: a key is the int16 record type 0 then TransactionLogKey v0 (the
 transactional id); a value is an int16 version then TransactionLogValue. kgc writes v1
 (flexible) as Kafka 4.x does with ``transaction.version`` >= 1, with the tagged fields
 PreviousProducerId (tag 0), NextProducerId (tag 1) and ClientTransactionVersion (tag 2)
-written only when they differ from their defaults; it reads v0 and v1. A null value is a
-tombstone: the id expired. Partitions are null in Empty, the set in Ongoing and Prepare*,
-and an empty list in Complete* (``TransactionLog.valueToBytes``).
-
-The generated codecs (``storage/records/messages/transaction.py``) carry no tagged fields,
-so the tag section is written and read here, after the generated body.
+written only when they differ from their defaults (the generated codec,
+``storage/records/messages/transaction.py``, does that); it reads v0 and v1. A null value
+is a tombstone: the id expired. Partitions are null in Empty, the set in Ongoing and
+Prepare*, and an empty list in Complete* (``TransactionLog.valueToBytes``).
 """
 
 from __future__ import annotations
 
 import struct
 
-from coordinator.txn.metadata import NO_PRODUCER_ID, TxnTransit
+from coordinator.txn.metadata import TxnTransit
 from coordinator.txn.state import TransactionState
-from protocol.primitives import DecodeError, read_uvarint, uvarint
+from protocol.primitives import DecodeError
 from storage.records.errors import OffsetsFormatError
 from storage.records.messages.transaction import (
     TRANSACTION_LOG_KEY_DECODERS,
@@ -40,7 +38,6 @@ __all__ = [
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 _I16 = struct.Struct(">h")
-_I64 = struct.Struct(">q")
 _VALUE_VERSION = 1
 
 
@@ -82,29 +79,18 @@ def encode_txn_value(t: TxnTransit) -> bytes:
         raise ValueError(f"{t.state.kafka_name} is never written")
     body = TransactionLogValue(
         producer_id=t.producer_id,
+        previous_producer_id=t.prev_producer_id,
+        next_producer_id=t.next_producer_id,
         producer_epoch=t.producer_epoch,
         transaction_timeout_ms=t.txn_timeout_ms,
         transaction_status=int(t.state),
         transaction_partitions=_partitions(t),
         transaction_last_update_timestamp_ms=t.txn_last_update_timestamp,
         transaction_start_timestamp_ms=t.txn_start_timestamp,
+        client_transaction_version=t.client_transaction_version,
     )
     out = bytearray(_I16.pack(_VALUE_VERSION))
     TRANSACTION_LOG_VALUE_ENCODERS[_VALUE_VERSION](body, out)
-    tags: list[tuple[int, bytes]] = []
-    if t.prev_producer_id != NO_PRODUCER_ID:
-        tags.append((0, _I64.pack(t.prev_producer_id)))
-    if t.next_producer_id != NO_PRODUCER_ID:
-        tags.append((1, _I64.pack(t.next_producer_id)))
-    if t.client_transaction_version != 0:
-        tags.append((2, _I16.pack(t.client_transaction_version)))
-    if tags:
-        del out[-1]  # the generated empty tag section
-        out += uvarint(len(tags))
-        for tag, payload in tags:
-            out += uvarint(tag)
-            out += uvarint(len(payload))
-            out += payload
     return bytes(out)
 
 
@@ -123,10 +109,6 @@ def decode_txn_value(data: bytes) -> TxnTransit:
         raise OffsetsFormatError(f"malformed transaction log value: {e}") from None
     if end != len(data):
         raise OffsetsFormatError("trailing bytes in transaction log value")
-    prev_pid = next_pid = NO_PRODUCER_ID
-    ctv = 0
-    if version >= 1:
-        prev_pid, next_pid, ctv = _read_tags(data, v)
     try:
         state = TransactionState(v.transaction_status)
     except ValueError:
@@ -136,8 +118,8 @@ def decode_txn_value(data: bytes) -> TxnTransit:
     )
     return TxnTransit(
         producer_id=v.producer_id,
-        prev_producer_id=prev_pid,
-        next_producer_id=next_pid,
+        prev_producer_id=v.previous_producer_id,
+        next_producer_id=v.next_producer_id,
         producer_epoch=v.producer_epoch,
         last_producer_epoch=-1,
         txn_timeout_ms=v.transaction_timeout_ms,
@@ -145,32 +127,5 @@ def decode_txn_value(data: bytes) -> TxnTransit:
         partitions=parts,
         txn_start_timestamp=v.transaction_start_timestamp_ms,
         txn_last_update_timestamp=v.transaction_last_update_timestamp_ms,
-        client_transaction_version=ctv,
+        client_transaction_version=v.client_transaction_version,
     )
-
-
-def _read_tags(data: bytes, v: TransactionLogValue) -> tuple[int, int, int]:
-    # The body re-encoded (with its empty tag section) gives where the tag section starts.
-    prefix = bytearray()
-    TRANSACTION_LOG_VALUE_ENCODERS[1](v, prefix)
-    start = 2 + len(prefix) - 1
-    if data[2:start] != prefix[:-1]:
-        raise OffsetsFormatError("transaction log value is not in its canonical encoding")
-    prev_pid = next_pid = NO_PRODUCER_ID
-    ctv = 0
-    try:
-        count, pos = read_uvarint(data, start)
-        for _ in range(count):
-            tag, pos = read_uvarint(data, pos)
-            size, pos = read_uvarint(data, pos)
-            payload = data[pos : pos + size]
-            pos += size
-            if tag == 0 and size == 8:
-                (prev_pid,) = _I64.unpack(payload)
-            elif tag == 1 and size == 8:
-                (next_pid,) = _I64.unpack(payload)
-            elif tag == 2 and size == 2:
-                (ctv,) = _I16.unpack(payload)
-    except DecodeError as e:
-        raise OffsetsFormatError(f"malformed transaction log value tags: {e}") from None
-    return prev_pid, next_pid, ctv

@@ -147,7 +147,7 @@ def layout(fields: list[dict[str, Any]], v: int, flexible: bool) -> list[Any]:
     """What a version puts on the wire, field by field (names, types, nullability, tags)."""
     out: list[Any] = []
     for f in fields:
-        if v not in Versions.parse(f.get("versions")):
+        if v not in field_versions(f):
             continue
         tagged = flexible and v in Versions.parse(f.get("taggedVersions"))
         out.append(
@@ -251,6 +251,12 @@ def import_kafka_39(repo: Path) -> list[Path]:
     return written
 
 
+def field_versions(f: dict[str, Any]) -> Versions:
+    """A field's versions; as Kafka's ``FieldSpec``, a tagged field without "versions" has
+    its tagged versions (the rest of Kafka's schemas always give "versions")."""
+    return Versions.parse(f.get("versions", f.get("taggedVersions")))
+
+
 def parse_default(f: dict[str, Any], typ: str, nullable: Versions) -> Any:
     d = f.get("default")
     if d == "null":
@@ -279,7 +285,7 @@ def build_fields(
             name=f["name"],
             py=snake(f["name"]),
             type=typ,
-            versions=Versions.parse(f.get("versions")),
+            versions=field_versions(f),
             nullable=nullable,
             tagged=Versions.parse(f.get("taggedVersions")),
             tag=f.get("tag"),

@@ -19,10 +19,6 @@ codecs are generated from Kafka's schemas into ``storage.records.messages.stream
 values are those generated dataclasses as they are. A key is ``StreamsGroupKey`` (record
 type, group id, member id or ""). Framing is the consumer groups': int16 record type + the
 non-flexible key struct; int16 value version 0 + the flexible value struct.
-
-StreamsGroupMetadataValue is read and written here: its schema gives the tagged
-LastAssignmentConfigs (tag 1) no "versions", which the generator takes for "no version",
-so the generated codec drops it; the value is short (epoch, hash, four tagged fields).
 """
 
 from __future__ import annotations
@@ -31,7 +27,6 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from protocol.primitives import DecodeError, read_uvarint, uvarint
 from storage.records.errors import OffsetsFormatError, parse_body
 from storage.records.messages import streams_group as gen
 
@@ -59,83 +54,6 @@ STREAMS_TOPOLOGY = 23
 STREAMS_GROUP_RECORD_TYPES = frozenset(gen.RECORD_TYPES)
 
 _I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_IQ = struct.Struct(">iq")
-
-
-def _compact_string(s: str, out: bytearray) -> None:
-    b = s.encode()
-    out += uvarint(len(b) + 1)
-    out += b
-
-
-def _enc_metadata(o: gen.StreamsGroupMetadataValue, out: bytearray) -> None:
-    out += _IQ.pack(o.epoch, o.metadata_hash)
-    tags: list[tuple[int, bytes]] = []
-    if o.validated_topology_epoch != -1:
-        tags.append((0, _I32.pack(o.validated_topology_epoch)))
-    if o.last_assignment_configs is not None:
-        body = bytearray(uvarint(len(o.last_assignment_configs) + 1))
-        for c in o.last_assignment_configs:
-            _compact_string(c.key, body)
-            _compact_string(c.value, body)
-            body += b"\x00"
-        tags.append((1, bytes(body)))
-    if o.stored_description_topology_epoch != -1:
-        tags.append((2, _I32.pack(o.stored_description_topology_epoch)))
-    if o.failed_description_topology_epoch != -1:
-        tags.append((3, _I32.pack(o.failed_description_topology_epoch)))
-    out += uvarint(len(tags))
-    for tag, data in tags:
-        out += uvarint(tag)
-        out += uvarint(len(data))
-        out += data
-
-
-def _string(b: bytes, p: int) -> tuple[str, int]:
-    n, p = read_uvarint(b, p)
-    if n == 0:
-        raise DecodeError("null string in LastAssignmentConfig")
-    end = p + n - 1
-    if end > len(b):
-        raise DecodeError("truncated string")
-    return b[p:end].decode(), end
-
-
-def _dec_metadata(b: bytes, p: int) -> tuple[gen.StreamsGroupMetadataValue, int]:
-    epoch, metadata_hash = _IQ.unpack_from(b, p)
-    v = gen.StreamsGroupMetadataValue(epoch, metadata_hash)
-    nt, p = read_uvarint(b, p + 12)
-    for _ in range(nt):
-        tag, p = read_uvarint(b, p)
-        size, p = read_uvarint(b, p)
-        end = p + size
-        if end > len(b):
-            raise DecodeError("truncated tagged field")
-        if tag == 0:
-            (v.validated_topology_epoch,) = _I32.unpack_from(b, p)
-        elif tag == 1:
-            n, q = read_uvarint(b, p)
-            if n > 0:
-                configs = []
-                for _ in range(n - 1):
-                    key, q = _string(b, q)
-                    value, q = _string(b, q)
-                    ntags, q = read_uvarint(b, q)
-                    for _ in range(ntags):
-                        _, q = read_uvarint(b, q)
-                        skip, q = read_uvarint(b, q)
-                        q += skip
-                    configs.append(gen.LastAssignmentConfig(key, value))
-                v.last_assignment_configs = configs
-        elif tag == 2:
-            (v.stored_description_topology_epoch,) = _I32.unpack_from(b, p)
-        elif tag == 3:
-            (v.failed_description_topology_epoch,) = _I32.unpack_from(b, p)
-        p = end
-    return v, p
-
-
 _WITH_MEMBER = frozenset(
     {STREAMS_MEMBER_METADATA, STREAMS_TARGET_MEMBER, STREAMS_CURRENT_ASSIGNMENT}
 )
@@ -181,7 +99,11 @@ _KEYS: dict[int, tuple[Any, Callable[..., Any], Callable[..., Any]]] = {
 }
 
 _VALUES: dict[int, tuple[type, Callable[..., Any], Callable[..., Any]]] = {
-    STREAMS_GROUP_METADATA: (gen.StreamsGroupMetadataValue, _enc_metadata, _dec_metadata),
+    STREAMS_GROUP_METADATA: (
+        gen.StreamsGroupMetadataValue,
+        gen.STREAMS_GROUP_METADATA_VALUE_ENCODERS[0],
+        gen.STREAMS_GROUP_METADATA_VALUE_DECODERS[0],
+    ),
     STREAMS_MEMBER_METADATA: (
         gen.StreamsGroupMemberMetadataValue,
         gen.STREAMS_GROUP_MEMBER_METADATA_VALUE_ENCODERS[0],

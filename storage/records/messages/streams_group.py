@@ -231,8 +231,9 @@ def _enc_LastAssignmentConfig_0(o: LastAssignmentConfig, out: bytearray) -> None
 def _dec_StreamsGroupMetadataValue_0(b: bytes, p: int) -> tuple[StreamsGroupMetadataValue, int]:
     t1, t2 = _S_iq.unpack_from(b, p); p += 12
     t3 = -1
-    t4 = -1
+    t4 = None
     t5 = -1
+    t6 = -1
     nt = b[p]
     if nt < 128: p += 1
     else: nt, p = read_uvarint(b, p)
@@ -243,15 +244,30 @@ def _dec_StreamsGroupMetadataValue_0(b: bytes, p: int) -> tuple[StreamsGroupMeta
         if tag == 0:
             t3 = _S_i.unpack_from(b, p)[0]; p += 4
             if p != end: raise DecodeError('bad tagged field size')
+        elif tag == 1:
+            n = b[p]
+            if n < 128: p += 1
+            else: n, p = read_uvarint(b, p)
+            n -= 1
+            if n < 0:
+                t4 = None
+            else:
+                if n > len(b) - p: raise DecodeError('array too long')
+                t7: list[LastAssignmentConfig] = []
+                for _ in range(n):
+                    t8, p = _dec_LastAssignmentConfig_0(b, p)
+                    t7.append(t8)
+                t4 = t7
+            if p != end: raise DecodeError('bad tagged field size')
         elif tag == 2:
-            t4 = _S_i.unpack_from(b, p)[0]; p += 4
+            t5 = _S_i.unpack_from(b, p)[0]; p += 4
             if p != end: raise DecodeError('bad tagged field size')
         elif tag == 3:
-            t5 = _S_i.unpack_from(b, p)[0]; p += 4
+            t6 = _S_i.unpack_from(b, p)[0]; p += 4
             if p != end: raise DecodeError('bad tagged field size')
         else:
             p = end
-    return StreamsGroupMetadataValue(t1, t2, t3, None, t4, t5), p
+    return StreamsGroupMetadataValue(t1, t2, t3, t4, t5, t6), p
 
 
 def _enc_StreamsGroupMetadataValue_0(o: StreamsGroupMetadataValue, out: bytearray) -> None:
@@ -261,6 +277,16 @@ def _enc_StreamsGroupMetadataValue_0(o: StreamsGroupMetadataValue, out: bytearra
         saved, out = out, bytearray()
         out += _S_i.pack(o.validated_topology_epoch)
         tags.append((0, out)); out = saved
+    if o.last_assignment_configs != None:
+        saved, out = out, bytearray()
+        if o.last_assignment_configs is None:
+            out += b'\x00'
+        else:
+            n = len(o.last_assignment_configs) + 1
+            out += UVARINT_SMALL[n] if n < 128 else uvarint(n)
+            for t1 in o.last_assignment_configs:
+                _enc_LastAssignmentConfig_0(t1, out)
+        tags.append((1, out)); out = saved
     if o.stored_description_topology_epoch != -1:
         saved, out = out, bytearray()
         out += _S_i.pack(o.stored_description_topology_epoch)

@@ -12,6 +12,7 @@ from protocol.primitives import UVARINT_SMALL, DecodeError, read_uvarint, skip_t
 
 _S_h = Struct('>h')
 _S_i = Struct('>i')
+_S_q = Struct('>q')
 _S_qhib = Struct('>qhib')
 _S_qq = Struct('>qq')
 
@@ -164,10 +165,32 @@ def _dec_TransactionLogValue_1(b: bytes, p: int) -> tuple[TransactionLogValue, i
             t6.append(t7)
         t5 = t6
     t8, t9 = _S_qq.unpack_from(b, p); p += 16
-    n = b[p]
-    if n == 0: p += 1
-    else: p = skip_tagged_fields(b, p)
-    return TransactionLogValue(t1, -1, -1, t2, -1, t3, t4, t5, t8, t9, 0), p
+    t10 = -1
+    t11 = -1
+    t12 = -1
+    t13 = 0
+    nt = b[p]
+    if nt < 128: p += 1
+    else: nt, p = read_uvarint(b, p)
+    for _ in range(nt):
+        tag, p = read_uvarint(b, p)
+        size, p = read_uvarint(b, p)
+        end = p + size
+        if tag == 0:
+            t10 = _S_q.unpack_from(b, p)[0]; p += 8
+            if p != end: raise DecodeError('bad tagged field size')
+        elif tag == 1:
+            t11 = _S_q.unpack_from(b, p)[0]; p += 8
+            if p != end: raise DecodeError('bad tagged field size')
+        elif tag == 2:
+            t13 = _S_h.unpack_from(b, p)[0]; p += 2
+            if p != end: raise DecodeError('bad tagged field size')
+        elif tag == 3:
+            t12 = _S_h.unpack_from(b, p)[0]; p += 2
+            if p != end: raise DecodeError('bad tagged field size')
+        else:
+            p = end
+    return TransactionLogValue(t1, t10, t11, t2, t12, t3, t4, t5, t8, t9, t13), p
 
 
 def _enc_TransactionLogValue_1(o: TransactionLogValue, out: bytearray) -> None:
@@ -180,7 +203,26 @@ def _enc_TransactionLogValue_1(o: TransactionLogValue, out: bytearray) -> None:
         for t1 in o.transaction_partitions:
             _enc_PartitionsSchema_1(t1, out)
     out += _S_qq.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
-    out += b'\x00'
+    tags: list[tuple[int, bytearray]] = []
+    if o.previous_producer_id != -1:
+        saved, out = out, bytearray()
+        out += _S_q.pack(o.previous_producer_id)
+        tags.append((0, out)); out = saved
+    if o.next_producer_id != -1:
+        saved, out = out, bytearray()
+        out += _S_q.pack(o.next_producer_id)
+        tags.append((1, out)); out = saved
+    if o.client_transaction_version != 0:
+        saved, out = out, bytearray()
+        out += _S_h.pack(o.client_transaction_version)
+        tags.append((2, out)); out = saved
+    if o.next_producer_epoch != -1:
+        saved, out = out, bytearray()
+        out += _S_h.pack(o.next_producer_epoch)
+        tags.append((3, out)); out = saved
+    out += uvarint(len(tags))
+    for tag, data in tags:
+        out += uvarint(tag); out += uvarint(len(data)); out += data
 
 
 TRANSACTION_LOG_KEY_DECODERS: dict[int, Callable[[bytes, int], tuple[TransactionLogKey, int]]] = {0: _dec_TransactionLogKey_0}
