@@ -1,11 +1,15 @@
 """Kafka Streams 4.4.0 against kgc: a word count survives the SIGKILL of one of two instances.
 
 How this works: ``kgc.streams.WordCount`` (tests/jvm) counts words with a repartition topic
-(``groupBy`` on the word) and a persistent store logged to a compacted changelog, classic group
-protocol, at-least-once. Two instances (two JVMs) share the work of one application id: the
-input and repartition topics have two partitions each, so there are four tasks, two each.
-Streams creates its internal topics itself through CreateTopics. The final counts are read from
-the output topic as its latest value per word.
+(``groupBy`` on the word) and a persistent store logged to a compacted changelog, at-least-once.
+Two instances (two JVMs) share the work of one application id: the input and repartition topics
+have two partitions each, so there are four tasks, two each. With the classic group protocol
+Streams creates its internal topics itself through CreateTopics; with the streams protocol
+(KIP-1071, the ``kgc-streams`` case) kgc creates them from the topology and assigns the tasks,
+and the killed instance's tasks move once the coordinator's session timeout (6 s here) expires
+-- not before: the test checks the takeover took at least the session timeout less one
+heartbeat interval after the kill. The final counts are read from the output topic as its
+latest value per word.
 
 Where the assertions are exact, and why. At-least-once may count a record twice only when an
 instance dies with work done but not committed: its successor re-reads from the last committed
@@ -28,7 +32,8 @@ offsets (and restores the changelog, which may already hold the replayed updates
 Streams also purges the repartition records it has committed past (DeleteRecords); the test
 waits for the repartition topic's log start offsets to move.
 
-The same scenario runs once against the reference Kafka broker, to show it is a valid one.
+The same scenario runs once against the reference Kafka broker (classic protocol), to show it
+is a valid one.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 from kafka.partitioner.default import murmur2
 from support.kafkaserver import java_command
+from support.kgc_process import KgcProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 
@@ -67,16 +73,27 @@ RESTORED = ["charlie", "delta", "echo", "foxtrot"]  # batches 1 and 3
 IN_FLIGHT = ["golf", "hotel", "india", "juliet"]  # batches 2 and 3
 AFTER_ONLY = ["kilo", "lima", "mike", "oscar"]  # batch 3
 BATCH_2_EACH = 1500
+# The session timeout and heartbeat interval of both protocols here (the classic one's are the
+# client's, set by WordCount; the streams protocol's are kgc's group configs).
+SESSION_MS = 6000
+HEARTBEAT_MS = 1000
 
 
 class StreamsInstance:
     """One ``kgc.streams.WordCount`` JVM; its stdout lines collected by a reader thread."""
 
-    def __init__(self, name: str, bootstrap: str, app: str, topics: tuple[str, str], state: Path):
+    def __init__(
+        self,
+        name: str,
+        server: tuple[str, str],
+        app: str,
+        topics: tuple[str, str],
+        state: Path,
+    ):
         self.name = name
-        cmd = java_command(
-            "kgc.streams.WordCount", bootstrap, app, topics[0], topics[1], str(state)
-        )
+        bootstrap, protocol = server
+        args = [bootstrap, app, topics[0], topics[1], str(state), "at_least_once", protocol]
+        cmd = java_command("kgc.streams.WordCount", *args)
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
@@ -247,10 +264,27 @@ class Cluster:
         return found
 
 
-@pytest.fixture(params=["kgc", "kafka"])
-def bootstrap(request: Any) -> str:
-    server = request.getfixturevalue("kgc" if request.param == "kgc" else "kafka_broker")
-    return str(server.bootstrap)
+@pytest.fixture(params=["kgc", "kafka", pytest.param("kgc-streams", marks=pytest.mark.slow)])
+def server(request: Any, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The bootstrap address and the group protocol the instances use."""
+    if request.param != "kgc-streams":
+        fixture = request.getfixturevalue("kgc" if request.param == "kgc" else "kafka_broker")
+        yield str(fixture.bootstrap), "classic"
+        return
+    ms = {
+        "session-timeout-ms": SESSION_MS,
+        "min-session-timeout-ms": SESSION_MS,
+        "heartbeat-interval-ms": HEARTBEAT_MS,
+        "min-heartbeat-interval-ms": HEARTBEAT_MS,
+    }
+    flags = [a for k, v in ms.items() for a in (f"--group-streams-{k}", str(v))]
+    proc = KgcProcess(tmp_path / "data", *flags)
+    proc.start()
+    try:
+        yield proc.bootstrap, "streams"
+    finally:
+        if proc.alive():
+            proc.stop()
 
 
 @pytest.fixture
@@ -262,8 +296,9 @@ def instances() -> Iterator[list[StreamsInstance]]:
 
 
 def test_wordcount_survives_sigkill_of_one_instance(
-    bootstrap: str, tmp_path: Path, instances: list[StreamsInstance]
+    server: tuple[str, str], tmp_path: Path, instances: list[StreamsInstance]
 ) -> None:
+    bootstrap = server[0]
     for words in (BEFORE_ONLY, RESTORED, IN_FLIGHT, AFTER_ONLY):
         assert {repartition_of(w) for w in words} == set(range(PARTITIONS)), words
     suffix = uuid.uuid4().hex[:8]
@@ -277,7 +312,7 @@ def test_wordcount_survives_sigkill_of_one_instance(
 
     topics = (cluster.input, cluster.output)
     for name in ("a", "b"):
-        instances.append(StreamsInstance(name, bootstrap, app, topics, tmp_path / name))
+        instances.append(StreamsInstance(name, server, app, topics, tmp_path / name))
     wait_until(
         "both instances running with two tasks each",
         lambda: (
@@ -323,12 +358,19 @@ def test_wordcount_survives_sigkill_of_one_instance(
         poll=0.02,
     )
     victim.kill()
+    killed = time.monotonic()
     wait_until(
         "the survivor running all four tasks",
         lambda: survivor.running() and survivor.tasks() == ALL_TASKS,
         90,
         instances,
+        poll=0.05,
     )
+    # The victim's tasks moved when its session expired, not before (its last heartbeat was
+    # at most one interval before the kill).
+    took = time.monotonic() - killed
+    print(f"takeover {took:.1f} s after the kill")
+    assert took >= (SESSION_MS - HEARTBEAT_MS) / 1000, took
 
     # 3. Batch 3 after the takeover.
     cluster.produce(lines_of(batch3, seed=3))
