@@ -120,6 +120,10 @@ class StreamsInstance:
         last = self.last("tasks")
         return set(last.split(",")) - {""} if last is not None else set()
 
+    def logged(self, text: str) -> bool:
+        with self.changed:
+            return any(text in line for line in self.lines)
+
     def running(self) -> bool:
         return self.last("state") == "RUNNING"
 
