@@ -22,7 +22,6 @@ from __future__ import annotations
 import signal
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +43,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.integration, pytest.mark.slow]
 def bootstrap(request: Any) -> str:
     server = request.getfixturevalue("kgc" if request.param == "kgc" else "kafka_broker")
     return str(server.bootstrap)
-
-
-@pytest.fixture
-def instances() -> Iterator[list[StreamsInstance]]:
-    started: list[StreamsInstance] = []
-    yield started
-    for inst in started:
-        inst.stop()
 
 
 def group(bootstrap: str, name: str) -> tuple[str, str] | None:

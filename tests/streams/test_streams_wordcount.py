@@ -291,14 +291,6 @@ def server(request: Any, tmp_path: Path) -> Iterator[tuple[str, str]]:
             proc.stop()
 
 
-@pytest.fixture
-def instances() -> Iterator[list[StreamsInstance]]:
-    started: list[StreamsInstance] = []
-    yield started
-    for inst in started:
-        inst.stop()
-
-
 def test_wordcount_survives_sigkill_of_one_instance(
     server: tuple[str, str], tmp_path: Path, instances: list[StreamsInstance]
 ) -> None:
