@@ -53,7 +53,16 @@ class Settings(BaseSettings):
         description="listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
     )
     inter_broker_listener_name: str | None = Field(
-        None, description="accepted for Kafka compatibility; kgc nodes do not talk to each other"
+        None,
+        description="listener the cluster's nodes reach each other on (default: the first)",
+    )
+    sasl_mechanism_inter_broker_protocol: str = Field(
+        "GSSAPI",
+        description="SASL mechanism of the inter-broker client on a SASL listener (PLAIN, "
+        "SCRAM-SHA-256, SCRAM-SHA-512; its JAAS username/password)",
+    )
+    request_timeout_ms: int = Field(
+        30000, ge=1, description="longest wait for a peer node's answer (inter-broker client)"
     )
     controller_listener_names: str | None = Field(
         None,

@@ -105,6 +105,7 @@ from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.cluster import Cluster  # imports asyncpg: cluster mode only
+    from coordinator.cluster.peers import PeerClient
     from storage.postgres.journal import PgJournal
 
 log = logging.getLogger("kgc")
@@ -323,6 +324,8 @@ class Stores:
     shared_topics: TopicStore | None = None
     cluster: ClusterView | None = None
     journal: PgJournal | None = None
+    # Cluster mode: the inter-broker client to the other nodes (markers, verification).
+    peers: PeerClient | None = None
     # Run after the parts stop, in order (database pools, journals, followers).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 

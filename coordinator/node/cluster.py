@@ -45,6 +45,7 @@ from coordinator import topic_configs
 from coordinator.apis.topics import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.cluster import Cluster
+from coordinator.cluster.peers import PeerClient, PeerConfigError, PeerSecurity
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.producers import ClusterProducerIds
@@ -201,6 +202,19 @@ class ClusterNode:
         self.group_configs: PgGroupConfigs | None = None
         self.host: PartitionHost | None = None
         self.cluster: Cluster | None = None
+        # The inter-broker client: checked here, before anything is opened (a listener or
+        # mechanism it cannot serve stops start-up with one line); it reaches the nodes the
+        # membership's last heartbeat saw live.
+        try:
+            security = PeerSecurity.from_settings(s)
+        except PeerConfigError as exc:
+            raise SystemExit(f"kgc: error: invalid setting {exc}") from None
+        self.peers = PeerClient(
+            lambda: self.cluster.nodes() if self.cluster is not None else [],
+            security,
+            node_id=s.node_id,
+            request_timeout_ms=s.request_timeout_ms,
+        )
 
     async def open_stores(self, s: Settings) -> Stores:
         flusher = Flusher(remote_only=True, journal=self.journal)
@@ -230,7 +244,7 @@ class ClusterNode:
         acl_store = PgAclStore(pool) if s.authorizer_class_name else None
         if acl_store is not None:  # loads kgc_acl, then follows it (poll + NOTIFY)
             await acl_store.start(self.url, f"{self.name}-acl")
-        closers = [self.journal.close, shared.close, pool.close]
+        closers = [self.peers.close, self.journal.close, shared.close, pool.close]
         return Stores(
             flusher=flusher,
             logs=logs,
@@ -242,6 +256,7 @@ class ClusterNode:
             shared_topics=shared,
             cluster=PgClusterView(pool),
             journal=self.journal,
+            peers=self.peers,
             closers=[acl_store.close, *closers] if acl_store is not None else closers,
         )
 

@@ -1,0 +1,235 @@
+"""The inter-broker client (``coordinator.cluster.peers``) against a real ``kgc serve``.
+
+How this works: one kgc listens on PLAINTEXT and SASL_PLAINTEXT (PLAIN from a JAAS line,
+SCRAM-SHA-512 for a user added offline); the client reaches it as "node 7" through a
+placement-like ``nodes()`` list, the way a cluster node reaches its peers. The settings
+checks (which listener, which mechanism, which credentials) run on ``Settings`` alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.kgc_process import KgcProcess, free_port
+
+from coordinator.cluster.peers import (
+    PeerAuthenticationError,
+    PeerClient,
+    PeerConfigError,
+    PeerConnectionError,
+    PeerSecurity,
+    PeerTimeout,
+    PeerUnavailable,
+)
+from coordinator.config import Settings
+from coordinator.placement import NodeAddress
+from protocol.messages import api_versions, metadata
+
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="alice" password="alice-secret" user_alice="alice-secret";'
+)
+NODE = 7
+VERSIONS = api_versions.Request(client_software_name="kgc-test", client_software_version="1")
+
+
+class Served:
+    def __init__(self, proc: KgcProcess, sasl_port: int) -> None:
+        self.proc = proc
+        self.sasl_port = sasl_port
+
+    def nodes(self) -> list[NodeAddress]:
+        return [
+            NodeAddress(
+                NODE,
+                "127.0.0.1",
+                self.proc.port,
+                endpoints=(
+                    ("PLAINTEXT", "127.0.0.1", self.proc.port),
+                    ("SASL_PLAINTEXT", "127.0.0.1", self.sasl_port),
+                ),
+            )
+        ]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    data = tmp_path_factory.mktemp("peers") / "data"
+    subprocess.run(
+        [sys.executable, "-m", "coordinator", "users", "add", "--data-dir", str(data),
+         "--mechanism", "SCRAM-SHA-512", "--password", "bob-secret", "bob"],
+        check=True,
+    )  # fmt: skip
+    port, sasl_port = free_port(), free_port()
+    proc = KgcProcess(
+        data,
+        "--listeners",
+        f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "--sasl-enabled-mechanisms",
+        "PLAIN,SCRAM-SHA-512",
+        "--sasl-jaas-config",
+        JAAS,
+        port=port,
+    )
+    proc.start()
+    try:
+        yield Served(proc, sasl_port)
+    finally:
+        proc.stop()
+
+
+def settings(**kw: object) -> Settings:
+    base: dict[str, object] = {
+        "listeners": "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093",
+        "listener_security_protocol_map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    }
+    return Settings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+# -- which listener and credentials (no server)
+
+
+def test_the_first_listener_by_default() -> None:
+    sec = PeerSecurity.from_settings(settings())
+    assert (sec.listener, sec.security_protocol, sec.mechanism) == ("PLAINTEXT", "PLAINTEXT", None)
+
+
+def test_the_inter_broker_listener_logs_in_with_its_jaas_user() -> None:
+    sec = PeerSecurity.from_settings(
+        settings(
+            inter_broker_listener_name="sasl_plaintext",
+            sasl_mechanism_inter_broker_protocol="PLAIN",
+            listener_name_configs={"listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS},
+        )
+    )
+    assert (sec.listener, sec.mechanism, sec.username, sec.password) == (
+        "SASL_PLAINTEXT",
+        "PLAIN",
+        "alice",
+        "alice-secret",
+    )
+
+
+@pytest.mark.parametrize(
+    ("kw", "setting"),
+    [
+        ({"inter_broker_listener_name": "INTERNAL"}, "inter.broker.listener.name INTERNAL"),
+        ({"inter_broker_listener_name": "SASL_PLAINTEXT"}, "sasl.mechanism.inter.broker.protocol GSSAPI"),
+        (
+            {"inter_broker_listener_name": "SASL_PLAINTEXT", "sasl_mechanism_inter_broker_protocol": "OAUTHBEARER"},
+            "sasl.mechanism.inter.broker.protocol OAUTHBEARER",
+        ),
+        (
+            {"inter_broker_listener_name": "SASL_PLAINTEXT", "sasl_mechanism_inter_broker_protocol": "PLAIN",
+             "sasl_jaas_config": 'org.apache.kafka.common.security.plain.PlainLoginModule required user_a="b";'},
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config",
+        ),
+    ],
+)  # fmt: skip
+def test_a_combination_that_cannot_be_served_is_refused_naming_the_setting(
+    kw: dict[str, object], setting: str
+) -> None:
+    with pytest.raises(PeerConfigError) as err:
+        PeerSecurity.from_settings(settings(**kw))
+    assert str(err.value).startswith(setting)
+    assert "\n" not in str(err.value)
+
+
+# -- against kgc serve
+
+
+def client(served: Served, security: PeerSecurity, **kw: int) -> PeerClient:
+    return PeerClient(served.nodes, security, node_id=1, **kw)
+
+
+@pytest.mark.integration
+async def test_requests_are_pipelined_on_one_connection(served: Served) -> None:
+    peers = client(served, PeerSecurity())
+    try:
+        answers = await asyncio.gather(
+            *(
+                peers.send(NODE, metadata.API_KEY, 12, metadata.Request(topics=[]))
+                for _ in range(20)
+            ),
+            peers.send(NODE, api_versions.API_KEY, 3, VERSIONS),
+        )
+        assert all(a.brokers for a in answers[:-1])
+        assert answers[-1].error_code == 0
+        assert len(peers._connections) == 1
+    finally:
+        await peers.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("mechanism", "user", "password"),
+    [("PLAIN", "alice", "alice-secret"), ("SCRAM-SHA-512", "bob", "bob-secret")],
+)
+async def test_sasl_logins(served: Served, mechanism: str, user: str, password: str) -> None:
+    good = PeerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", None, mechanism, user, password)
+    peers = client(served, good)
+    try:
+        answer = await peers.send(NODE, metadata.API_KEY, 12, metadata.Request(topics=[]))
+        assert [b.node_id for b in answer.brokers]
+    finally:
+        await peers.close()
+    bad = PeerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", None, mechanism, user, "wrong")
+    peers = client(served, bad)
+    try:
+        with pytest.raises(PeerAuthenticationError):
+            await peers.send(NODE, metadata.API_KEY, 12, metadata.Request(topics=[]))
+    finally:
+        await peers.close()
+
+
+@pytest.mark.integration
+async def test_an_unknown_node_is_unavailable(served: Served) -> None:
+    peers = client(served, PeerSecurity())
+    try:
+        with pytest.raises(PeerUnavailable):
+            await peers.send(NODE + 1, api_versions.API_KEY, 3, VERSIONS)
+    finally:
+        await peers.close()
+
+
+@pytest.mark.integration
+async def test_a_silent_peer_times_out_then_the_client_reconnects(served: Served) -> None:
+    peers = client(served, PeerSecurity(), request_timeout_ms=300)
+    assert served.proc.proc is not None
+    pid = served.proc.proc.pid
+    try:
+        await peers.send(NODE, api_versions.API_KEY, 3, VERSIONS)
+        first = peers._connections[NODE]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(PeerTimeout):
+                await peers.send(NODE, api_versions.API_KEY, 3, VERSIONS)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert first.closed and NODE not in peers._connections
+        answer = await peers.send(NODE, api_versions.API_KEY, 3, VERSIONS)
+        assert answer.error_code == 0 and peers._connections[NODE] is not first
+    finally:
+        await peers.close()
+
+
+@pytest.mark.integration
+async def test_a_refused_connection_is_a_connection_error(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    nodes = [NodeAddress(NODE, "127.0.0.1", port)]
+    peers = PeerClient(lambda: nodes, PeerSecurity(), node_id=1, reconnect_backoff_ms=10_000)
+    try:
+        with pytest.raises(PeerConnectionError):
+            await peers.send(NODE, api_versions.API_KEY, 3, VERSIONS)
+        # Within reconnect.backoff.ms the same failure comes back without a new attempt.
+        with pytest.raises(PeerConnectionError):
+            await peers.send(NODE, api_versions.API_KEY, 3, VERSIONS)
+    finally:
+        await peers.close()
