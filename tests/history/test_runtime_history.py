@@ -7,8 +7,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from runtime.test_runtime import OFFSETS_LOG, PARTITIONS, call, commit
-
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.history.model import HISTORY_TOPIC, MembershipChange, OffsetHistoryEntry
 from coordinator.history.store import HistoryLog
@@ -18,6 +16,7 @@ from storage.interface import LogConfig
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
+from tests.support.runtimekit import OFFSETS_LOG, PARTITIONS, call, commit
 
 HISTORY_LOG = LogConfig(retention_ms=10_000, segment_ms=1000, journaled=True)
 
