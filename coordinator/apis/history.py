@@ -11,8 +11,14 @@ OffsetFetch's: DESCRIBE on the group for the request, DESCRIBE on each topic for
 entries (the others are left out, as OffsetFetch leaves them out). Membership changes
 name no topic and come with the group's DESCRIBE.
 
-The API is in the table only when history is kept (``offsets.history.retention.ms`` > 0,
-not yet in cluster mode): otherwise ApiVersions does not announce it.
+In cluster mode the history is the shared table ``kgc_group_history``
+(``coordinator.history.table``): any node answers, from the table, with the offset and
+membership changes; the group's coordinator adds its current offsets and their statuses
+(elsewhere ``Partitions`` is empty; a group without history there is GROUP_ID_NOT_FOUND).
+A database that cannot be read is COORDINATOR_NOT_AVAILABLE, which clients retry.
+
+The API is in the table only when history is kept (``offsets.history.retention.ms`` > 0):
+otherwise ApiVersions does not announce it.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from coordinator.apis.authorize import ApiAuthorizer, error, then
 from coordinator.apis.parts import MissingPart, Parts, need
 from coordinator.dataplane.reads import high_watermark
 from coordinator.history.model import MembershipChange, OffsetHistoryEntry
-from coordinator.history.status import partition_status
+from coordinator.history.status import StatusSettings, partition_status
+from coordinator.history.store import HistoryLog
+from coordinator.history.table import HistoryTable
 from coordinator.runtime import GroupRuntime
 from coordinator.security.acl import AclOperation, ResourceType
-from coordinator.server.handler import ClientInfo, Handler, HandlerResult
+from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import describe_group_history as dgh
@@ -39,11 +47,15 @@ log = logging.getLogger("kgc.history")
 
 _INT32_MAX = 2**31 - 1
 
+Entry = OffsetHistoryEntry | MembershipChange
+
 
 def describe_group_history_handler(parts: Parts) -> Handler:
     runtime = need(parts.groups, "groups")
     if runtime.history is None:
         raise MissingPart("history")
+    if isinstance(runtime.history, HistoryTable):
+        return lambda header, req, client: Deferred.task(describe_table(runtime, req))
     return lambda header, req, client: describe(runtime, req)
 
 
@@ -64,24 +76,68 @@ def _in(wanted: dict[str, set[int] | None] | None, topic: str, partition: int) -
 
 
 def describe(runtime: GroupRuntime, req: dgh.Request) -> dgh.Response:
+    """The answer from this process's history log (one node, or a worker)."""
     history = runtime.history
-    assert history is not None
+    assert isinstance(history, HistoryLog)
     gid = req.group_id
-    shard = runtime.shard
-    err = shard.partitions.precheck(gid)
+    err = runtime.shard.partitions.precheck(gid)
     if err is not None:
         return dgh.Response(error_code=err)
-    wanted = _wanted(req)
-    resp = dgh.Response(retention_ms=history.retention_ms)
     try:
         start = history.start_ms()
-        resp.history_start_ms = -1 if start is None else start
         entries = list(history.read(gid, max(req.from_ms, 0), None if req.to_ms < 0 else req.to_ms))
+        recent = list(history.read(gid, runtime.clock() - 3 * history.status.stop_ms))
     except Exception as exc:  # a damaged history log: said, never a crash
         log.exception("reading the history of group %r failed", gid)
         return dgh.Response(
             error_code=ErrorCode.UNKNOWN, error_message=f"history unreadable: {exc}"
         )
+    return _answer(runtime, req, start, entries, recent, coordinated=True)
+
+
+async def describe_table(runtime: GroupRuntime, req: dgh.Request) -> dgh.Response:
+    """The answer from the cluster's history table: any node reads any group's history;
+    the group's coordinator adds its current offsets and their statuses."""
+    table = runtime.history
+    assert isinstance(table, HistoryTable)
+    gid = req.group_id
+    err = runtime.shard.partitions.precheck(gid)
+    if err is not None and err != ErrorCode.NOT_COORDINATOR:
+        return dgh.Response(error_code=err)
+    coordinated = err is None
+    try:
+        start = await table.start_ms(gid)
+        entries = await table.read(gid, max(req.from_ms, 0), None if req.to_ms < 0 else req.to_ms)
+        recent = (
+            await table.read(gid, runtime.clock() - 3 * table.status.stop_ms) if coordinated else []
+        )
+    except Exception as exc:  # the database is away: an answer the client retries
+        log.warning("reading the history of group %r failed: %r", gid, exc)
+        return dgh.Response(
+            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            error_message=f"history unreadable: {exc}",
+        )
+    return _answer(runtime, req, start, entries, recent, coordinated=coordinated)
+
+
+def _answer(
+    runtime: GroupRuntime,
+    req: dgh.Request,
+    start: int | None,
+    entries: list[Entry],
+    recent: list[Entry],
+    *,
+    coordinated: bool,
+) -> dgh.Response:
+    """The response from the entries read; the current offsets where the group is
+    coordinated here."""
+    history = runtime.history
+    assert history is not None
+    gid = req.group_id
+    shard = runtime.shard
+    wanted = _wanted(req)
+    resp = dgh.Response(retention_ms=history.retention_ms)
+    resp.history_start_ms = -1 if start is None else start
     for e in entries:
         if isinstance(e, OffsetHistoryEntry):
             if req.include_offset_changes and _in(wanted, e.topic, e.partition):
@@ -99,6 +155,10 @@ def describe(runtime: GroupRuntime, req: dgh.Request) -> dgh.Response:
                     e.members, e.duration_ms,
                 )
             )  # fmt: skip
+    if not coordinated:
+        if not entries:
+            return dgh.Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND)
+        return resp
     mgr = shard.offset_manager
     unchanged = mgr.unchanged.get(gid, {})
     for (topic, partition), entry in sorted(mgr.offsets.get(gid, {}).items()):
@@ -117,22 +177,25 @@ def describe(runtime: GroupRuntime, req: dgh.Request) -> dgh.Response:
     if shard.find_group(gid) is None and not entries and not resp.partitions:
         return dgh.Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND)
     try:
-        _statuses(runtime, gid, resp.partitions)
+        _statuses(runtime, history.status, recent, resp.partitions)
     except Exception:  # a damaged log: the statuses stay unknown, the history is answered
         log.exception("judging the partitions of group %r failed", gid)
     return resp
 
 
-def _statuses(runtime: GroupRuntime, gid: str, partitions: list[dgh.CurrentPartition]) -> None:
-    """Each partition's status (``history.status``) from its recent offset changes, the lag
-    it had at each (the log's end at that time: its first offset written at or after it),
-    and its log now; partitions whose log this node does not serve stay ""."""
-    history = runtime.history
-    assert history is not None
-    s = history.status
+def _statuses(
+    runtime: GroupRuntime,
+    s: StatusSettings,
+    recent: list[Entry],
+    partitions: list[dgh.CurrentPartition],
+) -> None:
+    """Each partition's status (``history.status``) from its recent offset changes
+    (``recent``), the lag it had at each (the log's end at that time: its first offset
+    written at or after it), and its log now; partitions whose log this node does not serve
+    stay ""."""
     now = runtime.clock()
     changes: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for e in history.read(gid, now - 3 * s.stop_ms):
+    for e in recent:
         if isinstance(e, OffsetHistoryEntry) and e.offset >= 0:
             changes.setdefault((e.topic, e.partition), []).append((e.timestamp_ms, e.offset))
     for cp in partitions:

@@ -138,9 +138,10 @@ def topic_partitions(settings: Settings, catalog: TopicCatalog, topic: str) -> i
 
 
 def history_enabled(s: Settings) -> bool:
-    """Whether groups' history is kept: ``offsets.history.retention.ms`` > 0, on one node or
-    its workers (a cluster keeps none yet: its history would need its own table)."""
-    return s.offsets_history_retention_ms > 0 and not s.cluster_mode
+    """Whether groups' history is kept: ``offsets.history.retention.ms`` > 0 (on one node
+    or its workers in ``__kgc_group_history``; in a cluster in ``kgc_group_history``, made
+    by the cluster node, ``coordinator.node.cluster``)."""
+    return s.offsets_history_retention_ms > 0
 
 
 def status_settings(s: Settings) -> StatusSettings:
@@ -232,7 +233,7 @@ def group_core(
         hosted=hosted,
         # One history partition per process: worker i of a kgc.workers node writes its own.
         history=HistoryLog(logs, history_log_config(s), logs.worker or 0, status_settings(s))
-        if history_enabled(s)
+        if history_enabled(s) and not s.cluster_mode
         else None,
     )
     catalog.on_change.append(groups.topics_changed)

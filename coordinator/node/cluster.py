@@ -33,6 +33,7 @@ off), the partition is dropped the same way at once and the cluster layer is tol
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -49,17 +50,27 @@ from coordinator.cluster.peers import PeerClient, PeerConfigError, PeerSecurity
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.producers import ClusterProducerIds
+from coordinator.history.table import HistoryTable
 from coordinator.node import Node
-from coordinator.node.assemble import Core, SettingRefused, Stores, assemble, lock_data_dir
+from coordinator.node.assemble import (
+    Core,
+    SettingRefused,
+    Stores,
+    assemble,
+    lock_data_dir,
+    status_settings,
+)
 from coordinator.node.pg_stores import PgClusterView, PgGroupConfigs, SharedCatalog
 from coordinator.placement import ClusterPlacement, Placement
 from coordinator.runtime.group_runtime import GroupRuntime
+from coordinator.runtime.history import history_retention
 from coordinator.security.acl_store import PgAclStore
 from coordinator.security.credentials import PgCredentialStore
-from storage.interface import Lease
+from storage.interface import Lease, NotOwnerError
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
 from storage.postgres import catalog as pg_catalog
+from storage.postgres.history import PgHistoryRows
 from storage.postgres.journal import PgJournal
 from storage.postgres.materialize import materialize
 from storage.postgres.schema import migrate
@@ -193,6 +204,7 @@ class ClusterNode:
     def __init__(self, s: Settings) -> None:
         assert s.storage_url is not None
         self.url = s.storage_url
+        self.settings = s
         self.name = f"kgc-node-{s.node_id}"
         # No I/O until ``start``; given to the flusher, which syncs it every round.
         self.journal = PgJournal(self.url, s.node_id, application_name=f"{self.name}-writer")
@@ -269,6 +281,8 @@ class ClusterNode:
 
     def core_built(self, groups: GroupRuntime) -> None:
         groups.loaded.set()  # nothing to load up front: partitions load as leases come
+        if self.settings.offsets_history_retention_ms > 0:
+            groups.history = cluster_history(self.settings, groups, self.journal, self.pool)
 
     def serve_partitions(self, s: Settings, core: Core) -> None:
         assert self.shared is not None
@@ -334,6 +348,11 @@ class ClusterNode:
 
     async def started(self, s: Settings, core: Core) -> None:
         await self._cluster().start()  # leases are taken only now, once the server accepts
+        groups = core.groups
+        if groups.history is not None:
+            task = asyncio.ensure_future(history_retention(groups.history, groups.clock))
+            groups.background.add(task)
+            task.add_done_callback(groups.background.discard)
 
     def announce(self, s: Settings, listeners: str) -> None:
         logging.getLogger("kgc").info(
@@ -346,6 +365,34 @@ class ClusterNode:
 
     def membership(self) -> Cluster | None:
         return self.cluster
+
+
+def cluster_history(
+    s: Settings, groups: GroupRuntime, journal: PgJournal, pool: Any
+) -> HistoryTable:
+    """The groups' history in ``kgc_group_history``: each turn's values join their offsets
+    partition's round in the journal (``coordinator.history.table``)."""
+    flusher = groups.flusher
+
+    def note(p: int, now_ms: int, value: bytes) -> bool:
+        plog = groups.partitions.get(p)
+        if plog is None:
+            return False
+        try:
+            journal.note_history(plog, now_ms, value)
+        except NotOwnerError:
+            return False
+        return True
+
+    return HistoryTable(
+        s.offsets_history_retention_ms,
+        PgHistoryRows(pool),
+        note,
+        groups.shard.partition_of,
+        groups.partitions.keys,
+        status_settings(s),
+        poke=flusher.poke,
+    )
 
 
 async def start_cluster_node(settings: Settings) -> Node:

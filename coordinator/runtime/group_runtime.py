@@ -60,6 +60,7 @@ from coordinator.group.partitions import PartitionStatus
 from coordinator.group.shard import GroupShard, RequestContext, Result
 from coordinator.group.types import TxnBatch
 from coordinator.history.store import HistoryLog
+from coordinator.history.table import HistoryTable
 from coordinator.runtime import share_init
 from coordinator.runtime.history import Membership, history_retention, history_settled
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
@@ -129,10 +130,11 @@ class GroupRuntime:
         clock: Clock = wall_clock_ms,
         metrics: Any = None,
         hosted: bool = True,
-        history: HistoryLog | None = None,
+        history: HistoryLog | HistoryTable | None = None,
     ) -> None:
         """``hosted=False`` (cluster mode): no partition is this node's until ``acquire``.
-        ``history``: where the groups' history goes (None: none is kept)."""
+        ``history``: where the groups' history goes (None: none is kept; a HistoryTable in
+        cluster mode, set by the cluster node)."""
         self.shard = shard
         self.logs = logs
         self.flusher = flusher
@@ -387,6 +389,7 @@ class GroupRuntime:
             pending[partition] = (plog, last)
         kept: tuple[PartitionLog, int] | None = None
         if history is not None and history.waiting:
+            # (A HistoryTable's values join the partitions' own round: nothing more to wait.)
             # The history of these records joins their fsync round: a reply waits for both.
             try:
                 kept = history.write(now, failed)

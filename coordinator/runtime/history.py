@@ -32,6 +32,7 @@ from coordinator.group.events import (
 )
 from coordinator.history.model import MembershipChange
 from coordinator.history.store import HistoryLog
+from coordinator.history.table import HistoryTable
 
 __all__ = ["Membership", "history_retention", "history_settled"]
 
@@ -54,7 +55,7 @@ class Membership:
 
     def record(
         self,
-        history: HistoryLog,
+        history: HistoryLog | HistoryTable,
         events: list[GroupEvent],
         partition_of: Callable[[str], int],
         now_ms: int,
@@ -158,12 +159,18 @@ def history_settled(outcomes: list[BaseException | None]) -> None:
             log.error("fsync of the group history failed: %r", outcome)
 
 
-async def history_retention(history: HistoryLog, clock: Callable[[], int]) -> None:
-    """Delete the history's segments past ``offsets.history.retention.ms``, as often as a
-    tenth of it (at least every second, at most every five minutes)."""
+async def history_retention(history: HistoryLog | HistoryTable, clock: Callable[[], int]) -> None:
+    """Delete the history past ``offsets.history.retention.ms`` (a log's segments, a table's
+    rows), as often as a tenth of it (at least every second, at most every five minutes)."""
     interval = min(max(history.retention_ms // 10, 1000), 300_000) / 1000.0
+    what = "segment(s)" if isinstance(history, HistoryLog) else "row(s)"
     while True:
-        n = history.apply_retention(clock())
+        try:
+            done = history.apply_retention(clock())
+            n = done if isinstance(done, int) else await done
+        except Exception:  # the database is away: the next pass tries again
+            log.exception("history retention failed")
+            n = 0
         if n:
-            log.info("history retention deleted %d segment(s)", n)
+            log.info("history retention deleted %d %s", n, what)
         await asyncio.sleep(interval)

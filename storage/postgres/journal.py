@@ -14,7 +14,9 @@ dedicated connection (design notes §7.2): a data-modifying CTE that
    one: the fence is in the write itself, so a node that was paused, cut off or replaced
    can never write under an old lease;
 2. inserts the round's batches (concatenated, as stored locally; rows capped at ~1 MiB)
-   into ``kgc_record_log``, joined to the partitions the UPDATE accepted.
+   into ``kgc_record_log``, joined to the partitions the UPDATE accepted;
+3. inserts the group history noted for those partitions (``note_history``) into
+   ``kgc_group_history``, joined the same way (``storage.postgres.rounds``).
 
 Accepted partitions advance ``log.journal_durable_end`` (the Flusher then releases their
 waiters). A refused partition lost its lease: its log is cut back to its durable end with
@@ -55,15 +57,23 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
 
 from storage.interface import FlushError, JournalStats, Lease, NotOwnerError, PartitionLog
 from storage.postgres import compaction
-from storage.record_batch import iter_batches, verify_crc
+from storage.postgres.rounds import (
+    LEASES_SQL,
+    MAX_ROW_BYTES,
+    ROUND_SQL,
+    Part,
+    Round,
+    round_args,
+    rows_of,
+)
+from storage.record_batch import verify_crc
 
 __all__ = ["MAX_ROW_BYTES", "PgJournal", "RewriteResult", "TrimResult"]
 
@@ -72,42 +82,11 @@ TrimResult = compaction.TrimResult
 
 logger = logging.getLogger(__name__)
 
-# A kgc_record_log row holds at most this many bytes of batches (one batch may exceed it).
-MAX_ROW_BYTES = 1 << 20
 _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _CONNECT_TIMEOUT_S = 2.0
 _MAINT_BACKOFF_MAX_S = 5.0
 
-_ROUND_SQL = """
-WITH p AS (
-    SELECT * FROM unnest($3::text[], $4::int[], $5::int[], $6::bigint[], $7::bigint[])
-        WITH ORDINALITY AS p(topic, partition, epoch, expected, new_next, i)
-), accepted AS (
-    UPDATE kgc_partition AS k SET next_offset = p.new_next
-    FROM p
-    WHERE k.topic = p.topic AND k.partition = p.partition
-      AND k.owner_node = $1 AND k.owner_broker_epoch = $2
-      AND k.epoch = p.epoch AND k.next_offset = p.expected
-    RETURNING p.i, p.topic, p.partition, p.epoch
-), inserted AS (
-    INSERT INTO kgc_record_log
-        (topic, partition, base_offset, last_offset, epoch, record_count, max_timestamp, batch)
-    SELECT a.topic, a.partition, r.base_offset, r.last_offset, a.epoch,
-           r.record_count, r.max_timestamp, r.batch
-    FROM unnest($8::int[], $9::bigint[], $10::bigint[], $11::int[], $12::bigint[], $13::bytea[])
-        AS r(i, base_offset, last_offset, record_count, max_timestamp, batch)
-    JOIN accepted AS a ON a.i = r.i
-)
-SELECT i FROM accepted
-"""
-
-_LEASES_SQL = """
-SELECT k.topic, k.partition, k.owner_node, k.owner_broker_epoch, k.epoch, k.next_offset
-FROM kgc_partition AS k
-JOIN unnest($1::text[], $2::int[]) AS q(topic, partition)
-  ON k.topic = q.topic AND k.partition = q.partition
-"""
 
 # Errors after which the statement's outcome is unknown (the connection went away).
 _AMBIGUOUS = (
@@ -123,60 +102,6 @@ _AMBIGUOUS = (
     asyncpg.InternalClientError,
 )
 _RETRY_ONCE = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
-
-
-@dataclass(slots=True)
-class _Part:
-    """An attached log: its lease and what it recorded since the last round began."""
-
-    topic: str
-    partition: int
-    epoch: int
-    expected: int  # the next_offset committed in the database
-    pending: list[bytes] = field(default_factory=list)
-    # Maintenance to run (see the module doc): the new log start, the cleaned offset.
-    trim_before: int | None = None
-    compact_upto: int | None = None
-
-
-@dataclass(slots=True)
-class _Round:
-    """One partition's share of a round statement."""
-
-    log: PartitionLog
-    part: _Part
-    expected: int
-    new_next: int
-    generation: int  # log.cut_backs when the round was captured
-    rows: list[tuple[int, int, int, int, bytes]]  # base, last, count, max ts, bytes
-
-
-def _rows_of(batches: Sequence[bytes]) -> tuple[list[tuple[int, int, int, int, bytes]], int, int]:
-    """Group batches into rows of at most MAX_ROW_BYTES; returns (rows, first, next offset)."""
-    rows: list[tuple[int, int, int, int, bytes]] = []
-    cur: list[bytes] = []
-    size = count = 0
-    base = last = max_ts = -1
-    first = -1
-    for b in batches:
-        for h, _s, _e in iter_batches(b):
-            if first < 0:
-                first = h.base_offset
-            if cur and size + h.size > MAX_ROW_BYTES:
-                rows.append((base, last, count, max_ts, b"".join(cur)))
-                cur, size, count, max_ts = [], 0, 0, -1
-            if not cur:
-                base = h.base_offset
-            elif h.base_offset != last + 1:
-                raise ValueError(f"batch at {h.base_offset} does not follow offset {last}")
-            cur.append(b)
-            size += h.size
-            count += h.records_count
-            last = h.last_offset
-            max_ts = max(max_ts, h.max_timestamp)
-    if cur:
-        rows.append((base, last, count, max_ts, b"".join(cur)))
-    return rows, first, last + 1
 
 
 def _name_of(log: PartitionLog) -> tuple[str, int]:
@@ -206,7 +131,7 @@ class PgJournal:
         self.on_fenced: list[Callable[[str, int], None]] = []
         self.stats = JournalStats()
         self._conn: Any = None  # asyncpg.Connection (dedicated to the rounds)
-        self._parts: dict[PartitionLog, _Part] = {}
+        self._parts: dict[PartitionLog, Part] = {}
         self._lock = asyncio.Lock()  # rounds are serial (notes pitfall 5)
         self._backoff_s = 0.0
         self._next_connect = 0.0  # monotonic time before which no reconnect is tried
@@ -301,7 +226,7 @@ class PgJournal:
                 f"{log!r} ends at {log.log_end_offset}, the lease of "
                 f"{lease.topic}-{lease.partition} at {lease.next_offset}"
             )
-        self._parts[log] = _Part(lease.topic, lease.partition, lease.epoch, lease.next_offset)
+        self._parts[log] = Part(lease.topic, lease.partition, lease.epoch, lease.next_offset)
         log.journal = self
         log.journal_durable_end = lease.next_offset
 
@@ -349,15 +274,33 @@ class PgJournal:
             )
         part.pending.append(batch)
 
+    def note_history(self, log: PartitionLog, written_ms: int, value: bytes) -> None:
+        """Write ``value`` (a group history value of the offsets partition of ``log``) to
+        kgc_group_history in the round that makes the log's records so far durable, only
+        if that round keeps the lease (``storage.postgres.rounds``). Raises NotOwnerError
+        if the log is not attached."""
+        part = self._parts.get(log)
+        if part is None:
+            topic, partition = _name_of(log)
+            raise NotOwnerError(
+                f"{topic}-{partition}: this node does not hold the partition's lease",
+                topic=topic,
+                partition=partition,
+                log=log,
+            )
+        part.history.append((log.log_end_offset, written_ms, value))
+
     def discard_unsynced(self) -> list[PartitionLog]:
         """A log was cut back: forget its buffered batches that the cut removed.
 
         The partitions are independent, so no other log is affected.
         """
         for log, part in self._parts.items():
-            if part.pending:
+            if part.pending or part.history:
                 end = log.log_end_offset
                 part.pending = [b for b in part.pending if _base_of(b) < end]
+                # History describes records up to its log end: gone with them.
+                part.history = [h for h in part.history if h[0] <= end]
         return []
 
     def pin(self, reason: str) -> None:
@@ -396,30 +339,36 @@ class PgJournal:
 
     # ------------------------------------------------------------ the round
 
-    def _capture(self, errors: dict[PartitionLog, BaseException]) -> list[_Round]:
-        out: list[_Round] = []
+    def _capture(self, errors: dict[PartitionLog, BaseException]) -> list[Round]:
+        out: list[Round] = []
         for log, part in list(self._parts.items()):
             if not part.pending:
+                if part.history:  # history alone: the lease is checked, nothing appended
+                    history, part.history = part.history, []
+                    out.append(
+                        Round(log, part, part.expected, part.expected, log.cut_backs, [], history)
+                    )
                 continue
             batches, part.pending = part.pending, []
+            history, part.history = part.history, []
             try:
-                rows, first, new_next = _rows_of(batches)
+                rows, first, new_next = rows_of(batches)
                 if first != part.expected:
                     raise ValueError(f"first batch at {first}, expected {part.expected}")
             except ValueError as exc:
                 self._fail(log, FlushError(f"{log.dir.name}: {exc}", log=log), errors)
                 continue
-            out.append(_Round(log, part, part.expected, new_next, log.cut_backs, rows))
+            out.append(Round(log, part, part.expected, new_next, log.cut_backs, rows, history))
         return out
 
     async def _run_round(
         self,
-        batch: list[_Round],
+        batch: list[Round],
         errors: dict[PartitionLog, BaseException],
         *,
         retry: bool = True,
     ) -> None:
-        args = self._round_args(batch)
+        args = round_args(self.node_id, self.broker_epoch, batch)
         start = time.perf_counter()
         try:
             conn = await self._connection()
@@ -432,7 +381,7 @@ class PgJournal:
         for attempt in (1, 2):
             try:
                 records = await conn.fetch(
-                    _ROUND_SQL, *args, timeout=self.statement_timeout_ms / 1000.0 + 2.0
+                    ROUND_SQL, *args, timeout=self.statement_timeout_ms / 1000.0 + 2.0
                 )
                 accepted = {int(rec["i"]) for rec in records}
                 break
@@ -468,44 +417,7 @@ class PgJournal:
             else:
                 self._fence(r, "the lease was lost (owner, epoch or offset moved)", errors)
 
-    def _round_args(self, batch: list[_Round]) -> list[Any]:
-        topics, parts, epochs, expected, new_next = [], [], [], [], []
-        ri: list[int] = []
-        bases: list[int] = []
-        lasts: list[int] = []
-        counts: list[int] = []
-        max_ts: list[int] = []
-        blobs: list[bytes] = []
-        for idx, r in enumerate(batch, start=1):
-            topics.append(r.part.topic)
-            parts.append(r.part.partition)
-            epochs.append(r.part.epoch)
-            expected.append(r.expected)
-            new_next.append(r.new_next)
-            for base, last, count, ts, blob in r.rows:
-                ri.append(idx)
-                bases.append(base)
-                lasts.append(last)
-                counts.append(count)
-                max_ts.append(ts)
-                blobs.append(blob)
-        return [
-            self.node_id,
-            self.broker_epoch,
-            topics,
-            parts,
-            epochs,
-            expected,
-            new_next,
-            ri,
-            bases,
-            lasts,
-            counts,
-            max_ts,
-            blobs,
-        ]
-
-    def _landed(self, r: _Round, errors: dict[PartitionLog, BaseException]) -> None:
+    def _landed(self, r: Round, errors: dict[PartitionLog, BaseException]) -> None:
         r.part.expected = r.new_next
         if r.log.cut_backs != r.generation:
             # The local log was cut (a local fsync failed) while the round was in flight:
@@ -515,7 +427,7 @@ class PgJournal:
         r.log.journal_durable_end = max(r.log.journal_durable_end, r.new_next)
 
     def _failed_round(
-        self, batch: list[_Round], exc: BaseException, errors: dict[PartitionLog, BaseException]
+        self, batch: list[Round], exc: BaseException, errors: dict[PartitionLog, BaseException]
     ) -> None:
         logger.error("PostgreSQL journal: round failed: %r", exc)
         self.stats.errors += 1
@@ -530,7 +442,7 @@ class PgJournal:
         errors[log] = exc
         log.discard_unflushed()  # also drops the pending batches above the cut
 
-    def _fence(self, r: _Round, why: str, errors: dict[PartitionLog, BaseException]) -> None:
+    def _fence(self, r: Round, why: str, errors: dict[PartitionLog, BaseException]) -> None:
         """The round of ``r`` was refused: cut back with NotOwnerError, stay refused."""
         log, part = r.log, r.part
         if self._parts.get(log) is part:
@@ -557,8 +469,8 @@ class PgJournal:
                 logger.exception("on_fenced callback failed")
 
     async def _resolve(
-        self, batch: list[_Round], exc: BaseException, errors: dict[PartitionLog, BaseException]
-    ) -> list[_Round]:
+        self, batch: list[Round], exc: BaseException, errors: dict[PartitionLog, BaseException]
+    ) -> list[Round]:
         """The connection died during the round statement: did it commit?
 
         Settles the rounds that landed or were fenced; returns those that did not commit
@@ -586,7 +498,7 @@ class PgJournal:
                         break
                     await asyncio.sleep(0.02)
             rows = await conn.fetch(
-                _LEASES_SQL,
+                LEASES_SQL,
                 [r.part.topic for r in batch],
                 [r.part.partition for r in batch],
                 timeout=self.statement_timeout_ms / 1000.0 + 2.0,
@@ -599,7 +511,7 @@ class PgJournal:
             for r in batch:
                 self._fail(r.log, err, errors)
             return []
-        again: list[_Round] = []
+        again: list[Round] = []
         leases = {(row["topic"], row["partition"]): row for row in rows}
         for r in batch:
             row = leases.get((r.part.topic, r.part.partition))
@@ -677,7 +589,7 @@ class PgJournal:
         )
         return self._maint_conn
 
-    def _maint_failed(self, what: str, part: _Part, exc: BaseException) -> None:
+    def _maint_failed(self, what: str, part: Part, exc: BaseException) -> None:
         self.stats.maintenance_errors += 1
         if isinstance(exc, _AMBIGUOUS) and self._maint_conn is not None:
             self._maint_conn.terminate()  # a transaction's outcome is decided by the server
@@ -690,7 +602,7 @@ class PgJournal:
             exc,
         )
 
-    async def _run_trim(self, log: PartitionLog, part: _Part) -> bool:
+    async def _run_trim(self, log: PartitionLog, part: Part) -> bool:
         before, part.trim_before = part.trim_before, None
         assert before is not None
         try:
@@ -724,7 +636,7 @@ class PgJournal:
         )
         return True
 
-    async def _run_compaction(self, log: PartitionLog, part: _Part) -> bool:
+    async def _run_compaction(self, log: PartitionLog, part: Part) -> bool:
         upto, part.compact_upto = part.compact_upto, None
         assert upto is not None
         # Only what the database already holds: batches above the durable end may still be

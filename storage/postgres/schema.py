@@ -38,6 +38,19 @@ Version 2 (security):
   server key, iterations (RFC 5802), never the password.
 * ``kgc_acl``: ACL bindings, one row each, with Kafka's numeric codes for resource type,
   pattern type, operation and permission type.
+
+Version 3 (a group's history, ``docs/history.md``):
+
+* ``kgc_group_history``: one row per (``__consumer_offsets`` partition, write round) holding
+  the history value of that round (``coordinator.history.codec``: every offset change and
+  membership change of the partition's groups, LZ4-compressed), inserted by the journal's
+  round statement joined to the partition's accepted lease update, so a row exists only
+  where its offsets did land and a fenced node writes none. ``after_offset`` is the
+  partition's log end after the round (orders rows across owners, whose clocks may
+  differ), ``written_ms`` the owner's time (the time window of reads and of retention).
+  Retention deletes rows older than ``offsets.history.retention.ms``; autovacuum makes
+  their space reusable at once (the table stays at one window's size), with no partition
+  management in the commit path.
 """
 
 from __future__ import annotations
@@ -157,6 +170,23 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host,
                      operation, permission_type)
     );
+    """,
+    # version 3: a group's history (see the module doc), written in the journal's round.
+    """
+    CREATE TABLE kgc_group_history (
+        offsets_partition  integer     NOT NULL,
+        after_offset       bigint      NOT NULL,
+        written_ms         bigint      NOT NULL,
+        epoch              integer     NOT NULL,
+        value              bytea       NOT NULL
+    );
+    CREATE INDEX kgc_group_history_time ON kgc_group_history (offsets_partition, written_ms);
+    -- Values are LZ4-compressed already.
+    ALTER TABLE kgc_group_history ALTER COLUMN value SET STORAGE EXTERNAL;
+    -- Retention deletes a tenth of the window at a time: vacuum soon after, so new rows
+    -- reuse the space.
+    ALTER TABLE kgc_group_history SET (autovacuum_vacuum_scale_factor = 0.02,
+                                       autovacuum_vacuum_insert_scale_factor = 0.05);
     """,
 ]
 
