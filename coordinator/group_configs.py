@@ -6,13 +6,14 @@ Kafka 4.x lets an operator give one group its own settings (IncrementalAlterConf
 GROUP resource): a consumer group's ``consumer.session.timeout.ms`` and
 ``consumer.heartbeat.interval.ms``; a share group's ``share.session.timeout.ms``,
 ``share.heartbeat.interval.ms``, ``share.record.lock.duration.ms``,
-``share.delivery.count.limit``, ``share.auto.offset.reset`` and ``share.isolation.level``;
-a streams group's ``streams.*``; the numbers within the broker's min/max bounds.
+``share.delivery.count.limit``, ``share.auto.offset.reset``, ``share.isolation.level``
+and its dead-letter topic (``errors.deadletterqueue.topic.name``, whose name must not start
+with ``__``, and ``errors.deadletterqueue.copy.record.enable``: KIP-1191); a streams group's ``streams.*``; the numbers within the broker's min/max bounds.
 ``validate`` is Kafka's ``GroupConfig.validate`` for them, with its messages: an unknown
 name, a value that does not parse, or one outside the broker's bounds is
 ``InvalidConfigError`` (INVALID_CONFIG), and nothing is stored. Kafka's group configs kgc
-does not honour (the assignment batching, share.partition.max.record.locks, RENEW's switch,
-the dead-letter queue's) are refused by name.
+does not honour (the assignment batching, share.partition.max.record.locks, RENEW's switch)
+are refused by name.
 
 The store keeps every group's configs durably: embedded, ``group_configs.json`` in the data
 directory, rewritten whole and atomically on each change (like the topic catalog); in
@@ -68,6 +69,8 @@ SHARE_LOCK = "share.record.lock.duration.ms"
 SHARE_DELIVERY_LIMIT = "share.delivery.count.limit"
 SHARE_RESET = "share.auto.offset.reset"
 SHARE_ISOLATION = "share.isolation.level"
+DLQ_TOPIC = "errors.deadletterqueue.topic.name"
+DLQ_COPY = "errors.deadletterqueue.copy.record.enable"
 
 # Kafka's GroupConfig definitions kgc honours (the defaults come from the broker's
 # group.consumer.* settings, as GroupConfig.fromProps takes them).
@@ -178,6 +181,20 @@ GROUP_CONFIGS: dict[str, TopicConfigDef] = {
             doc="Whether this share group is given records of transactions not (yet) "
             "committed: read_uncommitted, or read_committed.",
         ),
+        TopicConfigDef(
+            DLQ_TOPIC,
+            "STRING",
+            "",
+            doc="The topic this share group copies the records it gives up on to (rejected, "
+            "or delivered share.delivery.count.limit times); empty: none.",
+        ),
+        TopicConfigDef(
+            DLQ_COPY,
+            "BOOLEAN",
+            "false",
+            doc="Whether a dead letter carries the original record's key and value, or only "
+            "the headers saying where it came from.",
+        ),
     )
 }
 # Kafka's group configs kgc does not honour: refused by name.
@@ -188,8 +205,6 @@ UNSUPPORTED = frozenset(
         "share.assignment.interval.ms",
         "share.partition.max.record.locks",
         "share.renew.acknowledge.enable",
-        "errors.deadletterqueue.topic.name",
-        "errors.deadletterqueue.copy.record.enable",
     }
 )
 # Java's Duration.parse forms (PnDTnHnMn.nS), as share.auto.offset.reset's validator takes them.
@@ -261,6 +276,10 @@ def validate(settings: Settings, configs: dict[str, str | None]) -> dict[str, in
         (session <= heartbeat, f"{SESSION} must be greater than {HEARTBEAT}"),
         *_streams_checks(settings, values, configs),
         *_share_checks(settings, values),
+        (
+            (configs.get(DLQ_TOPIC) or "").startswith("__"),
+            f"{DLQ_TOPIC}: DLQ topic name must not start with '__'",
+        ),
     )
     for failed, message in checks:
         if failed:

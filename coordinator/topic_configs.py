@@ -480,8 +480,7 @@ KAFKA_TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "errors.deadletterqueue.group.enable",
             "BOOLEAN",
             "false",
-            "Whether share groups may use the topic as a dead-letter queue (kgc has none).",
-            supported=False,
+            "Whether share groups may use the topic as their dead-letter topic (KIP-1191).",
         ),
     )
 }

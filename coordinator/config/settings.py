@@ -336,6 +336,12 @@ class Settings(BaseSettings):
     group_share_max_share_sessions: int = Field(
         2000, ge=1, description="share sessions this broker keeps"
     )
+    errors_deadletterqueue_auto_create_topics_enable: bool = Field(
+        False, description="create a share group's missing dead-letter topic (KIP-1191)"
+    )
+    errors_deadletterqueue_topic_name_prefix: str = Field(
+        "dlq.", description="prefix dead-letter topic names must have (empty: none)"
+    )
     share_coordinator_state_topic_num_partitions: int = Field(
         50, ge=1, description="partitions of __share_group_state"
     )

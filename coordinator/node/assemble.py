@@ -51,7 +51,7 @@ from coordinator.apis.partitions import PartitionAdmin
 from coordinator.apis.parts import Parts, need
 from coordinator.apis.scram import ScramAdmin
 from coordinator.apis.topics import Broker
-from coordinator.catalog import CatalogTopics, TopicCatalog
+from coordinator.catalog import CatalogTopics, TopicCatalog, TopicInfo
 from coordinator.config import (
     Settings,
     offsets_log_config,
@@ -83,6 +83,7 @@ from coordinator.server.listener import (
 )
 from coordinator.share.admin import ShareAdmin
 from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.dlq import DeadLetterWriter
 from coordinator.share.leader import ShareLeader, ShareLeaderConfig
 from coordinator.share.requests import ShareRequests
 from coordinator.share.sessions import ShareSessionCache
@@ -474,8 +475,23 @@ def share_requests(s: Settings, core: Core) -> ShareRequests:
         partition_max_record_locks=s.group_share_partition_max_record_locks,
         max_share_sessions=s.group_share_max_share_sessions,
     )
+    catalog, data = core.stores.catalog, core.data
+
+    def create_topic(name: str, configs: dict[str, str]) -> TopicInfo:
+        info = catalog.create(name, s.num_partitions, configs)
+        data.create_partitions(info)
+        return info
+
+    dead_letters = DeadLetterWriter(
+        data,
+        catalog,
+        core.stores.group_configs,
+        auto_create=s.errors_deadletterqueue_auto_create_topics_enable,
+        prefix=s.errors_deadletterqueue_topic_name_prefix,
+        create_topic=create_topic,
+    )
     leader = ShareLeader(
-        config, core.share, core.data, core.stores.catalog, core.stores.group_configs
+        config, core.share, data, catalog, core.stores.group_configs, dead_letters=dead_letters
     )
     sessions = ShareSessionCache(config.max_share_sessions)
     leader.on_event.append(core.metrics.on_share_event)

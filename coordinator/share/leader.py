@@ -22,6 +22,10 @@ Kafka maps it); a failed load is dropped, and the next fetch tries again.
   connection gone), is persisted in the background and stands even if that write fails.
 * Fetches waiting for records are woken by appends to the partition's log (the data
   plane's waiters) and by anything that makes records available here.
+* Dead letters (``dlq``): records the partition moved to ARCHIVING (rejected, or at the
+  delivery limit, while the group names a dead-letter topic) are copied there once that
+  state is durable, each range in its own task, then archived and the change persisted;
+  ARCHIVING ranges found at a load (a crash came between) are resumed the same way.
 * When the last share session of a group on this broker ends, the group's share
   partitions are unloaded (what Kafka's ShareGroupListener does): a later fetch loads the
   persisted state again, and with it an offset reset AlterShareGroupOffsets wrote.
@@ -38,7 +42,8 @@ from dataclasses import dataclass, field
 from coordinator.catalog import TopicCatalog
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.reads import high_watermark
-from coordinator.share.partition import Acquired, SharePartition
+from coordinator.share.dlq import DeadLetterWriter
+from coordinator.share.partition import Acquired, DeadLetter, SharePartition
 from coordinator.share.persister import (
     ACKNOWLEDGED,
     ARCHIVED,
@@ -126,8 +131,10 @@ class ShareLeader:
         group_configs: GroupConfigStore,
         *,
         clock: Clock = wall_clock_ms,
+        dead_letters: DeadLetterWriter | None = None,
     ) -> None:
         self.config = config
+        self.dead_letters = dead_letters or DeadLetterWriter(data, catalog, group_configs)
         self.state = state
         self.data = data
         self.catalog = catalog
@@ -149,6 +156,14 @@ class ShareLeader:
     def _delivery_count_limit(self, group_id: str) -> int:
         value = self._group_config(group_id, "share.delivery.count.limit")
         return int(value) if value is not None else self.config.delivery_count_limit
+
+    def _dlq(self, entry: Served) -> SharePartition:
+        """The partition, told whether its group has a dead-letter topic now (a dynamic
+        group config, read again before each change as Kafka reads it)."""
+        sp = entry.sp
+        assert sp is not None
+        sp.dlq = self.dead_letters.topic_of(entry.key[0]) is not None
+        return sp
 
     def _reset_offset(self, group_id: str, plog: PartitionLog) -> int | None:
         """share.auto.offset.reset applied now; None: by_duration finds no record yet."""
@@ -214,6 +229,7 @@ class ShareLeader:
                         result.batches,
                         delivery_count_limit=self._delivery_count_limit(group_id),
                         max_in_flight=self.config.partition_max_record_locks,
+                        dlq=self.dead_letters.topic_of(group_id) is not None,
                     )
         except Exception:
             log.exception("loading share partition %s failed", entry.key)
@@ -224,6 +240,7 @@ class ShareLeader:
         fut.set_result(error)
         if error == ErrorCode.NO_ERROR:
             self._wake(entry)
+            self._dead_letter(entry)  # what a crash interrupted
 
     def _unload(self, entry: Served) -> None:
         if self.served.get(entry.key) is entry:
@@ -314,8 +331,7 @@ class ShareLeader:
         self, entry: Served, member: str, batches: Sequence[tuple[int, int, Sequence[int]]]
     ) -> tuple[ErrorCode, str | None]:
         """(the partition's acknowledgement error, Kafka's message for it)."""
-        sp = entry.sp
-        assert sp is not None
+        sp = self._dlq(entry)
         start = sp.start_offset
         error, changes = sp.acknowledge(member, batches)
         if error != ErrorCode.NO_ERROR:
@@ -326,15 +342,17 @@ class ShareLeader:
         if error != ErrorCode.NO_ERROR:
             released = sp.rollback(changes)
             if released:
-                self._persist_later(entry, released, sp.start_offset)
+                self._persist_later(entry, released, sp.start_offset, dead_letter=True)
             if error == ErrorCode.NOT_LEADER_FOR_PARTITION:
                 self._unload(entry)
             return error, None
         sp.commit(changes)
         for b in changes:
-            what = _ACK_EVENTS.get(b.delivery_state, "released")
-            self._event(entry.key, what, b.last_offset - b.first_offset + 1)
+            what = _ACK_EVENTS.get(b.delivery_state)
+            if what is not None:  # ARCHIVING: counted once archived
+                self._event(entry.key, what, b.last_offset - b.first_offset + 1)
         self._wake(entry)
+        self._dead_letter(entry)
         return ErrorCode.NO_ERROR, None
 
     def renew(self, entry: Served, member: str, batches: Sequence[tuple[int, int]]) -> ErrorCode:
@@ -356,13 +374,23 @@ class ShareLeader:
         code = await self.state.write_state(group_id, topic_id_str(topic_id), request)
         return ErrorCode.NO_ERROR if code == ErrorCode.NO_ERROR else persister_error(code)
 
-    def _persist_later(self, entry: Served, changes: Sequence[PersisterBatch], start: int) -> None:
-        """Persist released records; the release stands whatever the write answers."""
+    def _persist_later(
+        self,
+        entry: Served,
+        changes: Sequence[PersisterBatch],
+        start: int,
+        *,
+        dead_letter: bool = False,
+    ) -> None:
+        """Persist released records; the release stands whatever the write answers.
+        ``dead_letter``: then copy what went ARCHIVING to the dead-letter topic."""
 
         async def write() -> None:
             error = await self._write(entry, changes, start)
             if error != ErrorCode.NO_ERROR:
                 log.warning("persisting released records of %s failed: %s", entry.key, error.name)
+            if dead_letter:
+                self._dead_letter(entry)
 
         task = asyncio.ensure_future(write())
         self.background.add(task)
@@ -372,9 +400,9 @@ class ShareLeader:
     def release_member(self, group_id: str, member: str) -> None:
         """A share session ended: the member's records in the group's partitions go back."""
         for entry in [e for k, e in self.served.items() if k[0] == group_id]:
-            sp = entry.sp
-            if sp is None:
+            if entry.sp is None:
                 continue
+            sp = self._dlq(entry)
             start = sp.start_offset
             released = sp.release_member(member)
             if released:
@@ -383,7 +411,7 @@ class ShareLeader:
                     "member_released",
                     sum(b.last_offset - b.first_offset + 1 for b in released),
                 )
-                self._persist_later(entry, released, start)
+                self._persist_later(entry, released, start, dead_letter=True)
                 self._wake(entry)
 
     def unload_group(self, group_id: str) -> None:
@@ -408,18 +436,52 @@ class ShareLeader:
 
     def _expire(self, entry: Served) -> None:
         entry.timer, entry.timer_at = None, None
-        sp = entry.sp
-        if sp is None or self.served.get(entry.key) is not entry:
+        if entry.sp is None or self.served.get(entry.key) is not entry:
             return
+        sp = self._dlq(entry)
         start = sp.start_offset
         released = sp.expire(self.clock())
         if released:
             self._event(
                 entry.key, "lock_timeout", sum(b.last_offset - b.first_offset + 1 for b in released)
             )
-            self._persist_later(entry, released, start)
+            self._persist_later(entry, released, start, dead_letter=True)
             self._wake(entry)
         self._arm(entry)
+
+    # -- dead letters
+    def _dead_letter(self, entry: Served) -> None:
+        """Copy the partition's durable ARCHIVING ranges to the group's dead-letter topic,
+        each in a task that archives it after."""
+        sp = entry.sp
+        if sp is None:
+            return
+        for dl in sp.take_archiving():
+            task = asyncio.ensure_future(self._archive(entry, dl))
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+
+    async def _archive(self, entry: Served, dl: DeadLetter) -> None:
+        group_id, topic_id, partition = entry.key
+        info = self.catalog.by_id.get(topic_id)
+        written = False
+        if info is not None:
+            try:
+                written = await self.dead_letters.write(group_id, info, entry.plog, partition, dl)
+            except Exception:
+                log.exception("writing dead letters of %s failed", entry.key)
+        sp = entry.sp
+        if sp is None or self.served.get(entry.key) is not entry:
+            return  # unloaded: a later load resumes the range
+        n = dl.last - dl.first + 1
+        if written:
+            self._event(entry.key, "dead_lettered", n)
+        start = sp.start_offset
+        changes = sp.archived(dl.first, dl.last)
+        if changes:
+            self._event(entry.key, "archived", n)
+            self._persist_later(entry, changes, start)
+            self._wake(entry)
 
     # -- waiting for records
     def _wake(self, entry: Served) -> None:

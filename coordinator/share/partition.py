@@ -11,6 +11,8 @@ RecordState ids):
 AVAILABLE   0  can be acquired (released, timed out, or never delivered)
 ACQUIRED    1  locked by one member until its lock's deadline; never persisted
 ACKNOWLEDGED 2 terminal: accepted
+ARCHIVING   3  rejected, or delivered ``delivery_count_limit`` times, while the group has a
+               dead-letter topic (KIP-1191): its copy is being written there
 ARCHIVED    4  terminal: rejected, a gap, or delivered ``delivery_count_limit`` times
 =========  ==  =====================================================================
 
@@ -34,6 +36,12 @@ ARCHIVED    4  terminal: rejected, a gap, or delivered ``delivery_count_limit`` 
 * ``expire`` (lock timeouts) and ``release_member`` (session or connection closed) move the
   member's ACQUIRED records back, count unchanged; their changes are persisted by the
   runtime, and stand even if that write fails, as in Kafka.
+* Dead letters (``dlq`` set: the group names a dead-letter topic): a REJECT, or a move to
+  AVAILABLE at the delivery limit, goes to ARCHIVING instead of ARCHIVED, persisted so.
+  ``take_archiving`` hands the runtime the ARCHIVING ranges not yet handed out (after a
+  load too: what a crash interrupted is resumed); ``archived`` moves them on once their
+  copy is written (or has failed for good, as Kafka archives regardless). ARCHIVING is not
+  terminal: SPSO waits for it, so a crash before the copy loses nothing.
 * After every change SPSO moves past the run of terminal offsets at its start (stopping at
   a gap-window hole), and entries below it are dropped.
 """
@@ -43,8 +51,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from coordinator.share.persister import ACKNOWLEDGED, ARCHIVED, AVAILABLE, PersisterBatch
+from coordinator.share.persister import (
+    ACKNOWLEDGED,
+    ARCHIVED,
+    ARCHIVING,
+    AVAILABLE,
+    PersisterBatch,
+)
 from protocol.errors import ErrorCode
 
 ACQUIRED = 1
@@ -83,10 +98,22 @@ class InFlight:
     pending: int | None = None
     # Its lock ran out while its acknowledgement was being persisted.
     expired: bool = False
+    # ARCHIVING: rejected by a consumer (else: the delivery limit); handed to the runtime.
+    rejected: bool = False
+    dead_lettered: bool = False
 
 
 # An acquired range as ShareFetch returns it: first, last, delivery count.
 Acquired = tuple[int, int, int]
+
+
+class DeadLetter(NamedTuple):
+    """ARCHIVING offsets with one delivery count and cause, for the dead-letter topic."""
+
+    first: int
+    last: int
+    delivery_count: int
+    rejected: bool  # a consumer rejected them (else: the delivery limit was reached)
 
 
 class SharePartition:
@@ -99,16 +126,24 @@ class SharePartition:
         *,
         delivery_count_limit: int = 5,
         max_in_flight: int = 2000,
+        dlq: bool = False,
     ) -> None:
         self.start_offset = start_offset
         self.delivery_count_limit = delivery_count_limit
+        # The group names a dead-letter topic (its config, read again before each change).
+        self.dlq = dlq
         self.max_in_flight = max_in_flight
         self.records: dict[int, InFlight] = {}
         self.next_offset = start_offset
         for b in batches:
             cb = CacheBatch(max(b.first_offset, start_offset), b.last_offset)
             for o in range(cb.first, b.last_offset + 1):
-                self.records[o] = InFlight(b.delivery_state, b.delivery_count, batch=cb)
+                self.records[o] = InFlight(
+                    b.delivery_state,
+                    b.delivery_count,
+                    batch=cb,
+                    rejected=b.delivery_count < delivery_count_limit,
+                )
             self.next_offset = max(self.next_offset, b.last_offset + 1)
         self.locks: list[tuple[int, int, Lock]] = []  # (deadline, sequence, lock) heap
         # Kafka's message for the last refused acknowledgement.
@@ -272,7 +307,7 @@ class SharePartition:
         """Check ``batches`` ((first, last, ack types) each) and mark their offsets pending;
         (NO_ERROR, the state batches to persist) or (the error, []) with nothing changed
         and Kafka's message in ``error_message``."""
-        changes: list[tuple[int, int]] = []  # (offset, new state)
+        changes: list[tuple[int, int, bool]] = []  # (offset, new state, rejected)
         seen: set[int] = set()
         self.error_message = None
         for first, last, types in batches:
@@ -321,6 +356,8 @@ class SharePartition:
                     ack = types[0] if len(types) == 1 else types[off - first]
                     if ack == ACCEPT:
                         new = ACKNOWLEDGED
+                    elif ack == REJECT and self.dlq:
+                        new = ARCHIVING
                     elif ack in (GAP, REJECT):
                         new = ARCHIVED
                     elif ack == RELEASE:
@@ -329,12 +366,13 @@ class SharePartition:
                         self.error_message = f"Invalid acknowledge type: {list(types)}"
                         return ErrorCode.INVALID_REQUEST, []
                     seen.add(off)
-                    changes.append((off, new))
+                    changes.append((off, new, ack == REJECT))
                 o = span.stop
-        for o, new in changes:
-            self.records[o].pending = new
+        for o, new, rejected in changes:
+            r = self.records[o]
+            r.pending, r.rejected = new, rejected
         return ErrorCode.NO_ERROR, _state_batches(
-            (o, new, self.records[o].count) for o, new in changes
+            (o, new, self.records[o].count) for o, new, _ in changes
         )
 
     def _locate(self, first: int, last: int) -> ErrorCode | None:
@@ -411,7 +449,38 @@ class SharePartition:
 
     # -- giving records back
     def _released(self, r: InFlight) -> int:
-        return ARCHIVED if r.count >= self.delivery_count_limit else AVAILABLE
+        r.rejected = False
+        if r.count < self.delivery_count_limit:
+            return AVAILABLE
+        return ARCHIVING if self.dlq else ARCHIVED
+
+    # -- dead letters
+    def take_archiving(self) -> list[DeadLetter]:
+        """The ARCHIVING ranges not handed out yet (durably ARCHIVING: none pending), now
+        handed out; each range has one delivery count and one cause."""
+        out: list[DeadLetter] = []
+        for o in range(self.start_offset, self.next_offset):
+            r = self.records.get(o)
+            if r is None or r.state != ARCHIVING or r.pending is not None or r.dead_lettered:
+                continue
+            r.dead_lettered = True
+            if out and out[-1].last == o - 1 and out[-1][2:] == (r.count, r.rejected):
+                out[-1] = out[-1]._replace(last=o)
+            else:
+                out.append(DeadLetter(o, o, r.count, r.rejected))
+        return out
+
+    def archived(self, first: int, last: int) -> list[PersisterBatch]:
+        """The dead-letter copies of [first, last] are written (or failed for good): its
+        ARCHIVING records are ARCHIVED; the state batches to persist."""
+        changed: list[tuple[int, int, int]] = []
+        for o in range(first, last + 1):
+            r = self.records.get(o)
+            if r is not None and r.state == ARCHIVING and r.pending is None:
+                r.state = ARCHIVED
+                changed.append((o, ARCHIVED, r.count))
+        self._advance()
+        return _state_batches(changed)
 
     def expire(self, now_ms: int) -> list[PersisterBatch]:
         """Locks due by ``now_ms`` run out: their ACQUIRED records go back (AVAILABLE, or

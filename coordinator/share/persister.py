@@ -23,9 +23,11 @@ from typing import NamedTuple, Protocol
 
 from protocol.errors import ErrorCode
 
-# Persisted delivery states (Kafka's RecordState ids): only these three are ever written.
+# Persisted delivery states (Kafka's RecordState ids). ARCHIVING (KIP-1191): on its way to
+# the group's dead-letter topic, archived once the copy is durable (or has failed).
 AVAILABLE = 0
 ACKNOWLEDGED = 2
+ARCHIVING = 3
 ARCHIVED = 4
 
 

@@ -627,7 +627,13 @@ async def test_group_configs_validated_stored_and_honoured(tmp_path: Path) -> No
         "share.delivery.count.limit",
         "share.auto.offset.reset",
         "share.isolation.level",
+        "errors.deadletterqueue.topic.name",
+        "errors.deadletterqueue.copy.record.enable",
     ]
+    assert (
+        c["errors.deadletterqueue.topic.name"].value,
+        c["errors.deadletterqueue.copy.record.enable"].value,
+    ) == ("", "false")
     assert (
         c["consumer.session.timeout.ms"].value,
         c["consumer.session.timeout.ms"].config_source,
@@ -685,6 +691,8 @@ async def test_share_group_configs_reach_the_share_groups(tmp_path: Path) -> Non
             ("share.isolation.level", SET, "read_committed"),
             ("share.record.lock.duration.ms", SET, "20000"),
             ("share.delivery.count.limit", SET, "3"),
+            ("errors.deadletterqueue.topic.name", SET, "dlq.sg"),
+            ("errors.deadletterqueue.copy.record.enable", SET, "true"),
         ]
         assert await n.incremental(GROUP, "sg", ops) == (0, None)
         assert n.shard.share.group_configs == {"sg": (50000, 6000)}
@@ -704,6 +712,7 @@ async def test_share_group_configs_reach_the_share_groups(tmp_path: Path) -> Non
         )
         # What the share-partition leader reads by name.
         assert n.store.get("sg")["share.delivery.count.limit"] == "3"
+        assert n.store.get("sg")["errors.deadletterqueue.topic.name"] == "dlq.sg"
         out = n.shard.share_group_heartbeat(
             _ctx(),
             sgh.ShareGroupHeartbeatRequest(
@@ -791,6 +800,15 @@ def _ctx() -> Any:
         (
             [("share.assignment.interval.ms", SET, "0")],
             "Group config share.assignment.interval.ms is not supported by kgc",
+        ),
+        (
+            [("errors.deadletterqueue.topic.name", SET, "__dlq")],
+            "errors.deadletterqueue.topic.name: DLQ topic name must not start with '__'",
+        ),
+        (
+            [("errors.deadletterqueue.copy.record.enable", SET, "yes")],
+            "Invalid value yes for configuration errors.deadletterqueue.copy.record.enable: "
+            "Expected value to be either true or false",
         ),
     ],
 )

@@ -9,7 +9,10 @@ Kafka's ShareConsumerTest does first) and produces before consuming:
   consumer gets them at once, with delivery count 2;
 * the delivery limit (``group.share.delivery.count.limit`` 2) archives a record released
   twice;
-* a SIGKILL and restart of kgc redelivers nothing that was acknowledged.
+* a SIGKILL and restart of kgc redelivers nothing that was acknowledged;
+* dead letters (KIP-1191): a rejected record and one released to the limit are copied,
+  key, value and provenance headers, to the group's dead-letter topic, read back by a
+  plain consumer.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
     ResourceType,
 )
 from support.groupkit import create_topic
@@ -285,3 +289,87 @@ def test_kgc_killed_and_restarted_redelivers_nothing_acknowledged(kgc: KgcProces
     finally:
         c.close()
     assert sorted(again) == list(range(50, 100))  # nothing acknowledged came back
+
+
+@pytest.mark.slow  # about 5 s: a share group joining, a plain consumer reading back
+def test_dead_letters_of_rejected_and_exhausted_records(shared: KgcProcess) -> None:
+    kgc = shared
+    admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
+    dlq = NewTopic("dlq.g-dlq", 1, 1, config={"errors.deadletterqueue.group.enable": "true"})
+    for fut in admin.create_topics([dlq]).values():
+        fut.result(timeout=30)
+    create_topic(kgc.bootstrap, "dl", 1)
+    earliest(kgc.bootstrap, "g-dlq")
+    group_configs = [
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in (
+            ("errors.deadletterqueue.topic.name", "dlq.g-dlq"),
+            ("errors.deadletterqueue.copy.record.enable", "true"),
+        )
+    ]
+    resource = ConfigResource(ResourceType.GROUP, "g-dlq", incremental_configs=group_configs)
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(timeout=30)
+    p = Producer({"bootstrap.servers": kgc.bootstrap})
+    for i in range(3):
+        p.produce("dl", key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    c = consumer(kgc.bootstrap, "g-dlq", explicit=True)
+    c.subscribe(["dl"])
+    deliveries: list[tuple[int, int]] = []
+
+    def got(_: int, m: Any) -> None:
+        deliveries.append((m.offset(), m.delivery_count()))
+        kind = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.REJECT}.get(m.offset())
+        c.acknowledge(m, kind or AcknowledgeType.RELEASE)  # offset 2: released to the limit
+
+    try:
+        poll_until([c], lambda: (2, 2) in deliveries, got)
+        c.commit_sync()
+    finally:
+        c.close()
+    reader = Consumer(
+        {
+            "bootstrap.servers": kgc.bootstrap,
+            "group.id": "dlq-reader",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    reader.subscribe(["dlq.g-dlq"])
+    letters: list[Any] = []
+    try:
+        end = time.monotonic() + DEADLINE_S
+        while len(letters) < 2:
+            assert time.monotonic() < end, "timed out"
+            m = reader.poll(0.2)
+            if m is not None and m.error() is None:
+                letters.append(m)
+    finally:
+        reader.close()
+    got_letters = [(m.key(), m.value(), dict(m.headers() or [])) for m in letters]
+    assert got_letters == [
+        (
+            b"k1",
+            b"v1",
+            {
+                "__dlq.errors.topic": b"dl",
+                "__dlq.errors.partition": b"0",
+                "__dlq.errors.offset": b"1",
+                "__dlq.errors.group": b"g-dlq",
+                "__dlq.errors.delivery.count": b"1",
+                "__dlq.errors.message": b"Offset rejected by client.",
+            },
+        ),
+        (
+            b"k2",
+            b"v2",
+            {
+                "__dlq.errors.topic": b"dl",
+                "__dlq.errors.partition": b"0",
+                "__dlq.errors.offset": b"2",
+                "__dlq.errors.group": b"g-dlq",
+                "__dlq.errors.delivery.count": b"2",
+                "__dlq.errors.message": b"Offset delivery count exceeded the threshold.",
+            },
+        ),
+    ]

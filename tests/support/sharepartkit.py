@@ -21,6 +21,7 @@ from coordinator.dataplane import DataPlane
 from coordinator.server.handler import ClientInfo, Deferred
 from coordinator.share.admin import ShareAdmin
 from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.dlq import DeadLetterWriter
 from coordinator.share.leader import ShareLeader, ShareLeaderConfig
 from coordinator.share.requests import ShareRequests
 from coordinator.share.sessions import ShareSessionCache
@@ -63,6 +64,9 @@ class ShareNode:
         self.dp = DataPlane(self.settings, self.catalog, self.logs, self.flusher)
         self.group_configs = GroupConfigs()
         self.config = config or ShareLeaderConfig()
+        # The broker's errors.deadletterqueue.auto.create.topics.enable and .topic.name.prefix.
+        self.dlq_auto_create = False
+        self.dlq_prefix = "dlq."
         self._build()
 
     def _build(self) -> None:
@@ -80,6 +84,14 @@ class ShareNode:
             self.dp,
             self.catalog,
             self.group_configs,  # type: ignore[arg-type]
+            dead_letters=DeadLetterWriter(
+                self.dp,
+                self.catalog,
+                self.group_configs,  # type: ignore[arg-type]
+                auto_create=self.dlq_auto_create,
+                prefix=self.dlq_prefix,
+                create_topic=lambda name, configs: self.create(name, 2, configs),
+            ),
         )
         self.requests = ShareRequests(
             self.leader, ShareSessionCache(self.config.max_share_sessions)
@@ -96,8 +108,10 @@ class ShareNode:
         await self.coordinator.close()
         self._build()
 
-    def create(self, name: str, partitions: int) -> TopicInfo:
-        info = self.catalog.create(name, partitions, {})
+    def create(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> TopicInfo:
+        info = self.catalog.create(name, partitions, configs or {})
         self.dp.create_partitions(info)
         return info
 
