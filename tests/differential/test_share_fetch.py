@@ -10,6 +10,10 @@ session errors (a wrong epoch, no session, epoch 0 with acknowledgements, ShareA
 at epoch 0), an acknowledgement of records another member holds, an invalid batch, and the
 session closed with epoch -1. A second member's fetch then gets the records the first one
 held when its session closed, with their delivery counts.
+
+Dead letters (KIP-1191): with the group's dead-letter topic set (copying records), a
+rejected record and one released to the delivery limit, then the dead-letter topic's
+records (key, value, headers, batch producer fields) compared.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ from typing import Any
 import pytest
 from support.diffkit import Side
 
+from protocol.messages import fetch, list_offsets, produce
 from protocol.messages import incremental_alter_configs as iac
-from protocol.messages import list_offsets, produce
 from protocol.messages import share_acknowledge as sa
 from protocol.messages import share_fetch as sf
 from protocol.messages import share_group_heartbeat as sgh
-from storage.record_batch import encode_batch
+from storage.record_batch import decode_records, encode_batch, iter_batches
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 
@@ -199,3 +203,93 @@ def share_fetch_scenario(side: Side) -> None:
 
 def test_share_fetch_and_acknowledge(diff_shared: Any) -> None:
     diff_shared(share_fetch_scenario)
+
+
+def _dead_letters(side: Side, topic: str, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` records of ``topic``'s partition 0 (polled, untimed): key, value and
+    headers, with their batch's producer fields (the timestamps are the time of writing)."""
+    req = fetch.FetchRequest(
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            fetch.FetchTopic(
+                topic=topic,
+                partitions=[
+                    fetch.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+                ],
+            )
+        ],
+    )
+    deadline = time.monotonic() + side.timeout
+    while True:
+        _, resp = side.untimed().request(fetch.API_KEY, req, version=12)
+        data = resp.responses[0].partitions[0].records or b""
+        out = []
+        for h, start, end in iter_batches(data):
+            for r in decode_records(data[start:end]):
+                out.append(
+                    {
+                        "offset": h.base_offset + r.offset_delta,
+                        "producer_id": h.producer_id,
+                        "attributes": h.attributes,
+                        "key": r.key,
+                        "value": r.value,
+                        "headers": [(k, v) for k, v in r.headers],
+                    }
+                )
+        if len(out) >= n:
+            return out
+        assert time.monotonic() < deadline, f"{side.label}: {len(out)} dead letters in {topic}"
+        time.sleep(0.1)
+
+
+def share_dead_letters_scenario(side: Side) -> None:
+    """KIP-1191: a rejected record and one released to the delivery limit (2, the group's)
+    go to the group's dead-letter topic, copied, with the provenance headers."""
+    group = side.name("sfd")
+    topic = side.name("sfd-t")
+    dlq = side.name("dlq.sfd")
+    _ready(side, topic)
+    side.create_topic(dlq, 1, errors_deadletterqueue_group_enable="true")
+    side.wait_coordinator(group)
+    _configs(
+        side,
+        group,
+        **{
+            "share.auto.offset.reset": "earliest",
+            "share.delivery.count.limit": "2",
+            "errors.deadletterqueue.topic.name": dlq,
+            "errors.deadletterqueue.copy.record.enable": "true",
+        },
+    )
+    batch = encode_batch(
+        0, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(4)], timestamp_ms=TS
+    )
+    req = produce.ProduceRequest(
+        acks=-1,
+        timeout_ms=30000,
+        topic_data=[
+            produce.TopicProduceData(
+                name=topic, partition_data=[produce.PartitionProduceData(index=0, records=batch)]
+            )
+        ],
+    )
+    _, resp = side.untimed().request(produce.API_KEY, req, version=9)
+    assert resp.responses[0].partition_responses[0].error_code == 0, resp
+    tid = _assigned(side, group, "m1", topic)
+    a = side.member("a", "share-dlq")
+    a.call(SHARE_FETCH, 1, _fetch(group, "m1", 0, tid), step="acquire")
+    acks = [(0, 0, [ACCEPT]), (1, 1, [REJECT]), (2, 2, [RELEASE]), (3, 3, [ACCEPT])]
+    a.call(SHARE_FETCH, 1, _fetch(group, "m1", 1, tid, acks), step="reject_and_release")
+    a.call(SHARE_ACK, 1, _ack(group, "m1", 2, tid, [(2, 2, [RELEASE])]), step="release_at_limit")
+    side.note("dead_letters", fetch.API_KEY, 12, _dead_letters(side, dlq, 2))
+    a.call(SHARE_FETCH, 1, _fetch(group, "m1", 3, tid, wait_ms=500), step="nothing_left")
+
+
+def test_share_dead_letters(diff_shared: Any) -> None:
+    diff_shared(share_dead_letters_scenario)
