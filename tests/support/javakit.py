@@ -188,6 +188,35 @@ class Clients:
             args += ["--property", f"{k}={v}"]
         return self.start("kgc.clients.Consume", args, name=client_id or group)
 
+    def share_consumer(
+        self,
+        bootstrap: str,
+        group: str,
+        topics: Iterable[str],
+        *,
+        mode: str = "implicit",
+        release_first: Iterable[int] = (),
+        release_always: Iterable[int] = (),
+        reject: Iterable[int] = (),
+        hold: bool = False,
+        name: str = "",
+        timeout_ms: int = 90_000,
+    ) -> JavaClient:
+        """A KafkaShareConsumer (``kgc.clients.ShareConsume``): implicit or explicit
+        acknowledgement, explicit ones per offset (released once, always, or rejected)."""
+        args = [*common_args(bootstrap, self.config), "--group", group]
+        args += ["--topics", ",".join(topics), "--mode", mode, "--timeout-ms", str(timeout_ms)]
+        for flag, offsets in (
+            ("--release-first", release_first),
+            ("--release-always", release_always),
+            ("--reject", reject),
+        ):
+            if offsets:
+                args += [flag, ",".join(str(o) for o in offsets)]
+        if hold:
+            args += ["--hold", "true"]
+        return self.start("kgc.clients.ShareConsume", args, name=name or group)
+
     def produce(
         self,
         bootstrap: str,
