@@ -5,7 +5,9 @@ member id, v2's renew rules), then its share session is used (``sessions``: epoc
 -1 closes, any other must match and moves on at once), then every partition it names is
 checked (READ on the topic, the topic id, the partition), acknowledgements are applied
 first (validated as ``validate_batches``; one partition's failure leaves the others
-alone), then records are acquired, and the two results are merged per partition. A fetch
+alone), then records are acquired (from session epoch 1 on, starting ``epoch % n``
+partitions further on each fetch, Kafka's round-robin rotation, so MaxRecords is shared
+fairly), and the two results are merged per partition. A fetch
 that acquires nothing waits for records up to MaxWaitMs. Incremental responses (epoch > 0)
 list a partition only when it has records, an error, an acknowledgement result, or was just
 added to the session. A session closed with epoch -1, or by its connection closing, gives
@@ -67,6 +69,17 @@ def validate_batches(batches: Sequence[Any], version: int, is_renew_ack: bool) -
             if t == RENEW and not is_renew_ack:
                 return ErrorCode.INVALID_REQUEST
     return ErrorCode.NO_ERROR
+
+
+def rotated(items: list[Any], epoch: int) -> list[Any]:
+    """Kafka's PartitionRotateStrategy (round robin): from session epoch 1 on, a fetch
+    starts acquiring ``epoch % n`` partitions further on, so MaxRecords is shared fairly
+    among a session's partitions over its fetches."""
+    n = len(items)
+    if n <= 1 or epoch < 1 or epoch % n == 0:
+        return items
+    k = epoch % n
+    return items[k:] + items[:k]
 
 
 def _member_id_valid(member_id: str | None) -> bool:
@@ -239,7 +252,9 @@ class ShareRequests:
         results: dict[TopicPartition, sf.PartitionData] = {}
         if epoch != FINAL_EPOCH and not renew:
             fetch_set = list(session.partitions) if epoch > 0 else requested
-            results = await self._fetch(allowed, client, req, group_id, member, fetch_set, version)
+            results = await self._fetch(
+                allowed, client, req, group_id, member, fetch_set, version, epoch
+            )
         response = sf.Response(acquisition_lock_timeout_ms=self.leader.lock_duration_ms(group_id))
         order = list(results) + [tp for tp in ack_errors if tp not in results]
         by_topic: dict[bytes, sf.ShareFetchableTopicResponse] = {}
@@ -270,6 +285,7 @@ class ShareRequests:
         member: str,
         fetch_set: list[TopicPartition],
         version: int,
+        epoch: int = INITIAL_EPOCH,
     ) -> dict[TopicPartition, sf.PartitionData]:
         results: dict[TopicPartition, sf.PartitionData] = {}
         ready: list[tuple[TopicPartition, Served]] = []
@@ -282,7 +298,7 @@ class ShareRequests:
                 continue
             key: PartitionKey = (group_id, tp[0], tp[1])
             loads.append((tp, asyncio.ensure_future(self.leader.load(key))))
-        for tp, fut in loads:
+        for tp, fut in rotated(loads, epoch):  # the order partitions acquire in
             entry, error = await fut
             if entry is None:
                 results[tp].error_code = error

@@ -275,3 +275,20 @@ async def test_share_events_for_metrics(node: ShareNode) -> None:
         "released": 1,
         "member_released": 4,
     }
+
+
+async def test_partitions_rotate_by_session_epoch(node: ShareNode) -> None:
+    # Kafka's PartitionRotateStrategy: MaxRecords 1 goes to partition epoch % 2 first.
+    info = node.create("t", 2)
+    await node.initialize(G, info, 0)
+    for i in range(3):
+        for p in (0, 1):
+            await node.produce("t", p, 1, start=i)
+    firsts = []
+    for epoch in range(4):
+        parts = [(info, 0), (info, 1)] if epoch == 0 else None
+        r = await node.fetch(G, "m1", epoch, parts, max_records=1)
+        got = {p: acquired(r) for p, pd in partitions(r).items() if pd.acquired_records}
+        assert len(got) == 1, got
+        firsts.append(next(iter(got)))
+    assert firsts == [0, 1, 0, 1]
