@@ -274,7 +274,7 @@ class ShareLeader:
             return b"", []
         offset = sp.fetch_offset()
         committed = self._group_config(entry.key[0], "share.isolation.level") == "read_committed"
-        hw = self.data.txn.last_stable_offset(plog) if committed else high_watermark(plog)
+        hw = self._visible_end(entry)
         if offset >= hw:
             return b"", []
         try:
@@ -306,6 +306,30 @@ class ShareLeader:
         self._arm(entry)
         self._event(entry.key, "acquired", sum(last - first + 1 for first, last, _ in acquired))
         return bytes(data[start:end]), acquired
+
+    def available_bytes(self, entry: Served, cap: int) -> int:
+        """Bytes a fetch could acquire from now, at most ``cap`` (Kafka's DelayedShareFetch
+        measures them against MinBytes before acquiring): from the fetch offset to the high
+        watermark (the last stable offset for read_committed), 0 when the window is full."""
+        sp = entry.sp
+        if sp is None or not sp.can_acquire():
+            return 0
+        offset, hw = sp.fetch_offset(), self._visible_end(entry)
+        if offset >= hw:
+            return 0
+        try:
+            return min(len(entry.plog.read(offset, max(cap, 1), max_offset=hw)), cap)
+        except OffsetOutOfRangeError:
+            return 0
+        except OSError:
+            return cap  # a damaged log: acquiring reports it
+
+    def _visible_end(self, entry: Served) -> int:
+        """Where a share fetch stops: the high watermark, the last stable offset for a
+        read_committed group."""
+        if self._group_config(entry.key[0], "share.isolation.level") == "read_committed":
+            return self.data.txn.last_stable_offset(entry.plog)
+        return high_watermark(entry.plog)
 
     def _aborted(
         self, plog: PartitionLog, headers: list[tuple[BatchHeader, int, int]]

@@ -7,8 +7,10 @@ checked (READ on the topic, the topic id, the partition), acknowledgements are a
 first (validated as ``validate_batches``; one partition's failure leaves the others
 alone), then records are acquired (from session epoch 1 on, starting ``epoch % n``
 partitions further on each fetch, Kafka's round-robin rotation, so MaxRecords is shared
-fairly), and the two results are merged per partition. A fetch
-that acquires nothing waits for records up to MaxWaitMs. Incremental responses (epoch > 0)
+fairly), and the two results are merged per partition. A fetch waits up to MaxWaitMs
+until MinBytes of records could be acquired (measured before acquiring, from each
+partition's fetch offset, as Kafka's DelayedShareFetch does), and one that acquires nothing
+waits too. Incremental responses (epoch > 0)
 list a partition only when it has records, an error, an acknowledgement result, or was just
 added to the session. A session closed with epoch -1, or by its connection closing, gives
 back every record its member holds; the group's last session gone unloads its partitions.
@@ -309,9 +311,20 @@ class ShareRequests:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.max_wait_ms / 1000
         record_limit = version >= 2 and req.share_acquire_mode == 1
+        per_partition = max(req.max_bytes // len(ready), 1)
         while True:
+            remaining = deadline - loop.time()
+            if req.min_bytes > 1 and remaining > 0:
+                # Kafka's DelayedShareFetch: nothing is acquired until MinBytes could be,
+                # or MaxWaitMs has passed.
+                available = 0
+                for _, entry in ready:
+                    if self.leader.served.get(entry.key) is entry and available < req.min_bytes:
+                        available += self.leader.available_bytes(entry, per_partition)
+                if available < req.min_bytes:
+                    await self.leader.wait([e for _, e in ready], int(remaining * 1000))
+                    continue
             budget = req.max_records
-            per_partition = max(req.max_bytes // len(ready), 1)
             got = False
             for tp, entry in ready:
                 if budget <= 0:

@@ -292,3 +292,20 @@ async def test_partitions_rotate_by_session_epoch(node: ShareNode) -> None:
         assert len(got) == 1, got
         firsts.append(next(iter(got)))
     assert firsts == [0, 1, 0, 1]
+
+
+async def test_min_bytes_waits_for_enough_records_or_max_wait(node: ShareNode) -> None:
+    # Kafka's DelayedShareFetch: below MinBytes nothing is acquired before MaxWaitMs ...
+    info = await _topic(node, 1)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    r = await node.fetch(G, "m1", 0, [(info, 0)], max_wait_ms=300, min_bytes=4000)
+    assert loop.time() - started >= 0.29
+    assert acquired(r) == [(0, 0, 1)]  # ... then what there is
+    # ... and an append reaching MinBytes completes the fetch at once.
+    waiting = asyncio.ensure_future(node.fetch(G, "m1", 1, max_wait_ms=30000, min_bytes=4000))
+    await node.produce("t", 0, 5, start=1)
+    assert not waiting.done()  # 5 small records: still below MinBytes
+    await node.produce("t", 0, 400, start=6)
+    r = await asyncio.wait_for(waiting, 10)
+    assert acquired(r) == [(1, 5, 1), (6, 405, 1)] or acquired(r) == [(1, 405, 1)]
