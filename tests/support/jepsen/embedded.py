@@ -227,6 +227,17 @@ class EmbeddedCluster(Cluster):
             str(self.offsets_partitions),
             "--kgc-log-level",
             "INFO",
+            # Share members a restart left behind hold their partitions until their session
+            # expires (members are persisted; Kafka does the same): short, as the harness's
+            # broker session is, so the group moves on within a run.
+            "--group-share-min-session-timeout-ms",
+            "6000",
+            "--group-share-session-timeout-ms",
+            "6000",
+            "--group-share-min-heartbeat-interval-ms",
+            "1000",
+            "--group-share-heartbeat-interval-ms",
+            "1000",
         ]
         proc: JepsenNode
         if self.network is not None:

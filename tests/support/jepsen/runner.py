@@ -40,6 +40,7 @@ from support.jepsen.netns import NetnsTopology, Network, netem_available, sweep
 from support.jepsen.netns import available as netns_unavailable
 from support.jepsen.queue import Queue
 from support.jepsen.registers import Registers
+from support.jepsen.share import Share
 from support.jepsen.topology import ProxyTopology, faketime_library
 from support.jepsen.txn import Transactions
 from support.jepsen.workload import Ctx, Workload
@@ -57,6 +58,8 @@ def make_workload(name: str) -> Workload:
         return Queue()
     if name == "transactions":
         return Transactions()
+    if name == "share":
+        return Share()
     raise ValueError(f"unknown workload {name}")
 
 
