@@ -59,6 +59,9 @@ def test_disk_faults_only_where_the_topology_has_them() -> None:
     assert usable(FAULT_SETS["disk"], "netns", "cluster") == ("kill", "pause")
     assert "loss" not in usable(FAULT_SETS["net"], "proxy", "cluster")
     assert "loss" in usable(FAULT_SETS["net"], "netns", "cluster")
+    assert "link-node" in usable(FAULT_SETS["net"], "netns", "cluster")
+    assert "link-node" not in usable(FAULT_SETS["net"], "proxy", "cluster")
+    assert "link-node" not in usable(FAULT_SETS["net"], "netns", "embedded")
     assert usable(FAULT_SETS["db"], "netns", "embedded") == ()
     kinds = {a.fault for s in range(10) for a in plan(s, FAULT_SETS["disk"], 120, nodes=1)}
     assert {"disk-full", "torn"} <= kinds

@@ -41,6 +41,7 @@ import struct
 import subprocess
 from pathlib import Path
 
+from storage.record_batch import CorruptBatchError, iter_batches
 from support.clusterkit import Cluster
 from support.jepsen.netns import IptablesLink, Network, NsNode, netem_available
 from support.jepsen.proxy import PASS, FaultProxy
@@ -171,10 +172,16 @@ def _torn_batch(rng: random.Random, base_offset: int) -> bytes:
 
 
 def _next_offset(segment: Path) -> int:
-    """The segment's base offset: a torn batch there looks like the next append's start."""
+    """The offset the segment's next batch would start at (after its last whole batch), so a
+    torn batch there looks like the append a crash cut short."""
+    data = segment.read_bytes()
+    at = 0
     with contextlib.suppress(ValueError):
-        return int(segment.name.split(".")[0])
-    return 0
+        at = int(segment.name.split(".")[0])
+    with contextlib.suppress(CorruptBatchError, ValueError, struct.error):
+        for header, _, _ in iter_batches(data):
+            at = header.next_offset
+    return at
 
 
 def tear(data_dir: Path, rng: random.Random, partitions: int = 4) -> list[str]:

@@ -20,6 +20,9 @@ Fault kinds (``FAULTS``), by role:
   node, or of all, delayed);
 - clock: ``clock`` (one node's wall clock jumped by -120 s to +1 h through libfaketime, the
   monotonic clock left true; back to true when healed);
+- ``link-node``: node n cut from every other node (iptables DROP both ways in its
+  namespace; clients and PostgreSQL still reach it), namespace mode only: in proxy mode the
+  nodes reach each other through the client proxies;
 - packet loss: ``loss`` (every link of one node, or of all, drops packets at random with
   probability 5 %, 20 % or 50 %: iptables ``statistic``, namespace mode only);
 - the embedded engine's disk (``embedded.py``): ``disk-full`` (the node's filesystem filled
@@ -64,6 +67,7 @@ FAULTS = (
     "delay",
     "clock",
     "loss",
+    "link-node",
     "disk-full",
     "torn",
 )
@@ -71,7 +75,7 @@ FAULT_SETS: dict[str, tuple[str, ...]] = {
     "none": (),
     "process": ("kill", "pause"),
     "db": ("pg-kill", "pg-pause", "pg-terminate", "link-db"),
-    "net": ("link-db", "link-client", "split", "delay", "loss"),
+    "net": ("link-db", "link-client", "split", "delay", "loss", "link-node"),
     "disk": ("disk-full", "torn", "kill", "pause"),
     "clock": ("clock",),
     "all": FAULTS,
@@ -115,6 +119,9 @@ def _draw(rng: random.Random, fault: str, nodes: list[int], session_s: float) ->
         target = node if rng.random() < 0.5 else None
         p = rng.choice((0.05, 0.2, 0.5))
         return Action(0, fault, target, rng.uniform(3, 10), {"probability": p})
+    if fault == "link-node":
+        mode = rng.choice((DROP, RESET))
+        return Action(0, fault, node, rng.uniform(0.5, 2.0) * session_s, {"mode": mode})
     if fault == "disk-full":
         return Action(0, fault, node, rng.uniform(2, 10))
     if fault == "torn":
@@ -122,7 +129,7 @@ def _draw(rng: random.Random, fault: str, nodes: list[int], session_s: float) ->
     raise ValueError(f"unknown fault {fault}")
 
 
-CLUSTER_ONLY = frozenset({"pg-kill", "pg-pause", "pg-terminate", "link-db", "split"})
+CLUSTER_ONLY = frozenset({"pg-kill", "pg-pause", "pg-terminate", "link-db", "split", "link-node"})
 EMBEDDED_ONLY = frozenset({"disk-full", "torn"})
 
 
@@ -134,7 +141,7 @@ def usable(faults: tuple[str, ...], mode: str, topology: str) -> tuple[str, ...]
             continue
         if topology != "embedded" and f in EMBEDDED_ONLY:
             continue
-        if mode != "netns" and f == "loss":
+        if mode != "netns" and f in ("loss", "link-node"):
             continue
         out.append(f)
     return tuple(out)
@@ -207,6 +214,9 @@ class Nemesis:
             return [t.db[n]] if n in t.db else []
         if action.fault == "link-client":
             return [t.client[n]] if n in t.client else []
+        if action.fault == "link-node":
+            peers: dict[tuple[int, int], Any] = getattr(t, "peer", {})
+            return [link for (a, b), link in peers.items() if n in (a, b)]
         if n is not None:  # split, or delay / loss of one node
             return [link for link in (t.db.get(n), t.client.get(n)) if link is not None]
         return [*t.db.values(), *t.client.values()]
@@ -267,7 +277,8 @@ class Nemesis:
 
 async def heal_all(topology: ProxyTopology) -> None:
     """Every link passes, nothing is paused, PostgreSQL and every node run."""
-    for link in [*topology.db.values(), *topology.client.values()]:
+    peers: dict[tuple[int, int], Any] = getattr(topology, "peer", {})
+    for link in [*topology.db.values(), *topology.client.values(), *peers.values()]:
         link.set_mode(PASS)
     topology.resume_pg()
     await topology.start_pg()

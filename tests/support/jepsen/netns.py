@@ -12,7 +12,8 @@ pid in ``/run/kgcj/<r>``), so a crashed harness leaves nothing behind for long.
 ``NetnsTopology`` is ``ProxyTopology``'s interface in this network: the harness process runs
 inside ``-cli`` (``runner`` re-executes itself there with ``ip netns exec``), PostgreSQL
 inside ``-pg`` (``pg_hba`` trusting the run's /24), node n inside ``-n<n>`` listening on
-10.213.<r>.1n:9092 and advertising it. ``client[n]`` and ``db[n]`` are ``IptablesLink``s
+10.213.<r>.1n:9092 and advertising it. ``client[n]``, ``db[n]`` and ``peer[(n, m)]`` (node n
+to node m: the inter-broker channel, ``coordinator/cluster/peers.py``) are ``IptablesLink``s
 with the proxies' ``set_mode``: ``drop``/``blackhole`` are iptables DROP rules in node n's
 namespace for the peer's address (client .100, PostgreSQL .2), ``reset`` answers TCP with
 RST, ``loss`` drops each packet at random with a probability (iptables ``-m statistic --mode
@@ -357,6 +358,8 @@ class NetnsTopology(ProxyTopology):
         super().__init__(run_dir, 3, **kw)
         self.network = network
         self.netem = netem_available()
+        # (n, m): node n's side of its link to node m (the inter-broker channel)
+        self.peer: dict[tuple[int, int], IptablesLink] = {}
         shutil.rmtree(self.pg.base, ignore_errors=True)  # the loopback one is not used
         self.pg = NsPg(
             Path(tempfile.mkdtemp(prefix="kgcj-pg-")), network.ns("pg"), network.ip_of("pg")
@@ -373,6 +376,9 @@ class NetnsTopology(ProxyTopology):
             ns = net.ns(f"n{n}")
             self.client[n] = IptablesLink(ns, net.ip_of("cli"), netem=self.netem)  # type: ignore[assignment]
             self.db[n] = IptablesLink(ns, net.ip_of("pg"), netem=self.netem)  # type: ignore[assignment]
+            for m in self.node_ids:
+                if m != n:
+                    self.peer[(n, m)] = IptablesLink(ns, net.ip_of(f"n{m}"))
         self.cluster = NsCluster(
             self.run_dir,
             self.pg,
