@@ -134,7 +134,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def add_admin_commands(sub: Any) -> None:
     """``groups``, ``offsets``, ``topics``, ``cluster``, ``health``, ``acls``: operate a server."""
-    from coordinator.tools.commands import acls, cluster, groups, health, history, offsets, topics
+    from coordinator.tools.commands import (
+        acls,
+        cluster,
+        groups,
+        health,
+        history,
+        offsets,
+        topics,
+        translate,
+    )
     from coordinator.tools.commands.common import common_options
 
     common = common_options()
@@ -145,6 +154,7 @@ def add_admin_commands(sub: Any) -> None:
     # a group's kept history: under ``kgc offsets`` and ``kgc groups``
     history.add_offset_commands(common, made[offsets])
     history.add_group_commands(common, made[groups])
+    translate.add_commands(common, made[offsets])
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

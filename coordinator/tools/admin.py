@@ -26,6 +26,7 @@ does not exist: exit 1) and ``UsageError`` (an argument that cannot be used: exi
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,10 @@ TopicPartition = tuple[str, int]
 # Versions this module fills the fields of; newer ones address topics by id.
 MAX_OFFSET_FETCH = 9
 MAX_OFFSET_COMMIT = 9
+_COORDINATOR_RETRIABLE = (
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+)
 
 
 class AdminError(Exception):
@@ -387,6 +392,18 @@ class Admin:
 
     # -- groups
     def coordinator(self, group: str) -> tuple[int, str, int]:
+        # Retried while the offsets topic is being created or loaded, as Kafka's admin
+        # client retries these retriable errors within its timeout.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            node, host, port, code, msg = self._find_coordinator(group)
+            if code not in _COORDINATOR_RETRIABLE or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        check(code, f"FindCoordinator for group {group!r}", msg)
+        return node, host, port
+
+    def _find_coordinator(self, group: str) -> tuple[int, str, int, int, str | None]:
         version, resp = self.call(
             find_coordinator.API_KEY,
             find_coordinator.Request(key=group, key_type=0, coordinator_keys=[group]),
@@ -402,8 +419,7 @@ class Admin:
                 resp.host,
                 resp.port,
             )
-        check(code, f"FindCoordinator for group {group!r}", msg)
-        return node, host, port
+        return node, host, port, code, msg
 
     def _coordinator_addr(self, group: str) -> tuple[str, int]:
         _, host, port = self.coordinator(group)
