@@ -10,7 +10,8 @@ reuses the SparkSession (with PostgreSQL's JDBC driver in ``spark.jars`` for ``-
 runs ``job.run_audit`` on a data directory (``--log-dir``) or a cluster's database
 (``--storage-url``), writes ``partitions``, ``groups``, ``findings`` and ``members`` (the
 KIP-848 consumer groups' members) under ``--out`` (Parquet directories, or one JSON file each
-with ``--format json``) plus ``summary.json``, prints a console summary and returns an exit
+with ``--format json``) plus ``summary.json`` and ``report.html`` (one self-contained page:
+lag and commit rate per group over the kept history, and the findings; ``html_report``), prints a console summary and returns an exit
 code from ``tools.exits``: 0 clean, 4 findings at or above ``--fail-on``, 1 the audit could
 not run, 2 bad usage.
 
@@ -67,6 +68,7 @@ INSTALL_HINT = "kgc audit needs PySpark (and Java 17+): pip install 'kgc[audit]'
 # as source_pg.DEFAULT_JDBC_JAR (not imported: that module needs numpy, this one must not)
 DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
 _SEVERITIES = ["info", "warn", "error"]
+HTML_REPORT = "report.html"  # the page a person looks at (``html_report``)
 
 
 def _positive(text: str) -> int:
@@ -333,6 +335,9 @@ def write_reports(result: AuditResult, out: str, fmt: str, summary: dict[str, An
             f.result()
     text = json.dumps(summary, indent=2, sort_keys=True, default=str)
     _write_text(f"{base}/summary.json", [text, "\n"])
+    from coordinator.audit.html_report import render
+
+    _write_text(f"{base}/{HTML_REPORT}", [render(result.history, result.top_findings, summary)])
 
 
 def build_summary(
@@ -628,7 +633,10 @@ def run(args: argparse.Namespace) -> int:
     progress(f"done in {time.perf_counter() - t0:.1f} s")
     if not args.quiet:
         print(render_console(summary, top_rows, groups))
-        print(f"\nreports: {args.out} ({args.format}); exit {code}")
+        print(
+            f"\nreports: {args.out} ({args.format}), the page {args.out.rstrip('/')}/{HTML_REPORT};"
+            f" exit {code}"
+        )
     return code
 
 

@@ -55,6 +55,7 @@ from coordinator.audit.decode import (
     classify_path,
     decode_batches,
 )
+from coordinator.audit.history import HISTORY_TOPIC, group_history
 from coordinator.audit.source_pg import (
     CONTEXT_SQL,
     DEFAULT_JDBC_JAR,
@@ -183,6 +184,9 @@ class AuditResult:
     consumer_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the consumer-group checks' findings (all of them, for the consumer-group report)
     consumer_findings: list[dict[str, Any]] = field(default_factory=list)
+    # each group's lag and commit rate over the kept history (``history.group_history``);
+    # None where the data directory keeps none
+    history: dict[str, Any] | None = None
 
     def release(self) -> None:
         """Drop the cached intermediate data (a later audit must decode afresh)."""
@@ -268,8 +272,15 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     final, collected = _offsets_report(spark, decoder, plan, ctx, opts.top)
     t_offsets = time.perf_counter()
 
+    history = None
+    if plan.history_files:
+        opts.stage(f"job 3/3: group history ({len(plan.history_files)} segments)")
+        history = group_history(spark, plan.history_files, ctx.topics, opts.now_ms)
+    t_history = time.perf_counter()
+
     driver_findings = _driver_findings(topic_rows, plan.has_catalog, root)
     result = _finish(spark, final, collected, driver_findings, opts.top)
+    result.history = history
     summary = result.summary
     t_end = time.perf_counter()
     result.stats = {
@@ -290,7 +301,8 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
             "list": round(t_list - t0, 3),
             "topics": round(t_topics - t_list, 3),
             "offsets": round(t_offsets - t_topics, 3),
-            "plan": round(t_end - t_offsets, 3),
+            "history": round(t_history - t_offsets, 3),
+            "plan": round(t_end - t_history, 3),
         },
     }
     return result
@@ -481,6 +493,8 @@ class _Plan:
     # (topic, partition, base of its first segment, number of segments)
     first_seg_rows: list[tuple[str, int, int, int]]
     has_catalog: bool
+    # the segments of the group history log (``__kgc_group_history``), job 3's input
+    history_files: list[str] = field(default_factory=list)
 
 
 def _plan(
@@ -492,6 +506,7 @@ def _plan(
     topic_segs: dict[tuple[str, int], list[tuple[int, str]]] = {}
     topic_files: list[str] = []
     has_catalog = False
+    history_files: list[str] = []
     for path, _length in files:
         kind, topic, part, seg = classify_path(path)
         if kind == "catalog":
@@ -505,6 +520,8 @@ def _plan(
             if topic == OFFSETS_TOPIC:
                 offsets_parts.add(part)
                 offsets_files.append(path)
+            elif topic == HISTORY_TOPIC:
+                history_files.append(path)
             else:
                 topic_segs.setdefault((topic, part), []).append((seg, path))
     if not offsets_parts:
@@ -517,7 +534,9 @@ def _plan(
         segs.sort()
         topic_files.append(segs[-1][1])
         first_seg_rows.append((topic, part, segs[0][0], len(segs)))
-    return _Plan(num_partitions, offsets_files, topic_files, first_seg_rows, has_catalog)
+    return _Plan(
+        num_partitions, offsets_files, topic_files, first_seg_rows, has_catalog, history_files
+    )
 
 
 Decoder = Callable[[Iterator[Any]], Iterator[Any]]  # decode_batches with its options bound
