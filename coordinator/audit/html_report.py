@@ -50,7 +50,7 @@ def _figure_html(s: GroupSeries, index: int) -> str:
     times = [datetime.fromtimestamp(t / 1000, tz=UTC) for t in s.times_ms]
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-        subplot_titles=("lag (records)", "commits per minute"),
+        subplot_titles=("lag (records)", "offset commits per minute (per partition)"),
     )  # fmt: skip
     fig.add_trace(
         go.Scatter(x=times, y=s.lag, mode="lines+markers", name="lag", connectgaps=False,
@@ -119,8 +119,9 @@ def render(
         "<h2>Lag and commit rate over the retained history</h2>",
     ]
     if not history or not groups:
-        parts.append("<p>No group history is kept in this data directory "
-                     "(offsets.history.retention.ms=0, or nothing committed).</p>")  # fmt: skip
+        parts.append("<p>No group history was read: none is kept here "
+                     "(offsets.history.retention.ms=0, nothing committed, or a cluster's "
+                     "database, whose history the audit does not read yet).</p>")  # fmt: skip
     else:
         parts.append(
             f'<p class="meta">{_iso(history["start_ms"])} to {_iso(history["end_ms"])}, in steps '
