@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from coordinator.tools.admin import Admin, AdminError
+from coordinator.tools.admin import Admin, AdminError, Unreachable
 from coordinator.tools.client import ClientSecurity
 from coordinator.tools.commands.common import EXIT_OK, admin_for, leaf
 from coordinator.tools.commands.offsets import _topic_partitions
@@ -150,7 +150,12 @@ def cmd_offsets_translate(args: argparse.Namespace) -> int:
     out = Output(args)
     with admin_for(args) as source, _target_admin(args) as target:
         committed = _source_offsets(source, args)
-        current = _target_current(target, args)
+        try:
+            current = _target_current(target, args)
+        except Unreachable as exc:  # the hint names the target's own option
+            raise Unreachable(
+                "target: " + str(exc).replace("--command-config", "--to-command-config")
+            ) from None
         new: dict[TopicPartition, int] = {}
         unplaced: list[dict[str, Any]] = []
         for tp, off in sorted(committed.items()):
