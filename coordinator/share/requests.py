@@ -326,9 +326,11 @@ class ShareRequests:
                     continue
             budget = req.max_records
             got = False
+            unvisited: list[TopicPartition] = []
             for tp, entry in ready:
                 if budget <= 0:
-                    break
+                    unvisited.append(tp)
+                    continue
                 if self.leader.served.get(entry.key) is not entry or entry.sp is None:
                     continue  # unloaded meanwhile (its group's last session ended)
                 try:
@@ -354,6 +356,8 @@ class ShareRequests:
                     budget -= sum(last - f + 1 for f, last, _ in acquired)
             remaining = deadline - loop.time()
             if got or remaining <= 0 or req.min_bytes <= 0:
+                for tp in unvisited:  # Kafka answers only the partitions it acquired from
+                    del results[tp]
                 return results
             await self.leader.wait([e for _, e in ready], int(remaining * 1000))
 

@@ -293,3 +293,81 @@ def share_dead_letters_scenario(side: Side) -> None:
 
 def test_share_dead_letters(diff_shared: Any) -> None:
     diff_shared(share_dead_letters_scenario)
+
+
+def share_rotation_scenario(side: Side) -> None:
+    """Two partitions, three one-record batches each, MaxRecords 1: which partition a fetch
+    acquires from as the session epoch moves (Kafka's round-robin rotation), then a fetch
+    whose MinBytes the partitions cannot reach (answered at MaxWaitMs with what there is)."""
+    group = side.name("sfr")
+    topic = side.name("sfr-t")
+    side.create_topic(topic, 2, retention_ms="-1")
+    side.wait_coordinator(group)
+    _configs(side, group, **{"share.auto.offset.reset": "earliest"})
+    for i in range(3):
+        for p in (0, 1):
+            batch = encode_batch(0, [(None, f"p{p}-{i}".encode())], timestamp_ms=TS)
+            req = produce.ProduceRequest(
+                acks=-1,
+                timeout_ms=30000,
+                topic_data=[
+                    produce.TopicProduceData(
+                        name=topic,
+                        partition_data=[produce.PartitionProduceData(index=p, records=batch)],
+                    )
+                ],
+            )
+            _, resp = side.untimed().request(produce.API_KEY, req, version=9)
+            assert resp.responses[0].partition_responses[0].error_code == 0, resp
+    conn = side.untimed()
+    epoch, topics = 0, [topic]
+    deadline = time.monotonic() + side.timeout
+    while True:  # until the member holds both partitions
+        r = conn.call(
+            SG_HEARTBEAT,
+            1,
+            sgh.ShareGroupHeartbeatRequest(
+                group_id=group, member_id="m1", member_epoch=epoch, subscribed_topic_names=topics
+            ),
+        )
+        assert not r.error_code, r
+        held = r.assignment.topic_partitions if r.assignment is not None else []
+        if held and sorted(held[0].partitions) == [0, 1]:
+            tid = bytes(held[0].topic_id)
+            break
+        epoch, topics = r.member_epoch, None
+        assert time.monotonic() < deadline, f"{side.label}: never assigned both partitions"
+        time.sleep(0.05)
+    a = side.member("a", "share-rot")
+
+    def req(epoch: int, partitions: list[int], **kw: Any) -> sf.ShareFetchRequest:
+        fetch_topics = [
+            sf.FetchTopic(
+                topic_id=tid, partitions=[sf.FetchPartition(partition_index=p) for p in partitions]
+            )
+        ]
+        return sf.ShareFetchRequest(
+            group_id=group,
+            member_id="m1",
+            share_session_epoch=epoch,
+            max_wait_ms=kw.get("wait_ms", 5000),
+            min_bytes=kw.get("min_bytes", 1),
+            max_bytes=52428800,
+            max_records=kw.get("max_records", 1),
+            batch_size=1,
+            topics=fetch_topics if partitions else [],
+        )
+
+    a.call(SHARE_FETCH, 1, req(0, [0, 1]), step="epoch0")
+    for e in (1, 2, 3):
+        a.call(SHARE_FETCH, 1, req(e, []), step=f"epoch{e}")
+    a.call(
+        SHARE_FETCH,
+        1,
+        req(4, [], wait_ms=500, min_bytes=1 << 20, max_records=500),
+        step="min_bytes_unreached",
+    )
+
+
+def test_share_partition_rotation_and_min_bytes(diff_shared: Any) -> None:
+    diff_shared(share_rotation_scenario)

@@ -392,6 +392,10 @@ UNORDERED = {
     ("share_group_describe", "topic_partitions"),
     ("share_group_describe", "subscribed_topic_names"),
     ("share_group_heartbeat", "topic_partitions"),
+    # ShareFetch's partitions: Kafka's ShareFetchUtils.processFetchResponse fills a HashMap
+    # of TopicIdPartition (topic ids are random UUIDs).
+    ("share_fetch", "responses"),
+    ("share_fetch", "partitions"),
 }
 
 
