@@ -52,16 +52,17 @@ def _configs(side: Side, group: str, **configs: str) -> None:
     assert not resp.responses[0].error_code, resp
 
 
-def _produce(side: Side, topic: str, n: int, tag: str) -> None:
-    batch = encode_batch(0, [(None, f"{tag}{i}".encode()) for i in range(n)], timestamp_ms=TS)
+def _produce(
+    side: Side, topic: str, n: int, tag: str, *, keyed: bool = False, partition: int = 0
+) -> None:
+    """``n`` records in one batch, values ``<tag><i>`` (keys ``k<i>`` when ``keyed``)."""
+    records = [(f"k{i}".encode() if keyed else None, f"{tag}{i}".encode()) for i in range(n)]
+    batch = encode_batch(0, records, timestamp_ms=TS)
+    data = produce.PartitionProduceData(index=partition, records=batch)
     req = produce.ProduceRequest(
         acks=-1,
         timeout_ms=30000,
-        topic_data=[
-            produce.TopicProduceData(
-                name=topic, partition_data=[produce.PartitionProduceData(index=0, records=batch)]
-            )
-        ],
+        topic_data=[produce.TopicProduceData(name=topic, partition_data=[data])],
     )
     _, resp = side.untimed().request(produce.API_KEY, req, version=9)
     assert resp.responses[0].partition_responses[0].error_code == 0, resp
@@ -267,20 +268,7 @@ def share_dead_letters_scenario(side: Side) -> None:
             "errors.deadletterqueue.copy.record.enable": "true",
         },
     )
-    batch = encode_batch(
-        0, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(4)], timestamp_ms=TS
-    )
-    req = produce.ProduceRequest(
-        acks=-1,
-        timeout_ms=30000,
-        topic_data=[
-            produce.TopicProduceData(
-                name=topic, partition_data=[produce.PartitionProduceData(index=0, records=batch)]
-            )
-        ],
-    )
-    _, resp = side.untimed().request(produce.API_KEY, req, version=9)
-    assert resp.responses[0].partition_responses[0].error_code == 0, resp
+    _produce(side, topic, 4, "v", keyed=True)
     tid = _assigned(side, group, "m1", topic)
     a = side.member("a", "share-dlq")
     a.call(SHARE_FETCH, 1, _fetch(group, "m1", 0, tid), step="acquire")
@@ -306,19 +294,7 @@ def share_rotation_scenario(side: Side) -> None:
     _configs(side, group, **{"share.auto.offset.reset": "earliest"})
     for i in range(3):
         for p in (0, 1):
-            batch = encode_batch(0, [(None, f"p{p}-{i}".encode())], timestamp_ms=TS)
-            req = produce.ProduceRequest(
-                acks=-1,
-                timeout_ms=30000,
-                topic_data=[
-                    produce.TopicProduceData(
-                        name=topic,
-                        partition_data=[produce.PartitionProduceData(index=p, records=batch)],
-                    )
-                ],
-            )
-            _, resp = side.untimed().request(produce.API_KEY, req, version=9)
-            assert resp.responses[0].partition_responses[0].error_code == 0, resp
+            _produce(side, topic, 1, f"p{p}-{i}.", partition=p)
     conn = side.untimed()
     epoch, topics = 0, [topic]
     deadline = time.monotonic() + side.timeout

@@ -113,6 +113,28 @@ final class Cli {
     System.out.flush();
   }
 
+  /** Starts a daemon thread putting each line of standard input into {@code commands}. */
+  static void readCommands(java.util.concurrent.BlockingQueue<String> commands) {
+    Thread reader =
+        new Thread(
+            () -> {
+              try (java.io.BufferedReader in =
+                  new java.io.BufferedReader(
+                      new java.io.InputStreamReader(
+                          System.in, java.nio.charset.StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = in.readLine()) != null) {
+                  commands.put(line);
+                }
+              } catch (Exception e) {
+                // standard input closed: no more commands
+              }
+            },
+            "stdin");
+    reader.setDaemon(true);
+    reader.start();
+  }
+
   /** The exception's cause chain unwrapped to what the client raised (ExecutionException off). */
   static Throwable root(Throwable t) {
     while ((t instanceof java.util.concurrent.ExecutionException

@@ -2,9 +2,6 @@ package kgc.clients;
 
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.Collection;
@@ -218,22 +215,7 @@ public final class Consume {
   }
 
   private void run() throws InterruptedException {
-    Thread reader =
-        new Thread(
-            () -> {
-              try (BufferedReader in =
-                  new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
-                String line;
-                while ((line = in.readLine()) != null) {
-                  commands.put(line);
-                }
-              } catch (Exception e) {
-                // standard input closed: no more commands
-              }
-            },
-            "stdin");
-    reader.setDaemon(true);
-    reader.start();
+    Cli.readCommands(commands);
     long max = cli.getInt("max-records", 0);
     long deadline = System.currentTimeMillis() + cli.getInt("timeout-ms", 60000);
     subscribe();

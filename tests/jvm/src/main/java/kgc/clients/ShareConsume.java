@@ -1,9 +1,6 @@
 package kgc.clients;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.HashSet;
@@ -109,22 +106,7 @@ public final class ShareConsume {
   }
 
   private void run() throws InterruptedException {
-    Thread reader =
-        new Thread(
-            () -> {
-              try (BufferedReader in =
-                  new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
-                String line;
-                while ((line = in.readLine()) != null) {
-                  commands.put(line);
-                }
-              } catch (Exception e) {
-                // standard input closed: no more commands
-              }
-            },
-            "stdin");
-    reader.setDaemon(true);
-    reader.start();
+    Cli.readCommands(commands);
     long deadline = System.currentTimeMillis() + cli.getInt("timeout-ms", 60000);
     consumer.subscribe(Arrays.asList(cli.require("topics").split(",")));
     Cli.emit(Cli.event("started"));
