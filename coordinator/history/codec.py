@@ -64,72 +64,67 @@ class HistoryFormatError(ValueError):
 
 def encode(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> bytes:
     """One value holding ``entries`` (offset changes and membership changes), written at
-    ``time_ms``."""
+    ``time_ms``. (On the commit path, once a turn: strings are interned inline and the
+    records' keys and values gathered in one pass, with no closure or tuple per record.)"""
     strings: dict[str, int] = {"": 0}
-    who: dict[tuple[str, str, str], tuple[int, int, int]] = {}
     heads: list[int] = []
     previous: list[int] = []
     unchanged: list[int] = []
-    records: list[tuple[int, bytes, bytes | None]] = []
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
     members: list[bytes] = []
-
-    def s(text: str) -> int:
-        i = strings.get(text)
-        if i is None:
-            i = strings[text] = len(strings)
-        return i
-
     for e in entries:
         if type(e) is OffsetChange:
-            key = (e.member_id, e.client_id, e.host)
-            ids = who.get(key)
-            if ids is None:
-                ids = who[key] = (s(e.member_id), s(e.client_id), s(e.host))
-            heads.extend(ids)
-            heads.append(len(e.records))
-            previous.extend(e.previous)
-            unchanged.extend(e.unchanged)
-            records.extend(e.records)
+            for text in (e.member_id, e.client_id, e.host):
+                i = strings.get(text)
+                if i is None:
+                    i = strings[text] = len(strings)
+                heads.append(i)
+            records = e.records
+            heads.append(len(records))
+            previous += e.previous
+            unchanged += e.unchanged
+            for _partition, key, value in records:
+                keys.append(key)
+                values.append(value)
         else:
             assert isinstance(e, MembershipChange)
+            ids: list[int] = []
+            for text in (e.group_id, e.kind, e.cause, e.reason, e.member_id):
+                i = strings.get(text)
+                if i is None:
+                    i = strings[text] = len(strings)
+                ids.append(i)
+            g, kind, cause, reason, member = ids
             members.append(
-                _MEMBER.pack(
-                    s(e.group_id),
-                    s(e.kind),
-                    e.generation,
-                    s(e.cause),
-                    s(e.reason),
-                    s(e.member_id),
-                    e.members,
-                    e.duration_ms,
-                )
+                _MEMBER.pack(g, kind, e.generation, cause, reason, member, e.members, e.duration_ms)
             )
     if len(strings) > _U16 or len(members) > _U16:
         raise ValueError("more than 65535 strings or membership changes in one history value")
-    n = len(records)
+    n = len(keys)
     parts: list[bytes] = [_HEAD.pack(VERSION, time_ms, len(strings) - 1)]
-    for text in list(strings)[1:]:
-        raw = text.encode("utf-8", "surrogatepass")[:_U16]
-        parts.append(_LEN.pack(len(raw)))
-        parts.append(raw)
+    for text in strings:
+        if text:
+            raw = text.encode("utf-8", "surrogatepass")[:_U16]
+            parts.append(_LEN.pack(len(raw)))
+            parts.append(raw)
     parts.append(_COUNTS.pack(len(heads) // 4, n, len(members)))
     if n:
-        _, keys, values = zip(*records, strict=True)
         if max(unchanged) > _U32:
             unchanged = [min(u, _U32) for u in unchanged]
         parts.append(_column("H", len(heads)).pack(*heads))
         parts.append(_column("q", n).pack(*previous))
         parts.append(_column("I", n).pack(*unchanged))
-        parts.append(_column("H", n).pack(*map(len, keys)))
+        lengths = _column("H", n)
+        parts.append(lengths.pack(*map(len, keys)))
         if None in values:  # an admin's delete: a tombstone
-            parts.append(
-                _column("H", n).pack(*(_TOMBSTONE if v is None else len(v) for v in values))
-            )
-            values = tuple(v for v in values if v is not None)
+            parts.append(lengths.pack(*(_TOMBSTONE if v is None else len(v) for v in values)))
+            parts.append(b"".join(keys))
+            parts.append(b"".join(v for v in values if v is not None))
         else:
-            parts.append(_column("H", n).pack(*map(len, values)))
-        parts.append(b"".join(keys))
-        parts.append(b"".join(values))
+            parts.append(lengths.pack(*map(len, values)))  # type: ignore[arg-type]
+            parts.append(b"".join(keys))
+            parts.append(b"".join(values))  # type: ignore[arg-type]
     parts += members
     return bytes(cramjam.lz4.compress_block(b"".join(parts)))
 
