@@ -140,10 +140,10 @@ def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> Coor
         )
     if key_type == COORDINATOR_KEY_TRANSACTION:
         s = broker.settings
-        if s.cluster_mode or s.kgc_workers > 1:
-            # Transactions run on a single process only: cluster mode leases no
-            # __transaction_state partition, and a worker cannot write markers into the
-            # partitions of another. Kafka's answer while the topic has no leader.
+        if s.kgc_workers > 1:
+            # A worker cannot write markers into the partitions of another: transactions
+            # run on one process or a cluster's nodes. Kafka's answer while the topic has
+            # no leader.
             return _not_available(key)
         partition = partition_for_transactional_id(key, s.transaction_state_log_num_partitions)
         return _leader_of(broker, key, TRANSACTION_STATE_TOPIC, partition, listener)

@@ -110,6 +110,7 @@ class Cluster:
         on_release: OnRelease,
         on_catalog_change: OnCatalogChange | None = None,
         offsets_partitions: int = 50,
+        internal_topics: tuple[tuple[str, int, str], ...] = (),
         max_concurrent_loads: int = 4,
         clock: Callable[[], int] = _monotonic_ms,
     ) -> None:
@@ -122,6 +123,9 @@ class Cluster:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
         self.offsets_partitions = offsets_partitions
+        # Other coordinators' state topics, leased like __consumer_offsets:
+        # (name, partitions, the setting that counts them).
+        self.internal_topics = internal_topics
         self._on_acquire = on_acquire
         self._on_release = on_release
         self._on_catalog_change = on_catalog_change
@@ -252,6 +256,8 @@ class Cluster:
         try:
             await schema.migrate(conn)
             await catalog.ensure_offsets_topic(conn, self.offsets_partitions)
+            for name, partitions, setting in self.internal_topics:
+                await catalog.ensure_internal_topic(conn, name, partitions, setting)
             await self._register(conn)
         except BaseException:
             await conn.close()

@@ -24,6 +24,25 @@ here. Taking a partition over:
 4. the group runtime replays it into the shard and serves it (timers re-armed), or the data
    plane serves the topic partition (leader epoch = the lease's epoch).
 
+A ``__transaction_state`` partition is leased the same way (the transaction coordinator,
+``TxnRuntime``); its lease's states on this node:
+
+* **not held**: its transactional ids answer NOT_COORDINATOR here; FindCoordinator (key
+  type 1) names the lease holder, or answers COORDINATOR_NOT_AVAILABLE while nobody holds it;
+* **loading** (lease claimed, ``begin_acquire``): the ids answer
+  COORDINATOR_LOAD_IN_PROGRESS while the log is filled from the database and replayed;
+  the lease epoch is the coordinator epoch (Kafka: the partition's leader epoch);
+* **serving** (``acquire`` returned): transactions found in PrepareCommit/PrepareAbort get
+  their markers again (to each partition's leader, ``cluster/txn_channel.py``), timeouts
+  count from the records' times, and every write is fenced by the lease epoch;
+* **released** (a hand-off, a stop, a lost lease, a write refused as fenced): the ids
+  answer NOT_COORDINATOR at once; marker tasks of the old epoch find their partition gone
+  and stop, and the next holder finishes their transactions. A coordinator that is cut off
+  cannot write its partition any more (the journal checks the lease epoch); markers it
+  still sends carry only outcomes already durable in Prepare* records, which the next
+  holder re-sends unchanged, and a leader that saw the newer holder's marker for the
+  producer refuses the older epoch's (TRANSACTION_COORDINATOR_FENCED), as Kafka's log.
+
 Giving one up (a clean stop, or the cluster moving it to a newer node) runs the same steps
 backwards: stop serving (parked requests answer NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER),
 let the writes already appended finish their round, detach, drop the cache. When the journal
@@ -47,7 +66,8 @@ from coordinator.apis.topics import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.cluster import Cluster
 from coordinator.cluster.peers import PeerClient, PeerConfigError, PeerSecurity
-from coordinator.config import Settings, offsets_log_config
+from coordinator.cluster.txn_channel import ClusterMarkers, RoutedVerifier
+from coordinator.config import Settings, offsets_log_config, txn_state_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.history.table import HistoryTable
@@ -64,8 +84,10 @@ from coordinator.node.pg_stores import PgClusterView, PgGroupConfigs, SharedCata
 from coordinator.placement import ClusterPlacement, Placement
 from coordinator.runtime.group_runtime import GroupRuntime
 from coordinator.runtime.history import history_retention
+from coordinator.runtime.txn_runtime import TxnRuntime
 from coordinator.security.acl_store import PgAclStore
 from coordinator.security.credentials import PgCredentialStore
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.interface import Lease, NotOwnerError
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
@@ -93,6 +115,7 @@ class PartitionHost:
         journal: PgJournal,
         groups: GroupRuntime,
         data: DataPlane,
+        txn: TxnRuntime,
         pool: Any,
         shared: SharedCatalog,
         *,
@@ -111,6 +134,7 @@ class PartitionHost:
         self.journal = journal
         self.groups = groups
         self.data = data
+        self.txn = txn
         self.pool = pool
         self.hosted: dict[tuple[str, int], PartitionLog] = {}
         self.on_fenced = on_fenced
@@ -120,11 +144,17 @@ class PartitionHost:
         topic, p = lease.topic, lease.partition
         started = time.perf_counter()
         offsets = topic == OFFSETS_TOPIC
+        txn_state = topic == TRANSACTION_STATE_TOPIC
+        info = None
+        topic_id = None
         if offsets:
             self.groups.begin_acquire(p)
             cfg = offsets_log_config(self.settings)
-            topic_id = None
-            info = None
+        elif txn_state:
+            # Its transactional ids answer COORDINATOR_LOAD_IN_PROGRESS while it loads; the
+            # lease epoch is the coordinator epoch (Kafka: the partition's leader epoch).
+            self.txn.begin_acquire(p, lease.epoch)
+            cfg = txn_state_log_config(self.settings)
         else:
             info = self.catalog.get(topic)
             if info is None:
@@ -148,11 +178,18 @@ class PartitionHost:
             self.logs.forget(topic, p)
             if offsets:
                 self.groups.release(p)
+            elif txn_state:
+                self.txn.release(p)
             raise
         self.hosted[(topic, p)] = plog
         if offsets:
             records = await self.groups.acquire(p, plog, lease.epoch)
             what = f"{records} records"
+        elif txn_state:
+            # Replayed; transactions found in PrepareCommit/PrepareAbort get their markers
+            # again, and timeouts count from the records' times.
+            await self.txn.acquire(p, lease.epoch)
+            what = f"offsets {plog.log_start_offset}..{plog.log_end_offset}"
         else:
             assert info is not None
             self.data.acquire(info, plog, lease.epoch)
@@ -174,6 +211,8 @@ class PartitionHost:
         plog = self.hosted.pop((topic, p), None)
         if topic == OFFSETS_TOPIC:
             self.groups.release(p)
+        elif topic == TRANSACTION_STATE_TOPIC:
+            self.txn.release(p)  # its ids answer NOT_COORDINATOR from now on
         elif plog is not None:
             self.data.release(plog)
         if plog is None:
@@ -297,12 +336,36 @@ class ClusterNode:
             self.journal,
             core.groups,
             core.data,
+            core.txn,
             self.pool,
             self.shared,
             broker_epoch=lambda: self._cluster().broker_epoch,
             on_fenced=lambda topic, p: self._cluster().partition_lost(topic, p),
         )
         self.shared.on_deleted.append(core.groups.topic_deleted)
+        self._transactions_across_nodes(s, core)
+
+    def _transactions_across_nodes(self, s: Settings, core: Core) -> None:
+        """Markers to each partition's leader, verification at each id's coordinator, both
+        through the inter-broker client; the coordinator serves the partitions it leases."""
+        txn = core.txn
+
+        def leaders() -> ClusterPlacement | None:
+            return ClusterPlacement(self.cluster) if self.cluster is not None else None
+
+        txn.markers = ClusterMarkers(s.node_id, leaders, self.peers, core.data.txn.write_marker)
+        verifier = RoutedVerifier(
+            s.node_id,
+            txn.coordinator.partition_for,
+            leaders,
+            txn.serves,
+            self.peers,
+            txn.verify,
+            TRANSACTION_STATE_TOPIC,
+        )
+        core.data.txn.verify = verifier.verify
+        core.groups.txn_verifier = verifier
+        txn.start(())  # the sweeps; partitions come with their leases
 
     def _cluster(self) -> Cluster:
         assert self.cluster is not None
@@ -337,6 +400,13 @@ class ClusterNode:
             heartbeat_interval_ms=s.broker_heartbeat_interval_ms,
             session_timeout_ms=s.broker_session_timeout_ms,
             offsets_partitions=s.offsets_topic_num_partitions,
+            internal_topics=(
+                (
+                    TRANSACTION_STATE_TOPIC,
+                    s.transaction_state_log_num_partitions,
+                    "transaction.state.log.num.partitions",
+                ),
+            ),
             on_acquire=self.host.acquire,
             on_release=self.host.release,
             on_catalog_change=self._catalog_changed,

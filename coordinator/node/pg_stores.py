@@ -103,7 +103,7 @@ class SharedCatalog:
                 r.name, r.topic_id.bytes, r.partitions, {k: str(v) for k, v in r.configs.items()}
             )
             for r in rows
-            if r.name != OFFSETS_TOPIC
+            if r.name != OFFSETS_TOPIC and not r.internal  # coordinators' state: not topics
         ]
         before = {(t.name, t.topic_id) for t in self.catalog.topics.values()}
         self.catalog.install(infos)

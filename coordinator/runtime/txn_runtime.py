@@ -175,6 +175,15 @@ class TxnRuntime:
         self.start(range(self.num_partitions))
         await self.loaded.wait()
 
+    def begin_acquire(self, partition: int, coordinator_epoch: int) -> None:
+        """A cluster node took the partition's lease: its ids answer
+        COORDINATOR_LOAD_IN_PROGRESS until ``acquire`` (after the log is filled) ends."""
+        self.coordinator.begin_load(partition, coordinator_epoch)
+
+    def serves(self, partition: int) -> bool:
+        """This node coordinates the partition (loaded or loading)."""
+        return partition in self.coordinator.partitions
+
     async def acquire(self, partition: int, coordinator_epoch: int) -> None:
         """This node leads ``partition`` at ``coordinator_epoch``: replay it, re-drive markers."""
         part = self.coordinator.partitions.get(partition)

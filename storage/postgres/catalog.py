@@ -38,6 +38,7 @@ __all__ = [
     "create_partitions",
     "create_topic",
     "delete_topic",
+    "ensure_internal_topic",
     "ensure_offsets_topic",
     "lease_log_start",
     "list_topics",
@@ -87,17 +88,24 @@ async def ensure_offsets_topic(conn: Any, num_partitions: int) -> None:
     Every node must agree on ``offsets.topic.num.partitions`` (a group's partition is
     ``hash(group) % n``): a different count stops this node with a clear error.
     """
-    rows = await conn.fetch(_ENSURE_OFFSETS, OFFSETS_TOPIC, uuid.uuid4(), num_partitions)
+    await ensure_internal_topic(conn, OFFSETS_TOPIC, num_partitions, "offsets.topic.num.partitions")
+
+
+async def ensure_internal_topic(conn: Any, name: str, num_partitions: int, setting: str) -> None:
+    """Create the internal topic ``name`` (a coordinator's state: ``__consumer_offsets``,
+    ``__transaction_state``) and its lease rows unless they exist; a count other than this
+    node's ``setting`` stops the node (the keys hash onto the partitions)."""
+    rows = await conn.fetch(_ENSURE_OFFSETS, name, uuid.uuid4(), num_partitions)
     # Inserted: the CTE row (the main query cannot see it). Already there: the table row.
     found = {int(r["partitions"]) for r in rows}
     if found and found != {num_partitions}:
         raise OffsetsTopicMismatchError(
-            f"the cluster's {OFFSETS_TOPIC} has {sorted(found)[0]} partitions but this node "
-            f"is configured with offsets.topic.num.partitions={num_partitions}: every node "
+            f"the cluster's {name} has {sorted(found)[0]} partitions but this node "
+            f"is configured with {setting}={num_partitions}: every node "
             "must use the same value"
         )
     if not found:  # created concurrently by a peer whose insert is not visible yet: re-read
-        await ensure_offsets_topic(conn, num_partitions)
+        await ensure_internal_topic(conn, name, num_partitions, setting)
 
 
 # The version row is inserted only if the change happened (``FROM t``).

@@ -1,4 +1,5 @@
-"""The inter-broker client (``coordinator.cluster.peers``) against a real ``kgc serve``.
+"""The inter-broker client (``coordinator.cluster.peers``) and the transaction channel over
+it (``coordinator.cluster.txn_channel``) against a real ``kgc serve``.
 
 How this works: one kgc listens on PLAINTEXT and SASL_PLAINTEXT (PLAIN from a JAAS line,
 SCRAM-SHA-512 for a user added offline); the client reaches it as "node 7" through a
@@ -13,7 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,11 @@ from coordinator.cluster.peers import (
     PeerTimeout,
     PeerUnavailable,
 )
+from coordinator.cluster.txn_channel import ClusterMarkers, RoutedVerifier
 from coordinator.config import Settings
 from coordinator.placement import NodeAddress
+from coordinator.txn.markers import TxnMarker
+from protocol.errors import ErrorCode
 from protocol.messages import api_versions, metadata
 
 JAAS = (
@@ -231,5 +235,94 @@ async def test_a_refused_connection_is_a_connection_error(tmp_path: Path) -> Non
         # Within reconnect.backoff.ms the same failure comes back without a new attempt.
         with pytest.raises(PeerConnectionError):
             await peers.send(NODE, api_versions.API_KEY, 3, VERSIONS)
+    finally:
+        await peers.close()
+
+
+# -- the transaction channel over it (coordinator.cluster.txn_channel)
+
+
+class Led:
+    """Every partition led by ``node`` (None: no leader known)."""
+
+    def __init__(self, node: NodeAddress | None) -> None:
+        self.node = node
+
+    def owner(self, topic: str, partition: int) -> NodeAddress | None:
+        return self.node
+
+
+@pytest.mark.integration
+async def test_verification_goes_to_the_coordinators_node(served: Served) -> None:
+    peers = client(served, PeerSecurity())
+    node = served.nodes()[0]
+    local_calls: list[str] = []
+
+    def local(
+        txn_id: str, pid: int, epoch: int, parts: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        local_calls.append(txn_id)
+        return dict.fromkeys(parts, ErrorCode.NO_ERROR)
+
+    def verifier(leader: NodeAddress | None, serves: bool) -> RoutedVerifier:
+        return RoutedVerifier(
+            1,
+            lambda _: 0,
+            lambda: Led(leader),
+            lambda _: serves,
+            peers,
+            local,
+            "__transaction_state",
+        )
+
+    parts = [("orders", 0), ("orders", 1)]
+    try:
+        # kgc's coordinator knows no such id: its verify-only answer, per partition.
+        remote = await verifier(node, False).verify("unknown-id", 5, 0, parts)
+        assert remote == dict.fromkeys(parts, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        assert await verifier(None, False).verify("x", 5, 0, parts) == dict.fromkeys(
+            parts, ErrorCode.COORDINATOR_NOT_AVAILABLE
+        )
+        gone = NodeAddress(NODE + 1, "127.0.0.1", 1)
+        assert await verifier(gone, False).verify("x", 5, 0, parts) == dict.fromkeys(
+            parts, ErrorCode.NETWORK_EXCEPTION
+        )
+        assert local_calls == []
+        assert await verifier(None, True).verify("mine", 5, 0, parts) == dict.fromkeys(
+            parts, ErrorCode.NO_ERROR
+        )
+        assert local_calls == ["mine"]
+    finally:
+        await peers.close()
+
+
+@pytest.mark.integration
+async def test_markers_go_to_each_leader(served: Served) -> None:
+    peers = client(served, PeerSecurity())
+    written: list[tuple[str, int]] = []
+
+    async def write_local(topic: str, p: int, *_: object) -> ErrorCode:
+        written.append((topic, p))
+        return ErrorCode.NOT_LEADER_FOR_PARTITION
+
+    marker = TxnMarker(5, 0, 3, True, (("no-such-topic", 0), ("no-such-topic", 1)))
+    try:
+        remote = ClusterMarkers(1, lambda: Led(served.nodes()[0]), peers, write_local)
+        # The leader's own answer: the topic does not exist there (done for the sender).
+        assert await remote.write_markers(marker) == dict.fromkeys(
+            marker.partitions, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+        gone = ClusterMarkers(
+            1, lambda: Led(NodeAddress(NODE + 1, "127.0.0.1", 1)), peers, write_local
+        )
+        assert await gone.write_markers(marker) == dict.fromkeys(
+            marker.partitions, ErrorCode.NETWORK_EXCEPTION
+        )
+        assert written == []
+        here = ClusterMarkers(1, lambda: Led(None), peers, write_local)
+        assert await here.write_markers(marker) == dict.fromkeys(
+            marker.partitions, ErrorCode.NOT_LEADER_FOR_PARTITION
+        )
+        assert written == list(marker.partitions)
     finally:
         await peers.close()

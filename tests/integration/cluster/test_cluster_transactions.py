@@ -1,0 +1,251 @@
+"""Transactions on a three-node cluster: confluent-kafka's transactional producer against
+partitions led by several nodes, through kills of the coordinator and of a leader.
+
+Each test starts its own cluster (6 offsets and 6 ``__transaction_state`` partitions,
+500 ms heartbeats, 3 s sessions) and a 6-partition topic, so a transaction's partitions,
+its coordinator and its group's coordinator sit on different nodes; the coordinator's
+markers then travel as WriteTxnMarkers between nodes. read_committed consumers check what
+is visible: every record of a committed transaction, none of an aborted one.
+
+* commit and abort across the nodes, with ``send_offsets_to_transaction`` (the
+  ``__consumer_offsets`` marker goes to the group coordinator's node);
+* the coordinator SIGKILLed after EndTxn(commit) was answered, while a leader it must mark
+  is paused: the node that takes the ``__transaction_state`` partition over reloads the
+  PrepareCommit and sends the markers; everything becomes visible;
+* the coordinator SIGKILLed before EndTxn: the producer's commit goes to the new
+  coordinator, and the transaction ends all-or-nothing (what the producer was told
+  committed is visible, else nothing of it);
+* a partition leader paused after PrepareCommit and SIGKILLed before it got its marker:
+  the marker reaches the partition's new leader.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from support.clusterkit import Cluster
+from support.groupkit import create_topic, wait_until
+
+from coordinator.tools.client import Connection
+from protocol.messages import find_coordinator
+
+pytestmark = [pytest.mark.postgres, pytest.mark.integration, pytest.mark.slow]
+
+PARTITIONS = 6
+TXN_PARTITIONS = 6
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
+    c = Cluster(
+        tmp_path,
+        pg_url,
+        nodes=3,
+        offsets_partitions=6,
+        extra=("--transaction-state-log-num-partitions", str(TXN_PARTITIONS)),
+    )
+    try:
+        c.start_all()
+        yield c
+    finally:
+        c.close()
+
+
+def txn_coordinator(cluster: Cluster, txn_id: str, timeout: float = 30.0) -> int:
+    """The live node FindCoordinator(key type 1) names for ``txn_id``."""
+    found: list[int] = []
+
+    def ready() -> bool:
+        for n in cluster.live():
+            try:
+                with Connection.to(cluster.nodes[n].bootstrap, timeout=2) as c:
+                    _, resp = c.request(
+                        find_coordinator.API_KEY,
+                        find_coordinator.Request(key_type=1, coordinator_keys=[txn_id]),
+                        version=4,
+                    )
+            except OSError:
+                continue
+            (coord,) = resp.coordinators
+            if coord.error_code == 0 and coord.node_id in cluster.live():
+                found.append(coord.node_id)
+                return True
+        return False
+
+    wait_until(ready, timeout=timeout, interval=0.1, what=f"the coordinator of {txn_id}")
+    return found[-1]
+
+
+def txn_id_coordinated_by(cluster: Cluster, node: int) -> str:
+    for i in range(200):
+        txn_id = f"txn-{i}-{uuid.uuid4().hex[:6]}"
+        if txn_coordinator(cluster, txn_id) == node:
+            return txn_id
+    raise AssertionError(f"no transactional id coordinated by node {node}")
+
+
+def producer(cluster: Cluster, txn_id: str) -> Producer:
+    p = Producer(
+        {
+            "bootstrap.servers": cluster.all_bootstrap,
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": 60000,
+            "socket.timeout.ms": 4000,
+            "retry.backoff.ms": 50,
+        }
+    )
+    p.init_transactions(30)
+    return p
+
+
+def send(
+    p: Producer, topic: str, partitions: list[int], tag: str, per_partition: int = 3
+) -> set[str]:
+    values = set()
+    for part in partitions:
+        for i in range(per_partition):
+            value = f"{tag}-{part}-{i}"
+            p.produce(topic, value=value.encode(), partition=part)
+            values.add(value)
+    p.flush(30)
+    return values
+
+
+def read_committed(
+    cluster: Cluster, topic: str, until: set[str], timeout: float = 60.0
+) -> set[str]:
+    """Every value a read_committed consumer sees in ``topic`` once all of ``until`` came."""
+    c = Consumer(
+        {
+            "bootstrap.servers": cluster.all_bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "socket.timeout.ms": 4000,
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while not until <= seen and time.monotonic() < deadline:
+            for m in c.consume(100, 0.5):
+                if m.error() is None and m.value() is not None:
+                    seen.add(m.value().decode())
+    finally:
+        c.close()
+    assert until <= seen, f"missing after {timeout} s: {sorted(until - seen)[:10]}"
+    return seen
+
+
+def spread_topic(cluster: Cluster) -> tuple[str, dict[int, int]]:
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.nodes[min(cluster.live())].bootstrap, topic, PARTITIONS)
+    leaders = cluster.wait_topic_led(topic)
+    assert len(set(leaders.values())) >= 2, leaders
+    return topic, leaders
+
+
+def test_commit_and_abort_across_nodes(cluster: Cluster) -> None:
+    topic, leaders = spread_topic(cluster)
+    coordinator = 1
+    txn_id = txn_id_coordinated_by(cluster, coordinator)
+    remote = [p for p, n in leaders.items() if n != coordinator]
+    assert remote
+    p = producer(cluster, txn_id)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    p.begin_transaction()
+    committed = send(p, topic, list(range(PARTITIONS)), "committed")
+    c = Consumer({"bootstrap.servers": cluster.all_bootstrap, "group.id": group})
+    try:
+        p.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, 42)], c.consumer_group_metadata(), 30
+        )
+    finally:
+        c.close()
+    p.commit_transaction(30)
+    p.begin_transaction()
+    aborted = send(p, topic, list(range(PARTITIONS)), "aborted")
+    p.abort_transaction(30)
+    p.begin_transaction()
+    sentinel = send(p, topic, list(range(PARTITIONS)), "after", per_partition=1)
+    p.commit_transaction(30)
+    seen = read_committed(cluster, topic, committed | sentinel)
+    assert not seen & aborted
+    # The transactional offset reached the group's coordinator, wherever it runs.
+    c = Consumer({"bootstrap.servers": cluster.all_bootstrap, "group.id": group})
+    try:
+        (tp,) = c.committed([TopicPartition(topic, 0)], 30)
+        assert tp.offset == 42
+    finally:
+        c.close()
+
+
+def test_coordinator_killed_after_end_txn(cluster: Cluster) -> None:
+    topic, leaders = spread_topic(cluster)
+    coordinator = 1
+    txn_id = txn_id_coordinated_by(cluster, coordinator)
+    held_back = next(n for n in leaders.values() if n != coordinator)
+    p = producer(cluster, txn_id)
+    p.begin_transaction()
+    values = send(p, topic, list(range(PARTITIONS)), "v")
+    # The leader paused: its marker cannot land before the coordinator dies.
+    cluster.pause(held_back)
+    try:
+        p.commit_transaction(30)  # answered once PrepareCommit is durable
+        cluster.kill(coordinator)
+    finally:
+        cluster.resume(held_back)
+    seen = read_committed(cluster, topic, values, timeout=90)
+    assert seen == values
+    assert txn_coordinator(cluster, txn_id) != coordinator
+
+
+def test_coordinator_killed_before_end_txn(cluster: Cluster) -> None:
+    topic, _ = spread_topic(cluster)
+    coordinator = 1
+    txn_id = txn_id_coordinated_by(cluster, coordinator)
+    p = producer(cluster, txn_id)
+    p.begin_transaction()
+    values = send(p, topic, list(range(PARTITIONS)), "v")
+    cluster.kill(coordinator)
+    try:
+        p.commit_transaction(60)
+        committed = True
+    except KafkaException:
+        committed = False
+        p.abort_transaction(60)
+    # A later transaction of another producer shows where the read may stop.
+    other = producer(cluster, f"{txn_id}-after")
+    other.begin_transaction()
+    sentinel = send(other, topic, list(range(PARTITIONS)), "after", per_partition=1)
+    other.commit_transaction(60)
+    seen = read_committed(cluster, topic, sentinel | (values if committed else set()), 90)
+    shown = seen & values
+    assert shown in (set(), values), f"partly visible: {len(shown)} of {len(values)}"
+    if committed:
+        assert shown == values
+
+
+def test_leader_killed_before_its_marker(cluster: Cluster) -> None:
+    topic, leaders = spread_topic(cluster)
+    coordinator = 1
+    txn_id = txn_id_coordinated_by(cluster, coordinator)
+    victim = next(n for n in leaders.values() if n != coordinator)
+    p = producer(cluster, txn_id)
+    p.begin_transaction()
+    values = send(p, topic, list(range(PARTITIONS)), "v")
+    cluster.pause(victim)
+    try:
+        p.commit_transaction(30)  # answered once PrepareCommit is durable
+    finally:
+        cluster.kill(victim)  # SIGKILL of the paused process: it never wrote the marker
+    seen = read_committed(cluster, topic, values, timeout=90)
+    assert seen == values
+    new_leaders = cluster.wait_topic_led(topic)
+    assert victim not in new_leaders.values()
