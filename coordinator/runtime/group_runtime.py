@@ -196,6 +196,10 @@ class GroupRuntime:
         # The transaction coordinator's check of a TxnOffsetCommit (KIP-890 part 1), set by
         # the node when one runs here; None: TxnOffsetCommit goes unverified.
         self.txn_verifier: Verifier | None = None
+        # KIP-890 verification guards of TxnOffsetCommits waiting on the coordinator's
+        # answer, by (offsets partition, producer id): a marker for that producer clears
+        # its guard, so an answer that travelled while the transaction ended opens nothing.
+        self.txn_guards: dict[tuple[int, int], object] = {}
         self.share_persister: Any = None  # share_init.py's SharePersister, set by the node
         for p, plog in self.partitions.items():
             # The storage layer calls these after cutting a log back to its durable end
@@ -556,6 +560,7 @@ class GroupRuntime:
             return ErrorCode.UNKNOWN
         if err is not ErrorCode.NO_ERROR:
             return err
+        self.txn_guards.pop((partition, producer_id), None)
         self.next_handle += 1
         handle = self.next_handle
         fut = self.waiting[handle] = Pending()

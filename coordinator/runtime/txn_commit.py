@@ -65,6 +65,7 @@ class GroupRuntime(Protocol):
 
     shard: GroupShard
     txn_verifier: Verifier | None
+    txn_guards: dict[tuple[int, int], object]
 
     def call(
         self, method: Callable[..., Result], header: RequestHeader, body: Any, client: ClientInfo
@@ -120,6 +121,8 @@ async def _verified(
     client: ClientInfo,
 ) -> Any:
     tp = (OFFSETS_TOPIC, partition)
+    key = (partition, body.producer_id)
+    guard = rt.txn_guards.setdefault(key, object())
     try:
         codes = await verifier.verify(
             body.transactional_id, body.producer_id, body.producer_epoch, [tp]
@@ -129,9 +132,17 @@ async def _verified(
         # UNKNOWN_SERVER_ERROR; nothing was written and the connection stays.
         log.exception("verifying TxnOffsetCommit of %r failed", body.transactional_id)
         return _refused(rt, body, ErrorCode.UNKNOWN)
+    finally:
+        cleared = rt.txn_guards.get(key) is not guard
+        if not cleared:
+            del rt.txn_guards[key]
     code = codes.get(tp, ErrorCode.NO_ERROR)
     if code != ErrorCode.NO_ERROR:
         return _refused(rt, body, verification_error(code, header.api_version))
+    if cleared:
+        # A marker for the producer landed while the answer travelled (the coordinator on
+        # another node): Kafka's log refuses the append whose guard is gone.
+        return _refused(rt, body, ErrorCode.INVALID_TXN_STATE)
     # No await from here on: the core sees the request in this step of the loop.
     result = rt.call(rt.shard.txn_offset_commit, header, body, client)
     return await result if isinstance(result, Deferred) else result

@@ -435,3 +435,27 @@ async def test_a_failing_verifier_answers_unknown_server_error_and_writes_nothin
     rt.txn_verifier = FakeVerifier()
     resp = await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
     assert resp.topics[0].partitions[0].error_code == 0
+
+
+async def test_a_marker_while_the_verification_travels_refuses_the_commit() -> None:
+    # KIP-890's verification guard (UnifiedLog: "Record was not part of an ongoing
+    # transaction"): the coordinator said yes, but the transaction ended before the answer
+    # came back from its node, so the late TxnOffsetCommit opens nothing.
+    rt, _, _ = await memory_runtime()
+    p = rt.shard.partition_of("g")
+
+    class MarkerMeanwhile(FakeVerifier):
+        async def verify(
+            self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Any
+        ) -> dict[tuple[str, int], ErrorCode]:
+            assert await rt.complete_transaction(p, producer_id, producer_epoch, 0, False) == 0
+            return await super().verify(transactional_id, producer_id, producer_epoch, partitions)
+
+    rt.txn_verifier = MarkerMeanwhile()
+    resp = await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 5))
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.INVALID_TXN_STATE
+    assert not rt.shard.pending_txn_offsets and not rt.txn_guards
+    rt.txn_verifier = FakeVerifier()  # no marker in between: the next one is written
+    resp = await call(rt, txn_offset_commit.API_KEY, 3, txn_commit("g", 6))
+    assert resp.topics[0].partitions[0].error_code == 0
+    assert not rt.txn_guards
