@@ -148,6 +148,13 @@ class ClusterMarkers:
                 for p in t.partitions:
                     if (t.name, p.partition_index) in out:
                         out[(t.name, p.partition_index)] = _code(p.error_code)
+        if E.CLUSTER_AUTHORIZATION_FAILED in out.values():
+            # Retried like any other refusal, but nothing will change until an operator acts.
+            log.error(
+                "node %d refused this node's transaction markers (CLUSTER_AUTHORIZATION_FAILED): "
+                "the inter-broker principal needs CLUSTER_ACTION (super.users)",
+                node_id,
+            )
         return out
 
 
