@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from support.certkit import Pki, make_pki
 from support.kgc_process import KgcProcess, free_port
 
 from coordinator.cluster.peers import (
@@ -45,9 +46,11 @@ VERSIONS = api_versions.Request(client_software_name="kgc-test", client_software
 
 
 class Served:
-    def __init__(self, proc: KgcProcess, sasl_port: int) -> None:
+    def __init__(self, proc: KgcProcess, sasl_port: int, ssl_port: int, pki: Pki) -> None:
         self.proc = proc
         self.sasl_port = sasl_port
+        self.ssl_port = ssl_port
+        self.pki = pki
 
     def nodes(self) -> list[NodeAddress]:
         return [
@@ -58,6 +61,7 @@ class Served:
                 endpoints=(
                     ("PLAINTEXT", "127.0.0.1", self.proc.port),
                     ("SASL_PLAINTEXT", "127.0.0.1", self.sasl_port),
+                    ("SSL", "127.0.0.1", self.ssl_port),
                 ),
             )
         ]
@@ -65,17 +69,24 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    data = tmp_path_factory.mktemp("peers") / "data"
+    base = tmp_path_factory.mktemp("peers")
+    pki = make_pki(base / "pki")
+    data = base / "data"
     subprocess.run(
         [sys.executable, "-m", "coordinator", "users", "add", "--data-dir", str(data),
          "--mechanism", "SCRAM-SHA-512", "--password", "bob-secret", "bob"],
         check=True,
     )  # fmt: skip
-    port, sasl_port = free_port(), free_port()
+    port, sasl_port, ssl_port = free_port(), free_port(), free_port()
     proc = KgcProcess(
         data,
         "--listeners",
-        f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+        f"SSL://127.0.0.1:{ssl_port}",
+        "--ssl-keystore-type",
+        "PEM",
+        "--ssl-keystore-location",
+        str(pki.server),
         "--sasl-enabled-mechanisms",
         "PLAIN,SCRAM-SHA-512",
         "--sasl-jaas-config",
@@ -84,7 +95,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     )
     proc.start()
     try:
-        yield Served(proc, sasl_port)
+        yield Served(proc, sasl_port, ssl_port, pki)
     finally:
         proc.stop()
 
@@ -188,6 +199,36 @@ async def test_sasl_logins(served: Served, mechanism: str, user: str, password: 
     peers = client(served, bad)
     try:
         with pytest.raises(PeerAuthenticationError):
+            await peers.send(NODE, metadata.API_KEY, 12, metadata.Request(topics=[]))
+    finally:
+        await peers.close()
+
+
+@pytest.mark.integration
+async def test_tls_checks_the_peer_with_the_listeners_truststore(served: Served) -> None:
+    s = Settings(
+        listeners="PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+        inter_broker_listener_name="SSL",
+        ssl_keystore_type="PEM",
+        ssl_keystore_location=str(served.pki.server),
+        ssl_truststore_type="PEM",
+        ssl_truststore_location=str(served.pki.ca),
+    )
+    security = PeerSecurity.from_settings(s)
+    assert security.ssl is not None and security.ssl.check_hostname
+    peers = client(served, security)
+    try:
+        answer = await peers.send(NODE, metadata.API_KEY, 12, metadata.Request(topics=[]))
+        assert answer.brokers
+    finally:
+        await peers.close()
+    # Without the CA the peer's certificate does not verify: a connection error.
+    untrusted = PeerSecurity.from_settings(
+        Settings(listeners="SSL://127.0.0.1:9093", inter_broker_listener_name="SSL")
+    )
+    peers = client(served, untrusted)
+    try:
+        with pytest.raises(PeerConnectionError):
             await peers.send(NODE, metadata.API_KEY, 12, metadata.Request(topics=[]))
     finally:
         await peers.close()
