@@ -230,6 +230,9 @@ def test_coordinator_killed_before_end_txn(cluster: Cluster) -> None:
     assert shown in (set(), values), f"partly visible: {len(shown)} of {len(values)}"
     if committed:
         assert shown == values
+    # The producer's end went to the node that took the id's partition over.
+    assert txn_coordinator(cluster, txn_id) != coordinator
+    print(f"transaction {'committed' if committed else 'aborted'} on the new coordinator")
 
 
 def test_leader_killed_before_its_marker(cluster: Cluster) -> None:
