@@ -158,7 +158,12 @@ def test_commit_and_abort_across_nodes(cluster: Cluster) -> None:
     remote = [p for p, n in leaders.items() if n != coordinator]
     assert remote
     p = producer(cluster, txn_id)
-    group = f"g-{uuid.uuid4().hex[:8]}"
+    # A group coordinated elsewhere: its offsets partition's marker travels too.
+    group = next(
+        g
+        for g in (f"g-{i}-{uuid.uuid4().hex[:6]}" for i in range(100))
+        if cluster.coordinator_of(g) != coordinator
+    )
     p.begin_transaction()
     committed = send(p, topic, list(range(PARTITIONS)), "committed")
     c = Consumer({"bootstrap.servers": cluster.all_bootstrap, "group.id": group})
