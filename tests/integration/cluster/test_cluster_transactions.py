@@ -173,7 +173,11 @@ def test_commit_and_abort_across_nodes(cluster: Cluster) -> None:
         )
     finally:
         c.close()
+    started = time.monotonic()
     p.commit_transaction(30)
+    print(
+        f"\nEndTxn(commit) across {len(set(leaders.values()))} leaders: {time.monotonic() - started:.3f} s"
+    )
     p.begin_transaction()
     aborted = send(p, topic, list(range(PARTITIONS)), "aborted")
     p.abort_transaction(30)
@@ -204,10 +208,12 @@ def test_coordinator_killed_after_end_txn(cluster: Cluster) -> None:
     try:
         p.commit_transaction(30)  # answered once PrepareCommit is durable
         cluster.kill(coordinator)
+        killed = time.monotonic()
     finally:
         cluster.resume(held_back)
     seen = read_committed(cluster, topic, values, timeout=90)
     assert seen == values
+    print(f"\ncoordinator SIGKILLed -> committed data visible in {time.monotonic() - killed:.1f} s")
     assert txn_coordinator(cluster, txn_id) != coordinator
 
 
@@ -253,7 +259,9 @@ def test_leader_killed_before_its_marker(cluster: Cluster) -> None:
         p.commit_transaction(30)  # answered once PrepareCommit is durable
     finally:
         cluster.kill(victim)  # SIGKILL of the paused process: it never wrote the marker
+    killed = time.monotonic()
     seen = read_committed(cluster, topic, values, timeout=90)
     assert seen == values
+    print(f"\nleader SIGKILLed -> committed data visible in {time.monotonic() - killed:.1f} s")
     new_leaders = cluster.wait_topic_led(topic)
     assert victim not in new_leaders.values()
