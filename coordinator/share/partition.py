@@ -30,6 +30,12 @@ ARCHIVED    4  terminal: rejected, a gap, or delivered ``delivery_count_limit`` 
   durable (the runtime answers after), ``rollback`` drops them after a failed write. A
   pending offset can be neither acquired nor acknowledged again, so a released record is
   not redelivered before its release is durable.
+* Throttled redelivery (Kafka 4.2+): a cached batch holding records delivered at least
+  ``max(2, ceil(limit / 2))`` times is acquired per offset and only first in a fetch
+  (after other records the fetch stops); from its first such record on at most
+  ``max(1, batch size >> (count - that + 1))`` of it, and a record on its last attempt
+  only alone (first of its batch, and the batch's last this fetch). A poison record so
+  reaches its limit quickly, alone.
 * A move to AVAILABLE (release, lock timeout, member release) becomes ARCHIVED when the
   delivery count has reached the limit: a record is delivered at most that many times. The
   count grows on acquisition only.
@@ -105,6 +111,21 @@ class InFlight:
 
 # An acquired range as ShareFetch returns it: first, last, delivery count.
 Acquired = tuple[int, int, int]
+
+# What throttled redelivery makes of a record: acquire it, skip its batch, stop.
+_GO, _SKIP, _STOP = 0, 1, 2
+
+
+@dataclass(slots=True)
+class _Throttle:
+    """One acquisition's throttling state for the cached batch it is in (Kafka's
+    acquireSubsetBatchRecords locals)."""
+
+    batch: CacheBatch | None = None
+    on: bool = False  # the batch holds records delivered at least half the limit
+    taken: int = 0  # acquired from this batch
+    most: int | None = None  # at most this many from it
+    skip: bool = False  # the rest of the batch waits for the next fetch
 
 
 class DeadLetter(NamedTuple):
@@ -209,6 +230,7 @@ class SharePartition:
         taken = 0
         budget = max(max_records, 1)
         stop = False
+        throttle = _Throttle()
         for base, last in log_batches:
             if taken >= budget:
                 break
@@ -230,6 +252,19 @@ class SharePartition:
                     if record_limit and out and (out[-1][1] != o - 1 or out[-1][2] != r.count + 1):
                         stop = True  # record_limit: one range only
                         break
+                    verdict = self._throttle(throttle, r, o, last, taken)
+                    if verdict == _STOP:
+                        stop = True
+                        break
+                    if verdict == _SKIP:
+                        o += 1
+                        continue
+                    throttle.taken += 1
+                    if throttle.on and (
+                        throttle.taken == throttle.most
+                        or r.count + 1 == self.delivery_count_limit > 2  # its last attempt
+                    ):
+                        throttle.skip = True  # the rest of the batch: next fetch
                     if r.batch is not None:
                         touched.add(r.batch)
                     r.state, r.count, r.lock = ACQUIRED, r.count + 1, lock
@@ -277,6 +312,34 @@ class SharePartition:
                 lock.offsets.append(o)
         self._hold(lock, touched)
         return out
+
+    def _throttle(self, th: _Throttle, r: InFlight, o: int, last: int, taken: int) -> int:
+        """Kafka 4.2+'s throttled redelivery of records delivered often: whether ``r`` (at
+        ``o``, AVAILABLE) is acquired (_GO), skipped with the rest of its cached batch
+        (_SKIP), or ends the acquisition (_STOP)."""
+        cb = r.batch
+        limit = self.delivery_count_limit
+        at_least = max(2, -(-limit // 2))  # Kafka's throttleRecordsDeliveryLimit
+        if cb is not th.batch:
+            th.batch, th.taken, th.most, th.skip = cb, 0, None, False
+            th.on = cb is not None and any(
+                (x := self.records.get(k)) is not None
+                and x.count >= at_least
+                and (cb.diverged or x.state == AVAILABLE)
+                for k in range(max(cb.first, o), min(cb.last, last) + 1)
+            )
+            if th.on and taken > 0:
+                return _STOP  # a throttled batch comes after other records: next fetch
+        if th.skip:
+            return _SKIP
+        if not th.on or cb is None:
+            return _GO
+        if limit > 2 and r.count == limit - 1 and th.taken > 0:
+            th.skip = True  # on its last delivery attempt: delivered alone, next fetch
+            return _SKIP
+        if r.count >= at_least and th.most is None:
+            th.most = max(1, (cb.last - cb.first + 1) >> (r.count - at_least + 1))
+        return _GO
 
     def _hold(self, lock: Lock, touched: set[CacheBatch]) -> None:
         """The acquisition's lock armed; a cached batch only partly taken is tracked per

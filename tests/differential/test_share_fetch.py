@@ -347,3 +347,38 @@ def share_rotation_scenario(side: Side) -> None:
 
 def test_share_partition_rotation_and_min_bytes(diff_shared: Any) -> None:
     diff_shared(share_rotation_scenario)
+
+
+def share_throttle_scenario(side: Side) -> None:
+    """Kafka 4.2+'s throttled redelivery: ten records in one batch released at every
+    delivery (the default delivery limit, 5): what each fetch acquires as their counts pass
+    half the limit and reach its last attempt."""
+    group = side.name("sft")
+    topic = side.name("sft-t")
+    _ready(side, topic)
+    side.wait_coordinator(group)
+    _configs(side, group, **{"share.auto.offset.reset": "earliest"})
+    _produce(side, topic, 10, "t")
+    tid = _assigned(side, group, "m1", topic)
+    a = side.member("a", "share-throttle")
+    r = a.call(SHARE_FETCH, 1, _fetch(group, "m1", 0, tid), step="fetch1")
+    epoch = 1
+    for n in range(2, 14):
+        got = [
+            (x.first_offset, x.last_offset)
+            for t in r.responses
+            for p in t.partitions
+            for x in p.acquired_records
+        ]
+        if not got:
+            break
+        # Released by a ShareAcknowledge of its own: Kafka handles the acknowledgements of a
+        # ShareFetch alongside its fetch, so which records it meets released is a race.
+        acks = [(f, last, [RELEASE]) for f, last in got]
+        a.call(SHARE_ACK, 1, _ack(group, "m1", epoch, tid, acks), step=f"release{n - 1}")
+        r = a.call(SHARE_FETCH, 1, _fetch(group, "m1", epoch + 1, tid), step=f"fetch{n}")
+        epoch += 2
+
+
+def test_share_throttled_redelivery(diff_shared: Any) -> None:
+    diff_shared(share_throttle_scenario)

@@ -311,3 +311,24 @@ def test_acknowledgement_errors_carry_kafkas_messages() -> None:
     assert ack(sp, "m2", (5, 6, [ACCEPT]), (7, 7, [RELEASE])) == ErrorCode.NO_ERROR
     assert ack(sp, "m2", (7, 9, [ACCEPT])) == ErrorCode.INVALID_RECORD_STATE
     assert sp.error_message == "The batch cannot be acknowledged. The offset is not acquired."
+
+
+def test_throttled_redelivery_as_kafka_4_4() -> None:
+    # Ten records in one batch released at every delivery (limit 5): from count 3 (half the
+    # limit) on fewer at a time, then one by one on their last attempt -- the sequence
+    # Kafka 4.4 answers (tests/differential: share_throttle_scenario).
+    sp = SharePartition(0)
+    seq = []
+    while got := sp.acquire("m", batches((0, 9)), 500, 500, 0, LOCK):
+        seq.append(got)
+        assert ack(sp, "m", *[(f, last, [RELEASE]) for f, last, _ in got]) == ErrorCode.NO_ERROR
+    assert seq == [
+        [(0, 9, 1)],
+        [(0, 9, 2)],
+        [(0, 9, 3)],
+        [(0, 4, 4)],
+        *([(o, o, 5)] for o in range(5)),
+        [(5, 9, 4)],
+        *([(o, o, 5)] for o in range(5, 10)),
+    ]
+    assert sp.start_offset == 10  # all archived at the limit
