@@ -12,11 +12,15 @@ Scenarios:
 
 Each case runs ``--runs`` times (input built outside the timing, GC collected before each
 run); the table shows the median and min-max in ms, and records them for bench/regress.py.
-Kafka 4.4's StickyTaskAssignor for comparison: its own JMH benchmark
-(``jmh-benchmarks/.../StreamsStickyAssignorBenchmark``) is the reference to run beside it.
+
+With ``--kafka``, Kafka 4.4's own ``StickyTaskAssignor`` (the group-coordinator jar, called by
+``kgc.streams.StreamsAssignorBench`` from tests/jvm; ``scripts/ensure-jvm-deps`` builds it)
+runs the same cases on the same input in one JVM (default flags: tiered JIT, a 2 GB heap),
+each first ``--runs`` times untimed to warm the JIT up as a running broker has, and its
+figures are printed beside kgc's.
 
 Usage: ``python bench/bench_streams_assignor.py [--runs 5] [--members 1000]
-[--processes 250] [--subtopologies 10] [--tasks 1000] [--standbys 1]``
+[--processes 250] [--subtopologies 10] [--tasks 1000] [--standbys 1] [--kafka]``
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from results import record  # a sibling: bench/ is where this script runs from
 
@@ -65,6 +72,26 @@ def members(
     return out
 
 
+def kafka_figures(args: argparse.Namespace) -> dict[str, tuple[float, float, float]]:
+    """Kafka's StickyTaskAssignor on the same cases: case -> (median, min, max) ms."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from support.kafkaserver import classpath
+
+    cmd = ["java", "-Xmx2g", "-cp", classpath(), "kgc.streams.StreamsAssignorBench"]
+    cmd += [str(args.runs), str(args.members), str(args.processes)]
+    cmd += [str(args.subtopologies), str(args.tasks), str(args.standbys)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=True)
+    out: dict[str, tuple[float, float, float]] = {}
+    for line in done.stdout.splitlines():
+        name, *rest = line.split()
+        if name == "moved":
+            print(f"kafka join moved {rest[0]} active tasks; newcomer got {rest[2]}")
+        else:
+            med, lo, hi = (float(x) for x in rest)
+            out[name] = (med, lo, hi)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -73,6 +100,7 @@ def main() -> int:
     ap.add_argument("--subtopologies", type=int, default=10)
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--standbys", type=int, default=1)
+    ap.add_argument("--kafka", action="store_true", help="Kafka 4.4's assignor beside kgc's")
     args = ap.parse_args()
     subs = [
         SubtopologySpec(str(i), args.tasks, stateful=i % 2 == 1) for i in range(args.subtopologies)
@@ -81,7 +109,9 @@ def main() -> int:
         f"{args.members} members on {args.processes} processes, {args.subtopologies} "
         f"subtopologies x {args.tasks} tasks, median of {args.runs} runs"
     )
-    print(f"{'case':<8} {'median ms':>10} {'min-max ms':>18}")
+    kafka = kafka_figures(args) if args.kafka else {}
+    head = f"{'case':<8} {'median ms':>10} {'min-max ms':>18}"
+    print(head + (f" {'Kafka median':>13} {'Kafka min-max':>18}" if kafka else ""))
     fresh = members(args.members, args.processes, None)
     balanced = assign(fresh, subs, 0)
     joined = [
@@ -96,7 +126,11 @@ def main() -> int:
     for case, fn in cases.items():
         ts = time_ms(fn, args.runs)
         med = statistics.median(ts)
-        print(f"{case:<8} {med:>10.1f} {min(ts):>8.1f}-{max(ts):<9.1f}")
+        line = f"{case:<8} {med:>10.1f} {min(ts):>8.1f}-{max(ts):<9.1f}"
+        if case in kafka:
+            k_med, k_lo, k_hi = kafka[case]
+            line += f" {k_med:>13.1f} {k_lo:>8.1f}-{k_hi:<9.1f}"
+        print(line)
         record("streams_assignor", case, med, "ms", "lower")
     got = assign(joined, subs, 0)
     moved = sum(
