@@ -42,6 +42,7 @@ import org.apache.kafka.streams.kstream.Produced;
  * sorted), {@code hosts <n> <host:port>=<topic:partition,...>|...} (what
  * {@code metadataForAllStreamsClients} tells instance n of every instance's endpoint, its
  * {@code application.server} localhost:(9100 + n)); an uncaught error prints {@code error <n> <exception>}.
+ * {@code ready} is printed once, before the first command is read.
  */
 public final class StreamsGroupApp {
   private StreamsGroupApp() {}
@@ -56,6 +57,7 @@ public final class StreamsGroupApp {
     Thread reporter = new Thread(StreamsGroupApp::report, "reporter");
     reporter.setDaemon(true);
     reporter.start();
+    say("ready");
     BufferedReader in =
         new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     String line;
