@@ -2,9 +2,10 @@
 
 How this works: kgc keeps every change of a group's committed offsets in the log
 ``__kgc_group_history`` (``docs/history.md``; ``coordinator/history/codec.py`` is the value
-format). Its segments go through ``binaryFile`` and ``mapInArrow(decode_history)`` like the
-offsets log's: every batch of a segment is decoded, every value's offset changes become a
-row (group, topic, partition, time, offset, commits: the change itself plus the unchanged
+format), in cluster mode in the table ``kgc_group_history`` (one such value a row). The
+segments go through ``binaryFile`` and ``mapInArrow(decode_history)`` like the offsets log's,
+the table's rows through the JDBC source and ``decode_history_values``: every value's offset
+changes become a row (group, topic, partition, time, offset, commits: the change itself plus the unchanged
 commits it carries, counted at the change's time). Spark sums the commits and keeps the
 last offset of each (group, topic, partition, time bucket); the driver gets those few rows
 back and ``series`` builds, per group and bucket, the commit rate (commits per minute) and
@@ -36,18 +37,25 @@ from storage.record_batch import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from coordinator.audit.stitch import TopicLog
 
 __all__ = [
     "BUCKETS",
     "HISTORY_SCHEMA",
+    "HISTORY_SQL",
     "HISTORY_TOPIC",
+    "SPARK_SCHEMA",
     "GroupSeries",
     "decode_history",
+    "decode_history_values",
+    "from_segments",
+    "from_table",
+    "group_history",
     "history_rows",
     "series",
+    "value_rows",
 ]
 
 BUCKETS = 120
@@ -61,9 +69,11 @@ HISTORY_SCHEMA = pa.schema(
         ("commits", pa.int64()),
     ]
 )
-_SPARK_SCHEMA = (
+SPARK_SCHEMA = (
     "group string, topic string, partition int, time_ms bigint, offset bigint, commits bigint"
 )
+# the cluster's history: one codec value a row (``docs/history.md``, schema version 3)
+HISTORY_SQL = "(SELECT value FROM kgc_group_history) kgc_history_rows"
 _BAD = "__bad_value__"  # a row counting a value (or batch) that did not decode
 
 
@@ -79,9 +89,25 @@ class GroupSeries:
     commits: int = 0
 
 
-def history_rows(content: bytes) -> Iterator[tuple[str, str, int, int, int, int]]:
+Row = tuple[str, str, int, int, int, int]
+
+
+def value_rows(value: bytes) -> Iterator[Row]:
     """(group, topic, partition, time_ms, offset, commits) of every offset change in one
-    history segment; a value or batch that does not decode gives one ``_BAD`` row."""
+    history value; one that does not decode gives one ``_BAD`` row."""
+    try:
+        entries = decode(value)
+    except HistoryFormatError:
+        yield (_BAD, "", 0, 0, 0, 0)
+        return
+    for e in entries:
+        if isinstance(e, OffsetHistoryEntry):
+            yield (e.group_id, e.topic, e.partition, e.timestamp_ms, e.offset, 1 + e.unchanged)
+
+
+def history_rows(content: bytes) -> Iterator[Row]:
+    """``value_rows`` of every record of one history segment; a batch that does not decode
+    gives one ``_BAD`` row."""
     try:
         for _h, start, end in iter_batches(content):
             try:
@@ -90,35 +116,38 @@ def history_rows(content: bytes) -> Iterator[tuple[str, str, int, int, int, int]
                 yield (_BAD, "", 0, 0, 0, 0)
                 continue
             for r in records:
-                if r.value is None:
-                    continue
-                try:
-                    entries = decode(r.value)
-                except HistoryFormatError:
-                    yield (_BAD, "", 0, 0, 0, 0)
-                    continue
-                for e in entries:
-                    if isinstance(e, OffsetHistoryEntry):
-                        yield (
-                            e.group_id, e.topic, e.partition, e.timestamp_ms, e.offset,
-                            1 + e.unchanged,
-                        )  # fmt: skip
+                if r.value is not None:
+                    yield from value_rows(r.value)
     except CorruptBatchError:
         yield (_BAD, "", 0, 0, 0, 0)
 
 
+def _arrow(rows: list[Row]) -> pa.RecordBatch:
+    cols = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(cols, HISTORY_SCHEMA, strict=True)],
+        schema=HISTORY_SCHEMA,
+    )
+
+
 def decode_history(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function: binaryFile batches in, ``HISTORY_SCHEMA`` batches out."""
+    """The ``mapInArrow`` function of segments: binaryFile batches in, ``HISTORY_SCHEMA``
+    batches out."""
     for batch in batches:
         contents = batch.column("content")
         for i in range(batch.num_rows):
             rows = list(history_rows(contents[i].as_py() or b""))
             if rows:
-                cols = list(zip(*rows, strict=True))
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(c, type=f.type) for c, f in zip(cols, HISTORY_SCHEMA, strict=True)],
-                    schema=HISTORY_SCHEMA,
-                )
+                yield _arrow(rows)
+
+
+def decode_history_values(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function of the cluster's table: batches of its ``value`` column
+    (one codec value a row) in, ``HISTORY_SCHEMA`` batches out."""
+    for batch in batches:
+        rows = [r for v in batch.column("value").to_pylist() if v for r in value_rows(v)]
+        if rows:
+            yield _arrow(rows)
 
 
 def series(
@@ -174,30 +203,38 @@ def _lag(
     return total
 
 
-def group_history(
-    spark: SparkSession,
-    paths: list[str],
-    topics: dict[tuple[str, int], TopicLog],
-    now_ms: int,
-) -> dict[str, Any]:
-    """Job 3: the history segments ``paths`` decoded and bucketed by Spark, the series
-    built on the driver. Returns ``{start_ms, end_ms, step_ms, groups, bad_values}``."""
-    from pyspark.sql import functions as F
-
+def from_segments(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """The rows of the history segments ``paths`` (a data directory's)."""
     spark.conf.set("spark.sql.files.openCostInBytes", "0")
-    decoded = (
+    return (
         spark.read.format("binaryFile")
         .load(paths)
         .select("path", "content")
-        .mapInArrow(decode_history, _SPARK_SCHEMA)
-        .cache()
+        .mapInArrow(decode_history, SPARK_SCHEMA)
     )
+
+
+def from_table(rows: DataFrame) -> DataFrame:
+    """The rows of the cluster's table ``kgc_group_history`` (read as ``HISTORY_SQL``)."""
+    return rows.select("value").mapInArrow(decode_history_values, SPARK_SCHEMA)
+
+
+def group_history(
+    decoded: DataFrame, topics: dict[tuple[str, int], TopicLog], now_ms: int
+) -> dict[str, Any]:
+    """Job 3: the history's rows (``from_segments``, ``from_table``) bucketed by Spark, the
+    series built on the driver. Returns ``{start_ms, end_ms, step_ms, groups, bad_values}``."""
+    from pyspark.sql import functions as F
+
+    decoded = decoded.cache()
     try:
-        bounds = decoded.where(F.col("group") != _BAD).agg(
-            F.min("time_ms").alias("start"), F.count("*").alias("n")
-        )
-        first = bounds.collect()[0]
-        bad = decoded.where(F.col("group") == _BAD).count()
+        good = F.col("group") != _BAD
+        first = decoded.agg(  # one job: where the window starts, and what did not decode
+            F.min(F.when(good, F.col("time_ms"))).alias("start"),
+            F.count(F.when(good, 1)).alias("n"),
+            F.count(F.when(~good, 1)).alias("bad"),
+        ).collect()[0]
+        bad = int(first["bad"])
         if not first["n"]:
             return {"start_ms": now_ms, "end_ms": now_ms, "step_ms": 0, "groups": [],
                     "bad_values": bad}  # fmt: skip

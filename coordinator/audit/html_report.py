@@ -120,8 +120,8 @@ def render(
     ]
     if not history or not groups:
         parts.append("<p>No group history was read: none is kept here "
-                     "(offsets.history.retention.ms=0, nothing committed, or a cluster's "
-                     "database, whose history the audit does not read yet).</p>")  # fmt: skip
+                     "(offsets.history.retention.ms=0, nothing committed, or a database "
+                     "older than schema version 3).</p>")  # fmt: skip
     else:
         parts.append(
             f'<p class="meta">{_iso(history["start_ms"])} to {_iso(history["end_ms"])}, in steps '

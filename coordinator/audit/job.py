@@ -55,7 +55,13 @@ from coordinator.audit.decode import (
     classify_path,
     decode_batches,
 )
-from coordinator.audit.history import HISTORY_TOPIC, group_history
+from coordinator.audit.history import (
+    HISTORY_SQL,
+    HISTORY_TOPIC,
+    from_segments,
+    from_table,
+    group_history,
+)
 from coordinator.audit.source_pg import (
     CONTEXT_SQL,
     DEFAULT_JDBC_JAR,
@@ -275,7 +281,7 @@ def run_audit(spark: SparkSession, opts: AuditOptions) -> AuditResult:
     history = None
     if plan.history_files:
         opts.stage(f"job 3/3: group history ({len(plan.history_files)} segments)")
-        history = group_history(spark, plan.history_files, ctx.topics, opts.now_ms)
+        history = group_history(from_segments(spark, plan.history_files), ctx.topics, opts.now_ms)
     t_history = time.perf_counter()
 
     driver_findings = _driver_findings(topic_rows, plan.has_catalog, root)
@@ -457,7 +463,16 @@ def _run_pg_audit(spark: SparkSession, opts: AuditOptions, t0: float) -> AuditRe
     )
     final, collected = _report(decoded, ctx, opts.top)
     t_offsets = time.perf_counter()
+    opts.stage(f"job 3/3: group history from {shown}")
+    try:
+        history_rows = reader().option("dbtable", HISTORY_SQL).load()
+    except Exception:  # a database older than schema 3 has no history table
+        history = None
+    else:
+        history = group_history(from_table(history_rows), ctx.topics, opts.now_ms)
+    t_history = time.perf_counter()
     result = _finish(spark, final, collected, [], opts.top)
+    result.history = history
     summary = result.summary
     t_end = time.perf_counter()
     result.stats = {
@@ -476,7 +491,8 @@ def _run_pg_audit(spark: SparkSession, opts: AuditOptions, t0: float) -> AuditRe
         "seconds": {
             "topics": round(t_topics - t0, 3),
             "offsets": round(t_offsets - t_topics, 3),
-            "plan": round(t_end - t_offsets, 3),
+            "history": round(t_history - t_offsets, 3),
+            "plan": round(t_end - t_history, 3),
         },
     }
     return result

@@ -435,3 +435,50 @@ def test_spark_submit_with_storage_url(tmp_path: Path, pg_url: str) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["records"] == 11 and summary["findings"]["total"] == 0
     assert summary["partitions"] == 2 and summary["total_lag"] == 50
+
+
+# ---------------------------------------------------------------- the group history table
+
+
+async def _history_rows(url: str, values: list[tuple[int, bytes]]) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.executemany(
+            "INSERT INTO kgc_group_history (offsets_partition, after_offset, written_ms, epoch,"
+            " value) VALUES ($1, $2, $3, 1, $4)",
+            [(OP, i + 1, t, v) for i, (t, v) in enumerate(values)],
+        )
+    finally:
+        await conn.close()
+
+
+def test_group_history_from_the_table(spark: Any, tmp_path: Path, pg_url: str) -> None:
+    """The cluster's kgc_group_history rows (one codec value each) give the group's lag and
+    commit rate over time: g1's five commits of the baseline, each partition's offset
+    against the log's end at the time."""
+    from coordinator.group.records import OffsetEntry, offset_commit_record
+    from coordinator.history.codec import encode
+    from coordinator.history.model import OffsetChange
+
+    pg_build(tmp_path, pg_url)
+    values = []
+    for i in range(5):
+        ts = NOW - 8000 + i * 1500
+        records = [
+            offset_commit_record(OP, "g1", "orders", p, OffsetEntry(off, -1, "", ts))
+            for p, off in ((0, 100 * (i + 1)), (1, 50 * (i + 1)))
+        ]
+        change = OffsetChange(OP, "g1", "m", "c", "/h", records, [-1, -1], [0, 0])
+        values.append((ts, encode(ts, [change])))
+    asyncio.run(_history_rows(pg_url, values))
+    result = pg_audit(spark, pg_url)
+    try:
+        assert result.history is not None
+        (g1,) = result.history["groups"]
+        assert (g1.group, g1.partitions, g1.commits) == ("g1", 2, 10)
+        # orders-0 ends at 500, orders-1 at 300: 400 + 250 after the first commit, 0 + 50
+        # after the last
+        assert g1.lag[0] == 650 and g1.lag[-1] == 50
+        assert result.history["start_ms"] == NOW - 8000 and result.history["bad_values"] == 0
+    finally:
+        result.release()
