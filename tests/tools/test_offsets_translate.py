@@ -106,5 +106,10 @@ def _bad_input_changes_nothing(a: str, b: str) -> None:
         finally:
             await member.stop()
 
+    bad = cli(a, "offsets", "translate", "billing", "--to-bootstrap-server", b, "--execute",
+              "--to-command-config", "/nonexistent/client.properties")  # fmt: skip
+    bad.assert_clean_error(2)
+    assert "--to-command-config: cannot read" in bad.err
+
     asyncio.run(with_member())
     assert committed(b, "billing") == {(TOPIC, 0): 8, (TOPIC, 1): 9}

@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from coordinator.tools.admin import Admin, AdminError, Unreachable
-from coordinator.tools.client import ClientSecurity
+from coordinator.tools.admin import Admin, AdminError, Unreachable, UsageError
+from coordinator.tools.client import ClientConfigError, ClientSecurity
 from coordinator.tools.commands.common import EXIT_OK, admin_for, leaf
 from coordinator.tools.commands.offsets import _topic_partitions
 from coordinator.tools.output import Output, records
@@ -105,7 +105,10 @@ def _place_one(source: Admin, target: Admin, tp: TopicPartition, committed: int)
 
 
 def _target_admin(args: argparse.Namespace) -> Admin:
-    security = ClientSecurity.load(args.to_command_config) if args.to_command_config else None
+    try:
+        security = ClientSecurity.load(args.to_command_config) if args.to_command_config else None
+    except ClientConfigError as exc:
+        raise UsageError(f"--to-command-config: {exc}") from None
     return Admin(args.to_bootstrap_server, timeout=args.timeout or 10.0, security=security)
 
 
