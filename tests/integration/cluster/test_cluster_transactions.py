@@ -81,12 +81,16 @@ def txn_coordinator(cluster: Cluster, txn_id: str, timeout: float = 30.0) -> int
     return found[-1]
 
 
-def txn_id_coordinated_by(cluster: Cluster, node: int) -> str:
+def pick_txn_id(cluster: Cluster, leaders: dict[int, int]) -> tuple[str, int, int]:
+    """A transactional id whose coordinator does not lead every partition of the topic:
+    (the id, its coordinator, a partition leader on another node)."""
     for i in range(200):
         txn_id = f"txn-{i}-{uuid.uuid4().hex[:6]}"
-        if txn_coordinator(cluster, txn_id) == node:
-            return txn_id
-    raise AssertionError(f"no transactional id coordinated by node {node}")
+        coordinator = txn_coordinator(cluster, txn_id)
+        others = [n for n in leaders.values() if n != coordinator]
+        if others:
+            return txn_id, coordinator, others[0]
+    raise AssertionError(f"no transactional id coordinated away from the leaders {leaders}")
 
 
 def producer(cluster: Cluster, txn_id: str) -> Producer:
@@ -146,24 +150,16 @@ def read_committed(
 def spread_topic(cluster: Cluster) -> tuple[str, dict[int, int]]:
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.nodes[min(cluster.live())].bootstrap, topic, PARTITIONS)
-    leaders = cluster.wait_topic_led(topic)
-    assert len(set(leaders.values())) >= 2, leaders
-    return topic, leaders
+    return topic, cluster.wait_topic_led(topic)
 
 
 def test_commit_and_abort_across_nodes(cluster: Cluster) -> None:
     topic, leaders = spread_topic(cluster)
-    coordinator = 1
-    txn_id = txn_id_coordinated_by(cluster, coordinator)
-    remote = [p for p, n in leaders.items() if n != coordinator]
-    assert remote
+    txn_id, coordinator, _ = pick_txn_id(cluster, leaders)
     p = producer(cluster, txn_id)
-    # A group coordinated elsewhere: its offsets partition's marker travels too.
-    group = next(
-        g
-        for g in (f"g-{i}-{uuid.uuid4().hex[:6]}" for i in range(100))
-        if cluster.coordinator_of(g) != coordinator
-    )
+    # A group coordinated elsewhere (when one is): its offsets partition's marker travels too.
+    groups = [f"g-{i}-{uuid.uuid4().hex[:6]}" for i in range(50)]
+    group = next((g for g in groups if cluster.coordinator_of(g) != coordinator), groups[0])
     p.begin_transaction()
     committed = send(p, topic, list(range(PARTITIONS)), "committed")
     c = Consumer({"bootstrap.servers": cluster.all_bootstrap, "group.id": group})
@@ -197,9 +193,7 @@ def test_commit_and_abort_across_nodes(cluster: Cluster) -> None:
 
 def test_coordinator_killed_after_end_txn(cluster: Cluster) -> None:
     topic, leaders = spread_topic(cluster)
-    coordinator = 1
-    txn_id = txn_id_coordinated_by(cluster, coordinator)
-    held_back = next(n for n in leaders.values() if n != coordinator)
+    txn_id, coordinator, held_back = pick_txn_id(cluster, leaders)
     p = producer(cluster, txn_id)
     p.begin_transaction()
     values = send(p, topic, list(range(PARTITIONS)), "v")
@@ -218,9 +212,8 @@ def test_coordinator_killed_after_end_txn(cluster: Cluster) -> None:
 
 
 def test_coordinator_killed_before_end_txn(cluster: Cluster) -> None:
-    topic, _ = spread_topic(cluster)
-    coordinator = 1
-    txn_id = txn_id_coordinated_by(cluster, coordinator)
+    topic, leaders = spread_topic(cluster)
+    txn_id, coordinator, _ = pick_txn_id(cluster, leaders)
     p = producer(cluster, txn_id)
     p.begin_transaction()
     values = send(p, topic, list(range(PARTITIONS)), "v")
@@ -248,9 +241,8 @@ def test_coordinator_killed_before_end_txn(cluster: Cluster) -> None:
 
 def test_leader_killed_before_its_marker(cluster: Cluster) -> None:
     topic, leaders = spread_topic(cluster)
-    coordinator = 1
-    txn_id = txn_id_coordinated_by(cluster, coordinator)
-    victim = next(n for n in leaders.values() if n != coordinator)
+    txn_id, coordinator, victim = pick_txn_id(cluster, leaders)
+    assert victim != coordinator  # the coordinator lives on and retries the marker itself
     p = producer(cluster, txn_id)
     p.begin_transaction()
     values = send(p, topic, list(range(PARTITIONS)), "v")
