@@ -14,8 +14,8 @@ request decoding, response encoding) is the same with history on or off, so the
 difference is the history's cost; the ratio is to the runtime's share only, an upper
 bound of the server's.
 
-Usage: ``python bench/bench_history_turn.py [--members 5] [--partitions 10] [--turns 2000]
-[--rounds 5]``.
+Usage: ``python bench/bench_history_turn.py [--members 1] [--partitions 10] [--turns 50]
+[--batches 40]``.
 """
 
 from __future__ import annotations
@@ -62,8 +62,7 @@ def request(group: str, partitions: int, offset: int) -> offset_commit.OffsetCom
     )
 
 
-async def one(history: bool, args: argparse.Namespace, base: Path) -> float:
-    """CPU us per commit over ``args.turns`` turns."""
+async def runtime(history: bool, base: Path) -> tuple[GroupRuntime, Flusher]:
     flusher = Flusher()
     logs = LogManager(base, flusher=flusher)
     rt = GroupRuntime(
@@ -78,43 +77,67 @@ async def one(history: bool, args: argparse.Namespace, base: Path) -> float:
         history=HistoryLog(logs, HISTORY_LOG) if history else None,
     )
     await rt.load()
+    return rt, flusher
+
+
+async def measure(args: argparse.Namespace) -> dict[bool, list[tuple[float, float]]]:
+    """Per batch of turns: (main thread, process) CPU us per commit, history off and on."""
     groups = [f"commit-{i}" for i in range(args.members)]
-    try:
-        for warm in range(50):
-            await asyncio.gather(
-                *(call(rt, 8, 8, request(g, args.partitions, warm)) for g in groups)
-            )
-        start = time.process_time()
-        for turn in range(args.turns):
-            await asyncio.gather(
-                *(call(rt, 8, 8, request(g, args.partitions, 100 + turn)) for g in groups)
-            )
-        used = time.process_time() - start
-    finally:
-        await flusher.stop()
-        logs.close_all()
-    return used / (args.turns * args.members) * 1e6
+    out: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as off_dir, tempfile.TemporaryDirectory() as on_dir:
+        rts = {False: await runtime(False, Path(off_dir)), True: await runtime(True, Path(on_dir))}
+        offset = 0
+        try:
+            for batch in range(args.batches + 2):  # the first two warm up
+                for history in (False, True) if batch % 2 == 0 else (True, False):
+                    rt = rts[history][0]
+                    thread0, process0 = time.thread_time(), time.process_time()
+                    for _ in range(args.turns):
+                        offset += 1
+                        await asyncio.gather(
+                            *(call(rt, 8, 8, request(g, args.partitions, offset)) for g in groups)
+                        )
+                    n = args.turns * args.members
+                    if batch >= 2:
+                        out[history].append(
+                            (
+                                (time.thread_time() - thread0) / n * 1e6,
+                                (time.process_time() - process0) / n * 1e6,
+                            )
+                        )
+        finally:
+            for _rt, flusher in rts.values():
+                await flusher.stop()
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--members", type=int, default=5)
+    ap.add_argument("--members", type=int, default=1)
     ap.add_argument("--partitions", type=int, default=10)
-    ap.add_argument("--turns", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--turns", type=int, default=50, help="turns a batch")
+    ap.add_argument("--batches", type=int, default=40, help="batches each, alternated")
     args = ap.parse_args()
-    cpu: dict[bool, list[float]] = {False: [], True: []}
-    print(f"{'round':>5} {'history':>8} {'cpu us/commit':>14}")
-    for r in range(args.rounds):
-        for history in (False, True) if r % 2 == 0 else (True, False):
-            with tempfile.TemporaryDirectory() as tmp:
-                us = asyncio.run(one(history, args, Path(tmp)))
-            cpu[history].append(us)
-            print(f"{r:>5} {'on' if history else 'off':>8} {us:>14.1f}")
-    off, on = statistics.median(cpu[False]), statistics.median(cpu[True])
+    out = asyncio.run(measure(args))
     print(
-        f"\nmedian runtime CPU per commit ({args.members} commits of {args.partitions} "
-        f"partitions a turn): off {off:.1f} us, on {on:.1f} us ({(on / off - 1) * 100:+.1f}%)"
+        f"{args.members} commit(s) of {args.partitions} partitions a turn, {args.batches} "
+        f"batches of {args.turns} turns each, alternated; CPU us per commit:"
+    )
+    summary: dict[bool, tuple[float, float]] = {}
+    for history in (False, True):
+        thread = sorted(t for t, _p in out[history])
+        process = sorted(p for _t, p in out[history])
+        p10 = len(thread) // 10
+        summary[history] = (thread[p10], process[p10])
+        print(
+            f"  history {'on ' if history else 'off'}: main thread p10 {thread[p10]:.1f} "
+            f"median {statistics.median(thread):.1f}; process p10 {process[p10]:.1f} "
+            f"median {statistics.median(process):.1f}"
+        )
+    (t_off, p_off), (t_on, p_on) = summary[False], summary[True]
+    print(
+        f"history's cost (p10): main thread {t_on - t_off:+.1f} us ({(t_on / t_off - 1) * 100:+.1f}%), "
+        f"process {p_on - p_off:+.1f} us ({(p_on / p_off - 1) * 100:+.1f}%)"
     )
 
 
