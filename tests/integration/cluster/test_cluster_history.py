@@ -5,15 +5,20 @@ Commits (admin commits, each changing every partition's offset) go to the group'
 coordinator; each acknowledged one is remembered. The coordinator is SIGKILLed; once the
 group's offsets partition has moved (3 s session timeout), ``kgc offsets history`` against
 another node shows every acknowledged change, in order, and a DescribeGroupHistory sent to
-a node that does not coordinate the group answers from the table too. ~30 s on two cores.
+a node that does not coordinate the group answers from the table too (~45 s on two
+cores). A one-node cluster with a 2 s retention deletes the old rows (~20 s).
 """
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+import asyncpg
 import pytest
 from support.clikit import run_cli
 from support.clusterkit import Cluster
-from support.groupkit import create_topic
+from support.groupkit import create_topic, wait_until
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
@@ -93,3 +98,37 @@ def test_history_survives_the_sigkill_of_its_writer_and_any_node_reads_it(
     got = [(c.partition_index, c.committed_offset) for c in resp.offset_changes]
     assert got == acked
     assert resp.history_start_ms > 0 and resp.partitions == []
+
+
+def test_retention_deletes_the_rows_of_old_history(tmp_path: Path, pg_url: str) -> None:
+    """A node deletes its offsets partitions' rows older than offsets.history.retention.ms
+    (2 s here, a pass every second); newer rows stay and are what DescribeGroupHistory
+    answers."""
+    with Cluster(tmp_path, pg_url, nodes=1, extra=("--offsets-history-retention-ms", "2000")) as c:
+        c.start_all()
+        (node,) = c.nodes.values()
+        create_topic(node.bootstrap, TOPIC, PARTITIONS)
+        c.wait_topic_led(TOPIC)
+        with Connection.to(node.bootstrap, timeout=10) as conn:
+            commit(conn, dict.fromkeys(range(PARTITIONS), 1))
+            assert rows(pg_url) == 1
+            wait_until(lambda: rows(pg_url) == 0, timeout=30, what="the old row deleted")
+            commit(conn, dict.fromkeys(range(PARTITIONS), 2))
+            _, resp = conn.request(
+                describe_group_history.API_KEY,
+                describe_group_history.Request(group_id=GROUP),
+                version=0,
+            )
+        assert [c.committed_offset for c in resp.offset_changes] == [2] * PARTITIONS
+        assert rows(pg_url) == 1
+
+
+def rows(pg_url: str) -> int:
+    async def count() -> int:
+        conn = await asyncpg.connect(pg_url)
+        try:
+            return int(await conn.fetchval("SELECT count(*) FROM kgc_group_history"))
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
