@@ -4,8 +4,9 @@ The scenarios are the ones whose answers do not depend on timing: every validati
 the API layer and of the coordinator (texts included), a first join whose source topic is
 missing (MISSING_SOURCE_TOPICS beside ASSIGNMENT_DELAYED: the group's initial rebalance delay
 of 3 s runs on both), a first join whose internal topics are missing (the detail lists them in
-Kafka's HashMap order), describe before anything is assigned, leave, and the answers on a
-group id of another type. Target assignments, which Kafka 4.4 computes off the coordinator
+Kafka's HashMap order), describe before anything is assigned, leave, the answers on a
+group id of another type, and one member's statuses as its source topic is missing, created
+(then its internal topics are missing, then none) and deleted. Target assignments, which Kafka 4.4 computes off the coordinator
 thread at most every second, are left to tests/streams (a real Kafka Streams application).
 """
 
@@ -18,6 +19,7 @@ import pytest
 from support.diffkit import Runner, Side
 from support.groupops import CG_HEARTBEAT, cg_req
 
+from protocol.messages import delete_topics
 from protocol.messages import streams_group_describe as sgd
 from protocol.messages import streams_group_heartbeat as sgh
 
@@ -277,3 +279,69 @@ def other_group_types(side: Side) -> None:
 
 def test_other_group_types(diff_shared: Runner) -> None:
     diff_shared(other_group_types)
+
+
+def statuses(resp: sgh.StreamsGroupHeartbeatResponse) -> list[tuple[int, str]]:
+    """The answer's statuses without ASSIGNMENT_DELAYED, whose presence depends on when the
+    heartbeat falls in the group's initial delay."""
+    return [(s.status_code, s.status_detail) for s in resp.status or () if s.status_code != 5]
+
+
+def status_sequence(side: Side) -> None:
+    """One member through its source topic missing, created, then deleted: the statuses of
+    each heartbeat, recorded once the server's view has caught up (a loop of unrecorded
+    heartbeats waits for it, as Kafka's metadata image follows a creation or deletion)."""
+    group, source = side.name("sg-seq"), side.name("sg-seq-src")
+    side.wait_coordinator(group)
+    conn = side.untimed()
+    first = conn.call(SG_HEARTBEAT, 1, join(group, "m1", topology(source, group)))
+    side.note("join", SG_HEARTBEAT, 1, [first.error_code, statuses(first)])
+    epoch = first.member_epoch
+    beat = join(group, "m1", None, member_epoch=epoch, **TASKS_UNCHANGED)
+    again = conn.call(SG_HEARTBEAT, 1, beat)
+    side.note("still_missing", SG_HEARTBEAT, 1, [again.error_code, statuses(again)])
+
+    def until(what: str, done: Any) -> sgh.StreamsGroupHeartbeatResponse:
+        deadline = time.monotonic() + side.timeout
+        while time.monotonic() < deadline:
+            r = conn.call(
+                SG_HEARTBEAT, 1, join(group, "m1", None, member_epoch=epoch, **TASKS_UNCHANGED)
+            )
+            if r.error_code or done(r):
+                return r
+            time.sleep(0.1)
+        raise AssertionError(f"{side.label}: {what}")
+
+    side.create_topic(source, 2)
+    seen = until("the source topic seen", lambda r: 1 not in dict(statuses(r)))
+    side.note("source_seen", SG_HEARTBEAT, 1, [seen.error_code, statuses(seen)])
+    ready = until("the internal topics seen", lambda r: not statuses(r))
+    side.note("ready", SG_HEARTBEAT, 1, [ready.error_code, statuses(ready)])
+    conn.call(
+        delete_topics.API_KEY,
+        6,
+        delete_topics.DeleteTopicsRequest(
+            topics=[delete_topics.DeleteTopicState(name=source)], timeout_ms=30000
+        ),
+    )
+    gone = until("the deletion seen", lambda r: 1 in dict(statuses(r)))
+    side.note("source_deleted", SG_HEARTBEAT, 1, [gone.error_code, statuses(gone)])
+    conn.call(SG_HEARTBEAT, 1, join(group, "m1", None, **LEAVE))
+
+
+TASKS_UNCHANGED: dict[str, Any] = {
+    "topology": None,
+    "active_tasks": None,
+    "standby_tasks": None,
+    "warmup_tasks": None,
+}
+
+
+def test_missing_source_topic_status_sequence(diff_shared: Runner) -> None:
+    outcome = diff_shared(status_sequence, parallel=True)
+    steps = {e.step: e.response for e in outcome.kafka.exchanges}
+    assert [c for c, _ in steps["join"][1]] == [1]
+    assert [c for c, _ in steps["still_missing"][1]] == [1]
+    assert [c for c, _ in steps["source_seen"][1]] == [3]
+    assert [c for c, _ in steps["source_deleted"][1]] == [1]
+    assert steps["ready"] == [0, []]
