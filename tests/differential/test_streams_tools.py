@@ -8,9 +8,9 @@ ago) are set by an admin OffsetCommit. Then the tool (Kafka's own
 StreamsGroupCommand, one JVM per command) runs every reset specification as a dry run --
 to an offset, shifted, to a datetime, by a duration, to the latest (one partition), to the
 current, exported as CSV and read back with --from-file -- then one --execute,
---delete-offsets of one partition and --delete. Each
+--delete-offsets of one partition and --delete with --delete-all-internal-topics. Each
 command's output and exit code is recorded, and after the execute, the offsets and which
-internal topics remain; both sides must agree. The two sides run at once (JVM starts
+internal topics remain, and that none remains after the delete; both sides must agree. The two sides run at once (JVM starts
 dominate).
 """
 
@@ -75,7 +75,10 @@ def committed(side: Side, group: str, topic: str) -> dict[str, int]:
 def existing(side: Side, topics: list[str]) -> list[str]:
     _, meta = side.untimed().request(
         metadata.API_KEY,
-        metadata.MetadataRequest(topics=[metadata.MetadataRequestTopic(name=t) for t in topics]),
+        metadata.MetadataRequest(
+            topics=[metadata.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+        ),
     )
     return sorted(t.name for t in meta.topics if t.error_code == 0)
 
@@ -132,7 +135,12 @@ def tools(side: Side) -> None:
     side.note("internal_after_execute", 0, 0, existing(side, internal))
     tool(side, "delete_offsets", "--delete-offsets", "--group", app, "--input-topic", f"{source}:1")
     side.note("committed_after_delete_offsets", 0, 0, committed(side, app, source))
-    tool(side, "delete", "--delete", "--group", app)
+    tool(side, "delete", "--delete", "--group", app, "--delete-all-internal-topics")
+    # DeleteTopics has answered; Kafka's Metadata follows the deletion a moment later.
+    deadline = time.monotonic() + 15
+    while existing(side, internal) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    side.note("internal_after_delete", 0, 0, existing(side, internal))
 
 
 def test_streams_groups_tool_resets_and_deletes(diff_shared: Runner) -> None:
@@ -153,3 +161,4 @@ def test_streams_groups_tool_resets_and_deletes(diff_shared: Runner) -> None:
     assert steps["committed_before"] == {"0": 8, "1": 6}
     assert steps["committed_after_execute"] == {"0": 3, "1": 3}
     assert steps["committed_after_delete_offsets"] == {"0": 3}
+    assert steps["internal_after_delete"] == []
