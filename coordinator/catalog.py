@@ -245,6 +245,10 @@ class TopicCatalog:
     def create(
         self, name: str, num_partitions: int, configs: dict[str, str] | None = None
     ) -> TopicInfo:
+        if name in self.topics:
+            # A second create would give the name a new id while its partition directories
+            # keep the first (kgc then refuses to start on the mismatch).
+            raise TopicExistsError(name)
         # Kafka never hands out the zero id or ids whose base64 starts with '-'.
         topic_id = uuid.uuid4().bytes
         while topic_id in self.by_id or kafka_uuid(topic_id).startswith("-"):

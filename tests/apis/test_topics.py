@@ -17,7 +17,7 @@ import pytest
 from coordinator import topic_configs
 from coordinator.apis import Parts, handlers
 from coordinator.apis.topics import Broker
-from coordinator.catalog import TopicCatalog
+from coordinator.catalog import TopicCatalog, TopicExistsError
 from coordinator.config import Settings
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.offsets_topic import OffsetsTopic
@@ -322,3 +322,23 @@ async def test_create_topics_lists_the_configs_kafka_4_4_added_at_its_defaults(n
         "remote.copy.lag.ms": "0",
         "message.timestamp.after.max.ms": "3600000",  # Kafka 4's default (KIP-937)
     }
+
+
+async def test_creating_an_existing_topic_again_keeps_its_id(node: Node, tmp_path: Path) -> None:
+    """A streams group's heartbeat may ask for an internal topic that an earlier heartbeat's
+    creation just made (the group learns of new topics after the catalog does). Creating it
+    again must be refused (TopicExistsError, which the creator takes as done), not give the
+    topic a new id in the catalog while its partition directories keep the first one: kgc
+    would then refuse to start after a crash ("holds topic id ... but topics.json says")."""
+    first = node.broker.create_topic("again", 2, {})
+    with pytest.raises(TopicExistsError):
+        node.broker.create_topic("again", 2, {})
+    info = node.catalog.get("again")
+    assert info is not None and info.topic_id == first.topic_id
+    await node.close()
+    restarted = Node(tmp_path / "data")  # reconcile agrees with the directories
+    try:
+        again = restarted.catalog.get("again")
+        assert again is not None and again.topic_id == first.topic_id
+    finally:
+        await restarted.close()
