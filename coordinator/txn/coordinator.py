@@ -32,6 +32,7 @@ from enum import Enum
 
 from coordinator.txn.markers import TxnMarker
 from coordinator.txn.metadata import (
+    MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TransactionMetadata,
@@ -79,6 +80,9 @@ class TxnConfig:
     transactional_id_expiration_ms: int = 604_800_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # The finalized ``transaction.version``: the protocol of the aborts the coordinator
+    # starts itself (a fence by InitProducerId, a timeout), as Kafka's ``txnManager``'s.
+    transaction_version: int = 1
 
 
 class WriteKind(Enum):
@@ -252,7 +256,7 @@ class TransactionCoordinator:
             # Fence the producer of the open transaction and abort it; the client retries
             # on CONCURRENT_TRANSACTIONS and its retry bumps again.
             fence = md.prepare_fence_producer_epoch()
-            return self._end(md, part, fence.producer_epoch, False, now_ms, WriteKind.FENCE)
+            return self._abort_fenced(md, part, fence, now_ms, WriteKind.FENCE)
         if state not in (_S.EMPTY, _S.COMPLETE_ABORT, _S.COMPLETE_COMMIT):
             raise AssertionError(f"{txn_id} in state {state.kafka_name}")
         if md.is_producer_epoch_exhausted and (
@@ -278,7 +282,10 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
+        client_transaction_version: int = 0,
     ) -> TxnOutcome:
+        """The client's add (v0-3, TV1) or the partition leader's (v5, TV2: the version is
+        recorded, and EndTxn then bumps the epoch)."""
         if not txn_id:
             return _error(E.INVALID_REQUEST)
         err, part = self._lookup(txn_id)
@@ -298,7 +305,7 @@ class TransactionCoordinator:
         added = frozenset(partitions)
         if md.state is _S.ONGOING and added <= md.partitions:
             return _error(E.NO_ERROR)  # nothing new: no write, no timestamp update
-        t = md.prepare_add_partitions(added, now_ms)
+        t = md.prepare_add_partitions(added, now_ms, client_transaction_version)
         return TxnOutcome(write=self._write(WriteKind.ADD, md, part, t), transactional_id=txn_id)
 
     def add_offsets(
@@ -339,18 +346,43 @@ class TransactionCoordinator:
 
     # -- EndTxn
     def end_txn(
-        self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+        self,
+        txn_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+        tv2: bool = False,
     ) -> TxnOutcome:
-        """EndTxn from a client, TV1 protocol (versions 0-4)."""
+        """EndTxn from a client: TV1 protocol (versions 0-4) or TV2 (version 5)."""
         if not txn_id:
             return _error(E.INVALID_REQUEST)
         err, part = self._lookup(txn_id)
         if part is None:
             return _error(err)
         md = part.ids.get(txn_id)
-        if md is None or md.producer_id != producer_id:
+        if md is None:
+            return _error(E.INVALID_PRODUCER_ID_MAPPING)
+        if tv2:
+            return self._end_v2(
+                md, part, producer_id, producer_epoch, commit, now_ms, WriteKind.END
+            )
+        if md.producer_id != producer_id:
             return _error(E.INVALID_PRODUCER_ID_MAPPING)
         return self._end(md, part, producer_epoch, commit, now_ms, WriteKind.END)
+
+    def _abort_fenced(
+        self,
+        md: TransactionMetadata,
+        part: _Partition,
+        fence: TxnTransit,
+        now_ms: int,
+        kind: WriteKind,
+    ) -> TxnOutcome:
+        """The abort the coordinator starts (a fence, a timeout), at the finalized version."""
+        if self.config.transaction_version >= 2:
+            return self._end_v2(md, part, md.producer_id, fence.producer_epoch, False, now_ms, kind)
+        return self._end(md, part, fence.producer_epoch, False, now_ms, kind)
 
     def _end(
         self,
@@ -403,6 +435,89 @@ class TransactionCoordinator:
             return TxnOutcome(E.NO_ERROR, md.producer_id, md.producer_epoch)
         return _error(ok_same)
 
+    def _end_v2(
+        self,
+        md: TransactionMetadata,
+        part: _Partition,
+        pid: int,
+        epoch: int,
+        commit: bool,
+        now_ms: int,
+        kind: WriteKind,
+    ) -> TxnOutcome:
+        """Kafka's ``endTransaction`` (TV2): every end bumps the epoch, so a retry is told
+        apart by its epoch -- one below the current (``retry_on_bump``), or the last epoch
+        of the previous producer id after a rotation (``retry_on_overflow``)."""
+        fencing = md.pending_state is _S.PREPARE_EPOCH_FENCE
+        if md.pending_transition_in_progress and not fencing:
+            return _error(E.CONCURRENT_TRANSACTIONS)
+        retry_on_overflow = (
+            not fencing
+            and md.prev_producer_id == pid
+            and epoch == MAX_EPOCH - 1
+            and md.producer_epoch == 0
+        )
+        retry_on_bump = not fencing and md.producer_epoch == epoch + 1
+        state = md.state
+        if fencing:
+            valid = (kind is not WriteKind.END or epoch == md.producer_epoch) and (
+                epoch >= md.producer_epoch
+            )
+        elif state in (_S.ONGOING, _S.EMPTY):
+            valid = epoch == md.producer_epoch
+        elif state in (_S.PREPARE_COMMIT, _S.PREPARE_ABORT):
+            valid = retry_on_bump
+        else:
+            valid = retry_on_bump or retry_on_overflow or epoch == md.producer_epoch
+        error = E.NO_ERROR
+        if md.producer_id != pid and not retry_on_overflow:
+            error = E.INVALID_PRODUCER_ID_MAPPING
+        elif not valid:
+            error = E.PRODUCER_FENCED
+        if error is not E.NO_ERROR:
+            if fencing:
+                md.abort_transition()
+            return _error(error)
+        is_retry = retry_on_bump or retry_on_overflow
+        target: TransactionState | None = None
+        if state is _S.ONGOING:
+            target = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
+        elif state in (_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT):
+            same = commit == (state is _S.COMPLETE_COMMIT)
+            if is_retry:
+                # The retry of the EndTxn that completed it: NONE for the same result.
+                error = E.NO_ERROR if same else E.INVALID_TXN_STATE
+            elif commit:
+                error = E.INVALID_TXN_STATE
+            else:
+                target = _S.PREPARE_ABORT  # an abort with nothing open still bumps
+        elif state is _S.PREPARE_COMMIT:
+            error = E.CONCURRENT_TRANSACTIONS if commit else E.INVALID_TXN_STATE
+        elif state is _S.PREPARE_ABORT:
+            error = E.INVALID_TXN_STATE if commit else E.CONCURRENT_TRANSACTIONS
+        elif state is _S.EMPTY:
+            if commit:
+                error = E.INVALID_TXN_STATE
+            else:
+                target = _S.PREPARE_ABORT
+        else:
+            raise AssertionError(f"{md.transactional_id} in state {state.kafka_name}")
+        if target is None:
+            if fencing:
+                md.abort_transition()
+            if error is E.NO_ERROR:
+                return TxnOutcome(E.NO_ERROR, md.producer_id, md.producer_epoch)
+            return _error(error)
+        next_pid = NO_PRODUCER_ID
+        if not fencing and md.is_producer_epoch_exhausted:
+            next_pid = self.new_producer_id()
+        if fencing:
+            md.pending_state = None  # the fence gives way to the PrepareAbort below
+        t = md.prepare_abort_or_commit_v2(target, next_pid, now_ms, state is not _S.ONGOING)
+        w = self._write(kind, md, part, t)
+        w.epoch_fence = fencing
+        return TxnOutcome(write=w, transactional_id=md.transactional_id)
+
     # -- after a write
     def written(self, w: TxnWrite, error: ErrorCode, now_ms: int) -> TxnOutcome:
         """``w`` is durable (``error`` NONE) or failed (the write's error, Kafka-mapped)."""
@@ -436,10 +551,13 @@ class TransactionCoordinator:
             return TxnOutcome(
                 E.CONCURRENT_TRANSACTIONS, markers=marker, transactional_id=md.transactional_id
             )
+        # The answer names the producer the transaction ends with: under TV2 the bumped
+        # epoch, or the next producer id at epoch 0 once the epochs ran out.
+        done = md.pending_complete
         return TxnOutcome(
             E.NO_ERROR,
-            md.producer_id,
-            md.producer_epoch,
+            done.producer_id,
+            done.producer_epoch,
             markers=marker,
             transactional_id=md.transactional_id,
         )
@@ -501,7 +619,7 @@ class TransactionCoordinator:
                     and md.txn_timeout_ms != 2**31 - 1
                 ):
                     fence = md.prepare_fence_producer_epoch()
-                    o = self._end(md, part, fence.producer_epoch, False, now_ms, WriteKind.TIMEOUT)
+                    o = self._abort_fenced(md, part, fence, now_ms, WriteKind.TIMEOUT)
                     if o.write is not None:
                         out.append(o)
         return out

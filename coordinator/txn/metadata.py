@@ -153,7 +153,9 @@ class TransactionMetadata:
             _S.EMPTY, new_producer_id, 0, last, new_txn_timeout_ms, frozenset(), -1, now_ms
         )
 
-    def prepare_add_partitions(self, added: frozenset[TopicPartition], now_ms: int) -> TxnTransit:
+    def prepare_add_partitions(
+        self, added: frozenset[TopicPartition], now_ms: int, client_transaction_version: int = 0
+    ) -> TxnTransit:
         start = (
             now_ms
             if self.state in (_S.EMPTY, _S.COMPLETE_ABORT, _S.COMPLETE_COMMIT)
@@ -168,6 +170,7 @@ class TransactionMetadata:
             frozenset(self.partitions) | added,
             start,
             now_ms,
+            client_transaction_version=client_transaction_version,
         )
 
     def prepare_abort_or_commit(self, new_state: TransactionState, now_ms: int) -> TxnTransit:
@@ -183,10 +186,48 @@ class TransactionMetadata:
             now_ms,
         )
 
+    def prepare_abort_or_commit_v2(
+        self,
+        new_state: TransactionState,
+        next_producer_id: int,
+        now_ms: int,
+        no_partition_added: bool,
+    ) -> TxnTransit:
+        """TV2: the end of every transaction bumps the epoch (the markers carry the new one)
+        and remembers the old as the last epoch, so a retried EndTxn is recognised. An
+        exhausted epoch also names the next producer id, which Complete* switches to. An
+        abort with nothing open (from Empty or Complete*) starts its transaction now."""
+        return self._prepare(
+            new_state,
+            self.producer_id,
+            self.producer_epoch + 1,
+            self.producer_epoch,
+            self.txn_timeout_ms,
+            frozenset(self.partitions),
+            now_ms if no_partition_added else self.txn_start_timestamp,
+            now_ms,
+            next_producer_id=next_producer_id,
+            client_transaction_version=2,
+        )
+
     def prepare_complete(self, now_ms: int) -> TxnTransit:
         new_state = _S.COMPLETE_COMMIT if self.state is _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
         # The Prepare record was durable: a fence that had failed is now written.
         self.has_failed_epoch_fence = False
+        if self.client_transaction_version >= 2:
+            # TV2: the bumped epoch stays, or an exhausted one gives way to the next producer
+            # id at epoch 0; the last epoch stays the one the client last saw.
+            overflow = self.next_producer_id != NO_PRODUCER_ID
+            return self._prepare(
+                new_state,
+                self.next_producer_id if overflow else self.producer_id,
+                0 if overflow else self.producer_epoch,
+                self.last_producer_epoch,
+                self.txn_timeout_ms,
+                frozenset(),
+                self.txn_start_timestamp,
+                now_ms,
+            )
         return self._prepare(
             new_state,
             self.producer_id,
@@ -220,6 +261,8 @@ class TransactionMetadata:
         partitions: frozenset[TopicPartition],
         start_ms: int,
         now_ms: int,
+        next_producer_id: int = NO_PRODUCER_ID,
+        client_transaction_version: int | None = None,
     ) -> TxnTransit:
         if self.pending_state is not None:
             raise IllegalTransitionData(
@@ -235,7 +278,7 @@ class TransactionMetadata:
         return TxnTransit(
             producer_id,
             self.producer_id,
-            NO_PRODUCER_ID,
+            next_producer_id,
             epoch,
             last_epoch,
             timeout_ms,
@@ -243,7 +286,9 @@ class TransactionMetadata:
             partitions,
             start_ms,
             now_ms,
-            0,
+            self.client_transaction_version
+            if client_transaction_version is None
+            else client_transaction_version,
         )
 
     # -- complete
@@ -278,20 +323,37 @@ class TransactionMetadata:
             self.txn_start_timestamp = t.txn_start_timestamp
             self.partitions |= t.partitions
         elif to in (_S.PREPARE_COMMIT, _S.PREPARE_ABORT):
+            tv2 = t.client_transaction_version >= 2
             if (
-                not self._valid_epoch(t)
+                not (self._valid_epoch(t) or (tv2 and self._valid_epoch_bump_v2(t)))
                 or self.partitions != t.partitions
                 or self.txn_timeout_ms != t.txn_timeout_ms
-                or self.txn_start_timestamp != t.txn_start_timestamp
+                or (not tv2 and self.txn_start_timestamp != t.txn_start_timestamp)
             ):
                 self._fail(t)
+            self.producer_epoch = t.producer_epoch
+            self.last_producer_epoch = t.last_producer_epoch
+            self.next_producer_id = t.next_producer_id
+            self.txn_start_timestamp = t.txn_start_timestamp
         elif to in (_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT):
+            rotated = (
+                t.client_transaction_version >= 2
+                and self.next_producer_id != NO_PRODUCER_ID
+                and t.producer_id == self.next_producer_id
+                and t.producer_epoch == 0
+            )
             if (
-                not self._valid_epoch(t)
+                not (self._valid_epoch(t) or rotated)
                 or self.txn_timeout_ms != t.txn_timeout_ms
                 or t.txn_start_timestamp == -1
             ):
                 self._fail(t)
+            if rotated:
+                self.prev_producer_id = t.prev_producer_id
+                self.producer_id = t.producer_id
+                self.producer_epoch = 0
+                self.last_producer_epoch = t.last_producer_epoch
+            self.next_producer_id = NO_PRODUCER_ID
             self.txn_start_timestamp = t.txn_start_timestamp
             self.partitions.clear()
         else:  # PrepareEpochFence is never completed; Dead leaves the cache instead.
@@ -304,6 +366,9 @@ class TransactionMetadata:
 
     def _valid_epoch(self, t: TxnTransit) -> bool:
         return t.producer_epoch == self.producer_epoch and t.producer_id == self.producer_id
+
+    def _valid_epoch_bump_v2(self, t: TxnTransit) -> bool:
+        return t.producer_id == self.producer_id and t.producer_epoch == self.producer_epoch + 1
 
     def _valid_epoch_bump(self, t: TxnTransit) -> bool:
         return t.producer_epoch == self.producer_epoch + 1 or (
