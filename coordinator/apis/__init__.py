@@ -246,8 +246,8 @@ API_TABLE: dict[int, Api] = {
         checked(data.authorize_describe_producers),
         ("READ TOPIC",),
     ),
-    # The transaction coordinator (TV1 protocol: AddPartitionsToTxn v4 is the brokers'
-    # verify-only form, EndTxn stops before TV2's v5); each authorizes in its handler.
+    # The transaction coordinator (AddPartitionsToTxn v4 is the brokers' verify-only form;
+    # TV2's add is in-process, from the produce path); each authorizes in its handler.
     add_partitions_to_txn.API_KEY: Api(
         (0, 4),
         transactions.handler("add_partitions_to_txn"),
@@ -260,8 +260,9 @@ API_TABLE: dict[int, Api] = {
         in_handler,
         ("WRITE TRANSACTIONAL_ID", "READ GROUP"),
     ),
+    # EndTxn v5 is TV2's: clients send it once transaction.version 2 is finalized.
     end_txn.API_KEY: Api(
-        (0, 4), transactions.handler("end_txn"), in_handler, ("WRITE TRANSACTIONAL_ID",)
+        (0, 5), transactions.handler("end_txn"), in_handler, ("WRITE TRANSACTIONAL_ID",)
     ),
     describe_transactions.API_KEY: Api(
         (0, 0),
@@ -470,9 +471,10 @@ def authorized(checks: ApiAuthorizer, table: Mapping[int, Handler]) -> dict[int,
     return {key: API_TABLE[key].authorize(checks, h) for key, h in table.items()}
 
 
-def dispatcher(*tables: Mapping[int, Handler]) -> Dispatcher:
+def dispatcher(*tables: Mapping[int, Handler], transaction_version: int = 1) -> Dispatcher:
     """The dispatcher of these handlers (an API key may have one only), with ApiVersions
-    advertising exactly them, at the table's versions."""
+    advertising exactly them, at the table's versions (and ``transaction.version`` as a
+    finalized feature once it is 2)."""
     merged: dict[int, Handler] = {}
     for table in tables:
         for key, handler in table.items():
@@ -480,15 +482,15 @@ def dispatcher(*tables: Mapping[int, Handler]) -> Dispatcher:
                 raise ValueError(f"api key {key} has two handlers")
             merged[key] = handler
     supported = {k: v for k, v in SUPPORTED.items() if k in merged or k == API_VERSIONS_KEY}
-    merged[API_VERSIONS_KEY] = cluster.ApiVersions(supported)
+    merged[API_VERSIONS_KEY] = cluster.ApiVersions(supported, transaction_version)
     return Dispatcher(merged, supported)
 
 
-def build(parts: Parts) -> Dispatcher:
+def build(parts: Parts, transaction_version: int = 1) -> Dispatcher:
     """A node's dispatcher: every API in the table answered by ``parts``. Start-up fails
     here if one lacks its part: an advertised API would have no handler."""
     table = handlers(parts)
     missing = sorted(set(API_TABLE) - set(table) - {API_VERSIONS_KEY} - OPTIONAL)
     if missing:
         raise ValueError(f"api keys without a handler: {missing}")
-    return dispatcher(table)
+    return dispatcher(table, transaction_version=transaction_version)

@@ -32,7 +32,12 @@ from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import ErrorCode
 from protocol.framing import API_VERSIONS_KEY, RequestHeader, encode_body
 from protocol.messages import find_coordinator
-from protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
+from protocol.messages.api_versions import (
+    ApiVersion,
+    ApiVersionsResponse,
+    FinalizedFeatureKey,
+    SupportedFeatureKey,
+)
 from protocol.messages.find_coordinator import (
     Coordinator,
     FindCoordinatorRequest,
@@ -46,14 +51,18 @@ _GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 # KIP-511: from v3 the client names its software and version; Kafka answers INVALID_REQUEST
 # (and no table) unless both match this pattern (ApiVersionsRequest.isValid).
+TRANSACTION_VERSION = "transaction.version"
 SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 class ApiVersions:
     """The ApiVersions handler over the versions this node advertises."""
 
-    def __init__(self, supported: Mapping[int, tuple[int, int]]) -> None:
+    def __init__(
+        self, supported: Mapping[int, tuple[int, int]], transaction_version: int = 1
+    ) -> None:
         self.supported = supported
+        self.transaction_version = transaction_version
         self._bodies: dict[int, bytes] = {}  # encoded bodies by version
 
     def __call__(self, header: RequestHeader, req: Any, client: ClientInfo) -> bytes:
@@ -73,6 +82,16 @@ class ApiVersions:
                 for k, (lo, hi) in sorted(self.supported.items())
             ]
             body = ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+            if self.transaction_version >= 2:
+                # The one feature kgc finalizes (v3+'s tagged fields): the Java client turns
+                # TV2 on when it sees transaction.version >= 2 at an epoch newer than it knew.
+                body.supported_features = [SupportedFeatureKey(TRANSACTION_VERSION, 0, 2)]
+                body.finalized_features_epoch = 1
+                body.finalized_features = [
+                    FinalizedFeatureKey(
+                        TRANSACTION_VERSION, self.transaction_version, self.transaction_version
+                    )
+                ]
             cached = self._bodies[header.api_version] = encode_body(
                 API_VERSIONS_KEY, header.api_version, body
             )

@@ -183,8 +183,9 @@ class Transactions:
         return Deferred.task(self._end(header.api_version, req))
 
     async def _end(self, version: int, req: Any) -> Any:
+        # v5 is TV2's: the epoch bumped at every end, the new identity in the answer.
         o = await self.txn.end_txn(
-            req.transactional_id, req.producer_id, req.producer_epoch, req.committed
+            req.transactional_id, req.producer_id, req.producer_epoch, req.committed, version >= 5
         )
         if o.error is not E.NO_ERROR:
             return end_txn.Response(error_code=_fenced(o.error, version, 2))

@@ -76,6 +76,9 @@ TopicPartition = tuple[str, int]
 VerifyFn = Callable[
     [str, int, int, Sequence[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]
 ]
+# TV2's add by the partition leader (Kafka's AddPartitionsToTxn v5 from the leader): the
+# transaction coordinator's ``TxnRuntime.add_partitions`` at client transaction version 2.
+AddFn = Callable[[str, int, int, Sequence[TopicPartition]], Awaitable[ErrorCode]]
 # The group runtime's marker on a __consumer_offsets partition:
 # (partition, producer id, producer epoch, coordinator epoch, commit) -> code.
 CompleteFn = Callable[[int, int, int, int, bool], Awaitable[ErrorCode]]
@@ -98,6 +101,9 @@ _GROUP_NOT_READY = frozenset(
 )
 # Produce v11 is the first whose clients know TRANSACTION_ABORTABLE (KIP-890).
 TRANSACTION_ABORTABLE_PRODUCE_VERSION = 11
+# Produce v12 is TV2's: the leader adds the partition to the transaction (KIP-890 part 2).
+ADD_PARTITION_PRODUCE_VERSION = 12
+
 NOT_IN_TRANSACTION = "Record was not part of an ongoing transaction"
 
 
@@ -123,6 +129,11 @@ def verification_error(code: int, produce_version: int) -> Refusal:
         code = ErrorCode.INVALID_TXN_STATE
     if code == ErrorCode.INVALID_TXN_STATE:
         return Refusal(code, "Partition was not added to the transaction", False)
+    if (
+        code == ErrorCode.CONCURRENT_TRANSACTIONS
+        and produce_version >= ADD_PARTITION_PRODUCE_VERSION
+    ):
+        return Refusal(code, None, False)  # TV2: after the leader's own retries
     if code in _RETRY_AS_NOT_ENOUGH_REPLICAS:
         return Refusal(
             ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -174,6 +185,7 @@ class TxnLog:
     def __init__(self, plane: Plane) -> None:
         self.plane = plane
         self.verify: VerifyFn | None = None
+        self.add: AddFn | None = None
         self.complete_transaction: CompleteFn | None = None
         self.noted: weakref.WeakSet[PartitionLog] = weakref.WeakSet()
         # Logs read here that the group runtime writes: (producer state, replayed up to,
@@ -226,8 +238,12 @@ class TxnLog:
     async def produce_verified(
         self, header: RequestHeader, req: ProduceRequest, client: ClientInfo, v: Verification
     ) -> Answer:
-        """A transactional Produce once the coordinator answered its verification."""
-        await self.ask(v)
+        """A transactional Produce once the coordinator answered its verification (or,
+        from Produce v12, added the partitions)."""
+        if header.api_version >= ADD_PARTITION_PRODUCE_VERSION and self.add is not None:
+            await self.add_to_transaction(v)
+        else:
+            await self.ask(v)
         result = self.plane.produce_checked(header, req, client, ErrorCode.NO_ERROR, v)
         return await result if isinstance(result, Deferred) else result
 
@@ -280,6 +296,18 @@ class TxnLog:
             answers = {}
         for tp in parts:
             v.errors[tp] = answers.get(tp, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    async def add_to_transaction(self, v: Verification) -> None:
+        """TV2: the coordinator adds the partitions (durably) before the append."""
+        assert self.add is not None
+        parts = list(v.guards)
+        try:
+            code = await self.add(v.transactional_id, v.producer_id, v.producer_epoch, parts)
+        except Exception as e:
+            log.warning("adding %s to the transaction failed: %r", parts, e)
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        for tp in parts:
+            v.errors[tp] = code
 
     def admit(
         self,

@@ -190,6 +190,7 @@ def group_config(s: Settings) -> GroupConfig:
 def txn_config(s: Settings) -> TxnConfig:
     return TxnConfig(
         transaction_max_timeout_ms=s.transaction_max_timeout_ms,
+        transaction_version=s.transaction_version,
         transaction_state_log_num_partitions=s.transaction_state_log_num_partitions,
         offsets_topic_num_partitions=s.offsets_topic_num_partitions,
         transactional_id_expiration_ms=s.transactional_id_expiration_ms,
@@ -266,7 +267,7 @@ def kafka_server(
         metrics.count_denials(authorizer, lambda: checks.api_key)
     return KafkaServer(
         listening,
-        apis.build(parts),
+        apis.build(parts, transaction_version=s.transaction_version),
         max_request_size=s.socket_request_max_bytes,
         queued_max_requests=s.queued_max_requests,
         queued_max_request_bytes=s.queued_max_request_bytes,
@@ -405,9 +406,10 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     # asks it (KIP-890 verification); its runtime after, with the data plane's producer ids.
     spare = ProducerIdSpare()
     txn_coordinator = TransactionCoordinator(txn_config(s), spare.take)
+    group_verifier = CoordinatorVerifier(txn_coordinator.verify)
     if deployment.hosted:
         # TxnOffsetCommit asks it too: is the group's offsets partition in the transaction?
-        groups.txn_verifier = CoordinatorVerifier(txn_coordinator.verify)
+        groups.txn_verifier = group_verifier
     journal = stores.journal
     data = DataPlane(
         s,
@@ -451,6 +453,10 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     )
     if deployment.hosted:
         txn.start(range(s.transaction_state_log_num_partitions))
+    # TV2 (Produce v12+, TxnOffsetCommit v5): the leader and the group coordinator add the
+    # partition to the transaction themselves, through the runtime (durable first).
+    data.txn.add = txn.add_for_leader
+    group_verifier.add_fn = txn.add_for_leader
     groups.share_persister = share  # share groups initialize their partitions' state
     core = Core(stores, compaction, metrics, groups, data, share, txn)
     deployment.serve_partitions(s, core)

@@ -59,6 +59,14 @@ class Verifier(Protocol):
         partitions: Sequence[tuple[str, int]],
     ) -> dict[tuple[str, int], ErrorCode]: ...
 
+    async def add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[tuple[str, int]],
+    ) -> ErrorCode: ...
+
 
 class GroupRuntime(Protocol):
     """The part of ``group_runtime.GroupRuntime`` this module uses."""
@@ -124,9 +132,16 @@ async def _verified(
     key = (partition, body.producer_id)
     guard = rt.txn_guards.setdefault(key, object())
     try:
-        codes = await verifier.verify(
-            body.transactional_id, body.producer_id, body.producer_epoch, [tp]
-        )
+        if header.api_version >= 5:
+            # TV2: the group coordinator adds the partition itself (no AddOffsetsToTxn).
+            added = await verifier.add(
+                body.transactional_id, body.producer_id, body.producer_epoch, [tp]
+            )
+            codes = {tp: added}
+        else:
+            codes = await verifier.verify(
+                body.transactional_id, body.producer_id, body.producer_epoch, [tp]
+            )
     except Exception:
         # A failure of ours: Kafka's coordinator answers an unexpected exception
         # UNKNOWN_SERVER_ERROR; nothing was written and the connection stays.

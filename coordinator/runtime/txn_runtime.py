@@ -59,6 +59,11 @@ _COMPLETE_RETRY_MS = 100
 WriteMarker = Callable[[str, int, int, int, int, bool, int], Awaitable[ErrorCode]]
 
 
+# Kafka's add.partitions.to.txn.retry.backoff.ms and add.partitions.to.txn.retry.max.ms.
+ADD_RETRY_BACKOFF_MS = 20
+ADD_RETRY_MAX_MS = 100
+
+
 class InProcessMarkers:
     """The ``MarkerWriter`` of one node: every partition's marker written in-process (the
     data plane's per-partition write, which hands ``__consumer_offsets`` partitions to the
@@ -260,12 +265,38 @@ class TxnRuntime:
         producer_id: int,
         producer_epoch: int,
         partitions: Sequence[TopicPartition],
+        client_transaction_version: int = 0,
     ) -> TxnOutcome:
+        """A client's add (TV1), or a partition leader's (TV2: version 2)."""
         return await self.persist(
             self.coordinator.add_partitions(
-                txn_id, producer_id, producer_epoch, partitions, self.clock()
+                txn_id,
+                producer_id,
+                producer_epoch,
+                partitions,
+                self.clock(),
+                client_transaction_version,
             )
         )
+
+    async def add_for_leader(
+        self,
+        txn_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> ErrorCode:
+        """TV2's add by a partition leader or the group coordinator (Kafka's
+        AddPartitionsToTxn v5), CONCURRENT_TRANSACTIONS (the previous transaction's markers
+        still going out) retried every ``add.partitions.to.txn.retry.backoff.ms`` for at
+        most ``add.partitions.to.txn.retry.max.ms``, as Kafka's leader does."""
+        waited = 0
+        while True:
+            o = await self.add_partitions(txn_id, producer_id, producer_epoch, partitions, 2)
+            if o.error is not E.CONCURRENT_TRANSACTIONS or waited >= ADD_RETRY_MAX_MS:
+                return o.error
+            await asyncio.sleep(ADD_RETRY_BACKOFF_MS / 1000)
+            waited += ADD_RETRY_BACKOFF_MS
 
     async def add_offsets(
         self, txn_id: str, producer_id: int, producer_epoch: int, group_id: str
@@ -277,10 +308,10 @@ class TxnRuntime:
         )
 
     async def end_txn(
-        self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool
+        self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool, tv2: bool = False
     ) -> TxnOutcome:
         return await self.persist(
-            self.coordinator.end_txn(txn_id, producer_id, producer_epoch, commit, self.clock())
+            self.coordinator.end_txn(txn_id, producer_id, producer_epoch, commit, self.clock(), tv2)
         )
 
     def verify(

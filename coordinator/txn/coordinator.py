@@ -570,6 +570,8 @@ class TransactionCoordinator:
             coordinator_epoch,
             md.state is _S.PREPARE_COMMIT,
             tuple(sorted(md.partitions)),
+            # The leader's stricter marker check (epoch > current) is TV2's.
+            2 if md.client_transaction_version >= 2 else 0,
         )
 
     # -- markers

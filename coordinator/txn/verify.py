@@ -15,6 +15,10 @@ or another producer id), PRODUCER_FENCED (another epoch), CONCURRENT_TRANSACTION
 transaction is ending), TRANSACTION_ABORTABLE (the partition was not added). The leader maps
 these to produce errors as Kafka's AddPartitionsToTxnManager does (notes 5.2).
 
+From TxnOffsetCommit v5 and Produce v12 (TV2, KIP-890 part 2) the question becomes an
+order: ``add`` puts the partition in the transaction (Kafka: AddPartitionsToTxn v5 from the
+leader) and answers one code.
+
 ``CoordinatorVerifier`` is the embedded implementation: a synchronous check of the
 coordinator's memory, with no await inside, so a caller that appends right after the
 ``await`` does so in the same event-loop step as the check (no marker can slip between).
@@ -22,7 +26,7 @@ coordinator's memory, with no await inside, so a caller that appends right after
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from protocol.errors import ErrorCode
@@ -31,6 +35,7 @@ __all__ = ["CoordinatorVerifier", "TxnVerifier"]
 
 TopicPartition = tuple[str, int]
 VerifyFn = Callable[[str, int, int, Sequence[TopicPartition]], dict[TopicPartition, ErrorCode]]
+AddFn = Callable[[str, int, int, Sequence[TopicPartition]], Awaitable[ErrorCode]]
 
 
 class TxnVerifier(Protocol):
@@ -42,12 +47,33 @@ class TxnVerifier(Protocol):
         partitions: Sequence[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]: ...
 
+    async def add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> ErrorCode: ...
+
 
 class CoordinatorVerifier:
     """Verification against this node's coordinator core (``TransactionCoordinator.verify``)."""
 
     def __init__(self, verify: VerifyFn) -> None:
         self._verify = verify
+        # TV2's add (``TxnRuntime.add_for_leader``), given once the runtime exists.
+        self.add_fn: AddFn | None = None
+
+    async def add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> ErrorCode:
+        if self.add_fn is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return await self.add_fn(transactional_id, producer_id, producer_epoch, partitions)
 
     async def verify(
         self,

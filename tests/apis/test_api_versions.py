@@ -64,3 +64,27 @@ def test_an_invalid_software_name_or_version_is_invalid_request_with_no_table(
 def test_versions_before_3_carry_no_software_name_and_are_not_checked() -> None:
     for v in (0, 1, 2):
         assert _ask(v, "", "").error_code == 0
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_transaction_version_2_is_a_finalized_feature_only_when_set(version: int) -> None:
+    """The Java client turns TV2 on when FinalizedFeatures hold transaction.version >= 2 at
+    an epoch newer than it knew; kgc lists the feature only when it finalizes 2."""
+    request = api_versions.ApiVersionsRequest(
+        client_software_name="apache-kafka-java", client_software_version="4.4.0"
+    )
+    header = RequestHeader(api_versions.API_KEY, version, 1, "t")
+    answers = {}
+    for tv in (1, 2):
+        body = dispatcher(transaction_version=tv).api_versions(header, request, CLIENT)
+        answers[tv], _ = api_versions.RESPONSE_DECODERS[version](body, 0)
+    assert (answers[1].supported_features, answers[1].finalized_features) == ([], [])
+    assert answers[1].finalized_features_epoch == -1
+    tv2 = answers[2]
+    assert [(f.name, f.min_version, f.max_version) for f in tv2.supported_features] == [
+        ("transaction.version", 0, 2)
+    ]
+    assert [(f.name, f.min_version_level, f.max_version_level) for f in tv2.finalized_features] == [
+        ("transaction.version", 2, 2)
+    ]
+    assert tv2.finalized_features_epoch >= 0

@@ -211,6 +211,37 @@ def end_txn_scenario(side: Side) -> None:
     _end(side, txn, pid, epoch, True, 4, "end.commit_after_abort")
 
 
+def end_txn_v5_scenario(side: Side) -> None:
+    """TV2's EndTxn (v5; the reference broker finalizes transaction.version 2): every end
+    bumps the epoch and answers the new one, a retry is known by the epoch before the bump,
+    an abort with nothing open bumps too, and v4 still takes the TV1 path."""
+    topic = side.name("v5")
+    side.create_topic(topic, 1)
+    txn = side.name("v5")
+    _ready(side, txn)
+    r = _init(side, txn, 4, "v5.init")
+    pid, e = r.producer_id, r.producer_epoch
+    _end(side, txn, pid, e, True, 5, "v5.empty.commit")
+    _end(side, txn, pid, e + 1, False, 5, "v5.empty.abort_wrong_epoch")
+    _end(side, txn, pid + 1, e, False, 5, "v5.empty.abort_other_pid")
+    _end(side, txn, pid, e, False, 5, "v5.empty.abort")  # (pid, e+1)
+    _settle(side, txn, "CompleteAbort")
+    _end(side, txn, pid, e, False, 5, "v5.abort_retry")
+    _end(side, txn, pid, e, True, 5, "v5.abort_retry_as_commit")
+    _add(side, txn, pid, e, {topic: [0]}, 3, "v5.add_old_epoch")
+    _add(side, txn, pid, e + 1, {topic: [0]}, 3, "v5.add")
+    _end(side, txn, pid, e, True, 5, "v5.commit_old_epoch")
+    _end(side, txn, pid, e + 1, True, 5, "v5.commit")  # (pid, e+2)
+    _settle(side, txn, "CompleteCommit")
+    _end(side, txn, pid, e + 1, True, 5, "v5.commit_retry")
+    _end(side, txn, pid, e + 1, False, 5, "v5.commit_retry_as_abort")
+    _end(side, txn, pid, e + 2, True, 5, "v5.commit_nothing_open")
+    _end(side, txn, pid, e + 2, False, 5, "v5.abort_nothing_open")  # (pid, e+3)
+    _settle(side, txn, "CompleteAbort")
+    _end(side, txn, pid, e + 3, True, 4, "v5.v4_commit_after_abort")
+    _end(side, txn, pid, e + 3, False, 4, "v5.v4_abort_after_abort")
+
+
 def describe_list_scenario(side: Side) -> None:
     topic = side.name("dl")
     side.create_topic(topic, 2)
@@ -271,6 +302,10 @@ def test_txn_add_partitions(diff: Runner) -> None:
 
 def test_txn_end_txn(diff: Runner) -> None:
     diff(end_txn_scenario)
+
+
+def test_txn_end_txn_v5(diff: Runner) -> None:
+    diff(end_txn_v5_scenario)
 
 
 def test_txn_describe_list(diff: Runner) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -18,6 +19,39 @@ from support.kgc_process import KgcProcess
 from coordinator.tools.admin import Admin
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+
+@pytest.fixture(params=[1, 2], ids=["tv1", "tv2"])
+def kgc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KgcProcess]:
+    """kgc with transaction.version unfinalized (the client speaks the TV1 protocol) or
+    finalized at 2 (the Java 4.4 client's TV2: EndTxn v5, an epoch per transaction, no
+    AddPartitionsToTxn / AddOffsetsToTxn); timed-out transactions looked for every second."""
+    proc = KgcProcess(
+        tmp_path / "data",
+        "--transaction-version",
+        str(request.param),
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+        "1000",
+    )
+    proc.start()
+    yield proc
+    if proc.alive():
+        proc.stop()
+
+
+def assert_protocol(kgc: KgcProcess) -> None:
+    """What the client spoke, as kgc counted it: TV2's EndTxn v5 and no client adds, or
+    TV1's EndTxn v<5 after AddPartitionsToTxn."""
+    tv2 = (
+        "--transaction-version" in kgc.extra
+        and kgc.extra[kgc.extra.index("--transaction-version") + 1] == "2"
+    )
+    v5 = kgc.requests_total(api="EndTxn", version="5")
+    adds = kgc.requests_total(api="AddPartitionsToTxn")
+    if tv2:
+        assert v5 > 0 and adds == 0, (v5, adds)
+    else:
+        assert v5 == 0 and adds > 0, (v5, adds)
 
 
 def test_java_transactions_commit_abort_and_offsets(
@@ -47,6 +81,7 @@ def test_java_transactions_commit_abort_and_offsets(
     with Admin(kgc.bootstrap) as admin:
         offsets = admin.committed_offsets("ledger-app")
     assert {tp: o for tp, (o, _) in offsets.items()} == {(topic, 0): 5}
+    assert_protocol(kgc)
 
 
 def test_java_producer_fenced_by_a_new_instance(
@@ -69,21 +104,27 @@ def test_java_producer_fenced_by_a_new_instance(
     )
     assert reader.wait_exit() == 0, reader.describe()
     assert sorted(r["value"] for r in reader.of("record")) == ["t0-0", "t0-1", "t0-2"]
+    assert_protocol(kgc)
 
 
-@pytest.fixture(params=["kgc", "kafka"])
+@pytest.fixture(params=["kgc", "kgc-tv2", "kafka"])
 def server(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """The scenario's server ("kgc" or "kafka") and bootstrap: kgc (its timed-out transactions looked for every second), or
-    the reference broker (Kafka's default ten seconds)."""
+    """The scenario's server and bootstrap: kgc (transaction.version unfinalized, or 2; its
+    timed-out transactions looked for every second), or the reference broker (which
+    finalizes transaction.version 2; Kafka's default ten seconds)."""
     if request.param == "kafka":
         return "kafka", str(request.getfixturevalue("kafka_broker").bootstrap)
     tmp = request.getfixturevalue("tmp_path")
     proc = KgcProcess(
-        tmp / "data", "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "1000"
+        tmp / "data",
+        "--transaction-version",
+        "2" if request.param == "kgc-tv2" else "1",
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+        "1000",
     )
     proc.start()
     request.addfinalizer(proc.stop)
-    return "kgc", proc.bootstrap
+    return request.param, proc.bootstrap
 
 
 def _stable(bootstrap: str, topic: str, partition: int) -> bool:
@@ -150,10 +191,11 @@ def test_java_transaction_timed_out_by_the_server(
     c.send("commit")
     assert c.wait_exit(60) == 0, c.describe()
     [late] = c.of("stall-commit")
-    # The abort fenced the producer's epoch. Under TV1 (kgc; Kafka's
+    # The abort fenced the producer's epoch. Under TV1 (Kafka's
     # TransactionsTest.testFencingOnTransactionExpiration) its EndTxn is refused with
-    # PRODUCER_FENCED; the reference broker finalizes transaction.version 2, whose EndTxn v5
-    # finds the transaction CompleteAbort and answers INVALID_TXN_STATE.
+    # PRODUCER_FENCED; under TV2 (the reference broker finalizes transaction.version 2) the
+    # abort bumped the epoch once, so EndTxn v5 reads as a retry of the other result:
+    # INVALID_TXN_STATE.
     fenced = "ProducerFencedException" if kind == "kgc" else "InvalidTxnStateException"
     assert late.get("error") == f"org.apache.kafka.common.errors.{fenced}", late
     reader = clients.consumer(
@@ -220,3 +262,4 @@ def test_java_consume_transform_produce_exactly_once_through_a_kgc_sigkill(
     with Admin(kgc.bootstrap) as admin:
         offsets = admin.committed_offsets("pipeline")
     assert {tp: o for tp, (o, _) in offsets.items()} == {("in", p): n // 3 for p in range(3)}
+    assert_protocol(kgc)

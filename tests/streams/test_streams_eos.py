@@ -2,7 +2,8 @@
 through the SIGKILL of one of its two instances and of kgc itself counts every word exactly once.
 
 How this works: two JVMs run ``kgc.streams.WordCount`` (tests/jvm) under one application id,
-exactly-once v2, with the group protocol of the test's parameter (``streams``: kgc creates the
+exactly-once v2, under transaction.version 1 or 2 (TV2: the Java producer's EndTxn v5 bumps
+the epoch of every transaction), with the group protocol of the test's parameter (``streams``: kgc creates the
 repartition and changelog topics and assigns the tasks; ``classic``: the instances do). Each
 commit of a stream thread is one transaction of its producer: the output records, the
 repartition records, the changelog records and the consumed offsets (TxnOffsetCommit) commit
@@ -144,13 +145,17 @@ def lines_of(words: Counter[str], seed: int) -> list[str]:
     return [" ".join(flat[i : i + 4]) for i in range(0, len(flat), 4)]
 
 
-@pytest.fixture
-def kgc_eos(tmp_path: Path) -> Iterator[KgcProcess]:
+@pytest.fixture(params=[1, 2], ids=["tv1", "tv2"])
+def kgc_eos(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KgcProcess]:
     """kgc with short streams-group sessions and one-second heartbeats (the survivor takes a
     dead instance's tasks within seconds), and timed-out transactions looked for every
-    second (the dead instance's open transaction is aborted soon after its 10 s run out)."""
+    second (the dead instance's open transaction is aborted soon after its 10 s run out);
+    transaction.version unfinalized (the producers speak TV1) or finalized at 2 (TV2: an
+    epoch per transaction, the partitions added by kgc itself)."""
     proc = KgcProcess(
         tmp_path / "data",
+        "--transaction-version",
+        str(request.param),
         "--group-streams-initial-rebalance-delay-ms",
         "200",
         "--group-streams-min-session-timeout-ms",
@@ -254,6 +259,10 @@ def test_word_count_exactly_once_through_kills(
         assert set(seen) == set(expected)
         for w, n in expected.items():
             assert seen[w] == list(range(1, n + 1)), (w, n, seen[w][:5], len(seen[w]))
+        # The protocol the producers spoke (counted since kgc's restart).
+        tv2 = kgc.extra[kgc.extra.index("--transaction-version") + 1] == "2"
+        assert (kgc.requests_total(api="EndTxn", version="5") > 0) == tv2
+        assert (kgc.requests_total(api="AddPartitionsToTxn") > 0) == (not tv2)
     finally:
         output.close()
         for i in insts:
