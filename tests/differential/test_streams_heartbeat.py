@@ -5,8 +5,11 @@ the API layer and of the coordinator (texts included), a first join whose source
 missing (MISSING_SOURCE_TOPICS beside ASSIGNMENT_DELAYED: the group's initial rebalance delay
 of 3 s runs on both), a first join whose internal topics are missing (the detail lists them in
 Kafka's HashMap order), describe before anything is assigned, leave, the answers on a
-group id of another type, and one member's statuses as its source topic is missing, created
-(then its internal topics are missing, then none) and deleted. Target assignments, which Kafka 4.4 computes off the coordinator
+group id of another type, one member's statuses as its source topic is missing, created
+(then its internal topics are missing, then none) and deleted, and the endpoint lists of a
+steady two-process group with a standby replica (that they are the members' tasks, with
+standby partitions; which process gets which partition is an assignor tie kgc breaks the
+other way). Target assignments, which Kafka 4.4 computes off the coordinator
 thread at most every second, are left to tests/streams (a real Kafka Streams application).
 """
 
@@ -16,6 +19,13 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from support.diffkit import Runner, Side
 from support.groupops import CG_HEARTBEAT, cg_req
 
@@ -345,3 +355,112 @@ def test_missing_source_topic_status_sequence(diff_shared: Runner) -> None:
     assert [c for c, _ in steps["source_seen"][1]] == [3]
     assert [c for c, _ in steps["source_deleted"][1]] == [1]
     assert steps["ready"] == [0, []]
+
+
+class Instance:
+    """A streams member that owns what it was last given, as a Kafka Streams client does
+    once it has revoked and assigned (warm-up tasks are taken as standbys, none here)."""
+
+    def __init__(self, side: Side, group: str, member: str, port: int) -> None:
+        self.side, self.group, self.member = side, group, member
+        self.endpoint = sgh.Endpoint("localhost", port)
+        self.epoch, self.endpoint_epoch = 0, -1
+        self.active: list[sgh.TaskIds] = []
+        self.standby: list[sgh.StreamsGroupHeartbeatRequestTaskIds] = []
+        self.last = sgh.StreamsGroupHeartbeatResponse()
+
+    def beat(self, topo: sgh.Topology | None = None) -> sgh.StreamsGroupHeartbeatResponse:
+        req = join(
+            self.group,
+            self.member,
+            topo,
+            member_epoch=self.epoch,
+            endpoint_information_epoch=self.endpoint_epoch,
+            active_tasks=self.active,
+            standby_tasks=self.standby,
+            warmup_tasks=[],
+            process_id=f"00000000-0000-0000-0000-00000000000{self.member[-1]}",
+            user_endpoint=self.endpoint,
+        )
+        r = self.last = self.side.untimed().call(SG_HEARTBEAT, 1, req)
+        assert r.error_code == 0, r
+        self.epoch, self.endpoint_epoch = r.member_epoch, r.endpoint_information_epoch
+        if r.active_tasks is not None:
+            self.active = [sgh.TaskIds(t.subtopology_id, t.partitions) for t in r.active_tasks]
+        if r.standby_tasks is not None:
+            self.standby = [
+                sgh.StreamsGroupHeartbeatRequestTaskIds(t.subtopology_id, t.partitions)
+                for t in r.standby_tasks
+            ]
+        return r
+
+
+def endpoint_lists(side: Side) -> None:
+    """Two members of two processes with endpoints, one standby replica: once the group is
+    steady (unrecorded heartbeats until each member's tasks stop changing), each member asks
+    for the endpoint list (endpoint epoch -1); recorded: whether the lists are exactly the
+    members' active and standby tasks as input partitions, and their shape."""
+    group, source = side.name("sg-ep"), side.name("sg-ep-src")
+    side.create_topic(source, 2)
+    wait_source_seen(side, source)
+    side.wait_coordinator(group)
+    entry = ConfigEntry(
+        "streams.num.standby.replicas", "1", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": side.bootstrap})
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(30)
+    members = [Instance(side, group, f"m{i}", 9000 + i) for i in (1, 2)]
+    for m in members:
+        m.beat(topology(source, group))
+    deadline = time.monotonic() + side.timeout * 2
+    quiet = 0
+    while quiet < 3:
+        assert time.monotonic() < deadline, f"{side.label}: the group never settled"
+        time.sleep(0.3)
+        answers = [m.beat() for m in members]
+        changed = any(a.active_tasks is not None or a.standby_tasks is not None for a in answers)
+        held = all(m.active for m in members)
+        quiet = quiet + 1 if held and not changed else 0
+    # Each task's input partitions: subtopology 0 reads the source, 1 the repartition topic.
+    inputs = {"0": source, "1": f"{group}-words-repartition"}
+
+    def partitions(tasks: list[Any]) -> list[tuple[str, list[int]]]:
+        return sorted((inputs[t.subtopology_id], sorted(t.partitions)) for t in tasks)
+
+    derived = sorted(
+        [("localhost", m.endpoint.port), partitions(m.active), partitions(m.standby)]
+        for m in members
+    )
+    for m in members:
+        m.endpoint_epoch = -1
+        r = m.beat()
+        lists = sorted(
+            [
+                (e.user_endpoint.host, e.user_endpoint.port),
+                sorted((t.topic, sorted(t.partitions)) for t in e.active_partitions),
+                sorted((t.topic, sorted(t.partitions)) for t in e.standby_partitions),
+            ]
+            for e in r.partitions_by_user_endpoint or ()
+        )
+        # Which process gets which partition is a tie Kafka's assignor and kgc's break
+        # differently (mirror images here); compared: that the lists are the members'
+        # tasks, and how many partitions each endpoint lists.
+        side.note(f"lists_are_the_tasks_{m.member}", SG_HEARTBEAT, 1, lists == derived)
+        shape = [
+            [sum(len(ps) for _, ps in active), sum(len(ps) for _, ps in standby)]
+            for _, active, standby in lists
+        ]
+        side.note(f"endpoint_shape_{m.member}", SG_HEARTBEAT, 1, shape)
+    for m in members:
+        m.side.untimed().call(SG_HEARTBEAT, 1, join(group, m.member, None, **LEAVE))
+
+
+def test_endpoint_lists_with_standby_partitions(diff_shared: Runner) -> None:
+    outcome = diff_shared(endpoint_lists, parallel=True)
+    steps = {e.step: e.response for e in outcome.kafka.exchanges}
+    assert steps["lists_are_the_tasks_m1"] is True and steps["lists_are_the_tasks_m2"] is True
+    # Each process: one partition of each subtopology active (2), and the standby of the
+    # other process's stateful task (1).
+    assert steps["endpoint_shape_m1"] == [[2, 1], [2, 1]]
