@@ -453,10 +453,12 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     )
     if deployment.hosted:
         txn.start(range(s.transaction_state_log_num_partitions))
-    # TV2 (Produce v12+, TxnOffsetCommit v5): the leader and the group coordinator add the
-    # partition to the transaction themselves, through the runtime (durable first).
-    data.txn.add = txn.add_for_leader
-    group_verifier.add_fn = txn.add_for_leader
+    if deployment.hosted:
+        # TV2 (Produce v12+, TxnOffsetCommit v5): the leader and the group coordinator add
+        # the partition to the transaction themselves, through the runtime (durable first);
+        # in one process only (in cluster mode the coordinator may be another node's).
+        data.txn.add = txn.add_for_leader
+        group_verifier.add_fn = txn.add_for_leader
     groups.share_persister = share  # share groups initialize their partitions' state
     core = Core(stores, compaction, metrics, groups, data, share, txn)
     deployment.serve_partitions(s, core)

@@ -36,6 +36,7 @@ from coordinator.group.offsets.txn import txn_response
 from coordinator.group.shard import GroupShard
 from coordinator.group.types import Result, TxnBatch
 from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
+from coordinator.txn.verify import CoordinatorVerifier
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
@@ -58,14 +59,6 @@ class Verifier(Protocol):
         producer_epoch: int,
         partitions: Sequence[tuple[str, int]],
     ) -> dict[tuple[str, int], ErrorCode]: ...
-
-    async def add(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        partitions: Sequence[tuple[str, int]],
-    ) -> ErrorCode: ...
 
 
 class GroupRuntime(Protocol):
@@ -132,8 +125,13 @@ async def _verified(
     key = (partition, body.producer_id)
     guard = rt.txn_guards.setdefault(key, object())
     try:
-        if header.api_version >= 5:
-            # TV2: the group coordinator adds the partition itself (no AddOffsetsToTxn).
+        if (
+            header.api_version >= 5
+            and isinstance(verifier, CoordinatorVerifier)
+            and verifier.add_fn is not None
+        ):
+            # TV2: the group coordinator adds the partition itself (no AddOffsetsToTxn),
+            # with this node's transaction coordinator (one process only).
             added = await verifier.add(
                 body.transactional_id, body.producer_id, body.producer_epoch, [tp]
             )
