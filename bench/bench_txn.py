@@ -18,26 +18,35 @@ the summary gives each figure's median over the rounds.
    from the start to its end: committed records delivered per second (the aborted ones
    are fetched and dropped by the client, as with Kafka).
 
+Targets (``--targets``, default ``kgc,kafka``): ``kgc`` one process, ``kafka`` Kafka 4.4, and
+``kgc3`` a three-node kgc cluster on a PostgreSQL the bench starts (``tests/support/
+clusterkit.py``), where a transaction's coordinator, its partitions' leaders and its group's
+coordinator are in general different nodes, so its markers travel between them.
+
 Run: ``python bench/bench_txn.py [--rounds 3] [--seconds 10] [--samples 50] [--json F]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import checkout  # noqa: F401  (puts this checkout and tests/ on the import path)
 from confluent_kafka import Consumer, Producer, TopicPartition
 from results import record
+from support.clusterkit import Cluster
 from support.dataplanekit import create_topic
 from support.kafkaserver import running_broker
 from support.kgc_process import KgcProcess
+from support.pgserver import PgServer
 
 OUT, IN, RC = "out", "in", "rc"
 VALUE = b"x" * 100
@@ -165,6 +174,22 @@ def read_committed_rate(bootstrap: str, expect: int) -> tuple[float, float]:
     return n / elapsed if elapsed else 0.0, size / elapsed / 1e6 if elapsed else 0.0
 
 
+@contextlib.contextmanager
+def kgc_cluster() -> Iterator[Cluster]:
+    """Three kgc nodes on a PostgreSQL of their own, ready (every offsets partition led)."""
+    base = Path(tempfile.mkdtemp(prefix="kgc-bench-txn-cluster-"))
+    # A directory of its own: as root the server runs as ``postgres``, who cannot enter
+    # another 0700 temporary directory.
+    pg = PgServer(Path(tempfile.mkdtemp(prefix="kgc-bench-txn-pg-"))).start()
+    cluster = Cluster(base, pg.url, nodes=3)
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.close()
+        pg.destroy()
+
+
 def run_round(name: str, bootstrap: str, args: argparse.Namespace, r: int) -> dict[str, Any]:
     tag = f"{name}-{r}"
     rate, written = txn_rate(bootstrap, args.seconds, tag)
@@ -217,12 +242,17 @@ def main() -> None:
     kgc = KgcProcess(Path(tempfile.mkdtemp(prefix="kgc-bench-txn-")) / "data")
     kgc.start()
     try:
-        with running_broker(prefix="kgc-bench-txn-kafka-") as kafka:
-            boots = {"kgc": kgc.bootstrap, "kafka": kafka.bootstrap}
+        with contextlib.ExitStack() as stack:
+            boots = {"kgc": kgc.bootstrap}
+            if "kafka" in targets:
+                kafka = stack.enter_context(running_broker(prefix="kgc-bench-txn-kafka-"))
+                boots["kafka"] = kafka.bootstrap
+            if "kgc3" in targets:
+                boots["kgc3"] = stack.enter_context(kgc_cluster()).bootstrap
             for name in targets:
-                create_topic(boots[name], OUT, 2)
-                create_topic(boots[name], IN, 1)
-                create_topic(boots[name], RC, 2)
+                create_topic(boots[name].split(",")[0], OUT, 2)
+                create_topic(boots[name].split(",")[0], IN, 1)
+                create_topic(boots[name].split(",")[0], RC, 2)
             for r in range(args.rounds):
                 order = targets if r % 2 == 0 else list(reversed(targets))
                 for name in order:
