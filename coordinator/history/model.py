@@ -19,8 +19,10 @@ from typing import NamedTuple
 
 __all__ = [
     "DELETED",
+    "EXPIRED_CLIENT",
     "HISTORY_TOPIC",
     "MEMBERSHIP_KINDS",
+    "TRANSACTION_CLIENT",
     "LogRecord",
     "MembershipChange",
     "OffsetChange",
@@ -32,6 +34,13 @@ HISTORY_TOPIC = "__kgc_group_history"
 
 # An offset change whose ``offset`` is this removed the committed offset (OffsetDelete).
 DELETED = -1
+
+# The client id of an offset removed by the offsets retention (``offsets.retention.minutes``):
+# the coordinator's own change, no member and no client's (``offsets undo`` leaves it be).
+EXPIRED_CLIENT = "(expired)"
+# The client id of offsets a transaction's COMMIT marker made visible (TxnOffsetCommit's
+# offsets, kept when they count, not when they were sent), followed by the producer id.
+TRANSACTION_CLIENT = "(transaction)"
 
 MEMBERSHIP_KINDS = (
     "rebalance_started",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from support.group_context import GroupContext, offset_delete
+from support.group_context import GroupContext, end_txn, offset_delete, txn_commit
 
 from coordinator.group import GroupConfig
-from coordinator.history.model import DELETED, OffsetChange
+from coordinator.history.model import DELETED, EXPIRED_CLIENT, TRANSACTION_CLIENT, OffsetChange
 from storage.records import OffsetCommitKey, decode_key, decode_offset_commit_value
 
 ON = GroupConfig(offsets_history=True)
@@ -101,6 +101,41 @@ def test_an_admin_delete_keeps_the_offset_it_removed() -> None:
     offset_delete(h, "g", {"t": [0]})
     last = changes(h)[-1]
     assert (last.offset, last.previous, last.member_id) == (DELETED, 5, "")
+
+
+def test_an_expired_offset_is_kept_as_removed_by_the_retention() -> None:
+    h = GroupContext(
+        GroupConfig(
+            offsets_history=True,
+            offsets_retention_minutes=1,
+            offsets_retention_check_interval_ms=10_000,
+        )
+    )
+    h.commit("s", {("t", 0): 4})
+    h.advance(30_000)
+    h.commit("s", {("t", 1): 2})
+    h.advance(35_000)  # t=65000: partition 0 expired, partition 1 not yet
+    last = changes(h)[-1]
+    assert (last.partition_index, last.offset, last.previous) == (0, DELETED, 4)
+    assert (last.member_id, last.client_id, last.host) == ("", EXPIRED_CLIENT, "")
+    h.assert_replay_equivalent()
+
+
+def test_transactional_offsets_are_kept_when_their_commit_marker_lands() -> None:
+    h = GroupContext(ON)
+    h.commit("g", {("t", 0): 3})
+    txn_commit(h, "g", 42, {("t", 0): 8, ("t", 1): 2})
+    txn_commit(h, "g", 43, {("t", 2): 5})
+    assert len(changes(h)) == 1  # sent, not yet visible: nothing more
+    assert end_txn(h, "g", 43, commit=False) == 0  # an abort makes nothing visible
+    assert len(changes(h)) == 1
+    assert end_txn(h, "g", 42, commit=True) == 0
+    got = changes(h)[1:]
+    assert [(c.partition_index, c.offset, c.previous) for c in got] == [(0, 8, 3), (1, 2, -1)]
+    assert {(c.member_id, c.client_id, c.host) for c in got} == {
+        ("", f"{TRANSACTION_CLIENT} 42", "")
+    }
+    h.assert_replay_equivalent()
 
 
 def test_a_commit_of_changed_and_unchanged_partitions_reports_the_changed() -> None:

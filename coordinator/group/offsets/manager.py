@@ -36,7 +36,7 @@ from coordinator.group.partitions import Partitions
 from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
 from coordinator.group.topics import TopicsImage
 from coordinator.group.types import GroupConfig, Record, RequestContext, Result
-from coordinator.history.model import OffsetChange
+from coordinator.history.model import EXPIRED_CLIENT, OffsetChange
 from protocol.errors import ErrorCode
 from storage.records import OffsetCommitKey, decode_offset_commit_value
 
@@ -193,6 +193,13 @@ class OffsetMetadataManager:
         self, out: Result, group_id: str, tp: TopicPartition, ctx: RequestContext
     ) -> None:
         """An admin's OffsetDelete is about to remove ``tp``'s offset: keep it in the history."""
+        self.note_removal(out, group_id, tp, ctx.client_id, ctx.client_host)
+
+    def note_removal(
+        self, out: Result, group_id: str, tp: TopicPartition, client_id: str, host: str
+    ) -> None:
+        """``tp``'s offset is about to be removed, by an admin or by the retention
+        (``EXPIRED_CLIENT``): keep it in the history, with the offset it had."""
         old = self.offsets.get(group_id, {}).get(tp)
         if old is None:
             return
@@ -204,7 +211,7 @@ class OffsetMetadataManager:
         )
         out.history.append(
             OffsetChange(
-                tombstone[0], group_id, "", ctx.client_id, ctx.client_host, [tombstone],
+                tombstone[0], group_id, "", client_id, host, [tombstone],
                 [old.offset], [0 if counts is None else counts.pop(tp, 0)],
             )
         )  # fmt: skip
@@ -383,6 +390,8 @@ class OffsetMetadataManager:
             else:
                 expired = now_ms - base(entry.commit_timestamp_ms) >= retention
             if expired:
+                if self.history:
+                    self.note_removal(out, group_id, (topic, partition), EXPIRED_CLIENT, "")
                 self.delete_offset(out, group_id, topic, partition)
             else:
                 all_expired = False

@@ -31,10 +31,12 @@ from coordinator.group.offsets.commit import (
 from coordinator.group.offsets.manager import (
     OffsetEntry,
     OffsetMetadataManager,
+    TopicPartition,
 )
 from coordinator.group.partitions import PartitionStatus
 from coordinator.group.records import end_txn_marker_record
 from coordinator.group.types import Record, RequestContext, Result, TxnBatch
+from coordinator.history.model import TRANSACTION_CLIENT, OffsetChange
 from protocol.errors import ErrorCode
 from protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
@@ -204,7 +206,50 @@ def complete_transaction(
     err = mgr.marker_error(partition, producer_id, producer_epoch, coordinator_epoch)
     if err is not None:
         return out, err
+    before = _committed_before(mgr, partition, producer_id) if commit and mgr.history else None
     mgr.end_txn(partition, producer_id, producer_epoch, coordinator_epoch, commit)
+    if before:
+        _note_txn_changes(mgr, out, producer_id, before)
     out.records.append(end_txn_marker_record(partition, commit, coordinator_epoch))
     out.txn = TxnBatch(producer_id, producer_epoch, True)
     return out, ErrorCode.NO_ERROR
+
+
+def _committed_before(
+    mgr: OffsetMetadataManager, partition: int, producer_id: int
+) -> dict[str, dict[TopicPartition, OffsetEntry]]:
+    """The committed offsets, before the marker, of the groups on ``partition`` that hold
+    pending offsets of ``producer_id``."""
+    partition_of = mgr.partitions.partition_of
+    return {
+        gid: dict(mgr.offsets.get(gid, {}))
+        for gid, by_producer in mgr.pending_txn_offsets.items()
+        if producer_id in by_producer and partition_of(gid) == partition
+    }
+
+
+def _note_txn_changes(
+    mgr: OffsetMetadataManager,
+    out: Result,
+    producer_id: int,
+    before: dict[str, dict[TopicPartition, OffsetEntry]],
+) -> None:
+    """The offsets a COMMIT marker made visible, to the history: one change per group, who
+    being the transaction (``TRANSACTION_CLIENT`` and the producer id; no member, no host)."""
+    for gid, old in before.items():
+        now = mgr.offsets.get(gid, {})
+        moved = [(tp, e) for tp, e in now.items() if old.get(tp) is not e]
+        moved = [(tp, e) for tp, e in moved if tp not in old or old[tp].offset != e.offset]
+        if not moved:
+            continue
+        if out.history is None:
+            out.history = []
+        out.history.append(
+            OffsetChange(
+                mgr.partitions.partition_of(gid), gid, "",
+                f"{TRANSACTION_CLIENT} {producer_id}", "",
+                [mgr.offset_record(gid, tp[0], tp[1], e) for tp, e in moved],
+                [old[tp].offset if tp in old else -1 for tp, _e in moved],
+                [0] * len(moved),
+            )
+        )  # fmt: skip

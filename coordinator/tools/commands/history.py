@@ -20,6 +20,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
+from coordinator.history.model import EXPIRED_CLIENT, TRANSACTION_CLIENT
 from coordinator.tools.admin import Admin, AdminError
 from coordinator.tools.commands.common import EXIT_OK, admin_for, leaf
 from coordinator.tools.commands.offsets import _datetime_ms, _topic_partitions
@@ -58,6 +59,18 @@ def _in_scope(scope: dict[str, list[int] | None] | None, tp: TopicPartition) -> 
     return parts is None or tp[1] in parts
 
 
+def _not_admin(member_id: str, client_id: str) -> str | None:
+    """What made a change without a member that is not an admin's: the offsets retention
+    or a transaction's COMMIT marker (the server names them in the client id)."""
+    if member_id:
+        return None
+    if client_id == EXPIRED_CLIENT:
+        return "(expiry)"
+    if client_id.startswith(TRANSACTION_CLIENT):
+        return "(transaction)"
+    return None
+
+
 def cmd_offsets_history(args: argparse.Namespace) -> int:
     out = Output(args)
     with admin_for(args) as admin:
@@ -73,7 +86,9 @@ def cmd_offsets_history(args: argparse.Namespace) -> int:
             None if c.committed_offset == DELETED else c.committed_offset,
             None if c.previous_offset < 0 else c.previous_offset,
             c.committed_leader_epoch, c.metadata, c.commit_timestamp_ms, c.member_id,
-            c.client_id, c.client_host, not c.member_id, c.unchanged_commits,
+            c.client_id, c.client_host,
+            not c.member_id and _not_admin(c.member_id, c.client_id) is None,
+            c.unchanged_commits,
         ]
         for c in resp.offset_changes
     ]  # fmt: skip
@@ -84,7 +99,7 @@ def cmd_offsets_history(args: argparse.Namespace) -> int:
         table = [[r[i] for i in keep] for r in rows]
         for row in table:
             if not row[5]:
-                row[5] = "(admin)"
+                row[5] = _not_admin("", str(row[6] or "")) or "(admin)"
             if row[3] is None:
                 row[3] = "(deleted)"
         out.table(
@@ -262,7 +277,11 @@ def cmd_offsets_undo(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     with admin_for(args) as admin:
         resp = admin.group_history(args.group)
-        admin_changes = [c for c in resp.offset_changes if not c.member_id]
+        admin_changes = [
+            c
+            for c in resp.offset_changes
+            if not c.member_id and _not_admin(c.member_id, c.client_id) is None
+        ]
         if not admin_changes:
             raise AdminError(f"group {args.group!r} has no admin change of its offsets to undo")
         last = admin_changes[-1]
