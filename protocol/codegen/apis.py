@@ -78,6 +78,12 @@ APIS = [
     "DescribeShareGroupOffsets",
     "AlterShareGroupOffsets",
     "DeleteShareGroupOffsets",
+    # The share coordinator's inter-broker APIs (Kafka 4.4's schemas): cluster mode.
+    "InitializeShareGroupState",
+    "ReadShareGroupState",
+    "WriteShareGroupState",
+    "DeleteShareGroupState",
+    "ReadShareGroupStateSummary",
     # Streams groups (KIP-1071); Kafka 4.4's schemas, in protocol/schemas.
     "StreamsGroupHeartbeat",
     "StreamsGroupDescribe",

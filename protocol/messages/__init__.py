@@ -57,6 +57,11 @@ from protocol.messages import share_acknowledge
 from protocol.messages import describe_share_group_offsets
 from protocol.messages import alter_share_group_offsets
 from protocol.messages import delete_share_group_offsets
+from protocol.messages import initialize_share_group_state
+from protocol.messages import read_share_group_state
+from protocol.messages import write_share_group_state
+from protocol.messages import delete_share_group_state
+from protocol.messages import read_share_group_state_summary
 from protocol.messages import streams_group_heartbeat
 from protocol.messages import streams_group_describe
 from protocol.messages import describe_group_history
@@ -114,6 +119,11 @@ BY_KEY: dict[int, ModuleType] = {
     90: describe_share_group_offsets,
     91: alter_share_group_offsets,
     92: delete_share_group_offsets,
+    83: initialize_share_group_state,
+    84: read_share_group_state,
+    85: write_share_group_state,
+    86: delete_share_group_state,
+    87: read_share_group_state_summary,
     88: streams_group_heartbeat,
     89: streams_group_describe,
     10000: describe_group_history,
