@@ -35,6 +35,7 @@ from protocol.messages import (
     delete_groups,
     delete_records,
     delete_share_group_offsets,
+    delete_share_group_state,
     delete_topics,
     describe_acls,
     describe_cluster,
@@ -52,6 +53,7 @@ from protocol.messages import (
     heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    initialize_share_group_state,
     join_group,
     leave_group,
     list_config_resources,
@@ -63,6 +65,8 @@ from protocol.messages import (
     offset_delete,
     offset_fetch,
     produce,
+    read_share_group_state,
+    read_share_group_state_summary,
     sasl_authenticate,
     sasl_handshake,
     share_acknowledge,
@@ -73,6 +77,7 @@ from protocol.messages import (
     streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
+    write_share_group_state,
     write_txn_markers,
 )
 
@@ -475,6 +480,26 @@ def _describe_producers(version: int, req: Any, code: ErrorCode) -> Any:
     )
 
 
+def _share_state(module: Any, result: Any) -> ErrorShape:
+    """The share coordinator's inter-broker APIs: the code in every partition named."""
+
+    def shape(version: int, req: Any, code: ErrorCode) -> Any:
+        return module.Response(
+            results=[
+                result(
+                    topic_id=t.topic_id,
+                    partitions=[
+                        module.PartitionResult(partition=p.partition, error_code=code)
+                        for p in t.partitions
+                    ],
+                )
+                for t in req.topics
+            ]
+        )
+
+    return shape
+
+
 ERROR_RESPONSES: dict[int, ErrorShape] = {
     produce.API_KEY: _produce,
     fetch.API_KEY: _fetch,
@@ -541,6 +566,21 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     describe_group_history.API_KEY: _top_level(describe_group_history.Response),
     share_group_heartbeat.API_KEY: _top_level(share_group_heartbeat.Response),
     share_group_describe.API_KEY: _share_group_describe,
+    initialize_share_group_state.API_KEY: _share_state(
+        initialize_share_group_state, initialize_share_group_state.InitializeStateResult
+    ),
+    read_share_group_state.API_KEY: _share_state(
+        read_share_group_state, read_share_group_state.ReadStateResult
+    ),
+    write_share_group_state.API_KEY: _share_state(
+        write_share_group_state, write_share_group_state.WriteStateResult
+    ),
+    delete_share_group_state.API_KEY: _share_state(
+        delete_share_group_state, delete_share_group_state.DeleteStateResult
+    ),
+    read_share_group_state_summary.API_KEY: _share_state(
+        read_share_group_state_summary, read_share_group_state_summary.ReadStateSummaryResult
+    ),
 }
 
 # The APIs the group coordinator answers: the ones the SASL gate answers in their own shape.

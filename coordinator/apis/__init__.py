@@ -58,6 +58,7 @@ from protocol.messages import (
     delete_groups,
     delete_records,
     delete_share_group_offsets,
+    delete_share_group_state,
     delete_topics,
     describe_acls,
     describe_cluster,
@@ -75,6 +76,7 @@ from protocol.messages import (
     heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    initialize_share_group_state,
     join_group,
     leave_group,
     list_config_resources,
@@ -86,6 +88,8 @@ from protocol.messages import (
     offset_delete,
     offset_fetch,
     produce,
+    read_share_group_state,
+    read_share_group_state_summary,
     sasl_authenticate,
     sasl_handshake,
     share_acknowledge,
@@ -96,6 +100,7 @@ from protocol.messages import (
     streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
+    write_share_group_state,
     write_txn_markers,
 )
 
@@ -430,6 +435,38 @@ API_TABLE: dict[int, Api] = {
         share.delete_share_group_offsets_handler,
         in_handler,
         ("DELETE GROUP", "READ TOPIC"),
+    ),
+    # The share coordinator's inter-broker APIs (Kafka 4.4's versions), CLUSTER_ACTION:
+    # cluster nodes reach the holder of a __share_group_state partition through them.
+    initialize_share_group_state.API_KEY: Api(
+        (0, 0),
+        share.share_state_handler("initialize_share_group_state"),
+        checked(share.authorize_share_state),
+        ("CLUSTER_ACTION CLUSTER",),
+    ),
+    read_share_group_state.API_KEY: Api(
+        (0, 0),
+        share.share_state_handler("read_share_group_state"),
+        checked(share.authorize_share_state),
+        ("CLUSTER_ACTION CLUSTER",),
+    ),
+    write_share_group_state.API_KEY: Api(
+        (0, 1),
+        share.share_state_handler("write_share_group_state"),
+        checked(share.authorize_share_state),
+        ("CLUSTER_ACTION CLUSTER",),
+    ),
+    delete_share_group_state.API_KEY: Api(
+        (0, 0),
+        share.share_state_handler("delete_share_group_state"),
+        checked(share.authorize_share_state),
+        ("CLUSTER_ACTION CLUSTER",),
+    ),
+    read_share_group_state_summary.API_KEY: Api(
+        (0, 1),
+        share.share_state_handler("read_share_group_state_summary"),
+        checked(share.authorize_share_state),
+        ("CLUSTER_ACTION CLUSTER",),
     ),
     # kgc's own: a group's history (kept for offsets.history.retention.ms), from its
     # coordinator; announced only where history is kept.

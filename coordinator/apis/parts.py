@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from coordinator.runtime import GroupRuntime, TxnRuntime
     from coordinator.share.admin import ShareAdmin
     from coordinator.share.requests import ShareRequests
+    from coordinator.share.state_apis import ShareStateApis
 
 __all__ = ["Factory", "MissingPart", "Parts", "need"]
 
@@ -52,6 +53,7 @@ class Parts:
     checks: ApiAuthorizer | None = None  # None: no authorizer, every request is allowed
     share: ShareRequests | None = None  # ShareFetch, ShareAcknowledge
     share_admin: ShareAdmin | None = None  # DescribeShareGroupOffsets
+    share_state: ShareStateApis | None = None  # the share coordinator's inter-broker APIs
 
 
 def need(part: T | None, name: str) -> T:

@@ -247,6 +247,10 @@ class DataPlane:
         )
         return None if info is None or info.is_internal else info
 
+    def leads(self, plog: PartitionLog) -> bool:
+        """This node serves ``plog`` now (cluster mode: while it holds the lease)."""
+        return self.hosted or plog in self.leader_epochs
+
     def leader_epoch_of(self, plog: PartitionLog) -> int:
         epoch = self.leader_epochs.get(plog)
         if epoch is None and self.offsets_topic is not None:

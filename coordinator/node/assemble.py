@@ -87,6 +87,7 @@ from coordinator.share.dlq import DeadLetterWriter
 from coordinator.share.leader import ShareLeader, ShareLeaderConfig
 from coordinator.share.requests import ShareRequests
 from coordinator.share.sessions import ShareSessionCache
+from coordinator.share.state_apis import ShareStateApis
 from coordinator.share.state_shard import SHARE_STATE_TOPIC
 from coordinator.stores import (
     AclStore,
@@ -566,6 +567,7 @@ async def api_server(
             initialized=core.groups.shard.share.initialized_topics,
             groups=core.groups,
         ),
+        share_state=ShareStateApis(core.share),
     )
     server = kafka_server(s, listening, parts, core.metrics, authorizer=acls.authorizer)
     # A share session ends with its connection, giving back its member's records.

@@ -10,6 +10,11 @@ is appended to the partition's log and the answer returned only once the flusher
 durable (Kafka answers a write once it is committed), so an acknowledgement the leader
 reports as done survives a crash.
 
+In cluster mode (``hosted`` False) a partition is served only while this node holds its
+lease: ``acquire`` replays the materialised log into a fresh shard, ``release`` stops serving
+it (operations still waiting on it, and later ones, answer NOT_COORDINATOR; ``holds`` tells
+the API handlers and the router which partitions are here).
+
 Failures stay inside one partition: a log that does not replay leaves its partition FAILED
 (its keys answer COORDINATOR_NOT_AVAILABLE, which the leader maps as Kafka's does); a failed
 append or fsync answers COORDINATOR_NOT_AVAILABLE and rebuilds the shard from the log, so
@@ -20,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import TypeVar
 
 from coordinator.runtime.replay import CorruptOffsetsLog, verified_batches
 from coordinator.share.persister import ReadResult, WriteRequest
+from coordinator.share.remote import RETRIABLE, RemoteShareState
 from coordinator.share.state_shard import (
     SHARE_STATE_TOPIC,
     Key,
@@ -37,6 +44,8 @@ from storage.interface import Clock, Durability, LogConfig, Logs, PartitionLog, 
 from storage.record_batch import key_values
 
 log = logging.getLogger("kgc.share")
+
+T = TypeVar("T")
 
 
 class ShareCoordinator:
@@ -68,6 +77,12 @@ class ShareCoordinator:
         self.failed: set[int] = set()
         self.background: set[asyncio.Task[None]] = set()
         self.topic_exists = topic_exists
+        # Cluster mode: the partitions other nodes hold, reached through their APIs; the
+        # retries of Kafka's persister (PersisterStateManager) on the errors it retries.
+        self.remote: RemoteShareState | None = None
+        self.retry_attempts = 5
+        self.retry_backoff_ms = 100
+        self.retry_backoff_max_ms = 1000
         if hosted:
             for p in range(num_partitions):
                 self.partitions[p] = logs.get_or_create(SHARE_STATE_TOPIC, p, log_config)
@@ -83,10 +98,37 @@ class ShareCoordinator:
         for p in sorted(self.partitions):
             await self._load(p)
 
-    async def _load(self, p: int) -> None:
+    # -- cluster mode: partitions come and go with their leases
+    def holds(self, p: int) -> bool:
+        """This node serves (or is loading) state partition ``p``."""
+        return p in self.loaded
+
+    def partition_of(self, group_id: str, topic_id: str, partition: int) -> int:
+        return partition_for(group_id, topic_id, partition, self.num_partitions)
+
+    async def acquire(self, p: int, plog: PartitionLog) -> int:
+        """Serve state partition ``p`` from ``plog`` (its materialised log): replayed
+        (yielding between chunks); returns the records replayed."""
+        self.partitions[p] = plog
+        self.loaded[p] = asyncio.Event()
+        return await self._load(p)
+
+    def release(self, p: int) -> None:
+        """Stop serving ``p`` (its lease went): operations waiting on it answer NOT_COORDINATOR."""
+        self.partitions.pop(p, None)
+        self.shards.pop(p, None)
+        self.failed.discard(p)
+        event = self.loaded.pop(p, None)
+        if event is not None:
+            event.set()
+
+    async def _load(self, p: int) -> int:
         shard = ShareStateShard(self.updates_per_snapshot)
+        plog = self.partitions[p]
+        n = 0
         try:
-            for _ in _replay(self.partitions[p], shard):
+            for chunk in _replay(plog, shard):
+                n += chunk
                 await asyncio.sleep(0)
         except Exception as exc:
             log.error(
@@ -97,15 +139,21 @@ class ShareCoordinator:
             )
             self.failed.add(p)
         else:
+            if self.partitions.get(p) is not plog:  # released while it loaded
+                return n
             self.shards[p] = shard
             self.failed.discard(p)
         self.loaded.setdefault(p, asyncio.Event()).set()
+        return n
 
     def _rebuild(self, p: int) -> None:
         """The shard may be ahead of the log (a failed write): replay the log again."""
         shard = ShareStateShard(self.updates_per_snapshot)
+        plog = self.partitions.get(p)
+        if plog is None:  # released meanwhile
+            return
         try:
-            for _ in _replay(self.partitions[p], shard):
+            for _ in _replay(plog, shard):
                 pass
         except Exception as exc:
             log.error("%s-%d cannot be rebuilt: %s", SHARE_STATE_TOPIC, p, exc)
@@ -124,11 +172,19 @@ class ShareCoordinator:
         await event.wait()
         return p, self.shards.get(p)
 
+    def _missing(self, p: int) -> ErrorCode:
+        """The error of a partition without a shard: not here (cluster mode), or FAILED."""
+        return (
+            ErrorCode.COORDINATOR_NOT_AVAILABLE if p in self.loaded else ErrorCode.NOT_COORDINATOR
+        )
+
     async def _durable(self, p: int, record: Record | None) -> ErrorCode:
         """Append ``record`` to partition ``p`` and wait until it is durable."""
         if record is None:
             return ErrorCode.NO_ERROR
-        plog = self.partitions[p]
+        plog = self.partitions.get(p)
+        if plog is None:  # released while the operation waited
+            return ErrorCode.NOT_COORDINATOR
         generation = plog.cut_backs
         try:
             _, last = plog.append_records([record], self.clock())
@@ -153,6 +209,29 @@ class ShareCoordinator:
     def _key(group_id: str, topic_id: str, partition: int) -> Key:
         return (group_id, topic_id_bytes(topic_id), partition)
 
+    # -- routing (cluster mode): a partition another node holds goes to it
+    async def _routed(
+        self,
+        p: int,
+        here: Callable[[], Awaitable[T]],
+        there: Callable[[RemoteShareState], Awaitable[T]],
+        error_of: Callable[[T], ErrorCode],
+    ) -> T:
+        """``here()`` when this node holds ``p`` (or on one node), else ``there(remote)``;
+        the errors Kafka's persister retries are retried with a growing backoff, the holder
+        looked up again each time."""
+        remote = self.remote
+        if remote is None:
+            return await here()
+        backoff_ms = self.retry_backoff_ms
+        for attempt in range(self.retry_attempts):
+            result = await (here() if self.holds(p) else there(remote))
+            if error_of(result) not in RETRIABLE or attempt + 1 == self.retry_attempts:
+                return result
+            await asyncio.sleep(backoff_ms / 1000)
+            backoff_ms = min(backoff_ms * 2, self.retry_backoff_max_ms)
+        raise AssertionError("unreachable")  # retry_attempts >= 1
+
     # -- SharePersister: the group coordinator's calls
     async def initialize(
         self,
@@ -162,13 +241,22 @@ class ShareCoordinator:
         state_epoch: int,
         start_offset: int,
     ) -> dict[int, ErrorCode]:
-        async def one(partition: int) -> ErrorCode:
+        async def here(partition: int) -> ErrorCode:
             p, shard = await self._shard(group_id, topic_id, partition)
             if shard is None:
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+                return self._missing(p)
             key = self._key(group_id, topic_id, partition)
             error, record = shard.initialize(key, state_epoch, start_offset, self.clock())
             return error if error else await self._durable(p, record)
+
+        async def one(q: int) -> ErrorCode:
+            p = self.partition_of(group_id, topic_id, q)
+            return await self._routed(
+                p,
+                lambda: here(q),
+                lambda r: r.initialize(p, group_id, topic_id, q, state_epoch, start_offset),
+                _itself,
+            )
 
         results = await asyncio.gather(*(one(q) for q in partitions))
         return dict(zip(partitions, results, strict=True))
@@ -176,26 +264,43 @@ class ShareCoordinator:
     async def read_summary(
         self, group_id: str, topic_id: str, partitions: Sequence[int]
     ) -> dict[int, tuple[ErrorCode, int, int]]:
-        out: dict[int, tuple[ErrorCode, int, int]] = {}
-        for partition in partitions:
-            _, shard = await self._shard(group_id, topic_id, partition)
+        full = await self.read_summaries(group_id, topic_id, partitions)
+        return {q: (error, state, start) for q, (error, state, _, start, _) in full.items()}
+
+    async def read_summaries(
+        self, group_id: str, topic_id: str, partitions: Sequence[int]
+    ) -> dict[int, tuple[ErrorCode, int, int, int, int]]:
+        """ReadShareGroupStateSummary whole: (error, state epoch, leader epoch, start
+        offset, delivery complete count) per partition."""
+
+        async def here(partition: int) -> tuple[ErrorCode, int, int, int, int]:
+            p, shard = await self._shard(group_id, topic_id, partition)
             if shard is None:
-                out[partition] = (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1)
-                continue
-            error, state_epoch, _, start, _ = shard.read_summary(
-                self._key(group_id, topic_id, partition)
+                return (self._missing(p), -1, -1, -1, -1)
+            return shard.read_summary(self._key(group_id, topic_id, partition))
+
+        async def one(q: int) -> tuple[ErrorCode, int, int, int, int]:
+            p = self.partition_of(group_id, topic_id, q)
+            return await self._routed(
+                p, lambda: here(q), lambda r: r.read_summary(p, group_id, topic_id, q), _first
             )
-            out[partition] = (error, state_epoch, start)
-        return out
+
+        return {q: await one(q) for q in partitions}
 
     async def delete(
         self, group_id: str, topic_id: str, partitions: Sequence[int]
     ) -> dict[int, ErrorCode]:
-        async def one(partition: int) -> ErrorCode:
+        async def here(partition: int) -> ErrorCode:
             p, shard = await self._shard(group_id, topic_id, partition)
             if shard is None:
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+                return self._missing(p)
             return await self._durable(p, shard.delete(self._key(group_id, topic_id, partition)))
+
+        async def one(q: int) -> ErrorCode:
+            p = self.partition_of(group_id, topic_id, q)
+            return await self._routed(
+                p, lambda: here(q), lambda r: r.delete(p, group_id, topic_id, q), _itself
+            )
 
         results = await asyncio.gather(*(one(q) for q in partitions))
         return dict(zip(partitions, results, strict=True))
@@ -204,23 +309,38 @@ class ShareCoordinator:
     async def read_state(
         self, group_id: str, topic_id: str, partition: int, leader_epoch: int
     ) -> ReadResult:
-        p, shard = await self._shard(group_id, topic_id, partition)
-        if shard is None:
-            return ReadResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ())
-        result, record = shard.read(
-            self._key(group_id, topic_id, partition), leader_epoch, self.clock()
+        async def here() -> ReadResult:
+            p, shard = await self._shard(group_id, topic_id, partition)
+            if shard is None:
+                return ReadResult(self._missing(p), -1, -1, ())
+            result, record = shard.read(
+                self._key(group_id, topic_id, partition), leader_epoch, self.clock()
+            )
+            error = await self._durable(p, record)
+            return result if not error else ReadResult(error, -1, -1, ())
+
+        p = self.partition_of(group_id, topic_id, partition)
+        return await self._routed(
+            p,
+            here,
+            lambda r: r.read_state(p, group_id, topic_id, partition, leader_epoch),
+            _first,
         )
-        error = await self._durable(p, record)
-        return result if not error else ReadResult(error, -1, -1, ())
 
     async def write_state(self, group_id: str, topic_id: str, request: WriteRequest) -> ErrorCode:
-        p, shard = await self._shard(group_id, topic_id, request.partition)
-        if shard is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        error, record = shard.write(
-            self._key(group_id, topic_id, request.partition), request, self.clock()
+        async def here() -> ErrorCode:
+            p, shard = await self._shard(group_id, topic_id, request.partition)
+            if shard is None:
+                return self._missing(p)
+            error, record = shard.write(
+                self._key(group_id, topic_id, request.partition), request, self.clock()
+            )
+            return error if error else await self._durable(p, record)
+
+        p = self.partition_of(group_id, topic_id, request.partition)
+        return await self._routed(
+            p, here, lambda r: r.write_state(p, group_id, topic_id, request), _itself
         )
-        return error if error else await self._durable(p, record)
 
     def summary(
         self, group_id: str, topic_id: str, partition: int
@@ -271,8 +391,8 @@ class ShareCoordinator:
                 record = shard.cold_snapshot(key, now)
                 if record is not None and await self._durable(p, record) != ErrorCode.NO_ERROR:
                     break
-            plog = self.partitions[p]
-            if self.shards.get(p) is shard:
+            plog = self.partitions.get(p)
+            if plog is not None and self.shards.get(p) is shard:
                 target = shard.prunable_offset(plog.log_end_offset)
                 if target > plog.log_start_offset:
                     deleted += plog.delete_segments_before(target)
@@ -296,6 +416,15 @@ class ShareCoordinator:
     async def close(self) -> None:
         for task in list(self.background):
             task.cancel()
+
+
+def _itself(error: ErrorCode) -> ErrorCode:
+    return error
+
+
+def _first(result: tuple[ErrorCode, int, int, int, int] | ReadResult) -> ErrorCode:
+    error: ErrorCode = result[0]
+    return error
 
 
 def _replay(plog: PartitionLog, shard: ShareStateShard) -> Iterator[int]:

@@ -2,8 +2,9 @@
 
 How this works (Kafka's SharePartitionManager and SharePartition, I/O side): a share
 partition (group, topic id, partition) is loaded on the first ShareFetch naming it: its
-state is read from the share coordinator (``ShareStateStore.read_state``, leader epoch 0 on
-one node), a start offset of -1 resolved by the group's ``share.auto.offset.reset`` (latest:
+state is read from the share coordinator (``ShareStateStore.read_state`` with the data
+partition's leader epoch: 0 on one node, the lease's in cluster mode, where this node leads
+a share partition while it holds the data partition's lease), a start offset of -1 resolved by the group's ``share.auto.offset.reset`` (latest:
 the high watermark; earliest: the log start; ``by_duration:<ISO-8601>``: the first record at
 or after now minus the duration, none yet failing the load), and the pure
 ``SharePartition`` built from the persisted batches. A partition whose state was never
@@ -113,6 +114,9 @@ class Served:
     plog: PartitionLog
     sp: SharePartition | None = None
     state_epoch: int = 0
+    # The data partition's leader epoch when loaded (its lease's in cluster mode): read
+    # and write with it, so a leader that lost the partition is fenced by the next one.
+    leader_epoch: int = 0
     loading: asyncio.Future[ErrorCode] | None = None
     timer: asyncio.TimerHandle | None = None
     timer_at: int | None = None
@@ -189,7 +193,9 @@ class ShareLeader:
         """The share partition, loaded (or the error its load failed with)."""
         entry = self.served.get(key)
         if entry is not None and entry.sp is not None:
-            if entry.plog.closed:  # the topic was deleted or re-created
+            if entry.plog.closed or not self.data.leads(entry.plog):
+                # The topic was deleted or re-created, or (cluster mode) the data
+                # partition's lease went: the next leader reads the persisted state.
                 self._unload(entry)
             else:
                 return entry, ErrorCode.NO_ERROR
@@ -213,7 +219,10 @@ class ShareLeader:
         assert entry.loading is not None
         error = ErrorCode.NO_ERROR
         try:
-            result = await self.state.read_state(group_id, topic_id_str(topic_id), partition, 0)
+            entry.leader_epoch = self.data.leader_epoch_of(entry.plog)
+            result = await self.state.read_state(
+                group_id, topic_id_str(topic_id), partition, entry.leader_epoch
+            )
             if result.error != ErrorCode.NO_ERROR:
                 error = persister_error(result.error)
             else:
@@ -393,7 +402,12 @@ class ShareLeader:
         assert sp is not None
         group_id, topic_id, partition = entry.key
         request = WriteRequest(
-            partition, entry.state_epoch, 0, start, sp.delivery_complete_count(), changes
+            partition,
+            entry.state_epoch,
+            entry.leader_epoch,
+            start,
+            sp.delivery_complete_count(),
+            changes,
         )
         code = await self.state.write_state(group_id, topic_id_str(topic_id), request)
         return ErrorCode.NO_ERROR if code == ErrorCode.NO_ERROR else persister_error(code)
