@@ -20,13 +20,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from coordinator.apis.authorize import ApiAuthorizer, answer, then
+from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, answer, error, then
 from coordinator.apis.parts import Parts, need
 from coordinator.apis.topics import Broker
 from coordinator.placement import endpoint
 from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server import sasl as sasl_handlers
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
+from coordinator.share.state_shard import SHARE_STATE_TOPIC, partition_for, topic_id_bytes
 from coordinator.txn.coordinator import partition_for_transactional_id
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import ErrorCode
@@ -122,6 +123,7 @@ def sasl_authenticate_handler(parts: Parts) -> Handler:
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
+COORDINATOR_KEY_SHARE = 2
 # Errors.INVALID_REQUEST.message(), Kafka's answer to a coordinator key type it does not know.
 INVALID_REQUEST_MESSAGE = (
     "This most likely occurs because of a request being malformed by the client library or "
@@ -137,10 +139,11 @@ def find_coordinator_of(
     version = header.api_version
     if version >= 4:
         coordinators = [
-            _coordinator(broker, k, req.key_type, client.listener) for k in req.coordinator_keys
+            _coordinator(broker, k, req.key_type, client.listener, version)
+            for k in req.coordinator_keys
         ]
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    c = _coordinator(broker, req.key, req.key_type, client.listener)
+    c = _coordinator(broker, req.key, req.key_type, client.listener, version)
     return FindCoordinatorResponse(
         throttle_time_ms=0,
         error_code=c.error_code,
@@ -152,7 +155,18 @@ def find_coordinator_of(
     )
 
 
-def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> Coordinator:
+def _coordinator(
+    broker: Broker, key: str, key_type: int, listener: str, version: int
+) -> Coordinator:
+    if key_type == COORDINATOR_KEY_SHARE and version >= 6:
+        # The share coordinator of a share partition's state: the holder of the
+        # __share_group_state partition of "group:topicId:partition" (brokers ask this).
+        s = broker.settings
+        partition = _share_state_partition(key, s.share_coordinator_state_topic_num_partitions)
+        if partition is not None and s.kgc_workers > 1:
+            return _not_available(key)  # the workers host no share state
+        if partition is not None:
+            return _leader_of(broker, key, SHARE_STATE_TOPIC, partition, listener)
     if key_type == COORDINATOR_KEY_GROUP:
         return _leader_of(
             broker, key, OFFSETS_TOPIC, broker.groups.shard.partitions.partition_of(key), listener
@@ -174,6 +188,19 @@ def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> Coor
         error_code=ErrorCode.INVALID_REQUEST,
         error_message=INVALID_REQUEST_MESSAGE,  # Kafka's default message, as it answers
     )
+
+
+def _share_state_partition(key: str, num_partitions: int) -> int | None:
+    """Kafka's SharePartitionKey.getInstance then partitionFor; None for a malformed key."""
+    group_id, _, rest = key.partition(":")
+    topic_id, _, partition = rest.partition(":")
+    if not group_id or not partition.isdigit():
+        return None
+    try:
+        topic_id_bytes(topic_id)
+    except ValueError:
+        return None
+    return partition_for(group_id, topic_id, int(partition), num_partitions)
 
 
 def _leader_of(broker: Broker, key: str, topic: str, partition: int, listener: str) -> Coordinator:
@@ -207,6 +234,12 @@ def _not_available(key: str) -> Coordinator:
 def authorize_find_coordinator(
     a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
 ) -> HandlerResult:
+    if req.key_type == COORDINATOR_KEY_SHARE:
+        # Brokers only: CLUSTER_ACTION on the cluster (v6+; older versions answer
+        # INVALID_REQUEST before any check).
+        if header.api_version < 6 or a.allowed(client, _O.CLUSTER_ACTION, _R.CLUSTER, CLUSTER):
+            return handler(header, req, client)
+        return error(header, req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if req.key_type == 1:
         rtype, denied_code = (
             _R.TRANSACTIONAL_ID,

@@ -67,7 +67,12 @@ from coordinator.catalog import TopicCatalog
 from coordinator.cluster import Cluster
 from coordinator.cluster.peers import PeerClient, PeerConfigError, PeerSecurity
 from coordinator.cluster.txn_channel import ClusterMarkers, RoutedVerifier
-from coordinator.config import Settings, offsets_log_config, txn_state_log_config
+from coordinator.config import (
+    Settings,
+    offsets_log_config,
+    share_state_log_config,
+    txn_state_log_config,
+)
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.producers import ClusterProducerIds
 from coordinator.history.table import HistoryTable
@@ -87,6 +92,8 @@ from coordinator.runtime.history import history_retention
 from coordinator.runtime.txn_runtime import TxnRuntime
 from coordinator.security.acl_store import PgAclStore
 from coordinator.security.credentials import PgCredentialStore
+from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.state_shard import SHARE_STATE_TOPIC
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.interface import Lease, NotOwnerError
 from storage.local.durability import Flusher
@@ -121,6 +128,7 @@ class PartitionHost:
         *,
         broker_epoch: Callable[[], int],
         on_fenced: Callable[[str, int], None],
+        share: ShareCoordinator | None = None,
     ) -> None:
         """``pool``: an asyncpg pool for reads (materialising partitions);
         ``broker_epoch``: the cluster layer's current one (the journal's writes carry it);
@@ -138,6 +146,7 @@ class PartitionHost:
         self.pool = pool
         self.hosted: dict[tuple[str, int], PartitionLog] = {}
         self.on_fenced = on_fenced
+        self.share = share  # __share_group_state's partitions
         journal.on_fenced.append(self._fenced)
 
     async def acquire(self, lease: Lease) -> None:
@@ -145,6 +154,7 @@ class PartitionHost:
         started = time.perf_counter()
         offsets = topic == OFFSETS_TOPIC
         txn_state = topic == TRANSACTION_STATE_TOPIC
+        share_state = topic == SHARE_STATE_TOPIC and self.share is not None
         info = None
         topic_id = None
         if offsets:
@@ -155,6 +165,8 @@ class PartitionHost:
             # lease epoch is the coordinator epoch (Kafka: the partition's leader epoch).
             self.txn.begin_acquire(p, lease.epoch)
             cfg = txn_state_log_config(self.settings)
+        elif share_state:
+            cfg = share_state_log_config(self.settings)
         else:
             info = self.catalog.get(topic)
             if info is None:
@@ -190,6 +202,9 @@ class PartitionHost:
             # again, and timeouts count from the records' times.
             await self.txn.acquire(p, lease.epoch)
             what = f"offsets {plog.log_start_offset}..{plog.log_end_offset}"
+        elif share_state:
+            assert self.share is not None
+            what = f"{await self.share.acquire(p, plog)} records"
         else:
             assert info is not None
             self.data.acquire(info, plog, lease.epoch)
@@ -213,6 +228,8 @@ class PartitionHost:
             self.groups.release(p)
         elif topic == TRANSACTION_STATE_TOPIC:
             self.txn.release(p)  # its ids answer NOT_COORDINATOR from now on
+        elif topic == SHARE_STATE_TOPIC and self.share is not None:
+            self.share.release(p)
         elif plog is not None:
             self.data.release(plog)
         if plog is None:
@@ -341,6 +358,7 @@ class ClusterNode:
             self.shared,
             broker_epoch=lambda: self._cluster().broker_epoch,
             on_fenced=lambda topic, p: self._cluster().partition_lost(topic, p),
+            share=core.share,
         )
         self.shared.on_deleted.append(core.groups.topic_deleted)
         self._transactions_across_nodes(s, core)
@@ -405,6 +423,11 @@ class ClusterNode:
                     TRANSACTION_STATE_TOPIC,
                     s.transaction_state_log_num_partitions,
                     "transaction.state.log.num.partitions",
+                ),
+                (
+                    SHARE_STATE_TOPIC,
+                    s.share_coordinator_state_topic_num_partitions,
+                    "share.coordinator.state.topic.num.partitions",
                 ),
             ),
             on_acquire=self.host.acquire,

@@ -26,7 +26,6 @@ from coordinator.group_configs import StoredGroupConfigs
 from storage.interface import RegisteredNode, UnknownTopicError, kafka_uuid
 from storage.postgres import catalog as pg
 from storage.postgres import group_configs as pg_group_configs
-from storage.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.config import Settings
@@ -103,7 +102,7 @@ class SharedCatalog:
                 r.name, r.topic_id.bytes, r.partitions, {k: str(v) for k, v in r.configs.items()}
             )
             for r in rows
-            if r.name != OFFSETS_TOPIC and not r.internal  # coordinators' state: not topics
+            if not r.internal  # coordinators' state: not topics
         ]
         before = {(t.name, t.topic_id) for t in self.catalog.topics.values()}
         self.catalog.install(infos)

@@ -92,3 +92,54 @@ def test_describe_per_group_hiding_members_of_undescribable_topics() -> None:
         "The group has described topic(s) that the client is not authorized to describe."
     )
     assert (c.group_id, c.error_code) == ("c", ErrorCode.GROUP_AUTHORIZATION_FAILED)
+
+
+def test_share_state_apis_need_cluster_action_on_the_cluster() -> None:
+    """Kafka's authorizeClusterOperation(CLUSTER_ACTION) before each of the share
+    coordinator's inter-broker APIs: refused, every partition named is
+    CLUSTER_AUTHORIZATION_FAILED (getErrorResponse); FindCoordinator of key type 2 likewise."""
+    from protocol.messages import find_coordinator as fc
+    from protocol.messages import read_share_group_state as rs
+    from protocol.messages import write_share_group_state as ws
+
+    def read(header: RequestHeader, req: Any, client: ClientInfo) -> Any:
+        return rs.Response(results=[rs.ReadStateResult(topic_id=b"t" * 16, partitions=[])])
+
+    def write(header: RequestHeader, req: Any, client: ClientInfo) -> Any:
+        return ws.Response(results=[])
+
+    def find(header: RequestHeader, req: Any, client: ClientInfo) -> Any:
+        return fc.Response(coordinators=[fc.Coordinator(key=k) for k in req.coordinator_keys])
+
+    def table(*bindings: AclBinding) -> dict[int, Any]:
+        t = {rs.API_KEY: read, ws.API_KEY: write, fc.API_KEY: find}
+        return authorized(ApiAuthorizer(Authorizer(bindings)), t)
+
+    req = rs.Request(
+        group_id="g",
+        topics=[
+            rs.ReadStateData(
+                topic_id=b"t" * 16, partitions=[rs.PartitionData(0, 1), rs.PartitionData(3, 1)]
+            )
+        ],
+    )
+    denied = table(allow(_R.GROUP, "g", _O.READ), allow(_R.CLUSTER, "kafka-cluster", _O.ALTER))
+    resp = denied[rs.API_KEY](RequestHeader(rs.API_KEY, 0, 1, "c"), req, ALICE)
+    assert [(p.partition, p.error_code) for p in resp.results[0].partitions] == [
+        (0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+        (3, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    ]
+    wreq = ws.Request(
+        group_id="g",
+        topics=[ws.WriteStateData(topic_id=b"t" * 16, partitions=[ws.PartitionData(2)])],
+    )
+    resp = denied[ws.API_KEY](RequestHeader(ws.API_KEY, 1, 1, "c"), wreq, ALICE)
+    assert resp.results[0].partitions[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    freq = fc.FindCoordinatorRequest(key_type=2, coordinator_keys=["g:AAECAwQFBgcICQoLDA0ODw:0"])
+    resp = denied[fc.API_KEY](RequestHeader(fc.API_KEY, 6, 1, "c"), freq, ALICE)
+    assert resp.coordinators[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    allowed = table(allow(_R.CLUSTER, "kafka-cluster", _O.CLUSTER_ACTION))
+    resp = allowed[rs.API_KEY](RequestHeader(rs.API_KEY, 0, 1, "c"), req, ALICE)
+    assert resp.results[0].partitions == []  # the stand-in handler answered
+    resp = allowed[fc.API_KEY](RequestHeader(fc.API_KEY, 6, 1, "c"), freq, ALICE)
+    assert resp.coordinators[0].error_code == 0

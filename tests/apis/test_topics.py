@@ -161,6 +161,27 @@ async def test_find_coordinator_unknown_key_type_is_invalid_request_with_kafkas_
     )
 
 
+async def test_find_coordinator_share_key_is_the_state_partitions_holder(node: Node) -> None:
+    """Key type 2 (SHARE, v6+): "group:topicId:partition", the holder of its
+    __share_group_state partition (here, the one node); older versions and a malformed
+    key answer INVALID_REQUEST."""
+    key = "g:AAECAwQFBgcICQoLDA0ODw:0"
+    req = find_coordinator.FindCoordinatorRequest(key_type=2, coordinator_keys=[key])
+    resp = await node.call(find_coordinator.API_KEY, 6, req)
+    assert [(c.key, c.error_code, c.node_id) for c in resp.coordinators] == [(key, 0, 0)]
+    resp = await node.call(find_coordinator.API_KEY, 5, req)
+    assert resp.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
+    for bad in (
+        "g",
+        "g:not-a-topic-id:0",
+        "g:AAECAwQFBgcICQoLDA0ODw:x",
+        ":AAECAwQFBgcICQoLDA0ODw:0",
+    ):
+        req = find_coordinator.FindCoordinatorRequest(key_type=2, coordinator_keys=[bad])
+        resp = await node.call(find_coordinator.API_KEY, 6, req)
+        assert resp.coordinators[0].error_code == ErrorCode.INVALID_REQUEST, bad
+
+
 def _creatable(
     name: str, partitions: int = 1, replication: int = 1, assignments: list[list[int]] | None = None
 ) -> create_topics.CreatableTopic:

@@ -1,0 +1,199 @@
+"""The share state in cluster mode, in process: two nodes' share coordinators, each holding
+some ``__share_group_state`` partitions (as their leases give them), reaching each other
+through the inter-broker APIs (every request and answer through the generated codecs);
+a state partition moving from one node to the other with its log; the leader-epoch and
+state-epoch fencing of Kafka's ShareCoordinatorShard across that move."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.persister import ACKNOWLEDGED, AVAILABLE, PersisterBatch, WriteRequest
+from coordinator.share.remote import RemoteShareState
+from coordinator.share.state_apis import ShareStateApis
+from coordinator.share.state_shard import SHARE_STATE_TOPIC, topic_id_str
+from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import BY_KEY
+from protocol.messages import read_share_group_state as read_m
+from storage.interface import LogConfig
+from storage.memory import MemoryDurability, MemoryLogs
+from tests.support.sharepartkit import client
+
+B = PersisterBatch
+TOPIC = topic_id_str(bytes(range(16)))
+N = 4  # state partitions
+
+
+class Wire:
+    """The PeerClient of every node: the request through its codec to the other node's
+    handler, the answer back through its codec; a node that is down raises."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, ShareStateApis] = {}
+        self.down: set[int] = set()
+        self.sent: list[tuple[int, int]] = []
+
+    async def send(self, node_id: int, api_key: int, api_version: int, request: Any) -> Any:
+        if node_id in self.down or node_id not in self.nodes:
+            raise ConnectionError(f"node {node_id} is down")
+        self.sent.append((node_id, api_key))
+        m = BY_KEY[api_key]
+        out = bytearray()
+        m.REQUEST_ENCODERS[api_version](request, out)
+        req, _ = m.REQUEST_DECODERS[api_version](bytes(out), 0)
+        apis = self.nodes[node_id]
+        handler = getattr(apis, _HANDLERS[api_key])
+        header = RequestHeader(api_key, api_version, 1, "kgc-node")
+        resp = await handler(header, req, client(1))
+        out = bytearray()
+        m.RESPONSE_ENCODERS[api_version](resp, out)
+        return m.RESPONSE_DECODERS[api_version](bytes(out), 0)[0]
+
+
+_HANDLERS = {
+    83: "initialize_share_group_state",
+    84: "read_share_group_state",
+    85: "write_share_group_state",
+    86: "delete_share_group_state",
+    87: "read_share_group_state_summary",
+}
+
+
+class Cluster:
+    """Two nodes over one set of logs (the database), each state partition leased to one."""
+
+    def __init__(self) -> None:
+        self.logs = MemoryLogs()
+        self.wire = Wire()
+        self.owner: dict[int, int] = {}
+        self.node: dict[int, ShareCoordinator] = {}
+        for node_id in (1, 2):
+            sc = ShareCoordinator(
+                self.logs,
+                MemoryDurability(),
+                num_partitions=N,
+                updates_per_snapshot=3,
+                log_config=LogConfig(),
+                hosted=False,
+            )
+            sc.remote = RemoteShareState(self.wire, self.owner.get, node_id)
+            sc.retry_backoff_ms = sc.retry_backoff_max_ms = 1
+            self.node[node_id] = sc
+            self.wire.nodes[node_id] = ShareStateApis(sc)
+
+    async def lease(self, p: int, node_id: int) -> None:
+        """``p``'s lease to ``node_id``: its old holder stops, the new one loads the log."""
+        old = self.owner.get(p)
+        if old is not None:
+            self.node[old].release(p)
+        self.owner[p] = node_id
+        plog = self.logs.get_or_create(SHARE_STATE_TOPIC, p, LogConfig())
+        await self.node[node_id].acquire(p, plog)
+
+    def state_partition(self, partition: int) -> int:
+        return self.node[1].partition_of("g", TOPIC, partition)
+
+
+async def test_a_key_held_by_another_node_is_served_there_through_the_apis() -> None:
+    c = Cluster()
+    p = c.state_partition(0)
+    await c.lease(p, 2)
+    assert await c.node[1].initialize("g", TOPIC, [0], 1, 10) == {0: ErrorCode.NO_ERROR}
+    assert (2, 83) in c.wire.sent
+    # Node 2 holds it: its own calls stay local and see what node 1 wrote.
+    assert await c.node[2].read_summary("g", TOPIC, [0]) == {0: (ErrorCode.NO_ERROR, 1, 10)}
+    write = WriteRequest(0, 1, 3, 10, -1, [B(10, 14, ACKNOWLEDGED, 1), B(15, 19, AVAILABLE, 2)])
+    assert await c.node[1].write_state("g", TOPIC, write) == ErrorCode.NO_ERROR
+    got = await c.node[1].read_state("g", TOPIC, 0, 3)
+    assert got.error == ErrorCode.NO_ERROR
+    assert (got.state_epoch, got.start_offset) == (1, 10)
+    assert got.batches == (B(10, 14, ACKNOWLEDGED, 1), B(15, 19, AVAILABLE, 2))
+    full = await c.node[1].read_summaries("g", TOPIC, [0])
+    assert full[0][:4] == (ErrorCode.NO_ERROR, 1, 3, 10)
+    assert await c.node[1].delete("g", TOPIC, [0]) == {0: ErrorCode.NO_ERROR}
+    assert await c.node[2].read_summary("g", TOPIC, [0]) == {0: (ErrorCode.NO_ERROR, -1, -1)}
+
+
+async def test_an_older_leader_is_fenced_across_nodes() -> None:
+    """testWriteStateLeaderEpochFenced / state epoch: the new share-partition leader read
+    with its leader epoch; the old leader's write with its older one is refused, as is a
+    write at an older state epoch, whichever node sends it."""
+    c = Cluster()
+    p = c.state_partition(0)
+    await c.lease(p, 1)
+    assert await c.node[2].initialize("g", TOPIC, [0], 2, 0) == {0: ErrorCode.NO_ERROR}
+    assert (await c.node[2].read_state("g", TOPIC, 0, 4)).error == ErrorCode.NO_ERROR
+    # The data partition moved: its new leader reads at leader epoch 5.
+    assert (await c.node[1].read_state("g", TOPIC, 0, 5)).error == ErrorCode.NO_ERROR
+    old = WriteRequest(0, 2, 4, -1, -1, [B(0, 4, ACKNOWLEDGED, 1)])
+    assert await c.node[2].write_state("g", TOPIC, old) == ErrorCode.FENCED_LEADER_EPOCH
+    assert (await c.node[2].read_state("g", TOPIC, 0, 4)).error == ErrorCode.FENCED_LEADER_EPOCH
+    stale = WriteRequest(0, 1, 5, -1, -1, [B(0, 4, ACKNOWLEDGED, 1)])
+    assert await c.node[2].write_state("g", TOPIC, stale) == ErrorCode.FENCED_STATE_EPOCH
+    # Nothing fenced reached the state: the new leader still reads no batches.
+    got = await c.node[1].read_state("g", TOPIC, 0, 5)
+    assert got.error == ErrorCode.NO_ERROR and got.batches == ()
+
+
+async def test_a_state_partition_moves_with_its_lease_and_is_rebuilt_by_replay() -> None:
+    c = Cluster()
+    p = c.state_partition(1)
+    await c.lease(p, 1)
+    assert await c.node[1].initialize("g", TOPIC, [1], 1, 0) == {1: ErrorCode.NO_ERROR}
+    for i in range(5):  # updates and, every third, a snapshot
+        w = WriteRequest(1, 1, 7, -1, -1, [B(i, i, ACKNOWLEDGED, 1)])
+        assert await c.node[1].write_state("g", TOPIC, w) == ErrorCode.NO_ERROR
+    before = await c.node[1].read_state("g", TOPIC, 1, 7)
+    await c.lease(p, 2)
+    # The old holder answers NOT_COORDINATOR to requests for it, and sends its own calls on.
+    req = read_m.Request(
+        group_id="g",
+        topics=[
+            read_m.ReadStateData(topic_id=bytes(range(16)), partitions=[read_m.PartitionData(1, 7)])
+        ],
+    )
+    header = RequestHeader(84, 0, 1, "kgc-node")
+    refused = await c.wire.nodes[1].read_share_group_state(header, req, client(1))
+    assert refused.results[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+    assert await c.node[1].read_state("g", TOPIC, 1, 7) == before
+    assert await c.node[2].read_state("g", TOPIC, 1, 7) == before
+    assert before.batches == (B(0, 4, ACKNOWLEDGED, 1),)
+
+
+async def test_retriable_errors_are_retried_until_the_holder_answers() -> None:
+    """No holder yet (a failover): Kafka's persister retries; the holder appears meanwhile."""
+    c = Cluster()
+    p = c.state_partition(2)
+    sc = c.node[1]
+    sc.retry_attempts = 50
+    leased: list[asyncio.Task[None]] = []
+    asyncio.get_running_loop().call_later(
+        0.02, lambda: leased.append(asyncio.ensure_future(c.lease(p, 2)))
+    )
+    assert await sc.initialize("g", TOPIC, [2], 1, 0) == {2: ErrorCode.NO_ERROR}
+    assert leased and (2, 83) in c.wire.sent
+    # Given up after the attempts: the last retriable error is the answer.
+    q = c.state_partition(3)
+    sc.retry_attempts = 3
+    c.owner[q] = 2
+    c.wire.down.add(2)
+    assert await sc.initialize("g", TOPIC, [3], 1, 0) == {3: ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    c.owner[q] = 1  # leased here but not loaded yet
+    assert await sc.initialize("g", TOPIC, [3], 1, 0) == {3: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+
+
+async def test_empty_requests_get_empty_answers_as_kafka() -> None:
+    c = Cluster()
+    header = RequestHeader(84, 0, 1, "kgc-node")
+    apis = c.wire.nodes[1]
+    for req in (
+        read_m.Request(group_id="g", topics=[]),
+        read_m.Request(
+            group_id="", topics=[read_m.ReadStateData(partitions=[read_m.PartitionData()])]
+        ),
+        read_m.Request(group_id="g", topics=[read_m.ReadStateData(partitions=[])]),
+    ):
+        assert (await apis.read_share_group_state(header, req, client(1))).results == []
