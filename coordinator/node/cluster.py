@@ -93,6 +93,7 @@ from coordinator.runtime.txn_runtime import TxnRuntime
 from coordinator.security.acl_store import PgAclStore
 from coordinator.security.credentials import PgCredentialStore
 from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.remote import RemoteShareState
 from coordinator.share.state_shard import SHARE_STATE_TOPIC
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.interface import Lease, NotOwnerError
@@ -360,6 +361,8 @@ class ClusterNode:
             on_fenced=lambda topic, p: self._cluster().partition_lost(topic, p),
             share=core.share,
         )
+        # A share partition's state kept by another node is reached through its APIs.
+        core.share.remote = RemoteShareState(self.peers, self._share_state_owner, s.node_id)
         self.shared.on_deleted.append(core.groups.topic_deleted)
         self._transactions_across_nodes(s, core)
 
@@ -384,6 +387,11 @@ class ClusterNode:
         core.data.txn.verify = verifier.verify
         core.groups.txn_verifier = verifier
         txn.start(())  # the sweeps; partitions come with their leases
+
+    def _share_state_owner(self, p: int) -> int | None:
+        """The live node holding ``__share_group_state`` partition ``p``, if any."""
+        node = self.cluster.owner(SHARE_STATE_TOPIC, p) if self.cluster is not None else None
+        return None if node is None else node.node_id
 
     def _cluster(self) -> Cluster:
         assert self.cluster is not None

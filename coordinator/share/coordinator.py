@@ -80,9 +80,11 @@ class ShareCoordinator:
         # Cluster mode: the partitions other nodes hold, reached through their APIs; the
         # retries of Kafka's persister (PersisterStateManager) on the errors it retries.
         self.remote: RemoteShareState | None = None
+        # Its MAX_FIND_COORD_ATTEMPTS, REQUEST_BACKOFF_MS doubling up to REQUEST_BACKOFF_MAX_MS:
+        # about 15 s, past a failed node's session timeout and the load of its partitions.
         self.retry_attempts = 5
-        self.retry_backoff_ms = 100
-        self.retry_backoff_max_ms = 1000
+        self.retry_backoff_ms = 1000
+        self.retry_backoff_max_ms = 30000
         if hosted:
             for p in range(num_partitions):
                 self.partitions[p] = logs.get_or_create(SHARE_STATE_TOPIC, p, log_config)
