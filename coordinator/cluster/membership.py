@@ -258,7 +258,7 @@ class Cluster:
             await catalog.ensure_offsets_topic(conn, self.offsets_partitions)
             for name, partitions, setting in self.internal_topics:
                 await catalog.ensure_internal_topic(conn, name, partitions, setting)
-            await self._register(conn)
+            await self._register_at_start(conn)
         except BaseException:
             await conn.close()
             raise
@@ -268,6 +268,22 @@ class Cluster:
         self._watch_task = asyncio.create_task(
             self._watch_deadline(), name=f"kgc-cluster-deadline-{self._node_id}"
         )
+
+    async def _register_at_start(self, conn: Any) -> None:
+        """Register; when the id is held at this node's own address (this node killed and
+        restarted within its session), wait until that session has expired and register
+        then, as Kafka's broker retries a DUPLICATE_BROKER_REGISTRATION. A holder that is
+        still live after a whole session, or one at another address, is another process
+        with this node.id: refused."""
+        deadline = self._clock() + self.session_timeout_ms + self.heartbeat_interval_ms
+        while True:
+            try:
+                await self._register(conn)
+                return
+            except NodeIdInUseError as e:
+                if (e.host, e.port) != (self.host, self.port) or self._clock() >= deadline:
+                    raise
+            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
 
     async def _register(self, conn: Any) -> None:
         self._broker_epoch = await registry.register(

@@ -67,6 +67,7 @@ class NodeIdInUseError(StartupRefused):
             f"(incarnation {incarnation}); give every kgc process its own node.id"
         )
         self.node_id = node_id
+        self.host, self.port = host, port
 
 
 @dataclass(frozen=True, slots=True)
