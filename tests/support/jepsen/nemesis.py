@@ -33,7 +33,8 @@ Fault kinds (``FAULTS``), by role:
 no PostgreSQL, no database links and no minority to split off; only namespace mode drops
 packets (a TCP proxy cannot lose one); the disk faults need the embedded engine.
 
-``Nemesis.run`` applies the plan against the run's clock, records each fault in the history
+``Nemesis.run`` applies the plan against the run's clock (after a restart it waits, bounded,
+until the cluster serves again and moves the rest of the plan by that long), records each fault in the history
 as one op of process ``NEMESIS`` (invoke when it starts, ``info`` when healed) and stops at
 the run's end; ``heal_all`` then undoes whatever is left (links pass, SIGCONT, PostgreSQL and
 every node running) before the final reads.
@@ -129,6 +130,7 @@ def _draw(rng: random.Random, fault: str, nodes: list[int], session_s: float) ->
     raise ValueError(f"unknown fault {fault}")
 
 
+RESTARTS = frozenset({"kill", "pause", "torn", "pg-kill"})
 CLUSTER_ONLY = frozenset({"pg-kill", "pg-pause", "pg-terminate", "link-db", "split", "link-node"})
 EMBEDDED_ONLY = frozenset({"disk-full", "torn"})
 
@@ -191,8 +193,9 @@ class Nemesis:
 
     async def run(self, start: float, stop: float) -> None:
         """Apply the plan against the run clock (``time.monotonic()``), up to ``stop``."""
+        lag = 0.0  # how far the plan has slipped behind restarts that took longer
         for action in self.actions:
-            wait = start + action.at - time.monotonic()
+            wait = start + action.at + lag - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
             if time.monotonic() >= stop:
@@ -206,6 +209,19 @@ class Nemesis:
                 self.errors.append(f"{action}: {type(exc).__name__}: {exc}")
             self.history.info(NEMESIS, {"healed": action.fault})
             self.applied += 1
+            if action.fault in RESTARTS:
+                lag += await self._settle(stop)
+
+    async def _settle(self, stop: float) -> float:
+        """After a restart, wait (bounded) until the cluster serves again, so the next fault
+        hits a running system rather than one still starting (a loaded machine can take
+        tens of seconds); the plan's later faults move by as long as this took."""
+        began = time.monotonic()
+        try:
+            await asyncio.wait_for(self.topology.wait_ready(60), max(stop - began, 0.1))
+        except (AssertionError, TimeoutError, OSError) as exc:
+            self.errors.append(f"not ready after a restart: {type(exc).__name__}: {exc}"[:300])
+        return time.monotonic() - began
 
     def _links(self, action: Action) -> list[Any]:
         t = self.topology

@@ -166,6 +166,11 @@ async def _run(config: RunConfig, result: RunResult) -> None:
         healed = time.monotonic()
         await heal_all(topology)
         await topology.wait_ready(120)
+        # wait_ready judges the live nodes only: one that exited after its restart (as a
+        # node refused at registration did) would pass unseen.
+        dead = [n for n in topology.node_ids if not topology.alive(n)]
+        if dead:
+            raise RuntimeError(f"node(s) {dead} exited after the heal (see their logs)")
         result.recovery_s = round(time.monotonic() - healed, 2)
         await workload.final(ctx)
         if not isinstance(topology, EmbeddedTopology):  # the lease audit reads PostgreSQL
