@@ -4,8 +4,7 @@
 acknowledged) and add a tail recovery has to cut; the ``Disk`` (root: a loop-mounted ext4)
 refuses writes with ENOSPC once filled and takes them again once freed; the nemesis plans
 disk faults only for the embedded topology and packet loss only in namespace mode. The
-slow run is a short queue workload on one embedded node under kills, pauses, a full disk and
-torn writes, checked like every run (lost, duplicated, skipped or rewound records).
+short runs under these faults are in ``test_workloads_smoke.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from pathlib import Path
 import pytest
 from support.jepsen.embedded import Disk, disk_unavailable, tear
 from support.jepsen.nemesis import FAULT_SETS, plan, usable
-from support.jepsen.runner import RunConfig, run_once
 
 
 def _files(root: Path) -> dict[Path, bytes]:
@@ -88,17 +86,3 @@ def test_disk_fills_to_enospc_and_frees(tmp_path: Path) -> None:
         disk.destroy()
     assert not os.path.ismount(disk.mount) and not disk.image.exists()
     assert not (tmp_path / "mounts").exists()
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(disk_unavailable() is not None, reason=str(disk_unavailable()))
-async def test_queue_on_the_embedded_engine_under_disk_faults(tmp_path: Path) -> None:
-    seed = int(os.environ.get("KGC_JEPSEN_SEED") or 5)  # seed 5: disk full and torn writes
-    config = RunConfig("queue", "disk", 40.0, seed, tmp_path / f"kgcj-emb-{seed}")
-    config.topology = "embedded"
-    result = await run_once(config)
-    print(result.row())
-    where = f"seed {seed}, run directory {config.run_dir}"
-    assert result.error is None, f"{where}: {result.error}\n" + "\n".join(result.detail[-3:])
-    assert result.faults_applied >= 3 and result.ops > 300, where
-    assert not result.anomalies, f"{where}: {result.anomalies}\n" + "\n".join(result.detail)

@@ -1,8 +1,8 @@
-"""Short Jepsen-style runs of the transactions and share-group workloads on the embedded engine.
+"""Short Jepsen-style runs of the queue, transactions and share-group workloads on the embedded engine.
 
-One ``kgc serve`` on its local log (a loop-mounted filesystem of the run's own), stock
-clients (confluent-kafka's transactional producer and read_committed consumer; its share
-consumer in explicit acknowledgement mode), and the disk fault set: kill -9, pauses, a full
+One ``kgc serve`` on its local log (a loop-mounted filesystem of the run's own), the queue's
+raw clients and stock ones (confluent-kafka's transactional producer and read_committed
+consumer; its share consumer in explicit acknowledgement mode), and the disk fault set: kill -9, pauses, a full
 disk and torn writes. Each fails on any anomaly its checker reports and prints the seed and
 the run directory; ``scripts/jepsen --replay <dir>`` runs the same plan again. Both run only
 as root (the loop mount); ``KGC_JEPSEN_SEED`` picks another seed.
@@ -33,6 +33,10 @@ async def _run(tmp_path: Path, workload: str, seed: int) -> None:
     assert result.error is None, f"{where}: {result.error}\n" + "\n".join(result.detail[-3:])
     assert result.faults_applied >= 2 and result.ops > 200, where
     assert not result.anomalies, f"{where}: {result.anomalies}\n" + "\n".join(result.detail)
+
+
+async def test_queue_under_disk_faults(tmp_path: Path) -> None:
+    await _run(tmp_path, "queue", 5)
 
 
 async def test_transactions_under_disk_faults(tmp_path: Path) -> None:
