@@ -161,3 +161,35 @@ async def test_bad_input_is_one_line_and_changes_nothing(kgc: KgcProcess) -> Non
     bad = await acli(kgc, "offsets", "restore", "g", "--as-of", "yesterday")
     assert bad.code == 2 and "bad date-time 'yesterday'" in bad.err.splitlines()[-1], bad
     assert await committed(kgc, "g") == dict.fromkeys(range(PARTITIONS), 4)
+
+
+@pytest.mark.slow
+def test_a_transactions_offsets_are_kept_and_not_undone(kgc: KgcProcess) -> None:
+    """A confluent-kafka transaction's offsets (send_offsets_to_transaction), made the
+    group's by the COMMIT marker, are in the history as the transaction's, not an admin's:
+    undo has nothing to undo. (Expired offsets are kept alike: tests/history/test_core.py;
+    the retention is a minute at least, too long for this suite.)"""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as CTopicPartition
+
+    assert run_cli("topics", "create", TOPIC, "--bootstrap-server", kgc.bootstrap).code == 0
+    producer = Producer({"bootstrap.servers": kgc.bootstrap, "transactional.id": "tx-hist"})
+    producer.init_transactions(30)
+    group = Consumer({"bootstrap.servers": kgc.bootstrap, "group.id": "ledger"})
+    try:
+        producer.begin_transaction()
+        producer.produce(TOPIC, b"x", partition=0)
+        producer.send_offsets_to_transaction(
+            [CTopicPartition(TOPIC, 0, 7)], group.consumer_group_metadata(), 30
+        )
+        producer.commit_transaction(30)
+    finally:
+        group.close()
+    history = run_cli("offsets", "history", "ledger", "--output", "json",
+                      "--bootstrap-server", kgc.bootstrap)  # fmt: skip
+    (change,) = history.json()
+    assert (change["offset"], change["admin"], change["member_id"]) == (7, False, "")
+    assert change["client_id"].startswith("(transaction) ")
+    undo = run_cli("offsets", "undo", "ledger", "--bootstrap-server", kgc.bootstrap)
+    undo.assert_clean_error(1)
+    assert "no admin change" in undo.err
