@@ -61,6 +61,7 @@ def close(inst: StreamsInstance, instances: list[StreamsInstance]) -> None:
     """SIGTERM: the instance's shutdown hook closes its KafkaStreams cleanly."""
     inst.proc.send_signal(signal.SIGTERM)
     inst.proc.wait(timeout=60)
+    inst.reader.join(timeout=10)  # the JVM's last lines, read to its end of output
     assert inst.last("state") == "NOT_RUNNING", inst.output()
     instances.remove(inst)
 
