@@ -234,12 +234,9 @@ class InternalTopicCreator:
             shared = self.broker.shared_topics
             if shared is not None:
                 await shared.create(name, partitions, configs)
-            elif self.broker.catalog.get(name) is not None:
-                # The group's view of the topics can lag a creation just made, so a
-                # heartbeat may ask again; the catalog's create would replace the topic
-                # (a new topic id), where Kafka answers TOPIC_ALREADY_EXISTS.
-                raise TopicExistsError(name)
             else:
+                # The group's view of the topics can lag a creation just made, so a
+                # heartbeat may ask again: the catalog then raises TopicExistsError.
                 self.broker.create_topic(name, partitions, configs)
             log.info("created internal topic %s with %d partitions %s", name, partitions, configs)
         except TopicExistsError:
