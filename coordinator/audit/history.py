@@ -193,12 +193,17 @@ def series(
 def _lag(
     committed: dict[tuple[str, int], int], topics: dict[tuple[str, int], TopicLog], at_ms: int
 ) -> int | None:
-    """The summed lag of the committed offsets at ``at_ms``; None where none is known."""
+    """The summed lag of the committed offsets at ``at_ms``; None where none is known, or
+    where a partition's log end then is not: before the time line of its newest segment
+    when older segments precede it (their records' times are not read), so the chart has a
+    gap there rather than a lag counted against a later log end."""
     total = None
     for tp, offset in committed.items():
         log = topics.get(tp)
         if log is None:
             continue
+        if log.timeline and at_ms < log.timeline[0][0] and log.last_segment > log.log_start:
+            return None
         total = (total or 0) + max(0, log.end_at(at_ms) - offset)
     return total
 

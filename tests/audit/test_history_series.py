@@ -63,6 +63,10 @@ def test_series_lag_and_commit_rate_per_bucket() -> None:
     assert billing.commits == 5
     assert slow.lag == [15, 15, 35, 35]
     assert series(rows, {}, T, T + 120_000, buckets=4)[0].lag == [None] * 4  # no log: unknown
+    # older segments before the newest one's time line (from T+60s): no lag before it
+    rolled = TopicLog(0, 40, 20, ((T + 60_000, 30), (T + 90_000, 40)))
+    got = series(rows[:2], {("orders", 0): rolled}, T, T + 120_000, buckets=4)[0]
+    assert got.lag == [None, 20, 0, 0]
 
 
 def test_the_page_escapes_and_embeds() -> None:
