@@ -509,8 +509,11 @@ class ShareLeader:
             except Exception:
                 log.exception("writing dead letters of %s failed", entry.key)
         sp = entry.sp
-        if sp is None or self.served.get(entry.key) is not entry:
-            return  # unloaded: a later load resumes the range
+        current = self.served.get(entry.key)
+        if sp is None or (current is not None and current is not entry):
+            return  # loaded anew meanwhile: that load resumes the range
+        # Archived even when the partition was unloaded meanwhile, so the copy is not
+        # written again at its next load.
         n = dl.last - dl.first + 1
         if written:
             self._event(entry.key, "dead_lettered", n)

@@ -203,7 +203,7 @@ async def test_copy_interrupted_by_restart_is_resumed(node: ShareNode) -> None:
         await asyncio.Event().wait()
         return False
 
-    node.leader.dead_letters.write = never  # type: ignore[method-assign]
+    node.leader.dead_letters.write = never  # type: ignore[method-assign,assignment]
     await node.fetch(G, "m1", 0, [(info, 0)])
     r = await node.acknowledge(G, "m1", 1, [(info, 0, [(2, 2, [REJECT])])])
     assert r.responses[0].partitions[0].error_code == 0
@@ -216,3 +216,26 @@ async def test_copy_interrupted_by_restart_is_resumed(node: ShareNode) -> None:
     assert dlq is not None
     assert [o for _, _, _, h in letters(node, dlq) for o in [h["__dlq.errors.offset"]]] == [b"2"]
     assert partitions(r)[0].error_code == 0
+
+
+async def test_copy_finishing_after_unload_is_archived_once(node: ShareNode) -> None:
+    info = await _setup(node, {"errors.deadletterqueue.topic.name": DLQ})
+    release = asyncio.Event()
+    write = node.leader.dead_letters.write
+
+    async def held(*args: object) -> bool:
+        await release.wait()
+        return await write(*args)  # type: ignore[arg-type]
+
+    node.leader.dead_letters.write = held  # type: ignore[method-assign,assignment]
+    await node.fetch(G, "m1", 0, [(info, 0)])
+    await node.acknowledge(G, "m1", 1, [(info, 0, [(0, 3, [REJECT])])])
+    await node.fetch(G, "m1", -1)  # the group's last session ends: its partitions unloaded
+    assert node.leader.loaded((G, info.topic_id, 0)) is None
+    release.set()
+    await settle(node)
+    r = await node.fetch(G, "m2", 0, [(info, 0)])  # loaded again: nothing left to resume
+    await settle(node)
+    assert acquired(r) == []
+    dlq = node.catalog.get(DLQ)
+    assert dlq is not None and len(letters(node, dlq)) == 4
