@@ -497,7 +497,9 @@ def share_requests(s: Settings, core: Core) -> ShareRequests:
         core.stores.group_configs,
         auto_create=s.errors_deadletterqueue_auto_create_topics_enable,
         prefix=s.errors_deadletterqueue_topic_name_prefix,
-        create_topic=create_topic,
+        # Cluster mode creates topics in the shared catalog, which this writer does not
+        # reach: there a missing dead-letter topic is not created.
+        create_topic=create_topic if core.stores.shared_topics is None else None,
     )
     leader = ShareLeader(
         config, core.share, data, catalog, core.stores.group_configs, dead_letters=dead_letters

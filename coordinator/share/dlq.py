@@ -25,7 +25,9 @@ be written, and so does kgc, after logging why:
   headers are not copied, as in Kafka.
 * A batch is appended as an acks=-1 Produce is, and the write returns once it is durable,
   so a record is archived only after its copy is on disk. A refused append is retried
-  after 1, 2, 4 and 8 s (Kafka's five attempts), then given up.
+  after 1, 2, 4 and 8 s (Kafka's five attempts), then given up. The append is local: in
+  cluster mode a copy is written only by the node leading the dead-letter partition, and
+  a missing topic is never created there (``create_topic`` is None).
 """
 
 from __future__ import annotations
