@@ -568,6 +568,7 @@ async def api_server(
             stores.catalog,
             initialized=core.groups.shard.share.initialized_topics,
             groups=core.groups,
+            latest=core.share.remote.latest if core.share.remote is not None else None,
         ),
         share_state=ShareStateApis(core.share),
     )

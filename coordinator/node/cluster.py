@@ -362,7 +362,9 @@ class ClusterNode:
             share=core.share,
         )
         # A share partition's state kept by another node is reached through its APIs.
-        core.share.remote = RemoteShareState(self.peers, self._share_state_owner, s.node_id)
+        core.share.remote = RemoteShareState(
+            self.peers, self._share_state_owner, s.node_id, leader_of=self._leader_of
+        )
         self.shared.on_deleted.append(core.groups.topic_deleted)
         self._transactions_across_nodes(s, core)
 
@@ -387,6 +389,10 @@ class ClusterNode:
         core.data.txn.verify = verifier.verify
         core.groups.txn_verifier = verifier
         txn.start(())  # the sweeps; partitions come with their leases
+
+    def _leader_of(self, topic: str, p: int) -> int | None:
+        node = self.cluster.owner(topic, p) if self.cluster is not None else None
+        return None if node is None else node.node_id
 
     def _share_state_owner(self, p: int) -> int | None:
         """The live node holding ``__share_group_state`` partition ``p``, if any."""

@@ -15,11 +15,17 @@ checked:
 
 Lag (v1) is the high watermark minus the start offset minus the delivery complete count
 (terminal offsets at or past the start), -1 when either is unknown.
+
+In cluster mode a key's state may be kept by another node (read through
+ReadShareGroupStateSummary, ``ShareStateStore.read_summaries``) and its data partition led by
+another (its high watermark asked of the leader, ``latest``: ListOffsets LATEST); the answer
+then waits for those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinator.catalog import TopicCatalog
@@ -50,6 +56,12 @@ ZERO_ID = b"\x00" * 16
 Initialized = Callable[[str], Mapping[bytes, tuple[str, frozenset[int]]]]
 
 
+# (topic, partition) -> (error, its latest offset) from the partition's leader (cluster mode).
+LatestOffset = Callable[[str, int], Awaitable[tuple[ErrorCode, int]]]
+# What a DescribeShareGroupOffsets answer waits for: asks of other nodes.
+Later = list[Callable[[], Awaitable[None]]]
+
+
 def _no_groups(group_id: str) -> Mapping[bytes, tuple[str, frozenset[int]]]:
     return {}
 
@@ -64,41 +76,87 @@ class ShareAdmin:
         catalog: TopicCatalog,
         initialized: Initialized = _no_groups,
         groups: GroupRuntime | None = None,
+        latest: LatestOffset | None = None,
     ) -> None:
         """``groups``: the group coordinator, whose share groups AlterShareGroupOffsets and
-        DeleteShareGroupOffsets change (their records in ``__consumer_offsets``)."""
+        DeleteShareGroupOffsets change (their records in ``__consumer_offsets``);
+        ``latest``: cluster mode, a data partition's high watermark from its leader."""
+        self.latest = latest
         self.state = state
         self.data = data
         self.catalog = catalog
         self.initialized = initialized
         self.groups = groups
 
-    def _partition(self, group_id: str, topic_id: bytes, partition: int, version: int) -> Any:
+    def _partition(
+        self, group_id: str, topic_id: bytes, partition: int, version: int, later: Later
+    ) -> Any:
         out = dsgo.DescribeShareGroupOffsetsResponsePartition(partition_index=partition)
-        summary = self.state.summary(group_id, topic_id_str(topic_id), partition)
+        tid = topic_id_str(topic_id)
+        if self.state.held_elsewhere(group_id, tid, partition):
+            later.append(lambda: self._from_holder(out, group_id, topic_id, partition))
+            return out
+        ask = self._summarized(
+            out, topic_id, partition, self.state.summary(group_id, tid, partition)
+        )
+        if ask is not None:
+            later.append(lambda: self._lag_from_leader(out, ask[0], partition, ask[1]))
+        return out
+
+    def _summarized(
+        self, out: Any, topic_id: bytes, partition: int, summary: tuple[int, int, int, int] | None
+    ) -> tuple[str, int] | None:
+        """Fills ``out`` from the summary; (topic, start + complete) when the lag needs the
+        data partition's leader, another node (cluster mode)."""
         if summary is None:
             out.start_offset, out.leader_epoch, out.lag = -1, 0, -1
-            return out
+            return None
         _, leader_epoch, start, complete = summary
         out.start_offset, out.leader_epoch = start, max(leader_epoch, 0)
         if start == -1 or complete == -1:
             out.lag = -1
-            return out
+            return None
         info = self.catalog.by_id.get(topic_id)
         plog, error = (None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if info is not None:
             plog, error = self.data.served_log(info, partition)
-        if plog is None:
-            out.lag, out.error_code = -1, error
-        else:
+        if plog is not None:
             out.lag = high_watermark(plog) - start - complete
-        return out
+            return None
+        out.lag = -1
+        if info is not None and error == ErrorCode.NOT_LEADER_FOR_PARTITION and self.latest:
+            return info.name, start + complete
+        out.error_code = error
+        return None
+
+    async def _from_holder(self, out: Any, group_id: str, topic_id: bytes, partition: int) -> None:
+        """Cluster mode: the summary from the node holding the key's state partition."""
+        got = await self.state.read_summaries(group_id, topic_id_str(topic_id), [partition])
+        error, state_epoch, leader_epoch, start, complete = got[partition]
+        if error != ErrorCode.NO_ERROR:
+            out.start_offset, out.leader_epoch, out.lag, out.error_code = -1, 0, -1, error
+            return
+        summary = None if state_epoch == -1 else (state_epoch, leader_epoch, start, complete)
+        ask = self._summarized(out, topic_id, partition, summary)
+        if ask is not None:
+            await self._lag_from_leader(out, ask[0], partition, ask[1])
+
+    async def _lag_from_leader(self, out: Any, topic: str, partition: int, done: int) -> None:
+        """Cluster mode: the high watermark asked of the data partition's leader (Kafka's
+        ListOffsets LATEST); the partition carries the error when that fails."""
+        assert self.latest is not None
+        error, latest = await self.latest(topic, partition)
+        if error != ErrorCode.NO_ERROR:
+            out.error_code = error
+        else:
+            out.lag = latest - done
 
     def describe_share_group_offsets(
         self, allowed: Allowed, header: RequestHeader, req: Any, client: ClientInfo
     ) -> HandlerResult:
         version = header.api_version
         groups = []
+        later: Later = []
         for g in req.groups:
             out = dsgo.DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id)
             groups.append(out)
@@ -120,7 +178,7 @@ class ShareAdmin:
                             topic_name=name,
                             topic_id=topic_id,
                             partitions=[
-                                self._partition(g.group_id, topic_id, p, version)
+                                self._partition(g.group_id, topic_id, p, version, later)
                                 for p in sorted(parts)
                             ],
                         )
@@ -145,7 +203,17 @@ class ShareAdmin:
                         )
                         continue
                     topic.topic_id = info.topic_id
-                    topic.partitions.append(self._partition(g.group_id, info.topic_id, p, version))
+                    topic.partitions.append(
+                        self._partition(g.group_id, info.topic_id, p, version, later)
+                    )
+        if not later:
+            return dsgo.Response(groups=groups)
+        return Deferred.task(self._asked(groups, later))
+
+    @staticmethod
+    async def _asked(groups: list[Any], later: Later) -> Any:
+        """The answer once what other nodes were asked came back (cluster mode)."""
+        await asyncio.gather(*(ask() for ask in later))
         return dsgo.Response(groups=groups)
 
     # -- AlterShareGroupOffsets (91) and DeleteShareGroupOffsets (92)

@@ -108,6 +108,11 @@ class ShareCoordinator:
     def partition_of(self, group_id: str, topic_id: str, partition: int) -> int:
         return partition_for(group_id, topic_id, partition, self.num_partitions)
 
+    def held_elsewhere(self, group_id: str, topic_id: str, partition: int) -> bool:
+        return self.remote is not None and not self.holds(
+            self.partition_of(group_id, topic_id, partition)
+        )
+
     async def acquire(self, p: int, plog: PartitionLog) -> int:
         """Serve state partition ``p`` from ``plog`` (its materialised log): replayed
         (yielding between chunks); returns the records replayed."""

@@ -107,3 +107,15 @@ class ShareStateStore(SharePersister, Protocol):
         """(state epoch, leader epoch, start offset, delivery complete count) as held now,
         None when never initialized; for the admin APIs' lag."""
         ...
+
+    def held_elsewhere(self, group_id: str, topic_id: str, partition: int) -> bool:
+        """The key's state is kept by another node (cluster mode): ``summary`` cannot tell,
+        ``read_summaries`` asks that node."""
+        ...
+
+    async def read_summaries(
+        self, group_id: str, topic_id: str, partitions: Sequence[int]
+    ) -> dict[int, tuple[ErrorCode, int, int, int, int]]:
+        """ReadShareGroupStateSummary whole: (error, state epoch, leader epoch, start
+        offset, delivery complete count) per partition; state epoch -1: never initialized."""
+        ...

@@ -31,6 +31,9 @@ from protocol.messages import (
     initialize_share_group_state as init_m,
 )
 from protocol.messages import (
+    list_offsets as offsets_m,
+)
+from protocol.messages import (
     read_share_group_state as read_m,
 )
 from protocol.messages import (
@@ -77,12 +80,45 @@ class RemoteShareState:
     """The share state of the partitions other nodes hold (module docstring)."""
 
     def __init__(
-        self, peers: PeerClient, owner_of: Callable[[int], int | None], node_id: int
+        self,
+        peers: PeerClient,
+        owner_of: Callable[[int], int | None],
+        node_id: int,
+        leader_of: Callable[[str, int], int | None] | None = None,
     ) -> None:
-        """``owner_of(p)``: the node holding ``__share_group_state`` partition ``p`` now."""
+        """``owner_of(p)``: the node holding ``__share_group_state`` partition ``p`` now;
+        ``leader_of(topic, p)``: the node leading a data partition (``latest``)."""
         self.peers = peers
         self.owner_of = owner_of
         self.node_id = node_id
+        self.leader_of = leader_of
+
+    async def latest(self, topic: str, partition: int) -> tuple[ErrorCode, int]:
+        """A data partition's high watermark from its leader: ListOffsets LATEST, as Kafka's
+        group coordinator asks it for a share partition's lag."""
+        leader = self.leader_of(topic, partition) if self.leader_of is not None else None
+        if leader is None:
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1
+        request = offsets_m.Request(
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                offsets_m.ListOffsetsTopic(
+                    name=topic,
+                    partitions=[offsets_m.ListOffsetsPartition(partition, -1, -1)],
+                )
+            ],
+        )
+        try:
+            response = await self.peers.send(leader, offsets_m.API_KEY, 7, request)
+        except Exception as exc:
+            log.debug("ListOffsets to node %d failed: %r", leader, exc)
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1
+        for t in response.topics:
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    return _code(p.error_code), p.offset
+        return ErrorCode.UNKNOWN, -1
 
     async def _send(self, p: int, module: Any, version: int, request: Any) -> Any:
         """The response, or the ErrorCode that stands for the whole request."""

@@ -7,8 +7,14 @@ state-epoch fencing of Kafka's ShareCoordinatorShard across that move."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
+from coordinator.catalog import TopicCatalog
+from coordinator.config import Settings
+from coordinator.dataplane import DataPlane
+from coordinator.server.handler import Deferred
+from coordinator.share.admin import ShareAdmin
 from coordinator.share.coordinator import ShareCoordinator
 from coordinator.share.persister import ACKNOWLEDGED, AVAILABLE, PersisterBatch, WriteRequest
 from coordinator.share.remote import RemoteShareState
@@ -17,6 +23,7 @@ from coordinator.share.state_shard import SHARE_STATE_TOPIC, topic_id_str
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import BY_KEY
+from protocol.messages import describe_share_group_offsets as dsgo
 from protocol.messages import read_share_group_state as read_m
 from storage.interface import LogConfig
 from storage.memory import MemoryDurability, MemoryLogs
@@ -197,3 +204,51 @@ async def test_empty_requests_get_empty_answers_as_kafka() -> None:
         read_m.Request(group_id="g", topics=[read_m.ReadStateData(partitions=[])]),
     ):
         assert (await apis.read_share_group_state(header, req, client(1))).results == []
+
+
+async def test_describe_share_group_offsets_asks_the_state_holder_and_the_leader(
+    tmp_path: Path,
+) -> None:
+    """DescribeShareGroupOffsets at a group coordinator that neither holds the key's state
+    partition nor leads the data partition: the summary comes from the state holder
+    (ReadShareGroupStateSummary), the lag from the leader's high watermark."""
+    c = Cluster()
+    settings = Settings(data_dir=tmp_path)
+    catalog = TopicCatalog(tmp_path / "topics.json")
+    info = catalog.create("t", 2, {})
+    tid = topic_id_str(info.topic_id)
+    data = DataPlane(settings, catalog, MemoryLogs(), MemoryDurability(), hosted=False)
+    asked: list[tuple[str, int]] = []
+
+    async def latest(topic: str, partition: int) -> tuple[ErrorCode, int]:
+        asked.append((topic, partition))
+        return (
+            (ErrorCode.NO_ERROR, 100)
+            if partition == 0
+            else (ErrorCode.NOT_LEADER_FOR_PARTITION, -1)
+        )
+
+    for q in (0, 1):
+        await c.lease(c.node[1].partition_of("g", tid, q), 2)
+    assert await c.node[1].initialize("g", tid, [0, 1], 1, 10) == {0: 0, 1: 0}
+    w = WriteRequest(0, 1, 0, 10, 5, [B(10, 14, ACKNOWLEDGED, 1)])
+    assert await c.node[1].write_state("g", tid, w) == ErrorCode.NO_ERROR
+    admin = ShareAdmin(c.node[1], data, catalog, latest=latest)
+    req = dsgo.Request(
+        groups=[
+            dsgo.DescribeShareGroupOffsetsRequestGroup(
+                group_id="g",
+                topics=[
+                    dsgo.DescribeShareGroupOffsetsRequestTopic(topic_name="t", partitions=[0, 1])
+                ],
+            )
+        ]
+    )
+    res = admin.describe_share_group_offsets(None, RequestHeader(90, 1, 1, "c"), req, client(1))
+    assert isinstance(res, Deferred)
+    (topic,) = (await res).groups[0].topics
+    p0, p1 = topic.partitions
+    assert (p0.start_offset, p0.lag, p0.error_code) == (10, 100 - 10 - 5, 0)
+    # The leader could not answer: the partition carries its error, the lag unknown.
+    assert (p1.start_offset, p1.lag, p1.error_code) == (10, -1, ErrorCode.NOT_LEADER_FOR_PARTITION)
+    assert asked == [("t", 0), ("t", 1)]
