@@ -51,6 +51,7 @@ from support.groupkit import create_topic
 
 from coordinator.share.state_shard import topic_id_str
 from coordinator.tools.client import Connection
+from protocol.messages import describe_share_group_offsets as dsgo
 from protocol.messages import find_coordinator
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration, pytest.mark.slow]
@@ -235,6 +236,33 @@ def scenario(cluster: Cluster, topic: str, kill: str) -> None:
             # reads the released count (+1) or, when the read came first, the count
             # persisted before the holder (+1, what the holder saw).
             assert count in (held[offset], held[offset] + 1), (offset, count, held[offset])
+    # The offsets as the group's coordinator reports them, its state and data partition on
+    # whichever nodes hold them now (the persisted start offset trails one write, as Kafka's).
+    error, start, lag = described(cluster, group, topic)
+    assert error == 0 and ACKED <= start <= RECORDS and 0 <= lag <= RECORDS - start
+
+
+def described(cluster: Cluster, group: str, topic: str) -> tuple[int, int, int]:
+    """DescribeShareGroupOffsets v1 at the group's coordinator: (error, start offset, lag)
+    of partition 0 (its state and its data partition may be on other nodes)."""
+    req = dsgo.Request(
+        groups=[
+            dsgo.DescribeShareGroupOffsetsRequestGroup(
+                group_id=group,
+                topics=[
+                    dsgo.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[0])
+                ],
+            )
+        ]
+    )
+    node = cluster.coordinator_of(group)
+
+    def ask(c: Connection) -> tuple[int, int, int]:
+        (t,) = c.request(dsgo.API_KEY, req, version=1)[1].groups[0].topics
+        p = t.partitions[0]
+        return p.error_code, p.start_offset, p.lag
+
+    return cluster._ask(node, ask)
 
 
 def test_share_partition_leader_killed(cluster: Cluster) -> None:
