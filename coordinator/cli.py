@@ -127,7 +127,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     except OSError as exc:  # the port is taken, the data directory is not writable, ...
         logging.getLogger("kgc").debug("start-up failed", exc_info=True)
-        print(f"kgc: error: {exc}", file=sys.stderr)
+        # A timeout has no message of its own: never an empty line.
+        print(f"kgc: error: {exc or type(exc).__name__}", file=sys.stderr)
         return EXIT_ERROR
     return 0
 

@@ -69,6 +69,9 @@ OnRelease = Callable[[str, int], Awaitable[None]]
 OnCatalogChange = Callable[[], Awaitable[None]]
 
 # What a database that does not answer (or answers with an error) raises through asyncpg.
+# Kafka's initial.broker.registration.timeout.ms default: how long start-up keeps trying
+# a database that fails (times out, drops the connection) before it gives up.
+INITIAL_REGISTRATION_TIMEOUT_MS = 60_000
 _DB_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
@@ -250,23 +253,53 @@ class Cluster:
         """Connect, migrate, register and run the first ownership pass; then heartbeat.
 
         Returns once the first pass has started its loads (it does not wait for them).
-        Raises ``NodeIdInUseError`` when a live process has this ``node.id``.
+        Raises ``NodeIdInUseError`` when a live process has this ``node.id``; a database
+        failure is tried again for ``INITIAL_REGISTRATION_TIMEOUT_MS`` first.
         """
-        conn = await self._connect()
-        try:
-            await schema.migrate(conn)
-            await catalog.ensure_offsets_topic(conn, self.offsets_partitions)
-            for name, partitions, setting in self.internal_topics:
-                await catalog.ensure_internal_topic(conn, name, partitions, setting)
-            await self._register_at_start(conn)
-        except BaseException:
-            await conn.close()
-            raise
+        deadline = self._clock() + INITIAL_REGISTRATION_TIMEOUT_MS
+        while True:
+            try:
+                conn = await self._connect()
+            except _DB_ERRORS as e:
+                self._start_failed(e, deadline)
+                await asyncio.sleep(self.heartbeat_interval_ms / 1000)
+                continue
+            try:
+                await self._prepare(conn)
+            except _DB_ERRORS as e:
+                conn.terminate()
+                self._start_failed(e, deadline)
+                await asyncio.sleep(self.heartbeat_interval_ms / 1000)
+                continue
+            except BaseException:
+                await conn.close()
+                raise
+            break
         self._conn = conn
         await self.refresh()
         self._loop_task = asyncio.create_task(self._run(), name=f"kgc-cluster-{self._node_id}")
         self._watch_task = asyncio.create_task(
             self._watch_deadline(), name=f"kgc-cluster-deadline-{self._node_id}"
+        )
+
+    async def _prepare(self, conn: Any) -> None:
+        await schema.migrate(conn)
+        await catalog.ensure_offsets_topic(conn, self.offsets_partitions)
+        for name, partitions, setting in self.internal_topics:
+            await catalog.ensure_internal_topic(conn, name, partitions, setting)
+        await self._register_at_start(conn)
+
+    def _start_failed(self, error: BaseException, deadline: int) -> None:
+        """A database failure while starting: tried again (a slow or restarting database,
+        a timeout on a loaded machine), as Kafka's broker retries its first registration,
+        until ``initial.broker.registration.timeout.ms`` has passed; then it stops start-up."""
+        if self._clock() >= deadline:
+            raise error
+        log.warning(
+            "node %d: database failed while starting (%s: %s); trying again",
+            self._node_id,
+            type(error).__name__,
+            error,
         )
 
     async def _register_at_start(self, conn: Any) -> None:

@@ -7,6 +7,7 @@ not above every earlier one or if one node ran two transitions of a partition at
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 import asyncpg
 import pytest
 from support.groupkit import async_wait_until
+from support.jepsen.proxy import BLACKHOLE, PASS, FaultProxy
 from support.nodekit import OFFSETS, Ledger, Node, lease_rows, owners, settled
 
 from coordinator.cluster import NodeIdInUseError
@@ -360,3 +362,24 @@ async def test_a_fenced_node_stops_serving_registers_again_and_reclaims(
     for k in KEYS:
         assert node.cluster.leader_epoch(*k) > epochs[k]
     assert any("node 1 was fenced" in r.getMessage() for r in caplog.records)
+
+
+async def test_start_tries_a_failing_database_again(nodes: Nodes) -> None:
+    # The database answers nothing at first (a loaded machine, a database restarting): the
+    # first connect times out, and start-up tries again instead of giving up.
+    target = nodes.url.split("@", 1)[1].split("/", 1)[0]
+    host, port = target.rsplit(":", 1)
+    proxy = await FaultProxy(host, int(port)).start()
+    try:
+        proxy.set_mode(BLACKHOLE)
+        node = nodes.new(1)
+        node.cluster.url = nodes.url.replace(target, f"127.0.0.1:{proxy.port}")
+        starting = asyncio.create_task(node.cluster.start())
+        await proxy.wait_accepted(2, timeout=10)  # the first attempt timed out: a second
+        assert not starting.done()
+        proxy.set_mode(PASS)
+        await asyncio.wait_for(starting, 30)
+        assert node.cluster.broker_epoch == 1
+        await wait_settled([node])
+    finally:
+        await proxy.close()
