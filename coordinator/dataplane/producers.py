@@ -224,6 +224,7 @@ class PartitionProducers:
         offset: int,
         timestamp: int,
         now_ms: int,
+        transaction_version: int = 0,
     ) -> None:
         """Note a COMMIT/ABORT marker now in the log at ``offset``."""
         entry = self.entries.get(producer_id)
@@ -239,7 +240,12 @@ class PartitionProducers:
         entry.last_timestamp = timestamp
         entry.last_marker_offset = offset
         entry.last_append_ms = now_ms
-        self.txns.verifying.pop(producer_id, None)
+        guard = self.txns.verifying.get(producer_id)
+        # A TV2 marker carries the bumped epoch, which the producer's next transaction
+        # already uses: a guard taken at that epoch is the next transaction's and stays
+        # (Kafka's UnifiedLog.updateProducers).
+        if guard is not None and not (transaction_version >= 2 and guard.epoch == epoch):
+            del self.txns.verifying[producer_id]
 
     def record(
         self,

@@ -413,7 +413,16 @@ class TxnLog:
         except OSError as e:
             log.error("marker append to %s failed: %r", plog.dir.name, e)
             return ErrorCode.KAFKA_STORAGE_ERROR
-        table.record_marker(producer_id, producer_epoch, coordinator_epoch, commit, base, now, now)
+        table.record_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            base,
+            now,
+            now,
+            transaction_version,
+        )
         if plog.config.flush_policy != "batch":
             plane.wake(plog)
         if not plane.needs_flush_wait(plog, base):

@@ -162,6 +162,26 @@ def test_verification_guards_of_producers_that_never_appended_expire() -> None:
     assert t.txns.verifying == {}
 
 
+def test_next_transaction_verification_guard_not_cleared_by_a_tv2_marker() -> None:
+    """Kafka's testNextTransactionVerificationGuardNotCleared: a TV2 marker carries the
+    bumped epoch, which the producer's next transaction already uses; a guard taken at that
+    epoch (the next transaction's first batch, waiting for the coordinator's add) stays.
+    Any other marker clears the guard, as under TV1."""
+    t = PartitionProducers()
+    data(t, 7, 0, 0, 0, 4)
+    g = t.txns.guard(7, 1, 0, now_ms=0)
+    assert t.check_marker(7, 1, 0, transaction_version=2).error == 0
+    t.record_marker(7, 1, 0, True, 5, 0, 0, transaction_version=2)
+    assert t.txns.verifying == {7: g}
+    data(t, 8, 0, 0, 6, 6)
+    t.txns.guard(8, 0, 0, now_ms=0)
+    t.record_marker(8, 0, 0, False, 7, 0, 0)  # TV1: the guard goes
+    assert 8 not in t.txns.verifying
+    t.txns.guard(8, 1, 0, now_ms=0)
+    t.record_marker(8, 2, 0, False, 8, 0, 0, transaction_version=2)  # another epoch
+    assert 8 not in t.txns.verifying
+
+
 def test_marker_batch_round_trip() -> None:
     from coordinator.dataplane.transactions import marker_batch
 
