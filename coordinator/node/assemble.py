@@ -454,6 +454,14 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     )
     if deployment.hosted:
         txn.start(range(s.transaction_state_log_num_partitions))
+    if s.transaction_version >= 2 and not deployment.hosted:
+        # Refused rather than half served: without the in-process add a TV2 producer's
+        # partitions would never join its transactions.
+        raise SettingRefused(
+            "transaction.version",
+            s.transaction_version,
+            "TV2 is served by one process only (the leaders' adds are in-process)",
+        )
     if deployment.hosted:
         # TV2 (Produce v12+, TxnOffsetCommit v5): the leader and the group coordinator add
         # the partition to the transaction themselves, through the runtime (durable first);
