@@ -442,7 +442,8 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     stores.catalog.on_change.append(share.topics_changed)
     if deployment.hosted:
         share.start()
-        share.start_pruning(s.share_coordinator_state_topic_prune_interval_ms)
+    # Cluster mode too: the partitions held here (a moved log start trims the database's rows).
+    share.start_pruning(s.share_coordinator_state_topic_prune_interval_ms)
     txn = TxnRuntime(
         txn_coordinator,
         stores.logs,

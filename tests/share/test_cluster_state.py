@@ -252,3 +252,22 @@ async def test_describe_share_group_offsets_asks_the_state_holder_and_the_leader
     # The leader could not answer: the partition carries its error, the lag unknown.
     assert (p1.start_offset, p1.lag, p1.error_code) == (10, -1, ErrorCode.NOT_LEADER_FOR_PARTITION)
     assert asked == [("t", 0), ("t", 1)]
+
+
+async def test_pruning_bounds_the_replay_of_a_moved_partition() -> None:
+    """The holder's pruning moves the state partition's log start below its snapshots; the
+    next holder replays from there to the same state."""
+    c = Cluster()
+    p = c.state_partition(0)
+    await c.lease(p, 1)
+    assert await c.node[2].initialize("g", TOPIC, [0], 1, 0) == {0: ErrorCode.NO_ERROR}
+    for i in range(8):
+        w = WriteRequest(0, 1, 2, i, -1, [B(i, i, ACKNOWLEDGED, 1)])
+        assert await c.node[2].write_state("g", TOPIC, w) == ErrorCode.NO_ERROR
+    before = await c.node[2].read_state("g", TOPIC, 0, 2)
+    await c.node[2].prune()  # holds nothing: nothing to prune there
+    await c.node[1].prune()
+    plog = c.logs.get(SHARE_STATE_TOPIC, p)
+    assert plog is not None and plog.log_start_offset > 0
+    await c.lease(p, 2)
+    assert await c.node[1].read_state("g", TOPIC, 0, 2) == before
