@@ -45,7 +45,7 @@ from storage.record_batch import CorruptBatchError, iter_batches
 from support.clusterkit import Cluster
 from support.jepsen.netns import IptablesLink, Network, NsNode, netem_available
 from support.jepsen.proxy import PASS, FaultProxy
-from support.jepsen.topology import JepsenNode, ProxyTopology, sweep
+from support.jepsen.topology import SHARE_FLAGS, JepsenNode, ProxyTopology, sweep
 from support.kgc_process import KgcProcess, free_port
 
 NODE = 1
@@ -234,17 +234,7 @@ class EmbeddedCluster(Cluster):
             str(self.offsets_partitions),
             "--kgc-log-level",
             "INFO",
-            # Share members a restart left behind hold their partitions until their session
-            # expires (members are persisted; Kafka does the same): short, as the harness's
-            # broker session is, so the group moves on within a run.
-            "--group-share-min-session-timeout-ms",
-            "6000",
-            "--group-share-session-timeout-ms",
-            "6000",
-            "--group-share-min-heartbeat-interval-ms",
-            "1000",
-            "--group-share-heartbeat-interval-ms",
-            "1000",
+            *SHARE_FLAGS,
         ]
         proc: JepsenNode
         if self.network is not None:

@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import IO
 
 from support.jepsen.proxy import DELAY, MODES, PASS, RESET
-from support.jepsen.topology import JepsenNode, ProxiedCluster, ProxyTopology, _die_with_parent
+from support.jepsen.topology import (
+    SHARE_FLAGS,
+    JepsenNode,
+    ProxiedCluster,
+    ProxyTopology,
+    _die_with_parent,
+)
 from support.kgc_process import KgcProcess
 from support.pgserver import PgServer
 
@@ -337,6 +343,7 @@ class NsCluster(ProxiedCluster):
             str(self.offsets_partitions),
             "--kgc-log-level",
             "INFO",
+            *SHARE_FLAGS,
         ]
         proc = NsNode(
             self.base / f"node-{node_id}" / "data",

@@ -201,12 +201,25 @@ async def run_once(config: RunConfig, margin: float = 300.0) -> RunResult:
     return result
 
 
+def _network(config: RunConfig, attempts: int = 3) -> Network:
+    """The run's network; on a failed ``ip`` (seen once with two runs creating theirs at the
+    same moment) the half-made one is gone (``Network.create``) and another subnet is tried."""
+    for attempt in range(attempts):
+        try:
+            return Network(config.net).create()
+        except subprocess.CalledProcessError:
+            if attempt == attempts - 1:
+                raise
+            config.net = 20 + (config.net + 97) % 200
+    raise AssertionError("unreachable")
+
+
 def run_in_namespaces(config: RunConfig) -> RunResult:
     """Mode N: make the network, run the harness inside its ``-cli`` namespace, destroy it."""
     sweep()
     config.run_dir.mkdir(parents=True, exist_ok=True)
     config.net = config.net or (os.getpid() % 200) + 20
-    network = Network(config.net).create()
+    network = _network(config)
     saved = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     (config.run_dir / "config.json").write_text(json.dumps(saved))
     inner = [sys.executable, "-m", "support.jepsen.runner", "--inner", str(config.run_dir)]

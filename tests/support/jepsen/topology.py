@@ -40,6 +40,19 @@ from support.kgc_process import KgcProcess, free_port
 from support.pgserver import PgServer
 
 _PR_SET_PDEATHSIG = 1
+# Share members a restart or a coordinator move leaves behind hold their partitions until
+# their session expires (members are persisted; Kafka does the same): short sessions, as
+# the harness's broker session is, so a share group moves on within a run.
+SHARE_FLAGS = (
+    "--group-share-min-session-timeout-ms",
+    "6000",
+    "--group-share-session-timeout-ms",
+    "6000",
+    "--group-share-min-heartbeat-interval-ms",
+    "1000",
+    "--group-share-heartbeat-interval-ms",
+    "1000",
+)
 
 
 def _die_with_parent() -> None:
@@ -117,6 +130,7 @@ class ProxiedCluster(Cluster):
             str(self.offsets_partitions),
             "--kgc-log-level",
             "INFO",
+            *SHARE_FLAGS,
             *self.extra,
         ]
         proc = JepsenNode(
