@@ -12,8 +12,11 @@ duration plus a fixed margin; cleanup runs in a ``finally``.
 
 ``python -m support.jepsen.runner`` (``scripts/jepsen``) runs a matrix: every workload x
 fault set, each ``--duration`` s with seed ``--seed`` + its index, and prints the table
-(mode, workload, faults, seconds, ops, anomalies). ``--replay DIR`` runs a directory's
-``run.json`` again with the same seed and plan.
+(mode, workload, faults, seconds, ops, anomalies), on ``--topology`` cluster (three nodes
+and PostgreSQL) or embedded (one node on its local log, ``embedded.py``); ``--runs`` names
+the runs instead (``topology/workload/faults,...``) and ``--parallel`` runs that many at once
+(namespace mode gives each its own subnet). ``--replay DIR`` runs a directory's ``run.json``
+again with the same seed and plan.
 """
 
 from __future__ import annotations
