@@ -509,6 +509,8 @@ def share_requests(s: Settings, core: Core) -> ShareRequests:
         # Cluster mode creates topics in the shared catalog, which this writer does not
         # reach: there a missing dead-letter topic is not created.
         create_topic=create_topic if core.stores.shared_topics is None else None,
+        # Cluster mode: a dead-letter partition another node leads is written there.
+        remote=lambda: core.share.remote,
     )
     leader = ShareLeader(
         config, core.share, data, catalog, core.stores.group_configs, dead_letters=dead_letters

@@ -25,9 +25,12 @@ be written, and so does kgc, after logging why:
   headers are not copied, as in Kafka.
 * A batch is appended as an acks=-1 Produce is, and the write returns once it is durable,
   so a record is archived only after its copy is on disk. A refused append is retried
-  after 1, 2, 4 and 8 s (Kafka's five attempts), then given up. The append is local: in
-  cluster mode a copy is written only by the node leading the dead-letter partition, and
-  a missing topic is never created there (``create_topic`` is None).
+  after 1, 2, 4 and 8 s (Kafka's five attempts), then given up. In cluster mode a batch
+  whose dead-letter partition another node leads goes to that leader as one acks=-1
+  Produce through the inter-broker client (``RemoteShareState.produce``); its refusal
+  (NOT_LEADER_OR_FOLLOWER after a move) or silence is retried like a local refusal, the
+  leader looked up again each time. A missing topic is never created there
+  (``create_topic`` is None).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from coordinator.catalog import TopicCatalog, TopicExistsError, TopicInfo
 from coordinator.dataplane import DataPlane
 from coordinator.server.handler import ClientInfo, Deferred
 from coordinator.share.partition import DeadLetter
+from coordinator.share.remote import RemoteShareState
 from coordinator.stores import GroupConfigStore
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
@@ -76,14 +80,17 @@ class DeadLetterWriter:
         auto_create: bool = False,
         prefix: str = "dlq.",
         create_topic: CreateTopic | None = None,
+        remote: Callable[[], RemoteShareState | None] = lambda: None,
         clock: Clock = wall_clock_ms,
     ) -> None:
+        """``remote``: the other nodes' data partitions, in cluster mode (module docstring)."""
         self.data = data
         self.catalog = catalog
         self.group_configs = group_configs
         self.auto_create = auto_create
         self.prefix = prefix
         self.create_topic = create_topic
+        self.remote = remote
         self.clock = clock
         self.backoff_ms = BACKOFF_MS
 
@@ -235,14 +242,28 @@ class DeadLetterWriter:
                 )
             ],
         )
-        header = RequestHeader(produce.API_KEY, 9, 0, "kgc-share-dlq")
-        res = self.data.produce_checked(
-            header, req, ClientInfo("kgc-share-dlq", "127.0.0.1", 0, 0), 0, None
-        )
-        if isinstance(res, Deferred):
-            res = await res
-        assert isinstance(res, produce.Response)
-        pr = res.responses[0].partition_responses[0]
+        remote = self.remote()
+        leader = None
+        if remote is not None and remote.leader_of is not None:
+            leader = remote.leader_of(info.name, target)
+        if remote is not None and leader is not None and leader != remote.node_id:
+            answer = await remote.produce(leader, req)
+            if isinstance(answer, str):
+                return answer
+            res = answer
+        else:  # led here, or by nobody known: a refusal there is retried
+            header = RequestHeader(produce.API_KEY, 9, 0, "kgc-share-dlq")
+            local = self.data.produce_checked(
+                header, req, ClientInfo("kgc-share-dlq", "127.0.0.1", 0, 0), 0, None
+            )
+            if isinstance(local, Deferred):
+                local = await local
+            assert isinstance(local, produce.Response)
+            res = local
+        parts = [p for t in res.responses for p in t.partition_responses if p.index == target]
+        if not parts:
+            return f"node {leader} left partition {target} out of its answer"
+        pr = parts[0]
         if pr.error_code != ErrorCode.NO_ERROR:
             return f"{ErrorCode(pr.error_code).name}: {pr.error_message}"
         return None

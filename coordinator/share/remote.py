@@ -8,6 +8,10 @@ key whose state partition another node holds, ``ShareCoordinator`` hands the cal
 DeleteShareGroupState 86, ReadShareGroupStateSummary 87) to the lease holder through the
 node-to-node client and reads the partition's answer back into the persister's shapes.
 
+The same client sends a share group's dead letters to the leader of the dead-letter
+partition when another node leads it (``produce``: one acks=-1 Produce, as the local
+append; ``coordinator/share/dlq.py`` retries what it refuses or never answers).
+
 A state partition without a live holder answers COORDINATOR_NOT_AVAILABLE; one this node
 holds but has not started serving yet COORDINATOR_LOAD_IN_PROGRESS; a peer that cannot be
 reached COORDINATOR_NOT_AVAILABLE. Those are the errors Kafka's persister retries
@@ -34,6 +38,9 @@ from protocol.messages import (
     list_offsets as offsets_m,
 )
 from protocol.messages import (
+    produce as produce_m,
+)
+from protocol.messages import (
     read_share_group_state as read_m,
 )
 from protocol.messages import (
@@ -52,6 +59,10 @@ RETRIABLE = frozenset(
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     }
 )
+
+
+# The newest Produce version the node's own handler serves (topics by name).
+PRODUCE_VERSION = 12
 
 
 class PeerClient(Protocol):
@@ -119,6 +130,16 @@ class RemoteShareState:
                 if p.partition_index == partition:
                     return _code(p.error_code), p.offset
         return ErrorCode.UNKNOWN, -1
+
+    async def produce(self, leader: int, request: produce_m.Request) -> produce_m.Response | str:
+        """``request`` (acks=-1) answered by node ``leader``; why not when it did not answer."""
+        try:
+            response: produce_m.Response = await self.peers.send(
+                leader, produce_m.API_KEY, PRODUCE_VERSION, request
+            )
+        except Exception as exc:  # unreachable, closed, timed out: the caller retries
+            return f"node {leader} did not answer: {exc!r}"
+        return response
 
     async def _send(self, p: int, module: Any, version: int, request: Any) -> Any:
         """The response, or the ErrorCode that stands for the whole request."""

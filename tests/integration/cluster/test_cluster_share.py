@@ -25,6 +25,11 @@ never on acquisition, so:
   retries) (``test_share_state_holder_killed``).
 
 About 30-40 s each on two cores (``slow``).
+
+``test_dead_letter_to_another_leader``: a share consumer rejects a record of a partition
+whose leader does not lead the dead-letter partition it maps to; the leader sends the copy
+to the other node (an acks=-1 Produce over the inter-broker client) and a plain consumer
+reads it with Kafka's ``__dlq.errors.*`` headers.
 """
 
 from __future__ import annotations
@@ -38,12 +43,13 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
     ResourceType,
 )
 from support.clusterkit import Cluster
@@ -271,3 +277,73 @@ def test_share_partition_leader_killed(cluster: Cluster) -> None:
 
 def test_share_state_holder_killed(cluster: Cluster) -> None:
     scenario(cluster, "sq-state", "state")
+
+
+def test_dead_letter_to_another_leader(cluster: Cluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    dlq = NewTopic("dlq.sq", 1, 1, config={"errors.deadletterqueue.group.enable": "true"})
+    source = NewTopic("sq-dl", 6, 1)
+    for fut in admin.create_topics([dlq, source]).values():
+        fut.result(timeout=30)
+    dlq_leader = cluster.wait_topic_led("dlq.sq")[0]
+    # Every source partition maps to dead-letter partition 0 (source % 1): take one led
+    # by another node.
+    others = {p: n for p, n in cluster.wait_topic_led("sq-dl").items() if n != dlq_leader}
+    assert others, f"every partition of sq-dl is led by node {dlq_leader}"
+    partition = min(others)
+    group = "sq-dlq"
+    earliest(cluster.bootstrap, group)
+    entries = [
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in (
+            ("errors.deadletterqueue.topic.name", "dlq.sq"),
+            ("errors.deadletterqueue.copy.record.enable", "true"),
+        )
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(timeout=30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    p.produce("sq-dl", key=b"k", value=b"v", partition=partition)
+    assert p.flush(30) == 0
+
+    c = consumer(cluster.bootstrap, group, explicit=True)
+    c.subscribe(["sq-dl"])
+    try:
+        end = time.monotonic() + DEADLINE_S
+        rejected = False
+        while not rejected:
+            assert time.monotonic() < end, "the share consumer got nothing"
+            for m in c.poll(0.2) or []:
+                if m.error() is None:
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                    rejected = True
+        assert all(v is None for v in c.commit_sync(30).values())
+    finally:
+        c.close()
+
+    reader = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "sq-dlq-reader",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    reader.subscribe(["dlq.sq"])
+    try:
+        end = time.monotonic() + DEADLINE_S
+        m: Any = None
+        while m is None or m.error() is not None:
+            assert time.monotonic() < end, "no dead letter on dlq.sq"
+            m = reader.poll(0.2)
+    finally:
+        reader.close()
+    assert (m.partition(), m.key(), m.value()) == (0, b"k", b"v")
+    assert dict(m.headers() or []) == {
+        "__dlq.errors.topic": b"sq-dl",
+        "__dlq.errors.partition": str(partition).encode(),
+        "__dlq.errors.offset": b"0",
+        "__dlq.errors.group": group.encode(),
+        "__dlq.errors.delivery.count": b"1",
+        "__dlq.errors.message": b"Offset rejected by client.",
+    }
