@@ -2,22 +2,29 @@
 and the leader copying rejected and exhausted records to the group's dead-letter topic over
 the in-memory engine -- headers, copied key and value, the topic checks (prefix, the topic's
 errors.deadletterqueue.group.enable, auto-creation), archiving regardless of a failed copy,
-and a copy interrupted by a restart resumed from the persisted ARCHIVING state."""
+a copy interrupted by a restart resumed from the persisted ARCHIVING state, and, in cluster
+mode, a copy sent to the node leading the dead-letter partition (through the Produce codecs),
+retried with the leader looked up again while that node does not answer."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support.sharepartkit import ShareNode, acquired, partitions
+from support.sharepartkit import ShareNode, acquired, client, partitions
 
 from coordinator.catalog import TopicInfo
+from coordinator.server.handler import Deferred
 from coordinator.share.leader import ShareLeaderConfig
 from coordinator.share.partition import ACCEPT, REJECT, RELEASE, DeadLetter, SharePartition
 from coordinator.share.persister import ARCHIVED, ARCHIVING, AVAILABLE, PersisterBatch
+from coordinator.share.remote import RemoteShareState
 from protocol.errors import ErrorCode
+from protocol.framing import RequestHeader
+from protocol.messages import produce
 from storage.record_batch import decode_records, iter_batches
 
 G = "g"
@@ -239,3 +246,64 @@ async def test_copy_finishing_after_unload_is_archived_once(node: ShareNode) -> 
     assert acquired(r) == []
     dlq = node.catalog.get(DLQ)
     assert dlq is not None and len(letters(node, dlq)) == 4
+
+
+class ProduceWire:
+    """The inter-broker client: a Produce through its codecs to the other node's data
+    plane, the answer back through them; a node not in ``nodes`` does not answer."""
+
+    def __init__(self, nodes: dict[int, ShareNode]) -> None:
+        self.nodes = nodes
+        self.sent: list[int] = []
+
+    async def send(self, node_id: int, api_key: int, api_version: int, request: Any) -> Any:
+        assert api_key == produce.API_KEY
+        self.sent.append(node_id)
+        if node_id not in self.nodes:
+            raise ConnectionError(f"node {node_id} is down")
+        out = bytearray()
+        produce.REQUEST_ENCODERS[api_version](request, out)
+        req, _ = produce.REQUEST_DECODERS[api_version](bytes(out), 0)
+        header = RequestHeader(api_key, api_version, 1, "kgc-node")
+        res = self.nodes[node_id].dp.produce_checked(header, req, client(1), 0, None)
+        if isinstance(res, Deferred):
+            res = await res
+        assert isinstance(res, produce.Response)
+        out = bytearray()
+        produce.RESPONSE_ENCODERS[api_version](res, out)
+        return produce.RESPONSE_DECODERS[api_version](bytes(out), 0)[0]
+
+
+async def test_copy_goes_to_the_dead_letter_partitions_leader(
+    node: ShareNode, tmp_path: Path
+) -> None:
+    other = ShareNode(tmp_path / "other")
+    try:
+        other.create(DLQ, 1, {"errors.deadletterqueue.group.enable": "true"})
+        info = await _setup(node, {"errors.deadletterqueue.topic.name": DLQ})
+        wire = ProduceWire({2: other})
+        leaders = [3, 2]  # node 3 (gone) first, then the partition moved to node 2
+
+        def leader_of(topic: str, partition: int) -> int:
+            assert (topic, partition) == (DLQ, 0)
+            return leaders.pop(0) if len(leaders) > 1 else leaders[0]
+
+        remote = RemoteShareState(wire, lambda p: None, 1, leader_of=leader_of)
+        writer = node.leader.dead_letters
+        writer.remote = lambda: remote
+        writer.backoff_ms = 0
+        await node.fetch(G, "m1", 0, [(info, 0)])
+        await node.acknowledge(G, "m1", 1, [(info, 0, [(1, 2, [REJECT])])])
+        await settle(node)
+        assert wire.sent == [3, 2]
+        here, there = node.catalog.get(DLQ), other.catalog.get(DLQ)
+        assert here is not None and there is not None
+        assert letters(node, here) == []  # not appended by this node
+        got = letters(other, there)
+        assert [(o, h["__dlq.errors.offset"]) for o, _, _, h in got] == [(0, b"1"), (1, b"2")]
+        assert got[0][3]["__dlq.errors.message"] == b"Offset rejected by client."
+        served = node.leader.loaded((G, info.topic_id, 0))
+        assert served is not None and served.sp is not None
+        assert served.sp.archived(1, 2) == []  # archived already, after the copy
+    finally:
+        await other.close()
