@@ -75,6 +75,7 @@ def test_piped_run_is_quiet_and_writes_one_json_file_per_report(tmp_path: Path) 
         "groups.json",
         "members.json",
         "partitions.json",
+        "report.html",  # the page a person reads: lag and commit-rate charts, the findings
         "summary.json",
     ]
     assert all(p.is_file() for p in out.iterdir())
