@@ -262,7 +262,8 @@ class PgJournal:
 
     # ------------------------------------------------------------ WriteAheadJournal
 
-    def record(self, log: PartitionLog, batch: bytes) -> None:
+    def _attached(self, log: PartitionLog) -> Part:
+        """``log``'s lease state, or NotOwnerError when this node does not hold its lease."""
         part = self._parts.get(log)
         if part is None:
             topic, partition = _name_of(log)
@@ -272,6 +273,10 @@ class PgJournal:
                 partition=partition,
                 log=log,
             )
+        return part
+
+    def record(self, log: PartitionLog, batch: bytes) -> None:
+        part = self._attached(log)
         part.pending.append(batch)
 
     def note_history(self, log: PartitionLog, written_ms: int, value: bytes) -> None:
@@ -279,15 +284,7 @@ class PgJournal:
         kgc_group_history in the round that makes the log's records so far durable, only
         if that round keeps the lease (``storage.postgres.rounds``). Raises NotOwnerError
         if the log is not attached."""
-        part = self._parts.get(log)
-        if part is None:
-            topic, partition = _name_of(log)
-            raise NotOwnerError(
-                f"{topic}-{partition}: this node does not hold the partition's lease",
-                topic=topic,
-                partition=partition,
-                log=log,
-            )
+        part = self._attached(log)
         part.history.append((log.log_end_offset, written_ms, value))
 
     def discard_unsynced(self) -> list[PartitionLog]:
