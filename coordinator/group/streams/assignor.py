@@ -21,17 +21,30 @@ Standbys (only stateful subtopologies, ``num_standby_replicas`` each), ordered b
 previous standby holder, when its process does not hold the task and it is under the total
 quota; what is left goes, by (subtopology, partition) descending, to the least-loaded
 process that does not hold the task. A process never holds two copies of one task, so a
-task gets at most ``processes - 1`` standbys. Ties are broken by member and process id
-(Java breaks them by heap order; no client can tell). Warm-up tasks are never produced, as
-in Kafka 4.4.
+task gets at most ``processes - 1`` standbys. Warm-up tasks are never produced, as in
+Kafka 4.4.
+
+Ties are Kafka's: its least-loaded process and member come from ``java.util.PriorityQueue``s
+compared by load alone, so equal loads resolve by the heap's internal order, which follows
+the order elements were added. That order is Java's ``HashMap`` iteration order: members as
+Kafka's ``TargetAssignmentBuilder`` puts them into a ``HashMap`` (bucket order of the member
+ids, the caller's order within a bucket), processes as ``HashMap(members)`` holds them, a
+process's members as its own ``HashMap``
+(``computeIfAbsent`` puts a new process first in its bucket). ``JavaPriorityQueue`` is Java's heap, and the
+previous standby candidates keep that member order under their stable sort.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from coordinator.group.streams.javaorder import (
+    JavaPriorityQueue,
+    java_compute_if_absent_order,
+    java_hash_order,
+)
 
 __all__ = [
     "AssignmentMember",
@@ -96,8 +109,9 @@ class _Process:
         self.held: set[Task] = set()
         self.active: dict[str, list[Task]] = {}
         self.standby: dict[str, list[Task]] = {}
-        # Members by task count, built lazily and dropped when a task is added directly.
-        self.by_load: list[tuple[int, str]] | None = None
+        # Members by task count ([member id, count] entries), built lazily and dropped when a
+        # task is added to a named member, as Kafka's ProcessState.membersByLoad.
+        self.by_load: JavaPriorityQueue[list[object]] | None = None
 
     def add_member(self, member_id: str) -> None:
         self.counts[member_id] = 0
@@ -125,13 +139,29 @@ class _Process:
             return -1
         if len(self.counts) == 1:
             return self._add(next(iter(self.counts)), task, active)
-        if self.by_load is None:
-            self.by_load = [(n, m) for m, n in self.counts.items()]
-            heapq.heapify(self.by_load)
-        _, member = heapq.heappop(self.by_load)
-        n = self._add(member, task, active)
-        heapq.heappush(self.by_load, (n, member))
+        heap = self.by_load
+        if heap is None:
+            heap = self.by_load = JavaPriorityQueue(_entry_count)
+            for m, n in self.counts.items():
+                heap.add([m, n])
+        entry = heap.poll()
+        assert entry is not None
+        n = self._add(str(entry[0]), task, active)
+        entry[1] = n
+        heap.add(entry)
         return n
+
+
+def _entry_count(entry: list[object]) -> float:
+    n = entry[1]
+    assert isinstance(n, int)
+    return n
+
+
+def _java_member_order(members: Sequence[AssignmentMember]) -> list[AssignmentMember]:
+    """The members as the HashMap Kafka's TargetAssignmentBuilder puts them in iterates them."""
+    by_id = {m.member_id: m for m in members}
+    return [by_id[mid] for mid in java_hash_order(by_id)]
 
 
 def _per_member(tasks: int, members: int) -> int:
@@ -154,7 +184,8 @@ class _State:
         self.prev_active: dict[Task, AssignmentMember] = {}
         candidates: dict[Task, list[tuple[int, int, int, AssignmentMember]]] = {}
         seq = 0
-        for m in members:
+        ordered = _java_member_order(members)
+        for m in ordered:
             p = self.processes.get(m.process_id)
             if p is None:
                 p = self.processes[m.process_id] = _Process(m.process_id)
@@ -172,6 +203,15 @@ class _State:
                     if (sub, part) not in standby:
                         candidates.setdefault((sub, part), []).append((1, -off, seq, m))
                         seq += 1
+        # Kafka's processIdToState is a HashMap sized for the members and filled by
+        # computeIfAbsent once per member, each process's memberToTaskCounts a default
+        # HashMap filled by put: their iteration orders feed the heaps.
+        order = java_compute_if_absent_order(
+            [m.process_id for m in ordered], initial_capacity=len(members)
+        )
+        self.processes = {pid: self.processes[pid] for pid in order}
+        for p in self.processes.values():
+            p.counts = {mid: 0 for mid in java_hash_order(p.counts)}
         self.prev_standby = {
             t: [c[3] for c in sorted(cs, key=lambda c: c[:3])] for t, cs in candidates.items()
         }
@@ -240,10 +280,15 @@ def _compact(into: dict[str, list[int]], tasks: list[Task]) -> None:
         parts.sort()
 
 
-def _process_heap(state: _State) -> list[tuple[float, str]]:
-    heap = [(p.load, p.process_id) for p in state.processes.values()]
-    heapq.heapify(heap)
+def _process_heap(state: _State) -> JavaPriorityQueue[_Process]:
+    heap: JavaPriorityQueue[_Process] = JavaPriorityQueue(_process_load)
+    for p in state.processes.values():
+        heap.add(p)
     return heap
+
+
+def _process_load(p: _Process) -> float:
+    return p.load
 
 
 def _assign_active(state: _State, tasks: list[Task]) -> None:
@@ -265,13 +310,14 @@ def _assign_active(state: _State, tasks: list[Task]) -> None:
     rest.sort()
     heap = _process_heap(state)
     for task in rest:
-        _, pid = heapq.heappop(heap)
-        p = state.processes[pid]
+        p = heap.poll()
+        if p is None:
+            raise TaskAssignorError(f"No process available to assign active task {_name(task)}.")
         n = p.add_to_least_loaded(task, True)
         if n == -1:
             raise TaskAssignorError(f"No member available to assign active task {_name(task)}.")
         state.took(n, True)
-        heapq.heappush(heap, (p.load, pid))
+        heap.add(p)
 
 
 def _assign_standby(state: _State, tasks: list[Task]) -> None:
@@ -308,13 +354,18 @@ def _assign_standby(state: _State, tasks: list[Task]) -> None:
                 break
 
 
-def _standby_to_least_loaded(state: _State, heap: list[tuple[float, str]], task: Task) -> bool:
-    """The least-loaded process without ``task`` takes a standby of it (Kafka's recursion)."""
+def _standby_to_least_loaded(state: _State, heap: JavaPriorityQueue[_Process], task: Task) -> bool:
+    """The least-loaded process without ``task`` takes a standby of it.
+
+    Kafka recurses: each polled process that holds the task polls the next, and each goes
+    back into the heap as its call returns, so the last polled goes back first.
+    """
     polled: list[_Process] = []
     found = False
-    while heap:
-        _, pid = heapq.heappop(heap)
-        p = state.processes[pid]
+    while True:
+        p = heap.poll()
+        if p is None:
+            break
         polled.append(p)
         if task not in p.held:
             n = p.add_to_least_loaded(task, False)
@@ -322,8 +373,10 @@ def _standby_to_least_loaded(state: _State, heap: list[tuple[float, str]], task:
                 found = True
                 state.took(n, False)
             break
-    for p in polled:
-        heapq.heappush(heap, (p.load, p.process_id))
+        if not len(heap):
+            break
+    for p in reversed(polled):
+        heap.add(p)
     return found
 
 

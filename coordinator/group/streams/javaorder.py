@@ -9,18 +9,24 @@ copying constructor asks for) and doubles whenever the size passes three quarter
 a resize keeps each bucket's relative order. Removals never shrink it. Bins Java turns
 into trees (eight keys in one bucket of a table of 64 or more) are not modelled: topic
 names and config keys never collide that much.
+
+``JavaPriorityQueue`` is ``java.util.PriorityQueue``'s binary heap, for the ties of Kafka's
+streams task assignor (processes and members compared by load alone).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from storage.records import java_string_hash
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 
 __all__ = [
+    "JavaPriorityQueue",
+    "java_compute_if_absent_order",
     "java_hash_order",
     "java_hash_order_by",
     "java_set_copy_order",
@@ -56,6 +62,31 @@ def java_hash_order_by(
     return sorted(first_put, key=lambda k: (bucket(k), first_put[k]))
 
 
+def java_compute_if_absent_order(calls: Iterable[str], initial_capacity: int = 16) -> list[str]:
+    """The keys of a ``HashMap`` filled by ``computeIfAbsent(key, ...)`` once per item of
+    ``calls`` (repeats included), in its iteration order.
+
+    ``computeIfAbsent`` differs from ``put`` twice: a new key goes to the head of its bucket,
+    not the tail, so one bucket holds its keys newest first; and the table grows at the start
+    of a call, when the size already passed three quarters of it (every call checks, also one
+    for a key present), not right after the insertion that passed it.
+    """
+    first_put: dict[str, int] = {}
+    cap = _table_size(max(initial_capacity, 1))
+    for k in calls:
+        if len(first_put) > cap * 3 // 4:
+            cap <<= 1
+        if k not in first_put:
+            first_put[k] = len(first_put)
+    mask = cap - 1
+
+    def bucket(k: str) -> int:
+        h = java_string_hash(k) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & mask
+
+    return sorted(first_put, key=lambda k: (bucket(k), -first_put[k]))
+
+
 def topic_partition_hash(topic: str, partition: int) -> int:
     """``TopicPartition.hashCode()``: 31 * (31 + partition) + topic.hashCode(), as int32."""
     h = (31 * (31 + partition) + java_string_hash(topic)) & 0xFFFFFFFF
@@ -76,3 +107,64 @@ def java_set_copy_order(keys: Iterable[str]) -> list[str]:
     """``new HashSet<>(collection)``'s order: a table sized for the collection up front."""
     items = list(keys)
     return java_hash_order(items, max(int(len(items) / 0.75) + 1, 16))
+
+
+class JavaPriorityQueue(Generic[T]):
+    """``java.util.PriorityQueue`` with a comparator that compares ``key(x)`` only.
+
+    The binary heap with Java's ``offer`` (siftUp) and ``poll`` (siftDown) exactly, so
+    elements whose keys are equal come out in the order Java's heap gives them: it depends on
+    the order they were added and polled, which is what decides Kafka's ties. ``key`` is read
+    at every comparison, as Java's comparator reads the element's current state.
+    """
+
+    __slots__ = ("_es", "_key")
+
+    def __init__(self, key: Callable[[T], float]) -> None:
+        self._es: list[T] = []
+        self._key = key
+
+    def __len__(self) -> int:
+        return len(self._es)
+
+    def add(self, x: T) -> None:
+        es, key = self._es, self._key
+        k = len(es)
+        es.append(x)
+        kx = key(x)
+        while k > 0:
+            parent = (k - 1) >> 1
+            e = es[parent]
+            if kx >= key(e):
+                break
+            es[k] = e
+            k = parent
+        es[k] = x
+
+    def poll(self) -> T | None:
+        es = self._es
+        if not es:
+            return None
+        result = es[0]
+        x = es.pop()
+        n = len(es)
+        if n > 0:
+            key = self._key
+            kx = key(x)
+            k = 0
+            half = n >> 1
+            while k < half:
+                child = 2 * k + 1
+                c = es[child]
+                kc = key(c)
+                right = child + 1
+                if right < n:
+                    kr = key(es[right])
+                    if kc > kr:
+                        child, c, kc = right, es[right], kr
+                if kx <= kc:
+                    break
+                es[k] = c
+                k = child
+            es[k] = x
+        return result
