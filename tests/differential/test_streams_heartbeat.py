@@ -399,7 +399,8 @@ def endpoint_lists(side: Side) -> None:
     """Two members of two processes with endpoints, one standby replica: once the group is
     steady (unrecorded heartbeats until each member's tasks stop changing), each member asks
     for the endpoint list (endpoint epoch -1); recorded: whether the lists are exactly the
-    members' active and standby tasks as input partitions, and their shape."""
+    members' active and standby tasks as input partitions, and which endpoint lists which
+    partitions."""
     group, source = side.name("sg-ep"), side.name("sg-ep-src")
     side.create_topic(source, 2)
     wait_source_seen(side, source)
@@ -444,15 +445,14 @@ def endpoint_lists(side: Side) -> None:
             ]
             for e in r.partitions_by_user_endpoint or ()
         )
-        # Which process gets which partition is a tie Kafka's assignor and kgc's break
-        # differently (mirror images here); compared: that the lists are the members'
-        # tasks, and how many partitions each endpoint lists.
         side.note(f"lists_are_the_tasks_{m.member}", SG_HEARTBEAT, 1, lists == derived)
-        shape = [
-            [sum(len(ps) for _, ps in active), sum(len(ps) for _, ps in standby)]
-            for _, active, standby in lists
+        # The placement itself, topics by role: kgc breaks the assignor's ties as Kafka does.
+        roles = {source: "source", inputs["1"]: "repartition"}
+        placed = [
+            [port, [[roles[t], ps] for t, ps in active], [[roles[t], ps] for t, ps in standby]]
+            for (_, port), active, standby in lists
         ]
-        side.note(f"endpoint_shape_{m.member}", SG_HEARTBEAT, 1, shape)
+        side.note(f"endpoint_placement_{m.member}", SG_HEARTBEAT, 1, placed)
     for m in members:
         m.side.untimed().call(SG_HEARTBEAT, 1, join(group, m.member, None, **LEAVE))
 
@@ -463,4 +463,8 @@ def test_endpoint_lists_with_standby_partitions(diff_shared: Runner) -> None:
     assert steps["lists_are_the_tasks_m1"] is True and steps["lists_are_the_tasks_m2"] is True
     # Each process: one partition of each subtopology active (2), and the standby of the
     # other process's stateful task (1).
-    assert steps["endpoint_shape_m1"] == [[2, 1], [2, 1]]
+    shape = [
+        [sum(len(ps) for _, ps in active), sum(len(ps) for _, ps in standby)]
+        for _, active, standby in steps["endpoint_placement_m1"]
+    ]
+    assert shape == [[2, 1], [2, 1]]
