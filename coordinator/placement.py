@@ -9,10 +9,11 @@ leader epoch the lease's fencing epoch; a partition without a live holder has no
 while a leader is being elected).
 
 With ``kgc.workers`` = N > 1 (``WorkerPlacement``) the node's N worker processes are N
-brokers, node ids node.id + i, and each leads a fixed share: offsets partition p is worker
-p % N's, partition p of a topic worker (crc32(topic) + p) % N's (``worker_of``: a topic's
-partitions go round the workers from a place its name picks, so every worker gets its share
-of each topic and of the groups). Leader epoch 0, as on one node: ownership never moves
+brokers, node ids node.id + i, and each leads a fixed share: partition p of a coordinator's
+topic (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``) is worker
+p % N's, partition p of any other topic worker (crc32(topic) + p) % N's (``worker_of``: a
+topic's partitions go round the workers from a place its name picks, so every worker gets
+its share of each topic, of the groups, transactional ids and share partitions' states). Leader epoch 0, as on one node: ownership never moves
 while the node runs.
 """
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coordinator.config import Settings, parse_listeners
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.records import OFFSETS_TOPIC
 
 __all__ = [
@@ -39,6 +41,12 @@ __all__ = [
     "parse_endpoints",
     "worker_of",
 ]
+
+
+# The coordinators' topics, whose keys (groups, transactional ids, share partitions) are
+# spread over the partitions by hash already: partition p is worker p % N's. The share
+# coordinator's topic is named here by value (``share.state_shard`` sits above this module).
+COORDINATOR_TOPICS = frozenset((OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, "__share_group_state"))
 
 
 class BrokerNode(Protocol):
@@ -149,7 +157,7 @@ def worker_of(topic: str, partition: int, workers: int) -> int:
     """The worker (0..workers-1) that leads a partition under kgc.workers (module doc)."""
     if workers <= 1:
         return 0
-    if topic == OFFSETS_TOPIC:
+    if topic in COORDINATOR_TOPICS:
         return partition % workers
     return (zlib.crc32(topic.encode()) + partition) % workers
 

@@ -173,11 +173,6 @@ def _coordinator(
         )
     if key_type == COORDINATOR_KEY_TRANSACTION:
         s = broker.settings
-        if s.kgc_workers > 1:
-            # A worker cannot write markers into the partitions of another: transactions
-            # run on one process or a cluster's nodes. Kafka's answer while the topic has
-            # no leader.
-            return _not_available(key)
         partition = partition_for_transactional_id(key, s.transaction_state_log_num_partitions)
         return _leader_of(broker, key, TRANSACTION_STATE_TOPIC, partition, listener)
     return Coordinator(

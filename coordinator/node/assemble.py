@@ -108,6 +108,7 @@ from storage.records import OFFSETS_TOPIC
 if TYPE_CHECKING:
     from coordinator.cluster import Cluster  # imports asyncpg: cluster mode only
     from coordinator.cluster.peers import PeerClient
+    from coordinator.cluster.txn_channel import Leaders
     from storage.postgres.journal import PgJournal
 
 log = logging.getLogger("kgc")
@@ -473,6 +474,31 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     core = Core(stores, compaction, metrics, groups, data, share, txn)
     deployment.serve_partitions(s, core)
     return core
+
+
+def route_transactions(
+    node_id: int, core: Core, leaders: Callable[[], Leaders | None], peers: PeerClient
+) -> None:
+    """Transactions over nodes (a cluster's, a kgc.workers node's workers) that each lead
+    some partitions: markers to each partition's leader, AddPartitionsToTxn verification
+    (produce and TxnOffsetCommit) at each transactional id's coordinator, both through the
+    inter-broker client when that is another node (``cluster.txn_channel``). The caller
+    starts the coordinator's partitions (``TxnRuntime.start``)."""
+    from coordinator.cluster.txn_channel import ClusterMarkers, RoutedVerifier
+
+    txn = core.txn
+    txn.markers = ClusterMarkers(node_id, leaders, peers, core.data.txn.write_marker)
+    verifier = RoutedVerifier(
+        node_id,
+        txn.coordinator.partition_for,
+        leaders,
+        txn.serves,
+        peers,
+        txn.verify,
+        TRANSACTION_STATE_TOPIC,
+    )
+    core.data.txn.verify = verifier.verify
+    core.groups.txn_verifier = verifier
 
 
 async def listen_step(s: Settings, tls: TlsContexts) -> list[Listening]:

@@ -66,7 +66,6 @@ from coordinator.apis.topics import Broker
 from coordinator.catalog import TopicCatalog
 from coordinator.cluster import Cluster
 from coordinator.cluster.peers import PeerClient, PeerConfigError, PeerSecurity
-from coordinator.cluster.txn_channel import ClusterMarkers, RoutedVerifier
 from coordinator.config import (
     Settings,
     offsets_log_config,
@@ -83,6 +82,7 @@ from coordinator.node.assemble import (
     Stores,
     assemble,
     lock_data_dir,
+    route_transactions,
     status_settings,
 )
 from coordinator.node.pg_stores import PgClusterView, PgGroupConfigs, SharedCatalog
@@ -371,24 +371,12 @@ class ClusterNode:
     def _transactions_across_nodes(self, s: Settings, core: Core) -> None:
         """Markers to each partition's leader, verification at each id's coordinator, both
         through the inter-broker client; the coordinator serves the partitions it leases."""
-        txn = core.txn
 
         def leaders() -> ClusterPlacement | None:
             return ClusterPlacement(self.cluster) if self.cluster is not None else None
 
-        txn.markers = ClusterMarkers(s.node_id, leaders, self.peers, core.data.txn.write_marker)
-        verifier = RoutedVerifier(
-            s.node_id,
-            txn.coordinator.partition_for,
-            leaders,
-            txn.serves,
-            self.peers,
-            txn.verify,
-            TRANSACTION_STATE_TOPIC,
-        )
-        core.data.txn.verify = verifier.verify
-        core.groups.txn_verifier = verifier
-        txn.start(())  # the sweeps; partitions come with their leases
+        route_transactions(s.node_id, core, leaders, self.peers)
+        core.txn.start(())  # the sweeps; partitions come with their leases
 
     def _leader_of(self, topic: str, p: int) -> int | None:
         node = self.cluster.owner(topic, p) if self.cluster is not None else None

@@ -5,7 +5,8 @@ on N consecutive free ports for Kafka and N for metrics (worker i on port + i). 
 waits until every worker listens; ``wait_loaded`` until no group of any worker answers
 COORDINATOR_LOAD_IN_PROGRESS. ``worker_pid`` reads the pid worker i wrote in its lock file
 ``.lock.w<i>``. ``group_on(i)`` names a group whose offsets partition worker i coordinates,
-``partition_on(topic, i)`` a partition of ``topic`` worker i leads (the placement rule).
+``partition_on(topic, i)`` a partition of ``topic`` worker i leads (the placement rule),
+``txn_id_on(i)`` a transactional id worker i coordinates.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from pathlib import Path
 from coordinator.node.workers.worker import lock_holder
 from coordinator.placement import worker_of
 from coordinator.tools.client import Connection
+from coordinator.txn.coordinator import partition_for_transactional_id
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import ErrorCode
 from protocol.messages import metadata, offset_fetch
 from storage.records import OFFSETS_TOPIC, partition_for
 from support.kgc_process import KgcProcess
 
 OFFSETS_PARTITIONS = 50
+TXN_STATE_PARTITIONS = 50
 
 
 def free_ports(n: int) -> int:
@@ -55,6 +59,17 @@ def group_on(worker: int, workers: int, prefix: str = "g") -> str:
         group = f"{prefix}-{i}"
         if worker_of(OFFSETS_TOPIC, partition_for(group, OFFSETS_PARTITIONS), workers) == worker:
             return group
+        i += 1
+
+
+def txn_id_on(worker: int, workers: int, prefix: str = "tx") -> str:
+    """A transactional id whose ``__transaction_state`` partition ``worker`` leads."""
+    i = 0
+    while True:
+        tid = f"{prefix}-{i}"
+        p = partition_for_transactional_id(tid, TXN_STATE_PARTITIONS)
+        if worker_of(TRANSACTION_STATE_TOPIC, p, workers) == worker:
+            return tid
         i += 1
 
 

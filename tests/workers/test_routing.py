@@ -2,7 +2,7 @@
 
 A real ``kgc serve --kgc-workers 2``: Metadata from either worker lists both brokers (node
 ids 0 and 1, ports port and port + 1) and each partition's leader by the placement rule;
-FindCoordinator names the group's worker from either; a request for a partition or group
+FindCoordinator names the group's (or transactional id's) worker from either; a request for a partition or group
 another worker leads is answered NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR, as Kafka answers
 a client that went to the wrong broker; and each worker writes only its own partitions.
 """
@@ -13,12 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 from support.groupkit import commit_offset, create_topic
-from support.workerskit import Workers, group_on, partition_on
+from support.workerskit import Workers, group_on, partition_on, txn_id_on
 
 from coordinator.placement import worker_of
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
-from protocol.messages import find_coordinator, join_group, metadata, produce
+from protocol.messages import find_coordinator, init_producer_id, join_group, metadata, produce
 from storage.record_batch import encode_batch
 
 pytestmark = pytest.mark.integration
@@ -64,6 +64,36 @@ def test_find_coordinator_names_the_groups_worker_from_either(node: Workers) -> 
             (coord,) = resp.coordinators
             assert coord.error_code == 0
             assert (coord.node_id, coord.port) == (owner, node.port + owner)
+
+
+def test_transactional_ids_are_coordinated_by_their_state_partitions_worker(
+    node: Workers,
+) -> None:
+    """FindCoordinator key type 1 names the worker of the id's ``__transaction_state``
+    partition (p % 2) from either worker; InitProducerId there gives a producer id, at the
+    other worker NOT_COORDINATOR."""
+    for owner in (0, 1):
+        tid = txn_id_on(owner, 2, "fc-tx")
+        for asked in (0, 1):
+            with Connection.to(node.bootstrap_of(asked)) as c:
+                _, resp = c.request(
+                    find_coordinator.API_KEY,
+                    find_coordinator.Request(key=tid, key_type=1, coordinator_keys=[tid]),
+                )
+            (coord,) = resp.coordinators
+            assert coord.error_code == 0
+            assert (coord.node_id, coord.port) == (owner, node.port + owner)
+        request = init_producer_id.Request(transactional_id=tid, transaction_timeout_ms=60000)
+        with Connection.to(node.bootstrap_of(1 - owner)) as c:
+            _, wrong = c.request(init_producer_id.API_KEY, request)
+        assert wrong.error_code == ErrorCode.NOT_COORDINATOR
+        with Connection.to(node.bootstrap_of(owner)) as c:
+            for _ in range(200):  # the worker's state partitions load in the background
+                _, resp = c.request(init_producer_id.API_KEY, request)
+                if resp.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    break
+        assert resp.error_code == 0
+        assert resp.producer_id >= 0
 
 
 def test_group_requests_to_the_wrong_worker_are_not_coordinator(node: Workers) -> None:

@@ -1,8 +1,9 @@
 """kgc.workers' parts on their own: placement, worker settings, shared files, per-worker logs.
 
-No processes here: the ownership rule spreads a topic's partitions and the offsets
-partitions over every worker; worker i's settings move every port by i; two stores on the
-same file (as two workers hold them) see each other's changes through the poll, changes
+No processes here: the ownership rule spreads a topic's partitions and the coordinators'
+partitions (offsets, transactions, share state) over every worker; worker i's settings move
+every port by i; two stores on the same file (as two workers hold them) see each other's
+changes through the poll, changes
 made from a stale state are refused or applied to the current one, and changes of the same
 size in the same instant are still seen; producer-id blocks never overlap; a worker's
 LogManager locks and journals apart, and a whole-directory LogManager replays the workers'
@@ -28,6 +29,7 @@ from coordinator.node.workers.shared import (
     stat_key,
 )
 from coordinator.placement import worker_of
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.local.log import LogConfig
 from storage.local.manager import DataDirLockedError, LogManager
 from storage.records import OFFSETS_TOPIC
@@ -38,6 +40,12 @@ JOURNALED = LogConfig(journaled=True, cleanup_policy="compact")
 def test_offsets_partitions_go_round_the_workers() -> None:
     assert [worker_of(OFFSETS_TOPIC, p, 3) for p in range(6)] == [0, 1, 2, 0, 1, 2]
     assert all(worker_of(OFFSETS_TOPIC, p, 1) == 0 for p in range(50))
+
+
+def test_every_coordinators_partitions_go_round_the_workers() -> None:
+    # Transactional ids and share partitions' states, as groups: partition p is p % N's.
+    for topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, "__share_group_state"):
+        assert [worker_of(topic, p, 3) for p in range(6)] == [0, 1, 2, 0, 1, 2]
 
 
 def test_a_topics_partitions_are_spread_from_a_place_its_name_picks() -> None:

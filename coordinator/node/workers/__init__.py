@@ -8,11 +8,15 @@ broker of its own, routed as a cluster is routed:
 * worker i has node id node.id + i and listens on every configured listener at port + i
   (advertised listeners, advertised.port and metrics.port + i too), so worker 0 keeps the
   configured ports and the bootstrap address is unchanged (``layout``);
-* each worker leads a fixed share of the partitions: offsets partition p is worker p % N's,
-  topic partition (t, p) worker (crc32(t) + p) % N's (``placement.worker_of``); Metadata and
-  FindCoordinator answer from a ``WorkerPlacement`` listing the N workers, so clients go to
-  the owner, and a request for another worker's partition is answered
-  NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR as Kafka answers it (``worker``);
+* each worker leads a fixed share of the partitions: partition p of a coordinator's topic
+  (offsets, transaction state, share state) is worker p % N's, topic partition (t, p)
+  worker (crc32(t) + p) % N's (``placement.worker_of``); Metadata and FindCoordinator
+  answer from a ``WorkerPlacement`` listing the N workers, so clients go to the owner, and
+  a request for another worker's partition is answered NOT_LEADER_OR_FOLLOWER /
+  NOT_COORDINATOR as Kafka answers it (``worker``);
+* the workers reach each other as a cluster's nodes do, over the inter-broker client at
+  the inter-broker listener's port + i (``cluster.peers``): transaction markers to each
+  partition's worker, AddPartitionsToTxn verification at each transactional id's;
 * one writer per partition: a worker opens and creates only its own partitions, under its
   own lock file ``.lock.w<i>`` and its own journal ``journal.w<i>``; the supervisor holds the
   data directory's ``.lock`` for its life (inherited by the workers), so N, and with it who
@@ -34,6 +38,8 @@ SCRAM credentials, ACLs     shared files (``WorkerCredentialStore``, ``WorkerAcl
 group configs               shared file (``WorkerGroupConfigs``)
 producer ids                blocks from the shared counter file
 group shard and runtime     per worker: its offsets partitions (``acquire``)
+transaction coordinator     per worker: its ``__transaction_state`` partitions; markers
+                            and verification to the other workers (inter-broker client)
 data plane, retention       per worker: its topic partitions (``acquire``)
 compaction                  per worker: the logs it opened
 ``__consumer_offsets`` read per worker: the partitions it coordinates

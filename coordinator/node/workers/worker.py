@@ -20,7 +20,10 @@ ownership rule (``placement.worker_of``) instead of leases:
   close their logs when they see the topic gone and tombstone their groups' offsets of it).
 
 The broker's ``WorkerPlacement`` lists every worker, so Metadata names each partition's
-owner and FindCoordinator each group's. ``serve_worker`` runs the worker until
+owner and FindCoordinator each group's and transactional id's. The worker's transaction
+coordinator serves its own ``__transaction_state`` partitions and reaches the other
+workers' partitions (markers) and coordinators (verification) through the inter-broker
+client, wired as a cluster node's (``assemble.route_transactions``). ``serve_worker`` runs the worker until
 SIGTERM/SIGINT or until its supervisor goes away (its end of the channel closes), and
 tells the supervisor on that channel when it listens, or why it could not start (one line).
 """
@@ -38,13 +41,21 @@ from typing import TYPE_CHECKING
 
 from coordinator.apis.topics import Broker
 from coordinator.catalog import CATALOG_FILE, TopicInfo
+from coordinator.cluster.peers import PeerClient, PeerConfigError, PeerSecurity
 from coordinator.config import Settings, offsets_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.plane import PRODUCER_ID_FILE
 from coordinator.group_configs import GROUP_CONFIGS_FILE
 from coordinator.logs import JsonFormatter
 from coordinator.metrics import Metrics
-from coordinator.node.assemble import Core, Stores, assemble, lock_data_dir, log_config_for
+from coordinator.node.assemble import (
+    Core,
+    Stores,
+    assemble,
+    lock_data_dir,
+    log_config_for,
+    route_transactions,
+)
 from coordinator.node.process import (
     STOP_SIGNALS,
     freeze_when_loaded,
@@ -64,6 +75,7 @@ from coordinator.node.workers.shared import (
 from coordinator.placement import Placement, WorkerPlacement, worker_of
 from coordinator.runtime import GroupRuntime
 from coordinator.security.credentials import CREDENTIALS_FILE
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
@@ -117,9 +129,12 @@ class WorkerPartitions:
             return None
         return log_config_for(self.settings, self.catalog, topic, partition)
 
+    def owned(self, topic: str, num_partitions: int) -> list[int]:
+        """The partitions of a coordinator's topic this worker leads."""
+        return [p for p in range(num_partitions) if self.owns(topic, p)]
+
     def offsets_partitions(self) -> list[int]:
-        n = self.settings.offsets_topic_num_partitions
-        return [p for p in range(n) if self.owns(OFFSETS_TOPIC, p)]
+        return self.owned(OFFSETS_TOPIC, self.settings.offsets_topic_num_partitions)
 
     def attach(self, groups: GroupRuntime, data: DataPlane, metrics: Metrics) -> None:
         """Serve: every owned offsets partition starts loading, every owned topic partition
@@ -214,6 +229,17 @@ class Worker:
         self.count = node_settings.kgc_workers
         self.files = SharedFiles(s.data_dir)
         self.partitions: WorkerPartitions | None = None
+        self.workers = WorkerPlacement(worker_nodes(node_settings))
+        # The inter-broker client to the other workers (transaction markers, verification),
+        # checked before anything is opened, as a cluster node's: a listener or mechanism
+        # it cannot serve stops start-up with one line.
+        try:
+            security = PeerSecurity.from_settings(s)
+        except PeerConfigError as exc:
+            raise SystemExit(f"kgc: error: invalid setting {exc}") from None
+        self.peers = PeerClient(
+            self.workers.nodes, security, node_id=s.node_id, request_timeout_ms=s.request_timeout_ms
+        )
 
     async def open_stores(self, s: Settings) -> Stores:
         files = self.files
@@ -230,6 +256,8 @@ class Worker:
             acls=WorkerAclStore(s.data_dir, files) if s.authorizer_class_name else None,
             group_configs=WorkerGroupConfigs(s, s.data_dir / GROUP_CONFIGS_FILE, files),
             producer_ids=shared_producer_ids(files, s.data_dir / PRODUCER_ID_FILE),
+            peers=self.peers,
+            closers=[self.peers.close],
         )
 
     def _partitions(self) -> WorkerPartitions:
@@ -243,14 +271,18 @@ class Worker:
         pass  # the owned offsets partitions load once handed over (``serve_partitions``)
 
     def serve_partitions(self, s: Settings, core: Core) -> None:
-        # No transaction coordinator here (FindCoordinator does not name one under
-        # kgc.workers): its partitions stay unloaded, and their ids NOT_COORDINATOR.
-        self._partitions().attach(core.groups, core.data, core.metrics)
+        partitions = self._partitions()
+        partitions.attach(core.groups, core.data, core.metrics)
+        # The transaction coordinator of this worker's __transaction_state partitions;
+        # markers and verification reach the other workers' partitions and ids through
+        # the inter-broker client, as between a cluster's nodes.
+        route_transactions(s.node_id, core, lambda: self.workers, self.peers)
+        core.txn.start(partitions.owned(TRANSACTION_STATE_TOPIC, core.txn.num_partitions))
 
     def placement(
         self, s: Settings, core: Core, endpoints: dict[str, tuple[str, int]], port: int
     ) -> tuple[Placement | None, int]:
-        return WorkerPlacement(worker_nodes(self.node_settings)), s.advertised_port or port
+        return self.workers, s.advertised_port or port
 
     def broker_nodes(self, broker: Broker) -> Callable[[], list[int]] | None:
         return None  # DescribeConfigs answers for this worker's broker only
