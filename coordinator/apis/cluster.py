@@ -163,8 +163,6 @@ def _coordinator(
         # __share_group_state partition of "group:topicId:partition" (brokers ask this).
         s = broker.settings
         partition = _share_state_partition(key, s.share_coordinator_state_topic_num_partitions)
-        if partition is not None and s.kgc_workers > 1:
-            return _not_available(key)  # the workers host no share state
         if partition is not None:
             return _leader_of(broker, key, SHARE_STATE_TOPIC, partition, listener)
     if key_type == COORDINATOR_KEY_GROUP:

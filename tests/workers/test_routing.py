@@ -16,6 +16,7 @@ from support.groupkit import commit_offset, create_topic
 from support.workerskit import Workers, group_on, partition_on, txn_id_on
 
 from coordinator.placement import worker_of
+from coordinator.share.state_shard import SHARE_STATE_TOPIC, partition_for, topic_id_str
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
 from protocol.messages import find_coordinator, init_producer_id, join_group, metadata, produce
@@ -94,6 +95,30 @@ def test_transactional_ids_are_coordinated_by_their_state_partitions_worker(
                     break
         assert resp.error_code == 0
         assert resp.producer_id >= 0
+
+
+def test_share_partitions_states_are_kept_by_their_state_partitions_worker(
+    node: Workers,
+) -> None:
+    """FindCoordinator key type 2 (v6, what brokers ask) names the worker of the share
+    partition's ``__share_group_state`` partition (p % 2) from either worker."""
+    tid = topic_id_str(bytes(range(16)))
+    owners = set()
+    for partition in range(8):
+        key = f"sg:{tid}:{partition}"
+        owner = worker_of(SHARE_STATE_TOPIC, partition_for(*key.split(":")[:2], partition, 50), 2)
+        owners.add(owner)
+        for asked in (0, 1):
+            with Connection.to(node.bootstrap_of(asked)) as c:
+                _, resp = c.request(
+                    find_coordinator.API_KEY,
+                    find_coordinator.Request(key_type=2, coordinator_keys=[key]),
+                    version=6,
+                )
+            (coord,) = resp.coordinators
+            assert coord.error_code == 0
+            assert (coord.node_id, coord.port) == (owner, node.port + owner)
+    assert owners == {0, 1}
 
 
 def test_group_requests_to_the_wrong_worker_are_not_coordinator(node: Workers) -> None:

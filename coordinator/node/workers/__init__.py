@@ -16,7 +16,8 @@ broker of its own, routed as a cluster is routed:
   NOT_COORDINATOR as Kafka answers it (``worker``);
 * the workers reach each other as a cluster's nodes do, over the inter-broker client at
   the inter-broker listener's port + i (``cluster.peers``): transaction markers to each
-  partition's worker, AddPartitionsToTxn verification at each transactional id's;
+  partition's worker, AddPartitionsToTxn verification at each transactional id's, share
+  partitions' state at the worker of its ``__share_group_state`` partition;
 * one writer per partition: a worker opens and creates only its own partitions, under its
   own lock file ``.lock.w<i>`` and its own journal ``journal.w<i>``; the supervisor holds the
   data directory's ``.lock`` for its life (inherited by the workers), so N, and with it who
@@ -40,6 +41,8 @@ producer ids                blocks from the shared counter file
 group shard and runtime     per worker: its offsets partitions (``acquire``)
 transaction coordinator     per worker: its ``__transaction_state`` partitions; markers
                             and verification to the other workers (inter-broker client)
+share coordinator           per worker: its ``__share_group_state`` partitions; the
+                            others' through their APIs (``share.remote``)
 data plane, retention       per worker: its topic partitions (``acquire``)
 compaction                  per worker: the logs it opened
 ``__consumer_offsets`` read per worker: the partitions it coordinates

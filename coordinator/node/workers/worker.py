@@ -23,7 +23,9 @@ The broker's ``WorkerPlacement`` lists every worker, so Metadata names each part
 owner and FindCoordinator each group's and transactional id's. The worker's transaction
 coordinator serves its own ``__transaction_state`` partitions and reaches the other
 workers' partitions (markers) and coordinators (verification) through the inter-broker
-client, wired as a cluster node's (``assemble.route_transactions``). ``serve_worker`` runs the worker until
+client, wired as a cluster node's (``assemble.route_transactions``); its share coordinator
+serves its own ``__share_group_state`` partitions, and its share-partition leaders and
+share groups reach the other workers' through the share state APIs (``share.remote``). ``serve_worker`` runs the worker until
 SIGTERM/SIGINT or until its supervisor goes away (its end of the channel closes), and
 tells the supervisor on that channel when it listens, or why it could not start (one line).
 """
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING
 from coordinator.apis.topics import Broker
 from coordinator.catalog import CATALOG_FILE, TopicInfo
 from coordinator.cluster.peers import PeerClient, PeerConfigError, PeerSecurity
-from coordinator.config import Settings, offsets_log_config
+from coordinator.config import Settings, offsets_log_config, share_state_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.plane import PRODUCER_ID_FILE
 from coordinator.group_configs import GROUP_CONFIGS_FILE
@@ -75,6 +77,9 @@ from coordinator.node.workers.shared import (
 from coordinator.placement import Placement, WorkerPlacement, worker_of
 from coordinator.runtime import GroupRuntime
 from coordinator.security.credentials import CREDENTIALS_FILE
+from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.remote import RemoteShareState
+from coordinator.share.state_shard import SHARE_STATE_TOPIC
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
@@ -278,6 +283,35 @@ class Worker:
         # the inter-broker client, as between a cluster's nodes.
         route_transactions(s.node_id, core, lambda: self.workers, self.peers)
         core.txn.start(partitions.owned(TRANSACTION_STATE_TOPIC, core.txn.num_partitions))
+        self._serve_share_state(s, core)
+
+    def _serve_share_state(self, s: Settings, core: Core) -> None:
+        """The share coordinator of this worker's ``__share_group_state`` partitions; a key
+        another worker's partition holds goes there through its APIs, as in a cluster."""
+        share = core.share
+        cfg = share_state_log_config(s)
+        for p in self._partitions().owned(SHARE_STATE_TOPIC, share.num_partitions):
+            plog = core.stores.logs.get_or_create(SHARE_STATE_TOPIC, p, cfg)
+            # Each starts before the server listens: its keys wait for its load, never
+            # going to another worker meanwhile.
+            task = asyncio.ensure_future(self._acquire_share(share, p, plog))
+            share.background.add(task)
+            task.add_done_callback(share.background.discard)
+        share.remote = RemoteShareState(
+            self.peers, self._owner_id(SHARE_STATE_TOPIC), s.node_id, leader_of=self._leader_id
+        )
+
+    @staticmethod
+    async def _acquire_share(share: ShareCoordinator, p: int, plog: PartitionLog) -> None:
+        await share.acquire(p, plog)
+
+    def _owner_id(self, topic: str) -> Callable[[int], int]:
+        return lambda p: self._leader_id(topic, p)
+
+    def _leader_id(self, topic: str, partition: int) -> int:
+        owner = self.workers.owner(topic, partition)
+        assert owner is not None  # every partition has its worker
+        return owner.node_id
 
     def placement(
         self, s: Settings, core: Core, endpoints: dict[str, tuple[str, int]], port: int
