@@ -11,6 +11,8 @@ COORDINATOR_LOAD_IN_PROGRESS. ``worker_pid`` reads the pid worker i wrote in its
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -171,6 +173,20 @@ class Workers(KgcProcess):
         pid = lock_holder(self.data_dir, worker)
         assert pid is not None, f"no pid in .lock.w{worker}"
         return pid
+
+
+def kill_node(node: KgcProcess, workers: int) -> None:
+    """Kill the supervisor and every worker at once, as a power cut would (no clean stop)."""
+    assert node.proc is not None
+    pids = []
+    if workers > 1:
+        assert isinstance(node, Workers)
+        os.kill(node.proc.pid, signal.SIGSTOP)  # it can neither restart nor let go of them
+        pids = [node.worker_pid(i) for i in range(workers)]
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    node.kill()
+    wait_for("every process gone", lambda: not any(pid_alive(p) for p in pids), 15)
 
 
 def wait_for(what: str, check: object, timeout: float = 15.0) -> None:

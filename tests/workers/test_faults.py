@@ -31,7 +31,15 @@ from support.crashkit import (
 )
 from support.groupkit import commit_offset, create_topic
 from support.kgc_process import KgcProcess
-from support.workerskit import Workers, free_ports, group_on, pid_alive, report, wait_for
+from support.workerskit import (
+    Workers,
+    free_ports,
+    group_on,
+    kill_node,
+    pid_alive,
+    report,
+    wait_for,
+)
 
 from coordinator.node.workers.worker import lock_holder
 from coordinator.placement import worker_of
@@ -130,20 +138,6 @@ def test_sigkilled_worker_is_restarted_and_loses_nothing_acknowledged(tmp_path: 
         lost=len(lost) + len(missing),
     )
     assert lost == [] and not missing
-
-
-def kill_node(node: KgcProcess, workers: int) -> None:
-    """Kill the supervisor and every worker at once, as a power cut would (no clean stop)."""
-    assert node.proc is not None
-    pids = []
-    if workers > 1:
-        assert isinstance(node, Workers)
-        os.kill(node.proc.pid, signal.SIGSTOP)  # it can neither restart nor let go of them
-        pids = [node.worker_pid(i) for i in range(workers)]
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-    node.kill()
-    wait_for("every process gone", lambda: not any(pid_alive(p) for p in pids), 15)
 
 
 def segment_sizes(data_dir: Path) -> dict[Path, int]:

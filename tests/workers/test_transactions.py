@@ -8,7 +8,8 @@ read_committed consumer sees a committed transaction's records on both workers' 
 and never an aborted one's; ``send_offsets_to_transaction`` commits offsets in a group the
 other worker coordinates. A worker SIGKILLed mid-transaction is restarted by the
 supervisor and the transaction commits: its coordinator replays its state, or its
-partitions take the markers once back.
+partitions take the markers once back. A whole node killed mid-transaction and restarted
+with another worker count (the supervisor replays every journal first) commits it too.
 """
 
 from __future__ import annotations
@@ -17,20 +18,37 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from support.groupkit import create_topic
-from support.workerskit import Workers, group_on, pid_alive, txn_id_on, wait_for
+from support.workerskit import (
+    TXN_STATE_PARTITIONS,
+    Workers,
+    free_ports,
+    group_on,
+    kill_node,
+    pid_alive,
+    txn_id_on,
+    wait_for,
+)
 
 from coordinator.placement import worker_of
+from coordinator.txn.coordinator import partition_for_transactional_id
+from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC = "txw"
 PARTITIONS = 4
 TIMEOUT = 30.0
+
+
+def state_worker(transactional_id: str, workers: int) -> int:
+    p = partition_for_transactional_id(transactional_id, TXN_STATE_PARTITIONS)
+    return worker_of(TRANSACTION_STATE_TOPIC, p, workers)
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +189,36 @@ def test_a_worker_sigkilled_mid_transaction_is_restarted_and_the_transaction_com
     node.wait_worker_loaded(victim, TIMEOUT)
     p.commit_transaction(TIMEOUT)
     assert set(values) <= read_committed(node, set(values))
+
+
+def test_a_killed_node_restarted_with_another_worker_count_finishes_the_transaction(
+    tmp_path: Path,
+) -> None:
+    """The whole node killed mid-transaction (no clean stop), restarted with 3 workers:
+    the supervisor replays every journal, the id's new coordinator (another
+    ``__transaction_state`` owner) loads its state and the transaction commits."""
+    data = tmp_path / "data"
+    two = Workers(data, port=free_ports(3))
+    two.start()
+    two.wait_loaded()
+    create_topic(two.bootstrap, TOPIC, PARTITIONS)
+    two.wait_topic(TOPIC, PARTITIONS)
+    # Coordinated by worker 1 of 2, then by another worker of 3.
+    tid = next(
+        f"node-kill-{i}"
+        for i in range(1000)
+        if [state_worker(f"node-kill-{i}", n) for n in (2, 3)] in ([1, 0], [1, 2])
+    )
+    p = producer(two, tid)
+    p.begin_transaction()
+    values = produce_all(p, "node-kill")
+    kill_node(two, 2)
+    three = Workers(data, workers=3, port=two.port)  # the producer's bootstrap address
+    three.start()
+    try:
+        three.wait_loaded()
+        assert "replaying every journal" in three.log()
+        p.commit_transaction(TIMEOUT)
+        assert set(values) <= read_committed(three, set(values))
+    finally:
+        assert three.stop() == 0
