@@ -6,14 +6,14 @@ Kafka 4.x lets an operator give one group its own settings (IncrementalAlterConf
 GROUP resource): a consumer group's ``consumer.session.timeout.ms`` and
 ``consumer.heartbeat.interval.ms``; a share group's ``share.session.timeout.ms``,
 ``share.heartbeat.interval.ms``, ``share.record.lock.duration.ms``,
-``share.delivery.count.limit``, ``share.auto.offset.reset``, ``share.isolation.level``
+``share.delivery.count.limit``, ``share.partition.max.record.locks``,
+``share.auto.offset.reset``, ``share.isolation.level``, ``share.renew.acknowledge.enable``
 and its dead-letter topic (``errors.deadletterqueue.topic.name``, whose name must not start
 with ``__``, and ``errors.deadletterqueue.copy.record.enable``: KIP-1191); a streams group's ``streams.*``; the numbers within the broker's min/max bounds.
 ``validate`` is Kafka's ``GroupConfig.validate`` for them, with its messages: an unknown
 name, a value that does not parse, or one outside the broker's bounds is
 ``InvalidConfigError`` (INVALID_CONFIG), and nothing is stored. Kafka's group configs kgc
-does not honour (the assignment batching, share.partition.max.record.locks, RENEW's switch)
-are refused by name.
+does not honour (the assignment batching, the assignor offload) are refused by name.
 
 The store keeps every group's configs durably: embedded, ``group_configs.json`` in the data
 directory, rewritten whole and atomically on each change (like the topic catalog); in
@@ -69,6 +69,8 @@ SHARE_LOCK = "share.record.lock.duration.ms"
 SHARE_DELIVERY_LIMIT = "share.delivery.count.limit"
 SHARE_RESET = "share.auto.offset.reset"
 SHARE_ISOLATION = "share.isolation.level"
+SHARE_RECORD_LOCKS = "share.partition.max.record.locks"
+SHARE_RENEW = "share.renew.acknowledge.enable"
 DLQ_TOPIC = "errors.deadletterqueue.topic.name"
 DLQ_COPY = "errors.deadletterqueue.copy.record.enable"
 
@@ -167,6 +169,14 @@ GROUP_CONFIGS: dict[str, TopicConfigDef] = {
             "within group.share.min/max.delivery.count.limit.",
         ),
         TopicConfigDef(
+            SHARE_RECORD_LOCKS,
+            "INT",
+            "2000",
+            at_least=100,
+            synonyms=("group.share.partition.max.record.locks",),
+            doc="Share-group record lock limit per share-partition.",
+        ),
+        TopicConfigDef(
             SHARE_RESET,
             "STRING",
             "latest",
@@ -180,6 +190,12 @@ GROUP_CONFIGS: dict[str, TopicConfigDef] = {
             one_of=("read_committed", "read_uncommitted"),
             doc="Whether this share group is given records of transactions not (yet) "
             "committed: read_uncommitted, or read_committed.",
+        ),
+        TopicConfigDef(
+            SHARE_RENEW,
+            "BOOLEAN",
+            "true",
+            doc="Whether the renew acknowledge type is enabled for the share group.",
         ),
         TopicConfigDef(
             DLQ_TOPIC,
@@ -203,8 +219,6 @@ UNSUPPORTED = frozenset(
         "consumer.assignment.interval.ms",
         "consumer.assignor.offload.enable",
         "share.assignment.interval.ms",
-        "share.partition.max.record.locks",
-        "share.renew.acknowledge.enable",
     }
 )
 # Java's Duration.parse forms (PnDTnHnMn.nS), as share.auto.offset.reset's validator takes them.
@@ -229,6 +243,7 @@ def defaults(settings: Settings) -> dict[str, int]:
         SHARE_HEARTBEAT: settings.group_share_heartbeat_interval_ms,
         SHARE_LOCK: settings.group_share_record_lock_duration_ms,
         SHARE_DELIVERY_LIMIT: settings.group_share_delivery_count_limit,
+        SHARE_RECORD_LOCKS: settings.group_share_partition_max_record_locks,
     }
 
 
@@ -369,6 +384,11 @@ def _share_checks(s: Settings, values: dict[str, int]) -> list[tuple[bool, str]]
             SHARE_DELIVERY_LIMIT,
             s.group_share_min_delivery_count_limit,
             s.group_share_max_delivery_count_limit,
+        ),
+        (
+            SHARE_RECORD_LOCKS,
+            s.group_share_min_partition_max_record_locks,
+            s.group_share_max_partition_max_record_locks,
         ),
     ):
         out.append(

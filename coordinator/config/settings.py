@@ -340,6 +340,12 @@ class Settings(BaseSettings):
     group_share_partition_max_record_locks: int = Field(
         2000, ge=100, le=10000, description="in-flight records of a share partition"
     )
+    group_share_min_partition_max_record_locks: int = Field(
+        100, ge=100, le=2000, description="lowest share.partition.max.record.locks of a group"
+    )
+    group_share_max_partition_max_record_locks: int = Field(
+        4000, ge=2000, le=10000, description="highest share.partition.max.record.locks of a group"
+    )
     group_share_max_share_sessions: int = Field(
         2000, ge=1, description="share sessions this broker keeps"
     )

@@ -161,12 +161,25 @@ class ShareLeader:
         value = self._group_config(group_id, "share.delivery.count.limit")
         return int(value) if value is not None else self.config.delivery_count_limit
 
+    def _max_record_locks(self, group_id: str) -> int:
+        value = self._group_config(group_id, "share.partition.max.record.locks")
+        return int(value) if value is not None else self.config.partition_max_record_locks
+
+    def renew_enabled(self, group_id: str) -> bool:
+        """share.renew.acknowledge.enable (true unless the group turned it off)."""
+        value = self._group_config(group_id, "share.renew.acknowledge.enable")
+        return value is None or value.strip().lower() != "false"
+
     def _dlq(self, entry: Served) -> SharePartition:
-        """The partition, told whether its group has a dead-letter topic now (a dynamic
-        group config, read again before each change as Kafka reads it)."""
+        """The partition, told its group's dynamic configs now (whether it has a dead-letter
+        topic, its delivery limit and record-lock limit), read again before each change as
+        Kafka's SharePartition reads them through its config provider."""
         sp = entry.sp
         assert sp is not None
-        sp.dlq = self.dead_letters.topic_of(entry.key[0]) is not None
+        group_id = entry.key[0]
+        sp.dlq = self.dead_letters.topic_of(group_id) is not None
+        sp.delivery_count_limit = self._delivery_count_limit(group_id)
+        sp.max_in_flight = self._max_record_locks(group_id)
         return sp
 
     def _reset_offset(self, group_id: str, plog: PartitionLog) -> int | None:
@@ -237,7 +250,7 @@ class ShareLeader:
                         start,
                         result.batches,
                         delivery_count_limit=self._delivery_count_limit(group_id),
-                        max_in_flight=self.config.partition_max_record_locks,
+                        max_in_flight=self._max_record_locks(group_id),
                         dlq=self.dead_letters.topic_of(group_id) is not None,
                     )
         except Exception:
@@ -274,8 +287,7 @@ class ShareLeader:
         record_limit: bool = False,
     ) -> tuple[bytes, list[Acquired]]:
         """Acquire from the log for ``member``: (the raw batches, the acquired ranges)."""
-        sp = entry.sp
-        assert sp is not None
+        sp = self._dlq(entry)
         plog = entry.plog
         if plog.log_start_offset > sp.start_offset:
             sp.log_start_moved(plog.log_start_offset)
@@ -320,8 +332,10 @@ class ShareLeader:
         """Bytes a fetch could acquire from now, at most ``cap`` (Kafka's DelayedShareFetch
         measures them against MinBytes before acquiring): from the fetch offset to the high
         watermark (the last stable offset for read_committed), 0 when the window is full."""
-        sp = entry.sp
-        if sp is None or not sp.can_acquire():
+        if entry.sp is None:
+            return 0
+        sp = self._dlq(entry)
+        if not sp.can_acquire():
             return 0
         offset, hw = sp.fetch_offset(), self._visible_end(entry)
         if offset >= hw:
@@ -388,12 +402,21 @@ class ShareLeader:
         self._dead_letter(entry)
         return ErrorCode.NO_ERROR, None
 
-    def renew(self, entry: Served, member: str, batches: Sequence[tuple[int, int]]) -> ErrorCode:
+    def renew(
+        self, entry: Served, member: str, batches: Sequence[tuple[int, int]]
+    ) -> tuple[ErrorCode, str | None]:
         sp = entry.sp
         assert sp is not None
-        error = sp.renew(member, batches, self.clock(), self.lock_duration_ms(entry.key[0]))
+        group_id = entry.key[0]
+        error = sp.renew(
+            member,
+            batches,
+            self.clock(),
+            self.lock_duration_ms(group_id),
+            enabled=self.renew_enabled(group_id),
+        )
         self._arm(entry)
-        return error
+        return error, sp.error_message
 
     async def _write(
         self, entry: Served, changes: Sequence[PersisterBatch], start: int

@@ -466,15 +466,31 @@ class SharePartition:
         return ErrorCode.INVALID_RECORD_STATE, []
 
     def renew(
-        self, member: str, batches: Sequence[tuple[int, int]], now_ms: int, lock_duration_ms: int
+        self,
+        member: str,
+        batches: Sequence[tuple[int, int]],
+        now_ms: int,
+        lock_duration_ms: int,
+        *,
+        enabled: bool = True,
     ) -> ErrorCode:
-        """RENEW (ShareFetch/ShareAcknowledge v2): restart the locks of the member's records."""
+        """RENEW (ShareFetch/ShareAcknowledge v2): restart the locks of the member's records.
+        Kafka checks each record is acquired by the member first, then the group's
+        ``share.renew.acknowledge.enable``; an error leaves every lock as it was, with
+        Kafka's message in ``error_message``."""
         offsets = []
+        self.error_message = None
         for first, last in batches:
             for o in range(max(first, self.start_offset), last + 1):
                 r = self.records.get(o)
-                if r is None or r.state != ACQUIRED or r.lock is None or r.lock.member != member:
-                    return ErrorCode.INVALID_RECORD_STATE
+                if r is None or r.state != ACQUIRED or r.pending is not None:
+                    return self._refuse("The offset is not acquired.")[0]
+                if r.lock is None or r.lock.member != member:
+                    return self._refuse("Member is not the owner of offset", False)[0]
+                if not enabled:
+                    return self._refuse(
+                        "Renewing acquisition locks is not enabled for the group.", False
+                    )[0]
                 offsets.append(o)
         if offsets:
             lock = Lock(member, now_ms + lock_duration_ms, offsets)

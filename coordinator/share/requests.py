@@ -159,9 +159,9 @@ class ShareRequests:
             if b.acknowledge_types != [RENEW]
         ]
         if renewals:
-            error = self.leader.renew(entry, member, renewals)
-            if error != ErrorCode.NO_ERROR:
-                return error, None
+            outcome = self.leader.renew(entry, member, renewals)
+            if outcome[0] != ErrorCode.NO_ERROR:
+                return outcome
         if not acks:
             return ErrorCode.NO_ERROR, None
         return await self.leader.acknowledge(entry, member, acks)

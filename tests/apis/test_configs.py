@@ -625,8 +625,10 @@ async def test_group_configs_validated_stored_and_honoured(tmp_path: Path) -> No
         "share.heartbeat.interval.ms",
         "share.record.lock.duration.ms",
         "share.delivery.count.limit",
+        "share.partition.max.record.locks",
         "share.auto.offset.reset",
         "share.isolation.level",
+        "share.renew.acknowledge.enable",
         "errors.deadletterqueue.topic.name",
         "errors.deadletterqueue.copy.record.enable",
     ]

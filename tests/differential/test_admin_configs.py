@@ -42,6 +42,8 @@ GROUP_KEYS = [
     "consumer.session.timeout.ms",
     "consumer.heartbeat.interval.ms",
     "share.session.timeout.ms",
+    "share.partition.max.record.locks",
+    "share.renew.acknowledge.enable",
 ]
 
 
@@ -293,6 +295,16 @@ def broker_and_group_configs_scenario(side: Side) -> None:
         ("bad_value", [("consumer.heartbeat.interval.ms", SET, "often")]),
         ("unknown", [("no.such.config", SET, "1")]),
         ("delete", [("consumer.heartbeat.interval.ms", DELETE, None)]),
+        (
+            "share_set",
+            [
+                ("share.partition.max.record.locks", SET, "150"),
+                ("share.renew.acknowledge.enable", SET, "false"),
+            ],
+        ),
+        ("share_locks_above_broker_maximum", [("share.partition.max.record.locks", SET, "5000")]),
+        ("share_locks_below_minimum", [("share.partition.max.record.locks", SET, "99")]),
+        ("share_renew_not_boolean", [("share.renew.acknowledge.enable", SET, "maybe")]),
     ):
         side.call(
             INCREMENTAL, 1, _incremental(GROUP, group, *ops), step=f"incremental.group.{label}"

@@ -281,6 +281,22 @@ def test_renew_restarts_the_lock() -> None:
     assert sp.expire(LOCK + 10) == [B(0, 4, AVAILABLE, 1)]
 
 
+def test_renew_refused_when_the_group_disables_it() -> None:
+    # share.renew.acknowledge.enable=false: Kafka checks the record is the member's first,
+    # then refuses the renewal with INVALID_RECORD_STATE; the lock runs out as before
+    sp = SharePartition(0)
+    sp.acquire("m", batches((0, 4)), 500, 500, 0, LOCK)
+    assert sp.renew("other", [(0, 4)], 10, LOCK, enabled=False) == ErrorCode.INVALID_RECORD_STATE
+    assert sp.error_message == "Member is not the owner of offset"
+    assert sp.renew("m", [(0, 4)], 10, LOCK, enabled=False) == ErrorCode.INVALID_RECORD_STATE
+    assert sp.error_message == "Renewing acquisition locks is not enabled for the group."
+    assert sp.expire(LOCK) == [B(0, 4, AVAILABLE, 1)]
+    sp.acquire("m", batches((0, 4)), 500, 500, LOCK, LOCK)
+    assert sp.renew("m", [(0, 4)], LOCK + 10, LOCK) == ErrorCode.NO_ERROR
+    assert sp.error_message is None
+    assert sp.expire(2 * LOCK) == []
+
+
 def test_read_committed_archives_aborted_batches() -> None:
     # testAcquireWithReadCommittedIsolationLevel: aborted records are cut out of the ranges
     sp = SharePartition(0)

@@ -309,3 +309,27 @@ async def test_min_bytes_waits_for_enough_records_or_max_wait(node: ShareNode) -
     await node.produce("t", 0, 400, start=6)
     r = await asyncio.wait_for(waiting, 10)
     assert acquired(r) == [(1, 5, 1), (6, 405, 1)] or acquired(r) == [(1, 405, 1)]
+
+
+async def test_group_record_lock_limit_and_renew_switch(node: ShareNode) -> None:
+    # share.partition.max.record.locks and share.renew.acknowledge.enable are read for
+    # each fetch and acknowledgement, as Kafka's SharePartition reads its config provider
+    info = await _topic(node, 0)
+    for i in range(3):
+        await node.produce("t", 0, 60, start=60 * i)
+    await node.group_configs.set(G, {"share.partition.max.record.locks": "100"})
+    r = await node.fetch(G, "m", 0, [(info, 0)], max_records=1000)
+    # whole batches while the window (start offset to the next offset) has room
+    assert acquired(r) == [(0, 119, 1)]
+    await node.group_configs.set(
+        G, {"share.partition.max.record.locks": "100", "share.renew.acknowledge.enable": "false"}
+    )
+    assert acquired(await node.fetch(G, "m", 1, max_records=1000)) == []
+    r = await node.acknowledge(G, "m", 2, [(info, 0, [(0, 9, [4])])], version=2, is_renew_ack=True)
+    p = r.responses[0].partitions[0]
+    assert p.error_code == ErrorCode.INVALID_RECORD_STATE
+    assert p.error_message == "Renewing acquisition locks is not enabled for the group."
+    await node.group_configs.set(G, {})  # the broker's 2000 locks, renewals allowed
+    r = await node.acknowledge(G, "m", 3, [(info, 0, [(0, 9, [4])])], version=2, is_renew_ack=True)
+    assert r.responses[0].partitions[0].error_code == 0
+    assert acquired(await node.fetch(G, "m", 4, max_records=1000)) == [(120, 179, 1)]

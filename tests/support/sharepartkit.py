@@ -208,11 +208,14 @@ class ShareNode:
         acks: list[tuple[TopicInfo, int, list[tuple[int, int, list[int]]]]],
         *,
         conn: int = 1,
+        version: int = 1,
+        is_renew_ack: bool = False,
     ) -> Any:
         req = share_acknowledge.Request(
             group_id=group,
             member_id=member,
             share_session_epoch=epoch,
+            is_renew_ack=is_renew_ack,
             topics=[
                 share_acknowledge.AcknowledgeTopic(
                     topic_id=info.topic_id,
@@ -229,7 +232,7 @@ class ShareNode:
                 for info, p, batches in acks
             ],
         )
-        return await self.call(share_acknowledge.API_KEY, 1, req, conn)
+        return await self.call(share_acknowledge.API_KEY, version, req, conn)
 
     async def close(self) -> None:
         await self.leader.close()
