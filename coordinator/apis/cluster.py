@@ -53,6 +53,11 @@ _GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 # KIP-511: from v3 the client names its software and version; Kafka answers INVALID_REQUEST
 # (and no table) unless both match this pattern (ApiVersionsRequest.isValid).
 TRANSACTION_VERSION = "transaction.version"
+# Kafka 4.4 finalizes share.version 2 (ShareFetch/ShareAcknowledge v2's renewals), supported
+# 0-2; kgc lists it wherever it serves share groups (ShareGroupHeartbeat advertised).
+SHARE_VERSION = "share.version"
+SHARE_VERSION_LEVEL = 2
+SHARE_GROUP_HEARTBEAT_KEY = 76
 SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -83,15 +88,25 @@ class ApiVersions:
                 for k, (lo, hi) in sorted(self.supported.items())
             ]
             body = ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+            # The features kgc finalizes (v3+'s tagged fields): (name, supported max, level).
+            features: list[tuple[str, int, int]] = []
+            if SHARE_GROUP_HEARTBEAT_KEY in self.supported:
+                features.append((SHARE_VERSION, SHARE_VERSION_LEVEL, SHARE_VERSION_LEVEL))
             if self.transaction_version >= 2:
-                # The one feature kgc finalizes (v3+'s tagged fields): the Java client turns
-                # TV2 on when it sees transaction.version >= 2 at an epoch newer than it knew.
-                body.supported_features = [SupportedFeatureKey(TRANSACTION_VERSION, 0, 2)]
+                # The Java client turns TV2 on when it sees transaction.version >= 2 at an
+                # epoch newer than it knew.
+                features.append((TRANSACTION_VERSION, 2, self.transaction_version))
+            if features:
+                # Below v4 Kafka leaves out supported features whose range starts at 0
+                # (older clients cannot read such a range, KIP-1022): every one of kgc's.
+                body.supported_features = (
+                    [SupportedFeatureKey(name, 0, top) for name, top, _ in features]
+                    if header.api_version >= 4
+                    else []
+                )
                 body.finalized_features_epoch = 1
                 body.finalized_features = [
-                    FinalizedFeatureKey(
-                        TRANSACTION_VERSION, self.transaction_version, self.transaction_version
-                    )
+                    FinalizedFeatureKey(name, level, level) for name, _, level in features
                 ]
             cached = self._bodies[header.api_version] = encode_body(
                 API_VERSIONS_KEY, header.api_version, body

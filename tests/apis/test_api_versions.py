@@ -9,7 +9,7 @@ from coordinator.apis import dispatcher
 from coordinator.server.handler import ClientInfo
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
-from protocol.messages import api_versions
+from protocol.messages import api_versions, share_group_heartbeat
 
 CLIENT = ClientInfo(client_id="t", host="127.0.0.1", port=1, conn_id=1)
 
@@ -81,10 +81,39 @@ def test_transaction_version_2_is_a_finalized_feature_only_when_set(version: int
     assert (answers[1].supported_features, answers[1].finalized_features) == ([], [])
     assert answers[1].finalized_features_epoch == -1
     tv2 = answers[2]
-    assert [(f.name, f.min_version, f.max_version) for f in tv2.supported_features] == [
-        ("transaction.version", 0, 2)
-    ]
+    # Below v4 Kafka leaves out supported ranges starting at 0 (KIP-1022).
+    assert [(f.name, f.min_version, f.max_version) for f in tv2.supported_features] == (
+        [("transaction.version", 0, 2)] if version >= 4 else []
+    )
     assert [(f.name, f.min_version_level, f.max_version_level) for f in tv2.finalized_features] == [
         ("transaction.version", 2, 2)
     ]
     assert tv2.finalized_features_epoch >= 0
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_share_version_2_is_finalized_where_share_groups_are_served(version: int) -> None:
+    """Kafka 4.4 finalizes share.version 2 (supported 0-2); kgc lists it where it
+    advertises ShareGroupHeartbeat, beside transaction.version when that is 2."""
+    request = api_versions.ApiVersionsRequest(
+        client_software_name="apache-kafka-java", client_software_version="4.4.0"
+    )
+    header = RequestHeader(api_versions.API_KEY, version, 1, "t")
+
+    def answer(transaction_version: int) -> api_versions.ApiVersionsResponse:
+        table = {share_group_heartbeat.API_KEY: lambda *a: b""}
+        dispatch = dispatcher(table, transaction_version=transaction_version)  # type: ignore[arg-type]
+        resp, _ = api_versions.RESPONSE_DECODERS[version](
+            dispatch.api_versions(header, request, CLIENT), 0
+        )
+        return resp
+
+    for tv, names in ((1, ["share.version"]), (2, ["share.version", "transaction.version"])):
+        resp = answer(tv)
+        levels = [
+            (f.name, f.min_version_level, f.max_version_level) for f in resp.finalized_features
+        ]
+        assert levels == [(n, 2, 2) for n in names]
+        ranges = [(f.name, f.min_version, f.max_version) for f in resp.supported_features]
+        assert ranges == ([(n, 0, 2) for n in names] if version >= 4 else [])
+        assert resp.finalized_features_epoch == 1

@@ -103,9 +103,16 @@ def api_versions_every_version(side: Side) -> None:
             API_VERSIONS,
             v,
             {
-                "supported_features": resp.supported_features,
+                # By name (Kafka lists them in its maps' order): each feature compared alone.
+                "supported_features": {
+                    f.name.replace(".", "_"): (f.min_version, f.max_version)
+                    for f in resp.supported_features
+                },
                 "finalized_features_epoch": resp.finalized_features_epoch,
-                "finalized_features": resp.finalized_features,
+                "finalized_features": {
+                    f.name.replace(".", "_"): (f.min_version_level, f.max_version_level)
+                    for f in resp.finalized_features
+                },
                 "zk_migration_ready": resp.zk_migration_ready,
             },
         )
