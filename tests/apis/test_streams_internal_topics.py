@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apis.test_topics import Node
+from support.brokernodekit import Node
 
 from coordinator.apis import Parts
 from coordinator.apis.streams import InternalTopicCreator

@@ -7,66 +7,23 @@ answered otherwise than by Apache Kafka.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.brokernodekit import Node
 
 from coordinator import topic_configs
-from coordinator.apis import Parts, handlers
-from coordinator.apis.topics import Broker
-from coordinator.catalog import TopicCatalog, TopicExistsError
-from coordinator.config import Settings
-from coordinator.dataplane import DataPlane
-from coordinator.dataplane.offsets_topic import OffsetsTopic
-from coordinator.node.assemble import group_core, log_config_for
-from coordinator.node.reconcile import reconcile
-from coordinator.server.handler import ClientInfo, Deferred
+from coordinator.catalog import TopicExistsError
 from protocol.errors import ErrorCode
-from protocol.framing import RequestHeader
 from protocol.messages import create_topics, delete_topics, find_coordinator, metadata
-from storage.local.durability import Flusher
-from storage.local.manager import LogManager
 
-CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 # Errors.INVALID_REQUEST.message(): what Kafka answers for a key type it does not know.
 INVALID_REQUEST_MESSAGE = (
     "This most likely occurs because of a request being malformed by the client library or "
     "the message was sent to an incompatible broker. See the broker logs for more details."
 )
-
-
-class Node:
-    def __init__(self, data_dir: Path) -> None:
-        s = self.settings = Settings(
-            data_dir=data_dir, offsets_topic_num_partitions=4, group_initial_rebalance_delay_ms=0
-        )
-        self.flusher = Flusher()
-        self.logs = LogManager(data_dir, flusher=self.flusher)
-        self.catalog = TopicCatalog(data_dir / "topics.json")
-        reconcile(self.catalog, self.logs)
-        self.logs.open_all(functools.partial(log_config_for, s, self.catalog))
-        _, _, self.groups = group_core(s, self.catalog, self.logs, self.flusher, hosted=True)
-        self.offsets = OffsetsTopic(self.groups, s.cluster_id)
-        self.data = DataPlane(s, self.catalog, self.logs, self.flusher, offsets_topic=self.offsets)
-        self.broker = Broker(
-            s, self.catalog, self.logs, self.groups, self.data, advertised_port=9092
-        )
-        self.h = handlers(Parts(broker=self.broker))
-
-    async def call(self, key: int, version: int, body: Any) -> Any:
-        res = self.h[key](RequestHeader(key, version, 1, "test"), body, CLIENT)
-        if isinstance(res, Deferred):
-            res = await res
-        return res
-
-    async def close(self) -> None:
-        await self.data.stop()
-        self.groups.close()
-        await self.flusher.stop()
-        self.logs.close_all()
 
 
 @pytest.fixture

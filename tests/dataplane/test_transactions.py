@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dataplane.test_plane import Node, batch, values_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.planenodekit import Node, batch, values_of
 
 from coordinator.dataplane.producers import PartitionProducers
 from coordinator.dataplane.transactions import AbortedTxn, PartitionTxns, parse_marker

@@ -14,42 +14,17 @@ from typing import Any
 
 import pytest
 from support.diffkit import Runner, Side
+from support.diffplanekit import TS
+from support.diffplanekit import batch as _batch
+from support.diffplanekit import list_request as _list
+from support.diffplanekit import produce_request as _produce
+from support.diffplanekit import topic_ready as _ready
 
-from protocol.messages import fetch, init_producer_id, list_offsets, metadata, produce
-from storage.record_batch import encode_batch
+from protocol.messages import fetch, init_producer_id, metadata
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
-TS = 1_700_000_000_000
-
-
-def _batch(
-    n: int, *, ts: int = TS, pid: int = -1, epoch: int = -1, seq: int = -1, tag: str = "v"
-) -> bytes:
-    return encode_batch(
-        0,
-        [(f"k{i}".encode(), f"{tag}{i}".encode()) for i in range(n)],
-        timestamp_ms=ts,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-    )
-
-
-def _produce(
-    topic: str, records: bytes | None, *, partition: int = 0, acks: int = -1
-) -> produce.ProduceRequest:
-    return produce.ProduceRequest(
-        acks=acks,
-        timeout_ms=30000,
-        topic_data=[
-            produce.TopicProduceData(
-                name=topic,
-                partition_data=[produce.PartitionProduceData(index=partition, records=records)],
-            )
-        ],
-    )
 
 
 def _corrupt_crc(batch: bytes) -> bytes:
@@ -66,38 +41,6 @@ def _with_count(batch: bytes, count: int) -> bytes:
     b[57:61] = count.to_bytes(4, "big")
     b[17:21] = _crc(memoryview(b)[21:]).to_bytes(4, "big")
     return bytes(b)
-
-
-def _list(topic: str, *parts: tuple[int, int]) -> list_offsets.ListOffsetsRequest:
-    return list_offsets.ListOffsetsRequest(
-        replica_id=-1,
-        topics=[
-            list_offsets.ListOffsetsTopic(
-                name=topic,
-                partitions=[
-                    list_offsets.ListOffsetsPartition(partition_index=p, timestamp=t)
-                    for p, t in parts
-                ],
-            )
-        ],
-    )
-
-
-def _ready(side: Side, topic: str, partitions: int) -> None:
-    """Create ``topic`` and wait until its partitions serve ListOffsets (Kafka's replica
-    manager takes its leadership a moment after Metadata names the leader). No
-    retention by time: the records are stamped years ago, and either server's periodic
-    retention check could otherwise delete them between the two runs of a scenario."""
-    side.create_topic(topic, partitions, retention_ms="-1")
-    deadline = time.monotonic() + side.timeout
-    while time.monotonic() < deadline:
-        _, resp = side.untimed().request(
-            LIST_OFFSETS, _list(topic, *[(p, -1) for p in range(partitions)]), version=7
-        )
-        if all(p.error_code == 0 for t in resp.topics for p in t.partitions):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{side.label}: {topic} does not serve ListOffsets")
 
 
 def _wait_latest(side: Side, topic: str, partition: int, offset: int) -> None:

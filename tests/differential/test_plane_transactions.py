@@ -15,10 +15,16 @@ import time
 from typing import Any
 
 import pytest
-from differential.test_plane_produce_fetch import _batch, _list, _produce
-from differential.test_plane_produce_fetch import _ready as _topic_ready
-from differential.test_txn_coordinator import _add, _end, _init, _ready, _settle
 from support.diffkit import Runner, Side
+from support.diffplanekit import batch as _batch
+from support.diffplanekit import list_request as _list
+from support.diffplanekit import produce_request as _produce
+from support.diffplanekit import topic_ready as _topic_ready
+from support.difftxnkit import add as _add
+from support.difftxnkit import end as _end
+from support.difftxnkit import init as _init
+from support.difftxnkit import ready as _ready
+from support.difftxnkit import settle as _settle
 
 from protocol.messages import describe_producers, fetch, write_txn_markers
 from storage.record_batch import ATTR_TRANSACTIONAL, encode_batch

@@ -25,14 +25,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from differential.test_streams_heartbeat import (
+from support.diffkit import Runner, Side
+from support.diffstreamskit import (
     LEAVE,
     SG_HEARTBEAT,
     join,
     topology,
     wait_source_seen,
 )
-from support.diffkit import Runner, Side
 from support.kafkaserver import java_command
 
 from protocol.messages import metadata

@@ -10,124 +10,24 @@ transaction start times are clock readings.
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import pytest
 from support.diffkit import Runner, Side
+from support.difftxnkit import add as _add
+from support.difftxnkit import end as _end
+from support.difftxnkit import init as _init
+from support.difftxnkit import ready as _ready
+from support.difftxnkit import settle as _settle
 
 from protocol.messages import (
     add_offsets_to_txn,
-    add_partitions_to_txn,
     describe_transactions,
-    end_txn,
-    init_producer_id,
     list_transactions,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 
-INIT, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 22, 24, 25, 26
+ADD_OFFSETS = 25
 DESCRIBE_TXNS, LIST_TXNS = 65, 66
-APT = add_partitions_to_txn
-
-
-def _init(side: Side, txn_id: str, version: int, step: str, **kw: Any) -> Any:
-    req = init_producer_id.Request(
-        transactional_id=txn_id, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
-    )
-    for k, v in kw.items():
-        setattr(req, k, v)
-    return side.call(INIT, version, req, step=step)
-
-
-def _add(
-    side: Side,
-    txn_id: str,
-    pid: int,
-    epoch: int,
-    parts: dict[str, list[int]],
-    version: int,
-    step: str,
-) -> Any:
-    req = APT.Request(
-        v3_and_below_transactional_id=txn_id,
-        v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=[
-            APT.AddPartitionsToTxnRequestAddPartitionsToTxnTopic(name=n, partitions=ps)
-            for n, ps in parts.items()
-        ],
-    )
-    resp = side.call(ADD_PARTITIONS, version, req, step=step)
-    # Kafka answers from a hash map of partitions: no order to compare.
-    resp.results_by_topic_v3_and_below.sort(key=lambda t: t.name)
-    for t in resp.results_by_topic_v3_and_below:
-        t.results_by_partition.sort(key=lambda r: r.partition_index)
-    return resp
-
-
-def _end(
-    side: Side, txn_id: str, pid: int, epoch: int, commit: bool, version: int, step: str
-) -> Any:
-    return side.call(
-        END_TXN,
-        version,
-        end_txn.Request(
-            transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit
-        ),
-        step=step,
-    )
-
-
-def _state(side: Side, txn_id: str) -> str:
-    _, d = side.untimed().request(
-        DESCRIBE_TXNS, describe_transactions.Request(transactional_ids=[txn_id])
-    )
-    return str(d.transaction_states[0].transaction_state)
-
-
-def _settle(side: Side, txn_id: str, state: str) -> None:
-    """Wait (untimed, not compared) until the markers are written and ``state`` is reached."""
-    deadline = time.monotonic() + side.timeout
-    while _state(side, txn_id) != state:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{side.label}: {txn_id} never reached {state}")
-        time.sleep(0.05)
-
-
-def _ready(side: Side, txn_id: str) -> None:
-    """Untimed setup: the id's coordinator is named and has loaded its partition (Kafka
-    answers NOT_COORDINATOR a moment after naming itself, while it becomes the leader), and
-    the server has handed out a producer id already (the normaliser leaves a 0 as it is)."""
-    side.wait_coordinator(txn_id, 1)
-    deadline = time.monotonic() + side.timeout
-    while True:
-        _, d = side.untimed().request(
-            DESCRIBE_TXNS, describe_transactions.Request(transactional_ids=[txn_id])
-        )
-        if d.transaction_states[0].error_code in (0, 105):  # TRANSACTIONAL_ID_NOT_FOUND
-            break
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{side.label}: {txn_id}'s coordinator never loaded")
-        time.sleep(0.1)
-    # Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its first block of producer ids
-    # arrives from the controller.
-    while True:
-        _, r = side.untimed().request(
-            INIT,
-            init_producer_id.Request(
-                transactional_id=None,
-                transaction_timeout_ms=60_000,
-                producer_id=-1,
-                producer_epoch=-1,
-            ),
-        )
-        if r.error_code == 0:
-            break
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{side.label}: no producer id: {r.error_code}")
-        time.sleep(0.1)
 
 
 def init_producer_id_scenario(side: Side) -> None:

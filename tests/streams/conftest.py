@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from streams.test_streams_wordcount import StreamsInstance
+from support.wordcountkit import StreamsInstance
 
 
 @pytest.fixture

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from streams.test_streams_wordcount import (
+from support.clusterkit import Cluster as KgcCluster
+from support.groupkit import wait_until as groupkit_wait
+from support.wordcountkit import (
     ALL_TASKS,
     PARTITIONS,
     Cluster,
@@ -30,8 +32,6 @@ from streams.test_streams_wordcount import (
     lines_of,
     wait_until,
 )
-from support.clusterkit import Cluster as KgcCluster
-from support.groupkit import wait_until as groupkit_wait
 
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from kafka.admin import KafkaAdminClient
-from streams.test_streams_wordcount import (
+from support.wordcountkit import (
     ALL_TASKS,
     PARTITIONS,
     Cluster,

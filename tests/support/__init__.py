@@ -16,7 +16,12 @@ What is where:
   ``kip848kit`` (KIP-848 librdkafka members), ``javakit`` (the Java test clients);
 * the pure group core: ``group_context`` (GroupContext: both group types, fake clock) and
   ``consumer_member`` (a KIP-848 client over it);
-* per suite: ``diffkit`` and ``groupops`` (differential), ``faultkit`` (faults), ``tools_kit``
+* in process, no sockets: ``brokernodekit`` (a node's broker, groups and data plane over real
+  logs) and ``planenodekit`` (the data plane on either engine, record batches);
+* per suite: ``diffkit`` and ``groupops`` (differential), with ``diffplanekit`` (Produce and
+  ListOffsets requests), ``difftxnkit`` (the transaction coordinator's requests) and
+  ``diffstreamskit`` (streams-group heartbeats), ``wordcountkit`` (the Kafka Streams word
+  count's JVMs and topics), ``faultkit`` (faults), ``tools_kit``
   and ``tools_setup`` (Kafka's tools), ``clikit`` (the CLI), ``nodekit`` (cluster objects),
   ``pgjournal_kit`` (the PostgreSQL journal), ``oauthkit`` (OAUTHBEARER), ``logbuilder`` and
   ``auditkit`` (the offsets audit).
