@@ -191,6 +191,9 @@ def test_range_assignor_reported_and_laid_out_by_range(kgc: KgcProcess, group: G
     group.assert_clean()
 
 
+# Slow (Kafka's 10 s regex refresh floor): tests/group/consumer/test_cg_regex.py covers the
+# refresh; test_java_consumer_848.py (kafka suite) a real client's regex.
+@pytest.mark.slow
 def test_regex_subscription_picks_up_a_topic_created_later(kgc: KgcProcess, group: Group) -> None:
     create_topics(kgc.bootstrap, {"t-first": 2, "other": 2})
     m = group.add(["^t-.*"])

@@ -55,6 +55,8 @@ def crash_loop(kgc: KgcProcess, kills: int, seed: int) -> None:
     assert check_log_integrity(kgc.data_dir) > 0
 
 
+# Slow (7 s): tests/faults/test_crash_loop.py's three SIGKILLs under the same commit load.
+@pytest.mark.slow
 def test_acknowledged_commits_survive_sigkill(kgc: KgcProcess) -> None:
     crash_loop(kgc, kills=3, seed=1)
 

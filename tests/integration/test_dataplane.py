@@ -183,7 +183,8 @@ def test_idempotent_producer_writes_no_duplicates(kgc: KgcProcess) -> None:
     assert sum(check_order(records).values()) == N
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+# sigterm is slow (8 s): sigkill here and tests/faults/test_clean_stop.py's SIGTERM after serving.
+@pytest.mark.parametrize("how", [pytest.param("sigterm", marks=pytest.mark.slow), "sigkill"])
 def test_restart_mid_stream_loses_nothing_acknowledged(kgc: KgcProcess, how: str) -> None:
     create_topic(kgc.bootstrap, "crash", PARTITIONS)
     bp = BackgroundProducer(kgc.bootstrap, "crash", **{"enable.idempotence": True})

@@ -68,6 +68,9 @@ def _stop_group(pgid: int) -> None:
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the example needs openssl")
+# Slow (10 s): test_security_guide_has_the_example keeps the block; tools/test_command_config.py
+# runs users, ACLs and --command-config against a secured server.
+@pytest.mark.slow
 def test_security_guide_example_works_when_pasted(tmp_path: Path, session: list[int]) -> None:
     script = "\n".join(section_blocks(GUIDE.read_text()))
     assert "localhost:9093" in script

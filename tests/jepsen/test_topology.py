@@ -65,6 +65,9 @@ def _commit(group: str, value: int) -> offset_commit.Request:
     )
 
 
+# Slow (9 s): the slow suite's Jepsen runs use this topology; test_cluster_failover.py's
+# paused coordinator covers a node losing PostgreSQL.
+@pytest.mark.slow
 async def test_proxy_topology_advertises_its_proxies_and_cuts_links(tmp_path: Path) -> None:
     topo = ProxyTopology(tmp_path, offsets_partitions=6)
     clock = faketime_library() is not None

@@ -70,6 +70,9 @@ def consumer(kgc: KgcProcess, group: str, client_id: str) -> AIOKafkaConsumer:
     )
 
 
+# Slow (21 s in CI): test_describe_a_confluent_group describes a live group, test_cli_parity.py
+# resets in every mode, test_command_config.py deletes offsets and the group.
+@pytest.mark.slow
 async def test_describe_reset_delete_a_live_group(kgc: KgcProcess) -> None:
     midpoint_ms = await fill_topic(kgc)
     members = [consumer(kgc, "billing", f"billing-{i}") for i in range(2)]

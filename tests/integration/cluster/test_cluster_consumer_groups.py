@@ -40,6 +40,9 @@ def describe(cluster: Cluster, group: str) -> cgd.DescribedGroup:
     return g
 
 
+# Slow (8 s): test_cluster_failover.py's SIGKILL of the coordinator moves a group to another
+# node; test_consumer_groups_confluent.py's sigkill restart keeps a KIP-848 group.
+@pytest.mark.slow
 def test_consumer_group_continues_on_another_node_after_a_sigkill(
     tmp_path: Path, pg_url: str
 ) -> None:

@@ -285,7 +285,10 @@ def test_a_paused_coordinator_is_fenced_when_it_resumes(
     assert committed(cluster.nodes[cluster.coordinator_of(late_group)].bootstrap, late_group) == {}
 
 
-@pytest.mark.parametrize("mode", ["fast", "immediate", "outage"])
+# outage is slow (11 s): fast and immediate restart PostgreSQL under the same load.
+@pytest.mark.parametrize(
+    "mode", ["fast", "immediate", pytest.param("outage", marks=pytest.mark.slow)]
+)
 def test_postgres_restart_under_load_loses_nothing_acknowledged(
     cluster: Cluster, pg_server: PgServer, mode: str
 ) -> None:
@@ -362,6 +365,9 @@ def test_postgres_restart_under_load_loses_nothing_acknowledged(
         )
 
 
+# Slow (9 s): test_sigkill_of_the_coordinator_moves_the_group_and_rewinds_nothing here and
+# tests/cluster/test_cluster.py's graceful stop hand-over.
+@pytest.mark.slow
 def test_rolling_restart_under_a_consuming_group(cluster: Cluster) -> None:
     ends = prepare_topic(cluster, "roll", 12_000)
     (group,) = groups_on_distinct_nodes(cluster, 1, "roll")
