@@ -10,7 +10,10 @@ has members, done once they left.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -70,7 +73,7 @@ def wait_topic_known(conn: Connection, topic: str) -> None:
         time.sleep(0.2)
 
 
-def join_both(server: Server, group: str, topic: str) -> None:
+def join_both(server: Server, group: str, topic: str) -> dict[str, int]:
     """Both members joined, heartbeating until the group is settled with each holding the
     partition (the share state is initialized asynchronously on both servers)."""
     with Connection.to(server.bootstrap) as conn:
@@ -107,9 +110,41 @@ def join_both(server: Server, group: str, topic: str) -> None:
             held = [[tp.partitions for tp in m.assignment.topic_partitions] for m in d.members]
             epochs_now = {m.member_epoch for m in d.members}
             if held == [[[0]], [[0]]] and epochs_now == {d.group_epoch} == {d.assignment_epoch}:
-                return
+                return epochs
             assert time.monotonic() < deadline, f"{server}: never settled: {d}"
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def kept_alive(joined: dict[Server, dict[str, int]], group: str) -> Iterator[None]:
+    """Both members heartbeat on every server (every second, within Kafka's 5 s interval)
+    while the tools run: a run of six JVM tools on a loaded machine outlasts the 45 s
+    share session, and a group whose members expired is Empty, so the "non-empty" delete
+    would succeed and the leave heartbeat get GROUP_ID_NOT_FOUND."""
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def beat() -> None:
+        conns = {s: Connection.to(s.bootstrap) for s in joined}
+        try:
+            while not stop.wait(1.0):
+                for s, epochs in joined.items():
+                    for m in MEMBERS:
+                        epochs[m] = heartbeat(conns[s], group, m, epochs[m]).member_epoch
+        except BaseException as e:
+            failed.append(e)
+        finally:
+            for c in conns.values():
+                c.close()
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not failed, failed
 
 
 def leave_both(server: Server, group: str) -> None:
@@ -126,25 +161,25 @@ def test_share_groups_list_describe_delete(pair: list[Server]) -> None:
     topic, group = "sgtool.t", "sgtool.g"
     for s in pair:
         create_topic(s.bootstrap, topic, 1)
-    for s in pair:
-        join_both(s, group, topic)
-    compare(
-        "tools.share-groups.list",
-        sg(pair, "--list"),
-        transform=lambda ls: [ln for ln in ls if group in ln],
-    )
-    compare("tools.share-groups.members", sg(pair, "--describe", "--group", group, "--members"))
-    compare(
-        "tools.share-groups.members-verbose",
-        sg(pair, "--describe", "--group", group, "--members", "--verbose"),
-    )
-    compare("tools.share-groups.state", sg(pair, "--describe", "--group", group, "--state"))
-    compare(
-        "tools.share-groups.state-verbose",
-        sg(pair, "--describe", "--group", group, "--state", "--verbose"),
-    )
-    compare("tools.share-groups.offsets", sg(pair, "--describe", "--group", group))
-    compare("tools.share-groups.delete-non-empty", sg(pair, "--delete", "--group", group))
+    joined = {s: join_both(s, group, topic) for s in pair}
+    with kept_alive(joined, group):
+        compare(
+            "tools.share-groups.list",
+            sg(pair, "--list"),
+            transform=lambda ls: [ln for ln in ls if group in ln],
+        )
+        compare("tools.share-groups.members", sg(pair, "--describe", "--group", group, "--members"))
+        compare(
+            "tools.share-groups.members-verbose",
+            sg(pair, "--describe", "--group", group, "--members", "--verbose"),
+        )
+        compare("tools.share-groups.state", sg(pair, "--describe", "--group", group, "--state"))
+        compare(
+            "tools.share-groups.state-verbose",
+            sg(pair, "--describe", "--group", group, "--state", "--verbose"),
+        )
+        compare("tools.share-groups.offsets", sg(pair, "--describe", "--group", group))
+        compare("tools.share-groups.delete-non-empty", sg(pair, "--delete", "--group", group))
     for s in pair:
         leave_both(s, group)
     compare("tools.share-groups.state-empty", sg(pair, "--describe", "--group", group, "--state"))
