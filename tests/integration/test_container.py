@@ -29,8 +29,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str | Path, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    # Without PYTHONPATH: a checkout on it (the egg-info `pip wheel .` leaves there) would
+    # make the fresh venv's pip take kgc as installed already and skip the wheel.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
