@@ -337,7 +337,7 @@ class DataPlane:
             request_error = ErrorCode.INVALID_REQUIRED_ACKS
         elif transactional:
             # Batches that would open a transaction are first verified (txnlog.TxnLog).
-            started = self.txn.start(req)
+            started = self.txn.start(req, header.api_version)
             if isinstance(started, Verification):
                 return Deferred.task(self.txn.produce_verified(header, req, client, started))
             if started is not None:

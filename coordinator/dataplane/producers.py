@@ -183,6 +183,12 @@ class PartitionProducers:
         entry = self.entries.get(producer_id)
         return entry is not None and entry.epoch == epoch and entry.current_txn_first_offset >= 0
 
+    def is_empty(self, producer_id: int) -> bool:
+        """Whether no batch of the producer at its current epoch is known here (Kafka's
+        ProducerStateEntry.isEmpty)."""
+        entry = self.entries.get(producer_id)
+        return entry is None or not entry.batches
+
     def epoch_of(self, producer_id: int) -> int:
         entry = self.entries.get(producer_id)
         return NO_EPOCH if entry is None else entry.epoch

@@ -123,14 +123,19 @@ class VerificationGuard:
 
     It also keeps the lowest first sequence asked about at its epoch (Kafka's
     VerificationStateEntry): a later batch may not open the transaction before it.
+    ``supports_epoch_bump``: taken by a TV2 request (Produce v12+), fixed at creation as
+    Kafka's; a producer with no state here must then start at sequence 0.
     """
 
-    __slots__ = ("epoch", "lowest_sequence", "taken_ms")
+    __slots__ = ("epoch", "lowest_sequence", "supports_epoch_bump", "taken_ms")
 
-    def __init__(self, epoch: int, lowest_sequence: int, taken_ms: int) -> None:
+    def __init__(
+        self, epoch: int, lowest_sequence: int, taken_ms: int, supports_epoch_bump: bool = False
+    ) -> None:
         self.epoch = epoch
         self.lowest_sequence = lowest_sequence
         self.taken_ms = taken_ms
+        self.supports_epoch_bump = supports_epoch_bump
 
 
 @dataclass(slots=True)
@@ -141,12 +146,19 @@ class PartitionTxns:
     verifying: dict[int, VerificationGuard] = field(default_factory=dict)
 
     def guard(
-        self, producer_id: int, epoch: int, base_sequence: int, now_ms: int
+        self,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        now_ms: int,
+        supports_epoch_bump: bool = False,
     ) -> VerificationGuard:
         """The producer's guard, taken (or updated) before asking the coordinator."""
         g = self.verifying.get(producer_id)
         if g is None:
-            g = self.verifying[producer_id] = VerificationGuard(epoch, base_sequence, now_ms)
+            g = self.verifying[producer_id] = VerificationGuard(
+                epoch, base_sequence, now_ms, supports_epoch_bump
+            )
         elif epoch > g.epoch:
             g.epoch, g.lowest_sequence = epoch, base_sequence
         elif epoch == g.epoch:

@@ -247,10 +247,11 @@ class TxnLog:
         result = self.plane.produce_checked(header, req, client, ErrorCode.NO_ERROR, v)
         return await result if isinstance(result, Deferred) else result
 
-    def start(self, req: ProduceRequest) -> Verification | ErrorCode | None:
+    def start(self, req: ProduceRequest, version: int = 0) -> Verification | ErrorCode | None:
         """The verification a transactional Produce needs (None: none), or the whole
         request's error (INVALID_PRODUCER_ID_MAPPING: batches of two producers)."""
         plane = self.plane
+        tv2 = version >= ADD_PARTITION_PRODUCE_VERSION and self.add is not None
         producer: tuple[int, int] | None = None
         guards: dict[TopicPartition, VerificationGuard] = {}
         for t in req.topic_data:
@@ -279,7 +280,7 @@ class TxnLog:
                 if table.in_transaction(pid, epoch) or epoch < table.epoch_of(pid):
                     continue  # nothing to ask, or fenced at the append
                 guards[(t.name, p.index)] = table.txns.guard(
-                    pid, epoch, h.base_sequence, plane.clock()
+                    pid, epoch, h.base_sequence, plane.clock(), tv2
                 )
         if not guards or producer is None or req.transactional_id is None:
             return None
@@ -338,6 +339,16 @@ class TxnLog:
         guard = checked.guards.get(tp) if checked is not None else None
         if guard is None or table.txns.verifying.get(producer_id) is not guard:
             return Refusal(ErrorCode.INVALID_TXN_STATE, NOT_IN_TRANSACTION)
+        if guard.supports_epoch_bump and base_sequence != 0 and table.is_empty(producer_id):
+            # TV2 bumps the epoch per transaction, so a producer new to the partition starts
+            # at 0 (Kafka's ProducerAppendInfo.checkSequence).
+            return Refusal(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"Invalid sequence number for producer {producer_id} at offset "
+                f"{plog.log_end_offset} in partition {tp[0]}-{tp[1]}: {base_sequence} "
+                "(incoming seq. number). Expected sequence 0 for transactions v2 "
+                "idempotent producer with no existing state.",
+            )
         if base_sequence > guard.lowest_sequence:
             # An earlier batch of this producer is still on its way (Kafka's
             # VerificationStateEntry.lowestSequence): the client retries in order.

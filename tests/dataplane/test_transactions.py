@@ -716,3 +716,35 @@ async def test_the_offsets_log_is_followed_for_its_lso(node_engine: str, tmp_pat
 def node_engine(request: pytest.FixtureRequest) -> str:
     engine: str = request.param
     return engine
+
+
+async def test_tv2_first_transactional_batch_of_a_new_producer_must_start_at_sequence_0(
+    txnode: TxnNode,
+) -> None:
+    """Under TV2 (Produce v12+, the leader adds the partition) a producer with no state on
+    the partition must start at sequence 0 (Kafka's ProducerAppendInfo.checkSequence); under
+    TV1 such a producer may start anywhere."""
+    txnode.create("t", 2)
+    added: list[tuple[str, int]] = []
+
+    async def add(txn_id: str, pid: int, epoch: int, parts: Sequence[tuple[str, int]]) -> ErrorCode:
+        added.extend(parts)
+        coord(txnode).partitions.setdefault(pid, set()).update(parts)
+        return ErrorCode.NO_ERROR
+
+    txnode.dp.txn.add = add
+    r = await txn_produce(txnode, "t", 0, [b"a"], pid=1, seq=5, version=12)
+    assert (r.error_code, r.error_message) == (
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        "Invalid sequence number for producer 1 at offset 0 in partition t-0: 5 (incoming "
+        "seq. number). Expected sequence 0 for transactions v2 idempotent producer with no "
+        "existing state.",
+    )
+    assert added == [("t", 0)]  # added first, refused by the log
+    assert await latest(txnode, committed=False) == 0
+    r = await txn_produce(txnode, "t", 0, [b"a", b"b"], pid=1, seq=0, version=12)
+    assert (r.error_code, r.base_offset) == (ErrorCode.NO_ERROR, 0)
+    # TV1 (Produce v11, verified): a producer new to the partition may start anywhere.
+    coord(txnode).partitions[2] = {("t", 1)}
+    r = await txn_produce(txnode, "t", 1, [b"a"], pid=2, seq=5, version=11)
+    assert (r.error_code, r.base_offset) == (ErrorCode.NO_ERROR, 0)
