@@ -251,10 +251,10 @@ API_TABLE: dict[int, Api] = {
         checked(data.authorize_describe_producers),
         ("READ TOPIC",),
     ),
-    # The transaction coordinator (AddPartitionsToTxn v4 is the brokers' verify-only form;
-    # TV2's add is in-process, from the produce path); each authorizes in its handler.
+    # The transaction coordinator (AddPartitionsToTxn v4 is the brokers' verify-only form,
+    # v5 TV2's add by another node's leader); each authorizes in its handler.
     add_partitions_to_txn.API_KEY: Api(
-        (0, 4),
+        (0, 5),
         transactions.handler("add_partitions_to_txn"),
         in_handler,
         ("WRITE TRANSACTIONAL_ID", "WRITE TOPIC", "CLUSTER_ACTION CLUSTER"),

@@ -3,7 +3,7 @@ AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransacti
 
 How this works: each handler authorizes as Kafka's KafkaApis does (TRANSACTIONAL_ID WRITE or
 DESCRIBE, topic WRITE per partition for AddPartitionsToTxn, group READ for
-AddOffsetsToTxn, CLUSTER_ACTION for the brokers' verify-only AddPartitionsToTxn), then
+AddOffsetsToTxn, CLUSTER_ACTION for the brokers' AddPartitionsToTxn v4+), then
 calls the ``TxnRuntime`` (``coordinator/runtime/txn_runtime.py``), which answers once the
 coordinator's record is durable. The errors old request versions do not know are
 translated as Kafka does: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for InitProducerId
@@ -84,7 +84,7 @@ class Transactions:
     # -- AddPartitionsToTxn
     def add_partitions_to_txn(self, header: RequestHeader, req: Any, client: ClientInfo) -> Any:
         if header.api_version >= 4:
-            return self._batched(req, client)
+            return self._batched(header.api_version, req, client)
         return Deferred.task(self._add_v3(header.api_version, req, client))
 
     def _partition_errors(
@@ -132,18 +132,42 @@ class Transactions:
             ]
         )
 
-    def _batched(self, req: Any, client: ClientInfo) -> Any:
-        """v4+: from brokers (CLUSTER_ACTION); kgc serves the verify-only form."""
+    def _batched(self, version: int, req: Any, client: ClientInfo) -> Any:
+        """v4+: from brokers (CLUSTER_ACTION): v4's verify-only form, and v5's add of TV2
+        (a partition leader or group coordinator adding its partition)."""
         if not self._allowed(client, _O.CLUSTER_ACTION, _R.CLUSTER, CLUSTER):
             return _APT.Response(error_code=E.CLUSTER_AUTHORIZATION_FAILED)
-        results = []
+        if version >= 5 and any(not t.verify_only for t in req.transactions):
+            return Deferred.task(self._batched_adds(req))
+        return self._batched_response(
+            [(t, self._verified_or_refused(t, version)) for t in req.transactions]
+        )
+
+    def _verified_or_refused(self, t: Any, version: int) -> dict[tuple[str, int], ErrorCode]:
+        wanted = [(x.name, p) for x in t.topics for p in x.partitions]
+        if t.verify_only:
+            return self.txn.verify(t.transactional_id, t.producer_id, t.producer_epoch, wanted)
+        # v4's add (TV0 in Kafka) is never sent by a broker that speaks v5.
+        return dict.fromkeys(wanted, E.UNSUPPORTED_VERSION)
+
+    async def _batched_adds(self, req: Any) -> Any:
+        answers = []
         for t in req.transactions:
-            wanted = [(x.name, p) for x in t.topics for p in x.partitions]
             if t.verify_only:
-                codes = self.txn.verify(t.transactional_id, t.producer_id, t.producer_epoch, wanted)
-            else:
-                # The add from a partition leader is TV2's, which kgc does not finalize.
-                codes = dict.fromkeys(wanted, E.UNSUPPORTED_VERSION)
+                answers.append((t, self._verified_or_refused(t, 5)))
+                continue
+            wanted = [(x.name, p) for x in t.topics for p in x.partitions]
+            # Asked once: the leader retries CONCURRENT_TRANSACTIONS itself.
+            o = await self.txn.add_partitions(
+                t.transactional_id, t.producer_id, t.producer_epoch, wanted, 2
+            )
+            answers.append((t, dict.fromkeys(wanted, o.error)))
+        return self._batched_response(answers)
+
+    @staticmethod
+    def _batched_response(answers: list[tuple[Any, dict[tuple[str, int], ErrorCode]]]) -> Any:
+        results = []
+        for t, codes in answers:
             by_topic: dict[str, list[Any]] = {}
             for (topic, p), code in codes.items():
                 by_topic.setdefault(topic, []).append(

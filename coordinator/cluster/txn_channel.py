@@ -26,6 +26,14 @@ the transaction code reach across, both over the inter-broker channel (``peers.p
   these to produce or TxnOffsetCommit errors is unchanged (``dataplane/txnlog.py``,
   ``runtime/txn_commit.py``); the verification guard taken before the question makes a
   marker that lands while the answer travels win.
+* ``RoutedVerifier.add`` is TV2's add by the leader (Produce v12+) or the group
+  coordinator (TxnOffsetCommit v5), routed the same way: on the coordinator's node the
+  runtime's own add (``add_fn``), elsewhere one AddPartitionsToTxn v5 (``VerifyOnly``
+  false, CLUSTER_ACTION) to it, whose answer is mapped as the verification's. A
+  CONCURRENT_TRANSACTIONS answer (the previous transaction's markers still going out) is
+  asked again every ``add.partitions.to.txn.retry.backoff.ms`` for at most
+  ``add.partitions.to.txn.retry.max.ms``, as Kafka's leader does. Without ``add_fn``
+  there is no add: COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from typing import Protocol
 from coordinator.cluster.peers import PeerClient, PeerError
 from coordinator.placement import BrokerNode
 from coordinator.txn.markers import TxnMarker
+from coordinator.txn.verify import ADD_RETRY_BACKOFF_MS, ADD_RETRY_MAX_MS, AddFn
 from protocol.errors import ErrorCode
 from protocol.messages import add_partitions_to_txn as apt
 from protocol.messages import write_txn_markers as wtm
@@ -54,6 +63,7 @@ WriteMarker = Callable[[str, int, int, int, int, bool, int], Awaitable[ErrorCode
 LocalVerify = Callable[[str, int, int, Sequence[TopicPartition]], dict[TopicPartition, ErrorCode]]
 WRITE_TXN_MARKERS_VERSION = 2
 ADD_PARTITIONS_VERIFY_VERSION = 4
+ADD_PARTITIONS_VERSION = 5  # TV2: the leader's add
 
 
 class Leaders(Protocol):
@@ -180,6 +190,9 @@ class RoutedVerifier:
         self.peers = peers
         self.local = local
         self.topic = transaction_state_topic
+        # TV2's add on this node's coordinator (``TxnRuntime.add_for_leader``), given once
+        # the runtime exists; None: no add (the verification only).
+        self.add_fn: AddFn | None = None
 
     async def verify(
         self,
@@ -188,13 +201,62 @@ class RoutedVerifier:
         producer_epoch: int,
         partitions: Sequence[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
+        node = self._coordinator_node(transactional_id)
+        if node is None:
+            return dict.fromkeys(partitions, E.COORDINATOR_NOT_AVAILABLE)
+        if node == self.node_id:
+            return self.local(transactional_id, producer_id, producer_epoch, partitions)
+        return await self._ask(
+            node, transactional_id, producer_id, producer_epoch, partitions, verify_only=True
+        )
+
+    async def add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> ErrorCode:
+        """TV2's add of ``partitions`` to the producer's transaction: one code."""
+        if self.add_fn is None:
+            return E.COORDINATOR_NOT_AVAILABLE
+        waited = 0
+        while True:
+            node = self._coordinator_node(transactional_id)
+            if node is None:
+                return E.COORDINATOR_NOT_AVAILABLE
+            if node == self.node_id:  # the runtime retries there itself
+                return await self.add_fn(transactional_id, producer_id, producer_epoch, partitions)
+            codes = await self._ask(
+                node, transactional_id, producer_id, producer_epoch, partitions, verify_only=False
+            )
+            code = next((c for c in codes.values() if c != E.NO_ERROR), E.NO_ERROR)
+            if code != E.CONCURRENT_TRANSACTIONS or waited >= ADD_RETRY_MAX_MS:
+                return code
+            await asyncio.sleep(ADD_RETRY_BACKOFF_MS / 1000)
+            waited += ADD_RETRY_BACKOFF_MS
+
+    def _coordinator_node(self, transactional_id: str) -> int | None:
+        """The node whose coordinator holds the id (this node's id when it is this one, or
+        when nobody is known to but this node has it loading); None: nobody."""
         partition = self.coordinator_partition(transactional_id)
         leaders = self.leaders()
         owner = leaders.owner(self.topic, partition) if leaders is not None else None
-        if owner is None and not self.serves(partition):
-            return dict.fromkeys(partitions, E.COORDINATOR_NOT_AVAILABLE)
-        if owner is None or owner.node_id == self.node_id:
-            return self.local(transactional_id, producer_id, producer_epoch, partitions)
+        if owner is None:
+            return self.node_id if self.serves(partition) else None
+        return owner.node_id
+
+    async def _ask(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+        verify_only: bool,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """One AddPartitionsToTxn to another node's coordinator: v4 ``VerifyOnly`` or v5's
+        add; the answer per partition as Kafka's AddPartitionsToTxnManager reads it."""
         topics: dict[str, list[int]] = {}
         for topic, p in partitions:
             topics.setdefault(topic, []).append(p)
@@ -204,7 +266,7 @@ class RoutedVerifier:
                     transactional_id=transactional_id,
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
-                    verify_only=True,
+                    verify_only=verify_only,
                     topics=[
                         apt.AddPartitionsToTxnTopic(name=t, partitions=ps)
                         for t, ps in topics.items()
@@ -212,21 +274,27 @@ class RoutedVerifier:
                 )
             ]
         )
+        version = ADD_PARTITIONS_VERIFY_VERSION if verify_only else ADD_PARTITIONS_VERSION
+        owner_id = node
         try:
-            response = await self.peers.send(
-                owner.node_id, apt.API_KEY, ADD_PARTITIONS_VERIFY_VERSION, request
-            )
+            response = await self.peers.send(owner_id, apt.API_KEY, version, request)
         except PeerError as exc:
-            log.info("verifying %r with node %d failed: %s", transactional_id, owner.node_id, exc)
+            log.info(
+                "AddPartitionsToTxn v%d of %r to node %d failed: %s",
+                version,
+                transactional_id,
+                owner_id,
+                exc,
+            )
             return dict.fromkeys(partitions, E.NETWORK_EXCEPTION)
         if response.error_code:
             code = _code(response.error_code)
             # Kafka: the producer is never shown the brokers' own authorization failure.
             if code == E.CLUSTER_AUTHORIZATION_FAILED:
                 log.error(
-                    "node %d refused this node's verification (CLUSTER_AUTHORIZATION_FAILED): "
+                    "node %d refused this node's AddPartitionsToTxn (CLUSTER_AUTHORIZATION_FAILED): "
                     "the inter-broker principal needs CLUSTER_ACTION (super.users)",
-                    owner.node_id,
+                    owner_id,
                 )
                 code = E.INVALID_TXN_STATE
             return dict.fromkeys(partitions, code)

@@ -456,18 +456,9 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
     )
     if deployment.hosted:
         txn.start(range(s.transaction_state_log_num_partitions))
-    if s.transaction_version >= 2 and not deployment.hosted:
-        # Refused rather than half served: without the in-process add a TV2 producer's
-        # partitions would never join its transactions.
-        raise SettingRefused(
-            "transaction.version",
-            s.transaction_version,
-            "TV2 is served by one process only (the leaders' adds are in-process)",
-        )
-    if deployment.hosted:
         # TV2 (Produce v12+, TxnOffsetCommit v5): the leader and the group coordinator add
-        # the partition to the transaction themselves, through the runtime (durable first);
-        # in one process only (in cluster mode the coordinator may be another node's).
+        # the partition to the transaction themselves, through the runtime (durable first).
+        # Over several nodes the add goes to the id's coordinator (route_transactions).
         data.txn.add = txn.add_for_leader
         group_verifier.add_fn = txn.add_for_leader
     groups.share_persister = share  # share groups initialize their partitions' state
@@ -499,6 +490,11 @@ def route_transactions(
     )
     core.data.txn.verify = verifier.verify
     core.groups.txn_verifier = verifier
+    # TV2 (Produce v12+, TxnOffsetCommit v5): the leaders and group coordinators add
+    # partitions themselves, through the id's coordinator (AddPartitionsToTxn v5 when it
+    # is another node's).
+    verifier.add_fn = txn.add_for_leader
+    core.data.txn.add = verifier.add
 
 
 async def listen_step(s: Settings, tls: TlsContexts) -> list[Listening]:

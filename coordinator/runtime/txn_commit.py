@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from coordinator.group.offsets.txn import txn_response
 from coordinator.group.shard import GroupShard
 from coordinator.group.types import Result, TxnBatch
 from coordinator.server.handler import ClientInfo, Deferred, HandlerResult
-from coordinator.txn.verify import CoordinatorVerifier
+from coordinator.txn.verify import AddFn
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
@@ -59,6 +59,22 @@ class Verifier(Protocol):
         producer_epoch: int,
         partitions: Sequence[tuple[str, int]],
     ) -> dict[tuple[str, int], ErrorCode]: ...
+
+
+@runtime_checkable
+class AddingVerifier(Verifier, Protocol):
+    """A verifier that can also add (TV2): ``CoordinatorVerifier`` in one process,
+    ``cluster.txn_channel.RoutedVerifier`` across nodes; ``add_fn`` None: no TV2."""
+
+    add_fn: AddFn | None
+
+    async def add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[tuple[str, int]],
+    ) -> ErrorCode: ...
 
 
 class GroupRuntime(Protocol):
@@ -127,11 +143,11 @@ async def _verified(
     try:
         if (
             header.api_version >= 5
-            and isinstance(verifier, CoordinatorVerifier)
+            and isinstance(verifier, AddingVerifier)
             and verifier.add_fn is not None
         ):
             # TV2: the group coordinator adds the partition itself (no AddOffsetsToTxn),
-            # with this node's transaction coordinator (one process only).
+            # through the transaction coordinator wherever it runs.
             added = await verifier.add(
                 body.transactional_id, body.producer_id, body.producer_epoch, [tp]
             )

@@ -40,6 +40,7 @@ from coordinator.txn.coordinator import TransactionCoordinator, TxnOutcome, TxnW
 from coordinator.txn.markers import MarkerWriter, TxnMarker, marker_outcome
 from coordinator.txn.metadata import TransactionMetadata
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
+from coordinator.txn.verify import ADD_RETRY_BACKOFF_MS, ADD_RETRY_MAX_MS
 from protocol.errors import ErrorCode
 from storage.interface import Durability, LogConfig, Logs, PartitionLog, wall_clock_ms
 from storage.record_batch import key_values
@@ -57,11 +58,6 @@ _COMPLETE_RETRY_MS = 100
 # One partition's marker write: (topic, partition, producer id, producer epoch,
 # coordinator epoch, commit, transaction version) -> its code.
 WriteMarker = Callable[[str, int, int, int, int, bool, int], Awaitable[ErrorCode]]
-
-
-# Kafka's add.partitions.to.txn.retry.backoff.ms and add.partitions.to.txn.retry.max.ms.
-ADD_RETRY_BACKOFF_MS = 20
-ADD_RETRY_MAX_MS = 100
 
 
 class InProcessMarkers:

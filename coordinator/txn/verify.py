@@ -31,7 +31,13 @@ from typing import Protocol
 
 from protocol.errors import ErrorCode
 
-__all__ = ["CoordinatorVerifier", "TxnVerifier"]
+__all__ = ["ADD_RETRY_BACKOFF_MS", "ADD_RETRY_MAX_MS", "CoordinatorVerifier", "TxnVerifier"]
+
+# TV2's add answered CONCURRENT_TRANSACTIONS (the previous transaction's markers still going
+# out) is asked again after ``add.partitions.to.txn.retry.backoff.ms`` for at most
+# ``add.partitions.to.txn.retry.max.ms`` (Kafka's defaults), by the leader.
+ADD_RETRY_BACKOFF_MS = 20
+ADD_RETRY_MAX_MS = 100
 
 TopicPartition = tuple[str, int]
 VerifyFn = Callable[[str, int, int, Sequence[TopicPartition]], dict[TopicPartition, ErrorCode]]

@@ -200,3 +200,46 @@ async def test_verify_only_from_a_broker() -> None:
     }
     assert got == {("foo", 0): 0, ("foo", 1): E.TRANSACTION_ABORTABLE}
     await rt.stop()
+
+
+async def test_tv2_add_from_a_broker() -> None:
+    """AddPartitionsToTxn v5 with VerifyOnly false: another node's leader adds its partition
+    to a TV2 transaction (asked once: the leader retries CONCURRENT_TRANSACTIONS); v4's add
+    is not served."""
+    t, rt = await txns()
+    r = await init(t)
+    pid = r.producer_id
+
+    def req(epoch: int, parts: list[int]) -> Any:
+        return APT.Request(
+            transactions=[
+                APT.AddPartitionsToTxnTransaction(
+                    transactional_id="t",
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    verify_only=False,
+                    topics=[APT.AddPartitionsToTxnTopic(name="foo", partitions=parts)],
+                )
+            ]
+        )
+
+    async def codes(version: int, epoch: int, parts: list[int]) -> dict[tuple[str, int], int]:
+        resp = await answer(
+            t.add_partitions_to_txn(hdr(APT.API_KEY, version), req(epoch, parts), CLIENT)
+        )
+        assert resp.error_code == 0
+        (res,) = resp.results_by_transaction
+        return {
+            (x.name, p.partition_index): p.partition_error_code
+            for x in res.topic_results
+            for p in x.results_by_partition
+        }
+
+    assert await codes(4, 0, [0]) == {("foo", 0): E.UNSUPPORTED_VERSION}
+    assert await codes(5, 1, [0]) == {("foo", 0): E.PRODUCER_FENCED}  # not translated
+    assert await codes(5, 0, [0, 1]) == {("foo", 0): 0, ("foo", 1): 0}
+    md = rt.coordinator.describe("t")[1]
+    assert md is not None and md.state is TransactionState.ONGOING
+    assert md.client_transaction_version == 2
+    assert sorted(md.partitions) == [("foo", 0), ("foo", 1)]
+    await rt.stop()
