@@ -160,5 +160,27 @@ def _marker(
     )
 
 
+def tv2_first_sequence_scenario(side: Side) -> None:
+    """Produce v12 (TV2: the leader adds the partition itself) from a producer with no state
+    on the partition: a first sequence other than 0 is refused (the partition is in the
+    transaction by then), 0 is appended; the commit marks it."""
+    txn = side.name("seq0")
+    topic = side.name("txn-seq0")
+    _topic_ready(side, topic, 1)
+    _ready(side, txn)
+    init = _init(side, txn, 4, "init")
+    pid, epoch = init.producer_id, init.producer_epoch
+    _txn_produce(side, topic, txn, _txn_batch(1, pid, epoch, 5, "x"), 12, "produce.v12.seq5")
+    _txn_produce(side, topic, txn, _txn_batch(2, pid, epoch, 0, "t"), 12, "produce.v12.seq0")
+    _describe_producers(side, topic, "producers.open")
+    _end(side, txn, pid, epoch, True, 5, "commit")
+    _settle(side, txn, "CompleteCommit")
+    _fetch_both(side, topic, 0, "committed")
+
+
+def test_tv2_first_sequence_must_be_0(diff: Runner) -> None:
+    diff(tv2_first_sequence_scenario)
+
+
 def test_fetch_and_list_offsets_around_a_transaction(diff: Runner) -> None:
     diff(open_then_aborted_scenario)
