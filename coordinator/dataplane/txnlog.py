@@ -341,14 +341,8 @@ class TxnLog:
             return Refusal(ErrorCode.INVALID_TXN_STATE, NOT_IN_TRANSACTION)
         if guard.supports_epoch_bump and base_sequence != 0 and table.is_empty(producer_id):
             # TV2 bumps the epoch per transaction, so a producer new to the partition starts
-            # at 0 (Kafka's ProducerAppendInfo.checkSequence).
-            return Refusal(
-                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"Invalid sequence number for producer {producer_id} at offset "
-                f"{plog.log_end_offset} in partition {tp[0]}-{tp[1]}: {base_sequence} "
-                "(incoming seq. number). Expected sequence 0 for transactions v2 "
-                "idempotent producer with no existing state.",
-            )
+            # at 0 (Kafka's ProducerAppendInfo.checkSequence; its answer carries no message).
+            return Refusal(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None)
         if base_sequence > guard.lowest_sequence:
             # An earlier batch of this producer is still on its way (Kafka's
             # VerificationStateEntry.lowestSequence): the client retries in order.
