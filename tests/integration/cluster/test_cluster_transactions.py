@@ -29,15 +29,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from support.clusterkit import Cluster
-from support.groupkit import create_topic, wait_until
-
-from coordinator.tools.client import Connection
-from protocol.messages import find_coordinator
+from support.clustertxnkit import (
+    PARTITIONS,
+    TXN_PARTITIONS,
+    pick_txn_id,
+    read_committed,
+    spread_topic,
+    txn_coordinator,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration, pytest.mark.slow]
-
-PARTITIONS = 6
-TXN_PARTITIONS = 6
 
 
 @pytest.fixture
@@ -54,43 +55,6 @@ def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
-
-
-def txn_coordinator(cluster: Cluster, txn_id: str, timeout: float = 30.0) -> int:
-    """The live node FindCoordinator(key type 1) names for ``txn_id``."""
-    found: list[int] = []
-
-    def ready() -> bool:
-        for n in cluster.live():
-            try:
-                with Connection.to(cluster.nodes[n].bootstrap, timeout=2) as c:
-                    _, resp = c.request(
-                        find_coordinator.API_KEY,
-                        find_coordinator.Request(key_type=1, coordinator_keys=[txn_id]),
-                        version=4,
-                    )
-            except OSError:
-                continue
-            (coord,) = resp.coordinators
-            if coord.error_code == 0 and coord.node_id in cluster.live():
-                found.append(coord.node_id)
-                return True
-        return False
-
-    wait_until(ready, timeout=timeout, interval=0.1, what=f"the coordinator of {txn_id}")
-    return found[-1]
-
-
-def pick_txn_id(cluster: Cluster, leaders: dict[int, int]) -> tuple[str, int, int]:
-    """A transactional id whose coordinator does not lead every partition of the topic:
-    (the id, its coordinator, a partition leader on another node)."""
-    for i in range(200):
-        txn_id = f"txn-{i}-{uuid.uuid4().hex[:6]}"
-        coordinator = txn_coordinator(cluster, txn_id)
-        others = [n for n in leaders.values() if n != coordinator]
-        if others:
-            return txn_id, coordinator, others[0]
-    raise AssertionError(f"no transactional id coordinated away from the leaders {leaders}")
 
 
 def producer(cluster: Cluster, txn_id: str) -> Producer:
@@ -118,39 +82,6 @@ def send(
             values.add(value)
     p.flush(30)
     return values
-
-
-def read_committed(
-    cluster: Cluster, topic: str, until: set[str], timeout: float = 60.0
-) -> set[str]:
-    """Every value a read_committed consumer sees in ``topic`` once all of ``until`` came."""
-    c = Consumer(
-        {
-            "bootstrap.servers": cluster.all_bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "socket.timeout.ms": 4000,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    seen: set[str] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while not until <= seen and time.monotonic() < deadline:
-            for m in c.consume(100, 0.5):
-                if m.error() is None and m.value() is not None:
-                    seen.add(m.value().decode())
-    finally:
-        c.close()
-    assert until <= seen, f"missing after {timeout} s: {sorted(until - seen)[:10]}"
-    return seen
-
-
-def spread_topic(cluster: Cluster) -> tuple[str, dict[int, int]]:
-    topic = f"t-{uuid.uuid4().hex[:8]}"
-    create_topic(cluster.nodes[min(cluster.live())].bootstrap, topic, PARTITIONS)
-    return topic, cluster.wait_topic_led(topic)
 
 
 def test_commit_and_abort_across_nodes(cluster: Cluster) -> None:

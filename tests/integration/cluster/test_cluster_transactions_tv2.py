@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from integration.cluster.test_cluster_transactions import (
+from support.clusterkit import Cluster
+from support.clustertxnkit import (
     TXN_PARTITIONS,
     pick_txn_id,
     read_committed,
     spread_topic,
     txn_coordinator,
 )
-from support.clusterkit import Cluster
 from support.javakit import Clients
 
 from coordinator.tools.admin import Admin
