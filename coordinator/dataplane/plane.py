@@ -175,6 +175,8 @@ class DataPlane:
         self.hosted = hosted
         # Leader epoch of each partition served (its lease's fencing epoch; 0 on one node).
         self.leader_epochs: dict[PartitionLog, int] = {}
+        # Told when this node stops serving a partition (cluster mode: its lease went).
+        self.on_release: list[Callable[[PartitionLog], None]] = []
         self.offsets_topic = offsets_topic
         if offsets_topic is not None:
             offsets_topic.watch(self.wake)  # its commits wake long polls
@@ -291,6 +293,8 @@ class DataPlane:
         self.producers.pop(plog, None)
         self.producer_generations.pop(plog, None)
         self.leader_epochs.pop(plog, None)
+        for hook in list(self.on_release):
+            hook(plog)
         self.wake(plog)
 
     def _rebuild_producers(self, plog: PartitionLog) -> PartitionProducers:

@@ -27,6 +27,9 @@ Kafka maps it); a failed load is dropped, and the next fetch tries again.
   delivery limit, while the group names a dead-letter topic) are copied there once that
   state is durable, each range in its own task, then archived and the change persisted;
   ARCHIVING ranges found at a load (a crash came between) are resumed the same way.
+* Cluster mode: when the data partition's lease goes (the data plane's ``on_release``),
+  its share partitions are dropped at once, their acquired records with them, and fetches
+  waiting on them answer NOT_LEADER_OR_FOLLOWER; the next leader reads the persisted state.
 * When the last share session of a group on this broker ends, the group's share
   partitions are unloaded (what Kafka's ShareGroupListener does): a later fetch loads the
   persisted state again, and with it an offset reset AlterShareGroupOffsets wrote.
@@ -119,6 +122,9 @@ class Served:
     leader_epoch: int = 0
     loading: asyncio.Future[ErrorCode] | None = None
     timer: asyncio.TimerHandle | None = None
+    # Dropped because this node stopped leading the data partition: fetches waiting on it
+    # answer NOT_LEADER_OR_FOLLOWER.
+    fenced: bool = False
     timer_at: int | None = None
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -148,6 +154,7 @@ class ShareLeader:
         self.background: set[asyncio.Task[None]] = set()
         # Called after a share partition changed (metrics, tests): (key, what happened).
         self.on_event: list[Callable[[PartitionKey, str, int], None]] = []
+        data.on_release.append(self.partition_released)
 
     # -- group configs
     def _group_config(self, group_id: str, name: str) -> str | None:
@@ -475,6 +482,16 @@ class ShareLeader:
                 self._persist_later(entry, released, start, dead_letter=True)
                 self._wake(entry)
 
+    def partition_released(self, plog: PartitionLog) -> None:
+        """This node stopped leading ``plog`` (cluster mode: its lease went). Its share
+        partitions are dropped at once, as Kafka's SharePartitionListener drops them when
+        the broker stops leading: the records they hold acquired go with them (acquisition
+        is never persisted, so the next leader's read finds them available), their lock
+        timers stop, and fetches waiting on them answer NOT_LEADER_OR_FOLLOWER."""
+        for entry in [e for e in self.served.values() if e.plog is plog]:
+            entry.fenced = True
+            self._unload(entry)
+
     def unload_group(self, group_id: str) -> None:
         """The group's last share session here ended: its share partitions are unloaded."""
         for entry in [e for k, e in self.served.items() if k[0] == group_id and e.sp is not None]:
@@ -584,6 +601,8 @@ class ShareLeader:
             hook(key, what, n)
 
     async def close(self) -> None:
+        if self.partition_released in self.data.on_release:
+            self.data.on_release.remove(self.partition_released)
         for entry in list(self.served.values()):
             if entry.timer is not None:
                 entry.timer.cancel()

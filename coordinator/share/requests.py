@@ -314,7 +314,8 @@ class ShareRequests:
         per_partition = max(req.max_bytes // len(ready), 1)
         while True:
             remaining = deadline - loop.time()
-            if req.min_bytes > 1 and remaining > 0:
+            fenced = any(e.fenced for _, e in ready)  # answered at once
+            if req.min_bytes > 1 and remaining > 0 and not fenced:
                 # Kafka's DelayedShareFetch: nothing is acquired until MinBytes could be,
                 # or MaxWaitMs has passed.
                 available = 0
@@ -332,7 +333,10 @@ class ShareRequests:
                     unvisited.append(tp)
                     continue
                 if self.leader.served.get(entry.key) is not entry or entry.sp is None:
-                    continue  # unloaded meanwhile (its group's last session ended)
+                    if entry.fenced:  # this node stopped leading the data partition
+                        results[tp].error_code = ErrorCode.NOT_LEADER_FOR_PARTITION
+                        got = True
+                    continue  # else unloaded meanwhile (its group's last session ended)
                 try:
                     data, acquired = self.leader.acquire(
                         entry,

@@ -16,6 +16,8 @@ from coordinator.dataplane import DataPlane
 from coordinator.server.handler import Deferred
 from coordinator.share.admin import ShareAdmin
 from coordinator.share.coordinator import ShareCoordinator
+from coordinator.share.leader import ShareLeaderConfig
+from coordinator.share.partition import ACCEPT
 from coordinator.share.persister import ACKNOWLEDGED, AVAILABLE, PersisterBatch, WriteRequest
 from coordinator.share.remote import RemoteShareState
 from coordinator.share.state_apis import ShareStateApis
@@ -27,7 +29,7 @@ from protocol.messages import describe_share_group_offsets as dsgo
 from protocol.messages import read_share_group_state as read_m
 from storage.interface import LogConfig
 from storage.memory import MemoryDurability, MemoryLogs
-from tests.support.sharepartkit import client
+from tests.support.sharepartkit import ShareNode, acquired, client, partitions
 
 B = PersisterBatch
 TOPIC = topic_id_str(bytes(range(16)))
@@ -271,3 +273,48 @@ async def test_pruning_bounds_the_replay_of_a_moved_partition() -> None:
     assert plog is not None and plog.log_start_offset > 0
     await c.lease(p, 2)
     assert await c.node[1].read_state("g", TOPIC, 0, 2) == before
+
+
+async def test_a_lost_data_lease_drops_the_share_partition_at_once(tmp_path: Path) -> None:
+    """Cluster mode: the data partition's lease goes while a fetch waits on it and another
+    member holds records. The share partition is dropped at once (not at the next fetch):
+    the waiting fetch answers NOT_LEADER_OR_FOLLOWER now, the lock timer stops, and the
+    lease's next holder reads the persisted state, where the held records are available."""
+    node = ShareNode(tmp_path / "data", ShareLeaderConfig(record_lock_duration_ms=60000))
+    try:
+        info = node.create("t", 1)
+        await node.initialize("g", info, 0)
+        await node.produce("t", 0, 10)
+        plog = node.logs.get("t", 0)
+        assert plog is not None
+        node.dp.hosted = False  # the lease holder of t-0, at leader epoch 3
+        node.dp.acquire(info, plog, 3)
+        r = await node.fetch("g", "a", 0, [(info, 0)])
+        assert acquired(r) == [(0, 9, 1)]
+        r = await node.fetch("g", "a", 1, acks=[(info, 0, [(0, 1, [ACCEPT])])])
+        assert partitions(r)[0].acknowledge_error_code == 0
+        key = ("g", info.topic_id, 0)
+        entry = node.leader.served[key]
+        assert entry.timer is not None
+        waiting = asyncio.ensure_future(
+            node.fetch("g", "b", 0, [(info, 0)], max_wait_ms=30000, conn=2)
+        )
+        await asyncio.sleep(0)
+        while not entry.waiters:  # parked on the share partition
+            await asyncio.sleep(0.001)
+        node.dp.release(plog)  # the lease went
+        assert key not in node.leader.served and entry.fenced and entry.timer is None
+        r = await asyncio.wait_for(waiting, 5)
+        p = partitions(r)[0]
+        assert (p.error_code, p.acquired_records) == (ErrorCode.NOT_LEADER_FOR_PARTITION, [])
+        # Not led here now: a new fetch is refused the same way.
+        r = await node.fetch("g", "b", 1, conn=2)
+        assert partitions(r)[0].error_code == ErrorCode.NOT_LEADER_FOR_PARTITION
+        # The lease back (the next holder, epoch 4): what "a" held goes to "b" at once, not
+        # after a's lock; its acquisition was never persisted, so its count starts again.
+        node.dp.acquire(info, plog, 4)
+        r = await node.fetch("g", "b", 2, conn=2)
+        assert acquired(r) == [(2, 9, 1)]
+        assert node.leader.served[key].leader_epoch == 4
+    finally:
+        await node.close()
