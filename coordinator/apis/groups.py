@@ -20,6 +20,7 @@ from typing import Any
 from coordinator.apis.authorize import CLUSTER, ApiAuthorizer, answer, append_topics, error, then
 from coordinator.apis.parts import Parts, need
 from coordinator.group.shard import GroupShard
+from coordinator.group.share.offsets_admin import OffsetsStep, delete_groups_begin
 from coordinator.group.types import Result
 from coordinator.runtime import txn_commit
 from coordinator.security.acl import AclOperation, ResourceType
@@ -114,8 +115,22 @@ async def _delete_share_state_then(
     client: ClientInfo,
     states: dict[str, dict[bytes, list[int]]],
 ) -> Any:
-    """Kafka's deleteShareGroups: a group whose state the share coordinator could not
-    delete answers that error and is not deleted; the others are deleted as usual."""
+    """Kafka's deleteShareGroups: the groups' topics are written *deleting* first (durable,
+    so a crash before the tombstones leaves them for the next DeleteGroups), then their
+    state deleted; a group whose state the share coordinator could not delete answers that
+    error and is not deleted; the others are deleted as usual."""
+    gids = list(states)
+
+    def begin(ctx: Any, _body: Any, _now_ms: int) -> Result:
+        return delete_groups_begin(runtime.shard.share, ctx.reply_to, gids)
+
+    step = runtime.call(begin, header, body, client)
+    if isinstance(step, Deferred):
+        step = await step
+    if not isinstance(step, OffsetsStep) or step.error != ErrorCode.NO_ERROR:
+        result = inner(header, body, client)  # the shard's answer (not loaded here, ...)
+        return await result if isinstance(result, Deferred) else result
+    states = step.value  # as the shard saw them when it wrote them
     failed: dict[str, ErrorCode] = {}
     for gid, topics in states.items():
         for topic_id, partitions in topics.items():

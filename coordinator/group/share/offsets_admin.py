@@ -5,7 +5,8 @@ GroupCoordinatorShard.initiate/completeDeleteShareGroupOffsets): each call check
 group, writes its ShareGroupStatePartitionMetadata record and answers the handle it was
 given with what the share coordinator must do next; ``coordinator/share/admin.py`` calls
 the share coordinator in between and writes the outcome back with ``state_initialized``
-(alter) or ``offsets_deleted`` (delete).
+(alter) or ``offsets_deleted`` (delete). DeleteGroups' first step for share groups,
+``delete_groups_begin``, writes their topics as *deleting* the same way.
 
 * alter: the group is fetched or created (an empty share group); one with members is
   NON_EMPTY_GROUP; another type's id is GROUP_ID_NOT_FOUND "Group G is not a share
@@ -101,6 +102,30 @@ def delete_begin(
         record = sg_replay.state_partition_metadata(gid, group.initializing, initialized, deleting)
         mgr.apply(out, group, [record])
     out.replies.append((handle, OffsetsStep(ErrorCode.NO_ERROR, None, per_topic)))
+    return out
+
+
+def delete_groups_begin(mgr: ShareGroupManager, handle: int, gids: Iterable[str]) -> Result:
+    """DeleteGroups' first step (Kafka's sharePartitionDeleteRequests): each empty share
+    group's initialized and initializing topics, and what is left *deleting* of topics that
+    still exist, written as *deleting* (one ShareGroupStatePartitionMetadata record, durable
+    before the share coordinator deletes their state); replies an ``OffsetsStep`` with
+    {group id: {topic id: partitions whose state to delete}}. A crash before the group's
+    tombstones leaves them *deleting* on replay, and the next DeleteGroups deletes them all
+    again."""
+    out = Result()
+    plans: dict[str, dict[bytes, list[int]]] = {}
+    for gid in gids:
+        plan = mgr.deletable_state(gid)
+        group = mgr.groups.get(gid)
+        if not plan or group is None or gid in plans:
+            continue
+        names = {t: ti.name for t, ti in (*group.initializing.items(), *group.initialized.items())}
+        deleting = {t: names.get(t) or group.deleting.get(t, "") for t in plan}
+        record = sg_replay.state_partition_metadata(gid, {}, {}, deleting)
+        mgr.apply(out, group, [record])
+        plans[gid] = plan
+    out.replies.append((handle, OffsetsStep(ErrorCode.NO_ERROR, None, plans)))
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from support.group_context import delete_groups, describe_groups, list_groups
 from support.share_group_context import ShareContext
 
+from coordinator.group.share.offsets_admin import delete_groups_begin
 from protocol.errors import ErrorCode
 from protocol.messages import consumer_group_heartbeat as cgh
 from storage.records import decode_key
@@ -119,3 +120,35 @@ def test_delete_groups_only_empty_share_groups() -> None:
     r = sc.hb(G, "m1", 0, ["foo"])
     assert (r.member_epoch, sc.assigned(r)) == (2, {})
     assert len(sc.initializing) == 1  # a new group initializes its partitions again
+
+
+def test_delete_groups_writes_deleting_first_and_a_half_done_delete_finishes_after_replay() -> None:
+    """Kafka's sharePartitionDeleteRequests: DeleteGroups first writes the group's
+    initialized and initializing topics as *deleting* (ShareGroupStatePartitionMetadata),
+    then deletes their state, then tombstones the group. A crash after the first write
+    leaves the replayed group Empty with its topics *deleting*: no heartbeat initializes
+    them, and the next DeleteGroups deletes every partition of them again, then the group."""
+    sc = ShareContext(foo=2)
+    share_group(sc)
+    sc.hb(G, "m1", -1)
+    foo = sc.gc.tid("foo")
+    before = len(sc.gc.records)
+    out = sc.gc.apply(delete_groups_begin(sc.shard.share, 7, [G, G, "nope"]))
+    assert out.replies[0][1].value == {G: {foo: [0, 1]}}
+    ((_, key, value),) = sc.gc.records[before:]
+    assert decode_key(key).version == 15 and value is not None
+    # The crash: neither the share coordinator's delete nor the tombstones happened.
+    replayed = sc.gc.replayed().share
+    group = replayed.groups[G]
+    assert (group.initializing, group.initialized, group.deleting) == ({}, {}, {foo: "foo"})
+    assert replayed.deletable_state(G) == {foo: [0, 1]}
+    assert sc.shard.share.groups[G].deleting == {foo: "foo"}
+    pending = len(sc.initializing)
+    r = sc.hb(G, "m2", 0, ["foo"])  # a member back meanwhile: foo is not initialized
+    assert sc.assigned(r) == {} and len(sc.initializing) == pending
+    sc.hb(G, "m2", -1)
+    # The next DeleteGroups: foo deleting again (all its partitions), then the tombstones.
+    out = sc.gc.apply(delete_groups_begin(sc.shard.share, 8, [G]))
+    assert out.replies[0][1].value == {G: {foo: [0, 1]}}
+    assert delete_groups(sc.gc, G) == {G: 0}
+    assert G not in sc.gc.replayed().share.groups
