@@ -180,6 +180,10 @@ def _coordinator(
         partition = _share_state_partition(key, s.share_coordinator_state_topic_num_partitions)
         if partition is not None:
             return _leader_of(broker, key, SHARE_STATE_TOPIC, partition, listener)
+        # A malformed key: INVALID_REQUEST with an empty message, as Kafka 4.4 answers it.
+        return Coordinator(
+            key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST
+        )
     if key_type == COORDINATOR_KEY_GROUP:
         return _leader_of(
             broker, key, OFFSETS_TOPIC, broker.groups.shard.partitions.partition_of(key), listener

@@ -505,6 +505,16 @@ async def listen_step(s: Settings, tls: TlsContexts) -> list[Listening]:
         raise SettingRefused(*listener_setting(s), exc.strerror or str(exc)) from exc
 
 
+def _partitions_of(catalog: TopicCatalog) -> Callable[[bytes], int | None]:
+    """A topic's partition count by id (the share state APIs' metadata check)."""
+
+    def count(topic_id: bytes) -> int | None:
+        info = catalog.by_id.get(topic_id)
+        return None if info is None or info.is_internal else info.num_partitions
+
+    return count
+
+
 def share_requests(s: Settings, core: Core) -> ShareRequests:
     """The share-partition leader (ShareFetch, ShareAcknowledge) over the share state."""
     config = ShareLeaderConfig(
@@ -603,7 +613,7 @@ async def api_server(
             groups=core.groups,
             latest=core.share.remote.latest if core.share.remote is not None else None,
         ),
-        share_state=ShareStateApis(core.share),
+        share_state=ShareStateApis(core.share, partitions_of=_partitions_of(stores.catalog)),
     )
     server = kafka_server(s, listening, parts, core.metrics, authorizer=acls.authorizer)
     # A share session ends with its connection, giving back its member's records.
