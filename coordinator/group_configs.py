@@ -9,7 +9,7 @@ GROUP resource): a consumer group's ``consumer.session.timeout.ms`` and
 ``share.delivery.count.limit``, ``share.partition.max.record.locks``,
 ``share.auto.offset.reset``, ``share.isolation.level``, ``share.renew.acknowledge.enable``
 and its dead-letter topic (``errors.deadletterqueue.topic.name``, whose name must not start
-with ``__``, and ``errors.deadletterqueue.copy.record.enable``: KIP-1191); a streams group's ``streams.*``; the numbers within the broker's min/max bounds.
+with ``__``, and ``errors.deadletterqueue.copy.record.enable``: KIP-1191); a streams group's ``streams.*`` (its rack-aware tags a list without duplicates); the numbers within the broker's min/max bounds.
 ``validate`` is Kafka's ``GroupConfig.validate`` for them, with its messages: an unknown
 name, a value that does not parse, or one outside the broker's bounds is
 ``InvalidConfigError`` (INVALID_CONFIG), and nothing is stored. Kafka's group configs kgc
@@ -50,6 +50,7 @@ __all__ = [
     "resolved",
     "resolved_share",
     "streams_overrides",
+    "streams_tags",
     "validate",
 ]
 
@@ -62,6 +63,7 @@ STREAMS_SESSION = "streams.session.timeout.ms"
 STREAMS_HEARTBEAT = "streams.heartbeat.interval.ms"
 STREAMS_STANDBYS = "streams.num.standby.replicas"
 STREAMS_INITIAL_DELAY = "streams.initial.rebalance.delay.ms"
+STREAMS_TAGS = "streams.rack.aware.assignment.tags"
 STREAMS_CONFIGS = (STREAMS_SESSION, STREAMS_HEARTBEAT, STREAMS_STANDBYS, STREAMS_INITIAL_DELAY)
 SHARE_SESSION = "share.session.timeout.ms"
 SHARE_HEARTBEAT = "share.heartbeat.interval.ms"
@@ -131,6 +133,14 @@ GROUP_CONFIGS: dict[str, TopicConfigDef] = {
             at_least=0,
             synonyms=("group.streams.initial.rebalance.delay.ms",),
             doc="How long a new streams group waits for more members before its first assignment.",
+        ),
+        TopicConfigDef(
+            STREAMS_TAGS,
+            "LIST",
+            "",
+            synonyms=("group.streams.rack.aware.assignment.tags",),
+            doc="Client tag keys every member of this streams group must send "
+            "(client.tag.<key>); a member missing one is told MISSING_CLIENT_TAGS.",
         ),
         TopicConfigDef(
             SHARE_SESSION,
@@ -258,10 +268,13 @@ def validate(settings: Settings, configs: dict[str, str | None]) -> dict[str, in
             raise InvalidConfigError(f"Group config {name} is not supported by kgc")
         if name not in GROUP_CONFIGS:
             raise InvalidConfigError(f"Unknown group config name: {name}")
+    tags = streams_tags(configs.get(STREAMS_TAGS))
+    if tags is not None and len(set(tags)) != len(tags):
+        raise InvalidConfigError(f"{STREAMS_TAGS} must not contain duplicate tag keys.")
     values: dict[str, int] = defaults(settings)
     for name, d in GROUP_CONFIGS.items():
         raw = configs.get(name)
-        if raw is not None:
+        if raw is not None and name != STREAMS_TAGS:
             if name == SHARE_RESET and not _valid_reset(raw.strip()):
                 raise InvalidConfigError(
                     f"Invalid value {raw} for configuration {name}: Invalid value `{raw}` for "
@@ -337,15 +350,27 @@ def _streams_checks(
     return out
 
 
-def streams_overrides(configs: dict[str, str]) -> dict[str, int]:
-    """The streams.* configs a group sets itself (the streams core falls back to the broker's)."""
-    out = {}
+def streams_tags(raw: str | None) -> list[str] | None:
+    """``streams.rack.aware.assignment.tags`` as Kafka's LIST type reads it (None: not set)."""
+    if raw is None:
+        return None
+    trimmed = raw.strip()
+    return re.split(r"\s*,\s*", trimmed) if trimmed else []
+
+
+def streams_overrides(configs: dict[str, str]) -> dict[str, int | str]:
+    """The streams.* configs a group sets itself (the streams core falls back to the broker's);
+    the rack-aware tags as the comma-joined list."""
+    out: dict[str, int | str] = {}
     for name in STREAMS_CONFIGS:
         raw = configs.get(name)
         if raw is not None:
             parsed = GROUP_CONFIGS[name].parse(raw)
             assert isinstance(parsed, int)
             out[name] = parsed
+    tags = streams_tags(configs.get(STREAMS_TAGS))
+    if tags is not None:
+        out[STREAMS_TAGS] = ",".join(tags)
     return out
 
 
@@ -421,6 +446,12 @@ def effective(settings: Settings, configs: dict[str, str]) -> dict[str, str]:
     out = {}
     for name, d in GROUP_CONFIGS.items():
         raw = configs.get(name)
+        if name == STREAMS_TAGS:
+            tags = streams_tags(raw)
+            out[name] = ",".join(
+                tags if tags is not None else settings.streams_rack_aware_assignment_tags
+            )
+            continue
         out[name] = (
             to_string(d, d.parse(raw)) if raw is not None else str(base.get(name, d.default))
         )

@@ -207,7 +207,7 @@ class ConfigAdmin:
 
         def groups_reconfigured(timeouts: dict[str, tuple[int, int]]) -> None:
             runtime.shard.consumer.group_configs = timeouts
-            streams: dict[str, dict[str, int]] = {}
+            streams: dict[str, dict[str, int | str]] = {}
             for group, own in groups.configs.items():
                 try:
                     streams[group] = group_configs.streams_overrides(own)

@@ -270,6 +270,11 @@ class Settings(BaseSettings):
         le=15000,
         description="least time between two target assignments of a streams group",
     )
+    group_streams_rack_aware_assignment_tags: str = Field(
+        "",
+        description="client tag keys a streams member must send (comma-separated); a v1 "
+        "member missing one is told MISSING_CLIENT_TAGS",
+    )
     offsets_topic_num_partitions: int = Field(50, ge=1, description="partitions of the offsets log")
     offsets_topic_segment_bytes: int = Field(
         104857600, ge=1024, description="segment size of the offsets log"
@@ -605,6 +610,11 @@ class Settings(BaseSettings):
                 "group.consumer.heartbeat.interval.ms must be less than "
                 "group.consumer.session.timeout.ms"
             )
+        tags = self.streams_rack_aware_assignment_tags
+        if len(set(tags)) != len(tags):
+            raise ValueError(
+                "group.streams.rack.aware.assignment.tags must not contain duplicate tag keys."
+            )
         names = self.consumer_group_assignors
         if not names:
             raise ValueError("group.consumer.assignors must name at least one assignor")
@@ -696,6 +706,12 @@ class Settings(BaseSettings):
         prefix = self.listener_setting_name(listener, "ssl.")
         names += [k[len(prefix) - 4 :] for k in self.listener_name_configs if k.startswith(prefix)]
         return {name: self.listener_config(listener, name) for name in dict.fromkeys(names)}
+
+    @property
+    def streams_rack_aware_assignment_tags(self) -> tuple[str, ...]:
+        """``group.streams.rack.aware.assignment.tags`` as Kafka's LIST type reads it."""
+        trimmed = self.group_streams_rack_aware_assignment_tags.strip()
+        return tuple(re.split(r"\s*,\s*", trimmed)) if trimmed else ()
 
     @property
     def consumer_group_assignors(self) -> tuple[str, ...]:

@@ -80,6 +80,7 @@ class GroupConfig:
     streams_group_max_standby_replicas: int = 2
     streams_group_initial_rebalance_delay_ms: int = 3000
     streams_group_assignment_interval_ms: int = 1000
+    streams_group_rack_aware_assignment_tags: tuple[str, ...] = ()
     streams_group_task_offset_interval_ms: int = 60000
     streams_group_acceptable_recovery_lag: int = 10000
     # Share groups (KIP-932), Kafka's group.share.* broker settings and defaults.

@@ -179,6 +179,7 @@ def group_config(s: Settings) -> GroupConfig:
         streams_group_max_standby_replicas=s.group_streams_max_standby_replicas,
         streams_group_initial_rebalance_delay_ms=s.group_streams_initial_rebalance_delay_ms,
         streams_group_assignment_interval_ms=s.group_streams_assignment_interval_ms,
+        streams_group_rack_aware_assignment_tags=s.streams_rack_aware_assignment_tags,
         share_group_session_timeout_ms=s.group_share_session_timeout_ms,
         share_group_min_session_timeout_ms=s.group_share_min_session_timeout_ms,
         share_group_max_session_timeout_ms=s.group_share_max_session_timeout_ms,

@@ -276,6 +276,54 @@ def test_missing_source_topic_status_sequence(diff_shared: Runner) -> None:
     assert steps["ready"] == [0, []]
 
 
+def missing_client_tags(side: Side) -> None:
+    """The group's streams.rack.aware.assignment.tags name two tag keys: a v1 member sending
+    one of them is told MISSING_CLIENT_TAGS with the other (on its join and its next
+    heartbeat), a v0 member sending none is not told; the group config set, then described."""
+    group, source = side.name("sg-tags"), side.name("sg-tags-src")
+    side.create_topic(source, 1)
+    wait_source_seen(side, source)
+    side.wait_coordinator(group)
+    entry = ConfigEntry(
+        "streams.rack.aware.assignment.tags",
+        "zone, rack",
+        incremental_operation=AlterConfigOpType.SET,
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": side.bootstrap})
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(30)
+    topo = sgh.Topology(subtopologies=[sgh.Subtopology(subtopology_id="0", source_topics=[source])])
+    conn = side.untimed()
+    tags = [sgh.KeyValue("rack", "r1")]
+    first = conn.call(SG_HEARTBEAT, 1, join(group, "m1", topo, client_tags=tags))
+    side.note("join_v1", SG_HEARTBEAT, 1, [first.error_code, statuses(first)])
+    again = conn.call(
+        SG_HEARTBEAT,
+        1,
+        sgh.StreamsGroupHeartbeatRequest(
+            group_id=group, member_id="m1", member_epoch=first.member_epoch
+        ),
+    )
+    side.note("beat_v1", SG_HEARTBEAT, 1, [again.error_code, statuses(again)])
+    v0 = conn.call(SG_HEARTBEAT, 0, join(group, "m2", topo))
+    side.note("join_v0", SG_HEARTBEAT, 0, [v0.error_code, statuses(v0)])
+    for member in ("m1", "m2"):
+        conn.call(SG_HEARTBEAT, 1, join(group, member, None, **LEAVE))
+
+
+def test_missing_client_tags(diff_shared: Runner) -> None:
+    outcome = diff_shared(missing_client_tags, parallel=True)
+    steps = {e.step: e.response for e in outcome.kafka.exchanges}
+    text = (
+        "Missing required client tags for rack-aware standby assignment: [zone]. Configure "
+        "them via 'client.tag.<tagKey>' in your Streams config."
+    )
+    for step in ("join_v1", "beat_v1"):
+        assert (6, text) in [tuple(st) for st in steps[step][1]], steps[step]
+    assert all(code != 6 for code, _ in steps["join_v0"][1])
+
+
 class Instance:
     """A streams member that owns what it was last given, as a Kafka Streams client does
     once it has revoked and assigned (warm-up tasks are taken as standbys, none here)."""

@@ -33,6 +33,8 @@ before that is just an answer.
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Mapping
 
 from coordinator.group.consumer.errors import HeartbeatError
 from coordinator.group.streams import records as rec
@@ -49,7 +51,7 @@ from coordinator.group.streams.group import (
     Tasks,
     TasksTuple,
 )
-from coordinator.group.streams.manager import StreamsGroupManager
+from coordinator.group.streams.manager import RACK_AWARE_ASSIGNMENT_TAGS, StreamsGroupManager
 from coordinator.group.streams.reconcile import FencedUnknownState, reconcile
 from coordinator.group.streams.topology import StreamsTopology, topology_record
 from coordinator.group.timers import streams_rebalance_key
@@ -562,8 +564,28 @@ def _heartbeat(
                 "requested a shutdown for the entire application.",
             )
         )
+    if ctx.api_version >= 1:
+        missing = _missing_client_tags(configs, reconciled)
+        if missing:
+            statuses.append(
+                _status(
+                    Status.MISSING_CLIENT_TAGS,
+                    f"Missing required client tags for rack-aware standby assignment: "
+                    f"[{', '.join(missing)}]. Configure them via 'client.tag.<tagKey>' in your "
+                    "Streams config.",
+                )
+            )
     resp.status = statuses
     return resp, configured if configured.internal_topics_to_create else None
+
+
+def _missing_client_tags(configs: Mapping[str, str], member: StreamsGroupMember) -> list[str]:
+    """The rack-aware tag keys the member does not send, in the configured order (a v0 client
+    cannot read the status, so Kafka tells v1 members only)."""
+    raw = configs.get(RACK_AWARE_ASSIGNMENT_TAGS, "").strip()
+    if not raw:
+        return []
+    return [t for t in re.split(r"\s*,\s*", raw) if t not in member.client_tags]
 
 
 def _store_offsets(group: StreamsGroup, req: sgh.StreamsGroupHeartbeatRequest) -> None:

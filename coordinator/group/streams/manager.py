@@ -38,15 +38,17 @@ from coordinator.group.topics import StaticTopics, TopicsImage
 from coordinator.group.types import GroupConfig, Result
 from storage.records.streams_group import StreamsGroupKey
 
-__all__ = ["NUM_STANDBY_REPLICAS", "StreamsGroupManager"]
+__all__ = ["NUM_STANDBY_REPLICAS", "RACK_AWARE_ASSIGNMENT_TAGS", "StreamsGroupManager"]
 
 NUM_STANDBY_REPLICAS = "num.standby.replicas"
+RACK_AWARE_ASSIGNMENT_TAGS = "rack.aware.assignment.tags"
 # The GROUP configs a streams group may override (Kafka's GroupConfig streams.* names).
 SESSION = "streams.session.timeout.ms"
 HEARTBEAT = "streams.heartbeat.interval.ms"
 STANDBYS = "streams.num.standby.replicas"
 INITIAL_DELAY = "streams.initial.rebalance.delay.ms"
 ASSIGNMENT_INTERVAL = "streams.assignment.interval.ms"
+TAGS = "streams.rack.aware.assignment.tags"
 
 
 class StreamsGroupManager:
@@ -63,14 +65,16 @@ class StreamsGroupManager:
         self.timers = timers
         self.topics: TopicsImage = topics if topics is not None else StaticTopics()
         self.groups: dict[str, StreamsGroup] = {}
-        # A group's streams.* GROUP configs, replaced whole by the config store.
-        self.group_configs: Mapping[str, Mapping[str, int]] = {}
+        # A group's streams.* GROUP configs, replaced whole by the config store (numbers; the
+        # rack-aware tags as their comma-joined list).
+        self.group_configs: Mapping[str, Mapping[str, int | str]] = {}
         self.topic_hash_cache: dict[str, int] = {}
 
     # ------------------------------------------------------------ configs
 
     def _config(self, gid: str, name: str, default: int) -> int:
-        return self.group_configs.get(gid, {}).get(name, default)
+        value = self.group_configs.get(gid, {}).get(name, default)
+        return value if isinstance(value, int) else default
 
     def session_timeout_ms(self, gid: str) -> int:
         return self._config(gid, SESSION, self.config.streams_group_session_timeout_ms)
@@ -88,10 +92,23 @@ class StreamsGroupManager:
             gid, ASSIGNMENT_INTERVAL, self.config.streams_group_assignment_interval_ms
         )
 
+    def rack_aware_assignment_tags(self, gid: str) -> str:
+        """The group's ``streams.rack.aware.assignment.tags`` (even empty), else the broker's,
+        comma-joined."""
+        own = self.group_configs.get(gid, {}).get(TAGS)
+        if isinstance(own, str):
+            return own
+        return ",".join(self.config.streams_group_rack_aware_assignment_tags)
+
     def assignment_configs(self, gid: str) -> dict[str, str]:
-        """What the assignor runs with; a change from the stored ones bumps the epoch."""
+        """What the assignor runs with (Kafka's streamsGroupAssignmentConfigs: the tags only
+        when there are some); a change from the stored ones bumps the epoch."""
         n = self._config(gid, STANDBYS, self.config.streams_group_num_standby_replicas)
-        return {NUM_STANDBY_REPLICAS: str(n)}
+        out = {NUM_STANDBY_REPLICAS: str(n)}
+        tags = self.rack_aware_assignment_tags(gid)
+        if tags:
+            out[RACK_AWARE_ASSIGNMENT_TAGS] = tags
+        return out
 
     # ------------------------------------------------------------ timers
 

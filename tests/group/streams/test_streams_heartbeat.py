@@ -377,6 +377,97 @@ def test_group_configs_validation() -> None:
     }
 
 
+def _tagged(member: str, process: str, **tags: str) -> sgh.StreamsGroupHeartbeatRequest:
+    req = join(member, process)
+    req.client_tags = [sgh.KeyValue(key=k, value=v) for k, v in tags.items()]
+    return req
+
+
+MISSING = (
+    "Missing required client tags for rack-aware standby assignment: {}. Configure them via "
+    "'client.tag.<tagKey>' in your Streams config."
+)
+
+
+def test_missing_client_tags_is_told_to_v1_members_only() -> None:
+    # Kafka 4.4: the broker's group.streams.rack.aware.assignment.tags names the tag keys
+    # every member must send; a v1 member without some gets MISSING_CLIENT_TAGS listing them
+    # in the configured order, on every heartbeat, beside the other statuses; the tags
+    # join the assignment configs; v0 members, which cannot read code 6, are not told.
+    c = ctx(streams_group_rack_aware_assignment_tags=("zone", "rack", "cluster"))  # type: ignore[arg-type]
+    r = hb(c, _tagged("m1", "p1", rack="r1"))
+    assert [(s.status_code, s.status_detail) for s in r.status or ()] == [
+        (6, MISSING.format("[zone, cluster]"))
+    ]
+    group = c.shard.streams.groups[G]
+    assert group.last_assignment_configs == {
+        "num.standby.replicas": "0",
+        "rack.aware.assignment.tags": "zone,rack,cluster",
+    }
+    r = hb(c, beat("m1", r.member_epoch, r))
+    assert [s.status_code for s in r.status or ()] == [6]
+    r2 = hb(c, _tagged("m2", "p2", rack="r1", zone="z", cluster="c"))
+    assert all(s.status_code != 6 for s in r2.status or ())
+    r0 = hb(c, _tagged("m3", "p3"), version=0)
+    assert all(s.status_code != 6 for s in r0.status or ())
+
+
+def test_group_rack_aware_tags_override_the_broker_and_bump_the_epoch() -> None:
+    c = ctx(streams_group_rack_aware_assignment_tags=("zone",))  # type: ignore[arg-type]
+    r = hb(c, _tagged("m1", "p1", rack="r1"))
+    assert [s.status_code for s in r.status or ()] == [6]
+    epoch = c.shard.streams.groups[G].group_epoch
+    # The group's own (even empty) list wins over the broker's; a change of the assignment
+    # configs is a new group epoch, as a standby count change is.
+    c.shard.streams.group_configs = {G: {"streams.rack.aware.assignment.tags": "rack"}}
+    r = hb(c, beat("m1", r.member_epoch, r))
+    assert not r.status
+    assert c.shard.streams.groups[G].group_epoch == epoch + 1
+    c.shard.streams.group_configs = {G: {"streams.rack.aware.assignment.tags": ""}}
+    r = hb(c, beat("m1", r.member_epoch, r))
+    assert not r.status
+    assert c.shard.streams.groups[G].last_assignment_configs == {"num.standby.replicas": "0"}
+
+
+def test_rack_aware_tags_configs_validation() -> None:
+    from coordinator.config import Settings
+    from coordinator.group_configs import (
+        InvalidConfigError,
+        effective,
+        streams_overrides,
+        validate,
+    )
+
+    s = Settings(group_streams_rack_aware_assignment_tags=" zone , rack ")
+    assert s.streams_rack_aware_assignment_tags == ("zone", "rack")
+    assert effective(s, {})["streams.rack.aware.assignment.tags"] == "zone,rack"
+    assert (
+        effective(s, {"streams.rack.aware.assignment.tags": ""})[
+            "streams.rack.aware.assignment.tags"
+        ]
+        == ""
+    )
+    validate(s, {"streams.rack.aware.assignment.tags": "a, b"})
+    try:
+        validate(s, {"streams.rack.aware.assignment.tags": "a, b,a"})
+    except InvalidConfigError as e:
+        assert str(e) == "streams.rack.aware.assignment.tags must not contain duplicate tag keys."
+    else:
+        raise AssertionError("duplicate tags accepted")
+    assert streams_overrides({"streams.rack.aware.assignment.tags": " a ,b "}) == {
+        "streams.rack.aware.assignment.tags": "a,b"
+    }
+    try:
+        Settings(group_streams_rack_aware_assignment_tags="a,a")
+    except ValueError as e:
+        assert (
+            "group.streams.rack.aware.assignment.tags must not contain duplicate tag keys."
+            in str(e)
+        )
+    else:
+        raise AssertionError("duplicate broker tags accepted")
+
+
 def test_offset_commits_of_streams_members() -> None:
     c = ctx()
     r1 = hb(c, join("m1", "p1"))
