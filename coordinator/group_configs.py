@@ -9,11 +9,14 @@ GROUP resource): a consumer group's ``consumer.session.timeout.ms`` and
 ``share.delivery.count.limit``, ``share.partition.max.record.locks``,
 ``share.auto.offset.reset``, ``share.isolation.level``, ``share.renew.acknowledge.enable``
 and its dead-letter topic (``errors.deadletterqueue.topic.name``, whose name must not start
-with ``__``, and ``errors.deadletterqueue.copy.record.enable``: KIP-1191); a streams group's ``streams.*`` (its rack-aware tags a list without duplicates); the numbers within the broker's min/max bounds.
+with ``__``, and ``errors.deadletterqueue.copy.record.enable``: KIP-1191); a streams group's
+``streams.*`` (its rack-aware tags a list without duplicates); the numbers within the
+broker's min/max bounds.
 ``validate`` is Kafka's ``GroupConfig.validate`` for them, with its messages: an unknown
 name, a value that does not parse, or one outside the broker's bounds is
 ``InvalidConfigError`` (INVALID_CONFIG), and nothing is stored. Kafka's group configs kgc
-does not honour (the assignment batching, the assignor offload) are refused by name.
+does not honour (the assignment batching, the assignor offload, the streams assignor's name
+and warm-up replicas) are refused by name.
 
 The store keeps every group's configs durably: embedded, ``group_configs.json`` in the data
 directory, rewritten whole and atomically on each change (like the topic catalog); in
@@ -64,7 +67,25 @@ STREAMS_HEARTBEAT = "streams.heartbeat.interval.ms"
 STREAMS_STANDBYS = "streams.num.standby.replicas"
 STREAMS_INITIAL_DELAY = "streams.initial.rebalance.delay.ms"
 STREAMS_TAGS = "streams.rack.aware.assignment.tags"
-STREAMS_CONFIGS = (STREAMS_SESSION, STREAMS_HEARTBEAT, STREAMS_STANDBYS, STREAMS_INITIAL_DELAY)
+STREAMS_ASSIGNMENT_INTERVAL = "streams.assignment.interval.ms"
+STREAMS_TASK_OFFSET_INTERVAL = "streams.task.offset.interval.ms"
+STREAMS_RECOVERY_LAG = "streams.acceptable.recovery.lag"
+STREAMS_CONFIGS = (
+    STREAMS_SESSION,
+    STREAMS_HEARTBEAT,
+    STREAMS_STANDBYS,
+    STREAMS_INITIAL_DELAY,
+    STREAMS_ASSIGNMENT_INTERVAL,
+    STREAMS_TASK_OFFSET_INTERVAL,
+    STREAMS_RECOVERY_LAG,
+)
+# Kafka 4.4's broker defaults of group.streams.min/max.assignment.interval.ms,
+# group.streams.min.task.offset.interval.ms, group.streams.task.offset.interval.ms and
+# group.streams.acceptable.recovery.lag, which kgc does not make settings of their own.
+STREAMS_MIN_ASSIGNMENT_INTERVAL_MS, STREAMS_MAX_ASSIGNMENT_INTERVAL_MS = 0, 15000
+STREAMS_MIN_TASK_OFFSET_INTERVAL_MS = 15000
+STREAMS_TASK_OFFSET_INTERVAL_MS = 60000
+STREAMS_ACCEPTABLE_RECOVERY_LAG = 10000
 SHARE_SESSION = "share.session.timeout.ms"
 SHARE_HEARTBEAT = "share.heartbeat.interval.ms"
 SHARE_LOCK = "share.record.lock.duration.ms"
@@ -133,6 +154,33 @@ GROUP_CONFIGS: dict[str, TopicConfigDef] = {
             at_least=0,
             synonyms=("group.streams.initial.rebalance.delay.ms",),
             doc="How long a new streams group waits for more members before its first assignment.",
+        ),
+        TopicConfigDef(
+            STREAMS_ASSIGNMENT_INTERVAL,
+            "INT",
+            "1000",
+            at_least=0,
+            synonyms=("group.streams.assignment.interval.ms",),
+            doc="Least time between two target assignments of this streams group, "
+            "within group.streams.min/max.assignment.interval.ms.",
+        ),
+        TopicConfigDef(
+            STREAMS_TASK_OFFSET_INTERVAL,
+            "INT",
+            "60000",
+            at_least=1,
+            synonyms=("group.streams.task.offset.interval.ms",),
+            doc="How often this streams group's members report their task offsets, "
+            "at least group.streams.min.task.offset.interval.ms.",
+        ),
+        TopicConfigDef(
+            STREAMS_RECOVERY_LAG,
+            "LONG",
+            "10000",
+            at_least=0,
+            synonyms=("group.streams.acceptable.recovery.lag",),
+            doc="The lag under which this streams group's members count a task's state as "
+            "caught up.",
         ),
         TopicConfigDef(
             STREAMS_TAGS,
@@ -229,6 +277,9 @@ UNSUPPORTED = frozenset(
         "consumer.assignment.interval.ms",
         "consumer.assignor.offload.enable",
         "share.assignment.interval.ms",
+        "streams.assignor.offload.enable",
+        "streams.num.warmup.replicas",
+        "streams.assignor.name",
     }
 )
 # Java's Duration.parse forms (PnDTnHnMn.nS), as share.auto.offset.reset's validator takes them.
@@ -249,6 +300,9 @@ def defaults(settings: Settings) -> dict[str, int]:
         STREAMS_HEARTBEAT: settings.group_streams_heartbeat_interval_ms,
         STREAMS_STANDBYS: settings.group_streams_num_standby_replicas,
         STREAMS_INITIAL_DELAY: settings.group_streams_initial_rebalance_delay_ms,
+        STREAMS_ASSIGNMENT_INTERVAL: settings.group_streams_assignment_interval_ms,
+        STREAMS_TASK_OFFSET_INTERVAL: STREAMS_TASK_OFFSET_INTERVAL_MS,
+        STREAMS_RECOVERY_LAG: STREAMS_ACCEPTABLE_RECOVERY_LAG,
         SHARE_SESSION: settings.group_share_session_timeout_ms,
         SHARE_HEARTBEAT: settings.group_share_heartbeat_interval_ms,
         SHARE_LOCK: settings.group_share_record_lock_duration_ms,
@@ -345,6 +399,22 @@ def _streams_checks(
             (
                 values[STREAMS_STANDBYS] > top,
                 f"{STREAMS_STANDBYS} must be less than or equal to {top}",
+            )
+        )
+    if STREAMS_ASSIGNMENT_INTERVAL in configs:
+        lo, hi = STREAMS_MIN_ASSIGNMENT_INTERVAL_MS, STREAMS_MAX_ASSIGNMENT_INTERVAL_MS
+        out.append(
+            (
+                not lo <= values[STREAMS_ASSIGNMENT_INTERVAL] <= hi,
+                f"{STREAMS_ASSIGNMENT_INTERVAL} must be in the range {lo} to {hi} inclusive.",
+            )
+        )
+    if STREAMS_TASK_OFFSET_INTERVAL in configs:
+        lo = STREAMS_MIN_TASK_OFFSET_INTERVAL_MS
+        out.append(
+            (
+                values[STREAMS_TASK_OFFSET_INTERVAL] < lo,
+                f"{STREAMS_TASK_OFFSET_INTERVAL} must be greater than or equal to {lo}",
             )
         )
     return out

@@ -617,8 +617,8 @@ def _response(
         member_id=member.member_id,
         member_epoch=member.member_epoch,
         heartbeat_interval_ms=mgr.heartbeat_interval_ms(gid),
-        task_offset_interval_ms=mgr.config.streams_group_task_offset_interval_ms,
-        acceptable_recovery_lag=mgr.config.streams_group_acceptable_recovery_lag,
+        task_offset_interval_ms=mgr.task_offset_interval_ms(gid),
+        acceptable_recovery_lag=mgr.acceptable_recovery_lag(gid),
     )
     active, standby, warmup = member.assigned_tasks()
     changed = (active, standby, warmup) != before.assigned_tasks() or {

@@ -49,6 +49,8 @@ STANDBYS = "streams.num.standby.replicas"
 INITIAL_DELAY = "streams.initial.rebalance.delay.ms"
 ASSIGNMENT_INTERVAL = "streams.assignment.interval.ms"
 TAGS = "streams.rack.aware.assignment.tags"
+TASK_OFFSET_INTERVAL = "streams.task.offset.interval.ms"
+RECOVERY_LAG = "streams.acceptable.recovery.lag"
 
 
 class StreamsGroupManager:
@@ -91,6 +93,14 @@ class StreamsGroupManager:
         return self._config(
             gid, ASSIGNMENT_INTERVAL, self.config.streams_group_assignment_interval_ms
         )
+
+    def task_offset_interval_ms(self, gid: str) -> int:
+        return self._config(
+            gid, TASK_OFFSET_INTERVAL, self.config.streams_group_task_offset_interval_ms
+        )
+
+    def acceptable_recovery_lag(self, gid: str) -> int:
+        return self._config(gid, RECOVERY_LAG, self.config.streams_group_acceptable_recovery_lag)
 
     def rack_aware_assignment_tags(self, gid: str) -> str:
         """The group's ``streams.rack.aware.assignment.tags`` (even empty), else the broker's,

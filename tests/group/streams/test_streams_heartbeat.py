@@ -468,6 +468,59 @@ def test_rack_aware_tags_configs_validation() -> None:
         raise AssertionError("duplicate broker tags accepted")
 
 
+def test_streams_interval_and_lag_group_configs() -> None:
+    from coordinator.config import Settings
+    from coordinator.group_configs import InvalidConfigError, streams_overrides, validate
+
+    s = Settings()
+    v = validate(s, {})
+    assert (
+        v["streams.assignment.interval.ms"],
+        v["streams.task.offset.interval.ms"],
+        v["streams.acceptable.recovery.lag"],
+    ) == (1000, 60000, 10000)
+    for raw, message in (
+        (
+            {"streams.assignment.interval.ms": "15001"},
+            "streams.assignment.interval.ms must be in the range 0 to 15000 inclusive.",
+        ),
+        (
+            {"streams.task.offset.interval.ms": "14999"},
+            "streams.task.offset.interval.ms must be greater than or equal to 15000",
+        ),
+        (
+            {"streams.acceptable.recovery.lag": "-1"},
+            "Invalid value -1 for configuration streams.acceptable.recovery.lag: "
+            "Value must be at least 0",
+        ),
+        (
+            {"streams.num.warmup.replicas": "1"},
+            "Group config streams.num.warmup.replicas is not supported by kgc",
+        ),
+    ):
+        try:
+            validate(s, dict(raw))
+        except InvalidConfigError as e:
+            assert str(e) == message
+        else:
+            raise AssertionError(f"{raw} accepted")
+    own = streams_overrides(
+        {
+            "streams.assignment.interval.ms": "0",
+            "streams.task.offset.interval.ms": "20000",
+            "streams.acceptable.recovery.lag": "5",
+        }
+    )
+    # The heartbeat answers with the group's own interval and lag.
+    c = ctx()
+    c.shard.streams.group_configs = {G: own}
+    r = hb(c, join("m1"))
+    assert (r.task_offset_interval_ms, r.acceptable_recovery_lag) == (20000, 5)
+    c.shard.streams.group_configs = {}
+    r = hb(c, beat("m1", r.member_epoch, r))
+    assert (r.task_offset_interval_ms, r.acceptable_recovery_lag) == (60000, 10000)
+
+
 def test_offset_commits_of_streams_members() -> None:
     c = ctx()
     r1 = hb(c, join("m1", "p1"))
