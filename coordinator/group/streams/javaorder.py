@@ -114,57 +114,62 @@ class JavaPriorityQueue(Generic[T]):
 
     The binary heap with Java's ``offer`` (siftUp) and ``poll`` (siftDown) exactly, so
     elements whose keys are equal come out in the order Java's heap gives them: it depends on
-    the order they were added and polled, which is what decides Kafka's ties. ``key`` is read
-    at every comparison, as Java's comparator reads the element's current state.
+    the order they were added and polled, which is what decides Kafka's ties. Java's
+    comparator reads an element's state at each comparison; here ``key`` is read once, when
+    the element is added: the same as long as a queued element does not change, which holds
+    for the assignor (it changes only what it polled, and adds it back after).
     """
 
-    __slots__ = ("_es", "_key")
+    __slots__ = ("_es", "_key", "_ks")
 
     def __init__(self, key: Callable[[T], float]) -> None:
         self._es: list[T] = []
+        self._ks: list[float] = []
         self._key = key
 
     def __len__(self) -> int:
         return len(self._es)
 
     def add(self, x: T) -> None:
-        es, key = self._es, self._key
+        es, ks = self._es, self._ks
+        kx = self._key(x)
         k = len(es)
         es.append(x)
-        kx = key(x)
+        ks.append(kx)
         while k > 0:
             parent = (k - 1) >> 1
-            e = es[parent]
-            if kx >= key(e):
+            kp = ks[parent]
+            if kx >= kp:
                 break
-            es[k] = e
+            es[k] = es[parent]
+            ks[k] = kp
             k = parent
         es[k] = x
+        ks[k] = kx
 
     def poll(self) -> T | None:
-        es = self._es
+        es, ks = self._es, self._ks
         if not es:
             return None
         result = es[0]
         x = es.pop()
+        kx = ks.pop()
         n = len(es)
         if n > 0:
-            key = self._key
-            kx = key(x)
             k = 0
             half = n >> 1
             while k < half:
                 child = 2 * k + 1
-                c = es[child]
-                kc = key(c)
+                kc = ks[child]
                 right = child + 1
-                if right < n:
-                    kr = key(es[right])
-                    if kc > kr:
-                        child, c, kc = right, es[right], kr
+                if right < n and kc > ks[right]:
+                    child = right
+                    kc = ks[right]
                 if kx <= kc:
                     break
-                es[k] = c
+                es[k] = es[child]
+                ks[k] = kc
                 k = child
             es[k] = x
+            ks[k] = kx
         return result
