@@ -6,10 +6,10 @@ missing (MISSING_SOURCE_TOPICS beside ASSIGNMENT_DELAYED: the group's initial re
 of 3 s runs on both), a first join whose internal topics are missing (the detail lists them in
 Kafka's HashMap order), describe before anything is assigned, leave, the answers on a
 group id of another type, one member's statuses as its source topic is missing, created
-(then its internal topics are missing, then none) and deleted, and the endpoint lists of a
+(then its internal topics are missing, then none) and deleted, the endpoint lists of a
 steady two-process group with a standby replica (that they are the members' tasks, with
-standby partitions; which process gets which partition is an assignor tie kgc breaks the
-other way). Target assignments, which Kafka 4.4 computes off the coordinator
+standby partitions, and which endpoint lists which partitions: kgc breaks the assignor's
+ties as Kafka does), and MISSING_CLIENT_TAGS for a group's rack-aware tags. Target assignments, which Kafka 4.4 computes off the coordinator
 thread at most every second, are left to tests/streams (a real Kafka Streams application).
 """
 
