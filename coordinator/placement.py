@@ -10,11 +10,12 @@ while a leader is being elected).
 
 With ``kgc.workers`` = N > 1 (``WorkerPlacement``) the node's N worker processes are N
 brokers, node ids node.id + i, and each leads a fixed share: partition p of a coordinator's
-topic (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``) is worker
-p % N's, partition p of any other topic worker (crc32(topic) + p) % N's (``worker_of``: a
-topic's partitions go round the workers from a place its name picks, so every worker gets
-its share of each topic, of the groups, transactional ids and share partitions' states). Leader epoch 0, as on one node: ownership never moves
-while the node runs.
+topic (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``) and of
+``__kgc_group_history`` (worker i writes partition i) is worker p % N's, partition p of any
+other topic worker (crc32(topic) + p) % N's (``worker_of``: a topic's partitions go round
+the workers from a place its name picks, so every worker gets its share of each topic, of
+the groups, transactional ids and share partitions' states). Leader epoch 0, as on one
+node: ownership never moves while the node runs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coordinator.config import Settings, parse_listeners
+from coordinator.history.model import HISTORY_TOPIC
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from storage.records import OFFSETS_TOPIC
 
@@ -44,9 +46,12 @@ __all__ = [
 
 
 # The coordinators' topics, whose keys (groups, transactional ids, share partitions) are
-# spread over the partitions by hash already: partition p is worker p % N's. The share
-# coordinator's topic is named here by value (``share.state_shard`` sits above this module).
-COORDINATOR_TOPICS = frozenset((OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, "__share_group_state"))
+# spread over the partitions by hash already, and the groups' history, whose partition i
+# worker i writes: partition p is worker p % N's. The share coordinator's topic is named
+# here by value (``share.state_shard`` sits above this module).
+COORDINATOR_TOPICS = frozenset(
+    (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, "__share_group_state", HISTORY_TOPIC)
+)
 
 
 class BrokerNode(Protocol):

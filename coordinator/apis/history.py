@@ -35,6 +35,7 @@ from coordinator.history.status import StatusSettings, partition_status
 from coordinator.history.store import HistoryLog
 from coordinator.history.table import HistoryTable
 from coordinator.runtime import GroupRuntime
+from coordinator.runtime.older_history import Unavailable
 from coordinator.security.acl import AclOperation, ResourceType
 from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
 from protocol.errors import ErrorCode
@@ -56,6 +57,9 @@ def describe_group_history_handler(parts: Parts) -> Handler:
         raise MissingPart("history")
     if isinstance(runtime.history, HistoryTable):
         return lambda header, req, client: Deferred.task(describe_table(runtime, req))
+    older = runtime.older_history
+    if older is not None and older.ask is not None:
+        return lambda header, req, client: Deferred.task(describe_workers(runtime, req, client))
     return lambda header, req, client: describe(runtime, req)
 
 
@@ -76,23 +80,134 @@ def _in(wanted: dict[str, set[int] | None] | None, topic: str, partition: int) -
 
 
 def describe(runtime: GroupRuntime, req: dgh.Request) -> dgh.Response:
-    """The answer from this process's history log (one node, or a worker)."""
-    history = runtime.history
-    assert isinstance(history, HistoryLog)
-    gid = req.group_id
-    err = runtime.shard.partitions.precheck(gid)
+    """The answer from this process's history logs (one node, or a worker)."""
+    err = runtime.shard.partitions.precheck(req.group_id)
     if err is not None:
         return dgh.Response(error_code=err)
     try:
-        start = history.start_ms()
-        entries = list(history.read(gid, max(req.from_ms, 0), None if req.to_ms < 0 else req.to_ms))
-        recent = list(history.read(gid, runtime.clock() - 3 * history.status.stop_ms))
+        start, entries, recent = _read_logs(runtime, req)
+    except Exception as exc:  # a damaged history log: said, never a crash
+        log.exception("reading the history of group %r failed", req.group_id)
+        return dgh.Response(
+            error_code=ErrorCode.UNKNOWN, error_message=f"history unreadable: {exc}"
+        )
+    return _answer(runtime, req, start, entries, recent, coordinated=True)
+
+
+def _logs(runtime: GroupRuntime) -> list[HistoryLog]:
+    """This process's history log, then the older ones it holds (``older_history``)."""
+    history = runtime.history
+    assert isinstance(history, HistoryLog)
+    older = runtime.older_history
+    return [history, *(older.logs if older is not None else ())]
+
+
+def _read_logs(
+    runtime: GroupRuntime, req: dgh.Request
+) -> tuple[int | None, list[Entry], list[Entry]]:
+    """(history start, the request's entries, the recent entries the statuses judge) from
+    this process's history logs, each list oldest first."""
+    gid, logs = req.group_id, _logs(runtime)
+    from_ms, to_ms = max(req.from_ms, 0), None if req.to_ms < 0 else req.to_ms
+    recent_ms = runtime.clock() - 3 * logs[0].status.stop_ms
+    starts = [ms for ms in (h.start_ms() for h in logs) if ms is not None]
+    entries = [e for h in logs for e in h.read(gid, from_ms, to_ms)]
+    recent = [e for h in logs for e in h.read(gid, recent_ms)]
+    if len(logs) > 1:  # each log is in time order; older runs' logs hold older entries
+        entries.sort(key=_time)
+        recent.sort(key=_time)
+    return min(starts, default=None), entries, recent
+
+
+def _time(e: Entry) -> int:
+    return e.timestamp_ms
+
+
+async def describe_workers(
+    runtime: GroupRuntime, req: dgh.Request, client: ClientInfo
+) -> dgh.Response:
+    """A worker's answer: its history logs and the other workers' (``older_history``), for
+    a group it coordinates; to another worker, its own logs' entries of any group."""
+    older = runtime.older_history
+    assert older is not None and older.ask is not None
+    gid = req.group_id
+    err = runtime.shard.partitions.precheck(gid)
+    asked_by_worker = err == ErrorCode.NOT_COORDINATOR and older.from_worker(client.client_id)
+    if err is not None and not asked_by_worker:
+        return dgh.Response(error_code=err)
+    try:
+        start, entries, recent = _read_logs(runtime, req)
     except Exception as exc:  # a damaged history log: said, never a crash
         log.exception("reading the history of group %r failed", gid)
         return dgh.Response(
             error_code=ErrorCode.UNKNOWN, error_message=f"history unreadable: {exc}"
         )
+    if asked_by_worker:
+        return _answer(runtime, req, start, entries, [], coordinated=False)
+    from_ms, to_ms = max(req.from_ms, 0), None if req.to_ms < 0 else req.to_ms
+    recent_ms = runtime.clock() - 3 * _logs(runtime)[0].status.stop_ms
+    # Both ranges at once, every kind of entry (the statuses judge the offset changes).
+    ask = dgh.Request(group_id=gid, from_ms=min(from_ms, recent_ms), to_ms=-1, topics=req.topics)
+    try:
+        answers = await older.ask(ask)
+    except Unavailable as exc:
+        return dgh.Response(
+            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            error_message=f"history unreadable: {exc}",
+        )
+    elsewhere: list[Entry] = []
+    for answer in answers:
+        if answer.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            continue  # none of it there
+        if answer.error_code:
+            return dgh.Response(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message=f"history unreadable: a worker answered {_name(answer)}",
+            )
+        if answer.history_start_ms >= 0:
+            start = (
+                answer.history_start_ms if start is None else min(start, answer.history_start_ms)
+            )
+        elsewhere += _entries(gid, answer)
+    if elsewhere:
+        entries = sorted(
+            entries
+            + [
+                e
+                for e in elsewhere
+                if from_ms <= e.timestamp_ms and (to_ms is None or e.timestamp_ms <= to_ms)
+            ],
+            key=_time,
+        )
+        recent = sorted(recent + [e for e in elsewhere if e.timestamp_ms >= recent_ms], key=_time)
     return _answer(runtime, req, start, entries, recent, coordinated=True)
+
+
+def _name(resp: dgh.Response) -> str:
+    try:
+        return ErrorCode(resp.error_code).name
+    except ValueError:
+        return str(resp.error_code)
+
+
+def _entries(gid: str, resp: dgh.Response) -> list[Entry]:
+    """A worker's answer back into the history's entries."""
+    out: list[Entry] = [
+        OffsetHistoryEntry(
+            c.timestamp_ms, gid, c.topic, c.partition_index, c.committed_offset,
+            c.previous_offset, c.committed_leader_epoch, c.metadata, c.commit_timestamp_ms,
+            c.member_id, c.client_id, c.client_host, c.unchanged_commits,
+        )
+        for c in resp.offset_changes
+    ]  # fmt: skip
+    out += [
+        MembershipChange(
+            m.timestamp_ms, gid, m.kind, m.generation_or_epoch, m.cause, m.reason,
+            m.member_id, m.members, m.duration_ms,
+        )
+        for m in resp.membership_changes
+    ]  # fmt: skip
+    return out
 
 
 async def describe_table(runtime: GroupRuntime, req: dgh.Request) -> dgh.Response:

@@ -71,6 +71,7 @@ __all__ = [
     "PeerSecurity",
     "PeerTimeout",
     "PeerUnavailable",
+    "peer_client_id",
 ]
 
 log = logging.getLogger("kgc.cluster.peers")
@@ -80,6 +81,11 @@ _SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 _TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _SCRAM_MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations
+
+
+def peer_client_id(node_id: int) -> str:
+    """The client id node ``node_id``'s requests to the others carry."""
+    return f"kgc-broker-{node_id}"
 
 
 class PeerError(Exception):
@@ -280,7 +286,7 @@ class PeerClient:
         """``nodes``: the live nodes now (the placement's ``nodes``)."""
         self._nodes = nodes
         self.security = security
-        self.client_id = f"kgc-broker-{node_id}"
+        self.client_id = peer_client_id(node_id)
         self.request_timeout_ms = request_timeout_ms
         self.connection_setup_timeout_ms = connection_setup_timeout_ms
         self.reconnect_backoff_ms = reconnect_backoff_ms

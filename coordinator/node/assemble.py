@@ -70,6 +70,7 @@ from coordinator.metrics import Metrics
 from coordinator.node import Node
 from coordinator.placement import Placement, advertised_endpoints
 from coordinator.runtime import GroupRuntime, TxnRuntime
+from coordinator.runtime.older_history import OlderHistory
 from coordinator.runtime.txn_runtime import InProcessMarkers, ProducerIdSpare
 from coordinator.security.acl import Authorizer
 from coordinator.security.sasl import attach_sasl
@@ -241,8 +242,23 @@ def group_core(
         if history_enabled(s) and not s.cluster_mode
         else None,
     )
+    if isinstance(groups.history, HistoryLog):
+        groups.older_history = older_history(s, logs, groups.history.partition)
     catalog.on_change.append(groups.topics_changed)
     return compaction, metrics, groups
+
+
+def older_history(s: Settings, logs: LogManager, own: int) -> OlderHistory:
+    """The history partitions this process opened but does not write (left by a run with
+    more workers), read beside its own (``runtime.older_history``)."""
+    cfg = history_log_config(s)
+    return OlderHistory(
+        [
+            HistoryLog(logs, cfg, p, status_settings(s))
+            for topic, p in sorted(logs.partitions())
+            if topic == HISTORY_TOPIC and p != own
+        ]
+    )
 
 
 def kafka_server(

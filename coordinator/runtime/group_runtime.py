@@ -63,6 +63,7 @@ from coordinator.history.store import HistoryLog
 from coordinator.history.table import HistoryTable
 from coordinator.runtime import share_init
 from coordinator.runtime.history import Membership, history_retention, history_settled
+from coordinator.runtime.older_history import OlderHistory
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
 from coordinator.runtime.responses import storage_error_reply
 from coordinator.runtime.txn_commit import Verifier, append_with_txns
@@ -144,6 +145,9 @@ class GroupRuntime:
         # The groups' history (``coordinator.history``): each turn's offset changes and
         # membership changes, appended beside its offsets batches, durable in their round.
         self.history = history
+        # The history this process does not write (a worker count changed between runs):
+        # read beside ``history`` by DescribeGroupHistory, set by the node (``older_history``).
+        self.older_history: OlderHistory | None = None
         self.membership = Membership()
         # The offsets partitions this node coordinates, with their logs: all of them on a
         # single node; in cluster mode those whose lease it holds (``acquire``/``release``).
@@ -753,11 +757,19 @@ class GroupRuntime:
         return self.shard.partitions.get(p) is PartitionStatus.FAILED
 
     def start(self) -> None:
-        tasks = [self.load()]
-        if self.history is not None:
-            tasks.append(history_retention(self.history, self.clock))
-        for coro in tasks:
-            task = asyncio.ensure_future(coro)
+        task = asyncio.ensure_future(self.load())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        self.retain_history()
+
+    def retain_history(self) -> None:
+        """Apply the history's retention from now on: this process's log, and the older
+        logs it holds (``older_history``)."""
+        logs: list[HistoryLog | HistoryTable] = [] if self.history is None else [self.history]
+        if self.older_history is not None:
+            logs += self.older_history.logs
+        for history in logs:
+            task = asyncio.ensure_future(history_retention(history, self.clock))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
 

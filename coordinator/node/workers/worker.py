@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING
 
 from coordinator.apis.topics import Broker
 from coordinator.catalog import CATALOG_FILE, TopicInfo
-from coordinator.cluster.peers import PeerClient, PeerConfigError, PeerSecurity
+from coordinator.cluster.peers import (
+    PeerClient,
+    PeerConfigError,
+    PeerError,
+    PeerSecurity,
+    peer_client_id,
+)
 from coordinator.config import Settings, offsets_log_config, share_state_log_config
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.plane import PRODUCER_ID_FILE
@@ -76,11 +82,13 @@ from coordinator.node.workers.shared import (
 )
 from coordinator.placement import Placement, WorkerPlacement, worker_of
 from coordinator.runtime import GroupRuntime
+from coordinator.runtime.older_history import Unavailable
 from coordinator.security.credentials import CREDENTIALS_FILE
 from coordinator.share.coordinator import ShareCoordinator
 from coordinator.share.remote import RemoteShareState
 from coordinator.share.state_shard import SHARE_STATE_TOPIC
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
+from protocol.messages import describe_group_history as dgh
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
@@ -157,6 +165,7 @@ class WorkerPartitions:
         for info in list(self.catalog.topics.values()):
             self._serve(info)
         self.catalog.on_change.append(self.topics_changed)
+        groups.retain_history()
 
     async def _load(self, owned: dict[int, PartitionLog]) -> None:
         assert self.groups is not None
@@ -282,6 +291,15 @@ class Worker:
         # markers and verification reach the other workers' partitions and ids through
         # the inter-broker client, as between a cluster's nodes.
         route_transactions(s.node_id, core, lambda: self.workers, self.peers)
+        older = core.groups.older_history
+        if older is not None:
+            # A group's history from runs with another worker count: the other workers'.
+            older.ask = self._ask_history
+            older.worker_client_ids = {
+                peer_client_id(node.node_id)
+                for node in self.workers.nodes()
+                if node.node_id != s.node_id
+            }
         core.txn.start(partitions.owned(TRANSACTION_STATE_TOPIC, core.txn.num_partitions))
         self._serve_share_state(s, core)
 
@@ -300,6 +318,24 @@ class Worker:
         share.remote = RemoteShareState(
             self.peers, self._owner_id(SHARE_STATE_TOPIC), s.node_id, leader_of=self._leader_id
         )
+
+    async def _ask_history(self, request: dgh.Request) -> list[dgh.Response]:
+        """Every other worker's answer to ``request`` (``runtime.older_history``)."""
+        me = self.node_settings.node_id + self.index
+        others = [n.node_id for n in self.workers.nodes() if n.node_id != me]
+        answers = await asyncio.gather(
+            *(self.peers.send(n, dgh.API_KEY, 0, request) for n in others),
+            return_exceptions=True,
+        )
+        out: list[dgh.Response] = []
+        for node_id, answer in zip(others, answers, strict=True):
+            if isinstance(answer, PeerError):
+                worker = node_id - self.node_settings.node_id
+                raise Unavailable(f"worker {worker} did not answer: {answer}")
+            if isinstance(answer, BaseException):
+                raise answer
+            out.append(answer)
+        return out
 
     @staticmethod
     async def _acquire_share(share: ShareCoordinator, p: int, plog: PartitionLog) -> None:

@@ -1,0 +1,51 @@
+"""A group's history that this process no longer writes: a worker count changed between runs.
+
+How this works: each process of a node writes its own ``__kgc_group_history`` partition
+(one process: 0; worker i of a kgc.workers node: i) and each offsets partition p is
+coordinated by worker p % N, so when N changes between runs a group's older history stays
+in the partition of the process that coordinated it before. ``OlderHistory`` finds it in
+two places, and DescribeGroupHistory (``apis/history.py``) merges it with the coordinator's
+own, oldest first:
+
+* ``logs``: the history partitions this process opened at start but does not write --
+  partition p is worker p % N's (``placement.worker_of``), so a run with fewer workers
+  than the last one holds the partitions left over (on one process: every one but 0).
+  They are read beside this process's own, and their retention is applied here, so they
+  empty and go as the retention passes;
+* ``ask``: the other workers' history, live or left over, asked of each over the
+  inter-broker client with DescribeGroupHistory, which a worker answers for another worker
+  (``from_worker``: the inter-broker client's client id) from its own partitions, even for
+  a group it does not coordinate (to a client it answers NOT_COORDINATOR, as before).
+  None on one process. A worker that does not answer fails the read with ``Unavailable``
+  (the answer is COORDINATOR_NOT_AVAILABLE, which clients retry): it may hold some.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+
+from coordinator.history.store import HistoryLog
+from protocol.messages import describe_group_history as dgh
+
+__all__ = ["OlderHistory", "Unavailable"]
+
+# The other workers' answers to one request (``Unavailable`` when one does not answer).
+Ask = Callable[[dgh.Request], Awaitable[list[dgh.Response]]]
+
+
+class Unavailable(Exception):
+    """A worker that may hold some of the history did not answer."""
+
+
+@dataclass
+class OlderHistory:
+    """Where the history this process does not write is (module docstring)."""
+
+    logs: list[HistoryLog] = field(default_factory=list)
+    ask: Ask | None = None
+    # The client ids the other workers' inter-broker clients send.
+    worker_client_ids: Collection[str] = ()
+
+    def from_worker(self, client_id: str) -> bool:
+        return client_id in self.worker_client_ids
