@@ -18,9 +18,10 @@ from support.groupkit import commit_offset, create_topic
 from support.kgc_process import KgcProcess
 from support.workerskit import Workers, free_ports
 
+from coordinator.history.model import HISTORY_TOPIC
 from coordinator.placement import worker_of
 from coordinator.tools.client import Connection
-from protocol.messages import find_coordinator
+from protocol.messages import describe_log_dirs, find_coordinator
 from storage.records import OFFSETS_TOPIC, partition_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,6 +52,22 @@ def commit(bootstrap: str, group: str, offset: int) -> None:
         assert commit_offset(c, group, TOPIC, offset) == 0
 
 
+def history_partitions(node: Workers) -> dict[int, set[int]]:
+    """The ``__kgc_group_history`` partitions each worker has open."""
+    out = {}
+    for worker in range(node.workers):
+        with Connection.to(node.bootstrap_of(worker)) as c:
+            _, resp = c.request(describe_log_dirs.API_KEY, describe_log_dirs.Request(topics=None))
+        out[worker] = {
+            p.partition_index
+            for r in resp.results
+            for t in r.topics
+            for p in t.partitions
+            if t.name == HISTORY_TOPIC
+        }
+    return out
+
+
 def history(bootstrap: str, group: str) -> list[int]:
     run = run_cli("offsets", "history", group, "--output", "json", "--bootstrap-server", bootstrap)
     assert run.code == 0, run
@@ -77,6 +94,8 @@ def test_history_is_whole_after_the_worker_count_changes(tmp_path: Path) -> None
     three.start()
     three.wait_loaded()
     commit(three.bootstrap, group, 3)
+    # Each history partition is opened by its writer only (DescribeLogDirs is per broker).
+    assert history_partitions(three) == {0: {0}, 1: {1}, 2: {2}}
     # Worker 2 coordinates it now; worker 1 holds the history of the first run.
     assert history(three.bootstrap, group) == [1, 2, 3]
     assert three.stop() == 0
