@@ -169,6 +169,19 @@ class Workers(KgcProcess):
                 timeout,
             )
 
+    def kill_worker(self, worker: int, timeout: float = 60.0) -> None:
+        """SIGKILL worker ``worker`` and wait until its supervisor started it again and it
+        listens (its lock file names the new pid once it holds the lock)."""
+        old = self.worker_pid(worker)
+        os.kill(old, signal.SIGKILL)
+
+        def restarted() -> bool:
+            pid = lock_holder(self.data_dir, worker)
+            return not pid_alive(old) and pid is not None and pid != old and pid_alive(pid)
+
+        wait_for(f"worker {worker} restarted", restarted, timeout)
+        self.wait_listening(worker, timeout)
+
     def worker_pid(self, worker: int) -> int:
         pid = lock_holder(self.data_dir, worker)
         assert pid is not None, f"no pid in .lock.w{worker}"

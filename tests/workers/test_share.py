@@ -12,8 +12,6 @@ partitions start from the state kept before the kill, not from the earliest offs
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +26,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from support.groupkit import create_topic
-from support.workerskit import Workers, pid_alive, wait_for
+from support.workerskit import Workers
 
 from coordinator.placement import worker_of
 from coordinator.share.state_shard import partition_for, topic_id_str
@@ -161,11 +159,7 @@ def test_every_record_delivered_and_none_acknowledged_again_after_a_worker_sigki
             assert time.monotonic() < end, f"never acknowledged: {sorted(first_half - acked)}"
             read_round(consumers, acked, before)
         acked_before = set(acked)
-        pid = node.worker_pid(1)
-        os.kill(pid, signal.SIGKILL)
-        wait_for("worker 1 to die", lambda: not pid_alive(pid), 30)
-        wait_for("worker 1 restarted", lambda: node.worker_pid(1) != pid, 30)
-        node.wait_listening(1, 30)
+        node.kill_worker(1)
         # The second half goes to both workers' partitions too; worker 1's share
         # partitions start again from the state kept (by either worker) before the kill.
         everything = first_half | produce(RECORDS // 2, RECORDS)
