@@ -292,7 +292,8 @@ class ShareCoordinator:
                 p, lambda: here(q), lambda r: r.read_summary(p, group_id, topic_id, q), _first
             )
 
-        return {q: await one(q) for q in partitions}
+        results = await asyncio.gather(*(one(q) for q in partitions))
+        return dict(zip(partitions, results, strict=True))
 
     async def delete(
         self, group_id: str, topic_id: str, partitions: Sequence[int]

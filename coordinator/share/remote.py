@@ -12,6 +12,11 @@ The same client sends a share group's dead letters to the leader of the dead-let
 partition when another node leads it (``produce``: one acks=-1 Produce, as the local
 append; ``coordinator/share/dlq.py`` retries what it refuses or never answers).
 
+Calls made in the same turn of the event loop for one holder, API and group go out as one
+request (as Kafka's persister batches per node): their topics and partitions merged, the
+answer handed back to each call by (topic id, partition). A key already in the batch waiting
+goes into the next one, so two changes to one key never share a request.
+
 A state partition without a live holder answers COORDINATOR_NOT_AVAILABLE; one this node
 holds but has not started serving yet COORDINATOR_LOAD_IN_PROGRESS; a peer that cannot be
 reached COORDINATOR_NOT_AVAILABLE. Those are the errors Kafka's persister retries
@@ -21,8 +26,11 @@ looking the holder up again each time.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from coordinator.share.persister import PersisterBatch, ReadResult, WriteRequest
@@ -78,13 +86,40 @@ def _code(value: int) -> ErrorCode:
         return ErrorCode.UNKNOWN
 
 
-def _one(response: Any, partition: int) -> Any | None:
-    """The answer for ``partition`` in a response of one topic."""
+def _one(response: Any, topic_id: bytes, partition: int) -> Any | None:
+    """The answer for (``topic_id``, ``partition``) in a response."""
     for result in response.results:
+        if bytes(result.topic_id) != topic_id:
+            continue
         for p in result.partitions:
             if p.partition == partition:
                 return p
     return None
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Calls waiting to go to one holder as one request of one API for one group."""
+
+    owner: int
+    module: Any
+    version: int
+    group_id: str
+    topics: list[Any] = field(default_factory=list)  # the request's topic entries
+    keys: set[tuple[bytes, int]] = field(default_factory=set)
+    waiters: list[asyncio.Future[Any]] = field(default_factory=list)
+
+    def request(self) -> Any:
+        """One request: the calls' topic entries merged by topic id, in call order."""
+        merged: dict[bytes, Any] = {}
+        for t in self.topics:
+            tid = bytes(t.topic_id)
+            have = merged.get(tid)
+            if have is None:
+                merged[tid] = dataclasses.replace(t, partitions=list(t.partitions))
+            else:
+                have.partitions.extend(t.partitions)
+        return self.module.Request(group_id=self.group_id, topics=list(merged.values()))
 
 
 class RemoteShareState:
@@ -103,6 +138,9 @@ class RemoteShareState:
         self.owner_of = owner_of
         self.node_id = node_id
         self.leader_of = leader_of
+        # Batches filling in this turn of the loop, by (holder, API key, group).
+        self._open: dict[tuple[int, int, str], _Batch] = {}
+        self.sent_requests = 0  # share state requests sent (tests, metrics)
 
     async def latest(self, topic: str, partition: int) -> tuple[ErrorCode, int]:
         """A data partition's high watermark from its leader: ListOffsets LATEST, as Kafka's
@@ -141,26 +179,53 @@ class RemoteShareState:
             return f"node {leader} did not answer: {exc!r}"
         return response
 
-    async def _send(self, p: int, module: Any, version: int, request: Any) -> Any:
-        """The response, or the ErrorCode that stands for the whole request."""
-        owner = self.owner_of(p)
-        if owner is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if owner == self.node_id:  # taken here, not loaded yet
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    async def _send(self, batch: _Batch) -> None:
+        """Send ``batch`` (once the loop turn that filled it is over) and give every call
+        the response, or the ErrorCode that stands for the whole request."""
+        await asyncio.sleep(0)
+        if self._open.get((batch.owner, batch.module.API_KEY, batch.group_id)) is batch:
+            del self._open[(batch.owner, batch.module.API_KEY, batch.group_id)]
+        answer: Any
         try:
-            return await self.peers.send(owner, module.API_KEY, version, request)
+            self.sent_requests += 1
+            answer = await self.peers.send(
+                batch.owner, batch.module.API_KEY, batch.version, batch.request()
+            )
         except Exception as exc:  # unreachable, closed, timed out: look it up again
-            log.debug("share state request to node %d failed: %r", owner, exc)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            log.debug("share state request to node %d failed: %r", batch.owner, exc)
+            answer = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        for fut in batch.waiters:
+            if not fut.done():
+                fut.set_result(answer)
+
+    def _join(self, owner: int, module: Any, version: int, request: Any) -> asyncio.Future[Any]:
+        """The call's place in the batch filling for its holder, API and group."""
+        (topic,) = request.topics
+        key = (bytes(topic.topic_id), topic.partitions[0].partition)
+        slot = (owner, module.API_KEY, request.group_id)
+        batch = self._open.get(slot)
+        if batch is None or key in batch.keys:
+            batch = self._open[slot] = _Batch(owner, module, version, request.group_id)
+            task = asyncio.ensure_future(self._send(batch))
+            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+        batch.topics.append(topic)
+        batch.keys.add(key)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        batch.waiters.append(fut)
+        return fut
 
     async def _partition(
         self, p: int, module: Any, version: int, request: Any, partition: int
     ) -> tuple[ErrorCode, Any]:
-        response = await self._send(p, module, version, request)
+        owner = self.owner_of(p)
+        if owner is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+        if owner == self.node_id:  # taken here, not loaded yet
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None
+        response = await self._join(owner, module, version, request)
         if isinstance(response, ErrorCode):
             return response, None
-        result = _one(response, partition)
+        result = _one(response, bytes(request.topics[0].topic_id), partition)
         if result is None:
             return ErrorCode.UNKNOWN, None
         return _code(result.error_code), result

@@ -318,3 +318,45 @@ async def test_a_lost_data_lease_drops_the_share_partition_at_once(tmp_path: Pat
         assert node.leader.served[key].leader_epoch == 4
     finally:
         await node.close()
+
+
+async def test_calls_to_one_holder_in_one_turn_go_as_one_request() -> None:
+    """As Kafka's persister batches per node: the keys of one group whose state partitions
+    node 2 holds, asked for together, reach it as one request per API with every answer
+    back in its place; a key asked twice in one turn goes in a second request."""
+    c = Cluster()
+    for p in range(N):
+        await c.lease(p, 2)
+    node = c.node[1]
+    before = len(c.wire.sent)
+    parts = list(range(8))
+    got = await node.initialize("g", TOPIC, parts, 1, 10)
+    assert got == {q: ErrorCode.NO_ERROR for q in parts}
+    assert c.wire.sent[before:] == [(2, 83)]
+    writes = [
+        node.write_state(
+            "g", TOPIC, WriteRequest(q, 1, 3, -1, -1, [B(10, 10 + q, ACKNOWLEDGED, 1)])
+        )
+        for q in parts
+    ]
+    assert await asyncio.gather(*writes) == [ErrorCode.NO_ERROR] * 8
+    assert c.wire.sent[before + 1 :] == [(2, 85)]
+    summaries = await node.read_summaries("g", TOPIC, parts)
+    assert [summaries[q][:4] for q in parts] == [(ErrorCode.NO_ERROR, 1, 3, 10)] * 8
+    reads = await asyncio.gather(*(node.read_state("g", TOPIC, q, 3) for q in parts))
+    assert [r.batches for r in reads] == [(B(10, 10 + q, ACKNOWLEDGED, 1),) for q in parts]
+    assert c.wire.sent[before + 2 :] == [(2, 87), (2, 84)]
+    # The same key twice in one turn: two requests, applied in order.
+    twice = [
+        node.write_state("g", TOPIC, WriteRequest(0, 1, 3, -1, -1, [B(11, 11, ACKNOWLEDGED, 1)])),
+        node.write_state("g", TOPIC, WriteRequest(0, 1, 3, -1, -1, [B(12, 12, ACKNOWLEDGED, 1)])),
+    ]
+    assert await asyncio.gather(*twice) == [ErrorCode.NO_ERROR] * 2
+    assert c.wire.sent[before + 4 :] == [(2, 85), (2, 85)]
+    got_read = await node.read_state("g", TOPIC, 0, 3)
+    assert got_read.batches == (B(10, 12, ACKNOWLEDGED, 1),)
+    # A holder that cannot be reached fails every call of the batch alike.
+    c.wire.down.add(2)
+    node.retry_attempts = 1
+    got = await node.initialize("g", TOPIC, [0, 1], 2, 10)
+    assert got == {0: ErrorCode.COORDINATOR_NOT_AVAILABLE, 1: ErrorCode.COORDINATOR_NOT_AVAILABLE}
