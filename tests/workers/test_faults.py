@@ -287,6 +287,38 @@ def test_settings_a_worker_node_cannot_use_are_refused_with_one_line(
     assert not (tmp_path / "data").exists()  # refused before anything was touched
 
 
+def test_an_inter_broker_login_the_workers_cannot_make_is_refused_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """The workers reach each other on the inter-broker listener (the first one): a SASL
+    listener without the inter-broker mechanism is refused before anything is touched."""
+    port = free_ports(2)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coordinator",
+            "serve",
+            "--kgc-workers",
+            "2",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listeners",
+            f"SASL_PLAINTEXT://127.0.0.1:{port}",
+            "--sasl-enabled-mechanisms",
+            "PLAIN",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1, out
+    errors = [line for line in out.stderr.splitlines() if line.startswith("kgc: error:")]
+    assert len(errors) == 1, out.stderr
+    assert "invalid setting sasl.mechanism.inter.broker.protocol GSSAPI" in errors[0]
+    assert not (tmp_path / "data").exists()
+
+
 def test_workers_stop_cleanly_when_their_supervisor_dies(tmp_path: Path) -> None:
     node = Workers(tmp_path / "data")
     node.start()

@@ -50,6 +50,7 @@ from pathlib import Path
 from types import FrameType
 
 from coordinator.catalog import CATALOG_FILE, TopicCatalog
+from coordinator.cluster.peers import PeerConfigError, PeerSecurity
 from coordinator.config import Settings
 from coordinator.node.assemble import data_dir_refused, log_config_for
 from coordinator.node.reconcile import reconcile
@@ -142,6 +143,10 @@ class Supervisor:
     # -- the whole life
     def run(self) -> None:
         s = self.settings
+        try:  # the workers' inter-broker client: refused before anything is touched
+            PeerSecurity.from_settings(s)
+        except PeerConfigError as exc:
+            raise SystemExit(f"kgc: error: invalid setting {exc}") from None
         try:
             s.data_dir.mkdir(parents=True, exist_ok=True)
             lock = DataDirLock.acquire(s.data_dir)
