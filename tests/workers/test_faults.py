@@ -251,6 +251,18 @@ def test_a_worker_that_cannot_start_stops_the_node_with_one_line(tmp_path: Path)
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
+def serve_two_workers(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``kgc serve --kgc-workers 2`` on ``tmp_path/data`` with ``flags``, run to its exit
+    (the refusals)."""
+    serve = [sys.executable, "-m", "coordinator", "serve", "--kgc-workers", "2"]
+    return subprocess.run(
+        [*serve, "--data-dir", str(tmp_path / "data"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
@@ -265,22 +277,7 @@ def test_a_worker_that_cannot_start_stops_the_node_with_one_line(tmp_path: Path)
 def test_settings_a_worker_node_cannot_use_are_refused_with_one_line(
     tmp_path: Path, flags: list[str], expected: str
 ) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coordinator",
-            "serve",
-            "--kgc-workers",
-            "2",
-            "--data-dir",
-            str(tmp_path / "data"),
-            *flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = serve_two_workers(tmp_path, *flags)
     assert out.returncode == 2, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], out.stderr
@@ -293,24 +290,9 @@ def test_an_inter_broker_login_the_workers_cannot_make_is_refused_with_one_line(
     """The workers reach each other on the inter-broker listener (the first one): a SASL
     listener without the inter-broker mechanism is refused before anything is touched."""
     port = free_ports(2)
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coordinator",
-            "serve",
-            "--kgc-workers",
-            "2",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--listeners",
-            f"SASL_PLAINTEXT://127.0.0.1:{port}",
-            "--sasl-enabled-mechanisms",
-            "PLAIN",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    listeners = f"SASL_PLAINTEXT://127.0.0.1:{port}"
+    out = serve_two_workers(
+        tmp_path, "--listeners", listeners, "--sasl-enabled-mechanisms", "PLAIN"
     )
     assert out.returncode == 1, out
     errors = [line for line in out.stderr.splitlines() if line.startswith("kgc: error:")]

@@ -53,18 +53,23 @@ def test_metadata_lists_every_worker_and_each_partitions_owner(node: Workers) ->
         assert set(leaders.values()) == {0, 1}  # both workers lead a share
 
 
+def assert_coordinator(node: Workers, key: str, key_type: int, owner: int) -> None:
+    """FindCoordinator (v6: every key type) from either worker names worker ``owner``."""
+    for asked in (0, 1):
+        with Connection.to(node.bootstrap_of(asked)) as c:
+            _, resp = c.request(
+                find_coordinator.API_KEY,
+                find_coordinator.Request(key_type=key_type, coordinator_keys=[key]),
+                version=6,
+            )
+        (coord,) = resp.coordinators
+        assert coord.error_code == 0
+        assert (coord.node_id, coord.port) == (owner, node.port + owner)
+
+
 def test_find_coordinator_names_the_groups_worker_from_either(node: Workers) -> None:
     for owner in (0, 1):
-        group = group_on(owner, 2, "fc")
-        for asked in (0, 1):
-            with Connection.to(node.bootstrap_of(asked)) as c:
-                _, resp = c.request(
-                    find_coordinator.API_KEY,
-                    find_coordinator.Request(key=group, key_type=0, coordinator_keys=[group]),
-                )
-            (coord,) = resp.coordinators
-            assert coord.error_code == 0
-            assert (coord.node_id, coord.port) == (owner, node.port + owner)
+        assert_coordinator(node, group_on(owner, 2, "fc"), 0, owner)
 
 
 def test_transactional_ids_are_coordinated_by_their_state_partitions_worker(
@@ -75,15 +80,7 @@ def test_transactional_ids_are_coordinated_by_their_state_partitions_worker(
     other worker NOT_COORDINATOR."""
     for owner in (0, 1):
         tid = txn_id_on(owner, 2, "fc-tx")
-        for asked in (0, 1):
-            with Connection.to(node.bootstrap_of(asked)) as c:
-                _, resp = c.request(
-                    find_coordinator.API_KEY,
-                    find_coordinator.Request(key=tid, key_type=1, coordinator_keys=[tid]),
-                )
-            (coord,) = resp.coordinators
-            assert coord.error_code == 0
-            assert (coord.node_id, coord.port) == (owner, node.port + owner)
+        assert_coordinator(node, tid, 1, owner)
         request = init_producer_id.Request(transactional_id=tid, transaction_timeout_ms=60000)
         with Connection.to(node.bootstrap_of(1 - owner)) as c:
             _, wrong = c.request(init_producer_id.API_KEY, request)
@@ -108,16 +105,7 @@ def test_share_partitions_states_are_kept_by_their_state_partitions_worker(
         key = f"sg:{tid}:{partition}"
         owner = worker_of(SHARE_STATE_TOPIC, partition_for(*key.split(":")[:2], partition, 50), 2)
         owners.add(owner)
-        for asked in (0, 1):
-            with Connection.to(node.bootstrap_of(asked)) as c:
-                _, resp = c.request(
-                    find_coordinator.API_KEY,
-                    find_coordinator.Request(key_type=2, coordinator_keys=[key]),
-                    version=6,
-                )
-            (coord,) = resp.coordinators
-            assert coord.error_code == 0
-            assert (coord.node_id, coord.port) == (owner, node.port + owner)
+        assert_coordinator(node, key, 2, owner)
     assert owners == {0, 1}
 
 
