@@ -7,7 +7,8 @@ leader, reached through the share coordinator's inter-broker APIs. Two ShareCons
 every record of a first half, accepting each and confirming with ``commit_sync``; worker 1
 is SIGKILLed and restarted by the supervisor, a second half produced; every record is
 delivered, and none acknowledged before the kill is delivered again (worker 1's share
-partitions start from the state kept before the kill, not from the earliest offset).
+partitions start from the state kept before the kill, not from the earliest offset); the
+group's worker describes every partition's share offsets (DescribeShareGroupOffsets).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from support.workerskit import Workers
 from coordinator.placement import worker_of
 from coordinator.share.state_shard import partition_for, topic_id_str
 from coordinator.tools.client import Connection
+from protocol.messages import describe_share_group_offsets as dsgo
 from protocol.messages import find_coordinator, metadata
+from storage.records import OFFSETS_TOPIC
+from storage.records import partition_for as offsets_partition_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -174,3 +178,33 @@ def test_every_record_delivered_and_none_acknowledged_again_after_a_worker_sigki
     again = acked_before & set(after)
     assert not again, f"acknowledged before the kill, delivered again: {sorted(again)}"
     assert set(before) | set(after) == everything
+    # The group's worker reports every partition's offsets, its state and its data on
+    # either worker: at least the first half is behind the start offset (the persisted
+    # start offset trails the last acknowledgement by one write, as Kafka's).
+    per_partition = RECORDS // PARTITIONS
+    offsets = described(node, group)
+    assert set(offsets) == set(range(PARTITIONS))
+    for error, start, lag in offsets.values():
+        assert error == 0 and per_partition // 2 <= start <= per_partition, offsets
+        assert lag == per_partition - start, offsets
+
+
+def described(node: Workers, group: str) -> dict[int, tuple[int, int, int]]:
+    """DescribeShareGroupOffsets v1 at the group's worker: (error, start offset, lag) by
+    partition."""
+    req = dsgo.Request(
+        groups=[
+            dsgo.DescribeShareGroupOffsetsRequestGroup(
+                group_id=group,
+                topics=[
+                    dsgo.DescribeShareGroupOffsetsRequestTopic(
+                        topic_name=TOPIC, partitions=list(range(PARTITIONS))
+                    )
+                ],
+            )
+        ]
+    )
+    worker = worker_of(OFFSETS_TOPIC, offsets_partition_for(group, 50), 2)
+    with Connection.to(node.bootstrap_of(worker)) as c:
+        (t,) = c.request(dsgo.API_KEY, req, version=1)[1].groups[0].topics
+    return {p.partition_index: (p.error_code, p.start_offset, p.lag) for p in t.partitions}
