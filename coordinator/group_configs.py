@@ -79,13 +79,6 @@ STREAMS_CONFIGS = (
     STREAMS_TASK_OFFSET_INTERVAL,
     STREAMS_RECOVERY_LAG,
 )
-# Kafka 4.4's broker defaults of group.streams.min/max.assignment.interval.ms,
-# group.streams.min.task.offset.interval.ms, group.streams.task.offset.interval.ms and
-# group.streams.acceptable.recovery.lag, which kgc does not make settings of their own.
-STREAMS_MIN_ASSIGNMENT_INTERVAL_MS, STREAMS_MAX_ASSIGNMENT_INTERVAL_MS = 0, 15000
-STREAMS_MIN_TASK_OFFSET_INTERVAL_MS = 15000
-STREAMS_TASK_OFFSET_INTERVAL_MS = 60000
-STREAMS_ACCEPTABLE_RECOVERY_LAG = 10000
 SHARE_SESSION = "share.session.timeout.ms"
 SHARE_HEARTBEAT = "share.heartbeat.interval.ms"
 SHARE_LOCK = "share.record.lock.duration.ms"
@@ -301,8 +294,8 @@ def defaults(settings: Settings) -> dict[str, int]:
         STREAMS_STANDBYS: settings.group_streams_num_standby_replicas,
         STREAMS_INITIAL_DELAY: settings.group_streams_initial_rebalance_delay_ms,
         STREAMS_ASSIGNMENT_INTERVAL: settings.group_streams_assignment_interval_ms,
-        STREAMS_TASK_OFFSET_INTERVAL: STREAMS_TASK_OFFSET_INTERVAL_MS,
-        STREAMS_RECOVERY_LAG: STREAMS_ACCEPTABLE_RECOVERY_LAG,
+        STREAMS_TASK_OFFSET_INTERVAL: settings.group_streams_task_offset_interval_ms,
+        STREAMS_RECOVERY_LAG: settings.group_streams_acceptable_recovery_lag,
         SHARE_SESSION: settings.group_share_session_timeout_ms,
         SHARE_HEARTBEAT: settings.group_share_heartbeat_interval_ms,
         SHARE_LOCK: settings.group_share_record_lock_duration_ms,
@@ -402,7 +395,8 @@ def _streams_checks(
             )
         )
     if STREAMS_ASSIGNMENT_INTERVAL in configs:
-        lo, hi = STREAMS_MIN_ASSIGNMENT_INTERVAL_MS, STREAMS_MAX_ASSIGNMENT_INTERVAL_MS
+        lo = s.group_streams_min_assignment_interval_ms
+        hi = s.group_streams_max_assignment_interval_ms
         out.append(
             (
                 not lo <= values[STREAMS_ASSIGNMENT_INTERVAL] <= hi,
@@ -410,7 +404,7 @@ def _streams_checks(
             )
         )
     if STREAMS_TASK_OFFSET_INTERVAL in configs:
-        lo = STREAMS_MIN_TASK_OFFSET_INTERVAL_MS
+        lo = s.group_streams_min_task_offset_interval_ms
         out.append(
             (
                 values[STREAMS_TASK_OFFSET_INTERVAL] < lo,

@@ -270,6 +270,21 @@ class Settings(BaseSettings):
         le=15000,
         description="least time between two target assignments of a streams group",
     )
+    group_streams_min_assignment_interval_ms: int = Field(
+        0, ge=0, description="smallest streams.assignment.interval.ms a group may set"
+    )
+    group_streams_max_assignment_interval_ms: int = Field(
+        15000, ge=0, description="largest streams.assignment.interval.ms a group may set"
+    )
+    group_streams_task_offset_interval_ms: int = Field(
+        60000, ge=1, description="how often streams members report their task offsets"
+    )
+    group_streams_min_task_offset_interval_ms: int = Field(
+        15000, ge=1, description="smallest streams.task.offset.interval.ms a group may set"
+    )
+    group_streams_acceptable_recovery_lag: int = Field(
+        10000, ge=0, description="lag under which streams members count a task's state caught up"
+    )
     group_streams_rack_aware_assignment_tags: str = Field(
         "",
         description="client tag keys a streams member must send (comma-separated); a v1 "
@@ -610,6 +625,31 @@ class Settings(BaseSettings):
                 "group.consumer.heartbeat.interval.ms must be less than "
                 "group.consumer.session.timeout.ms"
             )
+        # Kafka's GroupCoordinatorConfig requirements ("%s must be greater/less than or
+        # equal to %s") on the streams intervals and their bounds.
+        interval = "group.streams.assignment.interval.ms"
+        offsets = "group.streams.task.offset.interval.ms"
+        for failed, message in (
+            (
+                self.group_streams_assignment_interval_ms
+                < self.group_streams_min_assignment_interval_ms,
+                f"{interval} must be greater than or equal to "
+                "group.streams.min.assignment.interval.ms",
+            ),
+            (
+                self.group_streams_assignment_interval_ms
+                > self.group_streams_max_assignment_interval_ms,
+                f"{interval} must be less than or equal to group.streams.max.assignment.interval.ms",
+            ),
+            (
+                self.group_streams_task_offset_interval_ms
+                < self.group_streams_min_task_offset_interval_ms,
+                f"{offsets} must be greater than or equal to "
+                "group.streams.min.task.offset.interval.ms",
+            ),
+        ):
+            if failed:
+                raise ValueError(message)
         tags = self.streams_rack_aware_assignment_tags
         if len(set(tags)) != len(tags):
             raise ValueError(

@@ -181,6 +181,8 @@ def group_config(s: Settings) -> GroupConfig:
         streams_group_initial_rebalance_delay_ms=s.group_streams_initial_rebalance_delay_ms,
         streams_group_assignment_interval_ms=s.group_streams_assignment_interval_ms,
         streams_group_rack_aware_assignment_tags=s.streams_rack_aware_assignment_tags,
+        streams_group_task_offset_interval_ms=s.group_streams_task_offset_interval_ms,
+        streams_group_acceptable_recovery_lag=s.group_streams_acceptable_recovery_lag,
         share_group_session_timeout_ms=s.group_share_session_timeout_ms,
         share_group_min_session_timeout_ms=s.group_share_min_session_timeout_ms,
         share_group_max_session_timeout_ms=s.group_share_max_session_timeout_ms,

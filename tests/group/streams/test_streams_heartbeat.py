@@ -521,6 +521,57 @@ def test_streams_interval_and_lag_group_configs() -> None:
     assert (r.task_offset_interval_ms, r.acceptable_recovery_lag) == (60000, 10000)
 
 
+def test_streams_interval_and_lag_broker_settings() -> None:
+    from coordinator.config import Settings
+    from coordinator.group_configs import InvalidConfigError, validate
+
+    s = Settings(
+        group_streams_task_offset_interval_ms=30000,
+        group_streams_min_task_offset_interval_ms=20000,
+        group_streams_acceptable_recovery_lag=7,
+        group_streams_max_assignment_interval_ms=5000,
+    )
+    v = validate(s, {})
+    assert (v["streams.task.offset.interval.ms"], v["streams.acceptable.recovery.lag"]) == (
+        30000,
+        7,
+    )
+    for raw, message in (
+        (
+            {"streams.task.offset.interval.ms": "19999"},
+            "streams.task.offset.interval.ms must be greater than or equal to 20000",
+        ),
+        (
+            {"streams.assignment.interval.ms": "5001"},
+            "streams.assignment.interval.ms must be in the range 0 to 5000 inclusive.",
+        ),
+    ):
+        try:
+            validate(s, dict(raw))
+        except InvalidConfigError as e:
+            assert str(e) == message
+        else:
+            raise AssertionError(f"{raw} accepted")
+    for bad, message in (
+        (
+            {"group_streams_task_offset_interval_ms": 1000},
+            "group.streams.task.offset.interval.ms must be greater than or equal to "
+            "group.streams.min.task.offset.interval.ms",
+        ),
+        (
+            {"group_streams_max_assignment_interval_ms": 500},
+            "group.streams.assignment.interval.ms must be less than or equal to "
+            "group.streams.max.assignment.interval.ms",
+        ),
+    ):
+        try:
+            Settings(**bad)  # type: ignore[arg-type]
+        except ValueError as e:
+            assert message in str(e)
+        else:
+            raise AssertionError(f"{bad} accepted")
+
+
 def test_offset_commits_of_streams_members() -> None:
     c = ctx()
     r1 = hb(c, join("m1", "p1"))
