@@ -110,21 +110,21 @@ def encode(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> 
             parts.append(raw)
     parts.append(_COUNTS.pack(len(heads) // 4, n, len(members)))
     if n:
-        if max(unchanged) > _U32:
+        if any(unchanged) and max(unchanged) > _U32:
             unchanged = [min(u, _U32) for u in unchanged]
         parts.append(_column("H", len(heads)).pack(*heads))
         parts.append(_column("q", n).pack(*previous))
         parts.append(_column("I", n).pack(*unchanged))
         lengths = _column("H", n)
         parts.append(lengths.pack(*map(len, keys)))
-        if None in values:  # an admin's delete: a tombstone
-            parts.append(lengths.pack(*(_TOMBSTONE if v is None else len(v) for v in values)))
-            parts.append(b"".join(keys))
-            parts.append(b"".join(v for v in values if v is not None))
-        else:
+        try:
             parts.append(lengths.pack(*map(len, values)))  # type: ignore[arg-type]
             parts.append(b"".join(keys))
             parts.append(b"".join(values))  # type: ignore[arg-type]
+        except TypeError:  # an admin's delete: a tombstone (len(None))
+            parts.append(lengths.pack(*(_TOMBSTONE if v is None else len(v) for v in values)))
+            parts.append(b"".join(keys))
+            parts.append(b"".join(v for v in values if v is not None))
     parts += members
     return bytes(cramjam.lz4.compress_block(b"".join(parts)))
 
