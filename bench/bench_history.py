@@ -16,8 +16,16 @@ fresh database a round, where history goes to the table ``kgc_group_history`` in
 journal's round statement: the node's CPU and PostgreSQL's (all its processes) per commit,
 and the table's size (``pg_total_relation_size``: heap, TOAST and index) over the changes.
 
+``--count``: the server runs under valgrind's cachegrind, which counts the instructions it
+executes (user space, all threads; the kernel's share is not counted): a count, the same
+on a loaded machine as on a quiet one, where CPU time swings with the neighbours. Two
+servers a mode, loaded for S and 3S seconds: the difference of their counts over the
+difference of their commit requests cancels start-up and shutdown. The server is slowed
+about 50 times, so a round gathers every committer's commit (the batching of a saturated
+server); the seconds are of the slowed server.
+
 Usage: ``python bench/bench_history.py [--rounds 5] [--members 50] [--partitions 10]
-[--seconds 5] [--cluster]``.
+[--seconds 5] [--cluster | --count]``.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -51,6 +61,80 @@ def history_bytes(data_dir: Path) -> int:
     return sum(f.stat().st_size for f in data_dir.glob("__kgc_group_history-*/*.log"))
 
 
+class CountedKgc(KgcProcess):
+    """``kgc serve`` under valgrind's cachegrind: ``instructions`` after it stopped."""
+
+    def __init__(self, data_dir: Path, out: Path, *extra: str) -> None:
+        super().__init__(data_dir, *extra)
+        self.out = out
+
+    def spawn(self, flags: list[str], log: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=no",
+                f"--cachegrind-out-file={self.out}",
+                sys.executable,
+                "-m",
+                "coordinator",
+                "serve",
+                *flags,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"},
+        )
+
+    def instructions(self) -> int:
+        for line in self.out.read_text().splitlines():
+            if line.startswith("summary:"):
+                return int(line.split()[1])
+        raise RuntimeError(f"no summary in {self.out}")
+
+
+def counted(history: bool, args: argparse.Namespace) -> tuple[float, float, int]:
+    """(server instructions per commit request, partition-commits/s, history bytes): two
+    servers under cachegrind, loaded for ``seconds`` and three times as long; the
+    difference of their counts over the difference of their requests cancels start-up
+    and shutdown."""
+    runs = []
+    for seconds in (args.seconds, 3 * args.seconds):
+        with tempfile.TemporaryDirectory() as tmp:
+            flags = ["--kgc-log-level", "WARNING"]
+            if not history:
+                flags += ["--offsets-history-retention-ms", "0"]
+            kgc = CountedKgc(Path(tmp) / "data", Path(tmp) / "cachegrind.out", *flags)
+            kgc.start(timeout=600)
+            try:
+                kgc.wait_loaded(timeout=600)
+                create_bench_topic(kgc.bootstrap, args.partitions)
+                rate, _p50, _p99, errors = asyncio.run(
+                    commit_load(kgc.port, args.members, args.partitions, seconds)
+                )
+                assert errors == 0, f"{errors} commits failed"
+                size = history_bytes(Path(tmp) / "data")
+            finally:
+                kgc.stop(timeout=300)
+            runs.append((kgc.instructions(), rate * seconds / args.partitions, size, rate))
+    (i1, r1, _, _), (i2, r2, size, rate) = runs
+    return (i2 - i1) / (r2 - r1), rate, size
+
+
+def create_bench_topic(bootstrap: str, partitions: int) -> None:
+    with Connection.to(bootstrap) as c:
+        c.request(
+            create_topics.API_KEY,
+            create_topics.Request(
+                topics=[
+                    create_topics.CreatableTopic(
+                        name="bench", num_partitions=partitions, replication_factor=1
+                    )
+                ]
+            ),
+        )
+
+
 def one(history: bool, args: argparse.Namespace) -> tuple[float, float, int]:
     """(server CPU us per commit request, partition-commits/s, history bytes)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,17 +145,7 @@ def one(history: bool, args: argparse.Namespace) -> tuple[float, float, int]:
         kgc.start()
         try:
             kgc.wait_loaded()
-            with Connection.to(kgc.bootstrap) as c:
-                c.request(
-                    create_topics.API_KEY,
-                    create_topics.Request(
-                        topics=[
-                            create_topics.CreatableTopic(
-                                name="bench", num_partitions=args.partitions, replication_factor=1
-                            )
-                        ]
-                    ),
-                )
+            create_bench_topic(kgc.bootstrap, args.partitions)
             assert kgc.proc is not None
             before = cpu_s(kgc.proc.pid)
             rate, _p50, _p99, errors = asyncio.run(
@@ -138,6 +212,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--cluster", action="store_true", help="a one-node cluster on PostgreSQL")
+    ap.add_argument(
+        "--count", action="store_true", help="count the server's instructions (callgrind)"
+    )
     args = ap.parse_args()
     pg: Any = None
     if args.cluster:
@@ -154,20 +231,25 @@ def main() -> None:
 def run(args: argparse.Namespace, pg: Any) -> None:
     cpu: dict[bool, list[float]] = {False: [], True: []}
     per_change: list[float] = []
-    print(f"{'round':>5} {'history':>8} {'cpu us/commit':>14} {'partition-commits/s':>20}")
+    unit = "instr/commit" if args.count else "cpu us/commit"
+    print(f"{'round':>5} {'history':>8} {unit:>14} {'partition-commits/s':>20}")
     for r in range(args.rounds):
         for history in (False, True) if r % 2 == 0 else (True, False):
-            us, rate, size = one_cluster(history, args, pg) if pg else one(history, args)
+            if pg:
+                us, rate, size = one_cluster(history, args, pg)
+            else:
+                us, rate, size = counted(history, args) if args.count else one(history, args)
             cpu[history].append(us)
             if history:
-                per_change.append(size / (rate * args.seconds))
+                per_change.append(size / (rate * args.seconds * (3 if args.count else 1)))
             print(f"{r:>5} {'on' if history else 'off':>8} {us:>14.1f} {rate:>20.0f}")
     off, on = statistics.median(cpu[False]), statistics.median(cpu[True])
     b = statistics.median(per_change)
     where = "node + PostgreSQL" if pg else "server"
+    what, unit = ("instructions", "") if args.count else ("CPU", " us")
     print(
-        f"\nmedian {where} CPU per commit request ({args.partitions} partitions): "
-        f"off {off:.1f} us, on {on:.1f} us ({(on / off - 1) * 100:+.1f}%)"
+        f"\nmedian {where} {what} per commit request ({args.partitions} partitions): "
+        f"off {off:.1f}{unit}, on {on:.1f}{unit} ({(on / off - 1) * 100:+.1f}%)"
     )
     print(
         f"history: {b:.1f} bytes per change ({'the table' if pg else 'segments'} on disk / "
@@ -175,6 +257,10 @@ def run(args: argparse.Namespace, pg: Any) -> None:
         f"groups x 10 partitions changing every 5 s: {WEEK_CHANGES:,} changes, "
         f"{WEEK_CHANGES * b / 1e9:.1f} GB"
     )
+    if args.count:
+        record("history", "server instructions per commit, history off", off, "instr", "lower")
+        record("history", "server instructions per commit, history on", on, "instr", "lower")
+        return
     if pg:
         record("history", "cluster CPU per commit, history off", off, "us", "lower")
         record("history", "cluster CPU per commit, history on", on, "us", "lower")

@@ -62,7 +62,9 @@ def request(group: str, partitions: int, offset: int) -> offset_commit.OffsetCom
     )
 
 
-async def runtime(history: bool, base: Path) -> tuple[GroupRuntime, Flusher]:
+async def runtime(history: bool, base: Path, keep: bool = True) -> tuple[GroupRuntime, Flusher]:
+    """A runtime on the local engine in ``base``; ``keep`` False: the core tracks the
+    history but the runtime keeps none (to count the core's share)."""
     flusher = Flusher()
     logs = LogManager(base, flusher=flusher)
     rt = GroupRuntime(
@@ -74,7 +76,7 @@ async def runtime(history: bool, base: Path) -> tuple[GroupRuntime, Flusher]:
         flusher,
         num_partitions=OFFSETS_PARTITIONS,
         log_config=OFFSETS_LOG,
-        history=HistoryLog(logs, HISTORY_LOG) if history else None,
+        history=HistoryLog(logs, HISTORY_LOG) if history and keep else None,
     )
     await rt.load()
     return rt, flusher
