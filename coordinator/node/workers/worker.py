@@ -20,14 +20,21 @@ ownership rule (``placement.worker_of``) instead of leases:
   close their logs when they see the topic gone and tombstone their groups' offsets of it).
 
 The broker's ``WorkerPlacement`` lists every worker, so Metadata names each partition's
-owner and FindCoordinator each group's and transactional id's. The worker's transaction
-coordinator serves its own ``__transaction_state`` partitions and reaches the other
-workers' partitions (markers) and coordinators (verification) through the inter-broker
-client, wired as a cluster node's (``assemble.route_transactions``); its share coordinator
-serves its own ``__share_group_state`` partitions, and its share-partition leaders and
-share groups reach the other workers' through the share state APIs (``share.remote``). ``serve_worker`` runs the worker until
-SIGTERM/SIGINT or until its supervisor goes away (its end of the channel closes), and
-tells the supervisor on that channel when it listens, or why it could not start (one line).
+owner and FindCoordinator each group's, transactional id's and share state's. The workers
+reach each other through the inter-broker client, as a cluster's nodes do:
+
+* the worker's transaction coordinator serves its own ``__transaction_state`` partitions;
+  markers go to the other workers' partitions and verification to their coordinators
+  (``assemble.route_transactions``);
+* its share coordinator serves its own ``__share_group_state`` partitions; its
+  share-partition leaders and share groups reach the others' with the share state APIs
+  (``share.remote``);
+* a group's history left in another worker's partition by a run with another worker count
+  is asked of that worker (``runtime.older_history``).
+
+``serve_worker`` runs the worker until SIGTERM/SIGINT or until its supervisor goes away
+(its end of the channel closes), and tells the supervisor on that channel when it
+listens, or why it could not start (one line).
 """
 
 from __future__ import annotations
