@@ -31,11 +31,19 @@ be written, and so does kgc, after logging why:
   (NOT_LEADER_OR_FOLLOWER after a move) or silence is retried like a local refusal, the
   leader looked up again each time. A missing topic is never created there
   (``create_topic`` is None).
+* The copies sent to another node's leader are written as an idempotent producer (one
+  producer id for the writer, taken at its first such copy; a sequence per dead-letter
+  partition), so a batch sent again after its answer was lost is recognized by the
+  partition's leader and not appended twice; those appended here are plain batches.
+  Copies to one partition go one at a time, so their sequences arrive in order; a retry
+  resends only the batches not yet acknowledged, with their sequences. A copy given up
+  after its last attempt may have been written, so the writer takes a new producer id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable
 
@@ -93,6 +101,25 @@ class DeadLetterWriter:
         self.remote = remote
         self.clock = clock
         self.backoff_ms = BACKOFF_MS
+        self._producer_id: int | None = None
+        self._producer_lock = asyncio.Lock()
+        # The next sequence per (producer id, dead-letter topic, partition), and one lock
+        # per dead-letter partition (its copies one at a time).
+        self._sequences: dict[tuple[int, str, int], int] = {}
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    async def _producer(self) -> int:
+        async with self._producer_lock:
+            if self._producer_id is None:
+                pid = self.data.producer_ids.allocate()
+                self._producer_id = await pid if inspect.isawaitable(pid) else pid
+            return self._producer_id
+
+    def _new_producer(self, stale: int) -> None:
+        """A copy of ``stale``'s may or may not be in the log: the next copies take a new id."""
+        if self._producer_id == stale:
+            self._producer_id = None
+        self._sequences = {k: v for k, v in self._sequences.items() if k[0] != stale}
 
     def topic_of(self, group_id: str) -> str | None:
         """The group's dead-letter topic; None when it has none (Kafka's isDLQEnabledForGroup)."""
@@ -152,10 +179,15 @@ class DeadLetterWriter:
             return False
         copy = self.group_configs.get(group_id).get(COPY_RECORD, "false").strip().lower()
         originals = self._originals(plog, dl) if copy == "true" else {}
+        records = _letters(group_id, source.name, partition, dl, originals)
+        done = 0  # records acknowledged by the partition's leader
+        pids: set[int] = set()  # the producer ids this copy was sent with
         for attempt in range(ATTEMPTS):
             info = self._topic(name)
             target = partition % max(info.num_partitions, 1)
-            why = await self._append(info, target, group_id, source.name, partition, dl, originals)
+            lock = self._locks.setdefault((info.name, target), asyncio.Lock())
+            async with lock:
+                why, done = await self._append(info, target, records, done, pids)
             if why is None:
                 return True
             log.warning(
@@ -169,6 +201,8 @@ class DeadLetterWriter:
             )
             if attempt + 1 < ATTEMPTS:
                 await asyncio.sleep(self.backoff_ms * (1 << attempt) / 1000)
+        for pid in pids:
+            self._new_producer(pid)
         return False
 
     def _originals(
@@ -197,41 +231,51 @@ class DeadLetterWriter:
         return out
 
     async def _append(
+        self, info: TopicInfo, target: int, records: list[Letter], done: int, pids: set[int]
+    ) -> tuple[str | None, int]:
+        """``records[done:]`` appended to ``target`` in batches: (None, all) once durable,
+        else (why, how many are). A batch for another node's leader is the idempotent
+        producer's, with its sequence (its id added to ``pids``); one appended here, whose
+        answer cannot be lost, is a plain batch, as Kafka writes dead letters."""
+        now = self.clock()
+        max_bytes = self.data.log_config(info).max_message_bytes
+        for part in _split(records[done:], now, max_bytes):
+            remote, leader = self._leader(info, target)
+            key, sequence = None, -1
+            if remote is not None:
+                pid = await self._producer()
+                pids.add(pid)
+                key = (pid, info.name, target)
+                sequence = self._sequences.get(key, 0)
+            batch = _encode(part, now, key[0] if key else -1, sequence)
+            why_not = await self._produce(info, target, batch, remote, leader)
+            if why_not is not None:
+                return why_not, done
+            if key is not None:
+                self._sequences[key] = sequence + len(part)
+            done += len(part)
+        return None, done
+
+    def _leader(self, info: TopicInfo, target: int) -> tuple[RemoteShareState | None, int | None]:
+        """(the inter-broker client, the leader) when another node leads ``target``."""
+        remote = self.remote()
+        leader = None
+        if remote is not None and remote.leader_of is not None:
+            leader = remote.leader_of(info.name, target)
+        if remote is not None and leader is not None and leader != remote.node_id:
+            return remote, leader
+        return None, leader
+
+    async def _produce(
         self,
         info: TopicInfo,
         target: int,
-        group_id: str,
-        topic: str,
-        partition: int,
-        dl: DeadLetter,
-        originals: dict[int, tuple[bytes | None, bytes | None]],
+        batch: bytes,
+        remote: RemoteShareState | None,
+        leader: int | None,
     ) -> str | None:
-        why = CLIENT_REJECT if dl.rejected else DELIVERY_COUNT_EXCEEDED
-        fixed = (
-            ("__dlq.errors.topic", topic.encode()),
-            ("__dlq.errors.partition", str(partition).encode()),
-        )
-        records: list[Letter] = []
-        for o in range(dl.first, dl.last + 1):
-            key, value = originals.get(o, (None, None))
-            headers = (
-                *fixed,
-                ("__dlq.errors.offset", str(o).encode()),
-                ("__dlq.errors.group", group_id.encode()),
-                ("__dlq.errors.delivery.count", str(dl.delivery_count).encode()),
-                ("__dlq.errors.message", why.encode()),
-            )
-            records.append((key, value, headers))
-        now = self.clock()
-        max_bytes = self.data.log_config(info).max_message_bytes
-        for batch in _batches(records, now, max_bytes):
-            why_not = await self._produce(info, target, batch)
-            if why_not is not None:
-                return why_not
-        return None
-
-    async def _produce(self, info: TopicInfo, target: int, batch: bytes) -> str | None:
-        """One batch appended as an acks=-1 Produce; None once durable."""
+        """One batch appended as an acks=-1 Produce (by ``remote``'s node ``leader``, else
+        here); None once durable."""
         req = produce.Request(
             acks=-1,
             timeout_ms=30000,
@@ -242,11 +286,7 @@ class DeadLetterWriter:
                 )
             ],
         )
-        remote = self.remote()
-        leader = None
-        if remote is not None and remote.leader_of is not None:
-            leader = remote.leader_of(info.name, target)
-        if remote is not None and leader is not None and leader != remote.node_id:
+        if remote is not None and leader is not None:
             answer = await remote.produce(leader, req)
             if isinstance(answer, str):
                 return answer
@@ -269,28 +309,55 @@ class DeadLetterWriter:
         return None
 
 
-def _batches(
-    records: list[Letter],
-    now: int,
-    max_bytes: int,
-) -> list[bytes]:
-    """``records`` as uncompressed batches, each within ``max_bytes`` where one record fits."""
-
-    def encode(part: list[Letter]) -> bytes:
-        return encode_batch(
-            0,
-            [Record(i, 0, key, value, headers) for i, (key, value, headers) in enumerate(part)],
-            timestamp_ms=now,
+def _letters(
+    group_id: str,
+    topic: str,
+    partition: int,
+    dl: DeadLetter,
+    originals: dict[int, tuple[bytes | None, bytes | None]],
+) -> list[Letter]:
+    """One dead letter per offset of ``dl``: its key and value (when copied) and Kafka's
+    headers saying where it came from."""
+    why = CLIENT_REJECT if dl.rejected else DELIVERY_COUNT_EXCEEDED
+    fixed = (
+        ("__dlq.errors.topic", topic.encode()),
+        ("__dlq.errors.partition", str(partition).encode()),
+    )
+    records: list[Letter] = []
+    for o in range(dl.first, dl.last + 1):
+        key, value = originals.get(o, (None, None))
+        headers = (
+            *fixed,
+            ("__dlq.errors.offset", str(o).encode()),
+            ("__dlq.errors.group", group_id.encode()),
+            ("__dlq.errors.delivery.count", str(dl.delivery_count).encode()),
+            ("__dlq.errors.message", why.encode()),
         )
+        records.append((key, value, headers))
+    return records
 
-    out: list[bytes] = []
-    pending = [records]
+
+def _encode(part: list[Letter], now: int, producer_id: int = -1, sequence: int = -1) -> bytes:
+    """An uncompressed batch of ``part``, from the idempotent producer when one is given."""
+    return encode_batch(
+        0,
+        [Record(i, 0, key, value, headers) for i, (key, value, headers) in enumerate(part)],
+        timestamp_ms=now,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=sequence,
+    )
+
+
+def _split(records: list[Letter], now: int, max_bytes: int) -> list[list[Letter]]:
+    """``records`` in parts whose batch fits ``max_bytes`` where one record fits, in order."""
+    out: list[list[Letter]] = []
+    pending = [records] if records else []
     while pending:
         part = pending.pop()
-        batch = encode(part)
-        if len(batch) > max_bytes and len(part) > 1:
+        if len(part) > 1 and len(_encode(part, now)) > max_bytes:
             half = len(part) // 2
             pending.extend((part[half:], part[:half]))
             continue
-        out.append(batch)
+        out.append(part)
     return out

@@ -307,3 +307,58 @@ async def test_copy_goes_to_the_dead_letter_partitions_leader(
         assert served.sp.archived(1, 2) == []  # archived already, after the copy
     finally:
         await other.close()
+
+
+class LosingWire(ProduceWire):
+    """A Produce the other node appends, but whose answer is lost the first ``lose`` times."""
+
+    def __init__(self, nodes: dict[int, ShareNode], lose: int) -> None:
+        super().__init__(nodes)
+        self.lose = lose
+
+    async def send(self, node_id: int, api_key: int, api_version: int, request: Any) -> Any:
+        answer = await super().send(node_id, api_key, api_version, request)
+        if self.lose > 0:
+            self.lose -= 1
+            raise TimeoutError("the answer was lost")
+        return answer
+
+
+async def test_a_copy_sent_again_after_a_lost_answer_is_written_once(
+    node: ShareNode, tmp_path: Path
+) -> None:
+    """The writer is an idempotent producer: the leader appended the batch but its answer
+    was lost; the retry carries the same producer id and sequence, so the leader answers
+    it as a duplicate and the dead-letter partition holds each copy once. The next copy
+    to that partition follows with the next sequence."""
+    other = ShareNode(tmp_path / "other")
+    try:
+        other.create(DLQ, 1, {"errors.deadletterqueue.group.enable": "true"})
+        info = await _setup(node, {"errors.deadletterqueue.topic.name": DLQ})
+        wire = LosingWire({2: other}, lose=1)
+        remote = RemoteShareState(wire, lambda p: None, 1, leader_of=lambda t, p: 2)
+        writer = node.leader.dead_letters
+        writer.remote = lambda: remote
+        writer.backoff_ms = 0
+        await node.fetch(G, "m1", 0, [(info, 0)])
+        await node.acknowledge(G, "m1", 1, [(info, 0, [(1, 2, [REJECT])])])
+        await settle(node)
+        await node.acknowledge(G, "m1", 2, [(info, 0, [(3, 3, [REJECT])])])
+        await settle(node)
+        assert wire.sent == [2, 2, 2]  # the first batch twice, then the second
+        there = other.catalog.get(DLQ)
+        assert there is not None
+        got = letters(other, there)
+        assert [(o, h["__dlq.errors.offset"]) for o, _, _, h in got] == [
+            (0, b"1"),
+            (1, b"2"),
+            (2, b"3"),
+        ]
+        plog, _ = other.dp.served_log(there, 0)
+        assert plog is not None
+        data = plog.read(0, 1 << 20)
+        heads = [(h.producer_id, h.base_sequence) for h, _, _ in iter_batches(data)]
+        pid = heads[0][0]
+        assert pid >= 0 and heads == [(pid, 0), (pid, 2)]
+    finally:
+        await other.close()
