@@ -625,36 +625,9 @@ class Settings(BaseSettings):
                 "group.consumer.heartbeat.interval.ms must be less than "
                 "group.consumer.session.timeout.ms"
             )
-        # Kafka's GroupCoordinatorConfig requirements ("%s must be greater/less than or
-        # equal to %s") on the streams intervals and their bounds.
-        interval = "group.streams.assignment.interval.ms"
-        offsets = "group.streams.task.offset.interval.ms"
-        for failed, message in (
-            (
-                self.group_streams_assignment_interval_ms
-                < self.group_streams_min_assignment_interval_ms,
-                f"{interval} must be greater than or equal to "
-                "group.streams.min.assignment.interval.ms",
-            ),
-            (
-                self.group_streams_assignment_interval_ms
-                > self.group_streams_max_assignment_interval_ms,
-                f"{interval} must be less than or equal to group.streams.max.assignment.interval.ms",
-            ),
-            (
-                self.group_streams_task_offset_interval_ms
-                < self.group_streams_min_task_offset_interval_ms,
-                f"{offsets} must be greater than or equal to "
-                "group.streams.min.task.offset.interval.ms",
-            ),
-        ):
-            if failed:
-                raise ValueError(message)
-        tags = self.streams_rack_aware_assignment_tags
-        if len(set(tags)) != len(tags):
-            raise ValueError(
-                "group.streams.rack.aware.assignment.tags must not contain duplicate tag keys."
-            )
+        from coordinator.config.streams_checks import check_streams_settings
+
+        check_streams_settings(self)
         names = self.consumer_group_assignors
         if not names:
             raise ValueError("group.consumer.assignors must name at least one assignor")
