@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from support.clikit import Run, run_cli
+from support.clikit import Run, call_cli, run_cli
 from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,8 @@ SPACING_MS = 20_000  # between a partition's record timestamps
 
 
 def kcli(kgc: KgcProcess, *args: str) -> Run:
-    return run_cli(*args, "--bootstrap-server", kgc.bootstrap)
+    """``kgc *args`` in process (support.clikit); test_exit_codes_and_version keeps subprocesses."""
+    return call_cli(*args, "--bootstrap-server", kgc.bootstrap)
 
 
 def fill(kgc: KgcProcess, topic: str = TOPIC, partitions: int = PARTITIONS) -> int:
@@ -249,7 +250,7 @@ def test_exit_codes_and_version(kgc: KgcProcess, tmp_path: Path) -> None:
     run_cli("health", "--bootstrap-server", "no-port").assert_clean_error(2)
     r = run_cli("serve", "--config", str(tmp_path / "missing.properties"))
     r.assert_clean_error(2)
-    # the server said no: 1; nothing listening: 3
-    kcli(kgc, "groups", "describe", "nope").assert_clean_error(1)
+    # the server said no: 1; nothing listening: 3 -- through the entry point itself
+    run_cli("groups", "describe", "nope", "--bootstrap-server", kgc.bootstrap).assert_clean_error(1)
     kgc.stop()
-    kcli(kgc, "groups", "list").assert_clean_error(3)
+    run_cli("groups", "list", "--bootstrap-server", kgc.bootstrap).assert_clean_error(3)
