@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from support.certkit import Pki, make_pki
-from support.clikit import Run, run_cli
+from support.clikit import Run, call_cli, run_cli
 from support.kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -51,12 +51,13 @@ class Secured:
         return path
 
     def kgc(self, listener: str, config: Path | None, *args: str) -> Run:
+        """``kgc *args`` in process (support.clikit); one test keeps the subprocess."""
         extra = ["--command-config", str(config)] if config else []
-        return run_cli(*args, "--bootstrap-server", self.bootstrap(listener), *extra)
+        return call_cli(*args, "--bootstrap-server", self.bootstrap(listener), *extra)
 
 
 def add_user(data: Path, mechanism: str, user: str, password: str) -> None:
-    run = run_cli(
+    run = call_cli(
         "users", "add", "--data-dir", str(data), "--mechanism", mechanism,
         "--password", password, user,
     )  # fmt: skip
@@ -336,7 +337,12 @@ def test_unusable_command_config_is_bad_usage(secured: Secured, text: str, named
 
 
 def test_missing_command_config_file(secured: Secured) -> None:
-    run = secured.kgc("SASL_SSL", secured.dir / "nope.properties", "topics", "list")
+    # through the entry point itself, as an operator runs it
+    missing = secured.dir / "nope.properties"
+    run = run_cli(
+        "topics", "list", "--bootstrap-server", secured.bootstrap("SASL_SSL"),
+        "--command-config", str(missing),
+    )  # fmt: skip
     run.assert_clean_error(2)
     assert "nope.properties" in run.err
 
