@@ -1,7 +1,8 @@
 """``kgc offsets history|restore|undo`` and ``kgc groups history`` against a real ``kgc serve``
 with a real consumer group (aiokafka), through kgc's DescribeGroupHistory.
 
-The CLI runs as a subprocess in a thread so the consumer keeps heartbeating meanwhile.
+The CLI runs in process (support.clikit's ``call_cli``) in a thread so the consumer keeps
+heartbeating meanwhile; the transaction test runs it as a subprocess, the entry point itself.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import OffsetAndMetadata
-from support.clikit import Run, run_cli
+from support.clikit import Run, call_cli, run_cli
 from support.groupkit import async_wait_until
 from support.kgc_process import KgcProcess
 
@@ -25,7 +26,7 @@ PER_PARTITION = 10
 
 
 async def acli(kgc: KgcProcess, *args: str) -> Run:
-    return await asyncio.to_thread(run_cli, *args, "--bootstrap-server", kgc.bootstrap)
+    return await asyncio.to_thread(call_cli, *args, "--bootstrap-server", kgc.bootstrap)
 
 
 def iso(ms: int) -> str:

@@ -14,7 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
-from support.clikit import Run, run_cli
+from support.clikit import Run, call_cli
 from support.groupkit import async_wait_until
 from support.kgc_process import KgcProcess
 
@@ -24,7 +24,7 @@ TOPIC = "events"
 
 
 async def acli(kgc: KgcProcess, *args: str) -> Run:
-    return await asyncio.to_thread(run_cli, *args, "--bootstrap-server", kgc.bootstrap)
+    return await asyncio.to_thread(call_cli, *args, "--bootstrap-server", kgc.bootstrap)
 
 
 def scrape(kgc: KgcProcess, name: str) -> dict[tuple[str, ...], float]:
@@ -48,8 +48,10 @@ async def status_of(kgc: KgcProcess, group: str) -> str | None:
 async def test_stall_and_stop_on_real_consumers(tmp_path: Path) -> None:
     kgc = KgcProcess(
         tmp_path / "data",
+        # every check of "stuck" follows one of its commits by one CLI call (in process) at
+        # most, so 3 s without a commit is STOP for "stopped" alone
         "--offsets-status-stop-ms",
-        "8000",
+        "3000",
         "--offsets-status-window-commits",
         "3",
     )

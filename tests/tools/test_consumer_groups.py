@@ -1,9 +1,10 @@
 """``kgc groups list|describe`` on a KIP-848 consumer group, against a real ``kgc serve``.
 
 The members are librdkafka consumers with ``group.protocol=consumer`` (ConsumerGroupHeartbeat,
-server-side assignment), each polled in its own thread; the CLI runs as a subprocess. kgc is
-started with short consumer heartbeat intervals so the group settles within seconds. A
-classic group (aiokafka) lives next to it, so the type column and filter have both kinds.
+server-side assignment), each polled in its own thread; the CLI runs in process
+(support.clikit's ``call_cli``). kgc is started with short consumer heartbeat intervals so the
+group settles within seconds. A classic group (aiokafka) lives next to it, so the type column
+and filter have both kinds.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
-from support.clikit import Run, run_cli
+from support.clikit import Run, call_cli
 from support.kgc_process import KgcProcess
 from support.kip848kit import CONSUMER_FLAGS, Member, wait_until
 
@@ -38,7 +39,7 @@ def kgc848(tmp_path: Path) -> Iterator[KgcProcess]:
 
 
 def cli(kgc: KgcProcess, *args: str) -> Run:
-    return run_cli(*args, "--bootstrap-server", kgc.bootstrap)
+    return call_cli(*args, "--bootstrap-server", kgc.bootstrap)
 
 
 def fill_topic(kgc: KgcProcess) -> None:
