@@ -16,7 +16,10 @@ is visible: every record of a committed transaction, none of an aborted one.
   coordinator, and the transaction ends all-or-nothing (what the producer was told
   committed is visible, else nothing of it);
 * a partition leader paused after PrepareCommit and SIGKILLed before it got its marker:
-  the marker reaches the partition's new leader.
+  the marker reaches the partition's new leader;
+* the coordinator SIGSTOPped past its lease with markers pending (a zombie): the next
+  holder completes the transaction and serves the producer's next ones; once SIGCONTed the
+  zombie's markers are fenced by coordinator epoch, nothing aborted shown, nothing lost.
 """
 
 from __future__ import annotations
@@ -188,3 +191,41 @@ def test_leader_killed_before_its_marker(cluster: Cluster) -> None:
     print(f"\nleader SIGKILLed -> committed data visible in {time.monotonic() - killed:.1f} s")
     new_leaders = cluster.wait_topic_led(topic)
     assert victim not in new_leaders.values()
+
+
+def test_zombie_coordinator_is_fenced(cluster: Cluster) -> None:
+    """The coordinator's node SIGSTOPped past its lease with a transaction's markers still to
+    send (a leader paused, so one cannot land first): another node takes the id over and
+    completes it, the producer goes on there (a transaction aborted, one committed); then the
+    zombie is SIGCONTed, its markers and writes at the old coordinator epoch fenced. Nothing
+    aborted is shown, nothing committed lost."""
+    topic, leaders = spread_topic(cluster)
+    txn_id, coordinator, held_back = pick_txn_id(cluster, leaders)
+    p = producer(cluster, txn_id)
+    everywhere = list(range(PARTITIONS))
+    p.begin_transaction()
+    first = send(p, topic, everywhere, "first")
+    cluster.pause(held_back)
+    try:
+        p.commit_transaction(30)  # answered once PrepareCommit is durable
+        cluster.pause(coordinator)  # the zombie: it still believes it holds the id
+    finally:
+        cluster.resume(held_back)
+    try:
+        assert txn_coordinator(cluster, txn_id, timeout=60) != coordinator
+        read_committed(cluster, topic, first, timeout=90)
+        p.begin_transaction()
+        aborted = send(p, topic, everywhere, "aborted")
+        p.abort_transaction(60)
+        p.begin_transaction()
+        second = send(p, topic, everywhere, "second")
+        p.commit_transaction(60)
+    finally:
+        cluster.resume(coordinator)
+    cluster.wait_ready(90)
+    p.begin_transaction()
+    third = send(p, topic, everywhere, "third", per_partition=1)
+    p.commit_transaction(60)
+    seen = read_committed(cluster, topic, first | second | third, timeout=90)
+    assert not seen & aborted, sorted(seen & aborted)[:10]
+    assert seen == first | second | third
