@@ -140,7 +140,12 @@ def test_open_transaction_pins_the_lso_for_everyone(kgc: KgcProcess) -> None:
     assert [(s.current_txn_start_offset, s.last_sequence) for s in open_txns] == [(1, 0)]
 
     t.commit_transaction(TIMEOUT_S)
-    assert latest(kgc.bootstrap, "pin", 0, committed=True) == 23  # past the COMMIT marker
+    # EndTxn answers once PrepareCommit is durable; the marker follows (as in Kafka), so the
+    # last stable offset passes it a moment after the commit.
+    deadline = time.monotonic() + TIMEOUT_S
+    while (stable := latest(kgc.bootstrap, "pin", 0, committed=True)) != 23:
+        assert stable == 1 and time.monotonic() < deadline, stable  # then past the marker
+        time.sleep(0.05)
     values = read_to_end(kgc.bootstrap, "pin", 1, committed=True)
     assert values == [b"before", b"in-txn", *(b"after-%d" % i for i in range(20))]
 
