@@ -319,11 +319,12 @@ class Settings(BaseSettings):
 
     # -- transactions: the transaction coordinator and __transaction_state
     transaction_version: int = Field(
-        1,
+        2,
         ge=0,
         le=2,
-        description="the finalized transaction.version: 2 advertises TV2 (KIP-890 part 2), "
-        "an epoch bump per transaction, to the clients that speak it (Java 4.x)",
+        description="the finalized transaction.version, 2 as Kafka 4.x finalizes it for a new "
+        "cluster: TV2 (KIP-890 part 2), an epoch bump per transaction, for the clients that "
+        "speak it (Java 4.x); 1 leaves every client on the TV1 protocol",
     )
     transaction_max_timeout_ms: int = Field(
         900000, ge=1, description="longest transaction.timeout.ms a producer may ask for"
