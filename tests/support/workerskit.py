@@ -183,9 +183,17 @@ class Workers(KgcProcess):
         self.wait_listening(worker, timeout)
 
     def worker_pid(self, worker: int) -> int:
-        pid = lock_holder(self.data_dir, worker)
-        assert pid is not None, f"no pid in .lock.w{worker}"
-        return pid
+        # A worker starting again truncates its lock file before it writes its pid: the
+        # file is read again until the pid is there.
+        found: list[int] = []
+
+        def written() -> bool:
+            pid = lock_holder(self.data_dir, worker)
+            found[:] = [] if pid is None else [pid]
+            return bool(found)
+
+        wait_for(f"a pid in .lock.w{worker}", written, 15)
+        return found[0]
 
 
 def kill_node(node: KgcProcess, workers: int) -> None:
