@@ -275,15 +275,14 @@ class RoutedVerifier:
             ]
         )
         version = ADD_PARTITIONS_VERIFY_VERSION if verify_only else ADD_PARTITIONS_VERSION
-        owner_id = node
         try:
-            response = await self.peers.send(owner_id, apt.API_KEY, version, request)
+            response = await self.peers.send(node, apt.API_KEY, version, request)
         except PeerError as exc:
             log.info(
                 "AddPartitionsToTxn v%d of %r to node %d failed: %s",
                 version,
                 transactional_id,
-                owner_id,
+                node,
                 exc,
             )
             return dict.fromkeys(partitions, E.NETWORK_EXCEPTION)
@@ -294,7 +293,7 @@ class RoutedVerifier:
                 log.error(
                     "node %d refused this node's AddPartitionsToTxn (CLUSTER_AUTHORIZATION_FAILED): "
                     "the inter-broker principal needs CLUSTER_ACTION (super.users)",
-                    owner_id,
+                    node,
                 )
                 code = E.INVALID_TXN_STATE
             return dict.fromkeys(partitions, code)
