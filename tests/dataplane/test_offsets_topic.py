@@ -8,24 +8,16 @@ Metadata lists the topic as Kafka does; every write to it is refused as Kafka re
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import brokernodekit
 
-from coordinator.apis import Parts, handlers
-from coordinator.apis.topics import Broker
-from coordinator.catalog import TopicCatalog
-from coordinator.config import Settings
-from coordinator.dataplane import DataPlane
-from coordinator.dataplane.offsets_topic import OffsetsTopic, admin_refusal, offsets_topic_id
-from coordinator.node.assemble import group_core, log_config_for
-from coordinator.node.reconcile import reconcile
-from coordinator.server.handler import CLOSE_CONNECTION, ClientInfo, Deferred
+from coordinator.dataplane.offsets_topic import admin_refusal, offsets_topic_id
+from coordinator.server.handler import CLOSE_CONNECTION
 from protocol.errors import ErrorCode
-from protocol.framing import RequestHeader
 from protocol.messages import (
     create_topics,
     delete_topics,
@@ -38,8 +30,6 @@ from protocol.messages import (
     sync_group,
 )
 from storage.local.cleaner import LogCleaner
-from storage.local.durability import Flusher
-from storage.local.manager import LogManager
 from storage.record_batch import encode_batch, iter_batches, iter_record_tuples
 from storage.records import (
     GroupMetadataKey,
@@ -50,39 +40,12 @@ from storage.records import (
     partition_for,
 )
 
-CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 TOPIC = "__consumer_offsets"
-PARTITIONS = 4
+PARTITIONS = 4  # brokernodekit.Node's offsets.topic.num.partitions
 
 
-class Node:
-    """One embedded kgc node's parts, wired as ``coordinator.node.assemble`` wires them."""
-
-    def __init__(self, data_dir: Path, **settings: Any) -> None:
-        s = self.settings = Settings(
-            data_dir=data_dir,
-            offsets_topic_num_partitions=PARTITIONS,
-            group_initial_rebalance_delay_ms=0,
-            **settings,
-        )
-        self.flusher = Flusher()
-        self.logs = LogManager(data_dir, flusher=self.flusher)
-        self.catalog = TopicCatalog(data_dir / "topics.json")
-        reconcile(self.catalog, self.logs)
-        self.logs.open_all(functools.partial(log_config_for, s, self.catalog))
-        _, _, self.groups = group_core(s, self.catalog, self.logs, self.flusher, hosted=True)
-        self.offsets = OffsetsTopic(self.groups, s.cluster_id)
-        self.data = DataPlane(s, self.catalog, self.logs, self.flusher, offsets_topic=self.offsets)
-        self.broker = Broker(
-            s, self.catalog, self.logs, self.groups, self.data, advertised_port=9092
-        )
-        self.h = handlers(Parts(broker=self.broker, groups=self.groups, data=self.data))
-
-    async def call(self, key: int, version: int, body: Any) -> Any:
-        res = self.h[key](RequestHeader(key, version, 1, "test"), body, CLIENT)
-        if isinstance(res, Deferred):
-            res = await res
-        return res
+class Node(brokernodekit.Node):
+    """brokernodekit's node, with a group's commits and Fetch requests of the offsets topic."""
 
     async def commit(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         req = offset_commit.Request(
@@ -140,12 +103,6 @@ class Node:
     async def fetch(self, partition: int, offset: int = 0, version: int = 12, **kw: Any) -> Any:
         resp = await self.call(fetch.API_KEY, version, self.fetch_req(partition, offset, **kw))
         return resp.responses[0].partitions[0]
-
-    async def close(self) -> None:
-        await self.data.stop()
-        self.groups.close()
-        await self.flusher.stop()
-        self.logs.close_all()
 
 
 @pytest.fixture

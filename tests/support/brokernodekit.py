@@ -2,9 +2,10 @@
 
 How this works: ``Node`` wires the real broker, group runtime and data plane as
 ``coordinator.node.assemble`` wires them (settings: four offsets partitions, no initial
-rebalance delay), on a ``LogManager`` in ``data_dir`` with its catalog reconciled from the
+rebalance delay, and any other given as a keyword), on a ``LogManager`` in ``data_dir`` with its catalog reconciled from the
 partition directories, so a second ``Node`` on the same directory is a restart. ``call``
-runs one request through the API table's handler (no sockets) and awaits a deferred reply;
+runs one request through the API table's handler (the broker's, the group coordinator's and
+the data plane's APIs; no sockets) and awaits a deferred reply;
 ``close`` stops the data plane, the group core, the flusher and the logs.
 """
 
@@ -31,9 +32,12 @@ CLIENT = ClientInfo("test", "127.0.0.1", 1, 1)
 
 
 class Node:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, **settings: Any) -> None:
         s = self.settings = Settings(
-            data_dir=data_dir, offsets_topic_num_partitions=4, group_initial_rebalance_delay_ms=0
+            data_dir=data_dir,
+            offsets_topic_num_partitions=4,
+            group_initial_rebalance_delay_ms=0,
+            **settings,
         )
         self.flusher = Flusher()
         self.logs = LogManager(data_dir, flusher=self.flusher)
@@ -46,7 +50,7 @@ class Node:
         self.broker = Broker(
             s, self.catalog, self.logs, self.groups, self.data, advertised_port=9092
         )
-        self.h = handlers(Parts(broker=self.broker))
+        self.h = handlers(Parts(broker=self.broker, groups=self.groups, data=self.data))
 
     async def call(self, key: int, version: int, body: Any) -> Any:
         res = self.h[key](RequestHeader(key, version, 1, "test"), body, CLIENT)
