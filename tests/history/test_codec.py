@@ -119,3 +119,16 @@ def test_a_value_filters_by_group() -> None:
 def test_damage_is_a_format_error(bad: bytes) -> None:
     with pytest.raises(HistoryFormatError):
         decode(bad)
+
+
+def test_a_delete_among_commits_and_an_unchanged_count_past_32_bits() -> None:
+    offsets: dict[tuple[str, int], OffsetEntry | None] = {
+        ("t", 0): OffsetEntry(7, -1, "", T),
+        ("t", 1): None,
+    }
+    c = commit(offsets, previous=[3, 9], unchanged=[2**33, 0])
+    got = [e for e in decode(encode(T, [c])) if isinstance(e, OffsetHistoryEntry)]
+    assert [(e.offset, e.previous, e.unchanged) for e in got] == [
+        (7, 3, 2**32 - 1),
+        (DELETED, 9, 0),
+    ]

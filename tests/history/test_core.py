@@ -67,6 +67,17 @@ def test_a_change_is_reported_with_who_and_the_offset_before() -> None:
     assert (got[0].member_id, got[0].client_id, got[0].host) == ("", h.client_id, h.client_host)
 
 
+def test_a_new_partition_beside_moved_ones_has_no_offset_before() -> None:
+    h = GroupContext(ON)
+    h.commit("g", {("t", 0): 5})
+    h.commit("g", {("t", 0): 6, ("t", 1): 2})
+    assert [(c.partition_index, c.offset, c.previous, c.unchanged) for c in changes(h)] == [
+        (0, 5, -1, 0),
+        (0, 6, 5, 0),
+        (1, 2, -1, 0),
+    ]
+
+
 def test_unchanged_commits_are_counted_into_the_next_change() -> None:
     h = GroupContext(ON)
     h.commit("g", {("t", 0): 5})
