@@ -740,6 +740,26 @@ async def test_tv2_first_transactional_batch_of_a_new_producer_must_start_at_seq
     assert await latest(txnode, committed=False) == 0
     r = await txn_produce(txnode, "t", 0, [b"a", b"b"], pid=1, seq=0, version=12)
     assert (r.error_code, r.base_offset) == (ErrorCode.NO_ERROR, 0)
+    # The TV2 commit marker carries the bumped epoch, which leaves the producer no batch
+    # here at it: the next transaction starts at 0 again.
+    marker = write_txn_markers.Request(
+        markers=[
+            write_txn_markers.WritableTxnMarker(
+                producer_id=1,
+                producer_epoch=1,
+                transaction_result=True,
+                topics=[write_txn_markers.WritableTxnMarkerTopic(name="t", partition_indexes=[0])],
+                coordinator_epoch=0,
+                transaction_version=2,
+            )
+        ]
+    )
+    resp = await txnode.call(write_txn_markers.API_KEY, 2, marker)
+    assert resp.markers[0].topics[0].partitions[0].error_code == 0
+    r = await txn_produce(txnode, "t", 0, [b"c"], pid=1, seq=2, epoch=1, version=12)
+    assert r.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    r = await txn_produce(txnode, "t", 0, [b"c"], pid=1, seq=0, epoch=1, version=12)
+    assert (r.error_code, r.base_offset) == (ErrorCode.NO_ERROR, 3)
     # TV1 (Produce v11, verified): a producer new to the partition may start anywhere.
     coord(txnode).partitions[2] = {("t", 1)}
     r = await txn_produce(txnode, "t", 1, [b"a"], pid=2, seq=5, version=11)
