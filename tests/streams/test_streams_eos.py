@@ -27,74 +27,26 @@ once acknowledged), so the input itself is exact.
 
 from __future__ import annotations
 
-import random
-import signal
-import subprocess
-import threading
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from support.kafkaserver import java_command
 from support.kgc_process import KgcProcess
+from support.wordcountkit import (
+    ALL_TASKS,
+    PARTITIONS,
+    StreamsInstance,
+    lines_of,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration, pytest.mark.slow]
 
-PARTITIONS = 2
-ALL_TASKS = {"0_0", "0_1", "1_0", "1_1"}
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
-
-
-class Instance:
-    """One WordCount JVM; its stdout lines (``state X``, ``tasks a,b``, ``error E``) kept."""
-
-    def __init__(self, name: str, args: list[str]) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(
-            java_command("kgc.streams.WordCount", *args),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-        )
-        self.lines: list[str] = []
-        self.lock = threading.Lock()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.lock:
-                self.lines.append(line.rstrip("\n"))
-
-    def last(self, prefix: str) -> str | None:
-        with self.lock:
-            for line in reversed(self.lines):
-                if line.startswith(prefix + " "):
-                    return line[len(prefix) + 1 :]
-        return None
-
-    def tasks(self) -> set[str]:
-        last = self.last("tasks")
-        return set(last.split(",")) - {""} if last is not None else set()
-
-    def running(self) -> bool:
-        return self.last("state") == "RUNNING"
-
-    def tail(self) -> str:
-        with self.lock:
-            return "\n".join(self.lines[-80:])
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
 
 
 class Output:
@@ -125,24 +77,6 @@ class Output:
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float, insts: list[Instance]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        for i in insts:
-            assert i.last("error") is None, f"{i.name} failed:\n{i.tail()}"
-        time.sleep(0.05)
-    logs = "\n".join(f"--- {i.name}\n{i.tail()}" for i in insts)
-    raise AssertionError(f"timed out waiting for {what}\n{logs}")
-
-
-def lines_of(words: Counter[str], seed: int) -> list[str]:
-    flat = [w for w, n in sorted(words.items()) for _ in range(n)]
-    random.Random(seed).shuffle(flat)
-    return [" ".join(flat[i : i + 4]) for i in range(0, len(flat), 4)]
 
 
 @pytest.fixture(params=[1, 2], ids=["tv1", "tv2"])
@@ -193,12 +127,15 @@ def test_word_count_exactly_once_through_kills(
             producer.produce("in", value=line.encode(), partition=i % PARTITIONS)
         assert producer.flush(30) == 0
 
-    insts: list[Instance] = []
+    insts: list[StreamsInstance] = []
     output = Output(kgc.bootstrap, "out")
     try:
         for name in ("a", "b"):
-            args = [kgc.bootstrap, app, "in", "out", str(tmp_path / name)]
-            insts.append(Instance(name, [*args, "exactly_once_v2", protocol]))
+            server = (kgc.bootstrap, protocol)
+            state = tmp_path / name
+            insts.append(
+                StreamsInstance(name, server, app, ("in", "out"), state, "exactly_once_v2")
+            )
         wait_until(
             "both instances running with two tasks each",
             lambda: (
@@ -229,6 +166,7 @@ def test_word_count_exactly_once_through_kills(
             lambda: sum(len(v) for v in output.poll().values()) > started,
             60,
             insts,
+            poll=0.05,  # the kill is to land mid-batch
         )
         victim.kill()
         expected += batch2
@@ -255,6 +193,7 @@ def test_word_count_exactly_once_through_kills(
             lambda: sum(len(v) for v in output.poll().values()) > started,
             60,
             [survivor],
+            poll=0.05,
         )
         # Killed before the whole batch is visible: the kill lands mid-batch.
         assert sum(len(v) for v in output.poll().values()) < started + sum(batch3.values())
@@ -270,4 +209,4 @@ def test_word_count_exactly_once_through_kills(
     finally:
         output.close()
         for i in insts:
-            i.kill()
+            i.stop()

@@ -31,7 +31,6 @@ Where it waits, it waits on the printed lines or on the output, never on bare sl
 from __future__ import annotations
 
 import json
-import struct
 import subprocess
 import threading
 import time
@@ -40,12 +39,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka.admin import KafkaAdminClient
 from support.clikit import run_cli
 from support.kafkaserver import java_command
 from support.kgc_process import KgcProcess
+from support.wordcountkit import Cluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 
@@ -169,44 +169,6 @@ def group_states(bootstrap: str) -> dict[str, str]:
         kp.close()
 
 
-def produce(bootstrap: str, words: dict[str, int]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    i = 0
-    for word, n in sorted(words.items()):
-        for _ in range(n):
-            producer.produce("in", value=word.encode(), partition=i % PARTITIONS)
-            i += 1
-    assert producer.flush(30) == 0
-
-
-def counts(bootstrap: str) -> dict[str, int]:
-    """The output topic's latest count per word, read to its end."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False}
-    )
-    latest: dict[str, int] = {}
-    try:
-        for p in range(PARTITIONS):
-            _, high = consumer.get_watermark_offsets(TopicPartition("out", p), 10)
-            if high == 0:
-                continue
-            consumer.assign([TopicPartition("out", p, 0)])
-            offset = 0
-            deadline = time.monotonic() + 30
-            while offset < high:
-                assert time.monotonic() < deadline, f"output partition {p} short of {high}"
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    continue
-                if msg.error():
-                    raise KafkaException(msg.error())
-                latest[msg.key().decode()] = struct.unpack(">q", msg.value())[0]
-                offset = msg.offset() + 1
-    finally:
-        consumer.close()
-    return latest
-
-
 @pytest.fixture
 def app_and_kgc(tmp_path: Path) -> Iterator[tuple[App, KgcProcess, str]]:
     kgc = KgcProcess(
@@ -246,10 +208,12 @@ def test_word_count_scaling_and_coordinator_restart(
     expected: dict[str, int] = {}
 
     def add(words: dict[str, int]) -> None:
-        produce(bootstrap, words)
+        """Each word a record of its own, over the partitions in turn; then the counts."""
+        cluster = Cluster(bootstrap, name, "in", "out", partitions=PARTITIONS)
+        cluster.produce([w for w, n in sorted(words.items()) for _ in range(n)])
         for w, n in words.items():
             expected[w] = expected.get(w, 0) + n
-        wait_until("exact counts", lambda: counts(bootstrap) == expected, app)
+        wait_until("exact counts", lambda: cluster.counts() == expected, app)
 
     # 0. The source topic is missing: the heartbeat's status says so, the instance waits
     # (REBALANCING, no task) until the topic is created, then starts.

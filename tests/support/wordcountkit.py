@@ -2,11 +2,12 @@
 
 How this works: ``StreamsInstance`` starts one ``kgc.streams.WordCount`` JVM (tests/jvm:
 words counted through a repartition topic, ``groupBy`` on the word, into a store logged to
-a compacted changelog) against a bootstrap address with a group protocol, and a reader
+a compacted changelog) against a bootstrap address with a group protocol and a processing
+guarantee (at-least-once unless told), and a reader
 thread collects its stdout lines, on which the program reports ``state``, ``tasks`` and
 ``error``; ``wait_until`` polls a check and fails at once when an instance reports an
 error. ``Cluster`` is the client side: the input and output topics (``PARTITIONS`` each,
-so ``ALL_TASKS`` are four), producing lines (``lines_of`` shuffles counted words into
+so ``ALL_TASKS`` are four, unless given another count), producing lines (``lines_of`` shuffles counted words into
 them), the output's latest count per word, whether the group's committed offsets reached
 the end of the input and repartition topics, their log start offsets and the internal
 topics' configs. ``repartition_of`` is the partition Streams' default partitioner gives a
@@ -51,10 +52,11 @@ class StreamsInstance:
         app: str,
         topics: tuple[str, str],
         state: Path,
+        guarantee: str = "at_least_once",  # processing.guarantee
     ):
         self.name = name
         bootstrap, protocol = server
-        args = [bootstrap, app, topics[0], topics[1], str(state), "at_least_once", protocol]
+        args = [bootstrap, app, topics[0], topics[1], str(state), guarantee, protocol]
         cmd = java_command("kgc.streams.WordCount", *args)
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
@@ -137,8 +139,16 @@ def lines_of(words: Counter[str], seed: int) -> list[str]:
 class Cluster:
     """The client side of the scenario: topics, producing, the output and the group's offsets."""
 
-    def __init__(self, bootstrap: str, app: str, input_topic: str, output_topic: str):
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        input_topic: str,
+        output_topic: str,
+        partitions: int = PARTITIONS,
+    ):
         self.bootstrap = bootstrap
+        self.partitions = partitions
         self.app = app
         self.input = input_topic
         self.output = output_topic
@@ -146,13 +156,13 @@ class Cluster:
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
 
     def create_topics(self) -> None:
-        new = [NewTopic(t, PARTITIONS, 1) for t in (self.input, self.output)]
+        new = [NewTopic(t, self.partitions, 1) for t in (self.input, self.output)]
         for future in self.admin.create_topics(new, operation_timeout=10).values():
             future.result()
 
     def produce(self, lines: list[str]) -> None:
         for i, line in enumerate(lines):
-            self.producer.produce(self.input, value=line.encode(), partition=i % PARTITIONS)
+            self.producer.produce(self.input, value=line.encode(), partition=i % self.partitions)
             self.producer.poll(0)
         assert self.producer.flush(30) == 0
 
@@ -163,7 +173,7 @@ class Cluster:
         )
         latest: dict[str, int] = {}
         try:
-            for p in range(PARTITIONS):
+            for p in range(self.partitions):
                 _, high = consumer.get_watermark_offsets(TopicPartition(self.output, p), 10)
                 if high == 0:
                     continue
@@ -193,7 +203,7 @@ class Cluster:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "unused"})
         try:
             for topic in topics:
-                for p in range(PARTITIONS):
+                for p in range(self.partitions):
                     _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
                     if committed.get((topic, p), -1) != high:
                         return False
@@ -206,7 +216,7 @@ class Cluster:
         try:
             return [
                 consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[0]
-                for p in range(PARTITIONS)
+                for p in range(self.partitions)
             ]
         finally:
             consumer.close()
