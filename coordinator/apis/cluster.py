@@ -88,26 +88,25 @@ class ApiVersions:
                 for k, (lo, hi) in sorted(self.supported.items())
             ]
             body = ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
-            # The features kgc finalizes (v3+'s tagged fields): (name, supported max, level).
+            # The features kgc supports (v3+'s tagged fields): (name, supported max, finalized
+            # level). As Kafka 4.4, transaction.version is supported 0-2 at every level and
+            # finalized only from 1 (a level 0 feature is absent from Kafka's finalized map);
+            # the Java client turns TV2 on when it sees level >= 2 at an epoch newer than it knew.
             features: list[tuple[str, int, int]] = []
             if SHARE_GROUP_HEARTBEAT_KEY in self.supported:
                 features.append((SHARE_VERSION, SHARE_VERSION_LEVEL, SHARE_VERSION_LEVEL))
-            if self.transaction_version >= 2:
-                # The Java client turns TV2 on when it sees transaction.version >= 2 at an
-                # epoch newer than it knew.
-                features.append((TRANSACTION_VERSION, 2, self.transaction_version))
-            if features:
-                # Below v4 Kafka leaves out supported features whose range starts at 0
-                # (older clients cannot read such a range, KIP-1022): every one of kgc's.
-                body.supported_features = (
-                    [SupportedFeatureKey(name, 0, top) for name, top, _ in features]
-                    if header.api_version >= 4
-                    else []
-                )
-                body.finalized_features_epoch = 1
-                body.finalized_features = [
-                    FinalizedFeatureKey(name, level, level) for name, _, level in features
-                ]
+            features.append((TRANSACTION_VERSION, 2, self.transaction_version))
+            # Below v4 Kafka leaves out supported features whose range starts at 0 (older
+            # clients cannot read such a range, KIP-1022): every one of kgc's.
+            body.supported_features = (
+                [SupportedFeatureKey(name, 0, top) for name, top, _ in features]
+                if header.api_version >= 4
+                else []
+            )
+            body.finalized_features_epoch = 1
+            body.finalized_features = [
+                FinalizedFeatureKey(name, level, level) for name, _, level in features if level > 0
+            ]
             cached = self._bodies[header.api_version] = encode_body(
                 API_VERSIONS_KEY, header.api_version, body
             )

@@ -66,54 +66,57 @@ def test_versions_before_3_carry_no_software_name_and_are_not_checked() -> None:
         assert _ask(v, "", "").error_code == 0
 
 
-@pytest.mark.parametrize("version", [3, 4])
-def test_transaction_version_2_is_a_finalized_feature_only_when_set(version: int) -> None:
-    """The Java client turns TV2 on when FinalizedFeatures hold transaction.version >= 2 at
-    an epoch newer than it knew; kgc lists the feature only when it finalizes 2."""
+def _features(
+    version: int, transaction_version: int, table: dict[int, object] | None = None
+) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int]], int]:
+    """(supported, finalized, epoch) of ApiVersions at ``version``."""
     request = api_versions.ApiVersionsRequest(
         client_software_name="apache-kafka-java", client_software_version="4.4.0"
     )
     header = RequestHeader(api_versions.API_KEY, version, 1, "t")
-    answers = {}
-    for tv in (1, 2):
-        body = dispatcher(transaction_version=tv).api_versions(header, request, CLIENT)
-        answers[tv], _ = api_versions.RESPONSE_DECODERS[version](body, 0)
-    assert (answers[1].supported_features, answers[1].finalized_features) == ([], [])
-    assert answers[1].finalized_features_epoch == -1
-    tv2 = answers[2]
-    # Below v4 Kafka leaves out supported ranges starting at 0 (KIP-1022).
-    assert [(f.name, f.min_version, f.max_version) for f in tv2.supported_features] == (
-        [("transaction.version", 0, 2)] if version >= 4 else []
+    dispatch = dispatcher(table or {}, transaction_version=transaction_version)  # type: ignore[arg-type]
+    resp, _ = api_versions.RESPONSE_DECODERS[version](
+        dispatch.api_versions(header, request, CLIENT), 0
     )
-    assert [(f.name, f.min_version_level, f.max_version_level) for f in tv2.finalized_features] == [
-        ("transaction.version", 2, 2)
-    ]
-    assert tv2.finalized_features_epoch >= 0
+    return (
+        [(f.name, f.min_version, f.max_version) for f in resp.supported_features],
+        [(f.name, f.min_version_level, f.max_version_level) for f in resp.finalized_features],
+        resp.finalized_features_epoch,
+    )
 
 
 @pytest.mark.parametrize("version", [3, 4])
-def test_share_version_2_is_finalized_where_share_groups_are_served(version: int) -> None:
-    """Kafka 4.4 finalizes share.version 2 (supported 0-2); kgc lists it where it
-    advertises ShareGroupHeartbeat, beside transaction.version when that is 2."""
-    request = api_versions.ApiVersionsRequest(
-        client_software_name="apache-kafka-java", client_software_version="4.4.0"
+@pytest.mark.parametrize("transaction_version", [0, 1, 2])
+def test_transaction_version_is_supported_0_to_2_and_finalized_from_1(
+    version: int, transaction_version: int
+) -> None:
+    """Kafka 4.4 formatted at transaction.version 0, 1 and 2 (kafka-storage format --feature
+    transaction.version=N), asked ApiVersions v4: supported transaction.version 0-2 every
+    time; finalized 1-1 and 2-2 at levels 1 and 2, absent at 0 (a level 0 feature leaves
+    Kafka's finalized map). v3 lists no supported range starting at 0 (KIP-1022). The Java
+    client turns TV2 on when it sees level >= 2."""
+    supported, finalized, epoch = _features(version, transaction_version)
+    assert supported == ([("transaction.version", 0, 2)] if version >= 4 else [])
+    assert finalized == (
+        [("transaction.version", transaction_version, transaction_version)]
+        if transaction_version >= 1
+        else []
     )
-    header = RequestHeader(api_versions.API_KEY, version, 1, "t")
+    assert epoch >= 0
 
-    def answer(transaction_version: int) -> api_versions.ApiVersionsResponse:
-        table = {share_group_heartbeat.API_KEY: lambda *a: b""}
-        dispatch = dispatcher(table, transaction_version=transaction_version)  # type: ignore[arg-type]
-        resp, _ = api_versions.RESPONSE_DECODERS[version](
-            dispatch.api_versions(header, request, CLIENT), 0
-        )
-        return resp
 
-    for tv, names in ((1, ["share.version"]), (2, ["share.version", "transaction.version"])):
-        resp = answer(tv)
-        levels = [
-            (f.name, f.min_version_level, f.max_version_level) for f in resp.finalized_features
-        ]
-        assert levels == [(n, 2, 2) for n in names]
-        ranges = [(f.name, f.min_version, f.max_version) for f in resp.supported_features]
-        assert ranges == ([(n, 0, 2) for n in names] if version >= 4 else [])
-        assert resp.finalized_features_epoch == 1
+@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize("transaction_version", [0, 1, 2])
+def test_share_version_2_is_finalized_where_share_groups_are_served(
+    version: int, transaction_version: int
+) -> None:
+    """Kafka 4.4 finalizes share.version 2 (supported 0-2) beside transaction.version at
+    each of its levels; kgc lists it where it advertises ShareGroupHeartbeat."""
+    table: dict[int, object] = {share_group_heartbeat.API_KEY: lambda *a: b""}
+    supported, finalized, epoch = _features(version, transaction_version, table)
+    tv = [("transaction.version", transaction_version, transaction_version)]
+    assert finalized == [("share.version", 2, 2)] + (tv if transaction_version >= 1 else [])
+    assert supported == (
+        [("share.version", 0, 2), ("transaction.version", 0, 2)] if version >= 4 else []
+    )
+    assert epoch == 1

@@ -12,9 +12,12 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from pathlib import Path
 
 import pytest
-from support.diffkit import Runner, Side
+from support.diffkit import Runner, Side, run_both
+from support.kafkaserver import running_broker
+from support.kgc_process import KgcProcess
 
 from coordinator.apis import SUPPORTED
 from protocol.messages import (
@@ -375,6 +378,21 @@ def cluster_and_log_dirs(side: Side) -> None:
 def test_api_versions(diff: Runner) -> None:
     outcome = diff(api_versions_every_version)
     assert outcome.kafka.exchanges[0].response["error_code"] == 0
+
+
+def test_api_versions_at_transaction_version_1(tmp_path: Path) -> None:
+    """Kafka formatted at transaction.version 1 against kgc --transaction-version 1: the
+    same features (transaction.version supported 0-2, finalized 1) in every version."""
+    kgc = KgcProcess(tmp_path / "data", "--transaction-version", "1")
+    with running_broker(features={"transaction.version": 1}) as kafka:
+        kgc.start()
+        try:
+            outcome = run_both(api_versions_every_version, kafka.bootstrap, kgc.bootstrap)
+        finally:
+            kgc.stop()
+    v4 = {e.step: e.response for e in outcome.kafka.exchanges}["api_versions.v4.features"]
+    assert v4["finalized_features"]["transaction_version"] == (1, 1)
+    assert v4["supported_features"]["transaction_version"] == (0, 2)
 
 
 def test_metadata_find_coordinator_cluster(diff: Runner) -> None:

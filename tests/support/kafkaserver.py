@@ -96,6 +96,7 @@ class KafkaServer:
         overrides: dict[str, str] | None = None,
         heap: str = "768m",
         fast_start: bool = True,
+        features: dict[str, int] | None = None,
     ) -> None:
         self.base = Path(base_dir)
         self.port = port or _free_port()
@@ -107,6 +108,9 @@ class KafkaServer:
         self.heap = heap
         # C1 only starts the JVM about twice as fast on two cores; a benchmark wants C2.
         self.fast_start = fast_start
+        # Feature levels set at format (kafka-storage format --feature name=level), e.g.
+        # transaction.version 1 instead of the release's default 2.
+        self.features = dict(features or {})
         self.cluster_id = _cluster_id()
         self.proc: subprocess.Popen[bytes] | None = None
         self.start_seconds = 0.0
@@ -164,6 +168,7 @@ class KafkaServer:
             str(self.config_file),
             "--standalone",
             "--ignore-formatted",
+            *(a for name, level in self.features.items() for a in ("--feature", f"{name}={level}")),
             heap="128m",
         )
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
