@@ -9,9 +9,6 @@ authorizer the ACL APIs answer SECURITY_DISABLED, as Kafka's do.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +23,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from support.clikit import Run, call_cli, run_cli
 from support.kgc_process import KgcProcess
 
 from coordinator.tools.client import Connection
@@ -212,14 +210,9 @@ def test_without_an_authorizer_the_acl_apis_answer_security_disabled(kgc: KgcPro
     assert resp.error_message == "No Authorizer is configured on the broker"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator", "acls", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+def cli(*args: str) -> Run:
+    """``kgc acls *args`` in process (support.clikit); the last usage error runs the entry point."""
+    return call_cli("acls", *args)
 
 
 def test_kgc_acls_add_list_remove(secured: KgcProcess) -> None:
@@ -240,16 +233,16 @@ def test_kgc_acls_add_list_remove(secured: KgcProcess) -> None:
         "--resource-pattern-type",
         "prefixed",
     )
-    assert added.returncode == 0, added.stderr
-    assert len(json.loads(added.stdout)) == 4
+    assert added.code == 0, added.err
+    assert len(json.loads(added.out)) == 4
 
     denied = cli(
         "add", *boot, "--deny-principal", "User:bob", "--deny-host", "10.1.1.1", "--cluster"
     )
-    assert denied.returncode == 0, denied.stderr
+    assert denied.code == 0, denied.err
 
     listed = cli("list", *boot)
-    assert listed.returncode == 0, listed.stderr
+    assert listed.code == 0, listed.err
     rows = {
         (
             r["resource_type"],
@@ -260,7 +253,7 @@ def test_kgc_acls_add_list_remove(secured: KgcProcess) -> None:
             r["operation"],
             r["permission"],
         )
-        for r in json.loads(listed.stdout)
+        for r in json.loads(listed.out)
     }
     assert rows == {
         ("TOPIC", "orders", "PREFIXED", "User:alice", "*", "Read", "Allow"),
@@ -270,9 +263,9 @@ def test_kgc_acls_add_list_remove(secured: KgcProcess) -> None:
         ("CLUSTER", "kafka-cluster", "LITERAL", "User:bob", "10.1.1.1", "All", "Deny"),
     }
     only_bob = cli("list", *boot, "--principal", "User:bob")
-    assert [r["principal"] for r in json.loads(only_bob.stdout)] == ["User:bob"]
+    assert [r["principal"] for r in json.loads(only_bob.out)] == ["User:bob"]
     topic = cli("list", *boot, "--topic", "orders", "--resource-pattern-type", "PREFIXED")
-    assert {r["operation"] for r in json.loads(topic.stdout)} == {"Read", "Describe"}
+    assert {r["operation"] for r in json.loads(topic.out)} == {"Read", "Describe"}
 
     # One principal's Describe on the group, then every ACL of the topic.
     one = cli(
@@ -288,18 +281,20 @@ def test_kgc_acls_add_list_remove(secured: KgcProcess) -> None:
         "--resource-pattern-type",
         "PREFIXED",
     )
-    assert one.returncode == 0, one.stderr
-    assert [r["operation"] for r in json.loads(one.stdout)] == ["Describe"]
+    assert one.code == 0, one.err
+    assert [r["operation"] for r in json.loads(one.out)] == ["Describe"]
     whole = cli(
         "remove", *boot, "--force", "--topic", "orders", "--resource-pattern-type", "PREFIXED"
     )
-    assert whole.returncode == 0, whole.stderr
-    assert len(json.loads(whole.stdout)) == 2
-    left = {(r["resource_type"], r["operation"]) for r in json.loads(cli("list", *boot).stdout)}
+    assert whole.code == 0, whole.err
+    assert len(json.loads(whole.out)) == 2
+    left = {(r["resource_type"], r["operation"]) for r in json.loads(cli("list", *boot).out)}
     assert left == {("GROUP", "Read"), ("CLUSTER", "All")}
 
     # Usage errors: one line, exit 2.
     bad = cli("add", *boot, "--allow-principal", "alice", "--topic", "t")
-    assert bad.returncode == 2 and "principalType:principalName" in bad.stderr
-    bad_op = cli("add", *boot, "--allow-principal", "User:a", "--operation", "Read", "--cluster")
-    assert bad_op.returncode == 2 and "only supports operations" in bad_op.stderr
+    assert bad.code == 2 and "principalType:principalName" in bad.err
+    bad_op = run_cli(
+        "acls", "add", *boot, "--allow-principal", "User:a", "--operation", "Read", "--cluster"
+    )
+    assert bad_op.code == 2 and "only supports operations" in bad_op.err

@@ -1,9 +1,12 @@
-"""``kgc topics`` and ``kgc health`` against a real ``kgc serve``; exit codes and errors."""
+"""``kgc topics`` and ``kgc health`` against a real ``kgc serve``; exit codes and errors.
+
+``health`` and the unreachable server run the entry point (a subprocess, the ``cli`` fixture);
+the rest runs in process (support.clikit's ``call_cli``)."""
 
 from __future__ import annotations
 
 import pytest
-from support.clikit import CLI
+from support.clikit import CLI, call_cli
 from support.kgc_process import KgcProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -21,33 +24,33 @@ def test_health_ok_and_unreachable(kgc: KgcProcess, cli: CLI) -> None:
     assert "unhealthy" in down.err
 
 
-def test_topics_create_list_describe_delete(kgc: KgcProcess, cli: CLI) -> None:
+def test_topics_create_list_describe_delete(kgc: KgcProcess) -> None:
     b = ("--bootstrap-server", kgc.bootstrap)
-    created = cli(
+    created = call_cli(
         "topics", "create", "payments", "--partitions", "3", "--config", "retention.ms=60000", *b
     )
     assert created.code == 0, created
     assert "Created topic 'payments'" in created.out
 
-    listed = cli("topics", "list", *b, "--output", "json").json()
+    listed = call_cli("topics", "list", *b, "--output", "json").json()
     assert {"topic": "payments", "partitions": 3, "internal": False} in listed
 
-    table = cli("topics", "list", *b)
+    table = call_cli("topics", "list", *b)
     assert table.out.splitlines()[0].split() == ["TOPIC", "PARTITIONS", "INTERNAL"]
     assert any(line.split()[:2] == ["payments", "3"] for line in table.out.splitlines())
 
-    described = cli("topics", "describe", "payments", *b, "--output", "json").json()
+    described = call_cli("topics", "describe", "payments", *b, "--output", "json").json()
     assert [r["partition"] for r in described] == [0, 1, 2]
     assert all(r["leader"] == 0 and r["log_end_offset"] == 0 for r in described)
 
-    dup = cli("topics", "create", "payments", "--partitions", "1", *b)
+    dup = call_cli("topics", "create", "payments", "--partitions", "1", *b)
     dup.assert_clean_error(1)
     assert "TOPIC_ALREADY_EXISTS" in dup.err
 
-    deleted = cli("topics", "delete", "payments", *b)
+    deleted = call_cli("topics", "delete", "payments", *b)
     assert deleted.code == 0, deleted
-    cli("topics", "describe", "payments", *b).assert_clean_error(1)
-    cli("topics", "delete", "payments", *b).assert_clean_error(1)
+    call_cli("topics", "describe", "payments", *b).assert_clean_error(1)
+    call_cli("topics", "delete", "payments", *b).assert_clean_error(1)
 
 
 def test_unreachable_server_exits_3(cli: CLI) -> None:
@@ -63,7 +66,7 @@ def test_unreachable_server_exits_3(cli: CLI) -> None:
         assert "cannot reach" in r.err
 
 
-def test_bad_usage_exits_2(cli: CLI) -> None:
+def test_bad_usage_exits_2() -> None:
     for args in (
         ("groups",),
         ("offsets", "reset", "g", "--topic", "t"),  # no --to-* scenario
@@ -72,6 +75,6 @@ def test_bad_usage_exits_2(cli: CLI) -> None:
         ("groups", "list", "--state", "Sleepy"),
         ("topics", "list", "--output", "xml"),
     ):
-        r = cli(*args)
+        r = call_cli(*args)
         assert r.code == 2, r
         assert "Traceback" not in r.err

@@ -1,9 +1,11 @@
-"""``kgc topics create`` with an invalid topic config: Kafka's message, exit 1, nothing made."""
+"""``kgc topics create`` with an invalid topic config: Kafka's message, exit 1, nothing made.
+
+The command runs in process (support.clikit's ``call_cli``)."""
 
 from __future__ import annotations
 
 import pytest
-from support.clikit import CLI
+from support.clikit import call_cli
 from support.kgc_process import KgcProcess
 
 pytestmark = pytest.mark.integration
@@ -28,15 +30,15 @@ pytestmark = pytest.mark.integration
     ],
 )
 def test_topics_create_with_invalid_config_fails(
-    kgc: KgcProcess, cli: CLI, config: str, message: str
+    kgc: KgcProcess, config: str, message: str
 ) -> None:
     b = ("--bootstrap-server", kgc.bootstrap)
-    run = cli("topics", "create", "payments", "--config", config, *b)
+    run = call_cli("topics", "create", "payments", "--config", config, *b)
     run.assert_clean_error(1)
     assert "INVALID_CONFIG" in run.err and message in run.err, run.err
-    assert "payments" not in cli("topics", "list", *b).out
+    assert "payments" not in call_cli("topics", "list", *b).out
     # The server is unharmed: it restarts, and a valid create then works.
     kgc.stop()
     kgc.start()
-    ok = cli("topics", "create", "payments", "--config", "retention.ms=60000", *b)
+    ok = call_cli("topics", "create", "payments", "--config", "retention.ms=60000", *b)
     assert ok.code == 0, ok
