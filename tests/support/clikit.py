@@ -9,7 +9,9 @@ uncaught exception printed as a traceback and 1), the same environment and worki
 directory. A fresh Python start-up per command costs about a second on the test machine; a
 call in process costs what the command does. The CLI builds its parser per call, configures
 no logging for the operator commands and keeps no module-level state, so calls do not leak
-into each other.
+into each other. Not for ``kgc serve`` past its argument checks (it sets up the root logger and
+runs the server in this process) nor for commands that read stdin (``kgc users`` prompting
+for a password: pass ``--password``): those are ``run_cli``'s.
 
 Calls may come from worker threads (``asyncio.to_thread``, while an event loop keeps a
 consumer heartbeating): one call runs at a time, and while it runs ``sys.stdout`` and
