@@ -75,6 +75,7 @@ from protocol.messages import (
     share_group_heartbeat,
     streams_group_describe,
     streams_group_heartbeat,
+    streams_group_topology_description_update,
     sync_group,
     txn_offset_commit,
     write_share_group_state,
@@ -545,6 +546,9 @@ ERROR_RESPONSES: dict[int, ErrorShape] = {
     consumer_group_heartbeat.API_KEY: _top_level(consumer_group_heartbeat.Response),
     streams_group_heartbeat.API_KEY: _top_level(streams_group_heartbeat.Response),
     streams_group_describe.API_KEY: _streams_group_describe,
+    streams_group_topology_description_update.API_KEY: _top_level(
+        streams_group_topology_description_update.Response
+    ),
     consumer_group_describe.API_KEY: _consumer_group_describe,
     list_config_resources.API_KEY: _top_level(list_config_resources.Response),
     write_txn_markers.API_KEY: _write_txn_markers,
@@ -601,6 +605,7 @@ COORDINATOR_KEYS = frozenset(
         consumer_group_describe.API_KEY,
         streams_group_heartbeat.API_KEY,
         streams_group_describe.API_KEY,
+        streams_group_topology_description_update.API_KEY,
         describe_group_history.API_KEY,
         share_group_heartbeat.API_KEY,
         share_group_describe.API_KEY,

@@ -98,6 +98,7 @@ from protocol.messages import (
     share_group_heartbeat,
     streams_group_describe,
     streams_group_heartbeat,
+    streams_group_topology_description_update,
     sync_group,
     txn_offset_commit,
     write_share_group_state,
@@ -327,6 +328,14 @@ API_TABLE: dict[int, Api] = {
         _shard(lambda s: s.streams_group_describe),
         checked(streams.authorize_streams_group_describe),
         ("DESCRIBE GROUP", "DESCRIBE TOPIC"),
+    ),
+    # KIP-1331: as Kafka 4.4 without a topology description plugin (its default), every
+    # push is refused (coordinator/apis/streams.py).
+    streams_group_topology_description_update.API_KEY: Api(
+        (0, 0),
+        streams.streams_group_topology_description_update_handler,
+        checked(streams.authorize_streams_group_topology_description_update),
+        ("READ GROUP",),
     ),
     # Share groups (KIP-932): Kafka 4.x serves v1 only (v0 was 4.0's early access).
     share_group_heartbeat.API_KEY: Api(

@@ -1,4 +1,5 @@
-"""The streams group APIs (KIP-1071): StreamsGroupHeartbeat and StreamsGroupDescribe, as KafkaApis.
+"""The streams group APIs (KIP-1071): StreamsGroupHeartbeat, StreamsGroupDescribe and
+StreamsGroupTopologyDescriptionUpdate (KIP-1331), as KafkaApis.
 
 How this works: a heartbeat's topology names topics; before the group core sees it, the
 API layer refuses Kafka's internal topics and illegal names (STREAMS_INVALID_TOPOLOGY with
@@ -11,6 +12,12 @@ never waiting for them in the heartbeat, one creation per topic at a time, a fai
 remembered for two heartbeat intervals and reported in the status (``Creation failed:``),
 a principal without CREATE told so (``Unauthorized to CREATE on topics``). Once a topic
 exists the catalog tells the group core, whose next heartbeat finds the topology ready.
+
+Topology descriptions: kgc, as Kafka without ``group.streams.topology.description.plugin.class``
+(its default), stores none. So a heartbeat never asks for one (``TopologyDescriptionRequired``
+stays false), a describe that asks gets NOT_STORED, and a pushed description, once READ on
+the group is granted, is refused as GroupCoordinatorService refuses it before any group
+lookup: UNSUPPORTED_VERSION with Kafka's text.
 """
 
 from __future__ import annotations
@@ -33,12 +40,15 @@ from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import streams_group_describe as sgd
 from protocol.messages import streams_group_heartbeat as sgh
+from protocol.messages import streams_group_topology_description_update as sgtdu
 
 __all__ = [
     "InternalTopicCreator",
     "authorize_streams_group_describe",
     "authorize_streams_group_heartbeat",
+    "authorize_streams_group_topology_description_update",
     "streams_group_heartbeat_handler",
+    "streams_group_topology_description_update_handler",
 ]
 
 log = logging.getLogger("kgc.streams")
@@ -269,6 +279,39 @@ def streams_group_heartbeat_handler(parts: Parts) -> Handler:
             lambda resp: creator.after_heartbeat(
                 dataclasses.replace(resp), configured, client, interval
             ),
+        )
+
+    return handle
+
+
+def authorize_streams_group_topology_description_update(
+    a: ApiAuthorizer, handler: Handler, header: RequestHeader, req: Any, client: ClientInfo
+) -> HandlerResult:
+    """READ on the group, as an offset commit (KIP-1331: a push does not modify the group)."""
+    if not a.allowed(client, _O.READ, _R.GROUP, req.group_id):
+        return answer(
+            sgtdu.StreamsGroupTopologyDescriptionUpdateResponse(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
+            )
+        )
+    return handler(header, req, client)
+
+
+# GroupCoordinatorService.throwIfStreamsGroupTopologyDescriptionUpdateInvalid, first check.
+NO_PLUGIN_MESSAGE = "The broker has no streams group topology description plugin configured."
+
+
+def streams_group_topology_description_update_handler(parts: Parts) -> Handler:
+    """No description plugin: every push refused before the group, its member or the
+    description is looked at (so empty ids and a null description get the same answer).
+    GroupCoordinatorService answers it: served where the group coordinator runs."""
+    need(parts.groups, "groups")
+
+    def handle(header: RequestHeader, req: Any, client: ClientInfo) -> HandlerResult:
+        return answer(
+            sgtdu.StreamsGroupTopologyDescriptionUpdateResponse(
+                error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=NO_PLUGIN_MESSAGE
+            )
         )
 
     return handle

@@ -87,6 +87,8 @@ APIS = [
     # Streams groups (KIP-1071); Kafka 4.4's schemas, in protocol/schemas.
     "StreamsGroupHeartbeat",
     "StreamsGroupDescribe",
+    # KIP-1331: a member pushes its topology description (for the broker's plugin).
+    "StreamsGroupTopologyDescriptionUpdate",
     # kgc's own (key 10000): a group's history of offsets and membership.
     "DescribeGroupHistory",
 ]

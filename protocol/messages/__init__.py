@@ -64,6 +64,7 @@ from protocol.messages import delete_share_group_state
 from protocol.messages import read_share_group_state_summary
 from protocol.messages import streams_group_heartbeat
 from protocol.messages import streams_group_describe
+from protocol.messages import streams_group_topology_description_update
 from protocol.messages import describe_group_history
 
 # API key -> module with Request/Response classes, version bounds and codecs.
@@ -126,5 +127,6 @@ BY_KEY: dict[int, ModuleType] = {
     87: read_share_group_state_summary,
     88: streams_group_heartbeat,
     89: streams_group_describe,
+    93: streams_group_topology_description_update,
     10000: describe_group_history,
 }
