@@ -40,6 +40,7 @@ __all__ = [
     "advertised_address",
     "advertised_endpoints",
     "endpoint",
+    "leader_of",
     "parse_endpoints",
     "worker_of",
 ]
@@ -111,6 +112,15 @@ class Placement(Protocol):
         """This node serves the partition now. In cluster mode it can hold a partition's
         lease (``owner`` is this node) while still filling its log from the database."""
         ...
+
+
+def leader_of(placement: Placement, topic: str, partition: int) -> tuple[int, int]:
+    """(leader id, leader epoch) of a partition; (-1, -1) while it has none. What Metadata
+    reports and what a NOT_LEADER_OR_FOLLOWER answer hints (apis/leaders.py)."""
+    owner = placement.owner(topic, partition)
+    if owner is None:
+        return -1, -1
+    return owner.node_id, placement.leader_epoch(topic, partition)
 
 
 class LocalPlacement:

@@ -38,6 +38,7 @@ from coordinator.apis import (
     transactions,
 )
 from coordinator.apis.authorize import ApiAuthorizer, Check
+from coordinator.apis.leaders import with_leader_hints
 from coordinator.apis.parts import Factory, MissingPart, Parts, need
 from coordinator.server.dispatch import Dispatcher
 from coordinator.server.handler import Handler
@@ -163,13 +164,13 @@ API_TABLE: dict[int, Api] = {
     # v0-2 and Fetch v0-3, ListOffsets v0's offset lists (dataplane/legacy.py).
     produce.API_KEY: Api(
         (0, 12),
-        lambda p: need(p.data, "data").produce,
+        with_leader_hints(produce.API_KEY, lambda p: need(p.data, "data").produce),
         checked(data.authorize_produce),
         ("WRITE TRANSACTIONAL_ID", "WRITE TOPIC"),
     ),
     fetch.API_KEY: Api(
         (0, 17),
-        lambda p: need(p.data, "data").fetch,
+        with_leader_hints(fetch.API_KEY, lambda p: need(p.data, "data").fetch),
         checked(data.authorize_fetch),
         ("READ TOPIC",),
     ),
@@ -425,10 +426,16 @@ API_TABLE: dict[int, Api] = {
     ),
     # Share partitions (KIP-932): v1-v2 as Kafka 4.4 (v0 was 4.0's early access, removed).
     share_fetch.API_KEY: Api(
-        (1, 2), share.share_fetch_handler, in_handler, ("READ GROUP", "READ TOPIC")
+        (1, 2),
+        with_leader_hints(share_fetch.API_KEY, share.share_fetch_handler),
+        in_handler,
+        ("READ GROUP", "READ TOPIC"),
     ),
     share_acknowledge.API_KEY: Api(
-        (1, 2), share.share_acknowledge_handler, in_handler, ("READ GROUP", "READ TOPIC")
+        (1, 2),
+        with_leader_hints(share_acknowledge.API_KEY, share.share_acknowledge_handler),
+        in_handler,
+        ("READ GROUP", "READ TOPIC"),
     ),
     describe_share_group_offsets.API_KEY: Api(
         (0, 1),

@@ -37,6 +37,7 @@ from coordinator.placement import (
     Placement,
     advertised_address,
     endpoint,
+    leader_of,
 )
 from coordinator.security.acl import AclOperation, ResourceType, all_operations
 from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
@@ -317,10 +318,7 @@ class Broker:
 
     def _leader(self, topic: str, partition: int) -> tuple[int, int]:
         """(leader id, leader epoch) of a partition; (-1, -1) while it has none."""
-        owner = self.placement.owner(topic, partition)
-        if owner is None:
-            return -1, -1
-        return owner.node_id, self.placement.leader_epoch(topic, partition)
+        return leader_of(self.placement, topic, partition)
 
     def _damaged_logs(self) -> int:
         return sum(1 for plog in self.logs.logs() if plog.damaged is not None)
