@@ -19,7 +19,7 @@ from typing import Any
 from coordinator.apis.authorize import then
 from coordinator.apis.parts import Factory, Parts
 from coordinator.catalog import TopicCatalog
-from coordinator.placement import Placement, endpoint, leader_of
+from coordinator.placement import LocalPlacement, Placement, endpoint, leader_of
 from coordinator.server.handler import ClientInfo, Handler, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
@@ -119,6 +119,8 @@ _APIS: dict[int, tuple[int, Any]] = {
     share_acknowledge.API_KEY: (0, _share(share_acknowledge)),
 }
 
+_DATA_APIS = (produce.API_KEY, fetch.API_KEY)
+
 
 def hinted(api_key: int, handler: Handler, placement: Placement, names: TopicNames) -> Handler:
     """``handler`` with leader hints added to its answers (module doc)."""
@@ -148,6 +150,10 @@ def with_leader_hints(api_key: int, factory: Factory) -> Factory:
     def build(p: Parts) -> Handler:
         handler = factory(p)
         if p.broker is None:
+            return handler
+        if isinstance(p.broker.placement, LocalPlacement) and api_key in _DATA_APIS:
+            # One node leading everything never refuses a Produce or Fetch as not the
+            # leader: its hot path is left without the extra step.
             return handler
         names = TopicNames(p.broker.catalog, p.broker.offsets_topic_id)
         return hinted(api_key, handler, p.broker.placement, names)

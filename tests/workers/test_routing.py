@@ -19,7 +19,14 @@ from coordinator.placement import worker_of
 from coordinator.share.state_shard import SHARE_STATE_TOPIC, partition_for, topic_id_str
 from coordinator.tools.client import Connection
 from protocol.errors import ErrorCode
-from protocol.messages import find_coordinator, init_producer_id, join_group, metadata, produce
+from protocol.messages import (
+    fetch,
+    find_coordinator,
+    init_producer_id,
+    join_group,
+    metadata,
+    produce,
+)
 from storage.record_batch import encode_batch
 
 pytestmark = pytest.mark.integration
@@ -173,3 +180,79 @@ def test_each_worker_writes_only_its_own_journal_and_lock(node: Workers) -> None
     assert len(pids) == 2 and node.proc is not None and node.proc.pid not in pids
     # The supervisor holds the data directory's lock for its life.
     assert (data / ".lock").read_text().split()[0] == str(node.proc.pid)
+
+
+def test_the_wrong_worker_names_the_leader_and_its_endpoint(node: Workers) -> None:
+    """KIP-951: Produce v12 and Fetch v17 refused NOT_LEADER_OR_FOLLOWER carry the leader
+    (CurrentLeader) and its address (NodeEndpoints), so the client goes there without a
+    Metadata round; the leader itself answers them."""
+    create_topic(node.bootstrap, "hinted", 4)
+    node.wait_topic("hinted")
+    with Connection.to(node.bootstrap_of(0)) as c:
+        _, meta = c.request(
+            metadata.API_KEY,
+            metadata.Request(topics=[metadata.MetadataRequestTopic(name="hinted")]),
+        )
+    topic_id = meta.topics[0].topic_id
+    batch = encode_batch(0, [(None, b"v")], timestamp_ms=0)
+    for owner in (0, 1):
+        p = partition_on("hinted", 4, owner, 2)
+        with Connection.to(node.bootstrap_of(1 - owner)) as c:
+            _, prod = c.request(
+                produce.API_KEY,
+                produce.Request(
+                    acks=-1,
+                    timeout_ms=5000,
+                    topic_data=[
+                        produce.TopicProduceData(
+                            name="hinted",
+                            partition_data=[produce.PartitionProduceData(index=p, records=batch)],
+                        )
+                    ],
+                ),
+                version=12,
+            )
+            _, fetched = c.request(
+                fetch.API_KEY,
+                fetch.Request(
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                    topics=[
+                        fetch.FetchTopic(
+                            topic_id=topic_id,
+                            partitions=[
+                                fetch.FetchPartition(
+                                    partition=p, fetch_offset=0, partition_max_bytes=1024
+                                )
+                            ],
+                        )
+                    ],
+                ),
+                version=17,
+            )
+        pr = prod.responses[0].partition_responses[0]
+        pd = fetched.responses[0].partitions[0]
+        assert (pr.error_code, pd.error_code) == (ErrorCode.NOT_LEADER_FOR_PARTITION,) * 2
+        assert (pr.current_leader.leader_id, pr.current_leader.leader_epoch) == (owner, 0)
+        assert (pd.current_leader.leader_id, pd.current_leader.leader_epoch) == (owner, 0)
+        leader = (owner, "127.0.0.1", node.port + owner, None)
+        for endpoints in (prod.node_endpoints, fetched.node_endpoints):
+            assert [(e.node_id, e.host, e.port, e.rack) for e in endpoints] == [leader]
+        with Connection.to(node.bootstrap_of(owner)) as c:
+            _, prod = c.request(
+                produce.API_KEY,
+                produce.Request(
+                    acks=-1,
+                    timeout_ms=5000,
+                    topic_data=[
+                        produce.TopicProduceData(
+                            name="hinted",
+                            partition_data=[produce.PartitionProduceData(index=p, records=batch)],
+                        )
+                    ],
+                ),
+                version=12,
+            )
+        assert prod.responses[0].partition_responses[0].error_code == 0
+        assert prod.node_endpoints == []
