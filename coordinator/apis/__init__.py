@@ -19,7 +19,8 @@ The families: ``groups.py`` (the group coordinator's 13 APIs), ``data.py`` (Prod
 ListOffsets, InitProducerId, WriteTxnMarkers, DescribeProducers), ``topics.py`` (Metadata, Create/DeleteTopics),
 ``cluster.py`` (ApiVersions, FindCoordinator, SASL), ``partitions.py`` (CreatePartitions,
 DeleteRecords, DescribeCluster, DescribeLogDirs), ``configs.py``, ``acls.py``,
-``scram.py``; ``authorize.py`` holds what their checks share.
+``scram.py``; ``authorize.py`` holds what their checks share; ``leaders.py`` adds the
+leader hints (KIP-951) to Produce, Fetch, ShareFetch and ShareAcknowledge answers.
 """
 
 from __future__ import annotations
