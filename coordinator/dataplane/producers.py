@@ -340,8 +340,9 @@ class PartitionProducers:
             )
         ]
         for pid in doomed:
+            # Its verification guard stays (a batch of its next transaction may be waiting
+            # for the coordinator's add) and expires on its own, as Kafka's do.
             del self.entries[pid]
-            self.txns.verifying.pop(pid, None)
         self.txns.forget_before(log_start_offset)
         self.txns.expire_guards(now_ms, expiration_ms)
         return len(doomed)

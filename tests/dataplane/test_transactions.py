@@ -162,6 +162,20 @@ def test_verification_guards_of_producers_that_never_appended_expire() -> None:
     assert t.txns.verifying == {}
 
 
+def test_a_verification_guard_outlives_its_producer_forgotten_below_the_log_start() -> None:
+    """DeleteRecords (Kafka Streams purges its repartition topics after each commit) moving
+    the log start past a producer's last marker forgets the producer here, but the guard
+    its next transaction's first batch took while the coordinator adds the partition stays:
+    Kafka's onLogStartOffsetIncremented leaves verification states alone (they expire only
+    after producer.id.expiration.ms), else that batch is refused INVALID_TXN_STATE."""
+    t = PartitionProducers()
+    data(t, 7, 0, 0, 0, 4)
+    t.record_marker(7, 1, 0, True, 5, 0, 0, transaction_version=2)
+    g = t.txns.guard(7, 1, 0, now_ms=0, supports_epoch_bump=True)
+    assert t.prune(log_start_offset=6, now_ms=0, expiration_ms=60_000) == 1
+    assert t.txns.verifying == {7: g}
+
+
 def test_next_transaction_verification_guard_not_cleared_by_a_tv2_marker() -> None:
     """Kafka's testNextTransactionVerificationGuardNotCleared: a TV2 marker carries the
     bumped epoch, which the producer's next transaction already uses; a guard taken at that
