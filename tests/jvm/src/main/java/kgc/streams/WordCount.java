@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -84,7 +85,14 @@ public final class WordCount {
 
     KafkaStreams streams = new KafkaStreams(builder.build(), props);
     CountDownLatch closed = new CountDownLatch(1);
-    streams.setStateListener((now, before) -> say("state " + now));
+    CountDownLatch said = new CountDownLatch(1);
+    streams.setStateListener(
+        (now, before) -> {
+          say("state " + now);
+          if (now.hasCompletedShutdown()) {
+            said.countDown();
+          }
+        });
     streams.setUncaughtExceptionHandler(
         e -> {
           say("error " + e);
@@ -95,7 +103,16 @@ public final class WordCount {
         .addShutdownHook(
             new Thread(
                 () -> {
-                  streams.close(Duration.ofSeconds(20));
+                  // close() returns once the state is NOT_RUNNING, but Streams calls the
+                  // listener after that, on its close thread: the JVM halts when this hook
+                  // ends, so the hook waits for the last state line to be printed.
+                  if (streams.close(Duration.ofSeconds(20))) {
+                    try {
+                      said.await(10, TimeUnit.SECONDS);
+                    } catch (InterruptedException e) {
+                      Thread.currentThread().interrupt();
+                    }
+                  }
                   closed.countDown();
                 }));
     streams.start();
