@@ -273,8 +273,11 @@ class DataPlane:
         return plog, ErrorCode.NO_ERROR if plog is not None else self._absent(info, partition)
 
     def log_start_moved(self, plog: PartitionLog) -> None:
-        """DeleteRecords moved ``plog``'s start: producers with nothing left below it are
-        forgotten (Kafka's onLogStartOffsetIncremented), as retention does."""
+        """DeleteRecords moved ``plog``'s start: producers with nothing left above it are
+        forgotten, as retention does (Kafka keeps them until producer.id.expiration.ms,
+        from its producer snapshots; kgc rebuilds producer state from the log alone, so
+        such an entry could not come back after a restart). Their verification guards
+        stay and expire on their own, as Kafka's do."""
         table = self.producers.get(plog)
         if table is not None:
             table.prune(plog.log_start_offset, self.clock(), self.producer_id_expiration_ms)
