@@ -73,9 +73,10 @@ class Committer(threading.Thread):
         self.consumer.close()
 
 
-def committed(bootstrap: str, group: str) -> dict[int, tuple[int, str | None]]:
+def fetch_committed(bootstrap: str, group: str) -> tuple[int, dict[int, tuple[int, str | None]]]:
+    """OffsetFetch of ``group`` at ``bootstrap``: its error code and the committed (offset,
+    metadata) per partition (waits out loading)."""
     deadline = time.monotonic() + 30
-    """The committed (offset, metadata) per partition of ``group`` (waits out loading)."""
     with Connection.to(bootstrap) as c:
         while True:
             _, resp = c.request(
@@ -92,10 +93,16 @@ def committed(bootstrap: str, group: str) -> dict[int, tuple[int, str | None]]:
             ):
                 break
             time.sleep(0.05)
-    assert g.error_code == 0, g
-    return {
+    return g.error_code, {
         p.partition_index: (p.committed_offset, p.metadata) for t in g.topics for p in t.partitions
     }
+
+
+def committed(bootstrap: str, group: str) -> dict[int, tuple[int, str | None]]:
+    """The committed (offset, metadata) per partition of ``group`` (waits out loading)."""
+    error, offsets = fetch_committed(bootstrap, group)
+    assert error == 0, (group, ErrorCode(error).name)
+    return offsets
 
 
 def check_log_integrity(data_dir: Path, pattern: str = "__consumer_offsets-*/*.log") -> int:

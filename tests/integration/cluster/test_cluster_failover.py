@@ -28,6 +28,7 @@ from support.crashkit import (
     BackgroundProducer,
     Committer,
     committed,
+    fetch_committed,
     read_all_confluent,
     wait_acked,
 )
@@ -82,8 +83,22 @@ class PlacedProducer(BackgroundProducer):
 
 
 def committed_at_coordinator(cluster: Cluster, group: str) -> dict[int, int]:
-    node = cluster.coordinator_of(group)
-    return {p: o for p, (o, _m) in committed(cluster.nodes[node].bootstrap, group).items()}
+    """The group's committed offsets as its coordinator answers them. After a PostgreSQL
+    outage every lease is taken again, so the node FindCoordinator named a moment ago may
+    answer NOT_COORDINATOR: the coordinator is then looked up again, as a client does."""
+    found: list[dict[int, int]] = []
+
+    def fetched() -> bool:
+        node = cluster.coordinator_of(group)
+        error, offsets = fetch_committed(cluster.nodes[node].bootstrap, group)
+        if error == ErrorCode.NOT_COORDINATOR:
+            return False
+        assert error == 0, (group, ErrorCode(error).name)
+        found.append({p: o for p, (o, _m) in offsets.items()})
+        return True
+
+    wait_until(fetched, timeout=30, interval=0.1, what=f"the committed offsets of {group}")
+    return found[-1]
 
 
 def assert_nothing_lost(cluster: Cluster, group: str, acked: dict[int, int]) -> None:
