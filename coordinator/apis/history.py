@@ -34,6 +34,7 @@ from coordinator.history.model import MembershipChange, OffsetHistoryEntry
 from coordinator.history.status import StatusSettings, partition_status
 from coordinator.history.store import HistoryLog
 from coordinator.history.table import HistoryTable
+from coordinator.metrics.requests import error_label
 from coordinator.runtime import GroupRuntime
 from coordinator.runtime.older_history import Unavailable
 from coordinator.security.acl import AclOperation, ResourceType
@@ -162,7 +163,7 @@ async def describe_workers(
         if answer.error_code:
             return dgh.Response(
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                error_message=f"history unreadable: a worker answered {_name(answer)}",
+                error_message=f"history unreadable: a worker answered {error_label(answer.error_code)}",
             )
         if answer.history_start_ms >= 0:
             start = (
@@ -181,13 +182,6 @@ async def describe_workers(
         )
         recent = sorted(recent + [e for e in elsewhere if e.timestamp_ms >= recent_ms], key=_time)
     return _answer(runtime, req, start, entries, recent, coordinated=True)
-
-
-def _name(resp: dgh.Response) -> str:
-    try:
-        return ErrorCode(resp.error_code).name
-    except ValueError:
-        return str(resp.error_code)
 
 
 def _entries(gid: str, resp: dgh.Response) -> list[Entry]:

@@ -177,7 +177,7 @@ class ShareLeader:
         value = self._group_config(group_id, "share.renew.acknowledge.enable")
         return value is None or value.strip().lower() != "false"
 
-    def _dlq(self, entry: Served) -> SharePartition:
+    def _with_configs(self, entry: Served) -> SharePartition:
         """The partition, told its group's dynamic configs now (whether it has a dead-letter
         topic, its delivery limit and record-lock limit), read again before each change as
         Kafka's SharePartition reads them through its config provider."""
@@ -294,7 +294,7 @@ class ShareLeader:
         record_limit: bool = False,
     ) -> tuple[bytes, list[Acquired]]:
         """Acquire from the log for ``member``: (the raw batches, the acquired ranges)."""
-        sp = self._dlq(entry)
+        sp = self._with_configs(entry)
         plog = entry.plog
         if plog.log_start_offset > sp.start_offset:
             sp.log_start_moved(plog.log_start_offset)
@@ -341,7 +341,7 @@ class ShareLeader:
         watermark (the last stable offset for read_committed), 0 when the window is full."""
         if entry.sp is None:
             return 0
-        sp = self._dlq(entry)
+        sp = self._with_configs(entry)
         if not sp.can_acquire():
             return 0
         offset, hw = sp.fetch_offset(), self._visible_end(entry)
@@ -385,7 +385,7 @@ class ShareLeader:
         self, entry: Served, member: str, batches: Sequence[tuple[int, int, Sequence[int]]]
     ) -> tuple[ErrorCode, str | None]:
         """(the partition's acknowledgement error, Kafka's message for it)."""
-        sp = self._dlq(entry)
+        sp = self._with_configs(entry)
         start = sp.start_offset
         error, changes = sp.acknowledge(member, batches)
         if error != ErrorCode.NO_ERROR:
@@ -470,7 +470,7 @@ class ShareLeader:
         for entry in [e for k, e in self.served.items() if k[0] == group_id]:
             if entry.sp is None:
                 continue
-            sp = self._dlq(entry)
+            sp = self._with_configs(entry)
             start = sp.start_offset
             released = sp.release_member(member)
             if released:
@@ -516,7 +516,7 @@ class ShareLeader:
         entry.timer, entry.timer_at = None, None
         if entry.sp is None or self.served.get(entry.key) is not entry:
             return
-        sp = self._dlq(entry)
+        sp = self._with_configs(entry)
         start = sp.start_offset
         released = sp.expire(self.clock())
         if released:
