@@ -1,7 +1,9 @@
 """``kgc groups`` and ``kgc offsets`` against a real ``kgc serve`` with real consumer groups.
 
-Consumers are aiokafka (its default roundrobin assignor) and confluent-kafka; the CLI runs as a subprocess
-in a thread so the consumers keep heartbeating on the test's event loop meanwhile.
+Consumers are aiokafka (its default roundrobin assignor) and confluent-kafka. The live-group walk
+runs the CLI in process (``support.clikit``'s ``call_cli``) in a thread, so the consumers keep
+heartbeating on the test's event loop meanwhile; the confluent group and the commit-only group
+run it as a subprocess (``run_cli``), the entry point itself, for ``kgc groups`` and ``kgc offsets``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
-from support.clikit import Run, run_cli
+from support.clikit import Run, call_cli, run_cli
 from support.groupkit import async_wait_until
 from support.kgc_process import KgcProcess
 
@@ -38,7 +40,7 @@ OFFSET_COLUMNS = [
 
 
 async def acli(kgc: KgcProcess, *args: str) -> Run:
-    return await asyncio.to_thread(run_cli, *args, "--bootstrap-server", kgc.bootstrap)
+    return await asyncio.to_thread(call_cli, *args, "--bootstrap-server", kgc.bootstrap)
 
 
 async def fill_topic(kgc: KgcProcess) -> int:
@@ -70,8 +72,9 @@ def consumer(kgc: KgcProcess, group: str, client_id: str) -> AIOKafkaConsumer:
     )
 
 
-# Slow (21 s in CI): test_describe_a_confluent_group describes a live group, test_cli_parity.py
-# resets in every mode, test_command_config.py deletes offsets and the group.
+# Slow (21 s in CI as ~30 subprocesses; in process, 6 s on a loaded machine where those took
+# 152 s): test_describe_a_confluent_group describes a live group, test_cli_parity.py resets in
+# every mode, test_command_config.py deletes offsets and the group.
 @pytest.mark.slow
 async def test_describe_reset_delete_a_live_group(kgc: KgcProcess) -> None:
     midpoint_ms = await fill_topic(kgc)
@@ -171,7 +174,7 @@ async def test_describe_reset_delete_a_live_group(kgc: KgcProcess) -> None:
 
     await async_wait_until(
         lambda: (
-            run_cli(
+            call_cli(
                 "groups",
                 "describe",
                 "billing",
