@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.records_to_delete import RecordsToDelete
 
-from support.clikit import Run, run_cli
+from support.clikit import Run, call_cli
 
 PARTITIONS = 3
 SHARED = 20  # records both clusters hold, per partition
@@ -77,7 +77,8 @@ def write_copies(first: str, second: str, topic: str) -> None:
 
 
 def cli(bootstrap: str, *args: str) -> Run:
-    return run_cli(*args, "--bootstrap-server", bootstrap)
+    """``kgc *args`` against ``bootstrap``, in process (``support.clikit.call_cli``)."""
+    return call_cli(*args, "--bootstrap-server", bootstrap)
 
 
 def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:

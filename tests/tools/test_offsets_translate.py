@@ -1,5 +1,8 @@
 """``kgc offsets translate`` between two real ``kgc serve`` processes holding the same records
-at other offsets (see ``support.translatekit``), both ways, with the bad inputs."""
+at other offsets (see ``support.translatekit``), both ways, with the bad inputs.
+
+The first command runs as a subprocess (``run_cli``: the entry point itself), the others in
+process (``translatekit.cli``)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from support.clikit import run_cli
 from support.groupkit import async_wait_until
 from support.kgc_process import KgcProcess, free_port
 from support.translatekit import OWN, cli, commit, committed, write_copies
@@ -36,8 +40,8 @@ def test_translate_both_ways_between_two_kgc_servers_and_bad_input(
     # log start, its records gone
     commit(a, "billing", TOPIC, {0: 12, 1: 20, 2: 3})
 
-    plan = cli(a, "offsets", "translate", "billing", "--to-bootstrap-server", b,
-               "--output", "json")  # fmt: skip
+    plan = run_cli("offsets", "translate", "billing", "--to-bootstrap-server", b,
+                   "--output", "json", "--bootstrap-server", a)  # fmt: skip
     assert plan.code == 0, plan
     got = plan.json()
     assert not got["executed"]
