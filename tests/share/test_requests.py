@@ -181,6 +181,34 @@ async def test_long_poll_woken_by_new_records(node: ShareNode) -> None:
     assert acquired(r) == [(0, 1, 1)]
 
 
+async def test_fetch_waiting_on_a_full_lock_window_is_woken_by_an_acknowledgement(
+    node: ShareNode,
+) -> None:
+    # Three consumers sharing one partition (bench_share's 3 x 1): two hold the whole
+    # record-lock window, the third's fetch waits; the acknowledgement that moves the start
+    # offset frees the window and the waiting fetch acquires at once, not at MaxWaitMs.
+    info = await _topic(node, 0)
+    for i in range(3):
+        await node.produce("t", 0, 50, start=50 * i)
+    await node.group_configs.set(G, {"share.partition.max.record.locks": "100"})
+    assert acquired(await node.fetch(G, "a", 0, [(info, 0)], max_records=50)) == [(0, 49, 1)]
+    r = await node.fetch(G, "b", 0, [(info, 0)], max_records=50, conn=2)
+    assert acquired(r) == [(50, 99, 1)]
+    waiting = asyncio.ensure_future(
+        node.fetch(G, "c", 0, [(info, 0)], max_records=50, max_wait_ms=60000, conn=3)
+    )
+    # b's records are above the start offset: accepting them leaves the window full
+    r = await node.acknowledge(G, "b", 1, [(info, 0, [(50, 99, [ACCEPT])])], conn=2)
+    assert r.responses[0].partitions[0].error_code == 0
+    for _ in range(20):  # let the woken fetch look again
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    # a's acceptance moves the start offset past 99: c gets the next batch
+    r = await node.acknowledge(G, "a", 1, [(info, 0, [(0, 49, [ACCEPT])])])
+    assert r.responses[0].partitions[0].error_code == 0
+    assert acquired(await asyncio.wait_for(waiting, 10)) == [(100, 149, 1)]
+
+
 async def test_lock_timeout_redelivers(tmp_path: Path) -> None:
     node = ShareNode(tmp_path / "data", ShareLeaderConfig(record_lock_duration_ms=100))
     try:
