@@ -84,7 +84,7 @@ CONSUMER = textwrap.dedent(
         if msgs:
             last = time.time()
             first = first or last
-        lats = lat[-len(msgs):] if explicit and msgs else []
+        lats = lat[-1:] if explicit and msgs else []  # this poll's commit_sync
         print(json.dumps({"got": got, "last": last, "lat": lats, "n": len(msgs), "ms": poll_ms, "first": first}), flush=True)
     c.close()
     """
