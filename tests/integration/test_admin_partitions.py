@@ -35,14 +35,25 @@ ARGS = (
 )
 
 
-@pytest.fixture
-def kgc(tmp_path: Path) -> Iterator[KgcProcess]:
-    proc = KgcProcess(tmp_path / "data", *ARGS)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgcProcess]:
+    proc = KgcProcess(tmp_path_factory.mktemp("kgc") / "data", *ARGS)
     proc.start()
     proc.wait_loaded()
     yield proc
     if proc.alive():
         proc.stop()
+
+
+@pytest.fixture
+def kgc(server: KgcProcess) -> KgcProcess:
+    """The module's server, started again if a test left it down. Shared, as no test needs a
+    fresh one: each uses topics and groups of its own, and the SIGKILL test restarts it on
+    the same data, which a later test reads as any restart's state."""
+    if not server.alive():
+        server.start()
+        server.wait_loaded()
+    return server
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -178,13 +189,14 @@ def test_a_group_picks_up_new_partitions(kgc: KgcProcess, protocol: str) -> None
     """Classic: the leader's client sees the count grow in Metadata and rejoins; KIP-848:
     kgc computes a new target assignment when the catalog grows."""
     a = AdminClient({"bootstrap.servers": kgc.bootstrap})
-    create_topic(a, "grow", 1)
+    grow = f"grow-{protocol}"
+    create_topic(a, grow, 1)
     extra: dict[str, Any] = {"group.protocol": protocol}
     if protocol == "classic":
         extra["session.timeout.ms"] = 6000
     c = consumer(kgc, f"g-{protocol}", **extra)
     try:
-        c.subscribe(["grow"])
+        c.subscribe([grow])
         seen: set[tuple[int, bytes]] = set()
 
         def consumed(partition: int) -> bool:
@@ -193,10 +205,10 @@ def test_a_group_picks_up_new_partitions(kgc: KgcProcess, protocol: str) -> None
                 seen.add((m.partition(), m.value()))
             return any(p == partition for p, _ in seen)
 
-        produce(kgc, "grow", 0, 1)
+        produce(kgc, grow, 0, 1)
         wait_until("the record of partition 0", lambda: consumed(0))
-        a.create_partitions([NewPartitions("grow", 3)])["grow"].result(timeout=10)
-        produce(kgc, "grow", 2, 1, prefix="new")
+        a.create_partitions([NewPartitions(grow, 3)])[grow].result(timeout=10)
+        produce(kgc, grow, 2, 1, prefix="new")
         wait_until("the record of the new partition 2", lambda: consumed(2))
         assert {tp.partition for tp in c.assignment()} == {0, 1, 2}
         assert (2, b"new0") in seen
@@ -207,23 +219,24 @@ def test_a_group_picks_up_new_partitions(kgc: KgcProcess, protocol: str) -> None
 @pytest.mark.parametrize("reset", ["earliest", "latest"])
 def test_a_consumer_behind_the_new_log_start_resets(kgc: KgcProcess, reset: str) -> None:
     a = AdminClient({"bootstrap.servers": kgc.bootstrap})
-    create_topic(a, "r", 1)
-    produce(kgc, "r", 0, 10)
+    r = f"r-{reset}"
+    create_topic(a, r, 1)
+    produce(kgc, r, 0, 10)
     group = f"behind-{reset}"
     c = consumer(kgc, group)
-    c.commit(offsets=[TopicPartition("r", 0, 3)], asynchronous=False)  # positioned at 3
+    c.commit(offsets=[TopicPartition(r, 0, 3)], asynchronous=False)  # positioned at 3
     c.close()
-    tp = TopicPartition("r", 0, 7)
+    tp = TopicPartition(r, 0, 7)
     assert a.delete_records([tp])[tp].result(timeout=10).low_watermark == 7
 
     c = consumer(kgc, group, **{"auto.offset.reset": reset})
     try:
-        c.subscribe(["r"])
+        c.subscribe([r])
         offsets: list[int] = []
 
         def got_one() -> bool:
             if reset == "latest":
-                produce(kgc, "r", 0, 1, prefix="late")  # the reset point moves with the end
+                produce(kgc, r, 0, 1, prefix="late")  # the reset point moves with the end
             m = c.poll(0.2)
             if m is not None and m.error() is None:
                 offsets.append(m.offset())
