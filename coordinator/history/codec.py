@@ -23,6 +23,16 @@ key)::
 Integers are little-endian; string indexes name the table, index 0 is the empty string;
 a request's n partitions are the next n of the columns; ``value_len`` 0xFFFF is a
 tombstone (an admin's delete; ``previous`` is what it removed).
+
+A merged value (version 2, ``merge``) holds several turns: the plain forms of the values
+it replaces, in their order, compressed together, so what one turn repeats of the one
+before (every key, the strings, most bytes of the offsets) is taken out too. The cluster's
+table merges its older rows into such values (``docs/history.md``)::
+
+    merged   := lz4_block_with_size(2:u8 nplains:u32 plain_len:u32{nplains} plain{nplains})
+
+A merged value's entries are those of its plains, in order, each stamped with its own
+turn's time.
 """
 
 from __future__ import annotations
@@ -35,9 +45,11 @@ import cramjam
 from coordinator.history.model import DELETED, MembershipChange, OffsetChange, OffsetHistoryEntry
 from storage.records import OffsetCommitKey, decode_key, decode_offset_commit_value
 
-__all__ = ["VERSION", "HistoryFormatError", "decode", "encode"]
+__all__ = ["MERGED_VERSION", "VERSION", "HistoryFormatError", "decode", "encode", "merge"]
 
 VERSION = 1
+MERGED_VERSION = 2
+_MERGED_HEAD = struct.Struct("<BI")
 _HEAD = struct.Struct("<BqH")
 _COUNTS = struct.Struct("<IIH")
 _LEN = struct.Struct("<H")
@@ -129,15 +141,63 @@ def encode(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> 
     return bytes(cramjam.lz4.compress_block(b"".join(parts)))
 
 
+def merge(values: Iterable[bytes]) -> bytes:
+    """One merged value (version 2) holding the turns of ``values`` (turn values or merged
+    ones), in that order: decoding it gives their entries, in that order."""
+    plains: list[bytes] = []
+    try:
+        for value in values:
+            plains += _plains(bytes(cramjam.lz4.decompress_block(value)))
+    except HistoryFormatError:
+        raise
+    except (struct.error, ValueError, cramjam.DecompressionError) as exc:
+        raise HistoryFormatError(f"history value does not decode: {exc}") from None
+    for plain in plains:
+        if not plain or plain[0] != VERSION:
+            version = plain[0] if plain else None
+            raise HistoryFormatError(
+                f"history value of version {version}, this kgc reads {VERSION}"
+            )
+    head = _MERGED_HEAD.pack(MERGED_VERSION, len(plains))
+    lengths = _column("I", len(plains)).pack(*map(len, plains))
+    return bytes(cramjam.lz4.compress_block(b"".join([head, lengths, *plains])))
+
+
+def _plains(plain: bytes) -> list[bytes]:
+    """The turns' plain forms in a decompressed value (one, or a merged value's)."""
+    if not plain or plain[0] != MERGED_VERSION:
+        return [plain]
+    _version, n = _MERGED_HEAD.unpack_from(plain, 0)
+    lengths = struct.unpack_from(f"<{n}I", plain, _MERGED_HEAD.size)
+    pos = _MERGED_HEAD.size + 4 * n
+    if pos + sum(lengths) != len(plain):
+        raise HistoryFormatError("merged history value of the wrong length")
+    out = []
+    for size in lengths:
+        out.append(plain[pos : pos + size])
+        pos += size
+    return out
+
+
 def decode(
     value: bytes, group_id: str | None = None
 ) -> list[OffsetHistoryEntry | MembershipChange]:
     """The entries of one value (only ``group_id``'s when given), in the order written."""
     try:
         plain = bytes(cramjam.lz4.decompress_block(value))
-        if group_id is not None and group_id.encode("utf-8", "surrogatepass") not in plain:
-            return []  # not a byte of it names the group: skip without parsing
-        return _decode(plain, group_id)
+        if group_id is None:
+            needle = None
+        else:
+            needle = group_id.encode("utf-8", "surrogatepass")
+            if needle not in plain:
+                return []  # not a byte of it names the group: skip without parsing
+        if plain[:1] != bytes([MERGED_VERSION]):
+            return _decode(plain, group_id)
+        out: list[OffsetHistoryEntry | MembershipChange] = []
+        for turn in _plains(plain):
+            if needle is None or needle in turn:
+                out += _decode(turn, group_id)
+        return out
     except HistoryFormatError:
         raise
     except (struct.error, IndexError, ValueError, cramjam.DecompressionError) as exc:

@@ -1,11 +1,15 @@
-"""The history's binary form: what is encoded decodes the same, strings once per value."""
+"""The history's binary form: what is encoded decodes the same, strings once per value; a
+merged value gives the entries of the values it replaces, in their order."""
 
 from __future__ import annotations
 
+import cramjam
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
-from coordinator.history.codec import HistoryFormatError, decode, encode
+from coordinator.history.codec import MERGED_VERSION, HistoryFormatError, decode, encode, merge
 from coordinator.history.model import (
     DELETED,
     MembershipChange,
@@ -132,3 +136,92 @@ def test_a_delete_among_commits_and_an_unchanged_count_past_32_bits() -> None:
         (7, 3, 2**32 - 1),
         (DELETED, 9, 0),
     ]
+
+
+_names = st.sampled_from(["g", "h", "grp-\u00e9", ""])
+_offsets = st.dictionaries(
+    st.tuples(st.sampled_from(["t", "orders"]), st.integers(0, 3)),
+    st.one_of(
+        st.none(),
+        st.builds(
+            OffsetEntry,
+            st.integers(0, 2**62),
+            st.integers(-1, 5),
+            st.sampled_from(["", "m"]),
+            st.integers(-1, T),
+        ),
+    ),
+    min_size=1,
+    max_size=4,
+)
+_change = st.one_of(
+    st.builds(lambda o, g, m: commit(o, group_id=g, member_id=m), _offsets, _names, _names),
+    st.builds(
+        lambda g, kind, gen: MembershipChange(T, g, kind, gen, "join", "", "m-1", 2, 5),
+        _names,
+        st.sampled_from(["stable", "rebalance_started"]),
+        st.integers(-1, 9),
+    ),
+)
+# A turn: its time and its changes (membership changes carry the turn's time, as written).
+_turn = st.tuples(st.integers(0, T), st.lists(_change, min_size=1, max_size=3))
+
+
+def _value(at: int, changes: list[OffsetChange | MembershipChange]) -> bytes:
+    return encode(
+        at, [c._replace(timestamp_ms=at) if isinstance(c, MembershipChange) else c for c in changes]
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_turn, min_size=1, max_size=6), st.integers(0, 5), _names)
+def test_a_merged_value_gives_the_entries_of_its_turns_in_order(
+    turns: list[tuple[int, list[OffsetChange | MembershipChange]]], split: int, group: str
+) -> None:
+    values = [_value(at, changes) for at, changes in turns]
+    expected = [e for v in values for e in decode(v)]
+    merged = merge(values)
+    assert bytes(cramjam.lz4.decompress_block(merged))[0] == MERGED_VERSION
+    assert decode(merged) == expected
+    assert decode(merged, group) == [e for v in values for e in decode(v, group)]
+    # A merged value merged again with further turns: still every entry, in order.
+    split = min(split, len(values))
+    assert decode(merge([merge(values[:split] or values[:1]), *values[split:]])) == (
+        [e for v in (values[:split] or values[:1]) for e in decode(v)]
+        + [e for v in values[split:] for e in decode(v)]
+    )
+
+
+def test_merging_many_turns_takes_out_what_they_repeat() -> None:
+    values = [
+        encode(
+            T + 5000 * i,
+            [
+                commit(
+                    {
+                        ("orders", p): OffsetEntry(1_000 * i + p, 4, "", T + 5000 * i)
+                        for p in range(10)
+                    },
+                    previous=[1_000 * (i - 1) + p for p in range(10)],
+                )
+            ],
+        )
+        for i in range(200)
+    ]
+    merged = merge(values)
+    assert len(decode(merged)) == 2000
+    assert len(merged) * 2 < sum(map(len, values))
+
+
+def test_a_damaged_turn_is_not_merged() -> None:
+    good = encode(T, [commit({("t", 0): OffsetEntry(1, 0, "", T)})])
+    with pytest.raises(HistoryFormatError):
+        merge([good, b"x" * 10])
+    with pytest.raises(HistoryFormatError):  # a merged value cut short
+        decode(
+            bytes(
+                cramjam.lz4.compress_block(
+                    bytes(cramjam.lz4.decompress_block(merge([good, good])))[:-2]
+                )
+            )
+        )
