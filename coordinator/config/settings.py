@@ -307,6 +307,12 @@ class Settings(BaseSettings):
         description="how long a group's history (offset changes, membership) is kept "
         "(0 = no history)",
     )
+    offsets_history_merge_lag_ms: int = Field(
+        60000,
+        ge=0,
+        description="in a cluster, the history rows of a round older than this are merged, "
+        "a partition's run of them into one row compressed together (0 = never merged)",
+    )
     offsets_status_window_commits: int = Field(
         5,
         ge=2,

@@ -16,7 +16,16 @@ node can read any group's history, since a group's rows are those of its offsets
 (``partition_of``), whoever wrote them; the rows come in the partition's log order (their
 ``after_offset``), so a failover between owners with different clocks keeps the order of
 the changes. ``apply_retention`` deletes the rows older than the retention of the
-partitions this node coordinates (each partition's owner cleans its own rows).
+partitions this node coordinates (each partition's owner cleans its own rows); a merged row
+goes when its last turn is past the retention, so history is kept at most
+``offsets.history.merge.lag.ms`` longer than the retention (a merged row spans at most that).
+
+``apply_merge``: each round's row pays PostgreSQL's row header, an index entry and a value
+compressed alone, so the rows of the partitions this node holds that are older than
+``offsets.history.merge.lag.ms`` are merged, a run of them into one row whose value
+(``codec.merge``) holds their turns compressed together, in one transaction fenced on the
+partition's lease (``lease``: this node's (node id, broker epoch, lease epoch) for it, None
+when it does not hold it). A read gives the same entries before and after a merge.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-from coordinator.history.codec import decode, encode
+from coordinator.history.codec import decode, encode, merge
 from coordinator.history.model import MembershipChange, OffsetChange, OffsetHistoryEntry
 from coordinator.history.status import StatusSettings
 
@@ -51,6 +60,20 @@ class HistoryRows(Protocol):
         """Delete the partitions' rows written before ``before_ms``; how many."""
         ...
 
+    async def merge(
+        self,
+        offsets_partition: int,
+        lease: tuple[int, int, int],
+        before_ms: int,
+        max_span_ms: int,
+        combine: Callable[[list[bytes]], bytes],
+        since_ms: int | None = None,
+    ) -> tuple[int, int, int, int, int | None]:
+        """Merge the partition's round rows written before ``before_ms`` into rows spanning
+        at most ``max_span_ms``, fenced on ``lease``; (rows replaced, rows written, their
+        bytes before, after, where the next merge starts looking)."""
+        ...
+
 
 class HistoryTable:
     """The cluster's history table, with what the current turn has not written."""
@@ -64,10 +87,13 @@ class HistoryTable:
         coordinated: Callable[[], Iterable[int]],
         status: StatusSettings | None = None,
         poke: Callable[[], None] | None = None,
+        merge_lag_ms: int = 0,
+        lease: Callable[[int], tuple[int, int, int] | None] | None = None,
     ) -> None:
         """``note(offsets partition, now, value)``: add a value to the partition's next
         round (False: the partition is not this node's); ``coordinated()``: the offsets
-        partitions this node holds now; ``poke``: ask for a round (history alone)."""
+        partitions this node holds now; ``poke``: ask for a round (history alone);
+        ``merge_lag_ms`` (0: no merge) and ``lease``: ``apply_merge``."""
         self.retention_ms = retention_ms
         self.rows = rows
         self.note = note
@@ -79,6 +105,13 @@ class HistoryTable:
         self.pending_membership: list[tuple[int, MembershipChange]] = []
         # Bytes of history handed to the journal (the storage figures).
         self.bytes_written = 0
+        self.merge_lag_ms = merge_lag_ms
+        self.lease = lease
+        # Per offsets partition: where its next merge starts looking (forgotten with it).
+        self.merge_since: dict[int, int | None] = {}
+        # Round rows merged away, merged rows written (the storage figures).
+        self.rows_merged = 0
+        self.merged_rows_written = 0
 
     def add(self, changes: list[OffsetChange]) -> None:
         self.pending += changes
@@ -131,3 +164,36 @@ class HistoryTable:
     def apply_retention(self, now_ms: int) -> Awaitable[int]:
         """Delete the rows of this node's offsets partitions older than the retention."""
         return self.rows.delete_before(sorted(self.coordinated()), now_ms - self.retention_ms)
+
+    async def apply_merge(self, now_ms: int) -> int:
+        """Merge the round rows of this node's offsets partitions older than
+        ``merge_lag_ms``; how many were replaced. A partition lost meanwhile (the fence
+        refused) is left as it is, for its new owner."""
+        if self.merge_lag_ms <= 0 or self.lease is None:
+            return 0
+        held = sorted(self.coordinated())
+        for p in set(self.merge_since) - set(held):
+            del self.merge_since[p]  # another node may write it meanwhile: look anew
+        replaced = 0
+        for p in held:
+            lease = self.lease(p)
+            if lease is None:
+                continue
+            try:
+                before, after, _b, _a, since = await self.rows.merge(
+                    p,
+                    lease,
+                    now_ms - self.merge_lag_ms,
+                    self.merge_lag_ms,
+                    merge,
+                    self.merge_since.get(p),
+                )
+            except Exception as exc:  # fenced, or the database is away: the next pass
+                self.merge_since.pop(p, None)
+                log.warning("history merge of offsets partition %d: %r", p, exc)
+                continue
+            self.merge_since[p] = since
+            replaced += before
+            self.rows_merged += before
+            self.merged_rows_written += after
+        return replaced

@@ -88,7 +88,7 @@ from coordinator.node.assemble import (
 from coordinator.node.pg_stores import PgClusterView, PgGroupConfigs, SharedCatalog
 from coordinator.placement import ClusterPlacement, Placement
 from coordinator.runtime.group_runtime import GroupRuntime
-from coordinator.runtime.history import history_retention
+from coordinator.runtime.history import history_merge, history_retention
 from coordinator.runtime.txn_runtime import TxnRuntime
 from coordinator.security.acl_store import PgAclStore
 from coordinator.security.credentials import PgCredentialStore
@@ -444,10 +444,15 @@ class ClusterNode:
     async def started(self, s: Settings, core: Core) -> None:
         await self._cluster().start()  # leases are taken only now, once the server accepts
         groups = core.groups
-        if groups.history is not None:
-            task = asyncio.ensure_future(history_retention(groups.history, groups.clock))
-            groups.background.add(task)
-            task.add_done_callback(groups.background.discard)
+        history = groups.history
+        if history is not None:
+            jobs = [history_retention(history, groups.clock)]
+            if isinstance(history, HistoryTable):  # its rows merged as they age
+                jobs.append(history_merge(history, groups.clock))
+            for job in jobs:
+                task = asyncio.ensure_future(job)
+                groups.background.add(task)
+                task.add_done_callback(groups.background.discard)
 
     def announce(self, s: Settings, listeners: str) -> None:
         logging.getLogger("kgc").info(
@@ -479,6 +484,11 @@ def cluster_history(
             return False
         return True
 
+    def lease(p: int) -> tuple[int, int, int] | None:
+        plog = groups.partitions.get(p)
+        held = None if plog is None else journal.lease_of(plog)
+        return None if held is None else (journal.node_id, journal.broker_epoch, held[2])
+
     return HistoryTable(
         s.offsets_history_retention_ms,
         PgHistoryRows(pool),
@@ -487,6 +497,8 @@ def cluster_history(
         groups.partitions.keys,
         status_settings(s),
         poke=flusher.poke,
+        merge_lag_ms=s.offsets_history_merge_lag_ms,
+        lease=lease,
     )
 
 

@@ -34,7 +34,7 @@ from coordinator.history.model import MembershipChange
 from coordinator.history.store import HistoryLog
 from coordinator.history.table import HistoryTable
 
-__all__ = ["Membership", "history_retention", "history_settled"]
+__all__ = ["Membership", "history_merge", "history_retention", "history_settled"]
 
 log = logging.getLogger("kgc.history")
 
@@ -173,4 +173,20 @@ async def history_retention(history: HistoryLog | HistoryTable, clock: Callable[
             n = 0
         if n:
             log.info("history retention deleted %d %s", n, what)
+        await asyncio.sleep(interval)
+
+
+async def history_merge(history: HistoryTable, clock: Callable[[], int]) -> None:
+    """Merge the cluster table's round rows older than ``offsets.history.merge.lag.ms``
+    (``HistoryTable.apply_merge``), every half of it (at least every 100 ms, at most every
+    minute): a merged row then spans about half the lag."""
+    interval = min(max(history.merge_lag_ms // 2, 100), 60_000) / 1000.0
+    while True:
+        try:
+            n = await history.apply_merge(clock())
+        except Exception:  # the database is away: the next pass tries again
+            log.exception("history merge failed")
+            n = 0
+        if n:
+            log.debug("history merge replaced %d row(s)", n)
         await asyncio.sleep(interval)

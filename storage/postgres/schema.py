@@ -51,6 +51,17 @@ Version 3 (a group's history, ``docs/history.md``):
   Retention deletes rows older than ``offsets.history.retention.ms``; autovacuum makes
   their space reusable at once (the table stays at one window's size), with no partition
   management in the commit path.
+
+Version 4 (the history's merged rows, ``docs/history.md``):
+
+* ``kgc_group_history.first_written_ms``: NULL on the rows the rounds insert (one round:
+  it was written at ``written_ms``); set on a *merged* row, which replaces a run of a
+  partition's rows older than ``offsets.history.merge.lag.ms`` by one row holding all
+  their turns (``coordinator.history.codec.merge``): its ``written_ms`` is the last of
+  theirs, ``first_written_ms`` the first, ``after_offset`` the last one's. Reads select
+  rows by overlap with their time window, retention deletes a merged row once its
+  ``written_ms`` is past. Adding a nullable column rewrites nothing; a round's row keeps
+  its size (a NULL costs no byte in a row of five columns).
 """
 
 from __future__ import annotations
@@ -187,6 +198,10 @@ MIGRATIONS: list[str] = [
     -- reuse the space.
     ALTER TABLE kgc_group_history SET (autovacuum_vacuum_scale_factor = 0.02,
                                        autovacuum_vacuum_insert_scale_factor = 0.05);
+    """,
+    # version 4: merged history rows (see the module doc).
+    """
+    ALTER TABLE kgc_group_history ADD COLUMN first_written_ms bigint;
     """,
 ]
 
