@@ -15,6 +15,13 @@ the week's storage for 1,000 groups x 10 partitions changing an offset every 5 s
 fresh database a round, where history goes to the table ``kgc_group_history`` in the
 journal's round statement: the node's CPU and PostgreSQL's (all its processes) per commit,
 and the table's size (``pg_total_relation_size``: heap, TOAST and index) over the changes.
+The node merges the rows older than ``--merge-lag-ms`` (``offsets.history.merge.lag.ms``,
+the server's default 60 s; 0: no merge) in the background: after the load the benchmark
+waits until the lag has passed and the merge has left at most one round row per offsets
+partition, then measures the table twice: as it is (the merged-away rows are dead tuples,
+space autovacuum hands to the next rows) and after ``VACUUM FULL`` (the live rows: what a
+week of history costs, the space of the last lag's round rows aside). The CPU is measured
+around the load only, as before: the merge runs after it.
 
 ``--count``: the server runs under valgrind's cachegrind, which counts the instructions it
 executes (user space, all threads; the kernel's share is not counted): a count, the same
@@ -25,7 +32,7 @@ about 50 times, so a round gathers every committer's commit (the batching of a s
 server); the seconds are of the slowed server.
 
 Usage: ``python bench/bench_history.py [--rounds 5] [--members 50] [--partitions 10]
-[--seconds 5] [--cluster | --count]``.
+[--seconds 5] [--cluster [--merge-lag-ms 60000] | --count]``.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,13 +167,46 @@ def one(history: bool, args: argparse.Namespace) -> tuple[float, float, int]:
             kgc.stop()
 
 
-def one_cluster(history: bool, args: argparse.Namespace, pg: Any) -> tuple[float, float, int]:
-    """(node + PostgreSQL CPU us per commit request, partition-commits/s, table bytes)."""
+def merged(pg: Any, lag_ms: int, end_s: float, timeout_s: float = 600.0) -> None:
+    """Wait until the lag has passed since ``end_s`` (the load's end, time.time()) and the
+    merge has left at most one round row per offsets partition (a run of one is not
+    merged) for a whole pass."""
+    sql = (
+        "SELECT coalesce(max(n), 0) || ' ' || coalesce(sum(n), 0) FROM (SELECT count(*) AS n"
+        " FROM kgc_group_history WHERE first_written_ms IS NULL GROUP BY offsets_partition) c"
+    )
+    pass_s = min(max(lag_ms // 2, 100), 60_000) / 1000
+    time.sleep(max(0.0, end_s + lag_ms / 1000 - time.time()))
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        now = pg.psql(pg.database, sql).strip()
+        if now == last and int(now.split()[0]) <= 1:
+            return
+        last = now
+        time.sleep(pass_s + 0.5)
+    raise TimeoutError(f"the history merge did not settle: {last}")
+
+
+def table_size(pg: Any) -> int:
+    return int(pg.psql(pg.database, "SELECT pg_total_relation_size('kgc_group_history')").strip())
+
+
+def one_cluster(
+    history: bool, args: argparse.Namespace, pg: Any
+) -> tuple[float, float, int, int, int]:
+    """(node + PostgreSQL CPU us per commit request, partition-commits/s, table bytes after
+    the load, after the merge, after the merge and VACUUM FULL)."""
     from bench_cluster import postgres_cpu_s, proc_cpu_s
     from support.clusterkit import Cluster
 
     pg.reset()
-    flags: tuple[str, ...] = ("--kgc-log-level", "WARNING")
+    flags: tuple[str, ...] = (
+        "--kgc-log-level",
+        "WARNING",
+        "--offsets-history-merge-lag-ms",
+        str(args.merge_lag_ms),
+    )
     if not history:
         flags += ("--offsets-history-retention-ms", "0")
     with tempfile.TemporaryDirectory() as tmp:
@@ -191,12 +232,19 @@ def one_cluster(history: bool, args: argparse.Namespace, pg: Any) -> tuple[float
                 commit_load(node.port, args.members, args.partitions, args.seconds)
             )
             used = proc_cpu_s(node.proc.pid) + postgres_cpu_s(pg) - before
+            end_s = time.time()
             assert errors == 0, f"{errors} commits failed"
-            size = int(
-                pg.psql(pg.database, "SELECT pg_total_relation_size('kgc_group_history')").strip()
-            )
             requests = rate * args.seconds / args.partitions
-            return used / requests * 1e6, rate, size if history else 0
+            if not history:
+                return used / requests * 1e6, rate, 0, 0, 0
+            size = table_size(pg)
+            after = vacuumed = size
+            if args.merge_lag_ms > 0:
+                merged(pg, args.merge_lag_ms, end_s)
+                after = table_size(pg)
+                pg.psql(pg.database, "VACUUM FULL kgc_group_history")
+                vacuumed = table_size(pg)
+            return used / requests * 1e6, rate, size, after, vacuumed
         finally:
             cluster.close()
 
@@ -212,6 +260,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--cluster", action="store_true", help="a one-node cluster on PostgreSQL")
+    ap.add_argument(
+        "--merge-lag-ms",
+        type=int,
+        default=60_000,
+        help="--cluster: offsets.history.merge.lag.ms of the node (0: no merge)",
+    )
     ap.add_argument(
         "--count", action="store_true", help="count the server's instructions (callgrind)"
     )
@@ -231,12 +285,18 @@ def main() -> None:
 def run(args: argparse.Namespace, pg: Any) -> None:
     cpu: dict[bool, list[float]] = {False: [], True: []}
     per_change: list[float] = []
+    # --cluster with a merge: bytes per change after the merge, and after it and VACUUM FULL.
+    merged_change: list[float] = []
+    live_change: list[float] = []
     unit = "instr/commit" if args.count else "cpu us/commit"
     print(f"{'round':>5} {'history':>8} {unit:>14} {'partition-commits/s':>20}")
     for r in range(args.rounds):
         for history in (False, True) if r % 2 == 0 else (True, False):
             if pg:
-                us, rate, size = one_cluster(history, args, pg)
+                us, rate, size, after, vacuumed = one_cluster(history, args, pg)
+                if history:
+                    merged_change.append(after / (rate * args.seconds))
+                    live_change.append(vacuumed / (rate * args.seconds))
             else:
                 us, rate, size = counted(history, args) if args.count else one(history, args)
             cpu[history].append(us)
@@ -252,7 +312,7 @@ def run(args: argparse.Namespace, pg: Any) -> None:
         f"off {off:.1f}{unit}, on {on:.1f}{unit} ({(on / off - 1) * 100:+.1f}%)"
     )
     print(
-        f"history: {b:.1f} bytes per change ({'the table' if pg else 'segments'} on disk / "
+        f"history: {b:.1f} bytes per change ({'the table, unmerged,' if pg else 'segments'} on disk / "
         f"changes); a week of 1,000 "
         f"groups x 10 partitions changing every 5 s: {WEEK_CHANGES:,} changes, "
         f"{WEEK_CHANGES * b / 1e9:.1f} GB"
@@ -264,7 +324,18 @@ def run(args: argparse.Namespace, pg: Any) -> None:
     if pg:
         record("history", "cluster CPU per commit, history off", off, "us", "lower")
         record("history", "cluster CPU per commit, history on", on, "us", "lower")
-        record("history", "table bytes per offset change", b, "B", "lower")
+        if args.merge_lag_ms <= 0:
+            record("history", "table bytes per offset change", b, "B", "lower")
+            return
+        m, live = statistics.median(merged_change), statistics.median(live_change)
+        print(
+            f"merged (offsets.history.merge.lag.ms={args.merge_lag_ms}): {m:.1f} bytes per "
+            f"change as the table is (the merged-away rows dead, their space reused by the "
+            f"next rows); {live:.1f} after VACUUM FULL (the live rows): a week, "
+            f"{WEEK_CHANGES * live / 1e9:.1f} GB"
+        )
+        record("history", "table bytes per offset change, before the merge", b, "B", "lower")
+        record("history", "table bytes per offset change", live, "B", "lower")
         return
     record("history", "server CPU per commit, history off", off, "us", "lower")
     record("history", "server CPU per commit, history on", on, "us", "lower")

@@ -72,7 +72,8 @@ HISTORY_SCHEMA = pa.schema(
 SPARK_SCHEMA = (
     "group string, topic string, partition int, time_ms bigint, offset bigint, commits bigint"
 )
-# the cluster's history: one codec value a row (``docs/history.md``, schema version 3)
+# the cluster's history: one codec value a row (``docs/history.md``, schema version 3; a
+# merged row's value, version 4, holds several turns and decodes the same way)
 HISTORY_SQL = "(SELECT value FROM kgc_group_history) kgc_history_rows"
 _BAD = "__bad_value__"  # a row counting a value (or batch) that did not decode
 

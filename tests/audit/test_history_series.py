@@ -1,13 +1,16 @@
-"""The audit's history job without Spark: a history segment's rows (``history_rows``) and
-the per-group lag and commit-rate series built from them (``series``)."""
+"""The audit's history job without Spark: a history segment's rows (``history_rows``), the
+cluster table's (``decode_history_values``, merged rows too) and the per-group lag and
+commit-rate series built from them (``series``)."""
 
 from __future__ import annotations
 
-from coordinator.audit.history import history_rows, series
+import pyarrow as pa
+
+from coordinator.audit.history import decode_history_values, history_rows, series
 from coordinator.audit.html_report import render
 from coordinator.audit.stitch import TopicLog
 from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
-from coordinator.history.codec import encode
+from coordinator.history.codec import encode, merge
 from coordinator.history.model import DELETED, OffsetChange
 from storage.record_batch import encode_batch
 
@@ -45,6 +48,25 @@ def test_a_segment_gives_one_row_per_offset_change_with_its_commits() -> None:
     ]
     bad = encode_batch(0, [(None, b"not a history value")], timestamp_ms=T)
     assert [r[0] for r in history_rows(bad)] == ["__bad_value__"]
+
+
+def test_the_tables_merged_rows_give_the_rows_of_their_turns() -> None:
+    # The cluster's table through the JDBC source: a round's row and a merged row (the
+    # merge of the history table, codec version 2) in one batch of the value column.
+    turns = [
+        encode(T, [change("billing", {("orders", 0): 5})]),
+        encode(T + 1000, [change("billing", {("orders", 0): 9}, unchanged=3)]),
+        encode(T + 2000, [change("ads", {("clicks", 2): 1})]),
+    ]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([turns[0], merge(turns[1:])], type=pa.binary())], names=["value"]
+    )
+    (out,) = decode_history_values(iter([batch]))
+    assert list(zip(*(c.to_pylist() for c in out.columns), strict=True)) == [
+        ("billing", "orders", 0, T, 5, 1),
+        ("billing", "orders", 0, T + 1000, 9, 4),
+        ("ads", "clicks", 2, T + 2000, 1, 1),
+    ]
 
 
 def test_series_lag_and_commit_rate_per_bucket() -> None:
