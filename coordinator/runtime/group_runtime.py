@@ -40,7 +40,8 @@ Failures stay inside one offsets partition:
   with NOT_COORDINATOR -- Kafka's coordinator maps KAFKA_STORAGE_ERROR to it -- in the
   reply's own shape; replies that depended only on other partitions are released as usual.
   The partition is then rebuilt from its log, so the shard keeps nothing that did not
-  become durable.
+  become durable. The group history such a round carried goes again with the next write
+  (``_history_failed``), but for the partitions whose own records failed.
 * A request the shard cannot handle (a bug) is answered UNKNOWN_SERVER_ERROR in its API's
   shape, and the group's partition is rebuilt from the log in case the shard had changed
   part of it: the connection stays open and no half-applied change survives.
@@ -62,7 +63,7 @@ from coordinator.group.types import TxnBatch
 from coordinator.history.store import HistoryLog
 from coordinator.history.table import HistoryTable
 from coordinator.runtime import share_init
-from coordinator.runtime.history import Membership, history_retention, history_settled
+from coordinator.runtime.history import Membership, Taken, history_retention
 from coordinator.runtime.older_history import OlderHistory
 from coordinator.runtime.replay import CorruptOffsetsLog, replay_partition
 from coordinator.runtime.responses import storage_error_reply
@@ -84,6 +85,9 @@ _Waiting = tuple[frozenset[int], list[tuple[int, Any]]]
 # the count of settled Results it waits for and of failed ones when it was parked.
 _Parked = tuple[dict[int, int], dict[int, int], int, Any]
 _TIMERS_PER_TURN = 64
+# History of a failed round that no other write took within this long is written again
+# by a round of its own (a broken disk then retries at this pace, not in a loop).
+_HISTORY_RETRY_S = 1.0
 
 
 _BATCH_OVERHEAD = 61  # a RecordBatch v2 header
@@ -149,6 +153,10 @@ class GroupRuntime:
         # read beside ``history`` by DescribeGroupHistory, set by the node (``older_history``).
         self.older_history: OlderHistory | None = None
         self.membership = Membership()
+        # History entries of rounds that failed (the log was cut back, nothing was appended
+        # for them), oldest first: the next write puts them before the turn's own.
+        self.history_again: list[Taken] = []
+        self._history_retry: asyncio.TimerHandle | None = None
         # The offsets partitions this node coordinates, with their logs: all of them on a
         # single node; in cluster mode those whose lease it holds (``acquire``/``release``).
         self.partitions: dict[int, PartitionLog] = (
@@ -349,7 +357,11 @@ class GroupRuntime:
     def _write_unwritten(self) -> None:
         self.write_scheduled = False
         history = self.history
-        if not self.unwritten and not self.unreleased and not (history and history.waiting):
+        if (
+            not self.unwritten
+            and not self.unreleased
+            and not (history and (history.waiting or self.history_again))
+        ):
             return  # written early by a rebuild
         batches, self.unwritten = self.unwritten, {}
         ends, self.unwritten_ends = self.unwritten_ends, {}
@@ -396,14 +408,22 @@ class GroupRuntime:
                 continue
             pending[partition] = (plog, last)
         kept: tuple[PartitionLog, int] | None = None
-        if history is not None and history.waiting:
-            # (A HistoryTable's values join the partitions' own round: nothing more to wait.)
+        taken: Taken = ([], [])
+        if history is not None and (history.waiting or self.history_again):
+            if self.history_again:
+                self._take_history_again(history)
+            # What ``write`` takes (it swaps the lists for new ones): a failed round puts
+            # these back (``_history_failed``).
+            taken = (history.pending, history.pending_membership)
+            # (A HistoryTable's values join the partitions' own round: nothing more to wait;
+            # its journal puts a failed round's values back itself.)
             # The history of these records joins their fsync round: a reply waits for both.
             try:
                 kept = history.write(now, failed)
             except Exception as exc:
                 # A storage failure: the turn's commits are answered as for their own.
                 log.error("appending the group history failed: %r", exc)
+                self._history_failed(taken, failed)
                 failed |= set(pending)
         released: list[_Waiting] = waiting
         if failed:
@@ -423,12 +443,52 @@ class GroupRuntime:
             # fails the partitions it held entries of).
             self.flusher.when_durable(
                 [pending[p] for p in order] + ([kept] if kept is not None else []),
-                functools.partial(self._released, order, pending, released, kept is not None),
+                functools.partial(
+                    self._released, order, pending, released, taken if kept is not None else None
+                ),
             )
         elif kept is not None:
             # History alone (membership changes without records): made durable by the next
             # round, which this starts; nothing waits on it.
-            self.flusher.when_durable([kept], history_settled)
+            self.flusher.when_durable([kept], functools.partial(self._history_settled, taken))
+
+    # -- the history of failed rounds
+    def _history_settled(self, taken: Taken, outcomes: list[BaseException | None]) -> None:
+        """A round that made history alone durable ended (nothing waited on it)."""
+        if outcomes[0] is not None:
+            log.error("fsync of the group history failed: %r; it goes again", outcomes[0])
+            self._history_failed(taken, set())
+
+    def _history_failed(self, taken: Taken, lost: set[int]) -> None:
+        """The history entries ``taken`` by a write are not in the log (its append failed,
+        or its fsync: the log was cut back). Those of the offsets partitions in ``lost``
+        (their records failed too: rebuilt from the log, the changes never happened) are
+        dropped; the others -- membership changes without records, offset changes whose
+        records are in the log -- go again, before anything gathered since."""
+        changes, membership = taken
+        if lost:
+            changes = [c for c in changes if c.partition not in lost]
+            membership = [(p, m) for p, m in membership if p not in lost]
+        if not changes and not membership:
+            return
+        self.history_again.append((changes, membership))
+        if self._history_retry is None:
+            self._history_retry = asyncio.get_running_loop().call_later(
+                _HISTORY_RETRY_S, self._retry_history
+            )
+
+    def _retry_history(self) -> None:
+        self._history_retry = None
+        if self.history_again:
+            self._schedule_write()
+
+    def _take_history_again(self, history: HistoryLog | HistoryTable) -> None:
+        """Put the failed rounds' entries back before the turn's own, oldest first."""
+        again, self.history_again = self.history_again, []
+        changes = [c for taken in again for c in taken[0]]
+        membership = [m for taken in again for m in taken[1]]
+        history.pending = changes + history.pending
+        history.pending_membership = membership + history.pending_membership
 
     def _side_effects(self, result: Result) -> None:
         wakeup = result.wakeup
@@ -453,18 +513,20 @@ class GroupRuntime:
         order: list[int],
         pending: dict[int, tuple[PartitionLog, int]],
         waiting: list[_Waiting],
-        with_history: bool,
+        history: Taken | None,
         outcomes: list[BaseException | None],
     ) -> None:
-        """The flusher settled every partition of one append: release or fail the replies."""
+        """The flusher settled every partition of one append: release or fail the replies.
+        ``history``: what the round's history record held (None: it had none)."""
         failed: set[int] = set()
         for p, outcome in zip(order, outcomes, strict=False):
             if outcome is not None:
                 self._log_flush_failure(p, outcome)
                 failed.add(p)
-        if with_history and outcomes[-1] is not None:
+        if history is not None and outcomes[-1] is not None:
             # The turn's history is not durable: its commits are answered as for their own.
             log.error("fsync of the group history failed: %r", outcomes[-1])
+            self._history_failed(history, failed)
             failed |= set(order)
         if self.on_durable:
             for p, (plog, _) in pending.items():
@@ -784,3 +846,6 @@ class GroupRuntime:
         if self._wakeup is not None:
             self._wakeup.cancel()
             self._wakeup = None
+        if self._history_retry is not None:
+            self._history_retry.cancel()
+            self._history_retry = None

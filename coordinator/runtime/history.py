@@ -30,13 +30,17 @@ from coordinator.group.events import (
     RebalanceStarted,
     StaticMemberReplaced,
 )
-from coordinator.history.model import MembershipChange
+from coordinator.history.model import MembershipChange, OffsetChange
 from coordinator.history.store import HistoryLog
 from coordinator.history.table import HistoryTable
 
-__all__ = ["Membership", "history_merge", "history_retention", "history_settled"]
+__all__ = ["Membership", "Taken", "history_merge", "history_retention"]
 
 log = logging.getLogger("kgc.history")
+
+# What one history write took: the turn's offset changes and its membership changes, each
+# with its offsets partition (``HistoryLog.pending``/``pending_membership``).
+Taken = tuple[list[OffsetChange], list[tuple[int, MembershipChange]]]
 
 # "member <id> joined ...", "leader <id> rejoined", "members left the group: <id>, ..."
 _MEMBER = re.compile(r"\b(?:member|leader|members left the group:) ([^\s,]+)")
@@ -150,13 +154,6 @@ class Membership:
                     for m in member_ids
                 ]
         return []
-
-
-def history_settled(outcomes: list[BaseException | None]) -> None:
-    """A round that made history alone durable ended (nothing waited on it)."""
-    for outcome in outcomes:
-        if outcome is not None:
-            log.error("fsync of the group history failed: %r", outcome)
 
 
 async def history_retention(history: HistoryLog | HistoryTable, clock: Callable[[], int]) -> None:

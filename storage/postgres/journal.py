@@ -36,6 +36,9 @@ Failures (notes §3.9, pitfalls 6 and 7):
   answer clients retry), anything else means the lease moved (NotOwnerError);
 * no database: every waiter fails at once with FlushError and the logs are cut back; the
   next round reconnects by itself (with a backoff), so kgc recovers without a restart.
+* a failed round's group history that describes no record of its own (membership changes
+  without records) is put back for the partition's next round (``_history_again``); not
+  a fenced round's, nor one whose outcome stayed unknown.
 
 Nothing is acknowledged before the statement returned, and no waiter is left parked: every
 round ends each touched log either durable or cut back.
@@ -333,6 +336,26 @@ class PgJournal:
                         if r.log not in errors:
                             self._fail(r.log, err, errors)
                     raise
+                finally:
+                    self._history_again(batch, errors)
+
+    def _history_again(self, batch: list[Round], errors: dict[PartitionLog, BaseException]) -> None:
+        """A failed round (rolled back: none of it was written) puts back the history values
+        that describe no record of its own -- membership changes without records, noted at
+        the round's expected offset -- before anything noted since, for the partition's next
+        round. Values following its records go with them (those commits failed, the log
+        was cut back); a fenced round's go with the partition (another node's now, which
+        writes the group's history from there), and so do those of a round whose outcome
+        is unknown (``_resolve`` empties them: it may have landed)."""
+        for r in batch:
+            err = errors.get(r.log)
+            if not r.history or err is None or isinstance(err, NotOwnerError):
+                continue
+            if self._parts.get(r.log) is not r.part:
+                continue
+            again = [h for h in r.history if h[0] <= r.expected]
+            if again:
+                r.part.history[:0] = again
 
     # ------------------------------------------------------------ the round
 
@@ -506,6 +529,7 @@ class PgJournal:
             self._drop_connection()
             err = FlushError(f"PostgreSQL round outcome unknown: {exc!r}; then {exc2!r}")
             for r in batch:
+                r.history = []  # it may have landed: not written again (``_history_again``)
                 self._fail(r.log, err, errors)
             return []
         again: list[Round] = []

@@ -159,3 +159,114 @@ async def test_history_outlives_the_compaction_of_the_offsets_log(tmp_path: Path
     assert offsets(rt2, "g") == expected
     await flusher2.stop()
     logs2.close_all()
+
+
+def _join(member_id: str = "") -> Any:
+    from protocol.messages import join_group
+
+    return join_group.Request(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id=member_id,
+        protocol_type="consumer",
+        protocols=[join_group.JoinGroupRequestProtocol(name="range", metadata=b"")],
+    )
+
+
+async def test_membership_change_of_a_failed_round_goes_again_with_the_next(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A rebalance start (no records: its history is written alone) whose fsync fails is
+    written again by the next round, once, in its place: the log was cut back, nothing was
+    acknowledged for it, and the group's history must not miss the step."""
+    import os
+
+    from protocol.messages import join_group
+
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock, group_initial_rebalance_delay_ms=0)
+    assert rt.history is not None
+    hlog = rt.history.plog
+    first = await call(rt, join_group.API_KEY, 3, _join())
+    assert first.error_code == 0 and first.generation_id == 1
+    await flusher.wait_durable(hlog, hlog.log_end_offset - 1)
+    durable = hlog.log_end_offset
+
+    real = os.fdatasync
+    failures: list[int] = []
+
+    def failing(fd: int) -> None:
+        if not failures:
+            failures.append(fd)
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    clock.now += 100
+    # A second member: the group starts rebalancing (no records), its history goes alone.
+    second = asyncio.ensure_future(call(rt, join_group.API_KEY, 3, _join()))
+    async with asyncio.timeout(5):
+        while not failures or flusher.in_round:
+            await asyncio.sleep(0.001)
+    for _ in range(10):
+        await asyncio.sleep(0)  # the failed round's callbacks
+    assert hlog.log_end_offset == durable  # cut back: the rebalance start is not in the log
+    # The next round (another group's commit) carries it.
+    clock.now += 100
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("other", 1))
+    assert resp.topics[0].partitions[0].error_code == 0
+    kinds = [
+        (e.kind, e.generation, e.cause)
+        for e in rt.history.read("g")
+        if isinstance(e, MembershipChange)
+    ]
+    assert kinds == [
+        ("rebalance_started", 0, "join"),
+        ("generation_completed", 1, ""),
+        ("rebalance_started", 1, "join"),
+    ], kinds
+    # The commit's own change is there too, after it (one record: the requeued entries first).
+    assert offsets(rt, "other") == [(clock.now, 1)]
+    second.cancel()
+    await flusher.stop()
+    logs.close_all()
+
+
+async def test_history_of_a_failed_round_is_retried_without_another_write(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Nothing else writes: the failed round's history goes again by a round of its own."""
+    import os
+
+    from protocol.messages import join_group
+
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock, group_initial_rebalance_delay_ms=0)
+    assert rt.history is not None
+    hlog = rt.history.plog
+    assert (await call(rt, join_group.API_KEY, 3, _join())).error_code == 0
+    await flusher.wait_durable(hlog, hlog.log_end_offset - 1)
+    durable = hlog.log_end_offset
+    real = os.fdatasync
+    failures: list[int] = []
+
+    def failing(fd: int) -> None:
+        if not failures:
+            failures.append(fd)
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    second = asyncio.ensure_future(call(rt, join_group.API_KEY, 3, _join()))
+    async with asyncio.timeout(10):
+        while hlog.durable_end <= durable:
+            await asyncio.sleep(0.01)
+    assert failures
+    assert [e.kind for e in rt.history.read("g") if isinstance(e, MembershipChange)][-1] == (
+        "rebalance_started"
+    )
+    assert hlog.log_end_offset == durable + 1  # once
+    second.cancel()
+    await flusher.stop()
+    logs.close_all()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from support.pgjournal_kit import attached_log, make_leases, started_journal
+from support.pgjournal_kit import attached_log, lease_row, make_leases, started_journal
 
 from coordinator.group.records import OffsetEntry, offset_commit_record
 from coordinator.history.codec import decode
@@ -188,6 +188,69 @@ async def test_a_failed_round_writes_no_history(pg_url: str, tmp_path: Path) -> 
         await asyncio.wait_for(flusher.wait_durable(logs[0], last), 10)
         rows = await pool.fetch("SELECT value FROM kgc_group_history")
         assert [[e.offset for e in decode(r["value"])] for r in rows] == [[2]]  # type: ignore[union-attr]
+    finally:
+        await pool.close()
+        await flusher.stop()
+        await journal.close()
+
+
+async def test_history_alone_of_a_failed_round_goes_with_the_next(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A membership change without records whose round fails (rolled back: nothing was
+    written) goes again with the partition's next round, once, before that round's own
+    history; a fenced round's does not (the partition is another node's now)."""
+    await make_leases(pg_url, TOPIC, 1)
+    journal = await started_journal(pg_url)
+    flusher = Flusher(remote_only=True, journal=journal)
+    flusher.start()
+    logs = {0: attached_log(journal, tmp_path, TOPIC, 0)}
+    pool = await asyncpg.create_pool(pg_url, min_size=1, max_size=2)
+    try:
+        hist = table(pool, journal, logs)  # type: ignore[arg-type]
+        hist.poke = flusher.poke
+        await pool.execute("ALTER TABLE kgc_group_history ADD CONSTRAINT none CHECK (false)")
+        hist.add_membership(
+            0, MembershipChange(50, "g0", "rebalance_started", 3, "join", "", "m", -1, -1)
+        )
+        hist.write(50, set())
+        async with asyncio.timeout(10):
+            while journal.stats.errors == 0:
+                await asyncio.sleep(0.02)
+        await pool.execute("ALTER TABLE kgc_group_history DROP CONSTRAINT none")
+        # The next round: a commit of the same partition.
+        _b, last = logs[0].append_records([(b"k", b"v")], timestamp_ms=60)
+        hist.add([commit(0, "g0", 1, -1)])
+        hist.write(60, set())
+        await asyncio.wait_for(flusher.wait_durable(logs[0], last), 10)
+        rows = await pool.fetch(
+            "SELECT after_offset, written_ms FROM kgc_group_history ORDER BY after_offset"
+        )
+        assert [tuple(r) for r in rows] == [(0, 50), (1, 60)]
+        entries = await hist.read("g0")
+        assert [
+            (e.kind, e.timestamp_ms) if isinstance(e, MembershipChange) else (e.offset, 60)
+            for e in entries
+        ] == [("rebalance_started", 50), (1, 60)]
+        # A fenced round's history is dropped with the partition.
+        await pool.execute("UPDATE kgc_partition SET epoch = epoch + 1")
+        hist.add_membership(0, MembershipChange(70, "g0", "stable", 3, "", "", "m", 1, 10))
+        hist.write(70, set())
+        async with asyncio.timeout(10):
+            while journal.stats.fenced == 0:
+                await asyncio.sleep(0.02)
+        await pool.execute("UPDATE kgc_partition SET epoch = epoch - 1")
+        journal.attach(logs[0], await lease_row(pool, TOPIC, 0))  # ours again
+        _b, last = logs[0].append_records([(b"k", b"v")], timestamp_ms=80)
+        hist.add([commit(0, "g0", 2, 1)])
+        hist.write(80, set())
+        await asyncio.wait_for(flusher.wait_durable(logs[0], last), 10)
+        assert [
+            r["written_ms"]
+            for r in await pool.fetch(
+                "SELECT written_ms FROM kgc_group_history ORDER BY after_offset"
+            )
+        ] == [50, 60, 80]
     finally:
         await pool.close()
         await flusher.stop()
