@@ -26,7 +26,9 @@ runs by the clock (the workers' polls) is not cancelled: the server is slowed ab
 times under valgrind, so it shows as noise of a few thousand instructions per request,
 which is why the rounds alternate the modes and the medians are reported.
 
-Usage: ``python bench/count_leader_hints.py [--rounds 3] [--requests 200]``.
+Usage: ``python bench/count_leader_hints.py [--rounds 3] [--requests 200] [--modes off,on]``
+(``--modes on``: the hints on only, to compare checkouts: the off mode is the same code in
+every checkout where ``hinted`` is what the API table wraps with).
 """
 
 from __future__ import annotations
@@ -210,18 +212,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=200, help="n (module doc)")
+    ap.add_argument(
+        "--modes", default="off,on", help="off,on (default) or one of them (another checkout's)"
+    )
     args = ap.parse_args()
+    modes = [m == "on" for m in args.modes.split(",")]
     got: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     print(f"{'round':>5} {'hints':>6} {'instr/produce':>14} {'instr/fetch':>12}", flush=True)
     for r in range(args.rounds):
-        for hints in (False, True) if r % 2 == 0 else (True, False):
+        for hints in modes if r % 2 == 0 else modes[::-1]:
             p, f = per_request(hints, args.requests)
             got[hints].append((p, f))
             print(f"{r:>5} {'on' if hints else 'off':>6} {p:>14.0f} {f:>12.0f}", flush=True)
     print()
     for i, what in enumerate(("Produce v12 acks=-1", "Fetch v17 long poll")):
-        off = statistics.median(x[i] for x in got[False])
-        on = statistics.median(x[i] for x in got[True])
+        medians = {h: statistics.median(x[i] for x in got[h]) for h in modes}
+        if len(medians) == 1:
+            ((h, m),) = medians.items()
+            print(f"median instructions per {what}: {'on' if h else 'off'} {m:.0f}")
+            continue
+        off, on = medians[False], medians[True]
         print(
             f"median instructions per {what}: off {off:.0f}, on {on:.0f} "
             f"({on - off:+.0f}, {(on / off - 1) * 100:+.2f}%)"
