@@ -22,9 +22,11 @@ request in flight:
 
 Three servers a mode, (P produces, F pairs) = (n, n), (3n, n), (n, 3n): the differences of
 their counts over 2n cancel start-up, topic creation and shutdown. Background work that
-runs by the clock (the workers' polls) is not cancelled: the server is slowed about 50
-times under valgrind, so it shows as noise of a few thousand instructions per request,
-which is why the rounds alternate the modes and the medians are reported.
+runs by the clock is not cancelled (the server is slowed about 50 times under valgrind, and
+more on a loaded machine): the workers' poll of their shared files, every 100 ms, made a
+mode's runs differ by ~100,000 instructions a request, so the launcher polls once a
+minute (the supervisor's nudge tells the other worker of the new topic anyway); what is
+left (timers of seconds) is why the rounds alternate the modes and medians are reported.
 
 Usage: ``python bench/count_leader_hints.py [--rounds 3] [--requests 200] [--modes off,on]``
 (``--modes on``: the hints on only, to compare checkouts: the off mode is the same code in
@@ -100,7 +102,13 @@ def serve(hints: str, flags: list[str]) -> int:
     """``kgc serve flags``, with ``leaders.hinted`` replaced by the bare handler when off."""
     from coordinator.apis import leaders
     from coordinator.cli import main
+    from coordinator.node.workers import shared
 
+    # The workers' poll of the shared files (every 100 ms) runs by the clock, not by the
+    # requests: under valgrind, where a request takes tens of ms, it outweighed the hints'
+    # toll (a mode's runs differed by ~100,000 instructions a request). Once a minute
+    # here: the supervisor's nudge still tells the other worker of the topic at once.
+    shared.SharedFiles.__init__.__defaults__ = (60_000,)
     if hints == "off":
         leaders.hinted = lambda api_key, handler, placement, names: handler
     return main(["serve", *flags])
@@ -198,6 +206,9 @@ def per_request(hints: bool, n: int) -> tuple[float, float]:
     base = count(hints, n, n)
     produces = count(hints, 3 * n, n)
     pairs = count(hints, n, 3 * n)
+    print(
+        f"      ({n}, {n}): {base}, ({3 * n}, {n}): {produces}, ({n}, {3 * n}): {pairs}", flush=True
+    )
     produce_cost = (produces - base) / (2 * n)
     return produce_cost, (pairs - base) / (2 * n) - produce_cost
 
