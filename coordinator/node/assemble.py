@@ -259,7 +259,8 @@ def older_history(s: Settings, logs: LogManager, own: int) -> OlderHistory:
             HistoryLog(logs, cfg, p, status_settings(s))
             for topic, p in sorted(logs.partitions())
             if topic == HISTORY_TOPIC and p != own
-        ]
+        ],
+        remove=lambda history: logs.remove_partition(HISTORY_TOPIC, history.partition),
     )
 
 

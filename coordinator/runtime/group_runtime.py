@@ -828,10 +828,11 @@ class GroupRuntime:
         """Apply the history's retention from now on: this process's log, and the older
         logs it holds (``older_history``)."""
         logs: list[HistoryLog | HistoryTable] = [] if self.history is None else [self.history]
-        if self.older_history is not None:
-            logs += self.older_history.logs
-        for history in logs:
-            task = asyncio.ensure_future(history_retention(history, self.clock))
+        older = self.older_history
+        for history in [*logs, *(older.logs if older is not None else ())]:
+            # An older log, once emptied, is removed (``OlderHistory.expired``).
+            emptied = older.expired if older is not None and history is not self.history else None
+            task = asyncio.ensure_future(history_retention(history, self.clock, emptied))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
 

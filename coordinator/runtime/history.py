@@ -156,9 +156,15 @@ class Membership:
         return []
 
 
-async def history_retention(history: HistoryLog | HistoryTable, clock: Callable[[], int]) -> None:
+async def history_retention(
+    history: HistoryLog | HistoryTable,
+    clock: Callable[[], int],
+    emptied: Callable[[HistoryLog], bool] | None = None,
+) -> None:
     """Delete the history past ``offsets.history.retention.ms`` (a log's segments, a table's
-    rows), as often as a tenth of it (at least every second, at most every five minutes)."""
+    rows), as often as a tenth of it (at least every second, at most every five minutes).
+    ``emptied`` (a log no process writes: ``OlderHistory.expired``) is asked after each
+    pass; True (the log was removed) ends the task."""
     interval = min(max(history.retention_ms // 10, 1000), 300_000) / 1000.0
     what = "segment(s)" if isinstance(history, HistoryLog) else "row(s)"
     while True:
@@ -170,6 +176,8 @@ async def history_retention(history: HistoryLog | HistoryTable, clock: Callable[
             n = 0
         if n:
             log.info("history retention deleted %d %s", n, what)
+        if emptied is not None and isinstance(history, HistoryLog) and emptied(history):
+            return
         await asyncio.sleep(interval)
 
 

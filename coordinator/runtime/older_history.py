@@ -11,7 +11,10 @@ own, oldest first:
   partition p is worker p % N's (``placement.worker_of``), so a run with fewer workers
   than the last one holds the partitions left over (on one process: every one but 0).
   They are read beside this process's own, and their retention is applied here, so they
-  empty and go as the retention passes;
+  empty as the retention passes; an emptied one is then removed (``expired``: the log
+  closed, its directory and everything in it removed by ``remove``, crash-safe as a
+  topic's deletion, ``LogManager.remove_partition``) -- no process writes it, and only
+  this one has it open (the others ask this one for it);
 * ``ask``: the other workers' history, live or left over, asked of each over the
   inter-broker client with DescribeGroupHistory, which a worker answers for another worker
   (``from_worker``: the inter-broker client's client id) from its own partitions, even for
@@ -22,6 +25,7 @@ own, oldest first:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
@@ -29,6 +33,8 @@ from coordinator.history.store import HistoryLog
 from protocol.messages import describe_group_history as dgh
 
 __all__ = ["OlderHistory", "Unavailable"]
+
+log = logging.getLogger("kgc.history")
 
 # The other workers' answers to one request (``Unavailable`` when one does not answer).
 Ask = Callable[[dgh.Request], Awaitable[list[dgh.Response]]]
@@ -46,6 +52,24 @@ class OlderHistory:
     ask: Ask | None = None
     # The client ids the other workers' inter-broker clients send.
     worker_client_ids: Collection[str] = ()
+    # Closes a log of ``logs`` and removes its partition (None: kept, e.g. in tests).
+    remove: Callable[[HistoryLog], object] | None = None
 
     def from_worker(self, client_id: str) -> bool:
         return client_id in self.worker_client_ids
+
+    def expired(self, history: HistoryLog) -> bool:
+        """After a retention pass over ``history`` (one of ``logs``): if it holds nothing
+        any more, remove it (no read sees it after this call); whether it was removed."""
+        plog = history.plog
+        if self.remove is None or plog.log_start_offset < plog.log_end_offset:
+            return False
+        self.logs = [h for h in self.logs if h is not history]
+        try:
+            self.remove(history)
+        except OSError:
+            # Left on disk, closed: the next start opens it again (empty) and retries.
+            log.exception("removing the emptied history partition %d failed", history.partition)
+        else:
+            log.info("removed the emptied history partition %d", history.partition)
+        return True

@@ -378,6 +378,33 @@ class LogManager:
             shutil.rmtree(log.dir, ignore_errors=True)
         return log
 
+    def remove_partition(self, topic: str, partition: int) -> bool:
+        """Close one partition's log and remove its directory (a partition no process writes
+        any more, emptied by its retention); whether there was one.
+
+        As a topic's deletion: the directory is renamed ``<dir>.expired-delete`` (one atomic
+        rename, then a directory fsync) before it is removed, so a crash in between leaves a
+        name the next ``open_all`` removes, never a half-removed partition it would open.
+        The tag is not a topic id: ``pending_deletions`` does not take it for a topic's
+        deletion.
+        """
+        log = self._logs.pop((topic, partition), None)
+        if log is not None:
+            if self.flusher is not None:
+                self.flusher.unregister(log)
+            log.close_without_marker()  # nothing is kept: no checkpoint to write
+        path = self._dir_for(topic, partition)
+        if not path.exists():
+            return log is not None
+        target = path.with_name(f"{path.name}.expired{_DELETE_SUFFIX}")
+        if target.exists():  # an earlier removal, interrupted
+            shutil.rmtree(target, ignore_errors=True)
+        path.rename(target)
+        fsync_dir(self.data_dir)
+        shutil.rmtree(target, ignore_errors=True)
+        fsync_dir(self.data_dir)
+        return True
+
     def topic_dirs(self) -> dict[str, dict[int, Path]]:
         """Every partition directory on disk, by topic and partition (open or not)."""
         out: dict[str, dict[int, Path]] = {}

@@ -9,7 +9,11 @@ partition's old entries too (its only holder now applies it).
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from coordinator.apis.history import describe
 from coordinator.config import Settings
@@ -92,4 +96,60 @@ async def test_left_over_history_is_read_beside_this_process_and_expired_here(
             break
         await asyncio.sleep(0)
     assert offsets(rt, "g") == [(t0 + 5_000, 2)]
+    await stop(rt, flusher)
+
+
+async def test_a_left_over_partition_emptied_by_retention_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody writes a left-over partition: once its retention emptied it, its holder
+    closes it and removes its directory; a crash in the middle of the removal leaves a
+    name the next start removes (it holds no left-over partition then)."""
+    clock = Clock()
+    t0 = clock.now
+    for p in (1, 2):  # workers 1 and 2 of an earlier run
+        earlier, flusher = await runtime(tmp_path, clock, p)
+        await call(earlier, offset_commit.API_KEY, 8, commit(f"g{p}", p))
+        await stop(earlier, flusher)
+    partition_dir = tmp_path / f"{HISTORY_TOPIC}-1"
+    assert partition_dir.is_dir()
+
+    clock.now = t0 + 5_000
+    rt, flusher = await runtime(tmp_path, clock, 0)
+    assert rt.older_history is not None
+    assert [h.partition for h in rt.older_history.logs] == [1, 2]
+    rt.retain_history()  # within the retention: kept
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert partition_dir.is_dir() and len(rt.older_history.logs) == 2
+    assert offsets(rt, "g1") == [(t0, 1)]
+    await stop(rt, flusher)
+
+    clock.now = t0 + 12_000  # past the 10 s retention: both left-over partitions empty
+    rt, flusher = await runtime(tmp_path, clock, 0)
+    real_rmtree = shutil.rmtree
+
+    def crash_on_2(path: str | Path, *a: Any, **k: Any) -> None:
+        if Path(path).name.startswith(f"{HISTORY_TOPIC}-2."):
+            raise OSError(5, "Input/output error (as a crash after the rename)")
+        real_rmtree(path, *a, **k)
+
+    monkeypatch.setattr(shutil, "rmtree", crash_on_2)
+    rt.retain_history()
+    assert rt.older_history is not None
+    async with asyncio.timeout(5):
+        while rt.older_history.logs:
+            await asyncio.sleep(0)
+    assert not partition_dir.exists()
+    assert not (tmp_path / f"{HISTORY_TOPIC}-2").exists()
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(HISTORY_TOPIC)]
+    assert sorted(left) == [f"{HISTORY_TOPIC}-0", f"{HISTORY_TOPIC}-2.expired-delete"]
+    assert offsets(rt, "g1") == []  # still readable: nothing left of it
+    await stop(rt, flusher)
+    monkeypatch.undo()
+
+    rt, flusher = await runtime(tmp_path, clock, 0)  # the next start finishes the removal
+    assert rt.older_history is not None and rt.older_history.logs == []
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(HISTORY_TOPIC)]
+    assert left == [f"{HISTORY_TOPIC}-0"]
     await stop(rt, flusher)
