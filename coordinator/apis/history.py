@@ -150,7 +150,9 @@ async def describe_workers(
     # Both ranges at once, every kind of entry (the statuses judge the offset changes).
     ask = dgh.Request(group_id=gid, from_ms=min(from_ms, recent_ms), to_ms=-1, topics=req.topics)
     try:
-        answers = await older.ask(ask)
+        # Only the workers that may hold some of it (``OlderHistory.holders``): often none.
+        which = None if older.holders is None else older.holders(runtime.shard.partition_of(gid))
+        answers = [] if which is not None and not which else await older.ask(ask, which)
     except Unavailable as exc:
         return dgh.Response(
             error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,

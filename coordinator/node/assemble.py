@@ -70,6 +70,7 @@ from coordinator.metrics import Metrics
 from coordinator.node import Node
 from coordinator.placement import Placement, advertised_endpoints
 from coordinator.runtime import GroupRuntime, TxnRuntime
+from coordinator.runtime import history_writers as writers
 from coordinator.runtime.older_history import OlderHistory
 from coordinator.runtime.txn_runtime import InProcessMarkers, ProducerIdSpare
 from coordinator.security.acl import Authorizer
@@ -100,6 +101,7 @@ from coordinator.stores import (
 from coordinator.txn.coordinator import TransactionCoordinator, TxnConfig
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from coordinator.txn.verify import CoordinatorVerifier
+from storage.interface import wall_clock_ms
 from storage.local.compaction import Compaction
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig
@@ -245,15 +247,21 @@ def group_core(
         else None,
     )
     if isinstance(groups.history, HistoryLog):
-        groups.older_history = older_history(s, logs, groups.history.partition)
+        groups.older_history = older_history(s, logs, groups.history)
     catalog.on_change.append(groups.topics_changed)
     return compaction, metrics, groups
 
 
-def older_history(s: Settings, logs: LogManager, own: int) -> OlderHistory:
+def older_history(
+    s: Settings, logs: LogManager, own_log: HistoryLog, clock: Callable[[], int] = wall_clock_ms
+) -> OlderHistory:
     """The history partitions this process opened but does not write (left by a run with
-    more workers), read beside its own (``runtime.older_history``)."""
+    more workers), read beside its own (``runtime.older_history``); first records, in its
+    own partition, that a run of ``kgc.workers`` writes it (``history.writers``: which
+    workers a read asks). Raises the OSError of that write (start-up stops)."""
     cfg = history_log_config(s)
+    own, plog = own_log.partition, own_log.plog
+    writers.record(plog.dir, s.kgc_workers, clock(), plog.log_end_offset > 0)
     return OlderHistory(
         [
             HistoryLog(logs, cfg, p, status_settings(s))

@@ -15,12 +15,16 @@ own, oldest first:
   closed, its directory and everything in it removed by ``remove``, crash-safe as a
   topic's deletion, ``LogManager.remove_partition``) -- no process writes it, and only
   this one has it open (the others ask this one for it);
-* ``ask``: the other workers' history, live or left over, asked of each over the
-  inter-broker client with DescribeGroupHistory, which a worker answers for another worker
+* ``ask``: the other workers' history, live or left over, asked over the inter-broker
+  client with DescribeGroupHistory, which a worker answers for another worker
   (``from_worker``: the inter-broker client's client id) from its own partitions, even for
   a group it does not coordinate (to a client it answers NOT_COORDINATOR, as before).
-  None on one process. A worker that does not answer fails the read with ``Unavailable``
-  (the answer is COORDINATOR_NOT_AVAILABLE, which clients retry): it may hold some.
+  None on one process. Only the workers ``holders`` names are asked: those holding a
+  history partition that a run of some worker count wrote the group's offsets partition
+  to (``runtime.history_writers``) -- none while the count never changed, so a
+  restarting worker fails no other worker's reads. A worker asked that does not answer
+  fails the read with ``Unavailable`` (the answer is COORDINATOR_NOT_AVAILABLE, which
+  clients retry): it may hold some.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ __all__ = ["OlderHistory", "Unavailable"]
 
 log = logging.getLogger("kgc.history")
 
-# The other workers' answers to one request (``Unavailable`` when one does not answer).
-Ask = Callable[[dgh.Request], Awaitable[list[dgh.Response]]]
+# The answers of the workers named (indexes; None: every other one) to one request
+# (``Unavailable`` when one does not answer).
+Ask = Callable[[dgh.Request, Collection[int] | None], Awaitable[list[dgh.Response]]]
 
 
 class Unavailable(Exception):
@@ -50,6 +55,9 @@ class OlderHistory:
 
     logs: list[HistoryLog] = field(default_factory=list)
     ask: Ask | None = None
+    # The other workers that may hold history of an offsets partition's groups (None:
+    # every other one).
+    holders: Callable[[int], Collection[int] | None] | None = None
     # The client ids the other workers' inter-broker clients send.
     worker_client_ids: Collection[str] = ()
     # Closes a log of ``logs`` and removes its partition (None: kept, e.g. in tests).

@@ -62,6 +62,10 @@ _COORDINATOR_RETRIABLE = (
     ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
 )
+# A group API's answers that Kafka's admin client retries within its timeout, looking the
+# coordinator up again (the group moved, or its coordinator cannot answer yet).
+_GROUP_RETRIABLE = (*_COORDINATOR_RETRIABLE, ErrorCode.NOT_COORDINATOR)
+_RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 
 
 class AdminError(Exception):
@@ -699,9 +703,41 @@ class Admin:
         to_ms: int = -1,
         topics: dict[str, list[int] | None] | None = None,
         changes: bool = True,
+        retry: bool = True,
     ) -> Any:
         """kgc's DescribeGroupHistory from the group's coordinator (its whole response;
-        ``changes=False``: the partitions' current state and status only)."""
+        ``changes=False``: the partitions' current state and status only).
+
+        COORDINATOR_NOT_AVAILABLE (e.g. a kgc.workers node's worker that holds some of the
+        group's history is restarting), COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR
+        are retried, the coordinator looked up again each time, until the timeout, as
+        Kafka's admin client retries them; then one line says so (``retry=False``: the
+        first answer)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            resp = self._group_history_once(group, from_ms, to_ms, topics, changes)
+            if resp.error_code not in _GROUP_RETRIABLE or not retry:
+                break
+            if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                check(
+                    resp.error_code,
+                    f"DescribeGroupHistory for {group!r} (retried for {self.timeout:g} s)",
+                    resp.error_message,
+                )
+            time.sleep(_RETRY_BACKOFF_S)
+        if resp.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            raise AdminError(f"group {group!r} does not exist and has no history")
+        check(resp.error_code, f"DescribeGroupHistory for {group!r}", resp.error_message)
+        return resp
+
+    def _group_history_once(
+        self,
+        group: str,
+        from_ms: int,
+        to_ms: int,
+        topics: dict[str, list[int] | None] | None,
+        changes: bool,
+    ) -> Any:
         addr = self._coordinator_addr(group)
         if describe_group_history.API_KEY not in self._versions(addr):
             raise AdminError(
@@ -721,9 +757,6 @@ class Admin:
             include_membership_changes=changes,
         )
         _, resp = self.call(describe_group_history.API_KEY, req, addr=addr)
-        if resp.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
-            raise AdminError(f"group {group!r} does not exist and has no history")
-        check(resp.error_code, f"DescribeGroupHistory for {group!r}", resp.error_message)
         return resp
 
     def partition_statuses(self, group: str) -> dict[TopicPartition, str]:
@@ -733,7 +766,8 @@ class Admin:
         if describe_group_history.API_KEY not in self._versions(addr):
             return {}
         try:
-            resp = self.group_history(group, changes=False)
+            # A status is no reason to wait: the first answer (the history may come back).
+            resp = self.group_history(group, changes=False, retry=False)
         except AdminError:
             return {}
         return {(p.topic, p.partition_index): p.status for p in resp.partitions if p.status}

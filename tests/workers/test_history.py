@@ -10,17 +10,25 @@ process reads the partitions left over beside its own.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from support.clikit import run_cli
 from support.groupkit import commit_offset, create_topic
 from support.kgc_process import KgcProcess
-from support.workerskit import Workers, free_ports
+from support.workerskit import Workers, free_ports, wait_for
 
 from coordinator.history.model import HISTORY_TOPIC
 from coordinator.placement import worker_of
 from coordinator.tools.client import Connection
+from protocol.messages import describe_group_history as dgh
 from protocol.messages import describe_log_dirs, find_coordinator
 from storage.records import OFFSETS_TOPIC, partition_for
 
@@ -68,6 +76,15 @@ def history_partitions(node: Workers) -> dict[int, set[int]]:
     return out
 
 
+def listening(bootstrap: str) -> bool:
+    host, _, port = bootstrap.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def history(bootstrap: str, group: str) -> list[int]:
     run = run_cli("offsets", "history", group, "--output", "json", "--bootstrap-server", bootstrap)
     assert run.code == 0, run
@@ -107,3 +124,63 @@ def test_history_is_whole_after_the_worker_count_changes(tmp_path: Path) -> None
     # Partitions 1 and 2 are left over: read beside partition 0.
     assert history(one.bootstrap, group) == [1, 2, 3, 4]
     assert one.stop() == 0
+
+
+def test_a_restarting_worker_fails_only_the_reads_of_history_it_may_hold(tmp_path: Path) -> None:
+    """A worker holding none of a group's history (by the worker counts that wrote each
+    partition) is not asked: stopped, it delays no read. One that may hold some is: while
+    it restarts the coordinator answers COORDINATOR_NOT_AVAILABLE, which ``kgc offsets
+    history`` retries until it is back."""
+    data = tmp_path / "data"
+    group = moving_group()
+    port = free_ports(3)
+    two = Workers(data, port=port)
+    two.start()
+    two.wait_loaded()
+    create_topic(two.bootstrap, TOPIC, 1)
+    two.wait_topic(TOPIC)
+    commit(two.bootstrap, group, 1)  # history partition 1 (worker 1 of 2)
+    assert two.stop() == 0
+
+    three = Workers(data, workers=3, port=port)
+    three.start()
+    three.wait_loaded()
+    commit(three.bootstrap, group, 2)  # history partition 2 (worker 2 of 3 coordinates)
+    # Worker 0 holds neither partition: stopped, the read does not wait for it (before,
+    # every worker was asked, and this read waited for the inter-broker timeout).
+    idle = three.worker_pid(0)
+    os.kill(idle, signal.SIGSTOP)
+    try:
+        with Connection.to(three.bootstrap_of(2), timeout=5.0) as c:
+            _, resp = c.request(dgh.API_KEY, dgh.Request(group_id=group), version=0)
+        assert resp.error_code == 0, resp
+        assert [ch.committed_offset for ch in resp.offset_changes] == [1, 2]
+    finally:
+        os.kill(idle, signal.SIGCONT)
+    # Worker 1 holds the first run's partition. Killed while the supervisor cannot start it
+    # again, its history is unreadable: the CLI retries for its timeout, then says so in
+    # one line.
+    supervisor = three.proc.pid if three.proc is not None else 0
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        os.kill(three.worker_pid(1), signal.SIGKILL)
+        wait_for("worker 1 to stop listening", lambda: not listening(three.bootstrap_of(1)))
+        started = time.monotonic()
+        run = run_cli(
+            "offsets", "history", group, "--timeout", "2", "--bootstrap-server", three.bootstrap
+        )  # fmt: skip
+        assert time.monotonic() - started >= 2, run
+        run.assert_clean_error(1)  # one line
+        assert "COORDINATOR_NOT_AVAILABLE" in run.err and "retried for 2 s" in run.err, run.err
+        # A read started now ends once worker 1 is back (the supervisor goes on).
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "offsets", "history", group, "--output",
+             "json", "--timeout", "60", "--bootstrap-server", three.bootstrap],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    out, err = cli.communicate(timeout=90)
+    assert cli.returncode == 0, err
+    assert [c["offset"] for c in json.loads(out)] == [1, 2]
+    assert three.stop() == 0

@@ -56,7 +56,8 @@ async def runtime(tmp_path: Path, clock: Clock, partition: int) -> tuple[GroupRu
         clock=clock,
         history=HistoryLog(logs, history_log_config(SETTINGS), partition),
     )
-    rt.older_history = older_history(SETTINGS, logs, partition)
+    assert isinstance(rt.history, HistoryLog)
+    rt.older_history = older_history(SETTINGS, logs, rt.history, clock)
     await rt.load()
     return rt, flusher
 

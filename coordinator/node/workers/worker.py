@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,7 @@ from coordinator.config import Settings, offsets_log_config, share_state_log_con
 from coordinator.dataplane import DataPlane
 from coordinator.dataplane.plane import PRODUCER_ID_FILE
 from coordinator.group_configs import GROUP_CONFIGS_FILE
+from coordinator.history import HISTORY_TOPIC
 from coordinator.logs import JsonFormatter
 from coordinator.metrics import Metrics
 from coordinator.node.assemble import (
@@ -89,6 +91,7 @@ from coordinator.node.workers.shared import (
 )
 from coordinator.placement import Placement, WorkerPlacement, worker_of
 from coordinator.runtime import GroupRuntime
+from coordinator.runtime import history_writers as writers
 from coordinator.runtime.older_history import Unavailable
 from coordinator.security.credentials import CREDENTIALS_FILE
 from coordinator.share.coordinator import ShareCoordinator
@@ -96,6 +99,7 @@ from coordinator.share.remote import RemoteShareState
 from coordinator.share.state_shard import SHARE_STATE_TOPIC
 from coordinator.txn.records import TRANSACTION_STATE_TOPIC
 from protocol.messages import describe_group_history as dgh
+from storage.interface import wall_clock_ms
 from storage.local.durability import Flusher
 from storage.local.log import LogConfig, PartitionLog
 from storage.local.manager import LogManager
@@ -302,6 +306,9 @@ class Worker:
         if older is not None:
             # A group's history from runs with another worker count: the other workers'.
             older.ask = self._ask_history
+            older.holders = functools.partial(
+                self._history_holders, s.data_dir, s.offsets_history_retention_ms
+            )
             older.worker_client_ids = {
                 peer_client_id(node.node_id)
                 for node in self.workers.nodes()
@@ -326,10 +333,30 @@ class Worker:
             self.peers, self._owner_id(SHARE_STATE_TOPIC), s.node_id, leader_of=self._leader_id
         )
 
-    async def _ask_history(self, request: dgh.Request) -> list[dgh.Response]:
-        """Every other worker's answer to ``request`` (``runtime.older_history``)."""
-        me = self.node_settings.node_id + self.index
-        others = [n.node_id for n in self.workers.nodes() if n.node_id != me]
+    def _history_holders(
+        self, data_dir: Path, retention_ms: int, offsets_partition: int
+    ) -> Collection[int] | None:
+        """The other workers holding a history partition that may hold groups of
+        ``offsets_partition`` (``runtime.history_writers``; None: every other one)."""
+        try:
+            held = writers.holding(data_dir, offsets_partition, wall_clock_ms(), retention_ms)
+        except OSError:
+            log.exception("reading which worker counts wrote the history failed; asking all")
+            return None
+        return {worker_of(HISTORY_TOPIC, q, self.count) for q in held} - {self.index}
+
+    async def _ask_history(
+        self, request: dgh.Request, which: Collection[int] | None
+    ) -> list[dgh.Response]:
+        """The answers of workers ``which`` (None: every other one) to ``request``
+        (``runtime.older_history``)."""
+        base = self.node_settings.node_id
+        me = base + self.index
+        others = [
+            n.node_id
+            for n in self.workers.nodes()
+            if n.node_id != me and (which is None or n.node_id - base in which)
+        ]
         answers = await asyncio.gather(
             *(self.peers.send(n, dgh.API_KEY, 0, request) for n in others),
             return_exceptions=True,
