@@ -447,7 +447,8 @@ class ClusterNode:
         history = groups.history
         if history is not None:
             jobs = [history_retention(history, groups.clock)]
-            if isinstance(history, HistoryTable):  # its rows merged as they age
+            if isinstance(history, HistoryTable) and history.merge_lag_ms > 0:
+                # its rows merged as they age (0: never, and no loop waking for nothing)
                 jobs.append(history_merge(history, groups.clock))
             for job in jobs:
                 task = asyncio.ensure_future(job)
