@@ -94,6 +94,7 @@ _LONG = frozenset(
         "log.retention.bytes",
         "log.cleaner.delete.retention.ms",
         "log.cleaner.backoff.ms",
+        "log.retention.check.interval.ms",
         "log.flush.interval.ms",
         "log.flush.interval.messages",
         "offsets.retention.check.interval.ms",

@@ -407,6 +407,12 @@ class Settings(BaseSettings):
         86400000, ge=0, description="how long tombstones survive compaction"
     )
     log_cleaner_backoff_ms: int = Field(15000, ge=1, description="pause between compaction passes")
+    log_retention_check_interval_ms: int = Field(
+        30000,
+        ge=1,
+        description="pause between retention passes (segments past retention.ms or "
+        "retention.bytes deleted); Kafka's default is 300000",
+    )
     log_flush_policy: Literal["batch", "interval", "none"] = Field(
         "batch", description="fsync every write batch (group commit), on an interval, or never"
     )

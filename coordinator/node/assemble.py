@@ -448,6 +448,7 @@ def core_and_data(s: Settings, deployment: Deployment, stores: Stores) -> Core:
         stores.flusher,
         hosted=deployment.hosted,
         producer_ids=stores.producer_ids,
+        retention_check_interval_ms=s.log_retention_check_interval_ms,
         # __consumer_offsets is read through the data plane (Burrow, kminion, decoders);
         # in cluster mode where this node holds the partition's lease, at its epoch.
         offsets_topic=OffsetsTopic(

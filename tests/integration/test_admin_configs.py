@@ -239,10 +239,23 @@ def test_kafka_python_describe_and_alter(kgc: KgcProcess) -> None:
         admin.close()
 
 
-@pytest.mark.slow  # kgc's retention pass runs every 30 s
-def test_retention_change_applies_to_the_log(kgc: KgcProcess) -> None:
+@pytest.fixture
+def retention_kgc(tmp_path: Path) -> Iterator[KgcProcess]:
+    """kgc with a retention pass every 200 ms (log.retention.check.interval.ms; 30 s by
+    default), so the next pass after a change is soon."""
+    proc = KgcProcess(tmp_path / "data", "--log-retention-check-interval-ms", "200")
+    proc.start()
+    yield proc
+    if proc.alive():
+        proc.stop()
+
+
+@pytest.mark.slow
+def test_retention_change_applies_to_the_log(retention_kgc: KgcProcess) -> None:
     """A lowered retention.ms deletes old segments at the next retention pass."""
     from confluent_kafka import Consumer, Producer, TopicPartition
+
+    kgc = retention_kgc
 
     admin = AdminClient({"bootstrap.servers": kgc.bootstrap})
     result(admin.create_topics([NewTopic("logs", 1, 1, config={"segment.bytes": "1024"})]))
@@ -276,8 +289,9 @@ def test_retention_change_applies_to_the_log(kgc: KgcProcess) -> None:
             ]
         )
     )
-    # kgc's retention pass runs every 30 s; wait for it to move the log start.
-    deadline = time.monotonic() + 90
+    # The next retention pass (every 200 ms here) moves the log start: well within 10 s,
+    # which ends before the first pass at the default interval (30 s after the start).
+    deadline = time.monotonic() + 10
     while earliest() == 0:
         assert time.monotonic() < deadline, "retention never applied the new retention.ms"
         time.sleep(0.5)

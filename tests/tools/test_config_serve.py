@@ -151,13 +151,20 @@ def test_kafkas_stock_server_properties_starts_kgc(tmp_path: Path) -> None:
         "num.recovery.threads.per.data.dir",
         "offsets.topic.replication.factor",
         "transaction.state.log.min.isr",
-        "log.retention.check.interval.ms",
     ):
         assert name in ignored, name
-    for honoured in ("node.id", "listeners", "log.dirs", "num.partitions", "log.retention.hours"):
+    for honoured in (
+        "node.id",
+        "listeners",
+        "log.dirs",
+        "num.partitions",
+        "log.retention.hours",
+        "log.retention.check.interval.ms",
+    ):
         assert f" {honoured}," not in ignored and not ignored.endswith(f" {honoured}")
     (effective,) = [ln for ln in log.splitlines() if "configuration (settings other" in ln]
     assert "node.id=1" in effective
+    assert "log.retention.check.interval.ms=300000" in effective  # the stock file's 5 min
     assert f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}" in effective
     assert f"data.dir={log_dirs}" in effective
     assert "CONTROLLER (controller.listener.names) are not bound" in log
