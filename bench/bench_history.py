@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -101,11 +102,21 @@ class CountedKgc(KgcProcess):
         raise RuntimeError(f"no summary in {self.out}")
 
 
+def fsync_rounds(kgc: KgcProcess) -> int:
+    """The server's fsync rounds so far (one journal ``fdatasync`` each), from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{kgc.metrics_port}/metrics", timeout=600) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("kgc_fsync_duration_seconds_count"):
+                return int(float(line.split()[1]))
+    raise RuntimeError("no kgc_fsync_duration_seconds_count in /metrics")
+
+
 def counted(history: bool, args: argparse.Namespace) -> tuple[float, float, int]:
     """(server instructions per commit request, partition-commits/s, history bytes): two
     servers under cachegrind, loaded for ``seconds`` and three times as long; the
     difference of their counts over the difference of their requests cancels start-up
-    and shutdown."""
+    and shutdown. Prints the commits an fsync round gathered (the same difference over
+    the difference of rounds): the history's per-round cost is shared by them."""
     runs = []
     for seconds in (args.seconds, 3 * args.seconds):
         with tempfile.TemporaryDirectory() as tmp:
@@ -113,19 +124,26 @@ def counted(history: bool, args: argparse.Namespace) -> tuple[float, float, int]
             if not history:
                 flags += ["--offsets-history-retention-ms", "0"]
             kgc = CountedKgc(Path(tmp) / "data", Path(tmp) / "cachegrind.out", *flags)
-            kgc.start(timeout=600)
+            kgc.start(timeout=1800)
             try:
-                kgc.wait_loaded(timeout=600)
+                kgc.wait_loaded(timeout=1800)
                 create_bench_topic(kgc.bootstrap, args.partitions)
+                before = fsync_rounds(kgc)
                 rate, _p50, _p99, errors = asyncio.run(
                     commit_load(kgc.port, args.members, args.partitions, seconds)
                 )
+                rounds = fsync_rounds(kgc) - before
                 assert errors == 0, f"{errors} commits failed"
                 size = history_bytes(Path(tmp) / "data")
             finally:
                 kgc.stop(timeout=300)
-            runs.append((kgc.instructions(), rate * seconds / args.partitions, size, rate))
-    (i1, r1, _, _), (i2, r2, size, rate) = runs
+            runs.append((kgc.instructions(), rate * seconds / args.partitions, size, rate, rounds))
+    (i1, r1, _, _, f1), (i2, r2, size, rate, f2) = runs
+    print(
+        f"      {'on' if history else 'off'}: {r1:.0f} and {r2:.0f} commits in {f1} and {f2} "
+        f"fsync rounds, {r1 / max(f1, 1):.2f} and {r2 / max(f2, 1):.2f} commits a round",
+        flush=True,
+    )
     return (i2 - i1) / (r2 - r1), rate, size
 
 
@@ -267,6 +285,9 @@ def main() -> None:
         help="--cluster: offsets.history.merge.lag.ms of the node (0: no merge)",
     )
     ap.add_argument(
+        "--only", choices=("on", "off"), help="run one side only (a count repeated on its own)"
+    )
+    ap.add_argument(
         "--count", action="store_true", help="count the server's instructions (callgrind)"
     )
     args = ap.parse_args()
@@ -292,6 +313,8 @@ def run(args: argparse.Namespace, pg: Any) -> None:
     print(f"{'round':>5} {'history':>8} {unit:>14} {'partition-commits/s':>20}")
     for r in range(args.rounds):
         for history in (False, True) if r % 2 == 0 else (True, False):
+            if args.only and history != (args.only == "on"):
+                continue
             if pg:
                 us, rate, size, after, vacuumed = one_cluster(history, args, pg)
                 if history:
@@ -303,6 +326,8 @@ def run(args: argparse.Namespace, pg: Any) -> None:
             if history:
                 per_change.append(size / (rate * args.seconds * (3 if args.count else 1)))
             print(f"{r:>5} {'on' if history else 'off':>8} {us:>14.1f} {rate:>20.0f}")
+    if args.only:
+        return
     off, on = statistics.median(cpu[False]), statistics.median(cpu[True])
     b = statistics.median(per_change)
     where = "node + PostgreSQL" if pg else "server"
