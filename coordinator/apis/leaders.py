@@ -10,17 +10,22 @@ A partition without a leader is told (-1, -1) and adds no endpoint; a leader wit
 request's listener adds none either. The client then sends to the new leader without a
 Metadata round. The hints are added around the handler (``hinted``), so the data plane and
 the share partitions, which know only that they do not serve a partition, stay as they are.
+Every Produce and Fetch of a node that does not lead everything passes through it, so it is
+kept cheap: an answer is filled in place (a deferred one by a callback on the handler's own
+future, which runs before the transport's), and only a refused partition costs a lookup; an
+answer with none keeps its empty NodeEndpoints (bench/count_leader_hints.py counts the toll).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from coordinator.apis.authorize import then
 from coordinator.apis.parts import Factory, Parts
 from coordinator.catalog import TopicCatalog
 from coordinator.placement import LocalPlacement, Placement, endpoint, leader_of
-from coordinator.server.handler import ClientInfo, Handler, HandlerResult
+from coordinator.server.handler import ClientInfo, Deferred, Handler, HandlerResult
 from protocol.errors import ErrorCode
 from protocol.framing import RequestHeader
 from protocol.messages import fetch, produce, share_acknowledge, share_fetch
@@ -30,6 +35,7 @@ __all__ = ["TopicNames", "hinted", "with_leader_hints"]
 
 _NOT_LEADER = ErrorCode.NOT_LEADER_FOR_PARTITION  # Kafka 2.6+'s NOT_LEADER_OR_FOLLOWER
 _FENCED = ErrorCode.FENCED_LEADER_EPOCH
+_REFUSED = (_NOT_LEADER, _FENCED)
 
 
 class TopicNames:
@@ -55,6 +61,7 @@ class _Hints:
         self.placement = placement
         self.listener = listener
         self.nodes: dict[int, tuple[str, int, str | None]] = {}
+        self.used = False  # a partition was hinted: the answer gets NodeEndpoints
 
     def leader(self, topic: str | None, partition: int) -> tuple[int, int]:
         if topic is None:
@@ -76,37 +83,40 @@ class _Hints:
         ]
 
 
-def _produce(hints: _Hints, names: TopicNames, resp: Any) -> Any:
+def _produce(hints: _Hints, names: TopicNames, resp: Any) -> None:
     for t in resp.responses:
-        topic = names.name(t.name, t.topic_id)
         for p in t.partition_responses:
             if p.error_code == _NOT_LEADER:
+                topic = names.name(t.name, t.topic_id)
                 p.current_leader = produce.LeaderIdAndEpoch(*hints.leader(topic, p.index))
-    resp.node_endpoints = hints.endpoints(produce.NodeEndpoint)
-    return resp
+                hints.used = True
+    if hints.used:
+        resp.node_endpoints = hints.endpoints(produce.NodeEndpoint)
 
 
-def _fetch(hints: _Hints, names: TopicNames, resp: Any) -> Any:
+def _fetch(hints: _Hints, names: TopicNames, resp: Any) -> None:
     for t in resp.responses:
-        topic = names.name(t.topic, t.topic_id)
         for p in t.partitions:
-            if p.error_code in (_NOT_LEADER, _FENCED):
+            if p.error_code in _REFUSED:
+                topic = names.name(t.topic, t.topic_id)
                 leader = hints.leader(topic, p.partition_index)
                 p.current_leader = fetch.LeaderIdAndEpoch(*leader)
-    resp.node_endpoints = hints.endpoints(fetch.NodeEndpoint)
-    return resp
+                hints.used = True
+    if hints.used:
+        resp.node_endpoints = hints.endpoints(fetch.NodeEndpoint)
 
 
 def _share(module: Any) -> Any:
-    def fill(hints: _Hints, names: TopicNames, resp: Any) -> Any:
+    def fill(hints: _Hints, names: TopicNames, resp: Any) -> None:
         for t in resp.responses:
-            topic = names.name("", t.topic_id)
             for p in t.partitions:
-                if p.error_code in (_NOT_LEADER, _FENCED):
+                if p.error_code in _REFUSED:
+                    topic = names.name("", t.topic_id)
                     leader = hints.leader(topic, p.partition_index)
                     p.current_leader = module.LeaderIdAndEpoch(*leader)
-        resp.node_endpoints = hints.endpoints(module.NodeEndpoint)
-        return resp
+                    hints.used = True
+        if hints.used:
+            resp.node_endpoints = hints.endpoints(module.NodeEndpoint)
 
     return fill
 
@@ -126,21 +136,32 @@ def hinted(api_key: int, handler: Handler, placement: Placement, names: TopicNam
     """``handler`` with leader hints added to its answers (module doc)."""
     since, fill = _APIS[api_key]
 
+    def add(listener: str, resp: Any) -> None:
+        # Bytes, an Outcome or a legacy shape have no partitions to hint; an answer
+        # without partitions (a whole-request error) walks an empty list.
+        if hasattr(resp, "node_endpoints"):
+            fill(_Hints(placement, listener), names, resp)
+
     def call(header: RequestHeader, req: Any, client: ClientInfo) -> HandlerResult:
         result = handler(header, req, client)
         if header.api_version < since:
             return result
-        hints = _Hints(placement, client.listener)
-
-        def add(resp: Any) -> Any:
-            # An answer without partitions (a whole-request error) has nothing to hint.
-            if not hasattr(resp, "responses") or not hasattr(resp, "node_endpoints"):
-                return resp
-            return fill(hints, names, resp)
-
-        return then(result, add)
+        if type(result) is not Deferred:
+            add(client.listener, result)
+            return result
+        # Filled in place by a callback on the handler's own future, added before the
+        # transport's (which it adds once this returns), so it runs first: asyncio runs a
+        # future's callbacks in the order they were added, a Pending runs them in that
+        # order inside set_result. No second future, so no second loop hop per answer.
+        result.future.add_done_callback(partial(_when_answered, add, client.listener))
+        return result
 
     return call
+
+
+def _when_answered(add: Callable[[str, Any], None], listener: str, future: Any) -> None:
+    if not future.cancelled() and future.exception() is None:
+        add(listener, future.result())
 
 
 def with_leader_hints(api_key: int, factory: Factory) -> Factory:

@@ -10,8 +10,12 @@ the share partitions give (their refusal comes from the share leader, not the pl
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from coordinator.apis import Parts, handlers
 from coordinator.apis.leaders import TopicNames, hinted
@@ -138,6 +142,42 @@ async def test_fetch_v16_by_topic_id_names_the_leader(tmp_path: Path) -> None:
     assert pd.error_code == NOT_LEADER
     assert pd.current_leader == fetch.LeaderIdAndEpoch(-1, -1)
     assert res.node_endpoints == []
+
+
+async def test_a_deferred_answer_is_hinted_before_the_transport_reads_it(tmp_path: Path) -> None:
+    """acks=-1 naming a partition of each worker: the answer waits for this worker's fsync
+    (a Deferred), and the other's partition is hinted in it by the time a callback added
+    after the handler returned -- as the connection adds its own -- reads it."""
+    parts = node(tmp_path, WorkerPlacement([ME, OTHER]))
+    mine, theirs = partition_of(0), partition_of(1)
+    req = produce_request(mine)
+    req.topic_data[0].partition_data += produce_request(theirs).topic_data[0].partition_data
+    res = handlers(parts)[produce.API_KEY](RequestHeader(produce.API_KEY, 12, 1, "t"), req, CLIENT)
+    assert type(res) is Deferred
+    seen: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    res.future.add_done_callback(lambda f: seen.set_result(wire(f.result(), produce.API_KEY, 12)))
+    got = await seen
+    by_index = {p.index: p for p in got.responses[0].partition_responses}
+    assert by_index[mine].error_code == ErrorCode.NO_ERROR
+    assert by_index[mine].current_leader == produce.LeaderIdAndEpoch(-1, -1)
+    assert by_index[theirs].error_code == NOT_LEADER
+    assert by_index[theirs].current_leader == produce.LeaderIdAndEpoch(1, 0)
+    assert got.node_endpoints == [produce.NodeEndpoint(1, "w1.example", 9093, "r1")]
+
+
+async def test_a_deferred_answer_cancelled_is_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connection closed before the fsync: the answer's future is cancelled and the
+    hints' callback does nothing (no error from it in the loop's log)."""
+    parts = node(tmp_path, WorkerPlacement([ME, OTHER]))
+    header = RequestHeader(produce.API_KEY, 12, 1, "t")
+    res = handlers(parts)[produce.API_KEY](header, produce_request(partition_of(0)), CLIENT)
+    assert type(res) is Deferred
+    res.future.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await res.future
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 class Leaderless:
