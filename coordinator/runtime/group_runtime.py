@@ -95,6 +95,19 @@ _BATCH_OVERHEAD = 61  # a RecordBatch v2 header
 _ONE: dict[int, frozenset[int]] = {}
 
 
+def _journal_covers(log: PartitionLog, targets: list[tuple[PartitionLog, int]]) -> bool:
+    """Whether the fsync that makes ``targets`` durable makes what ``log`` holds durable
+    too: a local journal of theirs and its (one file, synced whole; a remote journal's
+    round fences each partition on its own)."""
+    journal = log.journal
+    if journal is None or journal.remote or not targets:
+        return False
+    for plog, _ in targets:  # noqa: SIM110 (once a round: a loop, no generator's frame)
+        if plog.journal is not journal:
+            return False
+    return True
+
+
 def _batches(
     records: list[tuple[bytes, bytes | None]], ends: list[tuple[int, int]], config: LogConfig
 ) -> Iterator[list[tuple[bytes, bytes | None]]]:
@@ -438,13 +451,27 @@ class GroupRuntime:
             self._release_parked()
         if released:
             order = list(pending)
+            targets = [pending[p] for p in order]
             # Every partition's wait joins the same fsync round; ``_released`` runs when
             # the last is settled (each partition fails on its own; the history's failure
-            # fails the partitions it held entries of).
+            # fails the partitions it held entries of). A history journaled in the journal
+            # of every one of those partitions needs no wait of its own: its record was
+            # written before theirs were synced, so the fdatasync that makes them durable
+            # makes it durable, and one that fails cuts back every log it held records of,
+            # failing their waits (``Journal.discard_unsynced``).
+            with_history = kept is not None and not _journal_covers(kept[0], targets)
+            if with_history:
+                assert kept is not None
+                targets.append(kept)
             self.flusher.when_durable(
-                [pending[p] for p in order] + ([kept] if kept is not None else []),
+                targets,
                 functools.partial(
-                    self._released, order, pending, released, taken if kept is not None else None
+                    self._released,
+                    order,
+                    pending,
+                    released,
+                    taken if kept is not None else None,
+                    None if with_history else kept,
                 ),
             )
         elif kept is not None:
@@ -514,18 +541,28 @@ class GroupRuntime:
         pending: dict[int, tuple[PartitionLog, int]],
         waiting: list[_Waiting],
         history: Taken | None,
+        covered: tuple[PartitionLog, int] | None,
         outcomes: list[BaseException | None],
     ) -> None:
         """The flusher settled every partition of one append: release or fail the replies.
-        ``history``: what the round's history record held (None: it had none)."""
+        ``history``: what the round's history record held (None: it had none);
+        ``covered``: that record's (log, offset) when the partitions' journal made it
+        durable (not a target of its own: its outcome is theirs)."""
         failed: set[int] = set()
+        lost: BaseException | None = None
         for p, outcome in zip(order, outcomes, strict=False):
             if outcome is not None:
                 self._log_flush_failure(p, outcome)
                 failed.add(p)
-        if history is not None and outcomes[-1] is not None:
+                lost = outcome
+        if history is not None:
+            if covered is None:
+                lost = outcomes[-1]
+            elif lost is not None and covered[0].durable_end > covered[1]:
+                lost = None  # the journal's fdatasync held: the history is durable
+        if history is not None and lost is not None:
             # The turn's history is not durable: its commits are answered as for their own.
-            log.error("fsync of the group history failed: %r", outcomes[-1])
+            log.error("fsync of the group history failed: %r", lost)
             self._history_failed(history, failed)
             failed |= set(order)
         if self.on_durable:

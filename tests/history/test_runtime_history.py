@@ -4,8 +4,11 @@ group and time, kept across a restart, deleted by time -- on the local engine.""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from coordinator.group.shard import GroupConfig, GroupShard
 from coordinator.history.model import HISTORY_TOPIC, MembershipChange, OffsetHistoryEntry
@@ -80,6 +83,47 @@ async def test_history_is_durable_with_the_commit_and_survives_a_restart(tmp_pat
 
     rt2, flusher2, logs2 = await history_runtime(tmp_path, clock)
     assert offsets(rt2, "g") == [(t0, 5), (t0 + 300, 9)]
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_a_failed_journal_fsync_fails_the_commit_and_keeps_none_of_its_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history shares the offsets partitions' journal, so the commit waits on the one
+    fdatasync covering both: when it fails, the commit is answered NOT_COORDINATOR, both
+    logs are cut back (the history keeps no entry of it), and the retried commit is kept."""
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    assert rt.history is not None
+    t0 = clock.now
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
+    hlog = rt.history.plog
+    kept = hlog.log_end_offset
+    real = os.fdatasync
+    failures = [OSError(5, "Input/output error")]
+
+    def once(fd: int) -> None:
+        if failures:
+            raise failures.pop()
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", once)
+    clock.now = t0 + 100
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 2))
+    assert not failures  # the journal's fdatasync failed under this commit
+    assert resp.topics[0].partitions[0].error_code == 16  # NOT_COORDINATOR: retry
+    assert hlog.log_end_offset == kept  # its history was cut back with its record
+    assert offsets(rt, "g") == [(t0, 1)]
+    clock.now = t0 + 200
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 2))
+    assert resp.topics[0].partitions[0].error_code == 0
+    assert hlog.durable_end == hlog.log_end_offset > kept  # durable before the reply left
+    assert offsets(rt, "g") == [(t0, 1), (t0 + 200, 2)]
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await history_runtime(tmp_path, clock)
+    assert offsets(rt2, "g") == [(t0, 1), (t0 + 200, 2)]
     await flusher2.stop()
     logs2.close_all()
 
