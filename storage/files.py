@@ -90,6 +90,27 @@ def fsync_dir(path: Path | str) -> None:
         os.close(fd)
 
 
+def replace_file(path: Path, data: bytes, tmp: Path | None = None) -> None:
+    """Make ``path`` hold ``data``, durably and whole or not at all: a temporary file
+    (``tmp``, default ``<name>.tmp`` beside it) written in full and fsynced, renamed over
+    ``path``, the directory fsynced. A crash leaves the old file or the new one, and at most
+    a temporary file, which its reader removes."""
+    tmp = tmp or path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            if n <= 0:
+                raise OSError(errno.EIO, "short write", str(tmp))
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 def write_checkpoint(path: Path, value: int, *, sync: bool) -> None:
     """Atomically replace ``path`` with ``value`` (format: version line, value line)."""
     # Unique temp names: the flusher thread and the loop may write concurrently.

@@ -21,12 +21,10 @@ writes it) may hold anything too. The worker holding q is q % N (``placement.wor
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
 
 from coordinator.history.model import HISTORY_TOPIC
-from storage.files import fsync_dir
+from storage.files import replace_file
 
 __all__ = ["UNKNOWN", "WRITERS_FILE", "holding", "read_runs", "record"]
 
@@ -67,20 +65,8 @@ def record(part_dir: Path, workers: int, now_ms: int, had_history: bool) -> None
         return  # the same count as the run before: nothing new to say
     runs.append((workers, now_ms))
     data = "".join(f"{count} {since}\n" for count, since in runs).encode()
-    tmp = part_dir / (WRITERS_FILE + ".tmp")  # a leftover .tmp is removed by the log's open
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            if n <= 0:
-                raise OSError(errno.EIO, "short write", str(tmp))
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, part_dir / WRITERS_FILE)
-    fsync_dir(part_dir)
+    # a leftover .tmp is removed by the log's open
+    replace_file(part_dir / WRITERS_FILE, data)
 
 
 def _counts(runs: list[Run] | None, now_ms: int, retention_ms: int) -> set[int] | None:

@@ -53,7 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
-from storage.files import DataDirError, fsync_dir
+from storage.files import DataDirError, fsync_dir, replace_file
 from storage.interface import kafka_uuid
 from storage.local.durability import Flusher
 from storage.local.journal import Journal
@@ -203,22 +203,8 @@ def read_topic_id(part_dir: Path) -> bytes | None:
 
 def write_topic_id(part_dir: Path, topic_id: bytes) -> None:
     """Write ``partition.metadata`` atomically: temporary file, fsync, rename, directory fsync."""
-    path = part_dir / PARTITION_METADATA_FILE
-    tmp = part_dir / (PARTITION_METADATA_FILE + ".tmp")
     data = f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {kafka_uuid(topic_id)}\n".encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            if n <= 0:
-                raise OSError(errno.EIO, "short write", str(tmp))
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(part_dir)
+    replace_file(part_dir / PARTITION_METADATA_FILE, data)
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
