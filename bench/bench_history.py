@@ -49,6 +49,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import cachegrind
 import checkout  # puts this checkout and tests/ on the import path
 from bench_commit import commit_load
 from results import record
@@ -79,27 +80,16 @@ class CountedKgc(KgcProcess):
 
     def spawn(self, flags: list[str], log: Any) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                f"--cachegrind-out-file={self.out}",
-                sys.executable,
-                "-m",
-                "coordinator",
-                "serve",
-                *flags,
-            ],
+            cachegrind.command(
+                str(self.out), [sys.executable, "-m", "coordinator", "serve", *flags]
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"},
+            env=cachegrind.ENV,
         )
 
     def instructions(self) -> int:
-        for line in self.out.read_text().splitlines():
-            if line.startswith("summary:"):
-                return int(line.split()[1])
-        raise RuntimeError(f"no summary in {self.out}")
+        return cachegrind.instructions(self.out)
 
 
 def fsync_rounds(kgc: KgcProcess) -> int:

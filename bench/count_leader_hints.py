@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cachegrind
 import checkout  # puts this checkout and tests/ on the import path
 from aioclient import AsyncConn
 from results import record
@@ -70,32 +71,20 @@ class CountedWorkers(Workers):
 
     def spawn(self, flags: list[str], log: Any) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                f"--cachegrind-out-file={self.out_dir}/cachegrind.out.%p",
-                sys.executable,
-                __file__,
-                "--serve",
-                "on" if self.hints else "off",
-                *flags,
-            ],
+            cachegrind.command(
+                f"{self.out_dir}/cachegrind.out.%p",
+                [sys.executable, __file__, "--serve", "on" if self.hints else "off", *flags],
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"},
+            env=cachegrind.ENV,
         )
 
     def instructions(self) -> int:
         """The summed count of every process (after ``stop``)."""
-        total = 0
         outs = list(self.out_dir.glob("cachegrind.out.*"))
         assert len(outs) == 3, f"expected the supervisor's and 2 workers' counts: {outs}"
-        for out in outs:
-            summary = [line for line in out.read_text().splitlines() if line.startswith("summary:")]
-            assert summary, f"no summary in {out}"
-            total += int(summary[0].split()[1])
-        return total
+        return sum(cachegrind.instructions(out) for out in outs)
 
 
 def serve(hints: str, flags: list[str]) -> int:
