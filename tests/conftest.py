@@ -1,4 +1,9 @@
-"""Shared fixtures: a real kgc process per test (integration) and helpers."""
+"""Shared fixtures: a real kgc process per test (integration) and helpers.
+
+Tests marked ``long`` (a minute or more) are collected first: ``scripts/test`` hands modules
+to its parallel workers in collection order, and a long test handed out last would run
+alone at the end while the other workers sit idle.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,11 @@ import pytest
 from support.kafkaserver import KafkaServer, running_broker
 from support.kgc_process import KgcProcess
 from support.pgserver import PgServer, available
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A stable sort: long tests first, each group in its collected order.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture

@@ -86,6 +86,7 @@ def test_sigterm_right_after_listening_exits_0(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_sigterm_right_after_listening_exits_0_many_times(tmp_path: Path) -> None:
     statuses = _stop_at_once(tmp_path, 30)

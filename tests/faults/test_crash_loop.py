@@ -92,6 +92,7 @@ def test_produce_and_commits_survive_sigkills(kgc: KgcProcess) -> None:
     crash_loop(kgc, kills=3, seed=11)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_produce_and_commits_survive_fifteen_sigkills(kgc: KgcProcess) -> None:
     crash_loop(kgc, kills=15, seed=12)

@@ -41,6 +41,7 @@ def run(*args: str | Path, cwd: Path, timeout: float = 600) -> subprocess.Comple
 
 # Slow (17 s: pip installs from PyPI): the default suite checks the image's sources in
 # test_metrics_deploy.py (dockerignore, HEALTHCHECK against `kgc serve`).
+@pytest.mark.long
 @pytest.mark.slow
 def test_wheel_in_a_fresh_venv_serves_and_passes_the_healthcheck(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"

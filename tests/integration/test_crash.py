@@ -58,6 +58,7 @@ def crash_loop(kgc: KgcProcess, kills: int, seed: int) -> None:
 # Slow. The default suite's cover is tests/faults/test_crash_loop.py's three SIGKILLs under
 # the same commit load (plus produce load); a three-kill run of this loop was here too, and
 # went: this one is the same loop, every check after every kill, seventeen kills longer.
+@pytest.mark.long
 @pytest.mark.slow
 def test_acknowledged_commits_survive_twenty_sigkills(kgc: KgcProcess) -> None:
     crash_loop(kgc, kills=20, seed=2)

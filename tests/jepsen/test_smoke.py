@@ -26,6 +26,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.long
 async def test_registers_under_every_fault_stay_linearizable(tmp_path: Path) -> None:
     seed = int(os.environ.get("KGC_JEPSEN_SEED") or random.SystemRandom().randrange(2**31))
     config = RunConfig("registers", "all", 60.0, seed, tmp_path / f"kgcj-smoke-{seed}")

@@ -66,6 +66,7 @@ def close(inst: StreamsInstance, instances: list[StreamsInstance]) -> None:
     instances.remove(inst)
 
 
+@pytest.mark.long
 def test_offline_migration_classic_to_streams_and_back(
     bootstrap: str, tmp_path: Path, instances: list[StreamsInstance]
 ) -> None:

@@ -1,8 +1,8 @@
 """Shared by the fault suite: how each fault test says what it did.
 
 Every test in ``tests/faults/`` injects one fault and then verifies what survived. It calls
-``report(injected=..., verified=...)`` so that ``./scripts/test tests/faults -s`` (or a
-failure's captured output) reads as a table of fault → outcome, with the count of
+``report(injected=..., verified=...)`` so that ``KGC_TEST_JOBS=0 ./scripts/test tests/faults
+-s`` (or a failure's captured output) reads as a table of fault → outcome, with the count of
 acknowledged records and commits lost (which must be 0).
 
 Fast cases run with the README's test command; crash loops and long soaks are marked

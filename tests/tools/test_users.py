@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient
 from support.clikit import CLI, Run
 from support.kgc_process import KgcProcess
@@ -32,6 +33,7 @@ def stored_matches(data_dir: Path, user: str, mechanism: str, password: str, n: 
     return got is not None and got == scram_credential(mechanism, password, got.salt, n)
 
 
+@pytest.mark.long
 def test_add_list_delete(tmp_path: Path) -> None:
     d = tmp_path / "data"  # created by the first add, as kafka-storage format would
     assert users("add", "alice", "--password", "alice-secret", "--data-dir", str(d)).code == 0

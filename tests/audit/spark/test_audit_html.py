@@ -84,6 +84,7 @@ async def workload(bootstrap: str) -> int:
         await reporting.stop()
 
 
+@pytest.mark.long
 def test_html_report_draws_lag_and_commit_rate_per_group(
     tmp_path: Path, spark: Any, kgc: KgcProcess
 ) -> None:

@@ -390,6 +390,7 @@ def test_cli_exit_codes_reports_and_errors(
 
 # slow: a whole `kgc audit` (or spark-submit) run in its own JVM, 90-110 s loaded; CI runs
 # it in `scripts/test -m slow`.
+@pytest.mark.long
 @pytest.mark.slow
 def test_spark_submit_with_storage_url(tmp_path: Path, pg_url: str) -> None:
     """``spark-submit coordinator/audit/__main__.py --storage-url``: the JVM is up before the

@@ -57,6 +57,7 @@ def _daemon(env: dict[str, str], action: str, cls: str, *args: str) -> None:
 
 # slow: a whole `kgc audit` (or spark-submit) run in its own JVM, 90-110 s loaded; CI runs
 # it in `scripts/test -m slow`.
+@pytest.mark.long
 @pytest.mark.slow
 def test_spark_submit_on_standalone_cluster(tmp_path: Path) -> None:
     root = tmp_path / "data"
@@ -154,6 +155,7 @@ def test_spark_submit_on_standalone_cluster(tmp_path: Path) -> None:
         _daemon(env, "stop", "org.apache.spark.deploy.master.Master")
 
 
+@pytest.mark.long
 def test_audit_of_a_running_kgc_log(spark: Any, kgc: Any) -> None:
     import kafka  # a dev dependency: its absence is an error, not a skip
     from kafka.structs import OffsetAndMetadata, TopicPartition

@@ -453,6 +453,7 @@ async def test_appends_during_a_compaction_are_neither_blocked_nor_lost(
 # ---------------------------------------------------------------------------- measurement
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("keys_order", "per_round"), [("cyclic", 100), ("random", 100), ("random", 1)]
