@@ -324,6 +324,12 @@ class WriteAheadJournal(Protocol):
         """Journal a stored batch of ``log`` (offsets assigned); durable after ``sync``."""
         ...
 
+    def carry(self, log: PartitionLog, offset: int, timestamp_ms: int, value: bytes) -> bool:
+        """Journal ``value`` as the record at ``offset`` of ``log`` (its end or past it)
+        without its being in the log (its owner appends it later); durable after ``sync``.
+        False: this journal does not carry values (nothing written)."""
+        ...
+
     async def sync(self, errors: dict[PartitionLog, BaseException]) -> None:
         """Make everything recorded so far durable, advancing each log's
         ``journal_durable_end``. On failure, put the error per affected log in ``errors``

@@ -11,12 +11,18 @@ the page cache (``PartitionLog.durable_end`` covers both).
 
 Record: ``int32 length | uint32 crc32c(rest) | int16 name length | name | batch``, where
 name is the partition directory (``__consumer_offsets-7``) and batch is the stored record
-batch, offsets already assigned.
+batch, offsets already assigned. A *carried* record (``carry``) holds one record value that
+is not in its log's segments yet: ``int16 -1 - name length | name | int64 offset | int64
+timestamp | value``. The negative length tells it apart (a batch record's is never
+negative; replay code older than carried records reads an empty name there, finds no log
+and skips it). The group history carries its value this way each round and its store
+appends many rounds' values to the segment as one batch later (``coordinator.history.store``).
 
 When the current file passes ``max_bytes`` the journal rotates: appends go to a new file,
 every journaled log is fsynced, then the older files are deleted (``checkpoint``). On
 start-up, after the logs have recovered their segments, ``replay`` re-appends each batch
-whose offsets are at or past its log's end (lost from the page cache by a power cut), stops
+(and each carried value) whose offsets are at its log's end (lost from the page cache by a
+power cut, or never appended to the segment), skips those already there, stops
 a file at its first torn record, fsyncs the logs and removes the replayed files. A crash at
 any point leaves every acknowledged batch in a segment or in a journal file.
 
@@ -60,6 +66,7 @@ logger = logging.getLogger(__name__)
 
 _HEAD = struct.Struct(">iI")
 _H = struct.Struct(">h")
+_CARRIED = struct.Struct(">qq")  # a carried record's offset and timestamp
 SUFFIX = ".jnl"
 DEFAULT_MAX_BYTES = 64 << 20
 
@@ -109,25 +116,41 @@ class Journal:
         On OSError the file is cut back to its previous size (or, if even that fails, the
         next record retries the cut before writing) and the error is raised.
         """
+        prefix = self._names.get(log)
+        if prefix is None:
+            name = log.dir.name.encode()
+            prefix = self._names[log] = _H.pack(len(name)) + name
+        self._write(prefix, batch)
+        self._unsynced[log] = log.log_end_offset
+
+    def carry(self, log: PartitionLog, offset: int, timestamp_ms: int, value: bytes) -> bool:
+        """Journal ``value`` as the record at ``offset`` of ``log`` (its log end or past
+        it), not stored in the log: durable after the next ``sync``, which advances the
+        log's ``journal_durable_end`` past it. Its owner appends it to the log before
+        the journal file holding it can be deleted (``PartitionLog.carried``); until then
+        replay restores it. Same failure contract as ``record``."""
+        name = log.dir.name.encode()
+        self._write(
+            b"".join((_H.pack(-1 - len(name)), name, _CARRIED.pack(offset, timestamp_ms))), value
+        )
+        self._unsynced[log] = offset + 1
+        return True
+
+    def _write(self, prefix: bytes, body: bytes) -> None:
         if self._fd < 0:
             self._open_next()
         if self._cut_pending:
             os.ftruncate(self._fd, self.size)
             self._cut_pending = False
-        prefix = self._names.get(log)
-        if prefix is None:
-            name = log.dir.name.encode()
-            prefix = self._names[log] = _H.pack(len(name)) + name
-        # The CRC runs on over the name prefix into the batch: no copy of the two joined.
-        crc = crc32c.crc32c(batch, crc32c.crc32c(prefix))
-        length = len(prefix) + len(batch)
+        # The CRC runs on over the prefix into the body: no copy of the two joined.
+        crc = crc32c.crc32c(body, crc32c.crc32c(prefix))
+        length = len(prefix) + len(body)
         try:
-            write_at(self._fd, b"".join((_HEAD.pack(length + 4, crc), prefix, batch)), self.size)
+            write_at(self._fd, b"".join((_HEAD.pack(length + 4, crc), prefix, body)), self.size)
         except OSError:
             self._cut_to(self.size)
             raise
         self.size += 8 + length
-        self._unsynced[log] = log.log_end_offset
 
     def _cut_to(self, size: int) -> None:
         self.size = size
@@ -285,7 +308,8 @@ class Journal:
     # ------------------------------------------------------------ recovery
 
     def replay(self, lookup: Callable[[str], PartitionLog | None]) -> int:
-        """Re-append journaled batches missing from their logs; returns how many."""
+        """Re-append journaled batches and carried values missing from their logs;
+        returns how many."""
         paths = self.files()
         touched: dict[PartitionLog, None] = {}
         restored = 0
@@ -304,18 +328,27 @@ class Journal:
                     )
                     break
                 n = _H.unpack_from(buf, pos + 8)[0]
+                carried = n < 0
+                if carried:
+                    n = -1 - n
                 name = buf[pos + 10 : pos + 10 + n].decode()
-                batch = buf[pos + 10 + n : end]
+                body = buf[pos + 10 + n : end]
                 pos = end
                 log = lookup(name)
                 if log is None:
                     continue  # the partition was deleted since
-                try:
-                    base = parse_header(batch).base_offset
-                except CorruptBatchError:
-                    continue
+                if carried:
+                    base, ts = _CARRIED.unpack_from(body)
+                else:
+                    try:
+                        base = parse_header(body).base_offset
+                    except CorruptBatchError:
+                        continue
                 if base == log.log_end_offset:
-                    log.append(batch)
+                    if carried:
+                        log.append_records([(None, body[_CARRIED.size :])], timestamp_ms=ts)
+                    else:
+                        log.append(body)
                     touched[log] = None
                     restored += 1
                 elif base > log.log_end_offset:
@@ -329,7 +362,10 @@ class Journal:
         for log in touched:
             log.flush()
         if restored:
-            logger.warning("journal: restored %d batches lost from the segment files", restored)
+            logger.warning(
+                "journal: restored %d batches or carried values lost from the segment files",
+                restored,
+            )
         if paths:
             self.drop(paths)
         return restored

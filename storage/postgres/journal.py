@@ -282,6 +282,10 @@ class PgJournal:
         part = self._attached(log)
         part.pending.append(batch)
 
+    def carry(self, log: PartitionLog, offset: int, timestamp_ms: int, value: bytes) -> bool:
+        """Not here: a round's rows must hold whole batches (the materialized log)."""
+        return False
+
     def note_history(self, log: PartitionLog, written_ms: int, value: bytes) -> None:
         """Write ``value`` (a group history value of the offsets partition of ``log``) to
         kgc_group_history in the round that makes the log's records so far durable, only

@@ -11,7 +11,7 @@ import pytest
 from storage.local.durability import Flusher, FlushError
 from storage.local.log import LogConfig
 from storage.local.manager import LogManager
-from storage.record_batch import iter_record_tuples
+from storage.record_batch import Record, iter_record_tuples
 
 JOURNALED = LogConfig(journaled=True, cleanup_policy="compact")
 
@@ -158,3 +158,70 @@ async def test_a_journal_sync_that_cannot_start_fails_its_waiters(
     assert log.durable_end > last
     await flusher.stop()
     logs.close_all()
+
+
+# A journal file as kgc wrote it before carried records existed (main a3e3592): two batches
+# of __consumer_offsets-0 (b"v1"; b"v2", b"v3") and two of __kgc_group_history-0
+# (b"history-1", b"history-2"), fdatasynced, the segments never written back.
+OLD_JOURNAL = Path(__file__).parent / "data" / "journal-before-carried.jnl"
+
+
+async def test_a_journal_file_written_before_carried_records_still_replays(
+    tmp_path: Path,
+) -> None:
+    logs = LogManager(tmp_path)
+    logs.get_or_create("__consumer_offsets", 0, JOURNALED)
+    logs.get_or_create("__kgc_group_history", 0, HISTORY)
+    logs.close_all()
+    (tmp_path / "journal" / OLD_JOURNAL.name).write_bytes(OLD_JOURNAL.read_bytes())
+    reopened = LogManager(tmp_path)
+    reopened.open_all(lambda t, p: JOURNALED if t == "__consumer_offsets" else HISTORY)
+    offsets, history = reopened.get("__consumer_offsets", 0), reopened.get("__kgc_group_history", 0)
+    assert offsets is not None and history is not None
+    assert values(offsets) == [b"v1", b"v2", b"v3"]
+    assert values(history) == [b"history-1", b"history-2"]
+    assert reopened.journal.files() == []
+    reopened.close_all()
+
+
+HISTORY = LogConfig(journaled=True)
+
+
+async def test_carried_values_replay_at_the_log_end_once_and_a_gap_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A carried record (``Journal.carry``: a value journaled, not in the log) comes back at
+    start-up when its offset is the log end, is skipped when the log holds it already (its
+    owner appended it as part of a batch), and a gap before one is one error line."""
+    flusher = Flusher()
+    logs = LogManager(tmp_path, flusher=flusher)
+    log = logs.get_or_create("__kgc_group_history", 0, HISTORY)
+    other = logs.get_or_create("__kgc_group_history", 1, HISTORY)
+    journal = logs.journal
+    assert journal.carry(log, 0, 10, b"a") and journal.carry(log, 1, 20, b"b")
+    # Its owner appended the first two as one batch (journaled too), then carried a third.
+    log.append_records([Record(0, 0, None, b"a"), Record(1, 10, None, b"b")], timestamp_ms=10)
+    assert journal.carry(log, 2, 30, b"c")
+    assert journal.carry(other, 5, 40, b"x")  # offsets 0..4 of it are nowhere
+    errors: dict[object, BaseException] = {}
+    await journal.sync(errors)  # type: ignore[arg-type]
+    assert not errors and log.durable_end == 3 and other.durable_end == 6
+    for plog in (log, other):
+        plog.close_without_marker()
+    journal.close()
+    logs.release_lock()
+    power_cut(tmp_path / "__kgc_group_history-0", 0)  # the segment's page cache is lost
+
+    reopened = LogManager(tmp_path)
+    with caplog.at_level("ERROR", logger="storage.local.journal"):
+        reopened.open_all(lambda t, p: HISTORY)
+    restored = reopened.get("__kgc_group_history", 0)
+    assert restored is not None
+    assert values(restored) == [b"a", b"b", b"c"]  # each once
+    assert [h.max_timestamp for h, _ in restored.iter_batches(0)] == [10, 20, 30]
+    gap = reopened.get("__kgc_group_history", 1)
+    assert gap is not None and gap.log_end_offset == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        "journal 00000000000000000001.jnl: __kgc_group_history-1 is missing offsets 0..4; cannot restore past the gap"
+    ]
+    reopened.close_all()
