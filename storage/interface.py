@@ -369,6 +369,27 @@ class WriteAheadJournal(Protocol):
 CutBackHook: TypeAlias = Callable[["PartitionLog", int], None]
 
 
+class CarriedTail(Protocol):
+    """Records past a log's end that its journal holds (``WriteAheadJournal.carry``) and
+    their owner keeps in memory until it appends them to the log as one batch. The log
+    calls ``spill`` before it fsyncs its segments for a journal checkpoint or a close (the
+    journal files holding them may be deleted after that), and ``cut`` when it is cut back
+    to its durable end (those at or past it are gone with the journal's unsynced part)."""
+
+    @property
+    def end(self) -> int:
+        """The offset after the last carried record (the log end when there is none)."""
+        ...
+
+    def spill(self) -> None:
+        """Append every carried record to the log; raises what the append raised."""
+        ...
+
+    def cut(self, end: int) -> None:
+        """Forget every carried record at or past ``end``."""
+        ...
+
+
 class PartitionLog(Protocol):
     """One partition's append-only log, as the runtime, the data plane and the journals
     use it. ``storage.local.log.PartitionLog`` (segments on disk) and
@@ -385,6 +406,8 @@ class PartitionLog(Protocol):
     # that journal holds durably; written by the journals.
     journal: WriteAheadJournal | None
     journal_durable_end: int
+    # Records carried past the log end by its journal (None: none ever are).
+    carried: CarriedTail | None
     # Replaced whole when the topic's configs change (AlterConfigs).
     config: LogConfig
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from storage.interface import (
+    CarriedTail,
     Clock,
     CorruptLogError,
     CutBackHook,
@@ -81,6 +82,7 @@ class MemoryLog:
         self._clock = clock
         self.journal: WriteAheadJournal | None = None
         self.journal_durable_end = 0
+        self.carried: CarriedTail | None = None  # no journal here carries records
         self.damaged: str | None = None
         self.on_cut_back: list[CutBackHook] = []
         self.cut_backs = 0

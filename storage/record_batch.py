@@ -70,6 +70,7 @@ __all__ = [
     "decode_records",
     "decompress_records",
     "encode_batch",
+    "encode_timed_values",
     "iter_batches",
     "iter_record_tuples",
     "key_values",
@@ -459,6 +460,54 @@ def _encode_pairs(
     return b"".join(
         (_PREFIX.pack(base_offset, batch_length, partition_leader_epoch, 2, crc), tail, body)
     )
+
+
+_TIMED_VARINTS: list[bytes] = []  # zigzag varints of 0..8191, built on first use
+
+
+def encode_timed_values(base_offset: int, values: Sequence[tuple[int, bytes]]) -> bytes:
+    """An uncompressed v2 batch of ``values`` ((timestamp, value) pairs, null keys, no
+    headers) at consecutive offsets from ``base_offset``, each record with its own time
+    (the delta from the first's; the batch's max timestamp is the latest): many appends'
+    values stored as one batch later (the group history's carried values). The same bytes
+    as ``encode_batch`` of the matching Records, at a fraction of its steps a record (their
+    lengths and deltas, mostly under 8192, are looked up, not computed)."""
+    table = _TIMED_VARINTS
+    if not table:
+        table += [_zigzag_varint(i) for i in range(8192)]
+    parts: list[bytes] = []
+    append = parts.append
+    join = b"".join
+    size = 0
+    first = values[0][0]
+    latest = first
+    i = -1
+    for i, (ts, value) in enumerate(values):
+        if ts > latest:
+            latest = ts
+        d = ts - first
+        v = len(value)
+        head = join(
+            (
+                b"\x00",
+                table[d] if 0 <= d < 8192 else _zigzag_varint(d),
+                table[i] if i < 8192 else _zigzag_varint(i),
+                b"\x01",
+                table[v] if v < 8192 else _zigzag_varint(v),
+            )
+        )
+        n = len(head) + v + 1
+        length = table[n] if n < 8192 else _zigzag_varint(n)
+        append(length)
+        append(head)
+        append(value)
+        append(b"\x00")  # no headers
+        size += len(length) + n
+    body = join(parts)
+    tail = _TAIL.pack(0, i, first, latest, -1, -1, -1, i + 1)
+    crc = _crc(body, _crc(tail))
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + size
+    return join((_PREFIX.pack(base_offset, batch_length, -1, 2, crc), tail, body))
 
 
 # ---------------------------------------------------------------- decoding

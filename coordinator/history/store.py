@@ -13,6 +13,19 @@ the first batch at or after ``from_ms`` (the time index) up to its durable end, 
 values that do not name the group. ``apply_retention`` rolls and deletes whole segments
 older than the retention.
 
+Carried values: when the round's fsync is the fdatasync of a local journal that also holds
+the offsets records (``write(..., carry=True)``: the runtime's ``_journal_covers``), the
+value goes only into that journal (``WriteAheadJournal.carry``: the log it belongs to, the
+offset it takes there, its time), not into a record batch and a segment: an append costs
+more than the value. The values wait here (``carried``, this store is the log's
+``CarriedTail``) and go to the segment as one batch of many records, at the offsets their
+journal records named, when ``CARRY_MAX_VALUES`` or ``CARRY_MAX_BYTES`` have gathered, before
+anything reads the log (``read``, ``start_ms``, retention), before an append that is not
+carried, and when the log fsyncs its segments for a journal checkpoint or a close (the log
+calls ``spill``). A failed journal sync cuts back the log, and the values past its durable
+end with it (``cut``): the runtime puts their entries back (``_history_failed``). After a
+crash the journal's replay re-appends them.
+
 Not kept: commits that change nothing (counted: the next change carries how many there
 were, ``unchanged``), transactional offsets, offsets expired or removed with their topic or
 group (the membership history records a group's deletion).
@@ -32,13 +45,17 @@ from coordinator.history.model import (
 )
 from coordinator.history.status import StatusSettings
 from storage.interface import LogConfig, Logs, OffsetOutOfRangeError, PartitionLog
-from storage.record_batch import iter_batches, key_values
+from storage.record_batch import encode_timed_values, iter_batches, key_values
 
 __all__ = ["HistoryLog"]
 
 log = logging.getLogger("kgc.history")
 
 _READ_BYTES = 1 << 20
+# When the carried values go to the segment (one batch): past either bound. Counted
+# (bench/runs/history/18-*): the cost of a batch per round is spread over this many.
+CARRY_MAX_VALUES = 256
+CARRY_MAX_BYTES = 256 << 10
 
 Entry = OffsetHistoryEntry | MembershipChange
 
@@ -66,13 +83,48 @@ class HistoryLog:
         self._log: PartitionLog | None = None
         # Bytes of history written (the storage figures).
         self.bytes_written = 0
+        # Values journaled but not yet in the log (``write(carry=True)``): their time and
+        # value; the first takes the log's end offset, the next ones the offsets after it.
+        self.carried: list[tuple[int, bytes]] = []
+        self._carried_bytes = 0
+        # Their batch must stay under the log's max.message.bytes (a value over it alone is
+        # refused, as when appended at once).
+        self._carry_bytes = min(CARRY_MAX_BYTES, config.max_message_bytes // 2)
 
     @property
     def plog(self) -> PartitionLog:
         plog = self._log
         if plog is None or plog.closed:
             plog = self._log = self.logs.get_or_create(HISTORY_TOPIC, self.partition, self.config)
+            plog.carried = self
+            self.carried = []  # a new log (or the same reopened): its journal replayed them
+            self._carried_bytes = 0
         return plog
+
+    # -- CarriedTail (the log calls spill and cut)
+    @property
+    def end(self) -> int:
+        assert self._log is not None
+        return self._log.log_end_offset + len(self.carried)
+
+    def spill(self) -> None:
+        """Append the carried values to the log as one batch (their journal records named
+        these offsets). On OSError nothing was appended and they stay carried."""
+        carried = self.carried
+        if not carried:
+            return
+        plog = self._log
+        assert plog is not None
+        plog.append(encode_timed_values(plog.log_end_offset, carried))
+        self.carried = []
+        self._carried_bytes = 0
+
+    def cut(self, end: int) -> None:
+        assert self._log is not None
+        keep = max(0, end - self._log.log_end_offset)
+        if keep < len(self.carried):
+            del self.carried[keep:]
+            self._carried_bytes = sum(len(v) for _, v in self.carried)
 
     def add(self, changes: list[OffsetChange]) -> None:
         self.pending += changes
@@ -80,10 +132,15 @@ class HistoryLog:
     def add_membership(self, partition: int, change: MembershipChange) -> None:
         self.pending_membership.append((partition, change))
 
-    def write(self, now_ms: int, failed: set[int]) -> tuple[PartitionLog, int] | None:
+    def write(
+        self, now_ms: int, failed: set[int], carry: bool = False
+    ) -> tuple[PartitionLog, int] | None:
         """Append what the turn gathered but the offsets partitions in ``failed`` (their
         records are not in the log): (the log, the last offset), or None when nothing was
-        to be appended. Raises what the append raised (nothing was appended then)."""
+        to be appended. Raises what the append raised (nothing was appended then).
+        ``carry``: the round's fsync is the fdatasync of the log's journal (the caller
+        checked); the value may go only into that journal (the offset returned is then
+        past the log end until the carried values are appended)."""
         changes, self.pending = self.pending, []
         membership, self.pending_membership = self.pending_membership, []
         if failed:  # rare: a failed offsets append
@@ -94,9 +151,34 @@ class HistoryLog:
             return None
         value = encode(now_ms, entries)
         plog = self.plog
+        journal = plog.journal
+        size = len(value)
+        # (A value over the bound alone is appended at once: refused there if too large.)
+        if carry and journal is not None and size <= self._carry_bytes:
+            carried = self.carried
+            if carried and (
+                len(carried) >= CARRY_MAX_VALUES or self._carried_bytes + size > self._carry_bytes
+            ):
+                self._spill_kept()
+            offset = plog.log_end_offset + len(self.carried)
+            if journal.carry(plog, offset, now_ms, value):  # raises: nothing journaled
+                self.carried.append((now_ms, value))
+                self._carried_bytes += size
+                self.bytes_written += size
+                return plog, offset
+        if self.carried:
+            self.spill()  # before this value: the offsets stay in order
         _, last = plog.append_records([(None, value)], timestamp_ms=now_ms)
         self.bytes_written += len(value)
         return plog, last
+
+    def _spill_kept(self) -> None:
+        """``spill``, keeping the values carried when it fails (the journal holds them;
+        the next bound, read or checkpoint tries again)."""
+        try:
+            self.spill()
+        except OSError as exc:
+            log.error("appending %d carried history values failed: %r", len(self.carried), exc)
 
     @property
     def waiting(self) -> bool:
@@ -106,6 +188,7 @@ class HistoryLog:
     def start_ms(self) -> int | None:
         """When the retained history starts (None: there is none)."""
         plog = self.plog
+        self._spill_kept()
         for h, _data in plog.iter_batches(plog.log_start_offset):
             return h.base_timestamp
         return None
@@ -114,6 +197,7 @@ class HistoryLog:
         """``group_id``'s durable entries, oldest first, written at or after ``from_ms`` and
         at or before ``to_ms``."""
         plog = self.plog
+        self._spill_kept()
         found = plog.offset_for_timestamp(from_ms)
         if found is None:
             return
@@ -149,6 +233,7 @@ class HistoryLog:
         """Roll and delete the segments past the retention; the segments deleted."""
         plog = self.plog
         try:
+            self.spill()
             plog.maybe_roll_by_time()
             return plog.apply_retention(now_ms)
         except OSError:

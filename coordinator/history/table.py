@@ -124,7 +124,7 @@ class HistoryTable:
         """Whether the turn gathered anything to write."""
         return bool(self.pending or self.pending_membership)
 
-    def write(self, now_ms: int, failed: set[int]) -> None:
+    def write(self, now_ms: int, failed: set[int], carry: bool = False) -> None:
         """Hand the turn's entries, one value per offsets partition, to the partitions'
         next round, but those in ``failed`` (their records are not in the log)."""
         changes, self.pending = self.pending, []

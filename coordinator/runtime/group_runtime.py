@@ -431,8 +431,13 @@ class GroupRuntime:
             # (A HistoryTable's values join the partitions' own round: nothing more to wait;
             # its journal puts a failed round's values back itself.)
             # The history of these records joins their fsync round: a reply waits for both.
+            # A value its round's journal fdatasync makes durable goes only into that
+            # journal; the store appends many rounds' values to the log at once.
+            carry = isinstance(history, HistoryLog) and _journal_covers(
+                history.plog, list(pending.values())
+            )
             try:
-                kept = history.write(now, failed)
+                kept = history.write(now, failed, carry)
             except Exception as exc:
                 # A storage failure: the turn's commits are answered as for their own.
                 log.error("appending the group history failed: %r", exc)
@@ -477,6 +482,13 @@ class GroupRuntime:
         elif kept is not None:
             # History alone (membership changes without records): made durable by the next
             # round, which this starts; nothing waits on it.
+            if isinstance(history, HistoryLog) and kept[1] >= kept[0].log_end_offset:
+                # Carried (its partitions' waits all failed): a wait needs it in the log.
+                try:
+                    history.spill()
+                except OSError as exc:
+                    log.error("appending carried group history failed: %r", exc)
+                    return  # still carried: durable with the journal's next fdatasync
             self.flusher.when_durable([kept], functools.partial(self._history_settled, taken))
 
     # -- the history of failed rounds

@@ -93,6 +93,7 @@ class Journal:
         self.pinned: str | None = None  # why old files must be kept until the next start
         # Each log's record prefix (``int16 name length | name``), built once.
         self._names: dict[PartitionLog, bytes] = {}
+        self._carried_names: dict[PartitionLog, bytes] = {}  # the same for carried records
         self.stats = JournalStats()
 
     # ------------------------------------------------------------ files
@@ -129,10 +130,11 @@ class Journal:
         log's ``journal_durable_end`` past it. Its owner appends it to the log before
         the journal file holding it can be deleted (``PartitionLog.carried``); until then
         replay restores it. Same failure contract as ``record``."""
-        name = log.dir.name.encode()
-        self._write(
-            b"".join((_H.pack(-1 - len(name)), name, _CARRIED.pack(offset, timestamp_ms))), value
-        )
+        prefix = self._carried_names.get(log)
+        if prefix is None:
+            name = log.dir.name.encode()
+            prefix = self._carried_names[log] = _H.pack(-1 - len(name)) + name
+        self._write(prefix + _CARRIED.pack(offset, timestamp_ms), value)
         self._unsynced[log] = offset + 1
         return True
 

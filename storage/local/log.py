@@ -36,6 +36,7 @@ from pathlib import Path
 
 from storage.files import fsync_dir, write_checkpoint
 from storage.interface import (
+    CarriedTail,
     Clock,
     CorruptLogError,
     CutBackHook,
@@ -110,6 +111,9 @@ class PartitionLog:
         self.checkpointed_at = 0.0  # monotonic time of the last recovery-point checkpoint
         self.journal: WriteAheadJournal | None = None  # set for journaled logs
         self.journal_durable_end = 0  # offsets below this are durable in the journal
+        # Records past the log end that the journal holds and their owner appends later
+        # (the group history's values: ``storage.interface.CarriedTail``).
+        self.carried: CarriedTail | None = None
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._created_ms: dict[int, int] = {}
@@ -497,9 +501,14 @@ class PartitionLog:
     # ------------------------------------------------------------ durability
 
     def prepare_flush(self) -> FlushTicket[PartitionLog] | None:
-        """Capture what must be fsynced to make everything appended so far durable."""
+        """Capture what must be fsynced to make everything appended so far durable.
+
+        Carried records are appended first: a journal checkpoint deletes the journal files
+        holding them once this flush succeeds, and a close leaves none to replay."""
         if self._closed:
             return None
+        if self.carried is not None:
+            self._spill()
         target = self.log_end_offset
         if not self._dirty and not self._dir_dirty and target <= self._recovery_point:
             return None
@@ -515,6 +524,15 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._unflushed_bytes = 0
         return ticket
+
+    def _spill(self) -> None:
+        assert self.carried is not None
+        try:
+            self.carried.spill()
+        except OSError as e:
+            # They are durable in the journal only: its files must outlive this run.
+            if self.journal is not None:
+                self.journal.pin(f"appending the carried records of {self.dir.name} failed: {e!r}")
 
     def complete_flush(self, ticket: FlushTicket[PartitionLog]) -> None:
         if ticket.generation != self.cut_backs:
@@ -579,6 +597,9 @@ class PartitionLog:
         """
         target = self.durable_end
         old_end = self.log_end_offset
+        carried = self.carried
+        if carried is not None:
+            carried.cut(target)  # gone with the journal's unsynced part
         if self._closed or target >= old_end:
             return old_end
         while len(self._segments) > 1 and self._segments[-1].base_offset >= target:
@@ -596,6 +617,7 @@ class PartitionLog:
         seg.next_offset = max(seg.next_offset, min(target, old_end))
         self._dirty[seg.base_offset] = seg
         self._unflushed_messages = self._unflushed_bytes = 0
+        # (Carried records were cut at the target above, the new end: none is past it.)
         self.journal_durable_end = min(self.journal_durable_end, self.log_end_offset)
         self.cut_backs += 1
         new_end = self.log_end_offset

@@ -4,6 +4,7 @@ group and time, kept across a restart, deleted by time -- on the local engine.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ async def history_runtime(
 ) -> tuple[GroupRuntime, Flusher, LogManager]:
     flusher = Flusher()
     logs = LogManager(tmp_path, clock=clock, flusher=flusher)
+    # As the server starts: every partition on disk opened, the journal replayed.
+    logs.open_all(lambda topic, _p: HISTORY_LOG if topic == HISTORY_TOPIC else OFFSETS_LOG)
     rt = GroupRuntime(
         GroupShard(
             GroupConfig(offsets_topic_num_partitions=PARTITIONS, offsets_history=True, **config)
@@ -71,7 +74,8 @@ async def test_history_is_durable_with_the_commit_and_survives_a_restart(tmp_pat
         assert resp.topics[0].partitions[0].error_code == 0
         assert rt.history is not None
         hlog = rt.history.plog
-        assert hlog.durable_end == hlog.log_end_offset  # durable before the reply left
+        # durable before the reply left (carried in the journal: past the log's end)
+        assert hlog.durable_end == rt.history.end
     await call(rt, offset_commit.API_KEY, 8, commit("other", 1))
     assert offsets(rt, "g") == [(t0, 5), (t0 + 300, 9)]
     assert offsets(rt, "g", from_ms=t0 + 1) == [(t0 + 300, 9)]
@@ -99,7 +103,7 @@ async def test_a_failed_journal_fsync_fails_the_commit_and_keeps_none_of_its_his
     t0 = clock.now
     await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
     hlog = rt.history.plog
-    kept = hlog.log_end_offset
+    kept = rt.history.end
     real = os.fdatasync
     failures = [OSError(5, "Input/output error")]
 
@@ -113,12 +117,12 @@ async def test_a_failed_journal_fsync_fails_the_commit_and_keeps_none_of_its_his
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 2))
     assert not failures  # the journal's fdatasync failed under this commit
     assert resp.topics[0].partitions[0].error_code == 16  # NOT_COORDINATOR: retry
-    assert hlog.log_end_offset == kept  # its history was cut back with its record
+    assert rt.history.end == kept  # its history was cut back with its record
     assert offsets(rt, "g") == [(t0, 1)]
     clock.now = t0 + 200
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 2))
     assert resp.topics[0].partitions[0].error_code == 0
-    assert hlog.durable_end == hlog.log_end_offset > kept  # durable before the reply left
+    assert hlog.durable_end == rt.history.end > kept  # durable before the reply left
     assert offsets(rt, "g") == [(t0, 1), (t0 + 200, 2)]
     await flusher.stop()
     logs.close_all()
@@ -138,6 +142,7 @@ async def test_retention_deletes_old_history_and_its_segments(tmp_path: Path) ->
     rt.history.apply_retention(clock.now)  # rolls the segment (segment.ms 1 s): nothing old yet
     await call(rt, offset_commit.API_KEY, 8, commit("g", 2))
     directory = tmp_path / f"{HISTORY_TOPIC}-0"
+    assert rt.history.start_ms() == t0  # a read: the carried value is in the segment now
     before = sum(f.stat().st_size for f in directory.glob("*.log"))
     clock.now = t0 + 12_000  # the first commit is past the 10 s retention, the second is not
     assert rt.history.apply_retention(clock.now) >= 1
@@ -314,3 +319,131 @@ async def test_history_of_a_failed_round_is_retried_without_another_write(
     second.cancel()
     await flusher.stop()
     logs.close_all()
+
+
+async def crash(flusher: Flusher, logs: LogManager) -> None:
+    """What SIGKILL leaves: no last fsync round, no carried value appended to its segment,
+    no clean-shutdown marker; the page cache (segments written, not fsynced) survives."""
+    task = flusher._task
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for plog in logs.logs():
+        plog.close_without_marker()
+    logs.journal.close()
+    logs.release_lock()
+
+
+@pytest.mark.parametrize("power_loss", [False, True], ids=["sigkill", "power-loss"])
+async def test_carried_history_comes_back_after_a_crash_once(
+    tmp_path: Path, power_loss: bool
+) -> None:
+    """Each round's history value is carried in the journal only; some were appended to the
+    segment by a read, the last ones not. After SIGKILL (or a power cut that also loses the
+    segment's unsynced bytes) the journal's replay restores every acknowledged commit's
+    history, the same entries, none twice."""
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    assert rt.history is not None
+    t0 = clock.now
+    expected = []
+    for n in range(1, 7):
+        clock.now = t0 + n * 100
+        resp = await call(rt, offset_commit.API_KEY, 8, commit("g", n))
+        assert resp.topics[0].partitions[0].error_code == 0
+        expected.append((clock.now, n))
+        if n == 3:
+            assert offsets(rt, "g") == expected  # a read: the three go to the segment
+    hlog = rt.history.plog
+    assert len(rt.history.carried) == 3  # the last three: in the journal only
+    assert hlog.log_end_offset == 3 and hlog.durable_end == rt.history.end == 6
+    await crash(flusher, logs)
+    if power_loss:
+        for seg in (tmp_path / f"{HISTORY_TOPIC}-0").glob("*.log"):
+            os.truncate(seg, 0)  # never fsynced: the spilled batch is gone too
+    rt2, flusher2, logs2 = await history_runtime(tmp_path, clock)
+    assert rt2.history is not None
+    assert offsets(rt2, "g") == expected
+    assert rt2.history.plog.log_end_offset == 6
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_a_failed_fdatasync_drops_the_carried_values_it_held_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two values carried and durable, then an fdatasync fails under the third: the third
+    is answered NOT_COORDINATOR and gone (from memory and from the journal), the two stay;
+    the retried commit takes the freed offset, and a crash and replay agree."""
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    assert rt.history is not None
+    t0 = clock.now
+    for n in (1, 2):
+        clock.now = t0 + n * 100
+        assert (await call(rt, offset_commit.API_KEY, 8, commit("g", n))).topics[0].partitions[
+            0
+        ].error_code == 0
+    assert len(rt.history.carried) == 2
+    real = os.fdatasync
+    failures = [OSError(5, "Input/output error")]
+
+    def once(fd: int) -> None:
+        if failures:
+            raise failures.pop()
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", once)
+    clock.now = t0 + 300
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 3))
+    assert not failures and resp.topics[0].partitions[0].error_code == 16
+    assert len(rt.history.carried) == 2 and rt.history.end == 2
+    clock.now = t0 + 400
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 3))
+    assert resp.topics[0].partitions[0].error_code == 0
+    assert rt.history.plog.durable_end == rt.history.end == 3
+    await crash(flusher, logs)
+    rt2, flusher2, logs2 = await history_runtime(tmp_path, clock)
+    assert offsets(rt2, "g") == [(t0 + 100, 1), (t0 + 200, 2), (t0 + 400, 3)]
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_journal_checkpoints_with_values_carried_keep_them(tmp_path: Path) -> None:
+    """The journal rotates often (small files): each checkpoint deletes the old files once
+    the segments are fsynced, so the values carried in them go to the segment first."""
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    assert rt.history is not None
+    logs.journal.max_bytes = 4000
+    t0 = clock.now
+    for n in range(1, 41):
+        clock.now = t0 + n * 10
+        resp = await call(rt, offset_commit.API_KEY, 8, commit("g", n))
+        assert resp.topics[0].partitions[0].error_code == 0
+    assert len(logs.journal.files()) == 1  # older files were checkpointed away
+    assert rt.history.plog.log_end_offset > 0  # values went to the segment then
+    expected = [(t0 + n * 10, n) for n in range(1, 41)]
+    await crash(flusher, logs)
+    rt2, flusher2, logs2 = await history_runtime(tmp_path, clock)
+    assert offsets(rt2, "g") == expected
+    await flusher2.stop()
+    logs2.close_all()
+
+
+async def test_a_clean_close_appends_the_carried_values(tmp_path: Path) -> None:
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    assert rt.history is not None
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
+    assert rt.history.carried
+    await flusher.stop()
+    logs.close_all()
+    assert not rt.history.carried
+    reopened = LogManager(tmp_path)
+    assert reopened.journal.files() == []  # nothing left to replay
+    reopened.open_all(lambda t, p: HISTORY_LOG if t == HISTORY_TOPIC else OFFSETS_LOG)
+    hlog = reopened.get(HISTORY_TOPIC, 0)
+    assert hlog is not None and hlog.log_end_offset == 1
+    reopened.close_all()

@@ -15,6 +15,7 @@ from storage.record_batch import (
     UnsupportedCompressionError,
     decode_records,
     encode_batch,
+    encode_timed_values,
     iter_batches,
     iter_record_tuples,
     parse_header,
@@ -219,3 +220,24 @@ def test_large_varints_roundtrip() -> None:
     recs = [Record(0, 2**40, big, big, (("k" * 200, big),)), Record(300, -(2**35), None, b"")]
     b = encode_batch(2**40, recs, timestamp_ms=0)
     assert decode_records(b) == recs
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(-20_000, 20_000), st.binary(max_size=9000)), min_size=1, max_size=40
+    ),
+    st.integers(0, 2**40),
+)
+def test_timed_values_encode_as_the_general_encoder_does(
+    values: list[tuple[int, bytes]], base: int
+) -> None:
+    """The carried history values' batch: the bytes ``encode_batch`` makes of the same
+    Records (null keys, each its own time), the latest time as the batch's max."""
+    t0 = 1_764_000_000_000
+    timed = [(t0 + d, v) for d, v in values]
+    records = [Record(i, t - t0 - values[0][0], None, v) for i, (t, v) in enumerate(timed)]
+    batch = encode_timed_values(base, timed)
+    assert batch == encode_batch(base, records, timestamp_ms=timed[0][0])
+    h = parse_header(batch)
+    assert h.base_offset == base and h.records_count == len(values)
+    assert h.max_timestamp == max(t for t, _ in timed)
