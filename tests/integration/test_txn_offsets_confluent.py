@@ -61,6 +61,8 @@ def fetch(
     )
     with Connection.to(kgc.bootstrap) as c:
         resp = c.call(offset_fetch.API_KEY, 7, req)
+    if resp.error_code:  # the group's own error (a partition still loading): no topics
+        return [(int(resp.error_code), -1)] * 2
     return [(int(p.error_code), p.committed_offset) for p in resp.topics[0].partitions]
 
 
