@@ -439,10 +439,14 @@ class GroupRuntime:
             try:
                 kept = history.write(now, failed, carry)
             except Exception as exc:
-                # A storage failure: the turn's commits are answered as for their own.
-                log.error("appending the group history failed: %r", exc)
+                # A storage failure; nothing of the value was written. The turn's records
+                # are in their logs already, and cannot be taken out here (the journal may
+                # be syncing an earlier round's): failing their replies would answer
+                # NOT_COORDINATOR for commits that stand. So they are answered by their own
+                # fsync, and their history goes again with the next write (or by a round of
+                # its own a second later); a crash before then loses that history.
+                log.error("appending the group history failed: %r; it goes again", exc)
                 self._history_failed(taken, failed)
-                failed |= set(pending)
         released: list[_Waiting] = waiting
         if failed:
             released = []

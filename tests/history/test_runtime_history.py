@@ -132,6 +132,47 @@ async def test_a_failed_journal_fsync_fails_the_commit_and_keeps_none_of_its_his
     logs2.close_all()
 
 
+async def test_a_failed_history_write_leaves_the_commit_standing_and_goes_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The value's write fails after the commit's record is in its log (a full disk): the
+    commit is answered by its own fsync (it stands: a NOT_COORDINATOR answer would refuse a
+    commit that stays), and its history is written by the next round."""
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    history = rt.history
+    assert history is not None
+    t0 = clock.now
+    await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
+    journal = logs.journal
+    real = journal.carry
+    failures = [OSError(28, "No space left on device")]
+
+    def once(*args: Any) -> bool:
+        if failures:  # as Journal.carry fails: nothing journaled
+            raise failures.pop()
+        return real(*args)
+
+    monkeypatch.setattr(journal, "carry", once)
+    clock.now = t0 + 100
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 2))
+    assert not failures  # the history's write failed under this commit
+    assert resp.topics[0].partitions[0].error_code == 0  # the commit stands
+    assert offsets(rt, "g") == [(t0, 1)]  # its history not written yet
+    clock.now = t0 + 200
+    resp = await call(rt, offset_commit.API_KEY, 8, commit("h", 7))
+    assert resp.topics[0].partitions[0].error_code == 0
+    # Written with the next round, once, before that round's own.
+    assert [o for _, o in offsets(rt, "g")] == [1, 2]
+    assert [o for _, o in offsets(rt, "h")] == [7]
+    await flusher.stop()
+    logs.close_all()
+    rt2, flusher2, logs2 = await history_runtime(tmp_path, clock)
+    assert [o for _, o in offsets(rt2, "g")] == [1, 2]
+    await flusher2.stop()
+    logs2.close_all()
+
+
 async def test_retention_deletes_old_history_and_its_segments(tmp_path: Path) -> None:
     clock = Clock()
     rt, flusher, logs = await history_runtime(tmp_path, clock)
