@@ -314,7 +314,14 @@ def test_cluster_create_partitions_describe_cluster_delete_records(
         for i in range(6):
             p.produce("ct", f"c{i}".encode(), partition=3)
         assert p.flush(20) == 0
-        leader = c.leader_of("ct", 3)
+        # (Under load a lease may be between renewals for a moment: Metadata then gives no
+        # leader, -1; wait for one.)
+        seen: list[int] = []
+        wait_until(
+            "partition 3 of ct has a leader",
+            lambda: seen.append(c.leader_of("ct", 3)) or seen[-1] in (1, 2),
+        )
+        leader = seen[-1]
         tp = TopicPartition("ct", 3, 4)
         both = AdminClient({"bootstrap.servers": c.bootstrap})
         assert both.delete_records([tp])[tp].result(timeout=20).low_watermark == 4
