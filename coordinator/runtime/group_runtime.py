@@ -421,6 +421,7 @@ class GroupRuntime:
                 continue
             pending[partition] = (plog, last)
         kept: tuple[PartitionLog, int] | None = None
+        carry = False  # the round's journal makes the history durable (_journal_covers)
         taken: Taken = ([], [])
         if history is not None and (history.waiting or self.history_again):
             if self.history_again:
@@ -468,7 +469,7 @@ class GroupRuntime:
             # written before theirs were synced, so the fdatasync that makes them durable
             # makes it durable, and one that fails cuts back every log it held records of,
             # failing their waits (``Journal.discard_unsynced``).
-            with_history = kept is not None and not _journal_covers(kept[0], targets)
+            with_history = kept is not None and not carry
             if with_history:
                 assert kept is not None
                 targets.append(kept)
