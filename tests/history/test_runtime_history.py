@@ -55,6 +55,20 @@ async def history_runtime(
     return rt, flusher, logs
 
 
+def fdatasync_fails_once(monkeypatch: pytest.MonkeyPatch) -> list[OSError]:
+    """The next os.fdatasync raises EIO, the later ones sync; the list empties once it has."""
+    real = os.fdatasync
+    failures = [OSError(5, "Input/output error")]
+
+    def once(fd: int) -> None:
+        if failures:
+            raise failures.pop()
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", once)
+    return failures
+
+
 def offsets(rt: GroupRuntime, group: str, **kw: Any) -> list[tuple[int, int]]:
     assert rt.history is not None
     return [
@@ -104,15 +118,7 @@ async def test_a_failed_journal_fsync_fails_the_commit_and_keeps_none_of_its_his
     await call(rt, offset_commit.API_KEY, 8, commit("g", 1))
     hlog = rt.history.plog
     kept = rt.history.end
-    real = os.fdatasync
-    failures = [OSError(5, "Input/output error")]
-
-    def once(fd: int) -> None:
-        if failures:
-            raise failures.pop()
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", once)
+    failures = fdatasync_fails_once(monkeypatch)
     clock.now = t0 + 100
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 2))
     assert not failures  # the journal's fdatasync failed under this commit
@@ -427,15 +433,7 @@ async def test_a_failed_fdatasync_drops_the_carried_values_it_held_and_no_other(
             0
         ].error_code == 0
     assert len(rt.history.carried) == 2
-    real = os.fdatasync
-    failures = [OSError(5, "Input/output error")]
-
-    def once(fd: int) -> None:
-        if failures:
-            raise failures.pop()
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", once)
+    failures = fdatasync_fails_once(monkeypatch)
     clock.now = t0 + 300
     resp = await call(rt, offset_commit.API_KEY, 8, commit("g", 3))
     assert not failures and resp.topics[0].partitions[0].error_code == 16
