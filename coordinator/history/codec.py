@@ -45,7 +45,15 @@ import cramjam
 from coordinator.history.model import DELETED, MembershipChange, OffsetChange, OffsetHistoryEntry
 from storage.records import OffsetCommitKey, decode_key, decode_offset_commit_value
 
-__all__ = ["MERGED_VERSION", "VERSION", "HistoryFormatError", "decode", "encode", "merge"]
+__all__ = [
+    "MERGED_VERSION",
+    "VERSION",
+    "HistoryFormatError",
+    "decode",
+    "encode",
+    "encode_plain",
+    "merge",
+]
 
 VERSION = 1
 MERGED_VERSION = 2
@@ -57,8 +65,13 @@ _MEMBER = struct.Struct("<HHiHHHiq")
 _TOMBSTONE = 0xFFFF
 _U16 = 0xFFFF
 _U32 = 0xFFFFFFFF
-# (format letter, count) -> its Struct: a turn's columns are packed by one call each.
+# (format letter, count) -> its Struct (``merge``'s lengths).
 _COLUMNS: dict[tuple[str, int], struct.Struct] = {}
+# What ``encode_plain`` looked up before: a string table's bytes, the columns' Struct of
+# (requests, partitions); each cleared when it holds ``_CACHED``.
+_TABLES: dict[tuple[str, ...], bytes] = {}
+_LAYOUTS: dict[tuple[int, int], struct.Struct] = {}
+_CACHED = 4096
 
 
 def _column(letter: str, n: int) -> struct.Struct:
@@ -76,9 +89,19 @@ class HistoryFormatError(ValueError):
 
 def encode(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> bytes:
     """One value holding ``entries`` (offset changes and membership changes), written at
-    ``time_ms``. (On the commit path, once a turn: strings are interned inline and the
-    records' keys and values gathered in one pass, with no closure or tuple per record.)"""
+    ``time_ms``."""
+    return bytes(cramjam.lz4.compress_block(encode_plain(time_ms, entries)))
+
+
+def encode_plain(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> bytes:
+    """``encode``'s plain form, not compressed.
+
+    On the commit path, once a turn, so it takes few Python steps: a request's strings are
+    interned by ``setdefault``, its records split into keys and values by one ``zip``, the
+    string table's bytes looked up for a table seen before (the same members commit turn
+    after turn), and the columns packed by one ``pack`` for the whole turn."""
     strings: dict[str, int] = {"": 0}
+    intern = strings.setdefault
     heads: list[int] = []
     previous: list[int] = []
     unchanged: list[int] = []
@@ -87,58 +110,106 @@ def encode(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> 
     members: list[bytes] = []
     for e in entries:
         if type(e) is OffsetChange:
-            for text in (e.member_id, e.client_id, e.host):
-                i = strings.get(text)
-                if i is None:
-                    i = strings[text] = len(strings)
-                heads.append(i)
             records = e.records
-            heads.append(len(records))
+            heads += (
+                intern(e.member_id, len(strings)),
+                intern(e.client_id, len(strings)),
+                intern(e.host, len(strings)),
+                len(records),
+            )
             previous += e.previous
             unchanged += e.unchanged
-            for _partition, key, value in records:
-                keys.append(key)
-                values.append(value)
+            if records:
+                _, k, v = zip(*records, strict=True)
+                keys += k
+                values += v
         else:
             assert isinstance(e, MembershipChange)
-            ids: list[int] = []
-            for text in (e.group_id, e.kind, e.cause, e.reason, e.member_id):
-                i = strings.get(text)
-                if i is None:
-                    i = strings[text] = len(strings)
-                ids.append(i)
-            g, kind, cause, reason, member = ids
             members.append(
-                _MEMBER.pack(g, kind, e.generation, cause, reason, member, e.members, e.duration_ms)
+                _MEMBER.pack(
+                    intern(e.group_id, len(strings)),
+                    intern(e.kind, len(strings)),
+                    e.generation,
+                    intern(e.cause, len(strings)),
+                    intern(e.reason, len(strings)),
+                    intern(e.member_id, len(strings)),
+                    e.members,
+                    e.duration_ms,
+                )
             )
     if len(strings) > _U16 or len(members) > _U16:
         raise ValueError("more than 65535 strings or membership changes in one history value")
+    table = tuple(strings)
+    section = _TABLES.get(table)
+    if section is None:
+        section = _table(table)
     n = len(keys)
-    parts: list[bytes] = [_HEAD.pack(VERSION, time_ms, len(strings) - 1)]
-    for text in strings:
-        if text:
-            raw = text.encode("utf-8", "surrogatepass")[:_U16]
-            parts.append(_LEN.pack(len(raw)))
-            parts.append(raw)
-    parts.append(_COUNTS.pack(len(heads) // 4, n, len(members)))
-    if n:
-        if any(unchanged) and max(unchanged) > _U32:
-            unchanged = [min(u, _U32) for u in unchanged]
-        parts.append(_column("H", len(heads)).pack(*heads))
-        parts.append(_column("q", n).pack(*previous))
-        parts.append(_column("I", n).pack(*unchanged))
-        lengths = _column("H", n)
-        parts.append(lengths.pack(*map(len, keys)))
-        try:
-            parts.append(lengths.pack(*map(len, values)))  # type: ignore[arg-type]
-            parts.append(b"".join(keys))
-            parts.append(b"".join(values))  # type: ignore[arg-type]
-        except TypeError:  # an admin's delete: a tombstone (len(None))
-            parts.append(lengths.pack(*(_TOMBSTONE if v is None else len(v) for v in values)))
-            parts.append(b"".join(keys))
-            parts.append(b"".join(v for v in values if v is not None))
-    parts += members
-    return bytes(cramjam.lz4.compress_block(b"".join(parts)))
+    requests = len(heads) // 4
+    if not n:
+        return b"".join(
+            [
+                _HEAD.pack(VERSION, time_ms, len(table) - 1),
+                section,
+                _COUNTS.pack(0, 0, len(members)),
+                *members,
+            ]
+        )
+    layout = _LAYOUTS.get((requests, n))
+    if layout is None:
+        layout = _layout(requests, n)
+    try:
+        columns = layout.pack(
+            *heads,
+            *previous,
+            *unchanged,
+            *map(len, keys),
+            *map(len, values),  # type: ignore[arg-type]
+        )
+        data = b"".join(values)  # type: ignore[arg-type]
+    except (TypeError, struct.error):
+        # An admin's delete (a tombstone: len(None)), or an unchanged count past 32 bits.
+        columns = layout.pack(
+            *heads,
+            *previous,
+            *(min(u, _U32) for u in unchanged),
+            *map(len, keys),
+            *(_TOMBSTONE if v is None else len(v) for v in values),
+        )
+        data = b"".join(v for v in values if v is not None)
+    return b"".join(
+        [
+            _HEAD.pack(VERSION, time_ms, len(table) - 1),
+            section,
+            _COUNTS.pack(requests, n, len(members)),
+            columns,
+            b"".join(keys),
+            data,
+            *members,
+        ]
+    )
+
+
+def _table(table: tuple[str, ...]) -> bytes:
+    """The string table's bytes (its first string, index 0, is the empty one: not written)."""
+    parts = []
+    for text in table[1:]:
+        raw = text.encode("utf-8", "surrogatepass")[:_U16]
+        parts.append(_LEN.pack(len(raw)))
+        parts.append(raw)
+    section = b"".join(parts)
+    if len(_TABLES) >= _CACHED:
+        _TABLES.clear()
+    _TABLES[table] = section
+    return section
+
+
+def _layout(requests: int, n: int) -> struct.Struct:
+    """The columns of ``requests`` requests of ``n`` partitions in all, as one Struct."""
+    layout = struct.Struct(f"<{4 * requests}H{n}q{n}I{n}H{n}H")
+    if len(_LAYOUTS) >= _CACHED:
+        _LAYOUTS.clear()
+    _LAYOUTS[(requests, n)] = layout
+    return layout
 
 
 def merge(values: Iterable[bytes]) -> bytes:

@@ -3,15 +3,27 @@ merged value gives the entries of the values it replaces, in their order."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
 import cramjam
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
-from coordinator.history.codec import MERGED_VERSION, HistoryFormatError, decode, encode, merge
+from coordinator.history.codec import (
+    MERGED_VERSION,
+    HistoryFormatError,
+    decode,
+    encode,
+    encode_plain,
+    merge,
+)
 from coordinator.history.model import (
     DELETED,
+    LogRecord,
     MembershipChange,
     OffsetChange,
     OffsetHistoryEntry,
@@ -225,3 +237,84 @@ def test_a_damaged_turn_is_not_merged() -> None:
                 )
             )
         )
+
+
+# Values written by the code before encode_plain took its present form (f669265), one per
+# case below, generated then and checked in: what kgc wrote must read the same, and the
+# plain form stays the same bytes (the compressed ones depend on the LZ4 library).
+GOLDEN = Path(__file__).parent / "data" / "values-v1.json"
+
+
+def golden_cases() -> Iterator[tuple[str, list[OffsetChange | MembershipChange]]]:
+    def rec(g: str, t: str, p: int, e: OffsetEntry | None) -> LogRecord:
+        return (
+            offset_commit_tombstone(3, g, t, p)
+            if e is None
+            else offset_commit_record(3, g, t, p, e)
+        )
+
+    ten = [rec("orders-app", "orders", p, OffsetEntry(1_000_000 + p, 4, "", T)) for p in range(10)]
+    yield (
+        "one commit of ten partitions",
+        [
+            OffsetChange(
+                3,
+                "orders-app",
+                "consumer-orders-app-1-4f1c",
+                "consumer-orders-app-1",
+                "/10.0.0.1",
+                ten,
+                [999_990 + p for p in range(10)],
+                [0] * 10,
+            )
+        ],
+    )
+    two: list[OffsetChange | MembershipChange] = [
+        OffsetChange(
+            3,
+            "g",
+            "m-1",
+            "c-1",
+            "/h1",
+            [rec("g", "t", 0, OffsetEntry(5, -1, "meta ü", T - 5))],
+            [-1],
+            [3],
+        ),
+        OffsetChange(3, "h", "", "kgc-admin", "", [rec("h", "u", 2**31 - 1, None)], [42], [2**33]),
+        OffsetChange(
+            3,
+            "g",
+            "m-2",
+            "c-1",
+            "/h2",
+            [
+                rec("g", "t", 1, OffsetEntry(2**62, 7, "", -1)),
+                rec("g", "t", 2, OffsetEntry(0, 0, "x", T)),
+            ],
+            [1, 2],
+            [0, 0],
+        ),
+    ]
+    yield "commits of two groups, a delete, metadata, an unchanged count past 32 bits", two
+    yield (
+        "membership changes",
+        [
+            MembershipChange(
+                T, "g", "rebalance_started", 3, "join", "member m-1 joined", "m-1", -1, -1
+            ),
+            MembershipChange(T, "g", "stable", 4, "", "", "m-1", 2, 3012),
+        ],
+    )
+    yield (
+        "a commit and a membership change",
+        [two[0], MembershipChange(T, "g", "epoch_bumped", 9, "heartbeat", "", "m-2", 3, -1)],
+    )
+
+
+@pytest.mark.parametrize("name, entries_", list(golden_cases()), ids=lambda x: str(x)[:40])
+def test_values_written_before_read_the_same_and_the_plain_form_is_unchanged(
+    name: str, entries_: list[OffsetChange | MembershipChange]
+) -> None:
+    value = bytes.fromhex({g["case"]: g["value"] for g in json.loads(GOLDEN.read_text())}[name])
+    assert decode(value) == decode(encode(T, entries_))
+    assert bytes(cramjam.lz4.decompress_block(value)) == encode_plain(T, entries_)
