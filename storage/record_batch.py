@@ -48,6 +48,7 @@ from typing import TypeVar
 
 import cramjam
 import crc32c as _crc32c
+import xxhash
 
 __all__ = [
     "ATTRIBUTES_POS",
@@ -74,6 +75,7 @@ __all__ = [
     "iter_batches",
     "iter_record_tuples",
     "key_values",
+    "lz4_frame",
     "parse_header",
     "read_varint",
     "set_base_offset",
@@ -465,13 +467,16 @@ def _encode_pairs(
 _TIMED_VARINTS: list[bytes] = []  # zigzag varints of 0..8191, built on first use
 
 
-def encode_timed_values(base_offset: int, values: Sequence[tuple[int, bytes]]) -> bytes:
-    """An uncompressed v2 batch of ``values`` ((timestamp, value) pairs, null keys, no
-    headers) at consecutive offsets from ``base_offset``, each record with its own time
-    (the delta from the first's; the batch's max timestamp is the latest): many appends'
-    values stored as one batch later (the group history's carried values). The same bytes
-    as ``encode_batch`` of the matching Records, at a fraction of its steps a record (their
-    lengths and deltas, mostly under 8192, are looked up, not computed)."""
+def encode_timed_values(
+    base_offset: int, values: Sequence[tuple[int, bytes]], lz4: bool = False
+) -> bytes:
+    """A v2 batch of ``values`` ((timestamp, value) pairs, null keys, no headers) at
+    consecutive offsets from ``base_offset``, each record with its own time (the delta from
+    the first's; the batch's max timestamp is the latest): many appends' values stored as
+    one batch later (the group history's carried values). Uncompressed, the same bytes as
+    ``encode_batch`` of the matching Records, at a fraction of its steps a record (their
+    lengths and deltas, mostly under 8192, are looked up, not computed); with ``lz4`` the
+    records compressed as Kafka's lz4 codec does (``lz4_frame``)."""
     table = _TIMED_VARINTS
     if not table:
         table += [_zigzag_varint(i) for i in range(8192)]
@@ -504,10 +509,46 @@ def encode_timed_values(base_offset: int, values: Sequence[tuple[int, bytes]]) -
         append(b"\x00")  # no headers
         size += len(length) + n
     body = join(parts)
-    tail = _TAIL.pack(0, i, first, latest, -1, -1, -1, i + 1)
+    attributes = 0
+    if lz4:
+        body = lz4_frame(body)
+        size = len(body)
+        attributes = _CODEC_LZ4
+    tail = _TAIL.pack(attributes, i, first, latest, -1, -1, -1, i + 1)
     crc = _crc(body, _crc(tail))
     batch_length = HEADER_SIZE - LOG_OVERHEAD + size
     return join((_PREFIX.pack(base_offset, batch_length, -1, 2, crc), tail, body))
+
+
+# An LZ4 frame (the lz4 frame format, Kafka's lz4 codec since magic 1): magic, a descriptor
+# (FLG: version 01, independent blocks, no checksums or content size; BD: blocks of at most
+# 4 MiB) and its checksum (the second byte of its xxHash32), each block's length (the top
+# bit set: stored as is) and bytes, then an end mark.
+_LZ4_DESCRIPTOR = b"\x60\x70"
+_LZ4_HEADER = (
+    b"\x04\x22\x4d\x18"
+    + _LZ4_DESCRIPTOR
+    + bytes([xxhash.xxh32_intdigest(_LZ4_DESCRIPTOR) >> 8 & 0xFF])
+)
+_LZ4_BLOCK = 4 << 20
+_LZ4_STORED = 0x80000000
+_U32LE = struct.Struct("<I")
+_CODEC_LZ4 = 3  # CODEC_NAMES
+
+
+def lz4_frame(data: bytes) -> bytes:
+    """``data`` as an LZ4 frame, each block compressed alone (what Kafka's readers and
+    ``decompress_records`` read): one block for up to 4 MiB, so one LZ4 call."""
+    parts = [_LZ4_HEADER]
+    for at in range(0, len(data), _LZ4_BLOCK):
+        chunk = data[at : at + _LZ4_BLOCK]
+        block = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
+        if len(block) < len(chunk):
+            parts += (_U32LE.pack(len(block)), block)
+        else:
+            parts += (_U32LE.pack(len(chunk) | _LZ4_STORED), chunk)
+    parts.append(b"\x00\x00\x00\x00")
+    return b"".join(parts)
 
 
 # ---------------------------------------------------------------- decoding

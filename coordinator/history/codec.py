@@ -33,6 +33,13 @@ table merges its older rows into such values (``docs/history.md``)::
 
 A merged value's entries are those of its plains, in order, each stamped with its own
 turn's time.
+
+A plain value (``encode(..., compressed=False)``) is the plain form not compressed, behind a
+mark no compressed value starts with: what the local history log carries in its journal and
+then stores in one batch of many values that Kafka's lz4 codec compresses together, once,
+taking out what each turn repeats of the one before (``coordinator/history/store.py``)::
+
+    plain_value := ff ff ff ff plain
 """
 
 from __future__ import annotations
@@ -47,16 +54,20 @@ from storage.records import OffsetCommitKey, decode_key, decode_offset_commit_va
 
 __all__ = [
     "MERGED_VERSION",
+    "PLAIN",
     "VERSION",
     "HistoryFormatError",
+    "compress",
     "decode",
     "encode",
-    "encode_plain",
     "merge",
 ]
 
 VERSION = 1
 MERGED_VERSION = 2
+# A plain value starts with these bytes: as a compressed value's size (little-endian u32) they
+# would say 4 GiB, more than LZ4 compresses (at most 0x7E000000 bytes).
+PLAIN = b"\xff\xff\xff\xff"
 _MERGED_HEAD = struct.Struct("<BI")
 _HEAD = struct.Struct("<BqH")
 _COUNTS = struct.Struct("<IIH")
@@ -67,7 +78,7 @@ _U16 = 0xFFFF
 _U32 = 0xFFFFFFFF
 # (format letter, count) -> its Struct (``merge``'s lengths).
 _COLUMNS: dict[tuple[str, int], struct.Struct] = {}
-# What ``encode_plain`` looked up before: a string table's bytes, the columns' Struct of
+# What ``encode`` looked up before: a string table's bytes, the columns' Struct of
 # (requests, partitions); each cleared when it holds ``_CACHED``.
 _TABLES: dict[tuple[str, ...], bytes] = {}
 _LAYOUTS: dict[tuple[int, int], struct.Struct] = {}
@@ -87,19 +98,27 @@ class HistoryFormatError(ValueError):
     """A history value that does not decode (a newer version, or damage)."""
 
 
-def encode(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> bytes:
+def compress(value: bytes) -> bytes:
+    """A plain value (``encode(..., compressed=False)``) compressed."""
+    return bytes(cramjam.lz4.compress_block(memoryview(value)[len(PLAIN) :]))
+
+
+def _plain_of(value: bytes) -> bytes:
+    if value[: len(PLAIN)] == PLAIN:
+        return value[len(PLAIN) :]
+    return bytes(cramjam.lz4.decompress_block(value))
+
+
+def encode(
+    time_ms: int, entries: Iterable[OffsetChange | MembershipChange], compressed: bool = True
+) -> bytes:
     """One value holding ``entries`` (offset changes and membership changes), written at
-    ``time_ms``."""
-    return bytes(cramjam.lz4.compress_block(encode_plain(time_ms, entries)))
-
-
-def encode_plain(time_ms: int, entries: Iterable[OffsetChange | MembershipChange]) -> bytes:
-    """``encode``'s plain form, not compressed.
+    ``time_ms``; not ``compressed``, a plain value (``PLAIN``).
 
     On the commit path, once a turn, so it takes few Python steps: a request's strings are
-    interned by ``setdefault``, its records split into keys and values by one ``zip``, the
-    string table's bytes looked up for a table seen before (the same members commit turn
-    after turn), and the columns packed by one ``pack`` for the whole turn."""
+    interned by ``setdefault``, the string table's bytes looked up for a table seen before
+    (the same members commit turn after turn), and the columns packed by one ``pack`` for
+    the whole turn."""
     strings: dict[str, int] = {"": 0}
     intern = strings.setdefault
     heads: list[int] = []
@@ -107,6 +126,8 @@ def encode_plain(time_ms: int, entries: Iterable[OffsetChange | MembershipChange
     unchanged: list[int] = []
     keys: list[bytes] = []
     values: list[bytes | None] = []
+    add_key = keys.append
+    add_value = values.append
     members: list[bytes] = []
     for e in entries:
         if type(e) is OffsetChange:
@@ -119,10 +140,9 @@ def encode_plain(time_ms: int, entries: Iterable[OffsetChange | MembershipChange
             )
             previous += e.previous
             unchanged += e.unchanged
-            if records:
-                _, k, v = zip(*records, strict=True)
-                keys += k
-                values += v
+            for _partition, key, value in records:  # (a loop costs less than zip(*records))
+                add_key(key)
+                add_value(value)
         else:
             assert isinstance(e, MembershipChange)
             members.append(
@@ -146,14 +166,16 @@ def encode_plain(time_ms: int, entries: Iterable[OffsetChange | MembershipChange
     n = len(keys)
     requests = len(heads) // 4
     if not n:
-        return b"".join(
+        plain = b"".join(
             [
+                b"" if compressed else PLAIN,
                 _HEAD.pack(VERSION, time_ms, len(table) - 1),
                 section,
                 _COUNTS.pack(0, 0, len(members)),
                 *members,
             ]
         )
+        return bytes(cramjam.lz4.compress_block(plain)) if compressed else plain
     layout = _LAYOUTS.get((requests, n))
     if layout is None:
         layout = _layout(requests, n)
@@ -176,8 +198,9 @@ def encode_plain(time_ms: int, entries: Iterable[OffsetChange | MembershipChange
             *(_TOMBSTONE if v is None else len(v) for v in values),
         )
         data = b"".join(v for v in values if v is not None)
-    return b"".join(
+    plain = b"".join(
         [
+            b"" if compressed else PLAIN,
             _HEAD.pack(VERSION, time_ms, len(table) - 1),
             section,
             _COUNTS.pack(requests, n, len(members)),
@@ -187,6 +210,7 @@ def encode_plain(time_ms: int, entries: Iterable[OffsetChange | MembershipChange
             *members,
         ]
     )
+    return bytes(cramjam.lz4.compress_block(plain)) if compressed else plain
 
 
 def _table(table: tuple[str, ...]) -> bytes:
@@ -218,7 +242,7 @@ def merge(values: Iterable[bytes]) -> bytes:
     plains: list[bytes] = []
     try:
         for value in values:
-            plains += _plains(bytes(cramjam.lz4.decompress_block(value)))
+            plains += _plains(_plain_of(value))
     except HistoryFormatError:
         raise
     except (struct.error, ValueError, cramjam.DecompressionError) as exc:
@@ -255,7 +279,7 @@ def decode(
 ) -> list[OffsetHistoryEntry | MembershipChange]:
     """The entries of one value (only ``group_id``'s when given), in the order written."""
     try:
-        plain = bytes(cramjam.lz4.decompress_block(value))
+        plain = _plain_of(value)
         if group_id is None:
             needle = None
         else:

@@ -17,7 +17,10 @@ Carried values: when the round's fsync is the fdatasync of a local journal that 
 the offsets records (``write(..., carry=True)``: the runtime's ``_journal_covers``), the
 value goes only into that journal (``WriteAheadJournal.carry``: the log it belongs to, the
 offset it takes there, its time), not into a record batch and a segment: an append costs
-more than the value. The values wait here (``carried``, this store is the log's
+more than the value. A carried value is not compressed (``codec.PLAIN``): its batch is,
+once for all its values, as Kafka's lz4 codec compresses a batch, which costs less than
+compressing each value and takes out what each turn repeats of the one before (the same
+keys, members and most offset bytes). The values wait here (``carried``, this store is the log's
 ``CarriedTail``) and go to the segment as one batch of many records, at the offsets their
 journal records named, when ``CARRY_MAX_VALUES`` or ``CARRY_MAX_BYTES`` have gathered, before
 anything reads the log (``read``, ``start_ms``, retention), before an append that is not
@@ -34,9 +37,9 @@ group (the membership history records a group's deletion).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from coordinator.history.codec import decode, encode
+from coordinator.history.codec import compress, decode, encode
 from coordinator.history.model import (
     HISTORY_TOPIC,
     MembershipChange,
@@ -81,7 +84,8 @@ class HistoryLog:
         self.pending: list[OffsetChange] = []
         self.pending_membership: list[tuple[int, MembershipChange]] = []
         self._log: PartitionLog | None = None
-        # Bytes of history written (the storage figures).
+        # Bytes of history written (the storage figures): values appended, carried values'
+        # batches.
         self.bytes_written = 0
         # Values journaled but not yet in the log (``write(carry=True)``): their time and
         # value; the first takes the log's end offset, the next ones the offsets after it.
@@ -115,7 +119,9 @@ class HistoryLog:
             return
         plog = self._log
         assert plog is not None
-        plog.append(encode_timed_values(plog.log_end_offset, carried))
+        batch = encode_timed_values(plog.log_end_offset, carried, lz4=True)
+        plog.append(batch)
+        self.bytes_written += len(batch)
         self.carried = []
         self._carried_bytes = 0
 
@@ -146,26 +152,35 @@ class HistoryLog:
         if failed:  # rare: a failed offsets append
             changes = [c for c in changes if c.partition not in failed]
             membership = [(p, m) for p, m in membership if p not in failed]
-        entries: list[OffsetChange | MembershipChange] = [*changes, *(m for _, m in membership)]
-        if not entries:
+        entries: Sequence[OffsetChange | MembershipChange] = changes
+        if membership:
+            entries = [*changes, *[m for _, m in membership]]
+        elif not changes:
             return None
-        value = encode(now_ms, entries)
-        plog = self.plog
+        plog = self._log
+        if plog is None or plog.closed:
+            plog = self.plog
         journal = plog.journal
-        size = len(value)
-        # (A value over the bound alone is appended at once: refused there if too large.)
-        if carry and journal is not None and size <= self._carry_bytes:
-            carried = self.carried
-            if carried and (
-                len(carried) >= CARRY_MAX_VALUES or self._carried_bytes + size > self._carry_bytes
-            ):
-                self._spill_kept()
-            offset = plog.log_end_offset + len(self.carried)
-            if journal.carry(plog, offset, now_ms, value):  # raises: nothing journaled
-                self.carried.append((now_ms, value))
-                self._carried_bytes += size
-                self.bytes_written += size
-                return plog, offset
+        if carry and journal is not None:
+            # Carried plain: compressed with the values of other turns when spilled.
+            value = encode(now_ms, entries, compressed=False)
+            size = len(value)
+            # (A value over the bound alone is appended at once: refused there if too large.)
+            if size <= self._carry_bytes:
+                carried = self.carried
+                if carried and (
+                    len(carried) >= CARRY_MAX_VALUES
+                    or self._carried_bytes + size > self._carry_bytes
+                ):
+                    self._spill_kept()
+                offset = plog.log_end_offset + len(self.carried)
+                if journal.carry(plog, offset, now_ms, value):  # raises: nothing journaled
+                    self.carried.append((now_ms, value))
+                    self._carried_bytes += size
+                    return plog, offset
+            value = compress(value)
+        else:
+            value = encode(now_ms, entries)
         if self.carried:
             self.spill()  # before this value: the offsets stay in order
         _, last = plog.append_records([(None, value)], timestamp_ms=now_ms)

@@ -12,7 +12,7 @@ from coordinator.audit.stitch import TopicLog
 from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
 from coordinator.history.codec import encode, merge
 from coordinator.history.model import DELETED, OffsetChange
-from storage.record_batch import encode_batch
+from storage.record_batch import encode_batch, encode_timed_values
 
 T = 1_764_000_000_000
 
@@ -48,6 +48,18 @@ def test_a_segment_gives_one_row_per_offset_change_with_its_commits() -> None:
     ]
     bad = encode_batch(0, [(None, b"not a history value")], timestamp_ms=T)
     assert [r[0] for r in history_rows(bad)] == ["__bad_value__"]
+
+
+def test_a_batch_of_carried_plain_values_compressed_together_gives_their_rows() -> None:
+    # The local log's carried values: plain values, spilled as one lz4-compressed batch
+    # (and, replayed after a crash, as an uncompressed one).
+    values = [
+        (T + i, encode(T + i, [change("billing", {("orders", 0): 5 + i})], compressed=False))
+        for i in range(3)
+    ]
+    expected = [("billing", "orders", 0, T + i, 5 + i, 1) for i in range(3)]
+    for lz4 in (True, False):
+        assert list(history_rows(encode_timed_values(0, values, lz4=lz4))) == expected
 
 
 def test_the_tables_merged_rows_give_the_rows_of_their_turns() -> None:

@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 from coordinator.group.records import OffsetEntry, offset_commit_record, offset_commit_tombstone
 from coordinator.history.codec import (
     MERGED_VERSION,
+    PLAIN,
     HistoryFormatError,
+    compress,
     decode,
     encode,
-    encode_plain,
     merge,
 )
 from coordinator.history.model import (
@@ -86,6 +87,20 @@ def test_offset_changes_round_trip() -> None:
     assert decode(encode(T, changes)) == entries(changes[0], dict(first)) + entries(
         changes[1], second
     )
+
+
+def test_a_plain_value_reads_as_its_compressed_form_and_merges() -> None:
+    changes = [
+        commit({("orders", p): OffsetEntry(100 + p, 4, "", T) for p in range(10)}),
+        commit({("t", 0): None}, previous=[42], member_id="", client_id="kgc-admin"),
+    ]
+    plain = encode(T, changes, compressed=False)
+    assert plain[: len(PLAIN)] == PLAIN
+    assert compress(plain) == encode(T, changes)
+    assert decode(plain) == decode(encode(T, changes))
+    assert decode(plain, "g") == decode(encode(T, changes), "g")
+    later = encode(T + 1, changes)
+    assert decode(merge([plain, later])) == decode(plain) + decode(later)
 
 
 def test_a_delete_keeps_the_previous_offset_and_who() -> None:
@@ -239,7 +254,7 @@ def test_a_damaged_turn_is_not_merged() -> None:
         )
 
 
-# Values written by the code before encode_plain took its present form (f669265), one per
+# Values written by the code before ``encode`` took its present form (f669265), one per
 # case below, generated then and checked in: what kgc wrote must read the same, and the
 # plain form stays the same bytes (the compressed ones depend on the LZ4 library).
 GOLDEN = Path(__file__).parent / "data" / "values-v1.json"
@@ -317,4 +332,6 @@ def test_values_written_before_read_the_same_and_the_plain_form_is_unchanged(
 ) -> None:
     value = bytes.fromhex({g["case"]: g["value"] for g in json.loads(GOLDEN.read_text())}[name])
     assert decode(value) == decode(encode(T, entries_))
-    assert bytes(cramjam.lz4.decompress_block(value)) == encode_plain(T, entries_)
+    assert PLAIN + bytes(cramjam.lz4.decompress_block(value)) == encode(
+        T, entries_, compressed=False
+    )

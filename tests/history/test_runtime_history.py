@@ -12,14 +12,16 @@ from typing import Any
 import pytest
 
 from coordinator.group.shard import GroupConfig, GroupShard
+from coordinator.history.codec import PLAIN, compress
 from coordinator.history.model import HISTORY_TOPIC, MembershipChange, OffsetHistoryEntry
-from coordinator.history.store import HistoryLog
+from coordinator.history.store import CARRY_MAX_VALUES, HistoryLog
 from coordinator.runtime import GroupRuntime
 from protocol.messages import offset_commit
 from storage.interface import LogConfig
 from storage.local.cleaner import LogCleaner
 from storage.local.durability import Flusher
 from storage.local.manager import LogManager
+from storage.record_batch import key_values
 from tests.support.runtimekit import OFFSETS_LOG, PARTITIONS, call, commit
 
 HISTORY_LOG = LogConfig(retention_ms=10_000, segment_ms=1000, journaled=True)
@@ -469,6 +471,29 @@ async def test_journal_checkpoints_with_values_carried_keep_them(tmp_path: Path)
     assert offsets(rt2, "g") == expected
     await flusher2.stop()
     logs2.close_all()
+
+
+async def test_carried_values_go_to_the_segment_compressed_together(tmp_path: Path) -> None:
+    """The values carried go to the segment as one batch that Kafka's lz4 codec compresses,
+    far smaller than the values compressed one by one; every one reads back."""
+    clock = Clock()
+    rt, flusher, logs = await history_runtime(tmp_path, clock)
+    assert rt.history is not None
+    t0 = clock.now
+    for n in range(1, CARRY_MAX_VALUES + 11):
+        clock.now = t0 + n * 10
+        resp = await call(rt, offset_commit.API_KEY, 8, commit("g", n))
+        assert resp.topics[0].partitions[0].error_code == 0
+    plog = rt.history.plog
+    assert plog.log_end_offset == CARRY_MAX_VALUES and len(rt.history.carried) == 10
+    ((h, batch),) = plog.iter_batches(plog.log_start_offset)
+    assert (h.compression, h.records_count) == (3, CARRY_MAX_VALUES)
+    values = [v for _, v in key_values(batch) if v is not None]
+    assert all(v.startswith(PLAIN) for v in values)
+    assert len(batch) * 3 < sum(len(compress(v)) for v in values)
+    assert offsets(rt, "g") == [(t0 + n * 10, n) for n in range(1, CARRY_MAX_VALUES + 11)]
+    await flusher.stop()
+    logs.close_all()
 
 
 async def test_a_clean_close_appends_the_carried_values(tmp_path: Path) -> None:
