@@ -321,8 +321,10 @@ class GroupRuntime:
             return
         if result.wakeup is not None or result.events:
             self._side_effects(result)
-        if result.history is not None and self.history is not None:
-            self.history.add(result.history)
+        if result.history is not None:
+            history = self.history
+            if history is not None:
+                history.pending += result.history  # (``add``, without a call a commit)
         unwritten = self.unwritten
         parts: dict[int, int] = {}
         for partition, key, value in result.records:
@@ -423,7 +425,9 @@ class GroupRuntime:
         kept: tuple[PartitionLog, int] | None = None
         carry = False  # the round's journal makes the history durable (_journal_covers)
         taken: Taken = ([], [])
-        if history is not None and (history.waiting or self.history_again):
+        if history is not None and (
+            history.pending or history.pending_membership or self.history_again
+        ):  # (``waiting``, without a call a round)
             if self.history_again:
                 self._take_history_again(history)
             # What ``write`` takes (it swaps the lists for new ones): a failed round puts

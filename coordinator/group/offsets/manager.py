@@ -46,6 +46,10 @@ ZERO_ID = bytes(16)  # Kafka's Uuid.ZERO_UUID: "no topic id"
 
 TopicPartition = tuple[str, int]
 
+# The usual commit's OffsetChange built as the tuple it is, without the NamedTuple's
+# ``__new__`` (a Python function: a frame a commit).
+_new_change = tuple.__new__
+
 
 class OffsetMetadataManager:
     def __init__(
@@ -172,9 +176,12 @@ class OffsetMetadataManager:
                 if out.history is None:
                     out.history = []
                 out.history.append(
-                    OffsetChange(
-                        records[0][0], group_id, member_id, ctx.client_id, ctx.client_host,
-                        records, previous, [0] * len(previous),
+                    _new_change(
+                        OffsetChange,
+                        (
+                            records[0][0], group_id, member_id, ctx.client_id, ctx.client_host,
+                            records, previous, [0] * len(previous),
+                        ),
                     )
                 )  # fmt: skip
                 return
