@@ -131,16 +131,17 @@ def encode(
     members: list[bytes] = []
     for e in entries:
         if type(e) is OffsetChange:
-            records = e.records
+            # (Unpacked: a NamedTuple's fields are descriptors, each read a lookup.)
+            _partition, _group, member, client, host, records, before, counts = e
             heads += (
-                intern(e.member_id, len(strings)),
-                intern(e.client_id, len(strings)),
-                intern(e.host, len(strings)),
+                intern(member, len(strings)),
+                intern(client, len(strings)),
+                intern(host, len(strings)),
                 len(records),
             )
-            previous += e.previous
-            unchanged += e.unchanged
-            for _partition, key, value in records:  # (a loop costs less than zip(*records))
+            previous += before
+            unchanged += counts
+            for _p, key, value in records:  # (a loop costs less than zip(*records))
                 add_key(key)
                 add_value(value)
         else:

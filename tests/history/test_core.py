@@ -159,8 +159,12 @@ def test_a_commit_of_changed_and_unchanged_partitions_reports_the_changed() -> N
         OffsetCommitKey("g", "t", 2),
     ]
     assert (last.previous, last.unchanged) == ([5, 5], [0, 0])
+    # The fast path stored the first as it compared it, then left the rest to the caller.
+    assert [h.committed("g", "t", p) for p in range(3)] == [6, 5, 7]
+    h.assert_replay_equivalent()
     h.commit("g", {("t", 1): 9})
     assert requests(h)[-1].unchanged == [1]
+    assert [h.committed("g", "t", p) for p in range(3)] == [6, 9, 7]
 
 
 def test_history_off_reports_nothing() -> None:

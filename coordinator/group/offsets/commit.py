@@ -228,12 +228,14 @@ def commit_fast(
             if member is not None:
                 mgr.classic.reschedule_heartbeat(out, group, member, now_ms)
         by_group = mgr.offsets.get(gid)
-        if mgr.history:
-            mgr.note_changes(out, gid, stored, records, by_group, req.member_id, ctx)
-        if by_group is None:
-            by_group = mgr.offsets[gid] = {}
-        for tp, entry in stored:
-            by_group[tp] = entry
+        if not (
+            mgr.history
+            and mgr.note_changes(out, gid, stored, records, by_group, req.member_id, ctx)
+        ):
+            if by_group is None:
+                by_group = mgr.offsets[gid] = {}
+            for tp, entry in stored:
+                by_group[tp] = entry
         if mgr.pending_txn_offsets:
             for tp, _ in stored:
                 mgr.note_commit(gid, tp)

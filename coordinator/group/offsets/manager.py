@@ -152,26 +152,30 @@ class OffsetMetadataManager:
         by_group: dict[TopicPartition, OffsetEntry] | None,
         member_id: str,
         ctx: RequestContext,
-    ) -> None:
+    ) -> bool:
         """Before a commit's entries (written as ``records``, one each) replace
         ``by_group``'s: report the offsets it changes to the history (one tuple for the
-        request), count the commits that change nothing."""
+        request), count the commits that change nothing. True: the entries are in
+        ``by_group`` already (the usual commit stores each as it compares it: one loop a
+        commit, not two); the caller stores them otherwise."""
         counts = self.unchanged.get(group_id)
+        previous: list[int] = []
+        start = 0
         if not counts and by_group is not None:
             # The usual commit: every offset moves and no unchanged commit waits to be
             # counted (the loop below, for the rest, does twice the steps per partition).
             lookup = by_group.get
-            previous: list[int] = []
             append = previous.append
             for tp, entry in stored:
                 old = lookup(tp)
                 if old is None:
                     append(-1)
-                    continue
-                offset = old.offset
-                if offset == entry.offset:
-                    break
-                append(offset)
+                else:
+                    offset = old.offset
+                    if offset == entry.offset:
+                        break
+                    append(offset)
+                by_group[tp] = entry
             else:
                 if out.history is None:
                     out.history = []
@@ -184,12 +188,14 @@ class OffsetMetadataManager:
                         ),
                     )
                 )  # fmt: skip
-                return
-        previous = []
+                return True
+            # An unchanged one: the ones before it moved (stored, in ``previous``); the
+            # loop below goes on from it.
+            start = len(previous)
         counted: list[tuple[int, int]] = []  # (index among the changed, commits unchanged)
         changed = records
         get = None if by_group is None else by_group.get
-        for i, (tp, entry) in enumerate(stored):
+        for i, (tp, entry) in enumerate(stored[start:] if start else stored, start):
             old = None if get is None else get(tp)
             if old is None:
                 previous.append(-1)
@@ -220,6 +226,7 @@ class OffsetMetadataManager:
                     previous, unchanged,
                 )
             )  # fmt: skip
+        return False
 
     def note_delete(
         self, out: Result, group_id: str, tp: TopicPartition, ctx: RequestContext
