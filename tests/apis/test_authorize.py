@@ -31,6 +31,7 @@ from protocol.framing import RequestHeader
 from protocol.messages import (
     BY_KEY,
     create_topics,
+    describe_group_history,
     describe_groups,
     heartbeat,
     join_group,
@@ -296,3 +297,33 @@ def test_refused_topics_are_answered_in_the_apis_error_shape(key: int, op: AclOp
         return
     parts = refused.partition_responses if key == produce.API_KEY else refused.partitions
     assert [p.error_code for p in parts] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_a_groups_history_needs_describe_on_it_and_each_topic_for_its_entries() -> None:
+    """OffsetFetch's rule (docs/history.md): DESCRIBE on the group for the request, DESCRIBE
+    on a topic for its offset changes and current offsets; membership changes come with the
+    group's DESCRIBE."""
+    dgh = describe_group_history
+    reached: list[str] = []
+
+    def history(h: RequestHeader, req: Any, c: ClientInfo) -> Any:
+        reached.append(req.group_id)
+        return dgh.Response(
+            offset_changes=[dgh.OffsetChange(topic=t, committed_offset=5) for t in ("a", "b")],
+            membership_changes=[dgh.MembershipChange(kind="stable")],
+            partitions=[dgh.CurrentPartition(topic=t, committed_offset=5) for t in ("a", "b")],
+        )
+
+    hs = wrapped(
+        {dgh.API_KEY: history},
+        allow(ResourceType.GROUP, "g", AclOperation.DESCRIBE),
+        allow(ResourceType.TOPIC, "a", AclOperation.DESCRIBE),
+    )
+    denied = call(hs, dgh.API_KEY, 0, dgh.Request(group_id="other"))
+    assert denied.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert reached == []
+    seen = call(hs, dgh.API_KEY, 0, dgh.Request(group_id="g"))
+    assert seen.error_code == 0 and reached == ["g"]
+    assert [c.topic for c in seen.offset_changes] == ["a"]
+    assert [c.topic for c in seen.partitions] == ["a"]
+    assert [m.kind for m in seen.membership_changes] == ["stable"]
