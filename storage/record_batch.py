@@ -61,6 +61,7 @@ __all__ = [
     "CODEC_NAMES",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
+    "LZ4_MAGIC",
     "MAX_DECOMPRESSED_BYTES",
     "RECORDS_COUNT_POS",
     "BatchHeader",
@@ -76,6 +77,7 @@ __all__ = [
     "iter_record_tuples",
     "key_values",
     "lz4_frame",
+    "lz4_header_checksum",
     "parse_header",
     "read_varint",
     "set_base_offset",
@@ -521,33 +523,37 @@ def encode_timed_values(
 
 
 # An LZ4 frame (the lz4 frame format, Kafka's lz4 codec since magic 1): magic, a descriptor
-# (FLG: version 01, independent blocks, no checksums or content size; BD: blocks of at most
-# 4 MiB) and its checksum (the second byte of its xxHash32), each block's length (the top
-# bit set: stored as is) and bytes, then an end mark.
-_LZ4_DESCRIPTOR = b"\x60\x70"
-_LZ4_HEADER = (
-    b"\x04\x22\x4d\x18"
-    + _LZ4_DESCRIPTOR
-    + bytes([xxhash.xxh32_intdigest(_LZ4_DESCRIPTOR) >> 8 & 0xFF])
-)
-_LZ4_BLOCK = 4 << 20
+# (FLG: version 01, independent blocks, no checksums or content size; BD: the largest block)
+# and its checksum (the second byte of its xxHash32), each block's length (the top bit set:
+# stored as is) and bytes, then an end mark.
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_FLG = 0x60
+_LZ4_BD = {64 << 10: 0x40, 256 << 10: 0x50, 1 << 20: 0x60, 4 << 20: 0x70}
 _LZ4_STORED = 0x80000000
 _U32LE = struct.Struct("<I")
 _CODEC_LZ4 = 3  # CODEC_NAMES
 
 
-def lz4_frame(data: bytes) -> bytes:
-    """``data`` as an LZ4 frame, each block compressed alone (what Kafka's readers and
-    ``decompress_records`` read): one block for up to 4 MiB, so one LZ4 call."""
-    parts = [_LZ4_HEADER]
-    for at in range(0, len(data), _LZ4_BLOCK):
-        chunk = data[at : at + _LZ4_BLOCK]
+def lz4_header_checksum(descriptor: bytes) -> int:
+    return (xxhash.xxh32_intdigest(descriptor) >> 8) & 0xFF
+
+
+def lz4_frame(data: bytes, *, block_max: int = 4 << 20, broken_checksum: bool = False) -> bytes:
+    """``data`` as an LZ4 frame of blocks of at most ``block_max`` bytes (64 KiB, 256 KiB,
+    1 MiB or 4 MiB), each compressed alone: what Kafka's readers and ``decompress_records``
+    read. Kafka's Java writer (KafkaLZ4BlockOutputStream) uses 64 KiB blocks; the default, one
+    block up to 4 MiB, is one LZ4 call for a history batch. ``broken_checksum``: the header
+    checksum over the magic number too, as magic 0 message sets had it (KAFKA-3160)."""
+    head = LZ4_MAGIC + bytes((_LZ4_FLG, _LZ4_BD[block_max]))
+    parts = [head, bytes((lz4_header_checksum(head if broken_checksum else head[4:]),))]
+    for at in range(0, len(data), block_max):
+        chunk = data[at : at + block_max]
         block = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
         if len(block) < len(chunk):
             parts += (_U32LE.pack(len(block)), block)
         else:
             parts += (_U32LE.pack(len(chunk) | _LZ4_STORED), chunk)
-    parts.append(b"\x00\x00\x00\x00")
+    parts.append(b"\x00\x00\x00\x00")  # end mark
     return b"".join(parts)
 
 

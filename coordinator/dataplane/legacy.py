@@ -46,7 +46,6 @@ from dataclasses import dataclass
 
 import cramjam
 import crc32c as _crc32c
-import xxhash
 
 from protocol.errors import ErrorCode
 from storage.interface import PartitionLog
@@ -54,6 +53,7 @@ from storage.record_batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_LOG_APPEND_TIME,
     HEADER_SIZE,
+    LZ4_MAGIC,
     CorruptBatchError,
     Record,
     UnsupportedCompressionError,
@@ -61,6 +61,8 @@ from storage.record_batch import (
     decompress_records,
     encode_batch,
     iter_batches,
+    lz4_frame,
+    lz4_header_checksum,
 )
 
 MAGIC_V0 = 0
@@ -74,18 +76,13 @@ _V0_HEAD = struct.Struct(">Ibb")  # crc, magic, attributes
 _V1_HEAD = struct.Struct(">Ibbq")  # crc, magic, attributes, timestamp
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-_U32LE = struct.Struct("<I")
 _LOG_OVERHEAD = 12
 # LegacyRecord.RECORD_OVERHEAD_V0 / V1: a message with null key and value.
 _OVERHEAD = {MAGIC_V0: 14, MAGIC_V1: 22}
 
 _XERIAL_HEADER = b"\x82SNAPPY\x00" + _I32.pack(1) + _I32.pack(1)
 _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
-_LZ4_MAGIC = b"\x04\x22\x4d\x18"
-_LZ4_FLG = 0x60  # version 01, independent blocks, no checksums, no content size
-_LZ4_BD = 0x40  # 64 KiB blocks
-_LZ4_BLOCK = 64 * 1024
-_LZ4_UNCOMPRESSED = 0x80000000
+_LZ4_BLOCK = 64 * 1024  # KafkaLZ4BlockOutputStream's blocks
 
 
 class MessageSetError(ValueError):
@@ -483,45 +480,21 @@ def _compress(codec: int, data: bytes, magic: int) -> bytes:
             out += block
         return bytes(out)
     if codec == LZ4:
-        return _lz4_frame(data, broken_checksum=magic == MAGIC_V0)
+        return lz4_frame(data, block_max=_LZ4_BLOCK, broken_checksum=magic == MAGIC_V0)
     raise MessageSetError(
         ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"cannot compress with codec {codec}"
     )
 
 
-def _lz4_header_checksum(descriptor: bytes) -> int:
-    return (xxhash.xxh32_intdigest(descriptor) >> 8) & 0xFF
-
-
-def _lz4_frame(data: bytes, *, broken_checksum: bool) -> bytes:
-    """An LZ4 frame as KafkaLZ4BlockOutputStream writes it; magic 0's header checksum was
-    computed over the frame's magic number too (KAFKA-3160)."""
-    head = _LZ4_MAGIC + bytes((_LZ4_FLG, _LZ4_BD))
-    hc = _lz4_header_checksum(head if broken_checksum else head[4:])
-    out = bytearray(head)
-    out.append(hc)
-    for i in range(0, len(data), _LZ4_BLOCK):
-        chunk = data[i : i + _LZ4_BLOCK]
-        block = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
-        if len(block) >= len(chunk):
-            out += _U32LE.pack(len(chunk) | _LZ4_UNCOMPRESSED)
-            out += chunk
-        else:
-            out += _U32LE.pack(len(block))
-            out += block
-    out += _U32LE.pack(0)  # end mark
-    return bytes(out)
-
-
 def _lz4_fix_header(data: bytes) -> bytes:
     """The frame with a correct header checksum, whichever way its writer computed it."""
-    if len(data) < 7 or data[:4] != _LZ4_MAGIC:
+    if len(data) < 7 or data[:4] != LZ4_MAGIC:
         return data
     flg = data[4]
     end = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
     if len(data) <= end:
         return data
-    hc = _lz4_header_checksum(data[4:end])
+    hc = lz4_header_checksum(data[4:end])
     if data[end] == hc:
         return data
     return data[:end] + bytes((hc,)) + data[end + 1 :]

@@ -166,39 +166,31 @@ def encode(
         section = _table(table)
     n = len(keys)
     requests = len(heads) // 4
-    if not n:
-        plain = b"".join(
-            [
-                b"" if compressed else PLAIN,
-                _HEAD.pack(VERSION, time_ms, len(table) - 1),
-                section,
-                _COUNTS.pack(0, 0, len(members)),
-                *members,
-            ]
-        )
-        return bytes(cramjam.lz4.compress_block(plain)) if compressed else plain
-    layout = _LAYOUTS.get((requests, n))
-    if layout is None:
-        layout = _layout(requests, n)
-    try:
-        columns = layout.pack(
-            *heads,
-            *previous,
-            *unchanged,
-            *map(len, keys),
-            *map(len, values),  # type: ignore[arg-type]
-        )
-        data = b"".join(values)  # type: ignore[arg-type]
-    except (TypeError, struct.error):
-        # An admin's delete (a tombstone: len(None)), or an unchanged count past 32 bits.
-        columns = layout.pack(
-            *heads,
-            *previous,
-            *(min(u, _U32) for u in unchanged),
-            *map(len, keys),
-            *(_TOMBSTONE if v is None else len(v) for v in values),
-        )
-        data = b"".join(v for v in values if v is not None)
+    if not n:  # membership changes alone
+        columns = data = b""
+    else:
+        layout = _LAYOUTS.get((requests, n))
+        if layout is None:
+            layout = _layout(requests, n)
+        try:
+            columns = layout.pack(
+                *heads,
+                *previous,
+                *unchanged,
+                *map(len, keys),
+                *map(len, values),  # type: ignore[arg-type]
+            )
+            data = b"".join(values)  # type: ignore[arg-type]
+        except (TypeError, struct.error):
+            # An admin's delete (a tombstone: len(None)), or an unchanged count past 32 bits.
+            columns = layout.pack(
+                *heads,
+                *previous,
+                *(min(u, _U32) for u in unchanged),
+                *map(len, keys),
+                *(_TOMBSTONE if v is None else len(v) for v in values),
+            )
+            data = b"".join(v for v in values if v is not None)
     plain = b"".join(
         [
             b"" if compressed else PLAIN,
