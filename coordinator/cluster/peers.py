@@ -252,9 +252,15 @@ class _Connection:
         if self.closed:
             raise PeerConnectionError(f"connection to node {self.node_id} is closed")
         cid = self.next_id()
+        try:
+            self.writer.write(encode_request(RequestHeader(api_key, version, cid, client_id), body))
+        except RuntimeError:
+            # uvloop refuses a write to a transport it closed on a reset, before the read
+            # loop has heard of it.
+            self.close("connection reset")
+            raise PeerConnectionError(f"connection to node {self.node_id} was reset") from None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending[cid] = (api_key, version, future)
-        self.writer.write(encode_request(RequestHeader(api_key, version, cid, client_id), body))
         return future
 
     def close(self, why: str) -> None:

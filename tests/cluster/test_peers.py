@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import uvloop
 from support.certkit import Pki, make_pki
 from support.kgc_process import KgcProcess, free_port
 
@@ -263,6 +264,54 @@ async def test_a_silent_peer_times_out_then_the_client_reconnects(served: Served
         assert answer.error_code == 0 and peers._connections[NODE] is not first
     finally:
         await peers.close()
+
+
+async def _reset_before_the_read_loop_saw_it(proc: KgcProcess) -> None:
+    nodes = [NodeAddress(NODE, "127.0.0.1", proc.port)]
+    peers = PeerClient(lambda: nodes, PeerSecurity(), node_id=1)
+    assert proc.proc is not None
+    try:
+        await peers.send(NODE, api_versions.API_KEY, 3, VERSIONS)
+        conn = peers._connections[NODE]
+        # Stopped, the peer leaves a request unread; killed so, its kernel resets the
+        # connection (not a FIN). The loop closes the transport at once; the read loop
+        # learns it a turn or two later. A request sent in between must fail as a lost
+        # connection: under uvloop the write raised RuntimeError, which the inter-broker
+        # DescribeGroupHistory let through, and the worker closed its client's connection.
+        os.kill(proc.proc.pid, signal.SIGSTOP)
+        unanswered = asyncio.ensure_future(peers.send(NODE, api_versions.API_KEY, 3, VERSIONS))
+        await asyncio.sleep(0.2)
+        os.kill(proc.proc.pid, signal.SIGKILL)
+        proc.proc.wait()
+        sent = [unanswered]
+        while not conn.closed:  # a request each turn, until the reset is known
+            assert len(sent) < 10_000, "the reset was never noticed"
+            try:
+                sent.append(conn.exchange(api_versions.API_KEY, 3, VERSIONS, peers.client_id))
+            except PeerConnectionError:
+                break
+            await asyncio.sleep(0)
+        assert conn.closed
+        for future in sent:  # each one sent before fails as a lost connection
+            with pytest.raises(PeerConnectionError):
+                await future
+        with pytest.raises(PeerConnectionError):  # nobody listens now
+            await peers.send(NODE, api_versions.API_KEY, 3, VERSIONS)
+    finally:
+        await peers.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_request_on_a_connection_just_reset_is_a_connection_error(
+    tmp_path: Path, loop: str
+) -> None:
+    proc = KgcProcess(tmp_path / "data")
+    proc.start()
+    try:
+        (uvloop.run if loop == "uvloop" else asyncio.run)(_reset_before_the_read_loop_saw_it(proc))
+    finally:
+        proc.stop()
 
 
 @pytest.mark.integration
