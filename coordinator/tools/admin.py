@@ -76,6 +76,11 @@ class Unreachable(Exception):
     """No connection to the server (refused, timed out, dropped)."""
 
 
+class _CoordinatorGone(Unreachable):
+    """The group's coordinator (not the bootstrap server) cannot be reached or dropped the
+    connection: a request retried as Kafka's admin client retries a disconnection."""
+
+
 class UsageError(Exception):
     """Bad usage found only when the command runs (e.g. a malformed --bootstrap-server): exit 2."""
 
@@ -225,8 +230,13 @@ class Admin:
         return conn
 
     def _hint(self, exc: OSError) -> str:
-        """Why a plaintext client is cut off: a TLS or SASL listener closes it."""
-        if self.security.security_protocol == "PLAINTEXT" and isinstance(exc, ConnectionError):
+        """Why a plaintext client is cut off: a TLS or SASL listener closes it (a refused
+        connection is no listener at all)."""
+        if (
+            self.security.security_protocol == "PLAINTEXT"
+            and isinstance(exc, ConnectionError)
+            and not isinstance(exc, ConnectionRefusedError)
+        ):
             return (
                 " (a TLS or SASL listener closes unauthenticated plaintext connections:"
                 " give its settings with --command-config)"
@@ -712,10 +722,18 @@ class Admin:
         group's history is restarting), COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR
         are retried, the coordinator looked up again each time, until the timeout, as
         Kafka's admin client retries them; then one line says so (``retry=False``: the
-        first answer)."""
+        first answer). So is a coordinator that cannot be reached or drops the connection
+        (the coordinating worker restarting), as Kafka's admin client retries a
+        disconnection; an unreachable bootstrap server fails at once."""
         deadline = time.monotonic() + self.timeout
         while True:
-            resp = self._group_history_once(group, from_ms, to_ms, topics, changes)
+            try:
+                resp = self._group_history_once(group, from_ms, to_ms, topics, changes)
+            except _CoordinatorGone as exc:
+                if not retry or time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                    raise Unreachable(f"{exc} (retried for {self.timeout:g} s)") from None
+                time.sleep(_RETRY_BACKOFF_S)
+                continue
             if resp.error_code not in _GROUP_RETRIABLE or not retry:
                 break
             if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
@@ -739,7 +757,13 @@ class Admin:
         changes: bool,
     ) -> Any:
         addr = self._coordinator_addr(group)
-        if describe_group_history.API_KEY not in self._versions(addr):
+        try:
+            versions = self._versions(addr)
+        except Unreachable as exc:
+            if addr == self.bootstrap:
+                raise
+            raise _CoordinatorGone(str(exc)) from None
+        if describe_group_history.API_KEY not in versions:
             raise AdminError(
                 "the server keeps no group history (not kgc, or offsets.history.retention.ms=0)"
             )
@@ -756,7 +780,12 @@ class Admin:
             include_offset_changes=changes,
             include_membership_changes=changes,
         )
-        _, resp = self.call(describe_group_history.API_KEY, req, addr=addr)
+        try:
+            _, resp = self.call(describe_group_history.API_KEY, req, addr=addr)
+        except Unreachable as exc:
+            if addr == self.bootstrap:
+                raise
+            raise _CoordinatorGone(str(exc)) from None
         return resp
 
     def partition_statuses(self, group: str) -> dict[TopicPartition, str]:

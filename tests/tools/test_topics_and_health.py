@@ -63,7 +63,8 @@ def test_unreachable_server_exits_3(cli: CLI) -> None:
     ):
         r = cli(*args, "--bootstrap-server", dead)
         r.assert_clean_error(3)
-        assert "cannot reach" in r.err
+        assert "cannot reach" in r.err and "Connection refused" in r.err
+        assert "TLS" not in r.err  # nobody listens: no hint of a secured listener
 
 
 def test_bad_usage_exits_2() -> None:

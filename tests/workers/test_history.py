@@ -184,3 +184,48 @@ def test_a_restarting_worker_fails_only_the_reads_of_history_it_may_hold(tmp_pat
     assert cli.returncode == 0, err
     assert [c["offset"] for c in json.loads(out)] == [1, 2]
     assert three.stop() == 0
+
+
+def test_a_read_waits_for_its_restarting_coordinator(tmp_path: Path) -> None:
+    """The group's coordinator itself restarting: ``kgc offsets history`` retries the
+    connection it cannot make (or loses) until its timeout, as Kafka's admin client retries
+    a disconnection, then says so in one line; a read started meanwhile ends once the
+    worker is back. (Before, the first refused connection ended the command.)"""
+    group = moving_group()  # worker 2 of 3 coordinates it
+    three = Workers(tmp_path / "data", workers=3, port=free_ports(3))
+    three.start()
+    three.wait_loaded()
+    create_topic(three.bootstrap, TOPIC, 1)
+    three.wait_topic(TOPIC)
+    commit(three.bootstrap, group, 7)
+    supervisor = three.proc.pid if three.proc is not None else 0
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        os.kill(three.worker_pid(2), signal.SIGKILL)
+        wait_for("worker 2 to stop listening", lambda: not listening(three.bootstrap_of(2)))
+        started = time.monotonic()
+        run = run_cli(
+            "offsets", "history", group, "--timeout", "2", "--bootstrap-server", three.bootstrap
+        )  # fmt: skip
+        assert time.monotonic() - started >= 2, run
+        run.assert_clean_error(3)  # unreachable: one line
+        assert three.bootstrap_of(2) in run.err and "retried for 2 s" in run.err, run.err
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "offsets", "history", group, "--output",
+             "json", "--timeout", "60", "--bootstrap-server", three.bootstrap],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    out, err = cli.communicate(timeout=90)
+    assert cli.returncode == 0, err
+    assert [c["offset"] for c in json.loads(out)] == [7]
+    # A bootstrap server nobody serves still fails at once.
+    started = time.monotonic()
+    run = run_cli(
+        "offsets", "history", group, "--timeout", "30", "--bootstrap-server",
+        f"127.0.0.1:{free_ports(1)}",
+    )  # fmt: skip
+    run.assert_clean_error(3)
+    assert time.monotonic() - started < 10, run
+    assert three.stop() == 0
