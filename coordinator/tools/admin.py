@@ -730,7 +730,9 @@ class Admin:
             try:
                 resp = self._group_history_once(group, from_ms, to_ms, topics, changes)
             except _CoordinatorGone as exc:
-                if not retry or time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                if not retry:
+                    raise Unreachable(str(exc)) from None
+                if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
                     raise Unreachable(f"{exc} (retried for {self.timeout:g} s)") from None
                 time.sleep(_RETRY_BACKOFF_S)
                 continue
