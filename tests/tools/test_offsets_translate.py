@@ -7,6 +7,9 @@ process (``translatekit.cli``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,7 +95,15 @@ def _bad_input_changes_nothing(a: str, b: str) -> None:
     gone = cli(a, "offsets", "translate", "billing", "--to-bootstrap-server", closed,
                "--execute", "--timeout", "3")  # fmt: skip
     gone.assert_clean_error(3)
-    assert closed in gone.err and "--to-command-config" in gone.err
+    assert closed in gone.err and "Connection refused" in gone.err
+    assert "command-config" not in gone.err  # nobody listens: no hint of a secured listener
+    # A target that closes a plaintext client at once, as a TLS or SASL listener does: the
+    # hint names the target's own option.
+    with _closing_listener() as secured:
+        cut = cli(a, "offsets", "translate", "billing", "--to-bootstrap-server", secured,
+                  "--execute", "--timeout", "3")  # fmt: skip
+    cut.assert_clean_error(3)
+    assert secured in cut.err and "give its settings with --to-command-config" in cut.err
 
     async def with_member() -> None:
         member = AIOKafkaConsumer(
@@ -117,3 +128,30 @@ def _bad_input_changes_nothing(a: str, b: str) -> None:
 
     asyncio.run(with_member())
     assert committed(b, "billing") == {(TOPIC, 0): 8, (TOPIC, 1): 9}
+
+
+@contextlib.contextmanager
+def _closing_listener() -> Iterator[str]:
+    """A listener that closes each connection once it has read a request."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)  # the loop sees ``stop``
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(5)
+                conn.recv(65536)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
