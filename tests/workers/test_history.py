@@ -194,6 +194,14 @@ def test_a_read_waits_for_its_restarting_coordinator(tmp_path: Path) -> None:
     group = moving_group()  # worker 2 of 3 coordinates it
     three = Workers(tmp_path / "data", workers=3, port=free_ports(3))
     three.start()
+    try:
+        _read_waits_for_its_restarting_coordinator(three, group)
+    finally:
+        if three.alive():  # a failure stops the node too (its workers follow the supervisor)
+            three.stop()
+
+
+def _read_waits_for_its_restarting_coordinator(three: Workers, group: str) -> None:
     three.wait_loaded()
     create_topic(three.bootstrap, TOPIC, 1)
     three.wait_topic(TOPIC)
