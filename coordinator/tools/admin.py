@@ -760,29 +760,23 @@ class Admin:
     ) -> Any:
         addr = self._coordinator_addr(group)
         try:
-            versions = self._versions(addr)
-        except Unreachable as exc:
-            if addr == self.bootstrap:
-                raise
-            raise _CoordinatorGone(str(exc)) from None
-        if describe_group_history.API_KEY not in versions:
-            raise AdminError(
-                "the server keeps no group history (not kgc, or offsets.history.retention.ms=0)"
+            if describe_group_history.API_KEY not in self._versions(addr):
+                raise AdminError(
+                    "the server keeps no group history (not kgc, or offsets.history.retention.ms=0)"
+                )
+            req = describe_group_history.Request(
+                group_id=group,
+                from_ms=from_ms,
+                to_ms=to_ms,
+                topics=None
+                if topics is None
+                else [
+                    describe_group_history.HistoryTopic(name=t, partition_indexes=ps)
+                    for t, ps in topics.items()
+                ],
+                include_offset_changes=changes,
+                include_membership_changes=changes,
             )
-        req = describe_group_history.Request(
-            group_id=group,
-            from_ms=from_ms,
-            to_ms=to_ms,
-            topics=None
-            if topics is None
-            else [
-                describe_group_history.HistoryTopic(name=t, partition_indexes=ps)
-                for t, ps in topics.items()
-            ],
-            include_offset_changes=changes,
-            include_membership_changes=changes,
-        )
-        try:
             _, resp = self.call(describe_group_history.API_KEY, req, addr=addr)
         except Unreachable as exc:
             if addr == self.bootstrap:

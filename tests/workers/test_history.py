@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.clikit import run_cli
+from support.clikit import Run, run_cli
 from support.groupkit import commit_offset, create_topic
 from support.kgc_process import KgcProcess
 from support.workerskit import Workers, free_ports, wait_for
@@ -83,6 +83,32 @@ def listening(bootstrap: str) -> bool:
             return True
     except OSError:
         return False
+
+
+def reads_while_down(three: Workers, worker: int, group: str) -> tuple[Run, subprocess.Popen[str]]:
+    """``worker`` killed while the supervisor cannot start it again: a ``kgc offsets
+    history`` with a 2 s timeout (it takes them all), then one with 60 s, left running as
+    the supervisor goes on and starts the worker again."""
+    supervisor = three.proc.pid if three.proc is not None else 0
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        os.kill(three.worker_pid(worker), signal.SIGKILL)
+        wait_for(
+            f"worker {worker} to stop listening", lambda: not listening(three.bootstrap_of(worker))
+        )
+        started = time.monotonic()
+        run = run_cli(
+            "offsets", "history", group, "--timeout", "2", "--bootstrap-server", three.bootstrap
+        )  # fmt: skip
+        assert time.monotonic() - started >= 2, run
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "offsets", "history", group, "--output",
+             "json", "--timeout", "60", "--bootstrap-server", three.bootstrap],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    return run, cli
 
 
 def history(bootstrap: str, group: str) -> list[int]:
@@ -160,26 +186,10 @@ def test_a_restarting_worker_fails_only_the_reads_of_history_it_may_hold(tmp_pat
     # Worker 1 holds the first run's partition. Killed while the supervisor cannot start it
     # again, its history is unreadable: the CLI retries for its timeout, then says so in
     # one line.
-    supervisor = three.proc.pid if three.proc is not None else 0
-    os.kill(supervisor, signal.SIGSTOP)
-    try:
-        os.kill(three.worker_pid(1), signal.SIGKILL)
-        wait_for("worker 1 to stop listening", lambda: not listening(three.bootstrap_of(1)))
-        started = time.monotonic()
-        run = run_cli(
-            "offsets", "history", group, "--timeout", "2", "--bootstrap-server", three.bootstrap
-        )  # fmt: skip
-        assert time.monotonic() - started >= 2, run
-        run.assert_clean_error(1)  # one line
-        assert "COORDINATOR_NOT_AVAILABLE" in run.err and "retried for 2 s" in run.err, run.err
-        # A read started now ends once worker 1 is back (the supervisor goes on).
-        cli = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "offsets", "history", group, "--output",
-             "json", "--timeout", "60", "--bootstrap-server", three.bootstrap],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-    finally:
-        os.kill(supervisor, signal.SIGCONT)
+    run, cli = reads_while_down(three, 1, group)
+    run.assert_clean_error(1)  # one line
+    assert "COORDINATOR_NOT_AVAILABLE" in run.err and "retried for 2 s" in run.err, run.err
+    # A read started then ends once worker 1 is back (the supervisor goes on).
     out, err = cli.communicate(timeout=90)
     assert cli.returncode == 0, err
     assert [c["offset"] for c in json.loads(out)] == [1, 2]
@@ -206,25 +216,9 @@ def _read_waits_for_its_restarting_coordinator(three: Workers, group: str) -> No
     create_topic(three.bootstrap, TOPIC, 1)
     three.wait_topic(TOPIC)
     commit(three.bootstrap, group, 7)
-    supervisor = three.proc.pid if three.proc is not None else 0
-    os.kill(supervisor, signal.SIGSTOP)
-    try:
-        os.kill(three.worker_pid(2), signal.SIGKILL)
-        wait_for("worker 2 to stop listening", lambda: not listening(three.bootstrap_of(2)))
-        started = time.monotonic()
-        run = run_cli(
-            "offsets", "history", group, "--timeout", "2", "--bootstrap-server", three.bootstrap
-        )  # fmt: skip
-        assert time.monotonic() - started >= 2, run
-        run.assert_clean_error(3)  # unreachable: one line
-        assert three.bootstrap_of(2) in run.err and "retried for 2 s" in run.err, run.err
-        cli = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "offsets", "history", group, "--output",
-             "json", "--timeout", "60", "--bootstrap-server", three.bootstrap],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-    finally:
-        os.kill(supervisor, signal.SIGCONT)
+    run, cli = reads_while_down(three, 2, group)
+    run.assert_clean_error(3)  # unreachable: one line
+    assert three.bootstrap_of(2) in run.err and "retried for 2 s" in run.err, run.err
     out, err = cli.communicate(timeout=90)
     assert cli.returncode == 0, err
     assert [c["offset"] for c in json.loads(out)] == [7]
